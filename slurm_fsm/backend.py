@@ -1,0 +1,274 @@
+"""The boundary between the procedure and Slurm.
+
+``SlurmBackend`` is one small protocol: one method per Slurm operation the
+procedure needs. It takes and returns the attrs values of this module, never
+raw command-line text, and its failures are the typed errors of
+:mod:`slurm_fsm.errors`:
+
+* :class:`~slurm_fsm.errors.JobNotFound` - Slurm does not know the job;
+* :class:`~slurm_fsm.errors.ControllerUnreachable` - slurmctld did not answer
+  (never "job gone");
+* :class:`~slurm_fsm.errors.CommandTimedOut` - a command hit its timeout;
+* :class:`~slurm_fsm.errors.CommandFailed` - anything else, with argv, exit
+  code and the tail of stderr.
+
+Two implementations ship: :class:`slurm_fsm.subprocess_backend.SubprocessBackend`
+(the real Slurm tools) and :class:`slurm_fsm.testing.FakeCluster`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import attrs
+
+from slurm_fsm.duration import Duration
+
+__all__ = [
+    "AllocationRequest",
+    "BatchRequest",
+    "ContainerOptions",
+    "GpuProcess",
+    "JobInfo",
+    "JobOutcome",
+    "RunningScript",
+    "ScriptRequest",
+    "SlurmBackend",
+    "StepInfo",
+    "StepRequest",
+    "StepResult",
+]
+
+#: Slurm job states in which the job still holds (or will hold) resources.
+ACTIVE_STATES = frozenset(
+    {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "RESIZING", "REQUEUED"}
+)
+
+
+@attrs.frozen
+class JobInfo:
+    """One row of ``squeue`` for a job."""
+
+    job_id: str
+    state: str  # RUNNING, PENDING, ... as squeue prints it (%T)
+    name: str = ""  # %j
+    user: str = ""  # %u
+    partition: str = ""  # %P
+    num_nodes: int = 0  # %D
+    nodelist: str = ""  # %N (compressed form, e.g. n[1-2]); empty while pending
+    time_left: Duration = Duration.parse("INVALID")  # %L
+    elapsed: Duration = Duration.parse("0:00")  # %M
+    reason: str = ""  # %r
+    start_time: str = ""  # %S (ISO-like text, or N/A)
+
+    @property
+    def is_active(self) -> bool:
+        return self.state in ACTIVE_STATES
+
+
+@attrs.frozen
+class StepInfo:
+    """One step of a job (``squeue -s``)."""
+
+    job_id: str
+    step_id: str  # "0", "1", "batch", "extern", ...
+    name: str = ""
+    state: str = "RUNNING"
+
+    @property
+    def full_id(self) -> str:
+        return f"{self.job_id}.{self.step_id}"
+
+
+@attrs.frozen
+class AllocationRequest:
+    """What the persistent allocation asks for (step 0E)."""
+
+    partition: str
+    account: str
+    nodes: int
+    time_limit: Duration
+    job_name: str
+    log_path: Path  # <repo_root>/work_dirs/.salloc.log
+    gpus_per_node: int | None = None
+    user: str = ""
+
+
+@attrs.frozen
+class ContainerOptions:
+    """pyxis options for one step. ``image`` imports; ``name`` names/reuses."""
+
+    name: str
+    image: str | None = None
+    mounts: str = ""  # host:container[:flags],... as pyxis takes it
+    writable: bool = False
+    workdir: str | None = None
+
+
+@attrs.frozen
+class StepRequest:
+    """A step inside an allocation: ``srun --jobid=ID -N nodes --ntasks-per-node=k``."""
+
+    job_id: str
+    argv: tuple[str, ...]
+    nodes: int
+    ntasks_per_node: int = 1
+    container: ContainerOptions | None = None
+    timeout_s: float = 600.0
+    overlap: bool = False
+    chdir: str | None = None
+
+
+@attrs.frozen
+class StepResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+@attrs.frozen
+class GpuProcess:
+    """One compute process as ``nvidia-smi --query-compute-apps`` lists it."""
+
+    node: str
+    pid: int
+    name: str
+    used_memory: str  # as printed, e.g. "1024 MiB"
+
+
+@attrs.frozen
+class BatchRequest:
+    """``sbatch`` of a script (one-shot path, or the pre-step build)."""
+
+    script_path: Path
+    work_dir: Path
+    job_name: str | None = None
+    partition: str | None = None
+    account: str | None = None
+    extra_args: tuple[str, ...] = ()
+    env: Mapping[str, str] = attrs.field(factory=dict)
+    user: str = ""
+
+
+@attrs.frozen
+class JobOutcome:
+    """How a finished job ended, from accounting (or scontrol when it is off)."""
+
+    job_id: str
+    state: str  # COMPLETED, FAILED, TIMEOUT, CANCELLED, OUT_OF_MEMORY, NODE_FAIL, ...
+    exit_code: int  # the job's (or batch step's) exit code
+    signal: int = 0
+    elapsed: Duration = Duration.of_seconds(0)
+    max_rss: str = ""
+    cancelled_by: str = ""  # uid from "CANCELLED by <uid>"
+    source: str = "sacct"  # sacct | scontrol | fake
+    steps: tuple[JobOutcome, ...] = ()
+
+
+@attrs.frozen
+class ScriptRequest:
+    """``bash <script>`` on this host with the SLURM_* of the allocation exported."""
+
+    script_path: Path
+    log_path: Path
+    env: Mapping[str, str]
+    cwd: Path
+
+
+class RunningScript(Protocol):
+    """A script started by :meth:`SlurmBackend.start_script`."""
+
+    @property
+    def log_path(self) -> Path: ...
+
+    def poll(self) -> int | None:
+        """Exit code once finished, else None."""
+        ...
+
+    def terminate(self) -> None:
+        """Stop the local script (its process group)."""
+        ...
+
+
+@runtime_checkable
+class SlurmBackend(Protocol):
+    """Every Slurm operation the procedure needs."""
+
+    def current_user(self) -> str:
+        """The user name Slurm jobs run as."""
+        ...
+
+    def query_job(self, job_id: str) -> JobInfo:
+        """One job's squeue row. Raises JobNotFound when Slurm has no row."""
+        ...
+
+    def find_jobs(self, name: str, user: str) -> list[JobInfo]:
+        """Jobs of ``user`` named ``name`` (never all users)."""
+        ...
+
+    def allocate(self, request: AllocationRequest, wait_s: float = 10.0) -> str:
+        """Start a detached persistent allocation and return its job id.
+
+        The allocation outlives the caller. The id is found by job name and
+        user within ``wait_s``; otherwise AllocationFailed with salloc's message.
+        """
+        ...
+
+    def run_step(self, request: StepRequest) -> StepResult:
+        """Run a step in an allocation and wait for it. A non-zero exit is a result."""
+        ...
+
+    def gpu_processes(self, job_id: str, nodes: int) -> list[GpuProcess]:
+        """Compute processes on every node of the allocation (host, no container)."""
+        ...
+
+    def probe_gpu_name(self, partition: str, account: str | None = None) -> str | None:
+        """The GPU name of one node of ``partition`` (pre-step), or None."""
+        ...
+
+    def list_steps(self, job_id: str) -> list[StepInfo]:
+        """Running steps of a job."""
+        ...
+
+    def cancel(self, job_id: str, step_id: str | None = None) -> None:
+        """scancel a job, or only one of its steps. A gone job is not an error."""
+        ...
+
+    def submit(self, request: BatchRequest) -> str:
+        """sbatch a script; return the job id."""
+        ...
+
+    def job_outcome(self, job_id: str) -> JobOutcome:
+        """How a finished job ended. Raises JobNotFound when no source knows it."""
+        ...
+
+    def has_container_support(self) -> bool:
+        """True when srun takes pyxis' ``--container-image``."""
+        ...
+
+    def expand_nodelist(self, nodelist: str) -> list[str]:
+        """``n[1-3]`` -> ``["n1", "n2", "n3"]``."""
+        ...
+
+    def start_script(self, request: ScriptRequest) -> RunningScript:
+        """Start ``bash <script>`` locally, output to ``request.log_path``."""
+        ...
+
+
+def step_env(info: JobInfo, nodes: int, ntasks_per_node: int | None) -> dict[str, str]:
+    """The SLURM_* variables that make a script's own ``srun`` land in ``info``'s job."""
+    tpn = ntasks_per_node or 1
+    return {
+        "SLURM_JOB_ID": info.job_id,
+        "SLURM_JOBID": info.job_id,
+        "SLURM_JOB_NUM_NODES": str(nodes),
+        "SLURM_NNODES": str(nodes),
+        "SLURM_NTASKS": str(nodes * tpn),
+        "SLURM_NTASKS_PER_NODE": str(tpn),
+        "SLURM_NODELIST": info.nodelist,
+        "SLURM_JOB_NODELIST": info.nodelist,
+    }
+
+

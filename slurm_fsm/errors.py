@@ -1,0 +1,120 @@
+"""Exceptions raised by slurm_fsm.
+
+The tree::
+
+    SlurmFsmError
+    ├── SpecError (ValueError)            bad job_spec.json: every bad field by path
+    ├── StateFileError (ValueError)       a corrupt or unreadable .slurm_alloc.json
+    ├── NotOurJobError (PermissionError)  a state file points at another user's job
+    └── BackendError (RuntimeError)       a Slurm operation failed
+        ├── JobNotFound (LookupError)     the job (or step) is gone
+        ├── ControllerUnreachable (ConnectionError)   never means "job gone"
+        ├── CommandTimedOut (TimeoutError)
+        ├── ContainerSupportMissing       an image was asked for; no pyxis here
+        └── CommandFailed                 argv, exit code, stderr tail
+            └── AllocationFailed          salloc's own message from .salloc.log
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = [
+    "AllocationFailed",
+    "BackendError",
+    "CommandFailed",
+    "CommandTimedOut",
+    "ContainerSupportMissing",
+    "ControllerUnreachable",
+    "JobNotFound",
+    "NotOurJobError",
+    "SlurmFsmError",
+    "SpecError",
+    "StateFileError",
+]
+
+
+class SlurmFsmError(Exception):
+    """Base class of every error slurm_fsm raises on purpose."""
+
+
+class SpecError(SlurmFsmError, ValueError):
+    """A job spec is invalid. ``problems`` lists every bad field as ``path: what``."""
+
+    def __init__(self, source: str, problems: Sequence[str]) -> None:
+        self.source = source
+        self.problems = list(problems)
+        lines = "\n".join(f"  {p}" for p in self.problems)
+        super().__init__(f"invalid job spec {source}:\n{lines}")
+
+
+class StateFileError(SlurmFsmError, ValueError):
+    """The allocation state file exists but cannot be used."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"state file {path}: {reason}")
+
+
+class NotOurJobError(SlurmFsmError, PermissionError):
+    """A job named in a state file belongs to someone else or has another name."""
+
+    def __init__(self, job_id: str, reason: str) -> None:
+        self.job_id = job_id
+        self.reason = reason
+        super().__init__(f"job {job_id} is not ours ({reason}); refusing to cancel it")
+
+
+class BackendError(SlurmFsmError, RuntimeError):
+    """A Slurm operation failed."""
+
+
+class JobNotFound(BackendError, LookupError):
+    """Slurm does not know the job (or step) any more."""
+
+    def __init__(self, job_id: str, detail: str = "") -> None:
+        self.job_id = job_id
+        self.detail = detail
+        super().__init__(f"job {job_id} not found" + (f": {detail}" if detail else ""))
+
+
+class ControllerUnreachable(BackendError, ConnectionError):
+    """slurmctld could not be reached. This never means that a job is gone."""
+
+    def __init__(self, detail: str, argv: Sequence[str] = ()) -> None:
+        self.detail = detail
+        self.argv = list(argv)
+        super().__init__(f"Slurm controller unreachable: {detail}")
+
+
+class CommandTimedOut(BackendError, TimeoutError):
+    """A Slurm command did not answer within its timeout."""
+
+    def __init__(self, argv: Sequence[str], timeout_s: float) -> None:
+        self.argv = list(argv)
+        self.timeout_s = timeout_s
+        super().__init__(f"{' '.join(self.argv)!s} timed out after {timeout_s:g} s")
+
+
+class ContainerSupportMissing(BackendError):
+    """The spec needs a container image but this Slurm has no pyxis."""
+
+
+class CommandFailed(BackendError):
+    """A Slurm command exited non-zero for a reason not classified above."""
+
+    def __init__(
+        self, argv: Sequence[str], returncode: int, stderr_tail: str, message: str = ""
+    ) -> None:
+        self.argv = list(argv)
+        self.returncode = returncode
+        self.stderr_tail = stderr_tail
+        text = message or f"{' '.join(self.argv)} exited {returncode}"
+        if stderr_tail:
+            text += f": {stderr_tail.strip()}"
+        super().__init__(text)
+
+
+class AllocationFailed(CommandFailed):
+    """salloc did not produce an allocation; ``stderr_tail`` is its own message."""
