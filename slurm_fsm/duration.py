@@ -10,7 +10,7 @@ import attrs
 __all__ = ["Duration", "DurationKind"]
 
 
-class DurationKind(str, Enum):
+class DurationKind(Enum):
     FINITE = "finite"
     UNLIMITED = "UNLIMITED"
     NOT_SET = "NOT_SET"

@@ -1,0 +1,30 @@
+"""Time, injectable: the real clock, or a fake one that tests advance by hand."""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol
+
+__all__ = ["Clock", "SystemClock"]
+
+
+class Clock(Protocol):
+    def now(self) -> float:
+        """Seconds on a monotonic scale."""
+        ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+
+class SystemClock:
+    def now(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            time.sleep(seconds)
+
+
+def backoff(attempt: int, first: float = 0.2, factor: float = 2.0, cap: float = 10.0) -> float:
+    """Delay before poll number ``attempt`` (0-based): fast at first, then bounded."""
+    return float(min(cap, first * factor**attempt))
