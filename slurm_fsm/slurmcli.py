@@ -1,0 +1,730 @@
+"""Slurm command lines and their outputs, as pure functions.
+
+Nothing here runs a process. Builders return argv lists for Slurm's own tools;
+parsers take the text those tools print and return the attrs values of
+:mod:`slurm_fsm.backend`; :func:`classify` turns a finished (or timed-out)
+command into the typed error it means, at this one place.
+:class:`slurm_fsm.subprocess_backend.SubprocessBackend` glues them to a runner.
+
+Output formats are chosen so that parsing never guesses:
+
+* ``squeue -o`` with ``|`` between fields and the free-text job name *last*,
+  so that a ``|`` inside a name cannot shift the other fields;
+* ``squeue -s -O`` (``--Format``) for steps, because ``%T`` is "valid for jobs
+  only" in ``-o`` while ``StepState`` exists in ``-O``;
+* ``sacct -n -P`` (``--parsable2``: ``|``-separated, no trailing ``|``);
+* ``sbatch --parsable`` (``ID`` or ``ID;cluster``);
+* ``srun -l`` for the per-node GPU listing, so that lines of different nodes
+  can be told apart however they interleave.
+
+Classification (:func:`classify`), in this order:
+
+1. the command timed out (``returncode is None``) -> ``CommandTimedOut``, or
+   ``ControllerUnreachable`` when its stderr already says so;
+2. stderr says the controller cannot be reached ("Unable to contact slurm
+   controller", "Connection refused", "Socket timed out on send/recv
+   operation", "Zero Bytes were transmitted or received") ->
+   ``ControllerUnreachable``; this check comes before any "job gone" check:
+   an unreachable controller never reads as a gone job;
+3. "Invalid job id specified", "Job/step already completing or completed",
+   "Slurm job N has expired" -> ``JobNotFound``; so is an empty answer, exit 0,
+   to a single-job query (``squeue -j ID`` without ``-s``, ``scontrol show job
+   ID``, ``sacct -j ID``);
+4. any other non-zero exit -> ``CommandFailed`` with argv, exit code and the
+   last :data:`STDERR_TAIL_LINES` lines of stderr;
+5. otherwise ``None``.
+
+A subprocess timeout is reported as ``CommandTimedOut`` (a ``TimeoutError``),
+not as ``ControllerUnreachable``: the tool may be slow for reasons of its own
+(a long ``srun`` step). Callers that poll the controller treat both as
+"try again later", and neither ever as "job gone".
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
+
+from slurm_fsm.backend import (
+    AllocationRequest,
+    BatchRequest,
+    ContainerOptions,
+    GpuProcess,
+    JobInfo,
+    JobOutcome,
+    StepInfo,
+    StepRequest,
+)
+from slurm_fsm.duration import Duration
+from slurm_fsm.errors import (
+    BackendError,
+    CommandFailed,
+    CommandTimedOut,
+    ControllerUnreachable,
+    JobNotFound,
+)
+
+__all__ = [
+    "CONTROLLER_UNREACHABLE_MARKERS",
+    "GPU_NODE_MARKER",
+    "GPU_QUERY_ARGV",
+    "JOB_FORMAT",
+    "JOB_GONE_MARKERS",
+    "SACCT_FIELDS",
+    "SEP",
+    "STDERR_TAIL_LINES",
+    "STEP_FORMAT",
+    "accounting_disabled",
+    "classify",
+    "clean_env",
+    "compress_nodelist",
+    "expand_nodelist",
+    "gpu_processes_argv",
+    "gpu_processes_script",
+    "has_container_option",
+    "parse_gpu_name",
+    "parse_gpu_processes",
+    "parse_job",
+    "parse_jobs",
+    "parse_sacct",
+    "parse_sbatch",
+    "parse_scontrol_job",
+    "parse_steps",
+    "probe_gpu_argv",
+    "sacct_argv",
+    "salloc_argv",
+    "salloc_error",
+    "sbatch_argv",
+    "scancel_argv",
+    "scontrol_show_job_argv",
+    "squeue_find_argv",
+    "squeue_job_argv",
+    "squeue_steps_argv",
+    "srun_help_argv",
+    "srun_step_argv",
+    "stderr_tail",
+]
+
+#: Field separator of every ``squeue -o`` format here.
+SEP = "|"
+
+#: ``squeue -o`` for jobs: everything :class:`JobInfo` holds, the name last.
+#: Fields: id, state, user, partition, nodes, nodelist, time left, elapsed,
+#: reason, start time, name.
+JOB_FORMAT = SEP.join(["%i", "%T", "%u", "%P", "%D", "%N", "%L", "%M", "%r", "%S", "%j"])
+_JOB_FIELD_COUNT = 11
+
+#: ``squeue -s -O`` for steps: id, state, name (the name last, unpadded).
+STEP_FORMAT = f"StepId:64{SEP},StepState:24{SEP},StepName:0"
+
+#: ``sacct --format`` fields parsed by :func:`parse_sacct`.
+SACCT_FIELDS = ("JobID", "State", "ExitCode", "Elapsed", "MaxRSS")
+
+#: The line each node prints before its nvidia-smi rows in :func:`gpu_processes_script`.
+GPU_NODE_MARKER = "@@slurm_fsm-node"
+
+#: How nvidia-smi lists compute processes (procedure step 0E.3).
+GPU_QUERY_ARGV = (
+    "nvidia-smi",
+    "--query-compute-apps=pid,name,used_memory",
+    "--format=csv,noheader",
+)
+
+#: How many stderr lines a CommandFailed carries.
+STDERR_TAIL_LINES = 20
+
+#: stderr text meaning that slurmctld (or slurmdbd, for sacct) did not answer.
+CONTROLLER_UNREACHABLE_MARKERS = (
+    "Unable to contact slurm controller",
+    "Connection refused",
+    "Socket timed out on send/recv operation",
+    "Zero Bytes were transmitted or received",
+)
+
+#: stderr text meaning that Slurm does not know the job (or it is over).
+JOB_GONE_MARKERS = (
+    "Invalid job id specified",
+    "Job/step already completing or completed",
+)
+#: Tools whose stderr also carries the user's command's output.
+_RUNS_USER_COMMANDS = frozenset({"srun", "salloc"})
+_EXPIRED = re.compile(r"Slurm job \d+\S* has expired")
+
+# SLURM_* variables kept from the caller's environment. Every other SLURM_*
+# describes a job the caller may itself be running in (SLURM_JOB_ID,
+# SLURM_NTASKS, ...) and would silently change what srun/sbatch/salloc do.
+_KEPT_SLURM_VARS = frozenset({"SLURM_CONF", "SLURM_TIME_FORMAT", "SLURM_BITSTR_LEN"})
+
+
+# --------------------------------------------------------------------------- env
+
+
+def clean_env(
+    environ: Mapping[str, str], overrides: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The environment for a Slurm tool: ``environ`` without job-context ``SLURM_*``.
+
+    ``SLURM_CONF``, ``SLURM_TIME_FORMAT`` and ``SLURM_BITSTR_LEN`` are kept
+    (they choose the cluster and the output format); every other ``SLURM_*``
+    is dropped, because it would make an ``srun`` or ``sbatch`` of ours inherit
+    the sizes of a job the caller happens to run inside. ``overrides`` are
+    applied last and always win (that is how a script gets its SLURM_*).
+    """
+    env = {k: v for k, v in environ.items() if not k.startswith("SLURM_") or k in _KEPT_SLURM_VARS}
+    if overrides:
+        env.update(overrides)
+    return env
+
+
+# ---------------------------------------------------------------------- builders
+
+
+def squeue_job_argv(job_id: str) -> list[str]:
+    """``squeue`` for one job, one :data:`JOB_FORMAT` row (no row: the job is gone)."""
+    return ["squeue", "-j", str(job_id), "-h", "-o", JOB_FORMAT]
+
+
+def squeue_find_argv(name: str, user: str) -> list[str]:
+    """``squeue`` for the jobs of ``user`` named ``name`` (never all users)."""
+    if not user:
+        raise ValueError("squeue by name needs a user: never list all users' jobs")
+    return ["squeue", "-u", user, f"--name={name}", "-h", "-o", JOB_FORMAT]
+
+
+def squeue_steps_argv(job_id: str) -> list[str]:
+    """``squeue -s`` for the steps of one job, one :data:`STEP_FORMAT` row each."""
+    return ["squeue", "-s", "-j", str(job_id), "-h", "-O", STEP_FORMAT]
+
+
+def salloc_argv(request: AllocationRequest) -> list[str]:
+    """``salloc --no-shell`` for the persistent allocation (step 0E).
+
+    ``--no-shell`` makes salloc exit once the allocation is granted, leaving
+    nothing local that could outlive (or be outlived by) the allocation.
+    """
+    argv = [
+        "salloc",
+        "--no-shell",
+        f"--partition={request.partition}",
+        f"--account={request.account}",
+        f"--nodes={request.nodes}",
+        f"--time={_time_arg(request.time_limit)}",
+        f"--job-name={request.job_name}",
+    ]
+    if request.gpus_per_node is not None:
+        argv.append(f"--gpus-per-node={request.gpus_per_node}")
+    return argv
+
+
+def _time_arg(limit: Duration) -> str:
+    if limit.is_finite or limit.kind.value == "UNLIMITED":
+        return limit.as_slurm()
+    raise ValueError(f"not a usable time limit: {limit.as_slurm()}")
+
+
+def _container_args(options: ContainerOptions) -> list[str]:
+    args: list[str] = []
+    if options.image:
+        args.append(f"--container-image={options.image}")
+    args.append(f"--container-name={options.name}")
+    if options.mounts:
+        args.append(f"--container-mounts={options.mounts}")
+    if options.writable:
+        args.append("--container-writable")
+    if options.workdir:
+        args.append(f"--container-workdir={options.workdir}")
+    return args
+
+
+def srun_step_argv(request: StepRequest) -> list[str]:
+    """``srun --jobid=ID -N n --ntasks-per-node=k [...] ARGV`` for a step in an allocation.
+
+    ``-N`` is always passed: without it srun uses one node of a multi-node
+    allocation. pyxis options appear only when ``request.container`` is set.
+    """
+    if not request.argv:
+        raise ValueError("a step needs a command")
+    argv = [
+        "srun",
+        f"--jobid={request.job_id}",
+        "-N",
+        str(request.nodes),
+        f"--ntasks-per-node={request.ntasks_per_node}",
+    ]
+    if request.overlap:
+        argv.append("--overlap")
+    if request.chdir:
+        argv.append(f"--chdir={request.chdir}")
+    if request.container is not None:
+        argv.extend(_container_args(request.container))
+    argv.extend(request.argv)
+    return argv
+
+
+def gpu_processes_script() -> str:
+    """The ``bash -c`` text run once per node by :func:`gpu_processes_argv`.
+
+    It prints ``@@slurm_fsm-node <node name>``, then nvidia-smi's compute
+    processes when nvidia-smi exists (a node without it lists nothing).
+    """
+    query = shlex.join(GPU_QUERY_ARGV)
+    return (
+        f'echo "{GPU_NODE_MARKER} ${{SLURMD_NODENAME:-$(hostname)}}"; '
+        f"if command -v nvidia-smi >/dev/null 2>&1; then {query} || true; fi"
+    )
+
+
+def gpu_processes_argv(job_id: str, nodes: int) -> list[str]:
+    """srun on every node of the allocation (host, no container), labelled per task.
+
+    ``--overlap`` keeps this read-only probe from waiting behind a running step.
+    """
+    return [
+        "srun",
+        f"--jobid={job_id}",
+        "-N",
+        str(nodes),
+        "--ntasks-per-node=1",
+        "--overlap",
+        "-l",
+        "bash",
+        "-c",
+        gpu_processes_script(),
+    ]
+
+
+def probe_gpu_argv(partition: str, account: str | None = None) -> list[str]:
+    """srun on one node of ``partition`` printing its GPU names (pre-step, step 1)."""
+    argv = ["srun", f"--partition={partition}"]
+    if account:
+        argv.append(f"--account={account}")
+    query = shlex.join(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"])
+    argv += [
+        "-N",
+        "1",
+        "--ntasks-per-node=1",
+        "--job-name=slurm_fsm-gpu-probe",
+        "bash",
+        "-c",
+        f"if command -v nvidia-smi >/dev/null 2>&1; then {query} || true; fi",
+    ]
+    return argv
+
+
+def sbatch_argv(request: BatchRequest) -> list[str]:
+    """``sbatch --parsable`` of a script, run in ``work_dir`` (the one-shot path)."""
+    argv = ["sbatch", "--parsable"]
+    if request.job_name:
+        argv.append(f"--job-name={request.job_name}")
+    if request.partition:
+        argv.append(f"--partition={request.partition}")
+    if request.account:
+        argv.append(f"--account={request.account}")
+    argv.append(f"--chdir={request.work_dir}")
+    argv.extend(request.extra_args)
+    argv.append(str(request.script_path))
+    return argv
+
+
+def scancel_argv(job_id: str, step_id: str | None = None) -> list[str]:
+    """``scancel ID`` or ``scancel ID.STEP`` (only the step: the allocation stays)."""
+    target = f"{job_id}.{step_id}" if step_id is not None else str(job_id)
+    return ["scancel", target]
+
+
+def sacct_argv(job_id: str) -> list[str]:
+    """``sacct`` rows of a job and its steps, ``|``-separated, no header."""
+    return ["sacct", "-j", str(job_id), f"--format={','.join(SACCT_FIELDS)}", "-n", "-P"]
+
+
+def scontrol_show_job_argv(job_id: str) -> list[str]:
+    """``scontrol show job ID``: the fallback when accounting is off or late."""
+    return ["scontrol", "show", "job", str(job_id)]
+
+
+def srun_help_argv() -> list[str]:
+    """``srun --help``: lists ``--container-image`` when pyxis is installed."""
+    return ["srun", "--help"]
+
+
+# ----------------------------------------------------------------------- parsers
+
+
+def _lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def _duration(text: str, default: str) -> Duration:
+    try:
+        return Duration.parse(text) if text.strip() else Duration.parse(default)
+    except ValueError:
+        return Duration.parse("INVALID")
+
+
+def _int(text: str, default: int = 0) -> int:
+    try:
+        return int(text.strip())
+    except ValueError:
+        return default
+
+
+def parse_jobs(text: str) -> list[JobInfo]:
+    """Rows of ``squeue -o JOB_FORMAT`` -> JobInfo. Raises ValueError on a foreign row."""
+    jobs = []
+    for line in _lines(text):
+        fields = line.split(SEP, _JOB_FIELD_COUNT - 1)
+        if len(fields) != _JOB_FIELD_COUNT:
+            raise ValueError(f"not a squeue row of {JOB_FORMAT!r}: {line!r}")
+        job_id, state, user, partition, nodes, nodelist, left, used, reason, start, name = fields
+        jobs.append(
+            JobInfo(
+                job_id=job_id.strip(),
+                state=state.strip(),
+                name=name,
+                user=user.strip(),
+                partition=partition.strip(),
+                num_nodes=_int(nodes),
+                nodelist=nodelist.strip(),
+                time_left=_duration(left, "INVALID"),
+                elapsed=_duration(used, "0:00"),
+                reason=reason.strip(),
+                start_time=start.strip(),
+            )
+        )
+    return jobs
+
+
+def parse_job(text: str, job_id: str) -> JobInfo:
+    """The row of ``job_id`` in ``squeue -j`` output. Raises JobNotFound when absent."""
+    for job in parse_jobs(text):
+        if job.job_id == str(job_id):
+            return job
+    raise JobNotFound(str(job_id), "squeue has no row for it")
+
+
+def parse_steps(text: str, job_id: str) -> list[StepInfo]:
+    """Rows of ``squeue -s -O STEP_FORMAT`` -> StepInfo, only those of ``job_id``.
+
+    Every step squeue lists is returned, ``extern`` and ``batch`` included;
+    callers that want the user's own steps keep the numeric ``step_id`` ones.
+    """
+    steps = []
+    for line in _lines(text):
+        fields = [f.strip() for f in line.split(SEP, 2)]
+        if len(fields) != 3 or "." not in fields[0]:
+            raise ValueError(f"not a squeue -s row of {STEP_FORMAT!r}: {line!r}")
+        full_id, state, name = fields
+        job, step = full_id.split(".", 1)
+        if job != str(job_id):
+            continue
+        steps.append(StepInfo(job_id=job, step_id=step, name=name, state=state or "RUNNING"))
+    return steps
+
+
+_CANCELLED_BY = re.compile(r"^CANCELLED by (\S+)$")
+
+
+def _state(text: str) -> tuple[str, str]:
+    """``CANCELLED by 0`` -> (CANCELLED, "0"); ``CANCELLED+`` -> (CANCELLED, "")."""
+    text = text.strip()
+    m = _CANCELLED_BY.match(text)
+    if m:
+        return "CANCELLED", m.group(1)
+    return text.rstrip("+"), ""
+
+
+def _exit(text: str) -> tuple[int, int] | None:
+    """``3:0`` -> (3, 0); ``0:125`` -> (0, 125); empty -> None."""
+    text = text.strip()
+    if not text:
+        return None
+    code, _, sig = text.partition(":")
+    try:
+        return int(code), int(sig or 0)
+    except ValueError as exc:
+        raise ValueError(f"not an exit code: {text!r}") from exc
+
+
+_RSS_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
+
+
+def _rss_bytes(text: str) -> float:
+    m = re.match(r"^([\d.]+)([KMGTP]?)$", text.strip())
+    return float(m.group(1)) * _RSS_UNITS[m.group(2)] if m else -1.0
+
+
+def parse_sacct(text: str, job_id: str) -> JobOutcome | None:
+    """``sacct -n -P --format=JobID,State,ExitCode,Elapsed,MaxRSS`` -> JobOutcome.
+
+    The job row gives state, exit code and elapsed; its step rows become
+    ``steps``. When the job row has no exit code, the batch step's is used;
+    ``max_rss`` is the job row's, else the largest of its steps'. Returns
+    None when there is no row for ``job_id`` (accounting has not seen it yet).
+    """
+    rows: list[JobOutcome] = []
+    job_row: JobOutcome | None = None
+    raw_exit: tuple[int, int] | None = None
+    job_id = str(job_id)
+    for line in _lines(text):
+        fields = line.split(SEP)
+        if len(fields) < len(SACCT_FIELDS):
+            raise ValueError(f"not a sacct -P row of {','.join(SACCT_FIELDS)}: {line!r}")
+        jid, state_text, exit_text, elapsed_text, rss = (f.strip() for f in fields[:5])
+        base = jid.split(".", 1)[0]
+        if base.split("+", 1)[0] != job_id:
+            continue
+        state, by = _state(state_text)
+        ex = _exit(exit_text)
+        code, sig = ex if ex is not None else (0, 0)
+        row = JobOutcome(
+            job_id=jid,
+            state=state,
+            exit_code=code,
+            signal=sig,
+            elapsed=_duration(elapsed_text, "0:00"),
+            max_rss=rss,
+            cancelled_by=by,
+            source="sacct",
+        )
+        if jid == job_id and job_row is None:
+            job_row, raw_exit = row, ex
+        else:
+            rows.append(row)
+    if job_row is None:
+        return None
+    code, sig = job_row.exit_code, job_row.signal
+    if raw_exit is None:
+        batch = next((r for r in rows if r.job_id == f"{job_id}.batch"), None)
+        if batch is not None:
+            code, sig = batch.exit_code, batch.signal
+    max_rss = job_row.max_rss
+    if not max_rss:
+        sized = [r for r in rows if r.max_rss and _rss_bytes(r.max_rss) >= 0]
+        if sized:
+            max_rss = max(sized, key=lambda r: _rss_bytes(r.max_rss)).max_rss
+    return JobOutcome(
+        job_id=job_id,
+        state=job_row.state,
+        exit_code=code,
+        signal=sig,
+        elapsed=job_row.elapsed,
+        max_rss=max_rss,
+        cancelled_by=job_row.cancelled_by,
+        source="sacct",
+        steps=tuple(rows),
+    )
+
+
+def _field(text: str, key: str) -> str | None:
+    m = re.search(rf"(?<![\w/]){re.escape(key)}=(\S*)", text)
+    return m.group(1) if m else None
+
+
+def parse_scontrol_job(text: str, job_id: str) -> JobOutcome:
+    """``scontrol show job ID`` (JobState=, ExitCode=, RunTime=) -> JobOutcome.
+
+    Raises JobNotFound when the text holds no ``JobId=<job_id>``, ValueError
+    when it holds the job but no JobState.
+    """
+    job_id = str(job_id)
+    jid = _field(text, "JobId")
+    if jid is None or jid != job_id:
+        raise JobNotFound(job_id, "scontrol show job has no record of it")
+    state_text = _field(text, "JobState")
+    if not state_text:
+        raise ValueError(f"scontrol show job {job_id}: no JobState= in {text[:200]!r}")
+    state, by = _state(state_text)
+    ex = _exit(_field(text, "ExitCode") or "")
+    code, sig = ex if ex is not None else (0, 0)
+    return JobOutcome(
+        job_id=job_id,
+        state=state,
+        exit_code=code,
+        signal=sig,
+        elapsed=_duration(_field(text, "RunTime") or "", "0:00"),
+        cancelled_by=by,
+        source="scontrol",
+    )
+
+
+_SBATCH_ID = re.compile(r"^(\d+)(?:;(\S+))?$")
+
+
+def parse_sbatch(text: str) -> str:
+    """``sbatch --parsable`` output (``123`` or ``123;cluster``) -> ``"123"``.
+
+    Warnings sbatch may print before the id are skipped; ValueError when no
+    line is an id.
+    """
+    for line in reversed(_lines(text)):
+        m = _SBATCH_ID.match(line.strip())
+        if m:
+            return m.group(1)
+    raise ValueError(f"no job id in sbatch --parsable output: {text.strip()[:200]!r}")
+
+
+def has_container_option(help_text: str) -> bool:
+    """True when ``srun --help`` lists pyxis' ``--container-image``."""
+    return "--container-image" in help_text
+
+
+_LABELLED = re.compile(r"^\s*(\d+):\s?(.*)$")
+
+
+def parse_gpu_processes(text: str) -> list[GpuProcess]:
+    """Output of :func:`gpu_processes_argv` (``srun -l``) -> GpuProcess per row.
+
+    Each task first names its node (``N: @@slurm_fsm-node n1``); its later
+    ``pid, name, used_memory`` rows belong to that node. Lines that are not
+    such rows (nvidia-smi's own complaints) are ignored.
+    """
+    node_of: dict[str, str] = {}
+    rows: list[tuple[str, str]] = []
+    for line in text.splitlines():
+        m = _LABELLED.match(line)
+        if not m:
+            continue
+        task, body = m.group(1), m.group(2).strip()
+        if body.startswith(GPU_NODE_MARKER):
+            node_of[task] = body[len(GPU_NODE_MARKER) :].strip()
+        elif body:
+            rows.append((task, body))
+    found = []
+    for task, body in rows:
+        parts = [p.strip() for p in body.split(",")]
+        if len(parts) < 3 or not parts[0].isdigit():
+            continue
+        found.append(
+            GpuProcess(
+                node=node_of.get(task, f"task{task}"),
+                pid=int(parts[0]),
+                name=",".join(parts[1:-1]).strip(),
+                used_memory=parts[-1],
+            )
+        )
+    return found
+
+
+def parse_gpu_name(text: str) -> str | None:
+    """First line of ``nvidia-smi --query-gpu=name`` output, or None when empty."""
+    for line in _lines(text):
+        return line.strip()
+    return None
+
+
+def expand_nodelist(nodelist: str) -> list[str]:
+    """``n[1-3],m5`` -> ``["n1", "n2", "n3", "m5"]``; empty -> ``[]``."""
+    import hostlist
+
+    if not nodelist.strip() or nodelist.strip() in ("(null)", "None assigned"):
+        return []
+    try:
+        return list(hostlist.expand_hostlist(nodelist.strip()))
+    except hostlist.BadHostlist as exc:
+        raise ValueError(f"not a Slurm node list: {nodelist!r}: {exc}") from exc
+
+
+def compress_nodelist(nodes: Iterable[str]) -> str:
+    """``["n1", "n2", "n3"]`` -> ``n[1-3]`` (the form squeue prints)."""
+    import hostlist
+
+    return str(hostlist.collect_hostlist(list(nodes)))
+
+
+def salloc_error(log_text: str, max_lines: int = STDERR_TAIL_LINES) -> str:
+    """The lines of a ``.salloc.log`` that say what went wrong.
+
+    Lines with ``error`` or ``failed`` (e.g. "Job submit/allocate failed:
+    Invalid partition name specified"); when there are none, the last lines.
+    """
+    lines = _lines(log_text)
+    bad = [ln for ln in lines if re.search(r"error|failed|denied|invalid", ln, re.IGNORECASE)]
+    chosen = bad or lines
+    return "\n".join(chosen[-max_lines:])
+
+
+def accounting_disabled(stderr: str) -> bool:
+    """True when sacct says that this cluster keeps no accounting."""
+    return "accounting storage is disabled" in stderr.lower()
+
+
+# ------------------------------------------------------------------- classifier
+
+
+def stderr_tail(stderr: str, lines: int = STDERR_TAIL_LINES) -> str:
+    """The last ``lines`` non-empty lines of ``stderr``."""
+    return "\n".join(_lines(stderr)[-lines:])
+
+
+def _is_single_job_query(argv: Sequence[str]) -> str | None:
+    """The job id when ``argv`` asks about exactly one job, else None."""
+    if not argv:
+        return None
+    tool = argv[0].rsplit("/", 1)[-1]
+    args = list(argv[1:])
+    if tool == "scontrol" and args[:2] == ["show", "job"] and len(args) >= 3:
+        return args[2]
+    if tool in ("squeue", "sacct") and "-s" not in args and "--steps" not in args:
+        for i, a in enumerate(args):
+            if a == "-j" and i + 1 < len(args) and "," not in args[i + 1]:
+                return args[i + 1]
+            if a.startswith("--jobs=") and "," not in a:
+                return a.split("=", 1)[1]
+    return None
+
+
+def classify(
+    argv: Sequence[str],
+    returncode: int | None,
+    stdout: str,
+    stderr: str,
+    *,
+    timeout_s: float | None = None,
+) -> BackendError | None:
+    """The typed error a finished command means, or None when it succeeded.
+
+    ``returncode is None`` means the command was stopped at its timeout
+    (``timeout_s``). See the module docstring for the order of the rules.
+    """
+    argv = [str(a) for a in argv]
+    tool = argv[0].rsplit("/", 1)[-1] if argv else ""
+    full_stderr = stderr
+    if tool in _RUNS_USER_COMMANDS:
+        # only srun's own lines speak for Slurm; the user's command may print anything
+        stderr = "\n".join(ln for ln in stderr.splitlines() if ln.startswith(f"{tool}: "))
+    unreachable = next((m for m in CONTROLLER_UNREACHABLE_MARKERS if m in stderr), None)
+    if returncode is None:
+        if unreachable:
+            return ControllerUnreachable(_line_with(stderr, unreachable), argv)
+        return CommandTimedOut(argv, timeout_s if timeout_s is not None else 0.0)
+    job_id = _is_single_job_query(argv)
+    if returncode != 0 or unreachable:
+        if unreachable:
+            return ControllerUnreachable(_line_with(stderr, unreachable), argv)
+        gone = next((m for m in JOB_GONE_MARKERS if m in stderr), None)
+        expired = _EXPIRED.search(stderr)
+        if gone or expired:
+            detail = _line_with(stderr, gone) if gone else expired.group(0) if expired else ""
+            return JobNotFound(job_id or _job_of(argv), detail)
+        return CommandFailed(argv, returncode, stderr_tail(full_stderr))
+    if job_id is not None and not stdout.strip():
+        return JobNotFound(job_id, f"{argv[0]} printed no row")
+    return None
+
+
+def _line_with(text: str, marker: str) -> str:
+    for line in text.splitlines():
+        if marker in line:
+            return line.strip()
+    return marker
+
+
+def _job_of(argv: Sequence[str]) -> str:
+    """The job id an argv is about, best effort (for JobNotFound's message)."""
+    for a in argv:
+        if a.startswith("--jobid="):
+            return a.split("=", 1)[1]
+    if argv and argv[0].rsplit("/", 1)[-1] == "scancel" and len(argv) > 1:
+        return argv[-1].split(".", 1)[0]
+    return _is_single_job_query(argv) or "?"
