@@ -1,27 +1,479 @@
-"""A local Slurm cluster for tests, the demo and CI (work in progress)."""
+"""A real Slurm 22.05 cluster on this one host, for tests, the demo and CI.
+
+``python -m slurm_fsm.localcluster up|down|status|env`` (or ``scripts/local-slurm``).
+
+``up`` installs the Debian packages when they are missing, writes a config under a
+fixed base folder (``/tmp/slurm_fsm-local``, or ``$SLURM_FSM_LOCAL_DIR``), and starts,
+each with a pid file of ours:
+
+- ``munged`` with its own key and socket under the base folder (``auth/munge``);
+  when it cannot start, the cluster falls back to ``auth/none``;
+- a private MariaDB (fresh data folder every time) and ``slurmdbd``, so that
+  ``sacct`` works and accounts are enforced (``acct`` and ``other``; anything else
+  is refused);
+- ``slurmctld`` and several ``slurmd`` (``n1``, ``n2``, ``n3``), each in its own UTS
+  namespace so that ``hostname`` differs per node.
+
+It then waits until every node is idle and checks that the controller that answers
+is ours (ClusterName, node list): Slurm daemons exit 0 even when they die at once.
+``up`` is idempotent: a healthy cluster is reused as it is (its jobs are kept); a
+half-dead one is torn down and started again. ``down`` ends every process it
+started, by pid, plus anything left in the nodes' UTS namespaces (slurmstepd, job
+tasks), and is idempotent too.
+"""
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import getpass
+import json
 import os
+import secrets
 import shutil
+import signal
+import socket
 import subprocess
+import sys
 import time
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import attrs
+from filelock import FileLock
+
+from slurm_fsm.errors import SlurmFsmError
+
+__all__ = [
+    "ACCOUNT",
+    "BAD_ACCOUNT",
+    "CLUSTER_NAME",
+    "DEFAULT_BASE_DIR",
+    "ENV_BASE_DIR",
+    "OTHER_ACCOUNT",
+    "PACKAGES",
+    "PARTITION",
+    "ClusterInfo",
+    "ClusterStatus",
+    "LocalClusterError",
+    "UpResult",
+    "base_dir",
+    "bring_up",
+    "current",
+    "down",
+    "ensure_packages",
+    "log_tails",
+    "main",
+    "status",
+    "up",
+]
+
+ENV_BASE_DIR = "SLURM_FSM_LOCAL_DIR"
+DEFAULT_BASE_DIR = Path("/tmp/slurm_fsm-local")
+CLUSTER_NAME = "slurmfsm"
+PARTITION = "debug"
+ACCOUNT = "acct"
+OTHER_ACCOUNT = "other"
+#: An account that does not exist: jobs under it are refused.
+BAD_ACCOUNT = "nope"
+DEFAULT_NODES = 3
+CPUS_PER_NODE = 4
+MEMORY_PER_NODE_MB = 8192
 
 PACKAGES = ("slurm-wlm", "slurm-client", "slurmdbd", "mariadb-server", "munge")
-REQUIRED_COMMANDS = {
+#: command -> Debian package that provides it
+REQUIRED_COMMANDS: Mapping[str, str] = {
     "slurmctld": "slurm-wlm",
     "slurmd": "slurm-wlm",
     "slurmdbd": "slurmdbd",
     "sinfo": "slurm-client",
+    "squeue": "slurm-client",
+    "scontrol": "slurm-client",
+    "sacct": "slurm-client",
     "sacctmgr": "slurm-client",
+    "salloc": "slurm-client",
+    "srun": "slurm-client",
+    "scancel": "slurm-client",
     "munged": "munge",
+    "munge": "munge",
     "mariadbd": "mariadb-server",
     "mariadb-install-db": "mariadb-server",
+    "mariadb": "mariadb-server",
+    "unshare": "util-linux",
+    "setsid": "util-linux",
 }
 
+_DB_PASSWORD_BYTES = 12
+_T = TypeVar("_T")
+_STATE_FILE = "cluster.json"
+_HEALTHY_NODE_STATES = frozenset({"idle", "allocated", "mixed", "completing"})
+_PORT_BLOCK = 100
+_PORT_FIRST_BLOCK = 10000
+_PORT_BLOCKS = 200  # 10000..29999, below the kernel's ephemeral range
 
-class LocalClusterError(RuntimeError):
-    """The local cluster could not be installed, started or stopped."""
+
+class LocalClusterError(SlurmFsmError, RuntimeError):
+    """The local cluster could not be installed, started, checked or stopped."""
+
+
+@attrs.frozen
+class ClusterInfo:
+    """What a caller needs to use the local cluster."""
+
+    slurm_conf: Path
+    base_dir: Path
+    cluster_name: str
+    partition: str
+    account: str
+    other_account: str
+    nodes: list[str]
+    user: str
+    auth: str  # "munge" or "none"
+    slurmctld_port: int
+    slurmdbd_port: int
+    log_dir: Path
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Environment variables that point Slurm clients at this cluster."""
+        return {"SLURM_CONF": str(self.slurm_conf)}
+
+    @property
+    def export_line(self) -> str:
+        return f"export SLURM_CONF={self.slurm_conf}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            k: (str(v) if isinstance(v, Path) else v)
+            for k, v in attrs.asdict(self, recurse=False).items()
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ClusterInfo:
+        return cls(
+            slurm_conf=Path(data["slurm_conf"]),
+            base_dir=Path(data["base_dir"]),
+            cluster_name=str(data["cluster_name"]),
+            partition=str(data["partition"]),
+            account=str(data["account"]),
+            other_account=str(data["other_account"]),
+            nodes=[str(n) for n in data["nodes"]],
+            user=str(data["user"]),
+            auth=str(data["auth"]),
+            slurmctld_port=int(data["slurmctld_port"]),
+            slurmdbd_port=int(data["slurmdbd_port"]),
+            log_dir=Path(data["log_dir"]),
+        )
+
+
+@attrs.frozen
+class UpResult:
+    info: ClusterInfo
+    started: bool  # False: a healthy cluster was already up and is reused
+    seconds: float
+
+
+@attrs.frozen
+class ClusterStatus:
+    state: str  # "up", "down" or "unhealthy"
+    info: ClusterInfo | None
+    problems: list[str]
+    nodes: list[str]  # "n1 idle" lines
+    jobs: list[str]  # squeue lines
+
+
+@attrs.frozen
+class _Daemon:
+    name: str  # "slurmd-n1", ...
+    pid: int
+    exe: str  # the program name expected in /proc/PID/cmdline
+    uts_ns: str | None = None  # "uts:[4026532...]" for the nodes
+
+
+# ---------------------------------------------------------------- paths and state
+
+
+def base_dir() -> Path:
+    """The base folder: ``$SLURM_FSM_LOCAL_DIR`` or ``/tmp/slurm_fsm-local``."""
+    raw = os.environ.get(ENV_BASE_DIR, "").strip()
+    return Path(raw).absolute() if raw else DEFAULT_BASE_DIR
+
+
+@attrs.frozen
+class _Layout:
+    base: Path
+
+    @property
+    def etc(self) -> Path:
+        return self.base / "etc"
+
+    @property
+    def slurm_conf(self) -> Path:
+        return self.etc / "slurm.conf"
+
+    @property
+    def dbd_conf(self) -> Path:
+        return self.etc / "slurmdbd.conf"
+
+    @property
+    def log(self) -> Path:
+        return self.base / "log"
+
+    @property
+    def run(self) -> Path:
+        return self.base / "run"
+
+    @property
+    def spool(self) -> Path:
+        return self.base / "spool"
+
+    @property
+    def munge_key_dir(self) -> Path:
+        return self.base / "munge-key"
+
+    @property
+    def munge_key(self) -> Path:
+        return self.munge_key_dir / "munge.key"
+
+    @property
+    def munge_run(self) -> Path:
+        return self.base / "munge-run"
+
+    @property
+    def munge_socket(self) -> Path:
+        return self.munge_run / "munge.socket.2"
+
+    @property
+    def db_dir(self) -> Path:
+        return self.base / "mariadb"
+
+    @property
+    def db_data(self) -> Path:
+        return self.db_dir / "data"
+
+    @property
+    def db_socket(self) -> Path:
+        return self.db_dir / "mariadb.sock"
+
+    @property
+    def state_file(self) -> Path:
+        return self.base / _STATE_FILE
+
+    @property
+    def lock_file(self) -> Path:
+        return self.base.parent / f"{self.base.name}.lock"
+
+
+def _lock(layout: _Layout, timeout: float = 300.0) -> FileLock:
+    layout.base.parent.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(layout.lock_file), timeout=timeout)
+
+
+def _read_state(layout: _Layout) -> tuple[ClusterInfo | None, list[_Daemon]]:
+    try:
+        data = json.loads(layout.state_file.read_text())
+    except (OSError, ValueError):
+        return None, []
+    daemons = [
+        _Daemon(name=str(d["name"]), pid=int(d["pid"]), exe=str(d["exe"]), uts_ns=d.get("uts_ns"))
+        for d in data.get("daemons", [])
+    ]
+    info_data = data.get("info")
+    try:
+        info = ClusterInfo.from_json(info_data) if info_data else None
+    except (KeyError, TypeError, ValueError):
+        info = None
+    return info, daemons
+
+
+def _write_state(layout: _Layout, info: ClusterInfo | None, daemons: Sequence[_Daemon]) -> None:
+    data = {
+        "info": info.to_json() if info else None,
+        "daemons": [attrs.asdict(d) for d in daemons],
+    }
+    tmp = layout.state_file.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    tmp.replace(layout.state_file)
+
+
+# ---------------------------------------------------------------- subprocesses
+
+
+def _clean_env(conf: Path | None = None) -> dict[str, str]:
+    """The caller's environment without SLURM_* (a job's variables would mislead)."""
+    prefixes = ("SLURM_", "SALLOC_", "SBATCH_", "SRUN_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
+    if conf is not None:
+        env["SLURM_CONF"] = str(conf)
+    env.setdefault("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+    return env
+
+
+def _run(
+    argv: Sequence[str],
+    *,
+    timeout: float,
+    env: Mapping[str, str] | None = None,
+    check: bool = True,
+    input_text: str | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``argv`` (a list, never a shell string) with a timeout; capture text output."""
+    try:
+        proc = subprocess.run(  # noqa: S603
+            list(argv),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=dict(env) if env is not None else None,
+            input=input_text,
+            stdin=None if input_text is not None else subprocess.DEVNULL,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise LocalClusterError(f"{' '.join(argv)}: timed out after {timeout:g}s") from exc
+    except OSError as exc:
+        raise LocalClusterError(f"{' '.join(argv)}: {exc}") from exc
+    if check and proc.returncode != 0:
+        out = (proc.stderr.strip() or proc.stdout.strip())[-2000:]
+        raise LocalClusterError(f"{' '.join(argv)}: exit {proc.returncode}: {out}")
+    return proc
+
+
+def _spawn(
+    name: str,
+    argv: Sequence[str],
+    *,
+    layout: _Layout,
+    env: Mapping[str, str],
+    exe: str,
+    hostname: str | None = None,
+) -> _Daemon:
+    """Start a long-running daemon detached from us (own session), return its pid.
+
+    ``setsid -f`` forks, so the daemon is not our child (nothing to reap, it outlives
+    us). The shell writes its pid and ``exec``s the daemon, so the pid stays the
+    daemon's. With ``hostname`` the daemon runs in a new UTS namespace with that name.
+    """
+    pid_file = layout.run / f"{name}.spawn.pid"
+    pid_file.unlink(missing_ok=True)
+    out = layout.log / f"{name}.out"
+    if hostname is None:
+        cmd = ["sh", "-c", 'echo $$ > "$1"; shift; exec "$@"', "sh", str(pid_file), *argv]
+    else:
+        cmd = [
+            "unshare", "--uts", "sh", "-c",
+            'hostname "$1" && echo $$ > "$2" && shift 2 && exec "$@"',
+            "sh", hostname, str(pid_file), *argv,
+        ]  # fmt: skip
+    with out.open("ab") as log_fh:
+        _run_detached(["setsid", "-f", *cmd], env=env, log_fh=log_fh)
+    pid = _wait_for(
+        lambda: _read_pid(pid_file), timeout=5.0, what=f"{name} to start (pid file {pid_file})"
+    )
+    uts = None
+    if hostname is not None:
+        with contextlib.suppress(OSError):
+            uts = os.readlink(f"/proc/{pid}/ns/uts")
+    return _Daemon(name=name, pid=pid, exe=exe, uts_ns=uts)
+
+
+def _run_detached(argv: Sequence[str], *, env: Mapping[str, str], log_fh: Any) -> None:
+    try:
+        subprocess.run(  # noqa: S603
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=log_fh,
+            stderr=log_fh,
+            env=dict(env),
+            timeout=10,
+            check=True,
+        )
+    except (subprocess.SubprocessError, OSError) as exc:
+        raise LocalClusterError(f"cannot start {' '.join(argv)}: {exc}") from exc
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _wait_for(probe: Callable[[], _T | None], *, timeout: float, what: str) -> _T:
+    deadline = time.monotonic() + timeout
+    delay = 0.01
+    while True:
+        value = probe()
+        if value is not None and value is not False:
+            return value
+        if time.monotonic() > deadline:
+            raise LocalClusterError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(delay)
+        delay = min(delay * 1.5, 0.2)
+
+
+# ---------------------------------------------------------------- processes
+
+
+def _proc_alive(pid: int) -> bool:
+    """True when ``pid`` exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    # the state follows the ")" that closes the command name
+    return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return ""
+    return raw.replace(b"\0", b" ").decode(errors="replace")
+
+
+def _is_ours(d: _Daemon) -> bool:
+    """The pid is alive and still runs the program we started (no pid reuse)."""
+    return _proc_alive(d.pid) and d.exe in _cmdline(d.pid)
+
+
+def _pids_in_uts(namespaces: set[str]) -> list[int]:
+    found: list[int] = []
+    if not namespaces:
+        return found
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ns = os.readlink(entry / "ns" / "uts")
+        except OSError:
+            continue
+        if ns in namespaces:
+            found.append(int(entry.name))
+    return found
+
+
+def _kill_all(pids: Sequence[int], *, grace: float) -> list[int]:
+    """SIGTERM, wait up to ``grace`` s, SIGKILL what is left, wait; return survivors."""
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        alive = [p for p in pids if _proc_alive(p)]
+        for pid in alive:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + wait
+        while alive and time.monotonic() < deadline:
+            time.sleep(0.02)
+            alive = [p for p in alive if _proc_alive(p)]
+        if not alive:
+            return []
+    return [p for p in pids if _proc_alive(p)]
+
+
+# ---------------------------------------------------------------- packages
 
 
 def missing_commands() -> list[str]:
@@ -29,18 +481,583 @@ def missing_commands() -> list[str]:
 
 
 def ensure_packages() -> None:
+    """Install the Debian packages when a command is missing (as root); else no-op."""
     missing = missing_commands()
     if not missing:
         return
+    pkgs = sorted({REQUIRED_COMMANDS[c] for c in missing} | set(PACKAGES))
     if os.geteuid() != 0:
         raise LocalClusterError(
-            f"missing commands {', '.join(missing)}; as root run: apt-get update && "
-            f"apt-get install -y {' '.join(PACKAGES)}"
+            f"missing commands: {', '.join(missing)}; install them as root: "
+            f"apt-get update && apt-get install -y {' '.join(pkgs)}"
         )
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     t0 = time.monotonic()
-    subprocess.run(["apt-get", "update"], env=env, timeout=600, check=True)  # noqa: S603
-    subprocess.run(  # noqa: S603
-        ["apt-get", "install", "-y", *PACKAGES], env=env, timeout=1800, check=True
+    _say(f"installing {' '.join(pkgs)} (missing: {', '.join(missing)})")
+    _run(["apt-get", "update"], env=env, timeout=600)
+    _run(["apt-get", "install", "-y", *pkgs], env=env, timeout=1800)
+    still = missing_commands()
+    if still:
+        raise LocalClusterError(f"still missing after apt-get install: {', '.join(still)}")
+    _say(f"packages installed in {time.monotonic() - t0:.1f}s")
+
+
+# ---------------------------------------------------------------- config
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("0.0.0.0", port))  # a probe, closed at once
+        except OSError:
+            return False
+    return True
+
+
+def _choose_ports(base: Path, n_nodes: int) -> int:
+    """First port of a free block of 100, derived from the base folder's path."""
+    first = zlib.crc32(str(base).encode()) % _PORT_BLOCKS
+    for i in range(_PORT_BLOCKS):
+        start = _PORT_FIRST_BLOCK + ((first + i) % _PORT_BLOCKS) * _PORT_BLOCK
+        needed = [start, start + 1, start + 2, *(start + 10 + k for k in range(n_nodes))]
+        if all(_port_free(p) for p in needed):
+            return start
+    raise LocalClusterError("no free block of ports between 10000 and 29999")
+
+
+def _slurm_conf(layout: _Layout, *, port0: int, nodes: Sequence[str], auth: str) -> str:
+    b = layout.base
+    if auth == "munge":
+        auth_lines = [
+            "AuthType=auth/munge",
+            "CredType=cred/munge",
+            f"AuthInfo=socket={layout.munge_socket}",
+            # the munge socket for talking to slurmdbd (sacctmgr, sacct, slurmctld)
+            f"AccountingStoragePass={layout.munge_socket}",
+        ]
+    else:
+        auth_lines = ["AuthType=auth/none", "CredType=cred/none"]
+    lines = [
+        "# written by slurm_fsm.localcluster; regenerated on every `up`",
+        f"ClusterName={CLUSTER_NAME}",
+        "SlurmctldHost=localhost",
+        f"SlurmctldPort={port0}",
+        f"SlurmdPort={port0 + 10}",
+        "SlurmUser=root",
+        "SlurmdUser=root",
+        *auth_lines,
+        f"StateSaveLocation={b}/spool/slurmctld",
+        f"SlurmdSpoolDir={b}/spool/slurmd-%n",
+        f"SlurmctldPidFile={b}/run/slurmctld.pid",
+        f"SlurmdPidFile={b}/run/slurmd-%n.pid",
+        f"SlurmctldLogFile={b}/log/slurmctld.log",
+        f"SlurmdLogFile={b}/log/slurmd-%n.log",
+        f"PlugStackConfig={b}/etc/plugstack.conf",
+        "SlurmctldDebug=info",
+        "SlurmdDebug=info",
+        "ProctrackType=proctrack/linuxproc",
+        "TaskPlugin=task/none",
+        "JobAcctGatherType=jobacct_gather/linux",
+        "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_Core_Memory",
+        "DefMemPerCPU=512",
+        "SlurmdParameters=config_overrides",
+        "ReturnToService=2",
+        "MpiDefault=none",
+        "MailProg=/bin/true",
+        "SchedulerType=sched/backfill",
+        # never `defer`: in 22.05 it also delays srun and salloc
+        "SchedulerParameters=batch_sched_delay=0,sched_min_interval=0",
+        "MessageTimeout=5",
+        "KillWait=1",
+        "MinJobAge=30",
+        "InactiveLimit=0",
+        "SlurmdTimeout=30",
+        "EnforcePartLimits=ALL",
+        "AccountingStorageType=accounting_storage/slurmdbd",
+        "AccountingStorageHost=localhost",
+        f"AccountingStoragePort={port0 + 1}",
+        "AccountingStorageEnforce=associations,limits,qos",
+        "JobCompType=jobcomp/none",
+    ]
+    for i, node in enumerate(nodes):
+        lines.append(
+            f"NodeName={node} NodeHostname={node} NodeAddr=127.0.0.1 Port={port0 + 10 + i} "
+            f"CPUs={CPUS_PER_NODE} RealMemory={MEMORY_PER_NODE_MB} State=UNKNOWN"
+        )
+    lines.append(
+        f"PartitionName={PARTITION} Nodes={','.join(nodes)} Default=YES MaxTime=INFINITE State=UP"
     )
-    print(f"packages installed in {time.monotonic() - t0:.1f}s")
+    return "\n".join(lines) + "\n"
+
+
+def _dbd_conf(layout: _Layout, *, port0: int, auth: str, db_password: str) -> str:
+    b = layout.base
+    auth_lines = (
+        ["AuthType=auth/munge", f"AuthInfo=socket={layout.munge_socket}"]
+        if auth == "munge"
+        else ["AuthType=auth/none"]
+    )
+    lines = [
+        "# written by slurm_fsm.localcluster; regenerated on every `up`",
+        *auth_lines,
+        "DbdHost=localhost",
+        f"DbdPort={port0 + 1}",
+        "SlurmUser=root",
+        "DebugLevel=info",
+        f"LogFile={b}/log/slurmdbd.log",
+        f"PidFile={b}/run/slurmdbd.pid",
+        "StorageType=accounting_storage/mysql",
+        "StorageHost=127.0.0.1",
+        f"StoragePort={port0 + 2}",
+        "StorageUser=slurm",
+        f"StoragePass={db_password}",
+        "StorageLoc=slurm_acct_db",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- start-up steps
+
+
+def _say(msg: str) -> None:
+    print(f"local-slurm: {msg}", file=sys.stderr, flush=True)
+
+
+def _start_munge(layout: _Layout, daemons: list[_Daemon], env: Mapping[str, str]) -> bool:
+    """Start a private munged; False (and nothing left running) when it cannot."""
+    layout.munge_key_dir.mkdir(mode=0o700)
+    layout.munge_run.mkdir(mode=0o755)
+    os.chmod(layout.munge_run, 0o755)  # the socket folder must be searchable by all
+    layout.munge_key.write_bytes(secrets.token_bytes(1024))
+    os.chmod(layout.munge_key, 0o400)
+    argv = [
+        "munged", "--foreground", "--force",
+        f"--socket={layout.munge_socket}",
+        f"--key-file={layout.munge_key}",
+        f"--pid-file={layout.munge_run / 'munged.pid'}",
+        f"--seed-file={layout.munge_key_dir / 'munged.seed'}",
+        f"--log-file={layout.log / 'munged.log'}",
+    ]  # fmt: skip
+    d = _spawn("munged", argv, layout=layout, env=env, exe="munged")
+    daemons.append(d)
+
+    def works() -> bool | None:
+        if not _proc_alive(d.pid):
+            raise LocalClusterError("munged exited")
+        if not layout.munge_socket.exists():
+            return None
+        probe = _run(["munge", "-n", f"--socket={layout.munge_socket}"], timeout=5, check=False)
+        return True if probe.returncode == 0 else None
+
+    try:
+        _wait_for(works, timeout=5.0, what="munged to answer")
+    except LocalClusterError as exc:
+        _say(f"munged does not work ({exc}); falling back to auth/none")
+        _kill_all([d.pid], grace=1.0)
+        daemons.remove(d)
+        return False
+    return True
+
+
+def _start_mariadb(
+    layout: _Layout, daemons: list[_Daemon], env: Mapping[str, str], *, port: int, password: str
+) -> None:
+    layout.db_dir.mkdir()
+    _run(
+        [
+            "mariadb-install-db", "--no-defaults", f"--datadir={layout.db_data}",
+            "--auth-root-authentication-method=normal", "--skip-test-db", "--user=root",
+        ],
+        timeout=120,
+        env=env,
+    )  # fmt: skip
+    argv = [
+        "mariadbd", "--no-defaults", "--user=root",
+        f"--datadir={layout.db_data}",
+        f"--socket={layout.db_socket}",
+        f"--port={port}",
+        "--bind-address=127.0.0.1",
+        f"--pid-file={layout.db_dir / 'mariadbd.pid'}",
+        f"--log-error={layout.log / 'mariadb.log'}",
+        "--skip-log-bin",
+        # slurmdbd's recommended settings
+        "--innodb-lock-wait-timeout=900",
+        "--innodb-log-file-size=64M",
+        # speed over durability: the database is thrown away with the cluster
+        "--innodb-flush-log-at-trx-commit=0",
+        "--innodb-doublewrite=0",
+    ]  # fmt: skip
+    d = _spawn("mariadbd", argv, layout=layout, env=env, exe="mariadbd")
+    daemons.append(d)
+    client = ["mariadb", "--no-defaults", f"--socket={layout.db_socket}", "-uroot"]
+
+    def ready() -> bool | None:
+        if not _proc_alive(d.pid):
+            raise LocalClusterError("mariadbd exited")
+        probe = _run([*client, "-e", "SELECT 1"], timeout=5, check=False)
+        return True if probe.returncode == 0 else None
+
+    _wait_for(ready, timeout=30.0, what="MariaDB to accept connections")
+    sql = (
+        "CREATE DATABASE slurm_acct_db;"
+        f"CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY '{password}';"
+        f"CREATE USER 'slurm'@'localhost' IDENTIFIED BY '{password}';"
+        "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';"
+        "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';"
+    )
+    _run([*client, "-e", sql], timeout=30)
+
+
+def _tcp_open(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _start_slurmdbd(
+    layout: _Layout, daemons: list[_Daemon], env: Mapping[str, str], *, port: int
+) -> None:
+    d = _spawn("slurmdbd", ["slurmdbd", "-D"], layout=layout, env=env, exe="slurmdbd")
+    daemons.append(d)
+
+    def ready() -> bool | None:
+        if not _proc_alive(d.pid):
+            raise LocalClusterError("slurmdbd exited")
+        return True if _tcp_open(port) else None
+
+    _wait_for(ready, timeout=60.0, what=f"slurmdbd to listen on port {port}")
+
+
+def _add_associations(env: Mapping[str, str], user: str) -> None:
+    sacctmgr = ["sacctmgr", "-i"]
+    _run([*sacctmgr, "add", "cluster", CLUSTER_NAME], timeout=30, env=env)
+    _run(
+        [
+            *sacctmgr, "add", "account", f"{ACCOUNT},{OTHER_ACCOUNT}",
+            f"Cluster={CLUSTER_NAME}", "Description=slurm_fsm test", "Organization=slurm_fsm",
+        ],
+        timeout=30,
+        env=env,
+    )  # fmt: skip
+    users = ["root"] if user == "root" else ["root", user]
+    for u in users:
+        _run(
+            [
+                *sacctmgr, "add", "user", u, f"Account={ACCOUNT},{OTHER_ACCOUNT}",
+                f"DefaultAccount={ACCOUNT}", f"Cluster={CLUSTER_NAME}",
+            ],
+            timeout=30,
+            env=env,
+        )  # fmt: skip
+
+
+def _node_states(env: Mapping[str, str]) -> dict[str, str]:
+    proc = _run(["sinfo", "-h", "-N", "-o", "%N %T"], timeout=15, env=env, check=False)
+    if proc.returncode != 0:
+        return {}
+    states: dict[str, str] = {}
+    for line in proc.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            states[parts[0]] = parts[1]
+    return states
+
+
+def _verify_ours(info: ClusterInfo, env: Mapping[str, str]) -> list[str]:
+    """Problems found when checking that the controller that answers is ours."""
+    problems = []
+    proc = _run(["scontrol", "show", "config"], timeout=15, env=env, check=False)
+    if proc.returncode != 0:
+        return [f"scontrol show config: exit {proc.returncode}: {proc.stderr.strip()[-500:]}"]
+    config: dict[str, str] = {}
+    for line in proc.stdout.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            config[key.strip()] = value.strip()
+    if config.get("ClusterName") != info.cluster_name:
+        problems.append(
+            f"ClusterName is {config.get('ClusterName')!r}, expected {info.cluster_name!r}"
+        )
+    if config.get("SlurmctldPort") != str(info.slurmctld_port):
+        problems.append(
+            f"SlurmctldPort is {config.get('SlurmctldPort')!r}, expected {info.slurmctld_port}"
+        )
+    if config.get("SLURM_CONF") not in (None, str(info.slurm_conf)):
+        problems.append(f"SLURM_CONF is {config.get('SLURM_CONF')!r}, expected {info.slurm_conf}")
+    nodes = _run(["sinfo", "-h", "-N", "-o", "%N"], timeout=15, env=env, check=False)
+    seen = sorted(set(nodes.stdout.split()))
+    if seen != sorted(info.nodes):
+        problems.append(f"sinfo lists nodes {seen}, expected {sorted(info.nodes)}")
+    return problems
+
+
+def log_tails(base: Path | None = None, lines: int = 15) -> str:
+    """The last ``lines`` lines of every daemon log (for error messages)."""
+    log_dir = _Layout(base or base_dir()).log
+    if not log_dir.is_dir():
+        return f"(no log folder {log_dir})"
+    chunks = []
+    for path in sorted(log_dir.iterdir()):
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            continue
+        tail = text.splitlines()[-lines:]
+        if tail:
+            chunks.append(f"--- {path} (last {len(tail)} lines)\n" + "\n".join(tail))
+    return "\n".join(chunks) if chunks else f"(all logs in {log_dir} are empty)"
+
+
+def _start(layout: _Layout, n_nodes: int) -> ClusterInfo:
+    """Start everything from scratch; on failure stop what was started and raise."""
+    if layout.base.exists():
+        shutil.rmtree(layout.base)
+    for d in (layout.base, layout.etc, layout.log, layout.run, layout.spool):
+        d.mkdir(parents=True, exist_ok=True)
+    (layout.spool / "slurmctld").mkdir()
+    (layout.etc / "plugstack.conf").write_text("")
+    nodes = [f"n{i + 1}" for i in range(n_nodes)]
+    for node in nodes:
+        (layout.spool / f"slurmd-{node}").mkdir()
+    port0 = _choose_ports(layout.base, n_nodes)
+    env = _clean_env(layout.slurm_conf)
+    env[ENV_BASE_DIR] = str(layout.base)  # marks our processes
+    daemons: list[_Daemon] = []
+    _write_state(layout, None, daemons)
+    user = getpass.getuser()
+    try:
+        auth = "munge" if _start_munge(layout, daemons, env) else "none"
+        _write_state(layout, None, daemons)
+        info = ClusterInfo(
+            slurm_conf=layout.slurm_conf,
+            base_dir=layout.base,
+            cluster_name=CLUSTER_NAME,
+            partition=PARTITION,
+            account=ACCOUNT,
+            other_account=OTHER_ACCOUNT,
+            nodes=nodes,
+            user=user,
+            auth=auth,
+            slurmctld_port=port0,
+            slurmdbd_port=port0 + 1,
+            log_dir=layout.log,
+        )
+        password = secrets.token_hex(_DB_PASSWORD_BYTES)
+        layout.slurm_conf.write_text(_slurm_conf(layout, port0=port0, nodes=nodes, auth=auth))
+        layout.dbd_conf.write_text(_dbd_conf(layout, port0=port0, auth=auth, db_password=password))
+        os.chmod(layout.dbd_conf, 0o600)
+        _write_state(layout, info, daemons)
+
+        _start_mariadb(layout, daemons, env, port=port0 + 2, password=password)
+        _write_state(layout, info, daemons)
+        _start_slurmdbd(layout, daemons, env, port=port0 + 1)
+        _write_state(layout, info, daemons)
+        _add_associations(env, user)
+
+        conf = str(layout.slurm_conf)
+        daemons.append(
+            _spawn("slurmctld", ["slurmctld", "-D", "-f", conf], layout=layout, env=env,
+                   exe="slurmctld")
+        )  # fmt: skip
+        _write_state(layout, info, daemons)
+        for node in nodes:
+            daemons.append(
+                _spawn(f"slurmd-{node}", ["slurmd", "-D", "-f", conf, "-N", node], layout=layout,
+                       env=env, exe="slurmd", hostname=node)
+            )  # fmt: skip
+            _write_state(layout, info, daemons)
+
+        def all_idle() -> bool | None:
+            dead = [d.name for d in daemons if not _proc_alive(d.pid)]
+            if dead:
+                raise LocalClusterError(f"daemon(s) exited: {', '.join(dead)}")
+            states = _node_states(env)
+            return True if states and all(states.get(n) == "idle" for n in nodes) else None
+
+        _wait_for(all_idle, timeout=60.0, what=f"nodes {','.join(nodes)} to be idle")
+        problems = _verify_ours(info, env)
+        if problems:
+            raise LocalClusterError("reached a cluster that is not ours: " + "; ".join(problems))
+    except (LocalClusterError, OSError) as exc:
+        tails = log_tails(layout.base)
+        _stop(layout)
+        raise LocalClusterError(
+            f"local Slurm cluster did not come up: {exc}\nlogs in {layout.log}:\n{tails}"
+        ) from exc
+    return info
+
+
+# ---------------------------------------------------------------- public API
+
+
+def _check(info: ClusterInfo, daemons: Sequence[_Daemon]) -> list[str]:
+    """Problems of a cluster believed up (empty: healthy)."""
+    problems = [f"{d.name} (pid {d.pid}) is not running" for d in daemons if not _is_ours(d)]
+    names = {d.name for d in daemons}
+    expected = {"mariadbd", "slurmdbd", "slurmctld", *(f"slurmd-{n}" for n in info.nodes)}
+    if info.auth == "munge":
+        expected.add("munged")
+    problems += [f"{name} was never started" for name in sorted(expected - names)]
+    if problems:
+        return problems  # do not ask a dead controller: clients wait for MessageTimeout
+    env = _clean_env(info.slurm_conf)
+    problems = _verify_ours(info, env)
+    if not problems:
+        states = _node_states(env)
+        problems += [
+            f"node {n} is {states.get(n, 'missing')}"
+            for n in info.nodes
+            if states.get(n) not in _HEALTHY_NODE_STATES
+        ]
+    return problems
+
+
+def current() -> ClusterInfo | None:
+    """The running cluster if it is up and healthy, else None (starts nothing)."""
+    layout = _Layout(base_dir())
+    info, daemons = _read_state(layout)
+    if info is None or _check(info, daemons):
+        return None
+    return info
+
+
+def bring_up(nodes: int = DEFAULT_NODES, *, install: bool = True) -> UpResult:
+    """Make sure the local cluster is up; reuse a healthy one, else start afresh."""
+    if nodes < 2:
+        raise LocalClusterError(f"nodes must be >= 2, got {nodes}")
+    t0 = time.monotonic()
+    layout = _Layout(base_dir())
+    info, daemons = _read_state(layout)
+    if info is not None and len(info.nodes) == nodes and not _check(info, daemons):
+        return UpResult(info=info, started=False, seconds=time.monotonic() - t0)
+    if install:
+        ensure_packages()
+    if os.geteuid() != 0:
+        raise LocalClusterError("the local Slurm cluster must be started as root")
+    with _lock(layout):
+        info, daemons = _read_state(layout)  # someone may have started it meanwhile
+        if info is not None and len(info.nodes) == nodes:
+            problems = _check(info, daemons)
+            if not problems:
+                return UpResult(info=info, started=False, seconds=time.monotonic() - t0)
+            _say("cluster is unhealthy (" + "; ".join(problems) + "); restarting it")
+        if daemons or layout.state_file.exists():
+            _stop(layout)
+        info = _start(layout, nodes)
+    return UpResult(info=info, started=True, seconds=time.monotonic() - t0)
+
+
+def up(nodes: int = DEFAULT_NODES, *, install: bool = True) -> ClusterInfo:
+    """Make sure the local cluster is up and return how to reach it."""
+    return bring_up(nodes, install=install).info
+
+
+def _stop(layout: _Layout) -> list[str]:
+    """Kill every process of ours; return the names of survivors (caller holds the lock)."""
+    _info, daemons = _read_state(layout)
+    namespaces = {d.uts_ns for d in daemons if d.uts_ns}
+    # slurmd and what runs on the nodes (slurmstepd, job tasks) first
+    node_pids = {d.pid for d in daemons if d.uts_ns and _is_ours(d)}
+    node_pids.update(_pids_in_uts(namespaces))
+    survivors = _kill_all(sorted(node_pids), grace=2.0)
+    # then the controller, slurmdbd, MariaDB and munged, in that order of importance
+    order = ["slurmctld", "slurmdbd", "mariadbd", "munged"]
+    rest = sorted(
+        (d for d in daemons if not d.uts_ns),
+        key=lambda d: order.index(d.name) if d.name in order else len(order),
+    )
+    for d in rest:
+        if _is_ours(d):
+            survivors += _kill_all([d.pid], grace=5.0)
+    survivors += _pids_in_uts(namespaces)
+    layout.state_file.unlink(missing_ok=True)
+    return [f"pid {p} ({_cmdline(p).strip()})" for p in survivors]
+
+
+def down() -> None:
+    """Stop the local cluster (idempotent). Logs stay until the next ``up``."""
+    layout = _Layout(base_dir())
+    with _lock(layout):
+        survivors = _stop(layout)
+    if survivors:
+        raise LocalClusterError(f"processes survived SIGKILL: {', '.join(survivors)}")
+
+
+def status() -> ClusterStatus:
+    """Up, down or unhealthy, with the nodes and the jobs when it answers."""
+    layout = _Layout(base_dir())
+    info, daemons = _read_state(layout)
+    if info is None:
+        alive = [d.name for d in daemons if _is_ours(d)]
+        problems = [f"half-started: {', '.join(alive)} running"] if alive else []
+        return ClusterStatus("unhealthy" if alive else "down", None, problems, [], [])
+    problems = _check(info, daemons)
+    nodes: list[str] = []
+    jobs: list[str] = []
+    if not any("not running" in p or "never started" in p for p in problems):
+        env = _clean_env(info.slurm_conf)
+        nodes = [f"{n} {s}" for n, s in sorted(_node_states(env).items())]
+        q = _run(["squeue", "-h", "-o", "%i %P %j %u %T %M %N"], timeout=15, env=env, check=False)
+        jobs = q.stdout.splitlines()
+    return ClusterStatus("unhealthy" if problems else "up", info, problems, nodes, jobs)
+
+
+# ---------------------------------------------------------------- command line
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="local-slurm",
+        description="A local Slurm cluster for slurm_fsm's tests. Base folder: "
+        f"${ENV_BASE_DIR} or {DEFAULT_BASE_DIR}.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_up = sub.add_parser("up", help="start (or reuse) the cluster; print the SLURM_CONF line")
+    p_up.add_argument("--nodes", type=int, default=DEFAULT_NODES, help="slurmd nodes (>= 2)")
+    p_up.add_argument("--no-install", action="store_true", help="never run apt-get")
+    sub.add_parser("down", help="stop every process the cluster started")
+    sub.add_parser("status", help="up/down/unhealthy, nodes and jobs (exit 0 only when up)")
+    sub.add_parser("env", help="print the `export SLURM_CONF=...` line")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "up":
+            result = bring_up(args.nodes, install=not args.no_install)
+            verb = "started" if result.started else "already up"
+            _say(
+                f"{verb} in {result.seconds:.2f}s: cluster {result.info.cluster_name}, "
+                f"nodes {','.join(result.info.nodes)}, partition {result.info.partition}, "
+                f"accounts {result.info.account},{result.info.other_account}, "
+                f"auth/{result.info.auth}, logs {result.info.log_dir}"
+            )
+            print(result.info.export_line, flush=True)
+            return 0
+        if args.command == "down":
+            t0 = time.monotonic()
+            down()
+            _say(f"down ({time.monotonic() - t0:.2f}s)")
+            return 0
+        if args.command == "env":
+            print(f"export SLURM_CONF={_Layout(base_dir()).slurm_conf}")
+            return 0
+        st = status()
+        print(st.state)
+        if st.info is not None:
+            print(f"SLURM_CONF={st.info.slurm_conf}")
+            print(f"cluster {st.info.cluster_name}, auth/{st.info.auth}, logs {st.info.log_dir}")
+        for p in st.problems:
+            print(f"problem: {p}")
+        if st.nodes:
+            print("nodes:")
+            print("\n".join(f"  {line}" for line in st.nodes))
+        if st.info is not None and not st.problems:
+            print(f"jobs: {len(st.jobs)}")
+            print("\n".join(f"  {line}" for line in st.jobs))
+        return {"up": 0, "down": 3}.get(st.state, 1)
+    except LocalClusterError as exc:
+        print(f"local-slurm: error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
