@@ -1,0 +1,537 @@
+"""The real backend: Slurm's own tools of this machine, run as subprocesses.
+
+:class:`SubprocessBackend` implements :class:`slurm_fsm.backend.SlurmBackend`.
+Command lines, output parsing and error classification are the pure functions
+of :mod:`slurm_fsm.slurmcli`; this module only runs them:
+
+* one runner, :func:`run_command`: an argument list (never a shell), a
+  timeout on every call, the caller's environment (``SLURM_CONF``, ``PATH``)
+  less the ``SLURM_*`` of any job the caller itself runs in;
+* on a timeout the tool gets SIGTERM first (``srun`` and ``salloc`` then give
+  back what they hold), SIGKILL only after a grace period;
+* two processes outlive a call on purpose: the detached ``salloc --no-shell``
+  of :meth:`SubprocessBackend.allocate` (reaped by a daemon thread) and the
+  local script of :meth:`SubprocessBackend.start_script`
+  (a :class:`LocalScript`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import logging
+import os
+import pwd
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import IO, TypeVar
+
+import attrs
+
+from slurm_fsm import slurmcli
+from slurm_fsm.backend import (
+    ACTIVE_STATES,
+    AllocationRequest,
+    BatchRequest,
+    GpuProcess,
+    JobInfo,
+    JobOutcome,
+    ScriptRequest,
+    StepInfo,
+    StepRequest,
+    StepResult,
+)
+from slurm_fsm.errors import (
+    AllocationFailed,
+    BackendError,
+    CommandFailed,
+    CommandTimedOut,
+    ControllerUnreachable,
+    JobNotFound,
+)
+
+__all__ = [
+    "CommandResult",
+    "LocalScript",
+    "Runner",
+    "SubprocessBackend",
+    "run_command",
+]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: States in which an existing job of our name counts as "the allocation":
+#: a COMPLETING job is on its way out and is never reused.
+_LIVE_STATES = ACTIVE_STATES - {"COMPLETING"}
+
+
+@attrs.frozen
+class CommandResult:
+    """What one command did. ``returncode is None``: stopped at ``timeout_s``."""
+
+    argv: tuple[str, ...]
+    returncode: int | None
+    stdout: str
+    stderr: str
+    seconds: float
+    timeout_s: float
+
+
+#: The injection point for tests: ``runner(argv, timeout_s, env) -> CommandResult``.
+Runner = Callable[[Sequence[str], float, Mapping[str, str]], CommandResult]
+
+
+def run_command(
+    argv: Sequence[str],
+    timeout_s: float,
+    env: Mapping[str, str],
+    *,
+    grace_s: float = 5.0,
+) -> CommandResult:
+    """Run ``argv`` (a list, no shell) with ``env``; never raises for the tool's own failure.
+
+    A missing executable comes back as exit code 127 with the OS error as
+    stderr. At ``timeout_s`` the process gets SIGTERM, and SIGKILL ``grace_s``
+    later; the result then has ``returncode=None`` and whatever was printed.
+    """
+    argv = [str(a) for a in argv]
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(  # noqa: S603 - an argument list, never a shell
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=dict(env),
+            text=True,
+            errors="replace",
+        )
+    except OSError as exc:
+        return CommandResult(tuple(argv), 127, "", str(exc), time.monotonic() - start, timeout_s)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+        rc: int | None = proc.returncode
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        try:
+            out, err = proc.communicate(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        rc = None
+    return CommandResult(tuple(argv), rc, out or "", err or "", time.monotonic() - start, timeout_s)
+
+
+def _default_runner(argv: Sequence[str], timeout_s: float, env: Mapping[str, str]) -> CommandResult:
+    return run_command(argv, timeout_s, env)
+
+
+def _exit_status(returncode: int) -> int:
+    """Popen's ``-N`` (killed by signal N) as a shell prints it: ``128 + N``."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+class LocalScript:
+    """``bash <script>`` started by :meth:`SubprocessBackend.start_script`.
+
+    Implements :class:`slurm_fsm.backend.RunningScript`. The script runs in a
+    session (process group) of its own, so that :meth:`terminate` reaches its
+    ``srun`` and everything else it started.
+    """
+
+    def __init__(self, proc: subprocess.Popen[bytes], log_path: Path, log_file: IO[bytes]):
+        self._proc = proc
+        self._log_path = log_path
+        self._log_file = log_file
+
+    @property
+    def log_path(self) -> Path:
+        """Where stdout and stderr of the script go."""
+        return self._log_path
+
+    @property
+    def pid(self) -> int:
+        """The pid of bash, which is also the script's process-group id."""
+        return self._proc.pid
+
+    def poll(self) -> int | None:
+        """Exit code once finished (``128 + N`` when killed by signal N), else None."""
+        rc = self._proc.poll()
+        if rc is None:
+            return None
+        self._close()
+        return _exit_status(rc)
+
+    def wait(self, timeout_s: float | None = None) -> int:
+        """Wait for the script to end; raise ``subprocess.TimeoutExpired`` at ``timeout_s``."""
+        rc = self._proc.wait(timeout=timeout_s)
+        self._close()
+        return _exit_status(rc)
+
+    def terminate(self, grace_s: float = 10.0) -> None:
+        """SIGTERM to the script's process group, SIGKILL after ``grace_s`` seconds.
+
+        srun passes SIGTERM on to its step, so the step ends too; the
+        allocation itself is never touched.
+        """
+        self._signal_group(signal.SIGTERM)
+        try:
+            self._proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            self._signal_group(signal.SIGKILL)
+            self._proc.wait()
+        # children that ignored SIGTERM while bash itself ended
+        self._signal_group(signal.SIGKILL)
+        self._close()
+
+    def _signal_group(self, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._proc.pid, sig)
+
+    def _close(self) -> None:
+        if not self._log_file.closed:
+            self._log_file.close()
+
+
+class SubprocessBackend:
+    """:class:`~slurm_fsm.backend.SlurmBackend` over salloc, squeue, srun, sbatch,
+    scancel, sacct and scontrol.
+
+    ``timeout_s`` bounds every query (squeue, scancel, sacct, scontrol,
+    sbatch); ``probe_timeout_s`` the GPU probes, which start steps; a step of
+    :meth:`run_step` has its own ``StepRequest.timeout_s``. ``env`` entries are
+    added to (or override) the caller's environment, read anew at each call.
+    ``runner`` replaces :func:`run_command` (tests); ``sleep`` the pause
+    between polls of :meth:`allocate`.
+    """
+
+    def __init__(
+        self,
+        *,
+        timeout_s: float = 30.0,
+        probe_timeout_s: float = 300.0,
+        env: Mapping[str, str] | None = None,
+        runner: Runner | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.timeout_s = timeout_s
+        self.probe_timeout_s = probe_timeout_s
+        self.env_overrides: dict[str, str] = dict(env or {})
+        self._runner: Runner = runner or _default_runner
+        self._sleep = sleep
+        self._container_support: bool | None = None
+        self._reapers: list[threading.Thread] = []
+
+    # ------------------------------------------------------------- plumbing
+
+    def environment(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The environment a Slurm tool gets: see :func:`slurmcli.clean_env`."""
+        return slurmcli.clean_env(os.environ, {**self.env_overrides, **(extra or {})})
+
+    def _run(
+        self,
+        argv: Sequence[str],
+        timeout_s: float | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> CommandResult:
+        """Run and classify: the result of a success, or the typed error raised."""
+        result = self._exec(argv, timeout_s, env)
+        err = self._classify(result)
+        if err is not None:
+            raise err
+        return result
+
+    def _exec(
+        self,
+        argv: Sequence[str],
+        timeout_s: float | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> CommandResult:
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        result = self._runner(list(argv), timeout, self.environment(env))
+        log.debug("%s -> %s in %.3f s", " ".join(result.argv), result.returncode, result.seconds)
+        return result
+
+    @staticmethod
+    def _classify(result: CommandResult) -> BackendError | None:
+        return slurmcli.classify(
+            result.argv,
+            result.returncode,
+            result.stdout,
+            result.stderr,
+            timeout_s=result.timeout_s,
+        )
+
+    @staticmethod
+    def _parse(result: CommandResult, parse: Callable[[str], T]) -> T:
+        """Apply a parser; output it cannot read is a CommandFailed, not a ValueError."""
+        try:
+            return parse(result.stdout)
+        except ValueError as exc:
+            raise CommandFailed(
+                result.argv,
+                result.returncode if result.returncode is not None else -1,
+                slurmcli.stderr_tail(result.stderr),
+                message=f"unexpected output of {' '.join(result.argv)} ({exc})",
+            ) from exc
+
+    # ------------------------------------------------------------ protocol
+
+    def current_user(self) -> str:
+        """The effective user's name: the user Slurm jobs of ours run as."""
+        try:
+            return pwd.getpwuid(os.geteuid()).pw_name
+        except KeyError:
+            return getpass.getuser()
+
+    def query_job(self, job_id: str) -> JobInfo:
+        """``squeue -j ID``: the job's row; JobNotFound when squeue has none."""
+        result = self._run(slurmcli.squeue_job_argv(job_id))
+        return self._parse(result, lambda text: slurmcli.parse_job(text, job_id))
+
+    def find_jobs(self, name: str, user: str) -> list[JobInfo]:
+        """``squeue -u USER --name=NAME``: that user's jobs of that exact name."""
+        result = self._run(slurmcli.squeue_find_argv(name, user))
+        jobs = self._parse(result, slurmcli.parse_jobs)
+        return [j for j in jobs if j.name == name and j.user == user]
+
+    def allocate(self, request: AllocationRequest, wait_s: float = 10.0) -> str:
+        """Start ``salloc --no-shell`` detached and return the job id it creates.
+
+        An existing live job of this name and user is returned as it is (an
+        earlier allocate whose answer was lost): never two allocations. salloc
+        writes to ``request.log_path``; when it exits non-zero, or no job of
+        ours appears within ``wait_s``, AllocationFailed carries its error
+        lines and no job is left behind. RUNNING is not awaited here.
+        """
+        user = request.user or self.current_user()
+        existing = self._live_jobs(request.job_name, user)
+        if existing:
+            log.warning(
+                "job %s named %s already exists; not allocating another",
+                existing[0].job_id,
+                request.job_name,
+            )
+            return existing[0].job_id
+
+        argv = slurmcli.salloc_argv(request)
+        request.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(request.log_path, "wb") as log_file:
+            try:
+                proc = subprocess.Popen(  # noqa: S603 - an argument list, never a shell
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    env=self.environment(),
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                raise AllocationFailed(argv, 127, str(exc), "salloc could not start") from exc
+        self._reap_later(proc)
+
+        deadline = time.monotonic() + wait_s
+        pause = 0.02
+        transient: BackendError | None = None
+        while True:
+            rc = proc.poll()
+            try:
+                jobs = self._live_jobs(request.job_name, user)
+            except (ControllerUnreachable, CommandTimedOut) as exc:
+                jobs, transient = [], exc  # keep polling: salloc may still get the job
+            if jobs:
+                return jobs[0].job_id
+            if rc is not None and rc != 0:
+                raise self._allocation_failed(argv, rc, request.log_path)
+            if time.monotonic() >= deadline:
+                break
+            self._sleep(pause)
+            pause = min(pause * 2, 0.5)
+
+        # nothing appeared in time: stop salloc (it withdraws its request) and
+        # make sure that no late job of ours survives the failure we report
+        if proc.poll() is None:
+            self._stop(proc)
+        for job in self._live_jobs(request.job_name, user):
+            log.warning("cancelling late allocation %s after a failed allocate", job.job_id)
+            self.cancel(job.job_id)
+        rc = proc.returncode if proc.returncode is not None else -1
+        why = f"no job named {request.job_name} of {user} appeared within {wait_s:g} s"
+        if transient is not None:
+            why += f" (last squeue: {transient})"
+        raise self._allocation_failed(argv, rc, request.log_path, why)
+
+    def _live_jobs(self, name: str, user: str) -> list[JobInfo]:
+        jobs = [j for j in self.find_jobs(name, user) if j.state in _LIVE_STATES]
+        return sorted(jobs, key=lambda j: (len(j.job_id), j.job_id))
+
+    def _reap_later(self, proc: subprocess.Popen[bytes]) -> None:
+        """Wait for the detached salloc in a daemon thread, so it never lingers a zombie."""
+        thread = threading.Thread(target=proc.wait, name=f"reap-salloc-{proc.pid}", daemon=True)
+        thread.start()
+        self._reapers = [t for t in self._reapers if t.is_alive()] + [thread]
+
+    @staticmethod
+    def _stop(proc: subprocess.Popen[bytes], grace_s: float = 3.0) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=grace_s)
+
+    @staticmethod
+    def _allocation_failed(
+        argv: Sequence[str], rc: int, log_path: Path, why: str = ""
+    ) -> AllocationFailed:
+        try:
+            text = log_path.read_text(errors="replace")
+        except OSError:
+            text = ""
+        detail = slurmcli.salloc_error(text)
+        message = why or f"salloc exited {rc}"
+        return AllocationFailed(argv, rc, detail, f"{message} (log: {log_path})")
+
+    def run_step(self, request: StepRequest) -> StepResult:
+        """``srun --jobid=ID -N n ...``: wait for it; its exit code is a result.
+
+        Raises JobNotFound when srun says the allocation is gone (invalid,
+        expired, completing), ControllerUnreachable, or CommandTimedOut at
+        ``request.timeout_s`` (srun is sent SIGTERM, which ends the step).
+        """
+        result = self._exec(slurmcli.srun_step_argv(request), request.timeout_s)
+        err = self._classify(result)
+        if isinstance(err, JobNotFound | ControllerUnreachable | CommandTimedOut):
+            raise err
+        assert result.returncode is not None
+        return StepResult(result.returncode, result.stdout, result.stderr)
+
+    def gpu_processes(self, job_id: str, nodes: int) -> list[GpuProcess]:
+        """nvidia-smi's compute processes on every node of the allocation (host side)."""
+        result = self._run(slurmcli.gpu_processes_argv(job_id, nodes), self.probe_timeout_s)
+        return self._parse(result, slurmcli.parse_gpu_processes)
+
+    def probe_gpu_name(self, partition: str, account: str | None = None) -> str | None:
+        """The GPU name of one node of ``partition``; None when it has no nvidia-smi."""
+        result = self._run(slurmcli.probe_gpu_argv(partition, account), self.probe_timeout_s)
+        return slurmcli.parse_gpu_name(result.stdout)
+
+    def list_steps(self, job_id: str) -> list[StepInfo]:
+        """``squeue -s -j ID``: every step squeue lists (numeric, ``batch``, ``extern``)."""
+        result = self._run(slurmcli.squeue_steps_argv(job_id))
+        return self._parse(result, lambda text: slurmcli.parse_steps(text, job_id))
+
+    def cancel(self, job_id: str, step_id: str | None = None) -> None:
+        """``scancel ID`` or ``scancel ID.STEP``; a job that is already gone is fine."""
+        with contextlib.suppress(JobNotFound):
+            self._run(slurmcli.scancel_argv(job_id, step_id))
+
+    def submit(self, request: BatchRequest) -> str:
+        """``sbatch --parsable``; the job id.
+
+        sbatch that timed out or lost the controller may still have created
+        the job: then the jobs of this name and user are looked up, and a
+        single one that was not there before the submission is returned.
+        The name is ``request.job_name``, else the script's file name.
+        """
+        argv = slurmcli.sbatch_argv(request)
+        name = request.job_name or request.script_path.name
+        user = request.user or self.current_user()
+        try:
+            before: set[str] | None = {j.job_id for j in self.find_jobs(name, user)}
+        except BackendError:
+            before = None
+        result = self._exec(argv, env=request.env)
+        err = self._classify(result)
+        if err is None:
+            return self._parse(result, slurmcli.parse_sbatch)
+        if isinstance(err, ControllerUnreachable | CommandTimedOut) and before is not None:
+            job_id = self._find_new_job(name, user, before)
+            if job_id is not None:
+                log.warning("sbatch reported %r but created job %s", str(err), job_id)
+                return job_id
+        raise err
+
+    def _find_new_job(self, name: str, user: str, before: set[str]) -> str | None:
+        for pause in (0.5, 1.0, 2.0):
+            try:
+                new = [j.job_id for j in self.find_jobs(name, user) if j.job_id not in before]
+            except BackendError:
+                new = []
+            if len(new) == 1:
+                return new[0]
+            if len(new) > 1:
+                return None
+            self._sleep(pause)
+        return None
+
+    def job_outcome(self, job_id: str) -> JobOutcome:
+        """sacct first; ``scontrol show job`` when accounting is off or has no row yet.
+
+        JobNotFound when neither knows the job; when sacct failed for another
+        reason (slurmdbd unreachable) and scontrol does not know the job
+        either, sacct's error is raised: that is not "job gone".
+        """
+        sacct_error: BackendError | None
+        try:
+            result = self._run(slurmcli.sacct_argv(job_id))
+            outcome = self._parse(result, lambda text: slurmcli.parse_sacct(text, job_id))
+            if outcome is not None:
+                return outcome
+            sacct_error = JobNotFound(job_id, "sacct has no row for it")
+        except JobNotFound as exc:
+            sacct_error = exc
+        except CommandFailed as exc:
+            if not slurmcli.accounting_disabled(exc.stderr_tail):
+                sacct_error = exc
+            else:
+                sacct_error = JobNotFound(job_id, "accounting is disabled")
+        except (ControllerUnreachable, CommandTimedOut) as exc:
+            sacct_error = exc
+        try:
+            result = self._run(slurmcli.scontrol_show_job_argv(job_id))
+            return self._parse(result, lambda text: slurmcli.parse_scontrol_job(text, job_id))
+        except JobNotFound:
+            raise sacct_error from None
+
+    def has_container_support(self) -> bool:
+        """True when ``srun --help`` lists ``--container-image`` (pyxis); cached."""
+        if self._container_support is None:
+            result = self._run(slurmcli.srun_help_argv())
+            self._container_support = slurmcli.has_container_option(result.stdout + result.stderr)
+        return self._container_support
+
+    def expand_nodelist(self, nodelist: str) -> list[str]:
+        """``n[1-3]`` -> ``["n1", "n2", "n3"]`` (python-hostlist, no subprocess)."""
+        return slurmcli.expand_nodelist(nodelist)
+
+    def compress_nodelist(self, nodes: Sequence[str]) -> str:
+        """``["n1", "n2", "n3"]`` -> ``n[1-3]``."""
+        return slurmcli.compress_nodelist(nodes)
+
+    def start_script(self, request: ScriptRequest) -> LocalScript:
+        """``bash <script>`` here, in its own session, output (truncated first) to the log."""
+        request.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_file = open(request.log_path, "wb")  # noqa: SIM115 - owned by LocalScript
+        try:
+            proc = subprocess.Popen(  # noqa: S603 - an argument list, never a shell
+                ["bash", str(request.script_path)],
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                cwd=request.cwd,
+                env=self.environment(request.env),
+                start_new_session=True,
+            )
+        except BaseException:
+            log_file.close()
+            raise
+        return LocalScript(proc, request.log_path, log_file)
