@@ -128,8 +128,8 @@ def problems_of(exc: BaseException, path: str = "") -> list[str]:
     elif isinstance(exc, ForbiddenExtraKeysError):
         out.append(f"{path or '(top)'}: unknown keys {sorted(exc.extra_fields)}")
     elif isinstance(exc, BaseExceptionGroup):
-        for sub in exc.exceptions:
-            out.extend(problems_of(sub, path))
+        for inner in exc.exceptions:
+            out.extend(problems_of(inner, path))
     else:
         out.append(f"{path or '(top)'}: {_message(exc)}")
     return out

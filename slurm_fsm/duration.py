@@ -55,7 +55,7 @@ class Duration:
         if m.group("d") is not None:
             days = int(m.group("d"))
             # D-HH, D-HH:MM, D-HH:MM:SS
-            h, mi, s = (parts + [0, 0])[:3]
+            h, mi, s = [*parts, 0, 0][:3]
         else:
             days = 0
             if len(parts) == 1:  # minutes

@@ -205,9 +205,8 @@ class JobSpec:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise SpecError(
-                str(p), [f"(file): not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"]
-            ) from None
+            where = f"line {exc.lineno} column {exc.colno}"
+            raise SpecError(str(p), [f"(file): not valid JSON: {exc.msg} at {where}"]) from None
         return cls.from_dict(data, base_dir=p.resolve().parent, source=str(p))
 
     def to_dict(self) -> dict[str, Any]:

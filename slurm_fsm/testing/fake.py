@@ -1,0 +1,636 @@
+"""An in-memory Slurm cluster implementing :class:`~slurm_fsm.backend.SlurmBackend`.
+
+It is public API: test your own orchestrator against it. It has partitions,
+accounts, a user, nodes with GPU processes, a controllable clock (allocations
+expire, ``%L`` shrinks), jobs and steps with real Slurm state names, pyxis
+named containers per node, job-name lookup, fault injection and a record of
+every call::
+
+    fake = FakeCluster()
+    fake.script("job.slurm", FakeScript(lines=["3 passed in 1.0s"]))
+    fake.fail_next("query_job", ControllerUnreachable("down"), times=2)
+    fake.clock.advance(3600)            # allocations age
+    fake.ops()                          # ["current_user", "find_jobs", "allocate", ...]
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import shlex
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import hostlist
+
+from slurm_fsm.backend import (
+    AllocationRequest,
+    BatchRequest,
+    GpuProcess,
+    JobInfo,
+    JobOutcome,
+    ScriptRequest,
+    StepInfo,
+    StepRequest,
+    StepResult,
+)
+from slurm_fsm.duration import Duration
+from slurm_fsm.errors import (
+    AllocationFailed,
+    CommandFailed,
+    ControllerUnreachable,
+    JobNotFound,
+)
+
+__all__ = [
+    "Call",
+    "FakeClock",
+    "FakeCluster",
+    "FakeContainer",
+    "FakeJob",
+    "FakeNode",
+    "FakeScript",
+    "StepRule",
+]
+
+#: Operations that talk to the controller (a down controller fails them).
+CONTROLLER_OPS = frozenset({
+    "query_job", "find_jobs", "allocate", "run_step", "gpu_processes", "probe_gpu_name",
+    "list_steps", "cancel", "submit", "job_outcome",
+})
+
+
+class FakeClock:
+    """A clock that only moves when told to (``sleep`` moves it at once)."""
+
+    def __init__(self, start: float = 1_000_000.0) -> None:
+        self._now = start
+        self.slept: list[float] = []
+
+    def now(self) -> float:
+        return self._now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.advance(seconds)
+
+    def advance(self, seconds: float) -> None:
+        if seconds > 0:
+            self._now += seconds
+
+
+@attrs.define
+class FakeContainer:
+    image: str
+    packages: list[str] = attrs.field(factory=list)  # what writable installs left
+
+
+@attrs.define
+class FakeNode:
+    name: str
+    gpu_name: str = "NVIDIA H100 80GB HBM3"
+    gpu_processes: list[tuple[int, str, str]] = attrs.field(factory=list)  # pid, name, memory
+    containers: dict[str, FakeContainer] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class FakeScript:
+    """What a script does on the fake cluster.
+
+    ``lines`` are written to the log one per ``line_interval_s`` seconds of fake
+    time; then the script exits with ``exit_code`` (``hang=True``: it never
+    exits on its own). ``final_state`` overrides the batch job's end state
+    (e.g. ``OUT_OF_MEMORY``).
+    """
+
+    lines: tuple[str, ...] = ("ok",)
+    exit_code: int = 0
+    line_interval_s: float = 1.0
+    hang: bool = False
+    err_lines: tuple[str, ...] = ()
+    final_state: str | None = None
+
+    @property
+    def duration_s(self) -> float:
+        return len(self.lines) * self.line_interval_s
+
+
+@attrs.frozen
+class StepRule:
+    """Make steps whose command contains ``match`` end with ``result``."""
+
+    match: str
+    result: StepResult
+    times: int | None = None  # None: every time
+
+
+@attrs.define
+class FakeJob:
+    job_id: str
+    name: str
+    user: str
+    partition: str
+    account: str
+    num_nodes: int
+    nodes: list[str]
+    time_limit_s: int | None
+    submitted_at: float
+    kind: str  # "alloc" | "batch"
+    pending_until: float
+    started_at: float | None = None
+    ended_at: float | None = None
+    state: str = "PENDING"
+    exit_code: int = 0
+    signal: int = 0
+    reason: str = "None"
+    steps: dict[str, StepInfo] = attrs.field(factory=dict)
+    next_step: int = 0
+    script: FakeScript | None = None
+    out_path: Path | None = None
+    err_path: Path | None = None
+    written: int = 0
+    cancelled_by: str = ""
+
+    @property
+    def active(self) -> bool:
+        return self.ended_at is None
+
+
+@attrs.frozen
+class Call:
+    op: str
+    args: Mapping[str, Any]
+
+
+class _FakeRunningScript:
+    """A persistent-path script on the fake cluster (implements RunningScript)."""
+
+    def __init__(self, cluster: FakeCluster, request: ScriptRequest, script: FakeScript,
+                 job_id: str, step_id: str) -> None:
+        self.cluster = cluster
+        self._log_path = request.log_path
+        self.script = script
+        self.job_id = job_id
+        self.step_id = step_id
+        self.started = cluster.clock.now()
+        self.written = 0
+        self.exit_code: int | None = None
+        request.log_path.parent.mkdir(parents=True, exist_ok=True)
+        request.log_path.write_text("", encoding="utf-8")
+
+    @property
+    def log_path(self) -> Path:
+        return self._log_path
+
+    def _write_due(self) -> None:
+        due = self.script.lines
+        if self.script.line_interval_s > 0:
+            n = int((self.cluster.clock.now() - self.started) / self.script.line_interval_s) + 1
+            due = due[: max(0, min(len(due), n))]
+        if len(due) > self.written:
+            with open(self._log_path, "a", encoding="utf-8") as fh:
+                for line in due[self.written:]:
+                    fh.write(line + "\n")
+            self.written = len(due)
+
+    def poll(self) -> int | None:
+        if self.exit_code is not None:
+            return self.exit_code
+        self._write_due()
+        job = self.cluster.jobs.get(self.job_id)
+        if job is not None:
+            self.cluster._tick()
+        if job is None or not job.active or self.step_id not in job.steps:
+            # the step was cancelled (scancel ID.STEP) or the allocation ended
+            self.exit_code = 143
+            if job is not None:
+                job.steps.pop(self.step_id, None)
+            return self.exit_code
+        done = (not self.script.hang and self.written >= len(self.script.lines)
+                and self.cluster.clock.now() - self.started >= self.script.duration_s)
+        if done:
+            self.exit_code = self.script.exit_code
+            job.steps.pop(self.step_id, None)
+        return self.exit_code
+
+    def terminate(self) -> None:
+        if self.exit_code is None:
+            self.exit_code = -15
+            job = self.cluster.jobs.get(self.job_id)
+            if job is not None:
+                job.steps.pop(self.step_id, None)
+
+
+class FakeCluster:
+    """An in-memory Slurm. Every backend call is recorded in :attr:`calls`."""
+
+    def __init__(
+        self,
+        partitions: Mapping[str, Iterable[str]] | None = None,
+        accounts: Iterable[str] = ("acct",),
+        user: str = "tester",
+        clock: FakeClock | None = None,
+        *,
+        pyxis: bool = True,
+        accounting: bool = True,
+        first_job_id: int = 100,
+        pending_s: float = 0.0,
+        min_job_age_s: float = 300.0,
+    ) -> None:
+        parts = partitions or {"batch": ["node01", "node02", "node03", "node04"]}
+        self.partitions: dict[str, list[str]] = {k: list(v) for k, v in parts.items()}
+        self.nodes: dict[str, FakeNode] = {
+            n: FakeNode(n) for names in self.partitions.values() for n in names
+        }
+        self.accounts = set(accounts)
+        self.user = user
+        self.clock = clock or FakeClock()
+        self.pyxis = pyxis
+        self.accounting = accounting
+        self.pending_s = pending_s
+        self.min_job_age_s = min_job_age_s
+        self.jobs: dict[str, FakeJob] = {}
+        self.calls: list[Call] = []
+        self.controller_up = True
+        self._ids = itertools.count(first_job_id)
+        self._faults: dict[str, list[BaseException]] = {}
+        self._scripts: dict[str, FakeScript] = {}
+        self._step_rules: list[StepRule] = []
+        self._running: list[_FakeRunningScript] = []
+
+    # ---------------------------------------------------------------- test controls
+    def fail_next(self, op: str, error: BaseException, times: int = 1) -> None:
+        """Make the next ``times`` calls of ``op`` raise ``error``."""
+        self._faults.setdefault(op, []).extend([error] * times)
+
+    def controller_down(self) -> None:
+        """Every controller operation raises ControllerUnreachable until ``controller_up``."""
+        self.controller_up = False
+
+    def bring_controller_up(self) -> None:
+        self.controller_up = True
+
+    def script(self, path: str | Path, behaviour: FakeScript) -> None:
+        """What the script at ``path`` (or any path ending with that name) does."""
+        self._scripts[str(path)] = behaviour
+
+    def on_step(self, match: str, result: StepResult, times: int | None = None) -> None:
+        """Steps whose command line contains ``match`` end with ``result``."""
+        self._step_rules.append(StepRule(match, result, times))
+
+    def add_gpu_process(self, node: str, pid: int, name: str, memory: str = "1024 MiB") -> None:
+        self.nodes[node].gpu_processes.append((pid, name, memory))
+
+    def ops(self) -> list[str]:
+        """The operations called, in order."""
+        return [c.op for c in self.calls]
+
+    def count(self, op: str) -> int:
+        return sum(1 for c in self.calls if c.op == op)
+
+    def reset_calls(self) -> None:
+        self.calls.clear()
+
+    def active_jobs(self) -> list[FakeJob]:
+        self._tick()
+        return [j for j in self.jobs.values() if j.active]
+
+    def make_job(self, name: str, user: str, *, partition: str | None = None,
+                 nodes: int = 1, time_limit_s: int | None = 3600, state: str = "RUNNING",
+                 account: str = "acct") -> FakeJob:
+        """Put a job on the cluster directly (someone else's, an orphan, ...)."""
+        part = partition or next(iter(self.partitions))
+        job = FakeJob(
+            job_id=str(next(self._ids)), name=name, user=user, partition=part,
+            account=account, num_nodes=nodes, nodes=self.partitions[part][:nodes],
+            time_limit_s=time_limit_s, submitted_at=self.clock.now(), kind="alloc",
+            pending_until=self.clock.now(), state=state,
+            started_at=self.clock.now() if state == "RUNNING" else None,
+        )
+        self.jobs[job.job_id] = job
+        return job
+
+    def end_job(self, job_id: str, state: str = "CANCELLED", exit_code: int = 0) -> None:
+        """End a job behind the orchestrator's back (scancel by someone, node failure)."""
+        job = self.jobs[job_id]
+        self._finish(job, state, exit_code)
+
+    # ------------------------------------------------------------------ internals
+    def _call(self, op: str, **args: Any) -> None:
+        self.calls.append(Call(op, args))
+        queued = self._faults.get(op)
+        if queued:
+            raise queued.pop(0)
+        if op in CONTROLLER_OPS and not self.controller_up:
+            raise ControllerUnreachable(
+                f"{op}: Unable to contact slurm controller (connect failure)"
+            )
+        self._tick()
+
+    def _finish(self, job: FakeJob, state: str, exit_code: int = 0, signal: int = 0) -> None:
+        if job.ended_at is not None:
+            return
+        job.state = state
+        job.exit_code = exit_code
+        job.signal = signal
+        job.ended_at = self.clock.now()
+        if job.started_at is None:
+            job.started_at = job.ended_at
+        job.steps.clear()
+
+    def _tick(self) -> None:
+        now = self.clock.now()
+        for job in self.jobs.values():
+            if not job.active:
+                continue
+            if job.state == "PENDING" and now >= job.pending_until:
+                job.state = "RUNNING"
+                job.reason = "None"
+                job.started_at = job.pending_until
+            if job.state != "RUNNING" or job.started_at is None:
+                continue
+            if job.time_limit_s is not None and now >= job.started_at + job.time_limit_s:
+                if job.kind == "batch":
+                    self._write_batch_output(job, job.started_at + job.time_limit_s)
+                self._finish(job, "TIMEOUT", 0, 0)
+                job.ended_at = job.started_at + job.time_limit_s
+                continue
+            if job.kind == "batch" and job.script is not None:
+                self._write_batch_output(job, now)
+                s = job.script
+                if not s.hang and now >= job.started_at + s.duration_s:
+                    self._write_batch_err(job)
+                    state = s.final_state or ("COMPLETED" if s.exit_code == 0 else "FAILED")
+                    self._finish(job, state, s.exit_code)
+                    job.ended_at = job.started_at + s.duration_s
+
+    def _write_batch_output(self, job: FakeJob, upto: float) -> None:
+        if job.script is None or job.out_path is None or job.started_at is None:
+            return
+        lines = job.script.lines
+        if job.script.line_interval_s > 0:
+            n = int((upto - job.started_at) / job.script.line_interval_s) + 1
+            lines = lines[: max(0, min(len(lines), n))]
+        if len(lines) > job.written:
+            with open(job.out_path, "a", encoding="utf-8") as fh:
+                for line in lines[job.written:]:
+                    fh.write(line + "\n")
+            job.written = len(lines)
+
+    def _write_batch_err(self, job: FakeJob) -> None:
+        if job.script is None or not job.script.err_lines or job.err_path is None:
+            return
+        with open(job.err_path, "a", encoding="utf-8") as fh:
+            for line in job.script.err_lines:
+                fh.write(line + "\n")
+
+    def _info(self, job: FakeJob) -> JobInfo:
+        now = self.clock.now()
+        left: Duration
+        if job.time_limit_s is None:
+            left = Duration.parse("UNLIMITED")
+        elif job.started_at is None:
+            left = Duration.of_seconds(job.time_limit_s)
+        else:
+            left = Duration.of_seconds(max(0, int(job.time_limit_s - (now - job.started_at))))
+        elapsed = Duration.of_seconds(int(now - job.started_at)) if job.started_at else \
+            Duration.of_seconds(0)
+        running = job.state != "PENDING"
+        return JobInfo(
+            job_id=job.job_id, state=job.state, name=job.name, user=job.user,
+            partition=job.partition, num_nodes=job.num_nodes,
+            nodelist=hostlist.collect_hostlist(job.nodes) if running else "",
+            time_left=left, elapsed=elapsed,
+            reason=job.reason if job.state == "PENDING" else "None",
+            start_time="N/A",
+        )
+
+    def _job(self, job_id: str) -> FakeJob:
+        job = self.jobs.get(job_id.split(".")[0])
+        if job is None or not job.active:
+            raise JobNotFound(job_id, "slurm_load_jobs error: Invalid job id specified")
+        return job
+
+    def _script_for(self, path: Path) -> FakeScript:
+        key = str(path)
+        if key in self._scripts:
+            return self._scripts[key]
+        for k, v in self._scripts.items():
+            if key.endswith("/" + k) or Path(k).name == path.name:
+                return v
+        return FakeScript()
+
+    # ------------------------------------------------------------- SlurmBackend
+    def current_user(self) -> str:
+        self.calls.append(Call("current_user", {}))
+        return self.user
+
+    def query_job(self, job_id: str) -> JobInfo:
+        self._call("query_job", job_id=job_id)
+        return self._info(self._job(job_id))
+
+    def find_jobs(self, name: str, user: str) -> list[JobInfo]:
+        self._call("find_jobs", name=name, user=user)
+        return [self._info(j) for j in self.jobs.values()
+                if j.active and j.name == name and j.user == user]
+
+    def allocate(self, request: AllocationRequest, wait_s: float = 10.0) -> str:
+        self._call("allocate", request=request)
+        log = request.log_path
+        log.parent.mkdir(parents=True, exist_ok=True)
+        error = self._request_error(request.partition, request.account, request.nodes, "salloc")
+        if error:
+            log.write_text(error, encoding="utf-8")
+            raise AllocationFailed(["salloc"], 1, error,
+                                   "salloc did not create an allocation")
+        job = FakeJob(
+            job_id=str(next(self._ids)), name=request.job_name, user=self.user,
+            partition=request.partition, account=request.account, num_nodes=request.nodes,
+            nodes=self.partitions[request.partition][: request.nodes],
+            time_limit_s=request.time_limit.seconds, submitted_at=self.clock.now(),
+            kind="alloc", pending_until=self.clock.now() + self.pending_s,
+            reason="Resources" if self.pending_s else "None",
+        )
+        self.jobs[job.job_id] = job
+        log.write_text(f"salloc: Pending job allocation {job.job_id}\n"
+                       f"salloc: job {job.job_id} queued and waiting for resources\n",
+                       encoding="utf-8")
+        return job.job_id
+
+    def _request_error(self, partition: str | None, account: str | None, nodes: int,
+                       tool: str) -> str:
+        if partition is not None and partition not in self.partitions:
+            return (f"{tool}: error: invalid partition specified: {partition}\n"
+                    f"{tool}: error: Job submit/allocate failed: Invalid partition name "
+                    "specified\n")
+        if account is not None and account not in self.accounts:
+            return (f"{tool}: error: Job submit/allocate failed: Invalid account or "
+                    "account/partition combination specified\n")
+        if partition is not None and nodes > len(self.partitions[partition]):
+            return (f"{tool}: error: Job submit/allocate failed: Requested node "
+                    "configuration is not available\n")
+        return ""
+
+    def run_step(self, request: StepRequest) -> StepResult:
+        self._call("run_step", request=request)
+        job = self._job(request.job_id)
+        if job.state != "RUNNING":
+            return StepResult(1, "", f"srun: error: Unable to create step for job {job.job_id}")
+        if request.nodes > job.num_nodes:
+            return StepResult(1, "", "srun: error: Unable to create step for job "
+                              f"{job.job_id}: More processors requested than permitted")
+        nodes = job.nodes[: request.nodes]
+        command = shlex.join(request.argv)
+        for rule in self._step_rules:
+            if rule.match in command and rule.times != 0:
+                if rule.times is not None:
+                    idx = self._step_rules.index(rule)
+                    self._step_rules[idx] = attrs.evolve(rule, times=rule.times - 1)
+                return rule.result
+        c = request.container
+        if c is not None:
+            if not self.pyxis:
+                return StepResult(255, "", "srun: unrecognized option "
+                                  f"'--container-image={c.image or c.name}'")
+            for n in nodes:
+                node = self.nodes[n]
+                if c.image is not None:
+                    if c.name not in node.containers or node.containers[c.name].image != c.image:
+                        node.containers[c.name] = FakeContainer(c.image)
+                elif c.name not in node.containers:
+                    return StepResult(1, "", f"srun: error: pyxis: container {c.name} "
+                                      "does not exist")
+            if c.writable and request.argv[:2] == ("pip", "install"):
+                for n in nodes:
+                    self.nodes[n].containers[c.name].packages.append(command)
+        out = ""
+        if request.argv and request.argv[0] == "hostname":
+            out = "".join(f"{n}\n" for n in nodes)
+        job.next_step += 1  # every srun makes a step, as in Slurm
+        return StepResult(0, out, "")
+
+    def gpu_processes(self, job_id: str, nodes: int) -> list[GpuProcess]:
+        self._call("gpu_processes", job_id=job_id, nodes=nodes)
+        job = self._job(job_id)
+        return [GpuProcess(n, pid, name, mem)
+                for n in job.nodes[:nodes] for pid, name, mem in self.nodes[n].gpu_processes]
+
+    def probe_gpu_name(self, partition: str, account: str | None = None) -> str | None:
+        self._call("probe_gpu_name", partition=partition, account=account)
+        names = self.partitions.get(partition)
+        if not names:
+            raise CommandFailed(["srun", "-p", partition], 1,
+                                f"srun: error: invalid partition specified: {partition}")
+        return self.nodes[names[0]].gpu_name
+
+    def list_steps(self, job_id: str) -> list[StepInfo]:
+        self._call("list_steps", job_id=job_id)
+        job = self._job(job_id)
+        for r in self._running:
+            r.poll()
+        return list(job.steps.values())
+
+    def cancel(self, job_id: str, step_id: str | None = None) -> None:
+        self._call("cancel", job_id=job_id, step_id=step_id)
+        job = self.jobs.get(job_id)
+        if job is None or not job.active:
+            return  # scancel of a gone job prints nothing and exits 0
+        if step_id is not None:
+            job.steps.pop(step_id, None)
+            return
+        self._finish(job, "CANCELLED", 0, 15)
+        job.cancelled_by = "0"
+
+    def submit(self, request: BatchRequest) -> str:
+        self._call("submit", request=request)
+        text = request.script_path.read_text(encoding="utf-8") \
+            if request.script_path.exists() else ""
+        directives = _sbatch_directives(text)
+        partition = request.partition or directives.get("partition") or \
+            next(iter(self.partitions))
+        account = request.account or directives.get("account")
+        nodes = int(directives.get("nodes", "1").split("-")[0])
+        error = self._request_error(partition, account, nodes, "sbatch")
+        if error:
+            raise CommandFailed(["sbatch", str(request.script_path)], 1, error)
+        limit = directives.get("time")
+        limit_s = Duration.parse(limit).seconds if limit else 3600
+        job_id = str(next(self._ids))
+        out = directives.get("output", "slurm-%j.out").replace("%j", job_id)
+        err = directives.get("error", "").replace("%j", job_id)
+        work = request.work_dir
+        job = FakeJob(
+            job_id=job_id, name=request.job_name or directives.get("job-name")
+            or request.script_path.name, user=self.user, partition=partition,
+            account=account or "", num_nodes=nodes,
+            nodes=self.partitions[partition][:nodes], time_limit_s=limit_s,
+            submitted_at=self.clock.now(), kind="batch",
+            pending_until=self.clock.now() + self.pending_s,
+            reason="Priority" if self.pending_s else "None",
+            script=self._script_for(request.script_path),
+            out_path=work / out, err_path=(work / err) if err else work / out,
+        )
+        work.mkdir(parents=True, exist_ok=True)
+        self.jobs[job_id] = job
+        return job_id
+
+    def job_outcome(self, job_id: str) -> JobOutcome:
+        self._call("job_outcome", job_id=job_id)
+        job = self.jobs.get(job_id)
+        if job is None:
+            raise JobNotFound(job_id, "neither sacct nor scontrol knows the job")
+        if not self.accounting and job.ended_at is not None and \
+                self.clock.now() - job.ended_at > self.min_job_age_s:
+            raise JobNotFound(job_id, "accounting is off and the job left scontrol")
+        elapsed = 0
+        if job.started_at is not None:
+            elapsed = int((job.ended_at or self.clock.now()) - job.started_at)
+        return JobOutcome(
+            job_id=job_id, state=job.state, exit_code=job.exit_code, signal=job.signal,
+            elapsed=Duration.of_seconds(elapsed),
+            cancelled_by=job.cancelled_by,
+            source="sacct" if self.accounting else "scontrol",
+        )
+
+    def has_container_support(self) -> bool:
+        self.calls.append(Call("has_container_support", {}))
+        return self.pyxis
+
+    def expand_nodelist(self, nodelist: str) -> list[str]:
+        return list(hostlist.expand_hostlist(nodelist)) if nodelist else []
+
+    def start_script(self, request: ScriptRequest) -> _FakeRunningScript:
+        self._call("start_script", request=request)
+        job_id = request.env.get("SLURM_JOB_ID", "")
+        job = self._job(job_id)
+        step_id = str(job.next_step)
+        job.next_step += 1
+        job.steps[step_id] = StepInfo(job_id, step_id, request.script_path.name, "RUNNING")
+        running = _FakeRunningScript(self, request, self._script_for(request.script_path),
+                                     job_id, step_id)
+        self._running.append(running)
+        return running
+
+
+_DIRECTIVE = re.compile(r"^#SBATCH\s+(?:--([a-z-]+)(?:[=\s]+(\S+))?|-([a-zA-Z])\s*(\S+)?)")
+_SHORT = {"o": "output", "e": "error", "p": "partition", "A": "account", "N": "nodes",
+          "t": "time", "J": "job-name"}
+
+
+def _sbatch_directives(text: str) -> dict[str, str]:
+    """``#SBATCH`` options of a script, as sbatch reads them (long names)."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            break  # sbatch stops at the first command
+        m = _DIRECTIVE.match(line.strip())
+        if not m:
+            continue
+        if m.group(1):
+            out[m.group(1)] = m.group(2) or ""
+        elif m.group(3) in _SHORT:
+            out[_SHORT[m.group(3)]] = m.group(4) or ""
+    return out
+
