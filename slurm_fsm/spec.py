@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping
 from enum import Enum
 from pathlib import Path
-from typing import Any, Literal, NewType
+from typing import Any, NewType
 
 import attrs
 from cattrs.errors import BaseValidationError
@@ -103,10 +103,23 @@ class SlurmParams:
     time_limit: Duration | None = None
 
 
+Arch = NewType("Arch", str)
+ARCHES = ("x86_64", "aarch64")
+
+
+def _arch(value: object, _: Any) -> Arch:
+    if value not in ARCHES:
+        raise ValueError(f"must be one of {', '.join(ARCHES)}, got {value!r}")
+    return Arch(str(value))
+
+
+converter.register_structure_hook(Arch, _arch)
+
+
 @attrs.frozen
 class PartitionInfo:
     name: str
-    arch: Literal["x86_64", "aarch64"] | None = None
+    arch: Arch | None = None
 
 
 @attrs.frozen
@@ -223,12 +236,17 @@ def _cross_field_problems(data: Mapping[str, Any]) -> list[str]:
     are reported together with the per-field problems."""
     out: list[str] = []
 
-    def truthy(key: str, default: bool) -> bool:
+    def flag(key: str, default: bool) -> bool | None:
+        """The boolean value of ``key``, or None when it is not one (reported elsewhere)."""
         v = data.get(key, default)
-        return v is True or (isinstance(v, str) and v.strip().lower() in ("true", "yes", "1"))
+        if isinstance(v, bool):
+            return v
+        if isinstance(v, str) and v.strip().lower() in ("true", "yes", "1", "false", "no", "0"):
+            return v.strip().lower() in ("true", "yes", "1")
+        return None
 
-    persistent = truthy("persistent_mode", True)
-    if not persistent and not truthy("release_allocation", False):
+    persistent = flag("persistent_mode", True)
+    if persistent is False and flag("release_allocation", False) is False:
         pattern = data.get("log_file_pattern")
         if not pattern:
             out.append("log_file_pattern: required when persistent_mode is false")

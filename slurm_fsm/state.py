@@ -24,7 +24,13 @@ from cattrs.errors import BaseValidationError
 from slurm_fsm.convert import converter, problems_of
 from slurm_fsm.errors import StateFileError
 
-__all__ = ["AllocState", "StateStore"]
+__all__ = ["KEYS", "AllocState", "StateStore"]
+
+#: The keys of the state file, in the order procedure.md writes them.
+KEYS = (
+    "job_id", "container_name", "nodelist", "partition", "account", "nodes", "gpus_per_node",
+    "docker_image", "container_mounts", "allocated_at", "time_limit", "installed",
+)
 
 
 @attrs.frozen
@@ -46,7 +52,7 @@ class AllocState:
 
     def to_json(self) -> str:
         data: dict[str, Any] = converter.unstructure(self)
-        return json.dumps(data, indent=2) + "\n"
+        return json.dumps({k: data[k] for k in KEYS}, indent=2) + "\n"
 
 
 class StateStore:

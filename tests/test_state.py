@@ -1,0 +1,123 @@
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from slurm_fsm.errors import StateFileError
+from slurm_fsm.state import KEYS, AllocState, StateStore
+
+#: A state file as the original agent procedure writes it (procedure.md).
+ORIGINAL = """{"job_id": "123", "container_name": "llama_auto_test", "nodelist": "node[01-02]",
+ "partition": "batch", "account": "acct", "nodes": 2, "gpus_per_node": 8,
+ "docker_image": "nvcr.io/nvidia/pytorch:24.05-py3", "container_mounts": "/a:/a,/b:/b",
+ "allocated_at": "2026-12-02T13:00:00+00:00", "time_limit": "04:00:00", "installed": true}"""
+
+
+def test_reads_the_original_procedures_file(tmp_path: Path) -> None:
+    store = StateStore(tmp_path / ".slurm_alloc.json")
+    store.path.write_text(ORIGINAL)
+    state = store.read()
+    assert state == AllocState(
+        job_id="123", container_name="llama_auto_test", nodelist="node[01-02]",
+        partition="batch", account="acct", nodes=2, gpus_per_node=8,
+        docker_image="nvcr.io/nvidia/pytorch:24.05-py3", container_mounts="/a:/a,/b:/b",
+        allocated_at="2026-12-02T13:00:00+00:00", time_limit="04:00:00", installed=True,
+    )
+
+
+def test_writes_exactly_the_original_keys(tmp_path: Path) -> None:
+    store = StateStore(tmp_path / "work_dirs" / ".slurm_alloc.json")
+    original = json.loads(ORIGINAL)
+    store.path.parent.mkdir()
+    store.path.write_text(ORIGINAL)
+    loaded = store.read()
+    assert loaded is not None
+    store.write(loaded)
+    written = json.loads(store.path.read_text())
+    assert written == original
+    assert list(written) == list(original) == list(KEYS)
+    assert isinstance(written["job_id"], str)
+
+
+def test_numeric_job_id_is_read_as_text(tmp_path: Path) -> None:
+    store = StateStore(tmp_path / "s.json")
+    data = json.loads(ORIGINAL)
+    data["job_id"] = 123
+    store.path.write_text(json.dumps(data))
+    state = store.read()
+    assert state is not None and state.job_id == "123"
+
+
+def test_write_is_private_and_atomic(tmp_path: Path) -> None:
+    store = StateStore(tmp_path / "wd" / ".slurm_alloc.json")
+    store.write(AllocState("1", "n1", "p", "a", 1))
+    mode = stat.S_IMODE(os.stat(store.path).st_mode)
+    assert mode == 0o600
+    assert [p.name for p in store.path.parent.iterdir()] == [".slurm_alloc.json"]
+    store.write(AllocState("2", "n1", "p", "a", 1))
+    again = store.read()
+    assert again is not None and again.job_id == "2"
+
+
+def test_failed_write_keeps_the_old_file(tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    store = StateStore(tmp_path / ".slurm_alloc.json")
+    store.write(AllocState("1", "n1", "p", "a", 1))
+
+    def boom(*_: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", boom)
+    with pytest.raises(OSError):
+        store.write(AllocState("2", "n1", "p", "a", 1))
+    old = store.read()
+    assert old is not None and old.job_id == "1"
+    assert [p.name for p in tmp_path.iterdir()] == [".slurm_alloc.json"]
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [('{"job_id": "12", "nodel', "not valid JSON"), ("[]", "not a JSON object"),
+     ('{"job_id": "12"}', "nodelist: required field missing"),
+     ('{"job_id": " ", "nodelist": "n", "partition": "p", "account": "a", "nodes": 1}',
+      "job_id: empty")],
+)
+def test_corrupt_files_raise_state_file_error(tmp_path: Path, content: str, reason: str) -> None:
+    store = StateStore(tmp_path / ".slurm_alloc.json")
+    store.path.write_text(content)
+    with pytest.raises(StateFileError, match=reason):
+        store.read()
+
+
+def test_missing_file_reads_as_none_and_delete_is_idempotent(tmp_path: Path) -> None:
+    store = StateStore(tmp_path / ".slurm_alloc.json")
+    assert store.read() is None
+    assert store.delete() is False
+    store.write(AllocState("1", "n1", "p", "a", 1))
+    assert store.delete() is True
+    assert not store.exists()
+
+
+def test_lock_excludes_another_process(tmp_path: Path) -> None:
+    store = StateStore(tmp_path / ".slurm_alloc.json")
+    code = textwrap.dedent(f"""
+        import filelock, sys
+        lock = filelock.FileLock({str(store.lock_path)!r}, timeout=0.2)
+        try:
+            lock.acquire()
+        except filelock.Timeout:
+            sys.exit(7)
+        sys.exit(0)
+    """)
+    with store.locked():
+        held = subprocess.run([sys.executable, "-c", code], timeout=30, check=False)
+    free = subprocess.run([sys.executable, "-c", code], timeout=30, check=False)
+    assert held.returncode == 7
+    assert free.returncode == 0
