@@ -262,6 +262,11 @@ class _Layout:
         return self.base / _STATE_FILE
 
     @property
+    def cache(self) -> Path:
+        """Kept across ``up``s (the base folder is wiped): the MariaDB template."""
+        return self.base.parent / f"{self.base.name}.cache"
+
+    @property
     def lock_file(self) -> Path:
         return self.base.parent / f"{self.base.name}.lock"
 
@@ -660,18 +665,35 @@ def _start_munge(layout: _Layout, daemons: list[_Daemon], env: Mapping[str, str]
     return True
 
 
-def _start_mariadb(
-    layout: _Layout, daemons: list[_Daemon], env: Mapping[str, str], *, port: int, password: str
-) -> None:
-    layout.db_dir.mkdir()
+def _mariadb_template(layout: _Layout, env: Mapping[str, str]) -> Path:
+    """An empty data folder made by ``mariadb-install-db`` once per MariaDB version.
+
+    Each ``up`` copies it (a few hundredths of a second) instead of running the
+    installer (most of a second): the result is the same fresh, empty database.
+    """
+    version = _run(["mariadbd", "--version"], timeout=30, env=env).stdout.strip()
+    template = layout.cache / f"mariadb-{zlib.crc32(version.encode()):08x}"
+    if (template / "complete").exists():
+        return template / "data"
+    shutil.rmtree(template, ignore_errors=True)
+    template.mkdir(parents=True)
     _run(
         [
-            "mariadb-install-db", "--no-defaults", f"--datadir={layout.db_data}",
+            "mariadb-install-db", "--no-defaults", f"--datadir={template / 'data'}",
             "--auth-root-authentication-method=normal", "--skip-test-db", "--user=root",
         ],
         timeout=120,
         env=env,
     )  # fmt: skip
+    (template / "complete").write_text(version + "\n")
+    return template / "data"
+
+
+def _start_mariadb(
+    layout: _Layout, daemons: list[_Daemon], env: Mapping[str, str], *, port: int, password: str
+) -> None:
+    layout.db_dir.mkdir()
+    shutil.copytree(_mariadb_template(layout, env), layout.db_data, symlinks=True)
     argv = [
         "mariadbd", "--no-defaults", "--user=root",
         f"--datadir={layout.db_data}",
@@ -683,10 +705,10 @@ def _start_mariadb(
         "--skip-log-bin",
         # slurmdbd's recommended settings
         "--innodb-lock-wait-timeout=900",
-        "--innodb-log-file-size=64M",
         # speed over durability: the database is thrown away with the cluster
         "--innodb-flush-log-at-trx-commit=0",
         "--innodb-doublewrite=0",
+        "--innodb-flush-method=nosync",
     ]  # fmt: skip
     d = _spawn("mariadbd", argv, layout=layout, env=env, exe="mariadbd")
     daemons.append(d)
@@ -861,6 +883,15 @@ def _start(layout: _Layout, n_nodes: int) -> ClusterInfo:
                    exe="slurmctld")
         )  # fmt: skip
         _write_state(layout, info, daemons)
+        ctld = daemons[-1]
+
+        def ctld_listens() -> bool | None:
+            if not _proc_alive(ctld.pid):
+                raise LocalClusterError("slurmctld exited")
+            return True if _tcp_open(port0) else None
+
+        # a client that finds no controller retries only after a second
+        _wait_for(ctld_listens, timeout=30.0, what=f"slurmctld to listen on port {port0}")
         for node in nodes:
             daemons.append(
                 _spawn(f"slurmd-{node}", ["slurmd", "-D", "-f", conf, "-N", node], layout=layout,
