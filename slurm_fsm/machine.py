@@ -841,3 +841,26 @@ def dot_diagram(edges: Sequence[Edge] = EDGES) -> str:
     lines.append("}")
     return "\n".join(lines) + "\n"
 
+
+
+def states_markdown() -> str:
+    """``docs/states.md``: the diagram and the edge table, generated from :data:`EDGES`."""
+    rows = [
+        "# States and edges",
+        "",
+        "Generated from `slurm_fsm.machine.EDGES` by `make diagram`; a test fails when this",
+        "page is stale. Edges are tried top to bottom; the first whose conditions hold wins.",
+        "",
+        "```mermaid",
+        mermaid_diagram(EDGES).rstrip("\n"),
+        "```",
+        "",
+        "| trigger | from | condition | to | step | what happens |",
+        "|---|---|---|---|---|---|",
+    ]
+    for e in EDGES:
+        src = "any" if e.source == "*" else e.source.value if isinstance(e.source, State) else ""
+        conds = [*e.conditions, *(f"not {u}" for u in e.unless)]
+        rows.append(f"| `{e.trigger}` | {src} | {' and '.join(conds) or '-'} | {e.dest.value} "
+                    f"| {e.step or '-'} | {e.doc} |")
+    return "\n".join(rows) + "\n"

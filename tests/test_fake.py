@@ -1,0 +1,119 @@
+"""The FakeCluster itself: it must behave like Slurm where the procedure looks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from slurm_fsm.backend import (
+    AllocationRequest,
+    BatchRequest,
+    ContainerOptions,
+    ScriptRequest,
+    SlurmBackend,
+    StepRequest,
+)
+from slurm_fsm.duration import Duration
+from slurm_fsm.errors import AllocationFailed, CommandFailed, ControllerUnreachable, JobNotFound
+from slurm_fsm.testing import FakeCluster, FakeScript
+
+
+def alloc(fake: FakeCluster, tmp_path: Path, nodes: int = 2, limit: str = "01:00:00") -> str:
+    return fake.allocate(AllocationRequest("batch", "acct", nodes, Duration.parse(limit),
+                                           "acct-trtllm.persistent", tmp_path / ".salloc.log"))
+
+
+def test_fixture_from_the_pytest_plugin(fake_cluster: FakeCluster) -> None:
+    assert isinstance(fake_cluster, SlurmBackend)
+    assert fake_cluster.partitions == {"batch": ["node01", "node02", "node03", "node04"]}
+    assert fake_cluster.calls == []
+
+
+def test_time_left_shrinks_and_allocation_expires(fake_cluster: FakeCluster,
+                                                  tmp_path: Path) -> None:
+    job = alloc(fake_cluster, tmp_path, limit="00:10:00")
+    info = fake_cluster.query_job(job)
+    assert (info.state, info.time_left.seconds, info.nodelist) == ("RUNNING", 600, "node[01-02]")
+    fake_cluster.clock.advance(240)
+    assert fake_cluster.query_job(job).time_left.seconds == 360
+    fake_cluster.clock.advance(360)
+    with pytest.raises(JobNotFound):
+        fake_cluster.query_job(job)
+    assert fake_cluster.job_outcome(job).state == "TIMEOUT"
+
+
+def test_fault_injection_and_controller_down(fake_cluster: FakeCluster, tmp_path: Path) -> None:
+    job = alloc(fake_cluster, tmp_path)
+    fake_cluster.fail_next("query_job", JobNotFound(job), times=2)
+    for _ in range(2):
+        with pytest.raises(JobNotFound):
+            fake_cluster.query_job(job)
+    assert fake_cluster.query_job(job).state == "RUNNING"
+    fake_cluster.controller_down()
+    with pytest.raises(ControllerUnreachable, match="Unable to contact slurm controller"):
+        fake_cluster.find_jobs("x", "tester")
+    assert fake_cluster.expand_nodelist("n[1-3,5]") == ["n1", "n2", "n3", "n5"]
+    fake_cluster.bring_controller_up()
+    assert [j.job_id for j in fake_cluster.find_jobs("acct-trtllm.persistent", "tester")] == [job]
+    assert fake_cluster.ops().count("query_job") == 3
+
+
+def test_named_containers_persist_per_node(fake_cluster: FakeCluster, tmp_path: Path) -> None:
+    job = alloc(fake_cluster, tmp_path)
+    missing = fake_cluster.run_step(StepRequest(job, ("true",), 2, container=ContainerOptions("c")))
+    assert missing.exit_code == 1 and "does not exist" in missing.stderr
+    imported = fake_cluster.run_step(
+        StepRequest(job, ("true",), 2, container=ContainerOptions("c", image="img:1")))
+    assert imported.exit_code == 0
+    fake_cluster.run_step(StepRequest(job, ("pip", "install", "x"), 2,
+                                      container=ContainerOptions("c", writable=True)))
+    fake_cluster.run_step(StepRequest(job, ("pip", "install", "y"), 2,
+                                      container=ContainerOptions("c")))
+    assert fake_cluster.nodes["node02"].containers["c"].packages == ["pip install x"]
+    assert "c" not in fake_cluster.nodes["node03"].containers
+    hosts = fake_cluster.run_step(StepRequest(job, ("hostname",), 2))
+    assert hosts.stdout.split() == ["node01", "node02"]
+
+
+def test_allocation_errors_write_the_salloc_log(fake_cluster: FakeCluster, tmp_path: Path) -> None:
+    with pytest.raises(AllocationFailed, match="Invalid partition name specified"):
+        fake_cluster.allocate(AllocationRequest("nope", "acct", 1, Duration.parse("10"), "n",
+                                                tmp_path / ".salloc.log"))
+    assert "invalid partition specified: nope" in (tmp_path / ".salloc.log").read_text()
+    with pytest.raises(AllocationFailed, match="Requested node configuration"):
+        alloc(fake_cluster, tmp_path, nodes=9)
+
+
+def test_batch_job_runs_writes_its_output_and_is_accounted(fake_cluster: FakeCluster,
+                                                           tmp_path: Path) -> None:
+    script = tmp_path / "job.slurm"
+    script.write_text("#!/bin/bash\n#SBATCH --output=out_%j.log\n#SBATCH -t 00:05:00\nsrun x\n")
+    fake_cluster.script(script, FakeScript(lines=("a", "b", "c"), exit_code=3))
+    job = fake_cluster.submit(BatchRequest(script, tmp_path, job_name="t"))
+    assert fake_cluster.query_job(job).state == "RUNNING"
+    fake_cluster.clock.advance(10)
+    with pytest.raises(JobNotFound):
+        fake_cluster.query_job(job)
+    out = fake_cluster.job_outcome(job)
+    assert (out.state, out.exit_code, out.elapsed.seconds) == ("FAILED", 3, 3)
+    assert (tmp_path / f"out_{job}.log").read_text() == "a\nb\nc\n"
+    with pytest.raises(CommandFailed, match="Invalid account"):
+        fake_cluster.submit(BatchRequest(script, tmp_path, account="bad"))
+
+
+def test_persistent_script_is_a_step_that_can_be_cancelled(fake_cluster: FakeCluster,
+                                                           tmp_path: Path) -> None:
+    job = alloc(fake_cluster, tmp_path)
+    script = tmp_path / "hang.slurm"
+    fake_cluster.script(script, FakeScript(lines=("start", "Hang detected"), hang=True))
+    run = fake_cluster.start_script(ScriptRequest(script, tmp_path / "log.txt",
+                                                  {"SLURM_JOB_ID": job}, tmp_path))
+    fake_cluster.clock.advance(5)
+    assert run.poll() is None
+    steps = fake_cluster.list_steps(job)
+    assert [s.full_id for s in steps] == [f"{job}.0"]
+    fake_cluster.cancel(job, "0")
+    assert run.poll() == 143
+    assert fake_cluster.query_job(job).state == "RUNNING"  # the allocation stays
+    assert (tmp_path / "log.txt").read_text() == "start\nHang detected\n"

@@ -1,0 +1,538 @@
+"""One test per edge of design.md's table, on the fake cluster.
+
+Each asserts the final state, the state file and the exact Slurm operations issued.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import attrs
+import pytest
+from transitions import MachineError
+
+from slurm_fsm.backend import StepResult
+from slurm_fsm.errors import CommandTimedOut, ControllerUnreachable, NotOurJobError
+from slurm_fsm.machine import EDGES, AllocationMachine, State, states_markdown
+from slurm_fsm.spec import JobSpec
+from slurm_fsm.state import AllocState
+from slurm_fsm.testing import FakeCluster
+from slurm_fsm.testing.fake import CONTROLLER_OPS
+
+from conftest import SpecFactory
+
+IMAGE = "nvcr.io/nvidia/pytorch:24.05-py3"
+
+
+def machine(spec: JobSpec, fake: FakeCluster, **kw: object) -> AllocationMachine:
+    return AllocationMachine(spec, fake, clock=fake.clock, **kw)  # type: ignore[arg-type]
+
+
+def slurm_ops(fake: FakeCluster) -> list[str]:
+    """The controller operations issued, in order."""
+    return [op for op in fake.ops() if op in CONTROLLER_OPS]
+
+
+def ready_allocation(spec: JobSpec, fake: FakeCluster) -> AllocState:
+    """Run step 0 once so that a Ready allocation and its state file exist."""
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready
+    state = m.store.read()
+    assert state is not None
+    fake.reset_calls()
+    return state
+
+
+def state_file(spec: JobSpec) -> dict[str, object] | None:
+    p = spec.state_path
+    return json.loads(p.read_text()) if p.exists() else None
+
+
+@pytest.fixture
+def fake() -> FakeCluster:
+    return FakeCluster()
+
+
+# ---------------------------------------------------------------- NoState edges (0A, 0C, 0D)
+
+
+def test_release_with_state_file_cancels_our_job(make_spec: SpecFactory,
+                                                 fake: FakeCluster) -> None:
+    spec = make_spec()
+    alloc = ready_allocation(spec, fake)
+    spec.salloc_log.write_text("salloc: Granted job allocation\n")
+    m = machine(make_spec(release_allocation=True), fake)
+    assert m.prepare() is State.Released
+    assert m.path == ["NoState", "Released"]
+    assert slurm_ops(fake) == ["query_job", "cancel"]
+    assert fake.calls[-1].args == {"job_id": alloc.job_id, "step_id": None}
+    assert fake.jobs[alloc.job_id].state == "CANCELLED"
+    assert state_file(spec) is None and not spec.salloc_log.exists()
+    assert m.history[-1].reason == f"Allocation {alloc.job_id} released."
+
+
+def test_release_without_state_file_does_nothing(make_spec: SpecFactory,
+                                                 fake: FakeCluster) -> None:
+    m = machine(make_spec(release_allocation=True), fake)
+    assert m.prepare() is State.Released
+    assert slurm_ops(fake) == []
+    assert m.history[-1].reason == "no allocation to release"
+
+
+@pytest.mark.parametrize(("name", "user"), [("acct-trtllm.persistent", "bob"),
+                                            ("someone-elses-job", "tester")])
+def test_release_refuses_a_job_that_is_not_ours(make_spec: SpecFactory, fake: FakeCluster,
+                                                name: str, user: str) -> None:
+    spec = make_spec(release_allocation=True)
+    other = fake.make_job(name, user)
+    spec.state_path.parent.mkdir(parents=True)
+    spec.state_path.write_text(AllocState(other.job_id, "node01", "batch", "acct", 1).to_json())
+    m = machine(spec, fake)
+    assert m.prepare() is State.Failed
+    assert m.failure is not None and isinstance(m.failure.error, NotOurJobError)
+    assert "refusing to cancel" in m.failure.message
+    assert "cancel" not in slurm_ops(fake)
+    assert other.state == "RUNNING"
+    assert state_file(spec) is not None
+
+
+def test_release_from_ready(make_spec: SpecFactory, fake: FakeCluster) -> None:
+    spec = make_spec()
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready
+    job_id = m.alloc.job_id if m.alloc else ""
+    fake.reset_calls()
+    m.release()
+    assert m.state is State.Released
+    assert slurm_ops(fake) == ["query_job", "cancel"]
+    assert fake.jobs[job_id].state == "CANCELLED"
+    assert state_file(spec) is None
+
+
+def test_start_with_state_file_goes_to_validating_without_slurm(make_spec: SpecFactory,
+                                                                fake: FakeCluster) -> None:
+    spec = make_spec()
+    ready_allocation(spec, fake)
+    m = machine(spec, fake)
+    m.start()
+    assert m.state is State.Validating
+    assert slurm_ops(fake) == []
+
+
+def test_start_without_state_file_goes_to_allocating(make_spec: SpecFactory,
+                                                     fake: FakeCluster) -> None:
+    m = machine(make_spec(), fake)
+    m.start()
+    assert m.state is State.Allocating
+    assert slurm_ops(fake) == []
+
+
+def test_corrupt_state_file_is_handled_like_a_missing_one(make_spec: SpecFactory,
+                                                          fake: FakeCluster) -> None:
+    spec = make_spec()
+    orphan = ready_allocation(spec, fake)
+    spec.state_path.write_text('{"job_id": "1')  # half-written
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready
+    assert m.path == ["NoState", "Allocating", "Ready"]
+    assert any("not valid JSON" in w for w in m.warnings)
+    assert fake.jobs[orphan.job_id].state == "CANCELLED"  # 0D found it by name
+    assert f"Released orphaned allocation {orphan.job_id} - state file was missing." in m.warnings
+    new = state_file(spec)
+    assert new is not None and new["job_id"] != orphan.job_id
+
+
+# ---------------------------------------------------------------- Validating edges (0C, 0F)
+
+
+def test_reuse_makes_exactly_one_job_query(make_spec: SpecFactory, fake: FakeCluster) -> None:
+    spec = make_spec(docker_image=IMAGE, container_name="llama")
+    before = ready_allocation(spec, fake)
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready
+    assert m.path == ["NoState", "Validating", "Ready"]
+    assert slurm_ops(fake) == ["query_job"]
+    assert m.store.read() == before
+
+
+def test_two_node_allocation_serves_one_node_request(make_spec: SpecFactory,
+                                                     fake: FakeCluster) -> None:
+    ready_allocation(make_spec(slurm_params={"nodes": 2}), fake)
+    m = machine(make_spec(slurm_params={"nodes": 1}), fake)
+    assert m.prepare() is State.Ready
+    assert m.path == ["NoState", "Validating", "Ready"]
+    assert slurm_ops(fake) == ["query_job"]
+
+
+def test_larger_request_is_incompatible(make_spec: SpecFactory, fake: FakeCluster) -> None:
+    old = ready_allocation(make_spec(slurm_params={"nodes": 1}), fake)
+    spec = make_spec(slurm_params={"nodes": 2})
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready
+    assert m.path == ["NoState", "Validating", "Incompatible", "Allocating", "Ready"]
+    assert slurm_ops(fake) == ["query_job", "cancel", "find_jobs", "allocate", "query_job"]
+    assert fake.jobs[old.job_id].state == "CANCELLED"
+    new = state_file(spec)
+    assert new is not None and new["nodes"] == 2 and new["job_id"] != old.job_id
+
+
+@pytest.mark.parametrize("change", [{"slurm_params": {"partition": "gpu"}},
+                                    {"docker_image": "other:1", "container_name": "llama"}])
+def test_other_partition_or_image_is_incompatible(make_spec: SpecFactory, change: dict[str, object],
+                                                  ) -> None:
+    fake = FakeCluster(partitions={"batch": ["a1", "a2"], "gpu": ["g1", "g2"]})
+    ready_allocation(make_spec(docker_image=IMAGE, container_name="llama"), fake)
+    m = machine(make_spec(**change), fake)
+    assert m.prepare() is State.Ready
+    assert m.path[:4] == ["NoState", "Validating", "Incompatible", "Allocating"]
+
+
+def test_allocation_not_running_is_incompatible(make_spec: SpecFactory,
+                                                fake: FakeCluster) -> None:
+    spec = make_spec()
+    old = ready_allocation(spec, fake)
+    fake.jobs[old.job_id].state = "SUSPENDED"
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready
+    assert m.path == ["NoState", "Validating", "Incompatible", "Allocating", "Ready"]
+    assert fake.jobs[old.job_id].state == "CANCELLED"
+
+
+def test_expiring_allocation_is_cancelled_and_replaced(make_spec: SpecFactory,
+                                                       fake: FakeCluster) -> None:
+    spec = make_spec(alloc_time_limit="01:00:00")
+    old = ready_allocation(spec, fake)
+    fake.clock.advance(3600 - 300)  # exactly 5 minutes left
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready
+    assert m.path == ["NoState", "Validating", "Expiring", "Allocating", "Ready"]
+    assert slurm_ops(fake) == ["query_job", "cancel", "find_jobs", "allocate", "query_job"]
+    assert any(w.startswith("Allocation expiring soon") for w in m.warnings)
+    assert fake.jobs[old.job_id].state == "CANCELLED"
+    new = state_file(spec)
+    assert new is not None and new["job_id"] != old.job_id
+
+
+def test_six_minutes_left_is_reused(make_spec: SpecFactory, fake: FakeCluster) -> None:
+    spec = make_spec(alloc_time_limit="01:00:00")
+    ready_allocation(spec, fake)
+    fake.clock.advance(3600 - 360)
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready
+    assert m.path == ["NoState", "Validating", "Ready"]
+
+
+def test_job_gone_drops_state_file_then_allocates(make_spec: SpecFactory,
+                                                  fake: FakeCluster) -> None:
+    spec = make_spec()
+    old = ready_allocation(spec, fake)
+    fake.end_job(old.job_id)  # cancelled behind our back
+    m = machine(spec, fake)
+    m.start()
+    m.advance()
+    assert m.state is State.NoState
+    assert state_file(spec) is None
+    assert slurm_ops(fake) == ["query_job"]
+    assert m.prepare() is State.Ready
+    assert m.path == ["NoState", "Validating", "NoState", "Allocating", "Ready"]
+
+
+@pytest.mark.parametrize("error", [ControllerUnreachable("Unable to contact slurm controller"),
+                                   CommandTimedOut(["squeue"], 30.0)])
+def test_controller_unreachable_retries_then_fails_keeping_state(
+        make_spec: SpecFactory, fake: FakeCluster, error: Exception) -> None:
+    spec = make_spec()
+    old = ready_allocation(spec, fake)
+    fake.fail_next("query_job", error, times=10)
+    m = machine(spec, fake, unreachable_retries=2)
+    assert m.prepare() is State.Failed
+    assert m.path == ["NoState", "Validating", "Validating", "Validating", "Failed"]
+    assert slurm_ops(fake) == ["query_job"] * 3
+    assert m.failure is not None and "unreachable" in m.failure.message
+    assert m.failure.state_file_kept
+    assert state_file(spec) is not None
+    assert fake.clock.slept and all(s > 0 for s in fake.clock.slept)
+    # the controller comes back: the next run reuses the same allocation
+    fake._faults.clear()
+    again = machine(spec, fake)
+    assert again.prepare() is State.Ready
+    assert again.alloc is not None and again.alloc.job_id == old.job_id
+
+
+def test_controller_back_within_retries_reuses(make_spec: SpecFactory, fake: FakeCluster) -> None:
+    spec = make_spec()
+    ready_allocation(spec, fake)
+    fake.fail_next("query_job", ControllerUnreachable("connect failure"), times=1)
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready
+    assert m.path == ["NoState", "Validating", "Validating", "Ready"]
+
+
+def test_pending_allocation_is_waited_for_not_cancelled(make_spec: SpecFactory,
+                                                        fake: FakeCluster) -> None:
+    spec = make_spec()
+    old = ready_allocation(spec, fake)
+    job = fake.jobs[old.job_id]
+    job.state, job.pending_until = "PENDING", fake.clock.now() + 5
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready
+    assert m.path[:3] == ["NoState", "Validating", "Validating"]
+    assert m.path[-1] == "Ready"
+    assert "cancel" not in slurm_ops(fake)
+
+
+def test_pending_too_long_fails_and_keeps_state(make_spec: SpecFactory,
+                                                fake: FakeCluster) -> None:
+    spec = make_spec()
+    old = ready_allocation(spec, fake)
+    job = fake.jobs[old.job_id]
+    job.state, job.pending_until = "PENDING", fake.clock.now() + 10_000
+    m = machine(spec, fake, pending_wait_s=60)
+    assert m.prepare() is State.Failed
+    assert "cancel" not in slurm_ops(fake)
+    assert m.failure is not None and "still PENDING" in m.failure.message
+    assert state_file(spec) is not None
+
+
+@pytest.mark.parametrize(("name", "user"), [("acct-trtllm.persistent", "bob"),
+                                            ("interactive", "tester")])
+def test_state_file_naming_another_job_is_dropped_never_cancelled(
+        make_spec: SpecFactory, fake: FakeCluster, name: str, user: str) -> None:
+    spec = make_spec()
+    other = fake.make_job(name, user)
+    spec.state_path.parent.mkdir(parents=True)
+    spec.state_path.write_text(AllocState(other.job_id, "node01", "batch", "acct", 1).to_json())
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready
+    assert m.path == ["NoState", "Validating", "NoState", "Allocating", "Ready"]
+    assert other.state == "RUNNING"
+    assert all(c.args.get("job_id") != other.job_id for c in fake.calls if c.op == "cancel")
+    assert any("not ours" in w for w in m.warnings)
+
+
+def test_container_switch_updates_only_container_name(make_spec: SpecFactory,
+                                                      fake: FakeCluster) -> None:
+    before = ready_allocation(make_spec(docker_image=IMAGE, container_name="llama"), fake)
+    spec = make_spec(docker_image=IMAGE, container_name="mistral")
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready
+    assert m.path == ["NoState", "Validating", "Importing", "Installing", "Ready"]
+    after = m.store.read()
+    assert after is not None
+    assert after == attrs.evolve(before, container_name="mistral")
+    assert "allocate" not in slurm_ops(fake)
+    assert "mistral" in fake.nodes["node01"].containers
+
+
+def test_unfinished_install_is_redone_on_reuse(make_spec: SpecFactory, fake: FakeCluster) -> None:
+    spec = make_spec(docker_image=IMAGE, container_name="llama")
+    fake.on_step("requirements-dev.txt", StepResult(1, "", "ERROR: no such file"), times=1)
+    first = machine(spec, fake)
+    assert first.prepare() is State.Failed
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready
+    assert m.path == ["NoState", "Validating", "Installing", "Ready"]
+    s = state_file(spec)
+    assert s is not None and s["installed"] is True
+
+
+# ------------------------------------------------- Allocating / Importing / Installing
+
+
+def test_allocation_with_image_imports_warms_checks_installs(make_spec: SpecFactory,
+                                                             fake: FakeCluster) -> None:
+    spec = make_spec(docker_image=IMAGE, container_name="llama",
+                     container_mounts="/data:/data,/home:/workspace:ro",
+                     slurm_params={"nodes": 2})
+    fake.add_gpu_process("node02", 4242, "python", "30000 MiB")
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready
+    assert m.path == ["NoState", "Allocating", "Importing", "Installing", "Ready"]
+    assert slurm_ops(fake) == ["find_jobs", "allocate", "query_job", "run_step", "run_step",
+                               "run_step", "gpu_processes", "run_step", "run_step"]
+    steps = [c.args["request"] for c in fake.calls if c.op == "run_step"]
+    assert steps[0].argv == ("true",) and steps[0].container.image == IMAGE
+    assert steps[0].container.name == "llama" and steps[0].nodes == 2
+    assert [s.argv for s in steps[1:3]] == [("ls", "/data"), ("ls", "/workspace")]
+    assert all(s.container.image is None for s in steps[1:])
+    assert steps[3].argv == ("pip", "install", "-e", ".") and steps[3].container.writable
+    assert steps[4].argv == ("pip", "install", "-r", "requirements-dev.txt")
+    assert all(s.ntasks_per_node == 1 for s in steps)
+    assert ("GPU processes found on node02: 4242 python (30000 MiB). "
+            "These may interfere with the job.") in m.warnings
+    s = state_file(spec)
+    assert s is not None
+    assert s["installed"] is True and s["container_name"] == "llama"
+    assert s["nodelist"] == "node[01-02]" and s["nodes"] == 2
+    assert s["container_mounts"] == "/data:/data,/home:/workspace:ro"
+    assert len(fake.nodes["node01"].containers["llama"].packages) == 2
+
+
+def test_eval_requirements_installed_when_present(make_spec: SpecFactory,
+                                                  fake: FakeCluster) -> None:
+    spec = make_spec(docker_image=IMAGE, container_name="llama")
+    req = spec.repo_root / "examples" / "trtllm-eval" / "requirements.txt"
+    req.parent.mkdir(parents=True)
+    req.write_text("lm_eval\n")
+    machine(spec, fake).prepare()
+    argvs = [c.args["request"].argv for c in fake.calls if c.op == "run_step"]
+    assert argvs[-1] == ("pip", "install", "-r", "examples/trtllm-eval/requirements.txt")
+
+
+def test_allocation_without_image_skips_container_steps(make_spec: SpecFactory,
+                                                        fake: FakeCluster) -> None:
+    spec = make_spec()
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready
+    assert m.path == ["NoState", "Allocating", "Ready"]
+    assert slurm_ops(fake) == ["find_jobs", "allocate", "query_job"]
+    assert any("import, mount warm-up and install skipped" in n for n in m.notes)
+    s = state_file(spec)
+    assert s is not None and s["installed"] is True and s["container_name"] is None
+
+
+def test_skip_install_for_custom(make_spec: SpecFactory, fake: FakeCluster) -> None:
+    spec = make_spec(workflow_type="custom", skip_install=True, docker_image=IMAGE,
+                     container_name="c")
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready
+    assert m.path == ["NoState", "Allocating", "Importing", "Ready"]
+    assert not any(c.args["request"].argv[0] == "pip" for c in fake.calls if c.op == "run_step")
+
+
+def test_skip_install_is_ignored_for_pytest(make_spec: SpecFactory, fake: FakeCluster) -> None:
+    spec = make_spec(workflow_type="pytest", skip_install=True, docker_image=IMAGE,
+                     container_name="c")
+    assert machine(spec, fake).prepare() is State.Ready
+    assert any(c.args["request"].argv[0] == "pip" for c in fake.calls if c.op == "run_step")
+
+
+@pytest.mark.parametrize(("partition", "account", "message"), [
+    ("nope", "acct", "Invalid partition name specified"),
+    ("batch", "bad", "Invalid account or account/partition combination specified"),
+])
+def test_salloc_failure_reports_slurms_message_and_leaves_nothing(
+        make_spec: SpecFactory, fake: FakeCluster, partition: str, account: str,
+        message: str) -> None:
+    spec = make_spec(slurm_params={"partition": partition, "account": account})
+    m = machine(spec, fake)
+    assert m.prepare() is State.Failed
+    assert m.failure is not None and m.failure.step == "Allocating"
+    assert message in m.failure.message
+    assert state_file(spec) is None
+    assert fake.active_jobs() == []
+    assert message in spec.salloc_log.read_text()
+
+
+def test_pending_new_allocation_is_polled_until_running(make_spec: SpecFactory) -> None:
+    fake = FakeCluster(pending_s=30)
+    m = machine(make_spec(), fake)
+    assert m.prepare() is State.Ready
+    assert fake.count("query_job") > 2
+    assert fake.clock.slept[0] < 1 and max(fake.clock.slept) <= 10
+
+
+def test_allocation_pending_forever_is_cancelled(make_spec: SpecFactory) -> None:
+    fake = FakeCluster(pending_s=100_000)
+    m = machine(make_spec(), fake, alloc_wait_s=120)
+    assert m.prepare() is State.Failed
+    assert m.failure is not None and "still PENDING" in m.failure.message
+    assert fake.active_jobs() == []
+    assert state_file(make_spec()) is None
+
+
+def test_no_pyxis_fails_before_allocating(make_spec: SpecFactory) -> None:
+    fake = FakeCluster(pyxis=False)
+    m = machine(make_spec(docker_image=IMAGE, container_name="c"), fake)
+    assert m.prepare() is State.Failed
+    assert m.failure is not None and "no pyxis" in m.failure.message
+    assert "allocate" not in fake.ops()
+
+
+def test_orphans_of_this_user_and_name_only_are_cancelled(make_spec: SpecFactory,
+                                                          fake: FakeCluster) -> None:
+    mine = fake.make_job("acct-trtllm.persistent", "tester")
+    others = [fake.make_job("acct-trtllm.persistent", "bob"),
+              fake.make_job("interactive", "tester")]
+    m = machine(make_spec(), fake)
+    assert m.prepare() is State.Ready
+    assert mine.state == "CANCELLED"
+    assert all(o.state == "RUNNING" for o in others)
+    assert f"Released orphaned allocation {mine.job_id} - state file was missing." in m.warnings
+
+
+@pytest.mark.parametrize(("match", "what"), [
+    ("true", "container import"),
+    ("ls /data", "mount warm-up of /data"),
+    ("pip install -e .", "pip install -e ."),
+])
+def test_setup_step_failures_get_their_own_report(make_spec: SpecFactory, fake: FakeCluster,
+                                                  match: str, what: str) -> None:
+    spec = make_spec(docker_image=IMAGE, container_name="llama", container_mounts="/data:/data")
+    fake.on_step(match, StepResult(1, "", f"boom in {match}"), times=1)
+    m = machine(spec, fake)
+    assert m.prepare() is State.Failed
+    assert m.failure is not None
+    assert what in m.failure.message and f"boom in {match}" in m.failure.message
+    s = state_file(spec)
+    assert s is not None  # the allocation exists and is tracked, never leaked
+    assert s["installed"] is False
+    expected_container = "llama" if match.startswith("pip") else None
+    assert s["container_name"] == expected_container
+
+
+# ---------------------------------------------------------------- Ready / Running
+
+
+def test_run_preflight_reuses_validation_and_warns(make_spec: SpecFactory,
+                                                   fake: FakeCluster) -> None:
+    spec = make_spec(alloc_time_limit="01:00:00", slurm_params={"time_limit": "02:00:00"})
+    ready_allocation(spec, fake)
+    fake.add_gpu_process("node01", 77, "stale")
+    m = machine(spec, fake)
+    m.prepare()
+    m.run()
+    assert m.state is State.Running
+    assert slurm_ops(fake) == ["query_job", "gpu_processes"]
+    assert any(w.startswith("Allocation has 01:00:00 left but job expects 02:00:00")
+               for w in m.warnings)
+    assert any("GPU processes found on node01: 77 stale" in w for w in m.warnings)
+    m.finish(reason="exit 0")
+    assert m.state is State.Ready
+    assert m.history[-1].reason == "exit 0"
+
+
+def test_illegal_trigger_raises_and_keeps_state(make_spec: SpecFactory, fake: FakeCluster) -> None:
+    m = machine(make_spec(), fake)
+    with pytest.raises(MachineError):
+        m.run()
+    assert m.state is State.NoState
+    assert not m.may_run() and m.may_start()
+    m.start()
+    with pytest.raises(MachineError):
+        m.finish()
+    assert m.state is State.Allocating
+    assert fake.calls == []
+
+
+def test_history_has_timestamps_and_reasons(make_spec: SpecFactory, fake: FakeCluster) -> None:
+    m = machine(make_spec(), fake)
+    m.prepare()
+    assert [(t.source, t.dest, t.trigger) for t in m.history] == [
+        ("NoState", "Allocating", "start"), ("Allocating", "Ready", "advance")]
+    assert all(t.at.endswith("+00:00") and t.reason for t in m.history)
+
+
+def test_every_state_of_the_design_card_exists() -> None:
+    names = {s.value for s in State}
+    assert {"NoState", "Validating", "Expiring", "Incompatible", "Allocating", "Importing",
+            "Installing", "Ready", "Running", "Released"} <= names
+    used = {e.dest for e in EDGES} | {e.source for e in EDGES if isinstance(e.source, State)}
+    assert used == set(State)
+
+
+def test_diagram_in_docs_is_current() -> None:
+    doc = Path(__file__).parent.parent / "docs" / "states.md"
+    assert doc.read_text() == states_markdown(), "docs/states.md is stale: run `make diagram`"
+    assert AllocationMachine.mermaid() in doc.read_text()
