@@ -106,6 +106,7 @@ REQUIRED_COMMANDS: Mapping[str, str] = {
 }
 
 _DB_PASSWORD_BYTES = 12
+_DAEMON_MARKER = "SLURM_FSM_LOCALCLUSTER_DAEMON"
 _T = TypeVar("_T")
 _STATE_FILE = "cluster.json"
 _HEALTHY_NODE_STATES = frozenset({"idle", "allocated", "mixed", "completing"})
@@ -460,6 +461,47 @@ def _pids_in_uts(namespaces: set[str]) -> list[int]:
         if ns in namespaces:
             found.append(int(entry.name))
     return found
+
+
+def _marked_pids(base: Path) -> list[int]:
+    """Live processes started by us for ``base`` (the marker in their environment)."""
+    marker = f"{_DAEMON_MARKER}={base}".encode() + b"\0"
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if (environ.startswith(marker) or b"\0" + marker in environ) and _proc_alive(
+            int(entry.name)
+        ):
+            found.append(int(entry.name))
+    return found
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _our_namespaces(daemons: Sequence[_Daemon]) -> set[str]:
+    """The UTS namespaces of our nodes that are still ours.
+
+    A namespace whose slurmd still runs is ours. Once its slurmd is gone, the kernel
+    may give its number to a new namespace, so it only counts while a slurmstepd
+    (left behind by our slurmd) still lives in it.
+    """
+    namespaces = {d.uts_ns for d in daemons if d.uts_ns and _is_ours(d)}
+    orphaned = {d.uts_ns for d in daemons if d.uts_ns} - namespaces
+    for pid in _pids_in_uts(orphaned):
+        if _comm(pid) == "slurmstepd":
+            with contextlib.suppress(OSError):
+                namespaces.add(os.readlink(f"/proc/{pid}/ns/uts"))
+    return namespaces
 
 
 def _kill_all(pids: Sequence[int], *, grace: float) -> list[int]:
@@ -844,7 +886,7 @@ def _start(layout: _Layout, n_nodes: int) -> ClusterInfo:
         (layout.spool / f"slurmd-{node}").mkdir()
     port0 = _choose_ports(layout.base, n_nodes)
     env = _clean_env(layout.slurm_conf)
-    env[ENV_BASE_DIR] = str(layout.base)  # marks our processes
+    env[_DAEMON_MARKER] = str(layout.base)  # marks our processes, see _marked_pids
     daemons: list[_Daemon] = []
     _write_state(layout, None, daemons)
     user = getpass.getuser()
@@ -985,23 +1027,26 @@ def up(nodes: int = DEFAULT_NODES, *, install: bool = True) -> ClusterInfo:
 
 
 def _stop(layout: _Layout) -> list[str]:
-    """Kill every process of ours; return the names of survivors (caller holds the lock)."""
+    """Kill every process of ours; return the survivors (the caller holds the lock).
+
+    Ours: the pids in the state file (when they still run the program we started),
+    everything in the nodes' UTS namespaces (slurmstepd, job tasks), and any process
+    carrying our daemon marker in its environment (started by an ``up`` that died
+    before it could record the pid).
+    """
     _info, daemons = _read_state(layout)
-    namespaces = {d.uts_ns for d in daemons if d.uts_ns}
-    # slurmd and what runs on the nodes (slurmstepd, job tasks) first
+    namespaces = _our_namespaces(daemons)
+    # the nodes first: slurmd, slurmstepd and the job tasks
     node_pids = {d.pid for d in daemons if d.uts_ns and _is_ours(d)}
     node_pids.update(_pids_in_uts(namespaces))
     survivors = _kill_all(sorted(node_pids), grace=2.0)
-    # then the controller, slurmdbd, MariaDB and munged, in that order of importance
-    order = ["slurmctld", "slurmdbd", "mariadbd", "munged"]
-    rest = sorted(
-        (d for d in daemons if not d.uts_ns),
-        key=lambda d: order.index(d.name) if d.name in order else len(order),
-    )
-    for d in rest:
-        if _is_ours(d):
-            survivors += _kill_all([d.pid], grace=5.0)
-    survivors += _pids_in_uts(namespaces)
+    # then the rest together; their state is thrown away, so a short grace is enough
+    # (slurmctld takes 1.5 s to stop on SIGTERM)
+    rest = {d.pid for d in daemons if not d.uts_ns and _is_ours(d)}
+    rest.update(_marked_pids(layout.base))
+    rest.difference_update(node_pids)
+    survivors += _kill_all(sorted(rest), grace=0.5)
+    survivors += [p for p in _pids_in_uts(namespaces) if p not in survivors]
     layout.state_file.unlink(missing_ok=True)
     return [f"pid {p} ({_cmdline(p).strip()})" for p in survivors]
 

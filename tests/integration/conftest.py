@@ -1,0 +1,91 @@
+"""The ``local_cluster`` fixture: a real local Slurm cluster for ``@pytest.mark.slurm`` tests.
+
+It reuses a healthy cluster that is already up (``scripts/local-slurm up``) or starts
+one, and fails (never skips) when it cannot. At the end of the session it fails
+when a job is left behind (an allocation a test forgot to release), then stops the
+cluster only if this session started it (set ``SLURM_FSM_KEEP_CLUSTER=1`` to keep it).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from slurm_fsm import localcluster
+from slurm_fsm.localcluster import ClusterInfo, LocalClusterError
+
+LEFTOVER_GRACE_SECONDS = 15.0
+
+
+def _squeue(info: ClusterInfo) -> list[str]:
+    """``squeue -h`` lines of the cluster: ``JOBID STATE NAME USER``."""
+    proc = subprocess.run(
+        ["squeue", "-h", "-o", "%i %T %j %u"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, **info.env},
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise LocalClusterError(f"squeue -h: exit {proc.returncode}: {proc.stderr.strip()}")
+    return [line for line in proc.stdout.splitlines() if line.strip()]
+
+
+def _leftovers(info: ClusterInfo, before: set[str]) -> list[str]:
+    """Jobs that appeared during the session and are still there after a grace period
+    (a just-cancelled job shows as COMPLETING for a moment)."""
+    deadline = time.monotonic() + LEFTOVER_GRACE_SECONDS
+    while True:
+        jobs = [line for line in _squeue(info) if line.split()[0] not in before]
+        if not jobs or time.monotonic() > deadline:
+            return jobs
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="session")
+def local_cluster() -> Iterator[ClusterInfo]:
+    try:
+        result = localcluster.bring_up()
+    except LocalClusterError as exc:
+        text = str(exc)
+        if "--- " not in text:  # the start-up errors carry the log tails already
+            text += "\n" + localcluster.log_tails()
+        pytest.fail(f"the local Slurm cluster cannot come up: {text}", pytrace=False)
+    info = result.info
+    saved_conf = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = str(info.slurm_conf)
+    before = {line.split()[0] for line in _squeue(info)}  # not ours: existed already
+    problem = ""
+    try:
+        yield info
+    finally:
+        try:
+            left = _leftovers(info, before)
+            if left:
+                problem = (
+                    f"{len(left)} job(s) left behind at the end of the session "
+                    "(squeue -h: JOBID STATE NAME USER):\n  " + "\n  ".join(left)
+                )
+                if result.started:  # ours to clean; someone else's cluster: only report
+                    subprocess.run(  # noqa: S603
+                        ["scancel", *(line.split()[0] for line in left)],
+                        timeout=30,
+                        env={**os.environ, **info.env},
+                        check=False,
+                    )
+        except (LocalClusterError, subprocess.SubprocessError) as exc:
+            problem = f"cannot check for leftover jobs: {exc}"
+        finally:
+            if saved_conf is None:
+                os.environ.pop("SLURM_CONF", None)
+            else:
+                os.environ["SLURM_CONF"] = saved_conf
+            if result.started and os.environ.get("SLURM_FSM_KEEP_CLUSTER") != "1":
+                localcluster.down()
+    if problem:
+        pytest.fail(problem, pytrace=False)
