@@ -1,0 +1,308 @@
+"""Reading job logs without loading them whole (procedure.md steps 3 and 4).
+
+Every function here reads a bounded number of bytes or streams the file in
+fixed-size blocks; none of them holds a whole log in memory:
+
+* :func:`tail_lines` reads backwards from the end in blocks until it has the
+  last ``n`` lines (at most ``max_bytes``);
+* :func:`head_lines` reads forwards until it has the first ``n`` lines;
+* :func:`grep` counts the lines that contain each pattern, in blocks with a
+  small overlap, so a pattern split across two blocks is still found and a
+  huge line without a newline is never read whole;
+* :class:`LogFollower` is the monitor's eye on a growing log: each
+  :meth:`~LogFollower.poll` reads only the bytes appended since the previous
+  one, and looks for the hang marker in them (also across two polls).
+
+Text is decoded as UTF-8 with ``errors="replace"``: a job log is not
+guaranteed to be valid UTF-8, and a report must still be written.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+__all__ = [
+    "DEFAULT_HANG_MARKER",
+    "MAX_LINE_CHARS",
+    "TAIL_MAX_BYTES",
+    "LogFollower",
+    "grep",
+    "head_lines",
+    "tail_lines",
+]
+
+#: The text that makes the monitor cancel a job (matched case-insensitively).
+DEFAULT_HANG_MARKER = "hang detected"
+#: Lines longer than this (in characters) are cut in what head/tail return.
+MAX_LINE_CHARS = 8192
+#: tail_lines / head_lines stop after this many bytes even without n lines.
+TAIL_MAX_BYTES = 8 * 1024 * 1024
+
+_BLOCK = 65536
+
+
+def _decode(raw: bytes, max_chars: int) -> str:
+    text = raw.decode("utf-8", errors="replace")
+    if text.endswith("\r"):
+        text = text[:-1]
+    if len(text) > max_chars:
+        text = f"{text[:max_chars]} [... {len(text) - max_chars} more characters]"
+    return text
+
+
+def tail_lines(
+    path: Path,
+    n: int,
+    *,
+    block: int = _BLOCK,
+    max_bytes: int = TAIL_MAX_BYTES,
+    max_line: int = MAX_LINE_CHARS,
+) -> list[str]:
+    """The last ``n`` lines of ``path``, oldest first, without their newline.
+
+    Reads backwards from the end in ``block``-sized pieces and stops as soon
+    as ``n`` complete lines are in hand, or after ``max_bytes`` (then the
+    oldest line returned may be the end of a longer one). A missing file
+    gives ``[]``. Lines longer than ``max_line`` characters are cut.
+    """
+    if n <= 0:
+        return []
+    block = max(1, block)
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed below, seeks need the raw handle
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return []
+    with f:
+        end = f.seek(0, os.SEEK_END)
+        pos = end
+        chunks: list[bytes] = []
+        newlines = 0
+        read = 0
+        # A trailing newline ends the last line; it does not start a new one.
+        trailing = 0
+        while pos > 0 and read < max_bytes:
+            size = min(block, pos, max_bytes - read)
+            pos -= size
+            f.seek(pos)
+            chunk = f.read(size)
+            read += len(chunk)
+            if not chunks and chunk.endswith(b"\n"):
+                trailing = 1
+            chunks.append(chunk)
+            newlines += chunk.count(b"\n")
+            # n lines need n newlines before the oldest (plus the trailing one).
+            if newlines - trailing >= n:
+                break
+    data = b"".join(reversed(chunks))
+    if not data:
+        return []
+    parts = data.split(b"\n")
+    if trailing:
+        parts.pop()
+    # When more than n pieces were read, the first is the end of an older line
+    # and falls outside parts[-n:]; when max_bytes stopped the read, it is kept.
+    return [_decode(p, max_line) for p in parts[-n:]]
+
+
+def head_lines(
+    path: Path,
+    n: int,
+    *,
+    block: int = _BLOCK,
+    max_bytes: int = TAIL_MAX_BYTES,
+    max_line: int = MAX_LINE_CHARS,
+) -> list[str]:
+    """The first ``n`` lines of ``path``, without their newline.
+
+    Streams ``block``-sized pieces and stops once ``n`` lines are complete,
+    at end of file, or after ``max_bytes`` (the last line returned is then
+    cut). A missing file gives ``[]``.
+    """
+    if n <= 0:
+        return []
+    block = max(1, block)
+    lines: list[str] = []
+    buf = b""
+    read = 0
+    try:
+        f = open(path, "rb")  # noqa: SIM115
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return []
+    with f:
+        while len(lines) < n:
+            chunk = f.read(min(block, max_bytes - read)) if read < max_bytes else b""
+            read += len(chunk)
+            buf += chunk
+            while len(lines) < n:
+                i = buf.find(b"\n")
+                if i < 0:
+                    break
+                lines.append(_decode(buf[:i], max_line))
+                buf = buf[i + 1 :]
+            if not chunk:
+                if buf and len(lines) < n:
+                    lines.append(_decode(buf, max_line))
+                break
+    return lines
+
+
+def grep(path: Path, patterns: Sequence[str], *, block: int = 1 << 20) -> dict[str, int]:
+    """For each pattern, how many lines of ``path`` contain it.
+
+    Plain, case-sensitive substring match, as ``pattern in line`` would
+    give. The file is read in ``block``-sized pieces; between pieces only the
+    last ``max(len(pattern)) - 1`` bytes of an unfinished line are kept, so
+    memory stays bounded even for a line with no newline at all. A line is
+    counted once per pattern however often the pattern occurs in it. A
+    missing file counts 0 for every pattern; an empty pattern matches every
+    line; a pattern containing a newline matches none.
+    """
+    counts = {p: 0 for p in patterns}
+    searched = {p: p.encode("utf-8") for p in counts if p and "\n" not in p}
+    count_all = "" in counts
+    if not searched and not count_all:
+        return counts
+    overlap = max((len(b) for b in searched.values()), default=1) - 1
+    # Per pattern: has the line still open at the end of the data been counted?
+    open_counted = dict.fromkeys(searched, False)
+    carry = b""
+    lines = 0
+    ended_open = False  # did the file end inside a line (no final newline)?
+    block = max(1, block)
+    try:
+        f = open(path, "rb")  # noqa: SIM115
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return counts
+    with f:
+        while chunk := f.read(block):
+            lines += chunk.count(b"\n")
+            ended_open = not chunk.endswith(b"\n")
+            data = carry + chunk
+            last_nl = data.rfind(b"\n")
+            for p, needle in searched.items():
+                still_open = open_counted[p] if last_nl < 0 else False
+                pos = 0
+                while (i := data.find(needle, pos)) >= 0:
+                    starts_old_line = data.rfind(b"\n", 0, i) < 0
+                    if not (starts_old_line and open_counted[p]):
+                        counts[p] += 1
+                    nl = data.find(b"\n", i + len(needle))
+                    if nl < 0:
+                        still_open = True
+                        break
+                    pos = nl + 1
+                open_counted[p] = still_open
+            keep_from = max(last_nl + 1, len(data) - overlap)
+            carry = data[keep_from:] if overlap else b""
+    if count_all:
+        counts[""] = lines + (1 if ended_open else 0)
+    return counts
+
+
+class LogFollower:
+    """Follows a growing log: each :meth:`poll` reads only the new bytes.
+
+    ``poll`` opens the file, seeks to where the previous poll stopped, reads
+    to the end, closes it, and passes the new text to ``on_text``. A file
+    that does not exist yet gives ``""``; a file that got shorter (truncated)
+    or was replaced by another file (new inode) is read again from offset 0.
+    No byte of the same file is ever read twice: ``bytes_read`` counts them.
+    (A file truncated and refilled past the old offset between two polls
+    cannot be told from one that grew; its first bytes are then skipped.)
+
+    ``hang_detected`` turns true once ``hang_marker`` appears, in any case,
+    also when it is split across two polls (a tail of ``len(marker) - 1``
+    characters is kept between polls, never the whole text). ``last_line`` is
+    the last non-empty line seen, complete or not, for progress display; for
+    ``\\r``-updated progress bars it is the last segment after a ``\\r``.
+    """
+
+    #: At most this many characters of an unfinished line are kept for last_line.
+    PARTIAL_LINE_CHARS = 4096
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        hang_marker: str = DEFAULT_HANG_MARKER,
+        on_text: Callable[[str], None] | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self.hang_marker = hang_marker
+        self.on_text = on_text
+        self.bytes_read = 0
+        self.hang_detected = False
+        self.last_line = ""
+        #: Where the next poll starts reading.
+        self.offset = 0
+        #: How many times the file was found truncated or replaced.
+        self.restarts = 0
+        self._marker = hang_marker.lower()
+        self._tail = ""  # last len(marker)-1 lowercased characters seen
+        self._partial = ""  # the unfinished last line (bounded)
+        self._inode: int | None = None
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def _restart(self) -> None:
+        self.offset = 0
+        self.restarts += 1
+        self._tail = ""
+        self._partial = ""
+        self._decoder.reset()
+
+    def poll(self) -> str:
+        """Read what was appended since the last call; return it as text."""
+        try:
+            f = open(self.path, "rb")  # noqa: SIM115
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            return ""
+        with f:
+            st = os.fstat(f.fileno())
+            replaced = self._inode is not None and st.st_ino != self._inode
+            if replaced or st.st_size < self.offset:
+                self._restart()
+            self._inode = st.st_ino
+            f.seek(self.offset)
+            raw = f.read()
+        self.offset += len(raw)
+        self.bytes_read += len(raw)
+        if not raw:
+            return ""
+        text = self._decoder.decode(raw)
+        if text:
+            self._scan(text)
+            if self.on_text is not None:
+                self.on_text(text)
+        return text
+
+    def _scan(self, text: str) -> None:
+        if self._marker and not self.hang_detected:
+            window = self._tail + text.lower()
+            if self._marker in window:
+                self.hang_detected = True
+            keep = len(self._marker) - 1
+            self._tail = window[-keep:] if keep > 0 else ""
+        combined = self._partial + text
+        head, _, rest = combined.rpartition("\n")
+        self._partial = rest[-self.PARTIAL_LINE_CHARS :]
+        for candidate in (rest, head):
+            line = _last_nonempty_line(candidate)
+            if line:
+                self.last_line = line
+                break
+
+
+def _last_nonempty_line(text: str) -> str:
+    """The last non-blank line of ``text`` (after the last non-blank ``\\r``)."""
+    end = len(text)
+    while end > 0:
+        start = text.rfind("\n", 0, end) + 1
+        line = text[start:end]
+        for segment in reversed(line.split("\r")):
+            if segment.strip():
+                return segment.strip()[: MAX_LINE_CHARS]
+        end = start - 1
+    return ""
