@@ -51,6 +51,7 @@ __all__ = [
     "BAD_ACCOUNT",
     "CLUSTER_NAME",
     "DEFAULT_BASE_DIR",
+    "ENV_AUTH",
     "ENV_BASE_DIR",
     "OTHER_ACCOUNT",
     "PACKAGES",
@@ -71,6 +72,8 @@ __all__ = [
 ]
 
 ENV_BASE_DIR = "SLURM_FSM_LOCAL_DIR"
+#: "munge" (the default; falls back to "none" when munged cannot start) or "none"
+ENV_AUTH = "SLURM_FSM_LOCAL_AUTH"
 DEFAULT_BASE_DIR = Path("/tmp/slurm_fsm-local")
 CLUSTER_NAME = "slurmfsm"
 PARTITION = "debug"
@@ -862,7 +865,13 @@ def log_tails(base: Path | None = None, lines: int = 15) -> str:
     if not log_dir.is_dir():
         return f"(no log folder {log_dir})"
     chunks = []
-    for path in sorted(log_dir.iterdir()):
+    order = ("slurmctld", "slurmd", "slurmdbd", "munged", "mariadb")
+
+    def rank(path: Path) -> tuple[int, str]:
+        stem = path.name.split(".")[0].split("-")[0]
+        return (order.index(stem) if stem in order else len(order), path.name)
+
+    for path in sorted(log_dir.iterdir(), key=rank):
         try:
             text = path.read_text(errors="replace")
         except OSError:
@@ -891,7 +900,10 @@ def _start(layout: _Layout, n_nodes: int) -> ClusterInfo:
     _write_state(layout, None, daemons)
     user = getpass.getuser()
     try:
-        auth = "munge" if _start_munge(layout, daemons, env) else "none"
+        wanted = os.environ.get(ENV_AUTH, "munge").strip() or "munge"
+        if wanted not in ("munge", "none"):
+            raise LocalClusterError(f"{ENV_AUTH}={wanted!r}: use munge or none")
+        auth = "munge" if wanted == "munge" and _start_munge(layout, daemons, env) else "none"
         _write_state(layout, None, daemons)
         info = ClusterInfo(
             slurm_conf=layout.slurm_conf,

@@ -18,7 +18,7 @@ import pytest
 from slurm_fsm import localcluster
 from slurm_fsm.localcluster import ClusterInfo, LocalClusterError
 
-LEFTOVER_GRACE_SECONDS = 15.0
+LEFTOVER_GRACE_SECONDS = 5.0
 
 
 def _squeue(info: ClusterInfo) -> list[str]:
@@ -72,7 +72,7 @@ def local_cluster() -> Iterator[ClusterInfo]:
                     "(squeue -h: JOBID STATE NAME USER):\n  " + "\n  ".join(left)
                 )
                 if result.started:  # ours to clean; someone else's cluster: only report
-                    subprocess.run(  # noqa: S603
+                    subprocess.run(
                         ["scancel", *(line.split()[0] for line in left)],
                         timeout=30,
                         env={**os.environ, **info.env},

@@ -17,7 +17,7 @@ JOB_NAME = f"slurm_fsm-localcluster-test-{os.getpid()}"
 
 
 def slurm(info: ClusterInfo, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(  # noqa: S603
+    return subprocess.run(
         list(argv),
         capture_output=True,
         text=True,
