@@ -316,7 +316,7 @@ def _clean_env(conf: Path | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
     if conf is not None:
         env["SLURM_CONF"] = str(conf)
-    env.setdefault("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+    env["PATH"] = _search_path()
     return env
 
 
@@ -526,8 +526,19 @@ def _kill_all(pids: Sequence[int], *, grace: float) -> list[int]:
 # ---------------------------------------------------------------- packages
 
 
+def _search_path() -> str:
+    """$PATH with the sbin folders (daemons live there; a user's PATH may lack them)."""
+    parts = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p]
+    for extra in ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"):
+        if extra not in parts:
+            parts.append(extra)
+    return os.pathsep.join(parts)
+
+
 def missing_commands() -> list[str]:
-    return [c for c in REQUIRED_COMMANDS if shutil.which(c) is None]
+    """Required commands not found on $PATH plus the sbin folders."""
+    path = _search_path()
+    return [c for c in REQUIRED_COMMANDS if shutil.which(c, path=path) is None]
 
 
 def ensure_packages() -> None:
@@ -1027,8 +1038,10 @@ def bring_up(nodes: int = DEFAULT_NODES, *, install: bool = True) -> UpResult:
             if not problems:
                 return UpResult(info=info, started=False, seconds=time.monotonic() - t0)
             _say("cluster is unhealthy (" + "; ".join(problems) + "); restarting it")
-        if daemons or layout.state_file.exists():
-            _stop(layout)
+        # also ends daemons of an earlier `up` whose state file was lost (by marker)
+        survivors = _stop(layout)
+        if survivors:
+            raise LocalClusterError(f"cannot stop the old cluster: {', '.join(survivors)}")
         info = _start(layout, nodes)
     return UpResult(info=info, started=True, seconds=time.monotonic() - t0)
 
