@@ -27,4 +27,4 @@ class SystemClock:
 
 def backoff(attempt: int, first: float = 0.2, factor: float = 2.0, cap: float = 10.0) -> float:
     """Delay before poll number ``attempt`` (0-based): fast at first, then bounded."""
-    return float(min(cap, first * factor**attempt))
+    return float(min(cap, first * factor ** min(attempt, 60)))

@@ -38,6 +38,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from enum import Enum
+from pathlib import Path
 
 import attrs
 from transitions import EventData, Machine, MachineError
@@ -285,8 +286,10 @@ class AllocationMachine:
         alloc_wait_s: float = 600.0,
         setup_timeout_s: float = 3600.0,
         user: str | None = None,
+        salloc_log: Path | None = None,
     ) -> None:
         self.spec = spec
+        self.salloc_log = salloc_log or spec.salloc_log
         self.backend = backend
         self.clock: Clock = clock or SystemClock()
         self.store = store or StateStore(spec.state_path)
@@ -578,14 +581,14 @@ class AllocationMachine:
             f"{params.partition} for {spec.alloc_time_limit}."
         )
         # 0E
-        spec.salloc_log.parent.mkdir(parents=True, exist_ok=True)
+        self.salloc_log.parent.mkdir(parents=True, exist_ok=True)
         request = AllocationRequest(
             partition=params.partition,
             account=params.account,
             nodes=params.nodes,
             time_limit=spec.alloc_time_limit,
             job_name=spec.job_name,
-            log_path=spec.salloc_log,
+            log_path=self.salloc_log,
             gpus_per_node=params.gpus_per_node,
             user=self.user,
         )
@@ -644,7 +647,7 @@ class AllocationMachine:
 
     def _salloc_log_tail(self) -> str:
         try:
-            with open(self.spec.salloc_log, "rb") as fh:
+            with open(self.salloc_log, "rb") as fh:
                 fh.seek(0, os.SEEK_END)
                 fh.seek(max(0, fh.tell() - 4000))
                 return fh.read().decode("utf-8", "replace")
@@ -743,7 +746,7 @@ class AllocationMachine:
         alloc = self.alloc
         if alloc is None:
             self.store.delete()
-            self.spec.salloc_log.unlink(missing_ok=True)
+            self.salloc_log.unlink(missing_ok=True)
             self._reason = "no allocation to release"
             self._log("No allocation to release.")
             return
@@ -761,7 +764,7 @@ class AllocationMachine:
                 )
             self.backend.cancel(job_id)
         self.store.delete()
-        self.spec.salloc_log.unlink(missing_ok=True)
+        self.salloc_log.unlink(missing_ok=True)
         self.alloc = None
         self._reason = f"Allocation {job_id} released."
         self._log(f"Allocation {job_id} released.")

@@ -1,0 +1,178 @@
+"""The ``slurm-fsm`` command (also ``python -m slurm_fsm``).
+
+Exit codes: 0 PASSED or RELEASED; 1 FAILED, TIMEOUT, HANG_DETECTED,
+OUT_OF_MEMORY, CANCELLED; 2 bad input (spec or file); 3 ERROR or BUILD_FAILED.
+With ``--json`` stdout carries the JSON document and nothing else; progress
+goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+from slurm_fsm.backend import SlurmBackend
+from slurm_fsm.errors import JobNotFound, SlurmFsmError, SpecError, StateFileError
+from slurm_fsm.spec import JobSpec
+
+__all__ = ["EXIT_BAD_INPUT", "EXIT_ERROR", "main"]
+
+EXIT_BAD_INPUT = 2
+EXIT_ERROR = 3
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="slurm-fsm",
+        description="Run test and benchmark jobs on Slurm through a persistent allocation.",
+    )
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def spec_command(name: str, help_text: str) -> argparse.ArgumentParser:
+        c = sub.add_parser(name, help=help_text, description=help_text)
+        c.add_argument("spec", type=Path, help="path of job_spec.json")
+        c.add_argument("--json", action="store_true", help="print JSON only on stdout")
+        c.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
+        c.add_argument("--backend", choices=("slurm", "fake"), default="slurm",
+                       help="slurm: this machine's Slurm (default); fake: an in-memory "
+                            "cluster for trying it out")
+        return c
+
+    spec_command("run", "run the job of SPEC and print its report")
+    spec_command("release", "release the persistent allocation of SPEC's repo_root")
+    spec_command("status", "show the persistent allocation: job, state, time left")
+    spec_command("plan", "show what step 0 would do now and which Slurm commands it "
+                         "would issue, changing nothing")
+    d = sub.add_parser("diagram", help="print the state diagram")
+    d.add_argument("--format", choices=("mermaid", "dot"), default="mermaid")
+    demo = sub.add_parser("demo", help="run an example job twice through one persistent "
+                                       "allocation on the local Slurm cluster")
+    demo.add_argument("--fake", action="store_true", help="use the fake cluster")
+    demo.add_argument("--keep", action="store_true", help="do not release the allocation")
+    demo.add_argument("--quiet", "-q", action="store_true")
+    return p
+
+
+def _backend(kind: str) -> SlurmBackend:
+    if kind == "fake":
+        from slurm_fsm.testing import FakeCluster
+
+        return FakeCluster()
+    from slurm_fsm.subprocess_backend import SubprocessBackend
+
+    return SubprocessBackend()
+
+
+def _fake_for(spec: JobSpec) -> SlurmBackend:
+    """A FakeCluster that accepts the spec's partition and account."""
+    from slurm_fsm.testing import FakeCluster
+
+    p = spec.slurm_params
+    nodes = [f"node{i:02d}" for i in range(1, max(4, p.nodes) + 1)]
+    return FakeCluster(partitions={p.partition: nodes}, accounts=[p.account])
+
+
+def _emit(data: object, text: str, as_json: bool, out: TextIO) -> None:
+    if as_json:
+        out.write(json.dumps(data, indent=2, default=str) + "\n")
+    else:
+        out.write(text if text.endswith("\n") else text + "\n")
+    out.flush()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return _dispatch(args)
+    except SpecError as exc:
+        print(f"slurm-fsm: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except StateFileError as exc:
+        print(f"slurm-fsm: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except SlurmFsmError as exc:
+        print(f"slurm-fsm: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("slurm-fsm: interrupted (the persistent allocation, if any, is kept)",
+              file=sys.stderr)
+        return 130
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "diagram":
+        from slurm_fsm.machine import EDGES, dot_diagram, mermaid_diagram
+
+        text = mermaid_diagram(EDGES) if args.format == "mermaid" else dot_diagram(EDGES)
+        sys.stdout.write(text)
+        return 0
+    if args.command == "demo":
+        from slurm_fsm.demo import run_demo
+
+        return run_demo(fake=args.fake, keep=args.keep, quiet=args.quiet)
+
+    spec = JobSpec.from_file(args.spec)
+    backend = _fake_for(spec) if args.backend == "fake" else _backend("slurm")
+    if args.command == "status":
+        return _status(spec, backend, args.json)
+    if args.command == "plan":
+        from slurm_fsm.plan import make_plan
+
+        plan = make_plan(spec, backend)
+        _emit(plan.to_dict(), plan.render_text(), args.json, sys.stdout)
+        return 0 if plan.final_state != "Failed" else EXIT_ERROR
+
+    from slurm_fsm.executor import Executor
+    from slurm_fsm.progress import StderrEvents
+
+    if args.command == "release":
+        import attrs
+
+        spec = attrs.evolve(spec, release_allocation=True)
+    events = StderrEvents(quiet=args.quiet, stream_output=not args.json)
+    pre_step = None
+    if spec.build_project:
+        from slurm_fsm.build import default_pre_step
+
+        pre_step = default_pre_step
+    clock = getattr(backend, "clock", None)  # the fake cluster's own clock
+    report = Executor(spec, backend, events=events, pre_step=pre_step, clock=clock).run()
+    events.close()
+    _emit(report.to_dict(), report.render_text(), args.json, sys.stdout)
+    return report.exit_code_for_cli
+
+
+def _status(spec: JobSpec, backend: SlurmBackend, as_json: bool) -> int:
+    from slurm_fsm.state import StateStore
+
+    store = StateStore(spec.state_path)
+    alloc = store.read()
+    if alloc is None:
+        data: dict[str, object] = {"allocation": None, "state_file": str(store.path)}
+        _emit(data, f"no allocation (no state file at {store.path})", as_json, sys.stdout)
+        return 0
+    data = {"allocation": alloc.job_id, "state_file": str(store.path),
+            "nodelist": alloc.nodelist, "partition": alloc.partition, "nodes": alloc.nodes,
+            "container_name": alloc.container_name, "installed": alloc.installed}
+    try:
+        info = backend.query_job(alloc.job_id)
+    except JobNotFound:
+        data.update(slurm_state=None, time_left=None)
+        text = (f"allocation {alloc.job_id}: gone from Slurm (the state file is stale; the "
+                "next run drops it)")
+    else:
+        data.update(slurm_state=info.state, time_left=info.time_left.as_slurm(),
+                    job_name=info.name, user=info.user)
+        text = (f"allocation {alloc.job_id}: {info.state}, {info.time_left} left, "
+                f"{alloc.nodes} node(s) {alloc.nodelist} on {alloc.partition}, container "
+                f"{alloc.container_name or '-'}, installed {alloc.installed}")
+    _emit(data, text, as_json, sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,405 @@
+"""A whole job: optional pre-step, step 0, then steps 1-5 -> :class:`Report`.
+
+``Executor(spec, backend).run()`` is the one entry point. It owns no Slurm
+knowledge of its own: step 0 and the pre-flight are the machine's, command
+lines are the backend's, log reading and status decisions are in
+:mod:`slurm_fsm.logs` and :mod:`slurm_fsm.results`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+import attrs
+
+from slurm_fsm.backend import BatchRequest, JobOutcome, ScriptRequest, SlurmBackend, step_env
+from slurm_fsm.clock import Clock, SystemClock
+from slurm_fsm.errors import (
+    BackendError,
+    CommandTimedOut,
+    ControllerUnreachable,
+    JobNotFound,
+    SpecError,
+)
+from slurm_fsm.logs import grep, head_lines, tail_lines
+from slurm_fsm.machine import AllocationMachine, State
+from slurm_fsm.monitor import PollPolicy, Watch, watch_batch_job, watch_script
+from slurm_fsm.report import Report
+from slurm_fsm.results import Status, decide_status, diagnose, errors_from, parse_output
+from slurm_fsm.spec import JobSpec
+
+__all__ = ["Events", "Executor", "PreStep", "PreStepResult", "err_path_for", "log_path_for"]
+
+
+class Events:
+    """What a run tells the person watching it. Subclass and override what you show."""
+
+    def state(self, machine_state: str, detail: str = "") -> None:
+        """The machine (or the job) entered a new state."""
+
+    def message(self, text: str) -> None:
+        """A line of progress (allocation made, warnings, state changes)."""
+
+    def output(self, text: str) -> None:
+        """New text of the job's log, as it arrives."""
+
+    def tick(self, elapsed_s: float, last_line: str) -> None:
+        """Called on every monitor poll while a job runs."""
+
+
+@attrs.frozen
+class PreStepResult:
+    """What the pre-step (image resolution and build) decided."""
+
+    ok: bool
+    spec: JobSpec  # possibly with docker_image resolved
+    summary: str = ""
+    log_tail: tuple[str, ...] = ()
+    log_path: str | None = None
+    job_id: str | None = None
+    warnings: tuple[str, ...] = ()
+
+
+class PreStep(Protocol):
+    """Runs before step 0 when ``build_project`` is true (see :mod:`slurm_fsm.build`)."""
+
+    def __call__(self, spec: JobSpec, backend: SlurmBackend, events: Events) -> PreStepResult: ...
+
+
+def log_path_for(spec: JobSpec, job_id: str) -> Path:
+    """One-shot stdout log: ``<work_dir>/<log_file_pattern with %j>``."""
+    pattern = spec.log_file_pattern or "slurm-%j.out"
+    return spec.work_dir / pattern.replace("%j", job_id)
+
+
+def err_path_for(out: Path) -> Path:
+    """The ``.err`` beside a ``.out`` (or ``<name>.err`` when it has no ``.out``)."""
+    return out.with_suffix(".err") if out.suffix == ".out" else out.with_name(out.name + ".err")
+
+
+class Executor:
+    """Runs one job spec over one backend and returns a :class:`Report`."""
+
+    def __init__(
+        self,
+        spec: JobSpec,
+        backend: SlurmBackend,
+        *,
+        clock: Clock | None = None,
+        events: Events | None = None,
+        policy: PollPolicy | None = None,
+        pre_step: PreStep | None = None,
+        machine_factory: Callable[..., AllocationMachine] = AllocationMachine,
+    ) -> None:
+        self.spec = spec
+        self.backend = backend
+        self.clock: Clock = clock or SystemClock()
+        self.events = events or Events()
+        self.policy = policy or PollPolicy()
+        self.pre_step = pre_step
+        self._machine_factory = machine_factory
+        self.machine: AllocationMachine | None = None
+        self._timings: dict[str, float] = {}
+
+    # ------------------------------------------------------------------------ public
+    def run(self) -> Report:
+        """Run the job. Raises SpecError (no Slurm call made) when the script is missing."""
+        spec = self.spec
+        t0 = time.monotonic()
+        if not spec.release_allocation:
+            self._check_inputs()
+        warnings: list[str] = []
+        if spec.build_project and not spec.release_allocation and self.pre_step is not None:
+            self.events.state("PreStep", "resolving image and building")
+            pre = self.pre_step(spec, self.backend, self.events)
+            self._timings["pre_step_s"] = time.monotonic() - t0
+            warnings.extend(pre.warnings)
+            if not pre.ok:
+                return self._finish(Report(
+                    status=Status.BUILD_FAILED, task_type=spec.workflow_type.value,
+                    mode="persistent" if spec.persistent_mode else "one-shot",
+                    job_id=pre.job_id, allocation_id=None, slurm_state=None, exit_code=None,
+                    elapsed_s=None, log_files={"stdout": pre.log_path, "stderr": None},
+                    work_dir=str(spec.work_dir), summary=pre.summary or "build failed",
+                    errors=errors_from(list(pre.log_tail)), warnings=warnings, metrics={},
+                    diagnosis=[], path=["PreStep"], notes=["nothing allocated, nothing run"],
+                    log_head=[], log_tail=list(pre.log_tail), err_tail=[], timings={},
+                ), t0)
+            spec = pre.spec
+            self.spec = spec
+        if spec.release_allocation:
+            return self._finish(self._release(), t0)
+        if not spec.persistent_mode:
+            return self._finish(self._one_shot(warnings), t0)
+        return self._finish(self._persistent(warnings), t0)
+
+    # ---------------------------------------------------------------------- checks
+    def _check_inputs(self) -> None:
+        script = self.spec.script_path
+        if not script.is_file():
+            what = "is a directory" if script.is_dir() else "no such file"
+            raise SpecError("job spec", [f"script_path: {what}: {script}"])
+
+    # ---------------------------------------------------------------------- release
+    def _new_machine(self) -> AllocationMachine:
+        m = self._machine_factory(self.spec, self.backend, clock=self.clock,
+                                  log=self.events.message)
+        self.machine = m
+        return m
+
+    def _release(self) -> Report:
+        m = self._new_machine()
+        state = m.prepare()
+        job_id = next((t.reason.split()[1] for t in m.history
+                       if t.dest == State.Released.value and t.reason.startswith("Allocation ")),
+                      None)
+        if state is State.Released:
+            status, summary = Status.RELEASED, m.history[-1].reason
+        else:
+            status = Status.ERROR
+            summary = m.failure.message if m.failure else "release failed"
+        return self._base_report(m, status=status, mode="release", summary=summary,
+                                 allocation_id=job_id)
+
+    # -------------------------------------------------------------------- persistent
+    def _persistent(self, warnings: list[str]) -> Report:
+        spec = self.spec
+        m = self._new_machine()
+        t = time.monotonic()
+        self.events.state("Step0", "validating or allocating")
+        state = m.prepare()
+        self._timings["step0_s"] = time.monotonic() - t
+        if state is not State.Ready or m.alloc is None:
+            msg = m.failure.message if m.failure else f"step 0 ended in {state.value}"
+            return self._base_report(m, status=Status.ERROR, mode="persistent", summary=msg,
+                                     errors=[msg], extra_warnings=warnings,
+                                     diagnosis=diagnose(Status.ERROR, exit_code=None,
+                                                        slurm_state=None, log_empty=False,
+                                                        log_lines=msg.splitlines()))
+        alloc = m.alloc
+        t = time.monotonic()
+        try:
+            m.run()
+        except BackendError as exc:  # pre-flight failed: treat as a failed run
+            return self._base_report(m, status=Status.ERROR, mode="persistent",
+                                     summary=f"pre-flight failed: {exc}", errors=[str(exc)],
+                                     allocation_id=alloc.job_id, extra_warnings=warnings)
+        if m.state is not State.Running:
+            msg = m.failure.message if m.failure else "pre-flight failed"
+            return self._base_report(m, status=Status.ERROR, mode="persistent", summary=msg,
+                                     errors=[msg], allocation_id=alloc.job_id,
+                                     extra_warnings=warnings)
+        info, left = m.info_now()
+        self.events.message(
+            f"Running {spec.script_path} on allocation {alloc.job_id} ({alloc.nodelist}, "
+            f"{left} left), container {spec.container_name or '-'}; log {spec.persistent_log}"
+        )
+        assert info is not None
+        spec.work_dir.mkdir(parents=True, exist_ok=True)
+        env = step_env(attrs.evolve(info, nodelist=info.nodelist or alloc.nodelist),
+                       spec.slurm_params.nodes, spec.slurm_params.ntasks_per_node)
+        script = self.backend.start_script(ScriptRequest(
+            script_path=spec.script_path, log_path=spec.persistent_log, env=env,
+            cwd=spec.work_dir,
+        ))
+        self._timings["start_s"] = time.monotonic() - t
+        self.events.state("Running", f"job on allocation {alloc.job_id}")
+        watch = watch_script(
+            script, backend=self.backend, job_id=alloc.job_id,
+            timeout_s=float(spec.monitor_timeout_seconds), clock=self.clock, policy=self.policy,
+            on_output=self.events.output, on_message=self.events.message,
+            on_tick=self.events.tick,
+        )
+        self._timings["run_s"] = watch.elapsed_s
+        m.finish(reason=self._finish_reason(watch))
+        return self._collect(
+            m, watch, mode="persistent", job_id=alloc.job_id, allocation_id=alloc.job_id,
+            slurm_state=None, exit_code=watch.exit_code, elapsed=watch.elapsed_s,
+            out=spec.persistent_log, err=None, extra_warnings=warnings,
+        )
+
+    @staticmethod
+    def _finish_reason(watch: Watch) -> str:
+        if watch.hang:
+            return f"hang detected; cancelled {', '.join(watch.cancelled_steps) or 'no step'}"
+        if watch.timed_out:
+            return "monitor timeout; step cancelled"
+        return f"script exited {watch.exit_code}"
+
+    # ---------------------------------------------------------------------- one-shot
+    def _one_shot(self, warnings: list[str]) -> Report:
+        spec = self.spec
+        spec.work_dir.mkdir(parents=True, exist_ok=True)
+        self.events.state("Submitting", f"sbatch {spec.script_path}")
+        path = ["Submitting"]
+        try:
+            job_id = self.backend.submit(BatchRequest(
+                script_path=spec.script_path, work_dir=spec.work_dir,
+                partition=spec.slurm_params.partition, account=spec.slurm_params.account,
+            ))
+        except BackendError as exc:
+            return Report(
+                status=Status.ERROR, task_type=spec.workflow_type.value, mode="one-shot",
+                job_id=None, allocation_id=None, slurm_state=None, exit_code=None,
+                elapsed_s=None, log_files={"stdout": None, "stderr": None},
+                work_dir=str(spec.work_dir), summary=f"sbatch failed: {exc}",
+                errors=[str(exc)], warnings=warnings, metrics={},
+                diagnosis=[], path=path, notes=[], log_head=[], log_tail=[], err_tail=[],
+                timings=dict(self._timings),
+            )
+        out = log_path_for(spec, job_id)
+        err = err_path_for(out)
+        self.events.message(
+            f"Submitted batch job {job_id}: script {spec.script_path}, work dir "
+            f"{spec.work_dir}, logs {out} and {err}; monitor with `squeue -j {job_id}` or "
+            f"`sacct -j {job_id}`"
+        )
+        self.events.state("Monitoring", f"job {job_id}")
+        path.append("Monitoring")
+        watch = watch_batch_job(
+            job_id, backend=self.backend, log_path=out,
+            timeout_s=float(spec.monitor_timeout_seconds), clock=self.clock, policy=self.policy,
+            on_output=self.events.output, on_message=self.events.message,
+            on_tick=self.events.tick,
+        )
+        outcome, note = self._outcome(job_id)
+        path.append("Collected")
+        notes = [note] if note else []
+        elapsed = float(outcome.elapsed.seconds) if outcome and outcome.elapsed.seconds \
+            is not None else watch.elapsed_s
+        report = self._collect(
+            None, watch, mode="one-shot", job_id=job_id, allocation_id=None,
+            slurm_state=outcome.state if outcome else None,
+            exit_code=outcome.exit_code if outcome else None, elapsed=elapsed, out=out, err=err,
+            extra_warnings=warnings, path=path, notes=notes,
+        )
+        if outcome is not None:
+            report.metrics.setdefault("max_rss", outcome.max_rss)
+            report.metrics.setdefault("accounting_source", outcome.source)
+        return report
+
+    def _outcome(self, job_id: str) -> tuple[JobOutcome | None, str]:
+        """Ask accounting, a few times: sacct sees a job 0.1-0.25 s after it ends."""
+        last = ""
+        for attempt in range(6):
+            try:
+                outcome = self.backend.job_outcome(job_id)
+            except JobNotFound as exc:
+                last = str(exc)
+            except (ControllerUnreachable, CommandTimedOut) as exc:
+                last = str(exc)
+            else:
+                if outcome.state not in ("RUNNING", "PENDING", "COMPLETING"):
+                    return outcome, ""
+                last = f"accounting still says {outcome.state}"
+            self.clock.sleep(min(0.2 * 2**attempt, 5.0))
+        return None, (f"neither sacct nor scontrol knows how job {job_id} ended ({last}); "
+                      "status decided from the log alone")
+
+    # ---------------------------------------------------------------------- collect
+    def _collect(
+        self,
+        m: AllocationMachine | None,
+        watch: Watch,
+        *,
+        mode: str,
+        job_id: str | None,
+        allocation_id: str | None,
+        slurm_state: str | None,
+        exit_code: int | None,
+        elapsed: float | None,
+        out: Path,
+        err: Path | None,
+        extra_warnings: list[str],
+        path: list[str] | None = None,
+        notes: list[str] | None = None,
+    ) -> Report:
+        spec = self.spec
+        tail = tail_lines(out, 100)
+        patterns = list(spec.success_patterns) + list(spec.failure_patterns)
+        hits = grep(out, patterns) if patterns else {}
+        if err is not None and err.exists() and err != out and patterns:
+            for k, v in grep(err, patterns).items():
+                hits[k] = hits.get(k, 0) + v
+        success_hits = {p: hits.get(p, 0) for p in spec.success_patterns}
+        failure_hits = {p: hits.get(p, 0) for p in spec.failure_patterns}
+        metrics = parse_output(spec.workflow_type, tail, spec.work_dir)
+        status = decide_status(
+            exit_code=exit_code, slurm_state=slurm_state, hang=watch.hang,
+            timed_out=watch.timed_out, success_hits=success_hits, failure_hits=failure_hits,
+            success_patterns=list(spec.success_patterns), workflow_type=spec.workflow_type,
+            metrics=metrics,
+        )
+        failed = status is not Status.PASSED
+        head = head_lines(out, 50) if failed else []
+        err_tail = tail_lines(err, 50) if err is not None and err != out else []
+        if status is Status.HANG_DETECTED:
+            tail = tail_lines(out, 200)
+        log_empty = not out.exists() or out.stat().st_size == 0
+        errors = errors_from(head + tail + err_tail) if failed else []
+        errors += [f"failure pattern found: {p!r} ({n} line(s))"
+                   for p, n in failure_hits.items() if n]
+        if spec.success_patterns and not any(success_hits.values()) and failed:
+            errors.append("no success pattern found: " + ", ".join(spec.success_patterns))
+        diagnosis = diagnose(status, exit_code=exit_code, slurm_state=slurm_state,
+                             log_empty=log_empty, log_lines=head + tail + err_tail)
+        summary = self._summary(status, job_id, allocation_id, exit_code, watch, metrics)
+        metrics = {**metrics, "success_hits": success_hits, "failure_hits": failure_hits}
+        if watch.cancelled_steps:
+            metrics["cancelled_steps"] = list(watch.cancelled_steps)
+        warnings = list(extra_warnings) + (list(m.warnings) if m else [])
+        warnings += [w for w in watch.messages if w not in warnings]
+        report = Report(
+            status=status, task_type=spec.workflow_type.value, mode=mode, job_id=job_id,
+            allocation_id=allocation_id, slurm_state=slurm_state, exit_code=exit_code,
+            elapsed_s=round(elapsed, 3) if elapsed is not None else None,
+            log_files={"stdout": str(out), "stderr": str(err) if err else None},
+            work_dir=str(spec.work_dir), summary=summary, errors=errors[:30],
+            warnings=warnings, metrics=metrics, diagnosis=diagnosis,
+            path=(m.path if m else []) + (path or []), notes=(m.notes if m else []) +
+            (notes or []), log_head=head, log_tail=tail, err_tail=err_tail,
+            timings=dict(self._timings),
+        )
+        return report
+
+    @staticmethod
+    def _summary(status: Status, job_id: str | None, allocation_id: str | None,
+                 exit_code: int | None, watch: Watch, metrics: dict[str, object]) -> str:
+        where = f"step on allocation {allocation_id}" if allocation_id else f"job {job_id}"
+        text = f"{status.value}: {where}, exit code {exit_code}"
+        if watch.hang:
+            text += f"; hang detected, cancelled {', '.join(watch.cancelled_steps) or 'job'}"
+        if watch.timed_out:
+            text += "; monitor timeout"
+        counts = [f"{metrics[k]} {k}" for k in ("passed", "failed", "errors", "skipped")
+                  if k in metrics]
+        if counts:
+            text += "; " + ", ".join(counts)
+        return text
+
+    def _base_report(self, m: AllocationMachine, *, status: Status, mode: str, summary: str,
+                     errors: list[str] | None = None, allocation_id: str | None = None,
+                     extra_warnings: list[str] | None = None,
+                     diagnosis: list[dict[str, str]] | None = None) -> Report:
+        spec = self.spec
+        log = spec.persistent_log if mode == "persistent" else None
+        salloc_tail = tail_lines(spec.salloc_log, 20) if status is Status.ERROR else []
+        return Report(
+            status=status, task_type=spec.workflow_type.value, mode=mode, job_id=None,
+            allocation_id=allocation_id or (m.alloc.job_id if m.alloc else None),
+            slurm_state=None, exit_code=None, elapsed_s=None,
+            log_files={"stdout": str(log) if log else None,
+                       "stderr": str(spec.salloc_log) if salloc_tail else None},
+            work_dir=str(spec.work_dir), summary=summary, errors=errors or [],
+            warnings=(extra_warnings or []) + list(m.warnings), metrics={},
+            diagnosis=diagnosis or [], path=m.path, notes=list(m.notes), log_head=[],
+            log_tail=salloc_tail, err_tail=[], timings=dict(self._timings),
+        )
+
+    def _finish(self, report: Report, t0: float) -> Report:
+        report.timings["total_s"] = round(time.monotonic() - t0, 4)
+        self.events.state(report.status.value, report.summary)
+        return report

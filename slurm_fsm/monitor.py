@@ -1,0 +1,209 @@
+"""Step 3: wait for a job, watching its log for hangs and the wall clock.
+
+Two loops share one policy:
+
+* the **local** loop reads only the bytes a log gained since the last look
+  (:class:`~slurm_fsm.logs.LogFollower`) and polls the local script process;
+  it costs Slurm nothing, so it starts fast (10 ms) and backs off to 1 s;
+* the **Slurm** loop (one-shot jobs only) asks the controller about the job
+  at most once per poll, starting at 0.5 s and backing off to one query
+  every 30 s for long jobs.
+
+The monitor never decides a job's status; it returns what it saw in a
+:class:`Watch` and the results module decides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import attrs
+
+from slurm_fsm.backend import JobInfo, RunningScript, SlurmBackend
+from slurm_fsm.clock import Clock, backoff
+from slurm_fsm.errors import CommandTimedOut, ControllerUnreachable, JobNotFound
+from slurm_fsm.logs import LogFollower
+
+__all__ = ["PollPolicy", "Watch", "watch_batch_job", "watch_script"]
+
+#: Steps that are part of an allocation itself, never a job's step.
+NON_JOB_STEPS = frozenset({"extern", "batch", "interactive"})
+
+
+@attrs.frozen
+class PollPolicy:
+    """How often to look. Slurm polls back off from ``slurm_first_s`` to ``slurm_max_s``."""
+
+    local_first_s: float = 0.01
+    local_max_s: float = 1.0
+    slurm_first_s: float = 0.5
+    slurm_max_s: float = 30.0
+    pending_report_s: float = 300.0
+
+
+@attrs.define
+class Watch:
+    """What the monitor saw."""
+
+    exit_code: int | None = None  # persistent path: the script's exit status
+    hang: bool = False
+    timed_out: bool = False
+    cancelled_steps: list[str] = attrs.field(factory=list)
+    states: list[str] = attrs.field(factory=list)  # one-shot: Slurm states seen, in order
+    last_info: JobInfo | None = None
+    elapsed_s: float = 0.0
+    slurm_queries: int = 0
+    messages: list[str] = attrs.field(factory=list)
+    bytes_read: int = 0
+
+
+Notify = Callable[[str], None]
+
+
+def _stop_steps(backend: SlurmBackend, job_id: str, watch: Watch) -> None:
+    """Cancel the running steps of the allocation (never the allocation)."""
+    try:
+        steps = backend.list_steps(job_id)
+    except (JobNotFound, ControllerUnreachable, CommandTimedOut) as exc:
+        watch.messages.append(f"could not list steps of {job_id}: {exc}")
+        return
+    for step in steps:
+        if step.step_id in NON_JOB_STEPS:
+            continue
+        backend.cancel(job_id, step.step_id)
+        watch.cancelled_steps.append(step.full_id)
+
+
+def watch_script(
+    script: RunningScript,
+    *,
+    backend: SlurmBackend,
+    job_id: str,
+    timeout_s: float,
+    clock: Clock,
+    policy: PollPolicy = PollPolicy(),
+    on_output: Notify | None = None,
+    on_message: Notify | None = None,
+    on_tick: Callable[[float, str], None] | None = None,
+) -> Watch:
+    """Persistent path: wait for ``bash <script>`` on the allocation ``job_id``.
+
+    On a hang marker, cancel only the running steps (``squeue -s``, ``scancel ID.STEP``),
+    then stop the local script; past ``timeout_s`` do the same and report a timeout.
+    """
+    watch = Watch()
+    follower = LogFollower(script.log_path, on_text=on_output)
+    started = clock.now()
+    attempt = 0
+    say = on_message or (lambda _m: None)
+    while True:
+        code = script.poll()
+        follower.poll()
+        if code is not None:
+            watch.exit_code = code
+            break
+        now = clock.now()
+        if follower.hang_detected:
+            watch.hang = True
+            say("hang detected in the log: cancelling the running step (allocation kept)")
+            _stop_steps(backend, job_id, watch)
+            script.terminate()
+            watch.exit_code = script.poll()
+            break
+        if now - started >= timeout_s:
+            watch.timed_out = True
+            say(f"monitor timeout after {timeout_s:g} s: cancelling the running step")
+            _stop_steps(backend, job_id, watch)
+            script.terminate()
+            watch.exit_code = script.poll()
+            break
+        if on_tick is not None:
+            on_tick(now - started, follower.last_line)
+        clock.sleep(backoff(attempt, first=policy.local_first_s, cap=policy.local_max_s))
+        attempt += 1
+    follower.poll()
+    watch.bytes_read = follower.bytes_read
+    watch.elapsed_s = clock.now() - started
+    return watch
+
+
+def watch_batch_job(
+    job_id: str,
+    *,
+    backend: SlurmBackend,
+    log_path: Path,
+    timeout_s: float,
+    clock: Clock,
+    policy: PollPolicy = PollPolicy(),
+    on_output: Notify | None = None,
+    on_message: Notify | None = None,
+    on_tick: Callable[[float, str], None] | None = None,
+) -> Watch:
+    """One-shot path: poll ``squeue`` (adaptively) until the job has no row.
+
+    State changes are reported; PENDING for longer than ``policy.pending_report_s``
+    reports the reason and expected start once. A hang marker or the timeout
+    cancels the job.
+    """
+    watch = Watch()
+    say = on_message or (lambda _m: None)
+    follower = LogFollower(log_path, on_text=on_output)
+    started = clock.now()
+    next_query = started
+    slurm_attempt = 0
+    local_attempt = 0
+    pending_reported = False
+    pending_since: float | None = None
+    unreachable = 0
+    while True:
+        now = clock.now()
+        follower.poll()
+        if follower.hang_detected:
+            watch.hang = True
+            say(f"hang detected in the log: cancelling job {job_id}")
+            backend.cancel(job_id)
+            break
+        if now - started >= timeout_s:
+            watch.timed_out = True
+            say(f"monitor timeout after {timeout_s:g} s: cancelling job {job_id}")
+            backend.cancel(job_id)
+            break
+        if now >= next_query:
+            watch.slurm_queries += 1
+            try:
+                info = backend.query_job(job_id)
+            except JobNotFound:
+                break  # no row: the job is done
+            except (ControllerUnreachable, CommandTimedOut) as exc:
+                unreachable += 1
+                say(f"controller unreachable ({exc}); still waiting")
+                info = None
+            else:
+                unreachable = 0
+            if info is not None:
+                watch.last_info = info
+                if not watch.states or watch.states[-1] != info.state:
+                    watch.states.append(info.state)
+                    say(f"job {job_id}: {' -> '.join(watch.states)}")
+                if not info.is_active:
+                    break
+                if info.state == "PENDING":
+                    pending_since = pending_since if pending_since is not None else now
+                    if not pending_reported and now - pending_since >= policy.pending_report_s:
+                        pending_reported = True
+                        say(f"job {job_id} pending for {now - pending_since:.0f} s: reason "
+                            f"{info.reason or 'unknown'}, expected start {info.start_time or '?'}")
+            next_query = now + backoff(slurm_attempt, first=policy.slurm_first_s,
+                                       cap=policy.slurm_max_s)
+            slurm_attempt += 1
+        if on_tick is not None:
+            on_tick(now - started, follower.last_line)
+        wait = min(backoff(local_attempt, first=policy.local_first_s, cap=policy.local_max_s),
+                   max(0.0, next_query - clock.now()))
+        clock.sleep(max(wait, 0.001))
+        local_attempt += 1
+    follower.poll()
+    watch.bytes_read = follower.bytes_read
+    watch.elapsed_s = clock.now() - started
+    return watch

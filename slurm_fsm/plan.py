@@ -1,0 +1,165 @@
+"""``slurm-fsm plan``: what step 0 would do from the current state, changing nothing.
+
+:class:`PlanBackend` wraps a real backend. Questions (``squeue``, ``srun --help``)
+go to the real cluster; everything that would change something (``salloc``,
+``scancel``, ``srun``) is only recorded, with the command line it would run,
+and answered as if it had worked.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import attrs
+
+from slurm_fsm import slurmcli
+from slurm_fsm.backend import (
+    AllocationRequest,
+    BatchRequest,
+    GpuProcess,
+    JobInfo,
+    JobOutcome,
+    RunningScript,
+    ScriptRequest,
+    SlurmBackend,
+    StepInfo,
+    StepRequest,
+    StepResult,
+)
+from slurm_fsm.clock import Clock
+from slurm_fsm.duration import Duration
+from slurm_fsm.machine import AllocationMachine, State
+from slurm_fsm.spec import JobSpec
+from slurm_fsm.state import StateStore
+
+__all__ = ["Plan", "PlanBackend", "make_plan"]
+
+PLANNED_JOB = "<new-allocation>"
+
+
+@attrs.frozen
+class Plan:
+    """The outcome of a dry run of step 0."""
+
+    path: list[str]
+    final_state: str
+    commands: list[str]  # every Slurm command, the read-only ones marked "(asked)"
+    would_change: list[str]  # the commands that would change something
+    reasons: list[str]
+    warnings: list[str]
+
+    def to_dict(self) -> dict[str, object]:
+        return attrs.asdict(self)
+
+    def render_text(self) -> str:
+        lines = [f"step 0 would go: {' -> '.join(self.path)}"]
+        lines += [f"  {r}" for r in self.reasons]
+        lines.append("Slurm commands:")
+        lines += [f"  {c}" for c in self.commands] or ["  (none)"]
+        if self.warnings:
+            lines.append("warnings:")
+            lines += [f"  {w}" for w in self.warnings]
+        return "\n".join(lines) + "\n"
+
+
+def _cmd(argv: list[str]) -> str:
+    import shlex
+
+    return shlex.join(argv)
+
+
+class PlanBackend:
+    """Asks the real backend, records (and does not run) what would change things."""
+
+    def __init__(self, real: SlurmBackend) -> None:
+        self.real = real
+        self.commands: list[str] = []
+        self.would_change: list[str] = []
+
+    def _ask(self, argv: list[str]) -> None:
+        self.commands.append(_cmd(argv) + "   (asked)")
+
+    def _would(self, argv: list[str]) -> None:
+        line = _cmd(argv)
+        self.commands.append(line)
+        self.would_change.append(line)
+
+    def current_user(self) -> str:
+        return self.real.current_user()
+
+    def query_job(self, job_id: str) -> JobInfo:
+        self._ask(slurmcli.squeue_job_argv(job_id))
+        if job_id == PLANNED_JOB:
+            return JobInfo(job_id=job_id, state="RUNNING", nodelist="<nodes>",
+                           time_left=Duration.parse("UNLIMITED"))
+        return self.real.query_job(job_id)
+
+    def find_jobs(self, name: str, user: str) -> list[JobInfo]:
+        self._ask(slurmcli.squeue_find_argv(name, user))
+        return self.real.find_jobs(name, user)
+
+    def allocate(self, request: AllocationRequest, wait_s: float = 10.0) -> str:
+        self._would(slurmcli.salloc_argv(request))
+        return PLANNED_JOB
+
+    def run_step(self, request: StepRequest) -> StepResult:
+        self._would(slurmcli.srun_step_argv(request))
+        return StepResult(0, "", "")
+
+    def gpu_processes(self, job_id: str, nodes: int) -> list[GpuProcess]:
+        self._would(slurmcli.gpu_processes_argv(job_id, nodes))
+        return []
+
+    def probe_gpu_name(self, partition: str, account: str | None = None) -> str | None:
+        self._would(slurmcli.probe_gpu_argv(partition, account))
+        return None
+
+    def list_steps(self, job_id: str) -> list[StepInfo]:
+        self._ask(slurmcli.squeue_steps_argv(job_id))
+        return [] if job_id == PLANNED_JOB else self.real.list_steps(job_id)
+
+    def cancel(self, job_id: str, step_id: str | None = None) -> None:
+        self._would(slurmcli.scancel_argv(job_id, step_id))
+
+    def submit(self, request: BatchRequest) -> str:
+        self._would(slurmcli.sbatch_argv(request))
+        return PLANNED_JOB
+
+    def job_outcome(self, job_id: str) -> JobOutcome:
+        return self.real.job_outcome(job_id)
+
+    def has_container_support(self) -> bool:
+        self._ask(slurmcli.srun_help_argv())
+        return self.real.has_container_support()
+
+    def expand_nodelist(self, nodelist: str) -> list[str]:
+        return self.real.expand_nodelist(nodelist)
+
+    def start_script(self, request: ScriptRequest) -> RunningScript:
+        raise NotImplementedError("a plan never runs the job")
+
+
+def make_plan(spec: JobSpec, real: SlurmBackend, *, clock: Clock | None = None) -> Plan:
+    """Dry-run step 0 for ``spec`` against ``real``: the state file and the
+    ``.salloc.log`` are copied to a scratch folder, so nothing on disk changes."""
+    backend = PlanBackend(real)
+    with tempfile.TemporaryDirectory(prefix="slurm_fsm-plan-") as tmp:
+        scratch = Path(tmp)
+        if spec.state_path.exists():
+            shutil.copy2(spec.state_path, scratch / spec.state_path.name)
+        m = AllocationMachine(
+            spec, backend, clock=clock, store=StateStore(scratch / spec.state_path.name),
+            salloc_log=scratch / ".salloc.log", unreachable_retries=0, pending_wait_s=0,
+        )
+        state = m.prepare()
+    return Plan(
+        path=m.path,
+        final_state=state.value,
+        commands=backend.commands,
+        would_change=backend.would_change,
+        reasons=[f"{t.source} -> {t.dest}: {t.reason}" for t in m.history],
+        warnings=list(m.warnings) + ([m.failure.message] if m.failure and
+                                     state is State.Failed else []),
+    )

@@ -1,0 +1,74 @@
+"""Progress a person can follow, on stderr.
+
+On a terminal, one status line (machine state, job state, elapsed time, the
+log's last line) is redrawn in place and messages scroll above it; when
+stderr is not a terminal, every change is a plain line and the status line
+is printed at most every ``plain_interval_s`` seconds. Nothing goes to stdout.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+from slurm_fsm.executor import Events
+
+__all__ = ["StderrEvents"]
+
+
+class StderrEvents(Events):
+    def __init__(self, *, quiet: bool = False, stream_output: bool = False,
+                 stream: TextIO | None = None, plain_interval_s: float = 30.0) -> None:
+        self.quiet = quiet
+        self.stream_output = stream_output
+        self.out = stream or sys.stderr
+        self.tty = bool(getattr(self.out, "isatty", lambda: False)())
+        self.plain_interval_s = plain_interval_s
+        self._state = ""
+        self._detail = ""
+        self._status_shown = False
+        self._last_plain = 0.0
+        self._started = time.monotonic()
+
+    def _clear(self) -> None:
+        if self.tty and self._status_shown:
+            self.out.write("\r\x1b[2K")
+            self._status_shown = False
+
+    def _line(self, text: str) -> None:
+        if self.quiet:
+            return
+        self._clear()
+        self.out.write(text.rstrip("\n") + "\n")
+        self.out.flush()
+
+    def state(self, machine_state: str, detail: str = "") -> None:
+        self._state, self._detail = machine_state, detail
+        self._line(f"[slurm-fsm] {machine_state}" + (f": {detail}" if detail else ""))
+
+    def message(self, text: str) -> None:
+        self._line(f"[slurm-fsm] {text}")
+
+    def output(self, text: str) -> None:
+        if self.quiet or not self.stream_output:
+            return
+        self._clear()
+        self.out.write(text)
+        self.out.flush()
+
+    def tick(self, elapsed_s: float, last_line: str) -> None:
+        if self.quiet:
+            return
+        status = f"[slurm-fsm] {self._state} {elapsed_s:7.1f}s | {last_line[:100]}"
+        if self.tty:
+            self.out.write("\r\x1b[2K" + status)
+            self.out.flush()
+            self._status_shown = True
+        elif time.monotonic() - self._last_plain >= self.plain_interval_s:
+            self._last_plain = time.monotonic()
+            self._line(status)
+
+    def close(self) -> None:
+        self._clear()
+        self.out.flush()

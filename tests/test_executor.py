@@ -1,0 +1,239 @@
+"""Steps 1-5 on the fake cluster: every status, the call budget, the reuse."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from slurm_fsm.errors import SpecError
+from slurm_fsm.executor import Events, Executor
+from slurm_fsm.results import Status
+from slurm_fsm.spec import JobSpec
+from slurm_fsm.testing import FakeCluster, FakeScript
+from slurm_fsm.testing.fake import CONTROLLER_OPS
+
+from conftest import SpecFactory
+
+PYTEST_OK = ("collected 4 items", "tests/test_a.py ....",
+             "===== 3 passed, 1 skipped in 2.50s =====")
+
+
+def run(spec: JobSpec, fake: FakeCluster, events: Events | None = None):  # type: ignore[no-untyped-def]
+    return Executor(spec, fake, clock=fake.clock, events=events).run()
+
+
+@pytest.fixture
+def fake() -> FakeCluster:
+    return FakeCluster()
+
+
+def one_shot(make_spec: SpecFactory, **over: object) -> JobSpec:
+    spec = make_spec(persistent_mode=False, log_file_pattern="llama_%j.out", **over)
+    spec.script_path.write_text("#!/bin/bash\n#SBATCH --output=llama_%j.out\n"
+                                "#SBATCH --error=llama_%j.err\n#SBATCH -t 00:10:00\nsrun x\n")
+    return spec
+
+
+def test_persistent_pass_then_reuse_with_one_query(make_spec: SpecFactory,
+                                                   fake: FakeCluster) -> None:
+    spec = make_spec(success_patterns="passed")
+    fake.script(spec.script_path, FakeScript(lines=PYTEST_OK))
+    first = run(spec, fake)
+    assert first.status is Status.PASSED
+    assert first.mode == "persistent" and first.exit_code == 0
+    assert first.metrics["passed"] == 3 and first.metrics["skipped"] == 1
+    assert first.path == ["NoState", "Allocating", "Ready", "Running", "Ready"]
+    assert first.log_files["stdout"] == str(spec.work_dir / "llama_pytest.log")
+    assert Path(first.log_files["stdout"] or "").read_text().endswith("2.50s =====\n")
+    fake.reset_calls()
+    second = run(spec, fake)
+    assert second.status is Status.PASSED
+    assert second.allocation_id == first.allocation_id
+    assert second.path == ["NoState", "Validating", "Ready", "Running", "Ready"]
+    before_start = fake.ops()[: fake.ops().index("start_script")]
+    assert [op for op in before_start if op == "query_job"] == ["query_job"]
+    assert [op for op in before_start if op in CONTROLLER_OPS] == ["query_job", "gpu_processes"]
+    env = next(c for c in fake.calls if c.op == "start_script").args["request"].env
+    assert env["SLURM_JOB_ID"] == first.allocation_id
+    assert env["SLURM_NNODES"] == env["SLURM_JOB_NUM_NODES"] == "1"
+    assert env["SLURM_NODELIST"] == env["SLURM_JOB_NODELIST"] == "node01"
+    assert fake.query_job(first.allocation_id or "").state == "RUNNING"  # never released
+
+
+def test_persistent_failure(make_spec: SpecFactory, fake: FakeCluster) -> None:
+    spec = make_spec()
+    fake.script(spec.script_path, FakeScript(
+        lines=("E   AssertionError: boom", "=== 1 failed, 2 passed in 1.00s ==="), exit_code=1))
+    report = run(spec, fake)
+    assert report.status is Status.FAILED
+    assert report.exit_code == 1
+    assert report.metrics["failed"] == 1
+    assert any("AssertionError: boom" in e for e in report.errors)
+    assert report.log_head[0] == "E   AssertionError: boom"
+
+
+def test_patterns_decide(make_spec: SpecFactory, fake: FakeCluster) -> None:
+    spec = make_spec(success_patterns="ALL DONE", failure_patterns="CUDA error")
+    fake.script(spec.script_path, FakeScript(lines=("CUDA error: out of memory", "ALL DONE")))
+    report = run(spec, fake)
+    assert report.status is Status.FAILED
+    assert report.metrics["failure_hits"] == {"CUDA error": 1}
+    spec2 = make_spec(success_patterns="ALL DONE")
+    fake.script(spec2.script_path, FakeScript(lines=("finished",)))
+    report2 = run(spec2, fake)
+    assert report2.status is Status.FAILED
+    assert any("no success pattern" in e for e in report2.errors)
+
+
+def test_persistent_hang_cancels_only_the_step(make_spec: SpecFactory, fake: FakeCluster) -> None:
+    spec = make_spec()
+    fake.script(spec.script_path, FakeScript(lines=("step 1", "NCCL watchdog: Hang Detected"),
+                                             hang=True))
+    report = run(spec, fake)
+    assert report.status is Status.HANG_DETECTED
+    alloc = report.allocation_id or ""
+    cancels = [c.args for c in fake.calls if c.op == "cancel"]
+    assert cancels == [{"job_id": alloc, "step_id": "0"}]
+    assert fake.query_job(alloc).state == "RUNNING"
+    assert report.metrics["cancelled_steps"] == [f"{alloc}.0"]
+    assert report.log_tail[-1] == "NCCL watchdog: Hang Detected"
+    assert any(d["symptom"] == "HANG_DETECTED" for d in report.diagnosis)
+    # the next run reuses the same allocation
+    fake.script(spec.script_path, FakeScript(lines=("ok",)))
+    again = run(spec, fake)
+    assert again.status is Status.PASSED and again.allocation_id == alloc
+
+
+def test_persistent_monitor_timeout(make_spec: SpecFactory, fake: FakeCluster) -> None:
+    spec = make_spec(monitor_timeout_seconds=60)
+    fake.script(spec.script_path, FakeScript(lines=("working",), hang=True))
+    report = run(spec, fake)
+    assert report.status is Status.TIMEOUT
+    assert report.elapsed_s is not None and 60 <= report.elapsed_s < 62
+    assert fake.query_job(report.allocation_id or "").state == "RUNNING"
+
+
+def test_step0_failure_is_error(make_spec: SpecFactory, fake: FakeCluster) -> None:
+    spec = make_spec(slurm_params={"partition": "nope"})
+    report = run(spec, fake)
+    assert report.status is Status.ERROR
+    assert "Invalid partition name specified" in report.summary
+    assert report.path == ["NoState", "Allocating", "Failed"]
+    assert report.exit_code_for_cli == 3
+    assert "start_script" not in fake.ops()
+
+
+def test_missing_script_is_bad_input_before_any_slurm_call(make_spec: SpecFactory,
+                                                           fake: FakeCluster) -> None:
+    spec = make_spec()
+    spec.script_path.unlink()
+    with pytest.raises(SpecError, match="script_path: no such file"):
+        run(spec, fake)
+    assert fake.calls == []
+
+
+def test_release(make_spec: SpecFactory, fake: FakeCluster) -> None:
+    spec = make_spec()
+    first = run(spec, fake)
+    report = run(make_spec(release_allocation=True), fake)
+    assert report.status is Status.RELEASED
+    assert report.summary == f"Allocation {first.allocation_id} released."
+    assert report.exit_code_for_cli == 0
+    assert fake.active_jobs() == []
+
+
+def test_one_shot_pass(make_spec: SpecFactory, fake: FakeCluster) -> None:
+    spec = one_shot(make_spec, success_patterns="passed")
+    fake.script(spec.script_path, FakeScript(lines=PYTEST_OK))
+    report = run(spec, fake)
+    assert report.status is Status.PASSED
+    assert report.mode == "one-shot" and report.slurm_state == "COMPLETED"
+    job = report.job_id or ""
+    assert report.log_files == {"stdout": str(spec.work_dir / f"llama_{job}.out"),
+                                "stderr": str(spec.work_dir / f"llama_{job}.err")}
+    assert report.metrics["passed"] == 3
+    assert "allocate" not in fake.ops()
+
+
+@pytest.mark.parametrize(("script", "status", "state"), [
+    (FakeScript(lines=("x",), exit_code=2, err_lines=("Traceback", "ValueError: bad")),
+     Status.FAILED, "FAILED"),
+    (FakeScript(lines=("x",), hang=False, line_interval_s=1000), Status.TIMEOUT, "TIMEOUT"),
+    (FakeScript(lines=("x",), final_state="OUT_OF_MEMORY", exit_code=0),
+     Status.OUT_OF_MEMORY, "OUT_OF_MEMORY"),
+])
+def test_one_shot_outcomes_from_accounting(make_spec: SpecFactory, fake: FakeCluster,
+                                           script: FakeScript, status: Status,
+                                           state: str) -> None:
+    spec = one_shot(make_spec)
+    fake.script(spec.script_path, script)
+    report = run(spec, fake)
+    assert report.status is status
+    assert report.slurm_state == state
+    assert report.metrics["accounting_source"] == "sacct"
+    if status is Status.FAILED:
+        assert report.err_tail == ["Traceback", "ValueError: bad"]
+        assert report.exit_code == 2
+
+
+def test_one_shot_cancelled_behind_our_back(make_spec: SpecFactory, fake: FakeCluster) -> None:
+    spec = one_shot(make_spec)
+    fake.script(spec.script_path, FakeScript(lines=("x",), hang=True))
+
+    class Canceller(Events):
+        def tick(self, elapsed_s: float, last_line: str) -> None:
+            if elapsed_s > 5:
+                for j in fake.active_jobs():
+                    fake.end_job(j.job_id, "CANCELLED")
+
+    report = run(spec, fake, Canceller())
+    assert report.status is Status.CANCELLED
+    assert any(d["symptom"] == "CANCELLED" for d in report.diagnosis)
+
+
+def test_one_shot_hang_cancels_the_job(make_spec: SpecFactory, fake: FakeCluster) -> None:
+    spec = one_shot(make_spec)
+    fake.script(spec.script_path, FakeScript(lines=("a", "hang detected"), hang=True))
+    report = run(spec, fake)
+    assert report.status is Status.HANG_DETECTED
+    assert fake.jobs[report.job_id or ""].state == "CANCELLED"
+
+
+def test_sbatch_error_is_reported_at_once(make_spec: SpecFactory, fake: FakeCluster) -> None:
+    spec = one_shot(make_spec, slurm_params={"account": "nobody"})
+    report = run(spec, fake)
+    assert report.status is Status.ERROR
+    assert "Invalid account" in report.summary
+    assert fake.ops().count("query_job") == 0
+
+
+def test_accounting_off_and_job_forgotten(make_spec: SpecFactory) -> None:
+    fake = FakeCluster(accounting=False, min_job_age_s=0)
+    spec = one_shot(make_spec)
+    fake.script(spec.script_path, FakeScript(lines=("ok",)))
+    report = run(spec, fake)
+    assert any("neither sacct nor scontrol knows" in n for n in report.notes)
+
+
+def test_long_job_polls_back_off_to_30s(make_spec: SpecFactory, fake: FakeCluster) -> None:
+    spec = one_shot(make_spec, monitor_timeout_seconds=7200)
+    spec.script_path.write_text("#!/bin/bash\n#SBATCH --output=llama_%j.out\n"
+                                "#SBATCH -t 02:00:00\nsrun x\n")
+    fake.script(spec.script_path, FakeScript(lines=("tick",) * 60, line_interval_s=60))
+    times: list[float] = []
+    original = fake.query_job
+
+    def timed(job_id: str):  # type: ignore[no-untyped-def]
+        times.append(fake.clock.now())
+        return original(job_id)
+
+    fake.query_job = timed  # type: ignore[method-assign]
+    report = run(spec, fake)
+    assert report.status is Status.PASSED
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert gaps[0] < 1.0  # fast at first
+    assert max(gaps) <= 30.0 + 1e-6  # bounded
+    assert sum(1 for g in gaps if g >= 29.9) >= len(gaps) - 8  # then one every 30 s
+    assert len(times) < 3600 / 30 + 10  # about one query per 30 s for an hour's job
