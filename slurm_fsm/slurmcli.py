@@ -592,15 +592,16 @@ def parse_gpu_processes(text: str) -> list[GpuProcess]:
             rows.append((task, body))
     found = []
     for task, body in rows:
-        parts = [p.strip() for p in body.split(",")]
-        if len(parts) < 3 or not parts[0].isdigit():
+        pid, _, rest = body.partition(",")
+        name, _, memory = rest.rpartition(",")
+        if not pid.strip().isdigit() or not name.strip():
             continue
         found.append(
             GpuProcess(
                 node=node_of.get(task, f"task{task}"),
-                pid=int(parts[0]),
-                name=",".join(parts[1:-1]).strip(),
-                used_memory=parts[-1],
+                pid=int(pid),
+                name=name.strip(),
+                used_memory=memory.strip(),
             )
         )
     return found
