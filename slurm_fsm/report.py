@@ -1,0 +1,171 @@
+"""The structured result of a run (procedure.md step 5).
+
+A :class:`Report` is what every path of the executor ends with: a job that
+ran (PASSED, FAILED, ...), a setup that failed (ERROR, BUILD_FAILED) or a
+release (RELEASED). It crosses the edge as JSON through the one cattrs
+converter (:meth:`Report.to_dict` / :meth:`Report.from_dict`), and is shown
+to people by :meth:`Report.render_text`. ``docs/report.md`` describes every
+key.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+from cattrs.errors import BaseValidationError
+
+from slurm_fsm.convert import converter, problems_of
+from slurm_fsm.results import EXIT_CODES, Status
+
+__all__ = ["Report", "format_seconds"]
+
+
+@attrs.define
+class Report:
+    """The result of one run. Mutable while the executor fills it in."""
+
+    #: The final status; its name is the report's ``status``.
+    status: Status
+    #: The workflow type: pytest, eval, benchmark or custom.
+    task_type: str
+    #: "persistent", "one-shot" or "release".
+    mode: str
+    #: The one-shot job id (None for a step in a persistent allocation).
+    job_id: str | None = None
+    #: The persistent allocation's job id.
+    allocation_id: str | None = None
+    #: Slurm's final state as printed (``CANCELLED by 0``), when known.
+    slurm_state: str | None = None
+    #: The job's (or script's) exit code, when known.
+    exit_code: int | None = None
+    #: Wall-clock seconds of the job itself.
+    elapsed_s: float | None = None
+    #: ``{"stdout": path, "stderr": path}``; None where there is no such file.
+    log_files: dict[str, str | None] = attrs.field(
+        factory=lambda: {"stdout": None, "stderr": None}
+    )
+    work_dir: str | None = None
+    #: One line saying what happened.
+    summary: str = ""
+    errors: list[str] = attrs.field(factory=list)
+    warnings: list[str] = attrs.field(factory=list)
+    #: What the workflow parser found, plus pattern hits and accounting extras.
+    metrics: dict[str, Any] = attrs.field(factory=dict)
+    #: Rows ``{"symptom", "cause", "advice"}`` of the failure diagnosis table.
+    diagnosis: list[dict[str, str]] = attrs.field(factory=list)
+    #: The allocation machine's states, in the order visited.
+    path: list[str] = attrs.field(factory=list)
+    #: Steps skipped, and why.
+    notes: list[str] = attrs.field(factory=list)
+    #: First lines of the output log (on failure).
+    log_head: list[str] = attrs.field(factory=list)
+    #: Last lines of the output log.
+    log_tail: list[str] = attrs.field(factory=list)
+    #: Last lines of the .err file (one-shot).
+    err_tail: list[str] = attrs.field(factory=list)
+    #: Seconds per phase (``allocate_s``, ``run_s``, ``total_s``, ...).
+    timings: dict[str, float] = attrs.field(factory=dict)
+
+    @property
+    def exit_code_for_cli(self) -> int:
+        """0 success, 1 the job failed, 3 slurm_fsm or the build failed."""
+        return EXIT_CODES[self.status]
+
+    # ------------------------------------------------------------------ edges
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict; ``status`` is the status name."""
+        data: dict[str, Any] = converter.unstructure(self)
+        return data
+
+    def to_json(self, indent: int | None = 2) -> str:
+        """The report as JSON text. Values JSON cannot hold are written as text."""
+        return json.dumps(self.to_dict(), indent=indent, default=str, ensure_ascii=False)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Report:
+        """Read a dict written by :meth:`to_dict` (unknown keys are ignored).
+
+        Raises ValueError naming every bad field.
+        """
+        if not isinstance(data, Mapping):
+            raise ValueError(f"a report must be a JSON object, got {type(data).__name__}")
+        # cattrs would read a string as a list of characters: refuse it here.
+        problems = [f"{name}: must be a list, got {type(data[name]).__name__}"
+                    for name in _LIST_FIELDS
+                    if name in data and not isinstance(data[name], list | tuple)]
+        report: Report | None = None
+        try:
+            report = converter.structure(dict(data), cls)
+        except BaseValidationError as exc:
+            problems = problems_of(exc) + problems
+        if problems or report is None:
+            raise ValueError(f"not a report: {'; '.join(problems)}")
+        return report
+
+    @classmethod
+    def from_json(cls, text: str) -> Report:
+        """Read JSON written by :meth:`to_json`."""
+        return cls.from_dict(json.loads(text))
+
+    # ------------------------------------------------------------------ people
+    def render_text(self) -> str:
+        """A short block for people: status, ids, exit, elapsed, logs, summary,
+        warnings, errors and diagnosis."""
+        out = [f"{self.status.name}  ({self.task_type}, {self.mode})"]
+
+        def field(name: str, value: object) -> None:
+            out.append(f"  {name + ':':<13}{value}")
+
+        ids = []
+        if self.job_id:
+            ids.append(f"job {self.job_id}")
+        if self.allocation_id:
+            ids.append(f"allocation {self.allocation_id}")
+        if ids:
+            field("job", ", ".join(ids))
+        if self.exit_code is not None or self.slurm_state:
+            exit_text = "unknown" if self.exit_code is None else str(self.exit_code)
+            state = f" (Slurm state {self.slurm_state})" if self.slurm_state else ""
+            field("exit code", exit_text + state)
+        if self.elapsed_s is not None:
+            field("elapsed", format_seconds(self.elapsed_s))
+        stdout, stderr = self.log_files.get("stdout"), self.log_files.get("stderr")
+        if stdout:
+            field("log", stdout)
+        if stderr and stderr != stdout:
+            field("err", stderr)
+        if self.work_dir:
+            field("work dir", self.work_dir)
+        if self.summary:
+            field("summary", self.summary)
+        for title, items in (("warnings", self.warnings), ("errors", self.errors)):
+            if items:
+                out.append(f"  {title}:")
+                out.extend(f"    - {item}" for item in items)
+        if self.diagnosis:
+            out.append("  diagnosis:")
+            for row in self.diagnosis:
+                out.append(f"    - {row.get('symptom', '')}: {row.get('cause', '')}"
+                           f" -> {row.get('advice', '')}")
+        return "\n".join(out)
+
+    def __str__(self) -> str:
+        return self.render_text()
+
+
+_LIST_FIELDS = tuple(
+    f.name for f in attrs.fields(Report) if str(f.type).startswith("list[")
+)
+
+
+def format_seconds(seconds: float) -> str:
+    """``12.3`` -> ``12.3s``; ``3723`` -> ``1h 02m 03s``; ``125`` -> ``2m 05s``."""
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    whole = round(seconds)
+    h, rem = divmod(whole, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h {m:02d}m {s:02d}s" if h else f"{m}m {s:02d}s"

@@ -1,0 +1,175 @@
+"""slurm_fsm.report: the Report's JSON round trip, CLI exit codes and text rendering."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import attrs
+import pytest
+
+from slurm_fsm import report as report_module
+from slurm_fsm.report import Report, format_seconds
+from slurm_fsm.results import EXIT_CODES, Status
+
+KEYS = [
+    "status", "task_type", "mode", "job_id", "allocation_id", "slurm_state", "exit_code",
+    "elapsed_s", "log_files", "work_dir", "summary", "errors", "warnings", "metrics",
+    "diagnosis", "path", "notes", "log_head", "log_tail", "err_tail", "timings",
+]
+
+
+def full_report() -> Report:
+    return Report(
+        status=Status.FAILED,
+        task_type="pytest",
+        mode="one-shot",
+        job_id="1234",
+        allocation_id=None,
+        slurm_state="FAILED",
+        exit_code=1,
+        elapsed_s=3723.4,
+        log_files={"stdout": "/w/llama_1234.out", "stderr": "/w/llama_1234.err"},
+        work_dir="/w",
+        summary="FAILED: job 1234, exit code 1; 3 passed, 1 failed",
+        errors=["FAILED tests/test_a.py::test_x - AssertionError", "srun: error: task 0"],
+        warnings=["GPU processes found on n1: 77 python 1024 MiB."],
+        metrics={"passed": 3, "failed": 1, "seconds": 12.5,
+                 "success_hits": {"passed": 1}, "failure_hits": {"FAILED": 1},
+                 "nested": {"list": [1, 2.5, None, "x"]}},
+        diagnosis=[{"symptom": "exit 1 and FAILED", "cause": "the srun exited non-zero",
+                    "advice": "read the .err file"}],
+        path=["NoState", "OneShot"],
+        notes=["persistent_mode=false: step 0 skipped"],
+        log_head=["== test session starts =="],
+        log_tail=["== 1 failed, 3 passed in 12.50s =="],
+        err_tail=["srun: error: task 0"],
+        timings={"submit_s": 0.2, "run_s": 3723.4, "total_s": 3724.0},
+    )
+
+
+def test_to_dict_has_every_key_in_order() -> None:
+    d = full_report().to_dict()
+    assert list(d) == KEYS
+    assert d["status"] == "FAILED"
+    assert [f.name for f in attrs.fields(Report)] == KEYS
+
+
+def test_round_trip_dict_and_json() -> None:
+    r = full_report()
+    assert Report.from_dict(r.to_dict()) == r
+    text = r.to_json()
+    assert json.loads(text) == r.to_dict()
+    assert Report.from_json(text) == r
+    assert "\n  " in text
+    assert "\n" not in r.to_json(indent=None)
+
+
+@pytest.mark.parametrize("status", list(Status))
+def test_every_status_round_trips_and_maps_to_an_exit_code(status: Status) -> None:
+    r = Report(status=status, task_type="custom", mode="persistent")
+    d = r.to_dict()
+    assert d["status"] == status.name
+    back = Report.from_dict(json.loads(json.dumps(d)))
+    assert back == r
+    assert back.exit_code_for_cli == EXIT_CODES[status]
+
+
+def test_exit_codes_for_cli() -> None:
+    def code(s: Status) -> int:
+        return Report(status=s, task_type="custom", mode="persistent").exit_code_for_cli
+
+    assert code(Status.PASSED) == 0
+    assert code(Status.RELEASED) == 0
+    assert code(Status.HANG_DETECTED) == 1
+    assert code(Status.ERROR) == 3
+    assert code(Status.BUILD_FAILED) == 3
+
+
+def test_defaults_are_not_shared() -> None:
+    a = Report(status=Status.PASSED, task_type="custom", mode="persistent")
+    b = Report(status=Status.PASSED, task_type="custom", mode="persistent")
+    a.errors.append("x")
+    a.timings["t"] = 1.0
+    assert b.errors == [] and b.timings == {}
+    assert a.log_files == {"stdout": None, "stderr": None}
+
+
+def test_from_dict_ignores_unknown_keys_and_fills_defaults() -> None:
+    r = Report.from_dict({"status": "passed", "task_type": "eval", "mode": "release",
+                          "future_key": 1, "exit_code": "0", "timings": {"a": 2}})
+    assert r.status is Status.PASSED
+    assert r.exit_code == 0
+    assert r.timings == {"a": 2.0}
+    assert r.errors == []
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"status": "GREAT", "task_type": "x", "mode": "one-shot"}, "status: must be one of"),
+        ({"status": "PASSED", "task_type": "x"}, "mode: required field missing"),
+        ({"status": "PASSED", "task_type": "x", "mode": "m", "errors": "notalist"}, "errors"),
+        ({"status": "PASSED", "task_type": "x", "mode": "m", "exit_code": "abc"}, "exit_code"),
+        ([1, 2], "JSON object"),
+    ],
+)
+def test_from_dict_rejects_bad_input(data: Any, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Report.from_dict(data)
+
+
+def test_to_json_survives_odd_metric_values() -> None:
+    from pathlib import Path
+
+    r = Report(status=Status.PASSED, task_type="custom", mode="persistent",
+               metrics={"where": Path("/w/x")})
+    assert json.loads(r.to_json())["metrics"]["where"] == "/w/x"
+
+
+def test_render_text_failed() -> None:
+    text = full_report().render_text()
+    assert text.splitlines()[0] == "FAILED  (pytest, one-shot)"
+    for needle in (
+        "job:         job 1234",
+        "exit code:   1 (Slurm state FAILED)",
+        "elapsed:     1h 02m 03s",
+        "log:         /w/llama_1234.out",
+        "err:         /w/llama_1234.err",
+        "summary:     FAILED: job 1234, exit code 1; 3 passed, 1 failed",
+        "  warnings:\n    - GPU processes found on n1",
+        "  errors:\n    - FAILED tests/test_a.py::test_x - AssertionError",
+        "  diagnosis:\n    - exit 1 and FAILED: the srun exited non-zero -> read the .err file",
+    ):
+        assert needle in text
+    assert str(full_report()) == text
+
+
+def test_render_text_minimal_and_persistent() -> None:
+    r = Report(status=Status.RELEASED, task_type="custom", mode="release",
+               allocation_id="77", summary="Allocation 77 released.")
+    assert r.render_text() == (
+        "RELEASED  (custom, release)\n"
+        "  job:         allocation 77\n"
+        "  summary:     Allocation 77 released."
+    )
+    same_log = Report(status=Status.PASSED, task_type="pytest", mode="persistent",
+                      log_files={"stdout": "/w/m_pytest.log", "stderr": "/w/m_pytest.log"},
+                      slurm_state="COMPLETED")
+    text = same_log.render_text()
+    assert "err:" not in text
+    assert "exit code:   unknown (Slurm state COMPLETED)" in text
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0, "0.0s"), (12.34, "12.3s"), (59.9, "59.9s"), (60, "1m 00s"), (125, "2m 05s"),
+     (3723, "1h 02m 03s"), (90061, "25h 01m 01s")],
+)
+def test_format_seconds(seconds: float, text: str) -> None:
+    assert format_seconds(seconds) == text
+
+
+def test_public_names() -> None:
+    for name in report_module.__all__:
+        assert hasattr(report_module, name)
