@@ -344,8 +344,11 @@ class Executor:
                    for p, n in failure_hits.items() if n]
         if spec.success_patterns and not any(success_hits.values()) and failed:
             errors.append("no success pattern found: " + ", ".join(spec.success_patterns))
+        success_missing = bool(spec.success_patterns) and not any(success_hits.values())
         diagnosis = diagnose(status, exit_code=exit_code, slurm_state=slurm_state,
-                             log_empty=log_empty, log_lines=head + tail + err_tail)
+                             log_empty=log_empty, log_lines=head + tail + err_tail,
+                             job_id=job_id, failure_hits=failure_hits,
+                             success_missing=success_missing, metrics=metrics)
         summary = self._summary(status, job_id, allocation_id, exit_code, watch, metrics)
         metrics = {**metrics, "success_hits": success_hits, "failure_hits": failure_hits}
         if watch.cancelled_steps:
@@ -357,7 +360,7 @@ class Executor:
             allocation_id=allocation_id, slurm_state=slurm_state, exit_code=exit_code,
             elapsed_s=round(elapsed, 3) if elapsed is not None else None,
             log_files={"stdout": str(out), "stderr": str(err) if err else None},
-            work_dir=str(spec.work_dir), summary=summary, errors=errors[:30],
+            work_dir=str(spec.work_dir), summary=summary, errors=errors,
             warnings=warnings, metrics=metrics, diagnosis=diagnosis,
             path=(m.path if m else []) + (path or []), notes=(m.notes if m else []) +
             (notes or []), log_head=head, log_tail=tail, err_tail=err_tail,
@@ -401,5 +404,5 @@ class Executor:
 
     def _finish(self, report: Report, t0: float) -> Report:
         report.timings["total_s"] = round(time.monotonic() - t0, 4)
-        self.events.state(report.status.value, report.summary)
+        self.events.state("Done", report.summary)
         return report

@@ -8,6 +8,7 @@ path (``slurm_params.nodes: must be >= 1, got 0``); unknown keys are ignored.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from enum import Enum
 from pathlib import Path
@@ -228,7 +229,7 @@ class JobSpec:
 
 
 def _absolute(p: Path, base: Path) -> Path:
-    return p if p.is_absolute() else base / p
+    return Path(os.path.normpath(p if p.is_absolute() else base / p))
 
 
 def _cross_field_problems(data: Mapping[str, Any]) -> list[str]:
