@@ -175,20 +175,32 @@ class LocalScript:
         return _exit_status(rc)
 
     def terminate(self, grace_s: float = 10.0) -> None:
-        """SIGTERM to the script's process group, SIGKILL after ``grace_s`` seconds.
+        """SIGTERM to the script's process group; SIGKILL to what is left after ``grace_s``.
 
-        srun passes SIGTERM on to its step, so the step ends too; the
-        allocation itself is never touched.
+        The grace period covers the whole group, not only bash: srun passes
+        SIGTERM on to its step and needs a moment to see the step end (killed
+        earlier, it would leave the step running). The allocation itself is
+        never touched.
         """
         self._signal_group(signal.SIGTERM)
-        try:
-            self._proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None and not self._group_alive():
+                break
+            time.sleep(0.02)
+        else:
             self._signal_group(signal.SIGKILL)
-            self._proc.wait()
-        # children that ignored SIGTERM while bash itself ended
-        self._signal_group(signal.SIGKILL)
+        self._proc.wait()
         self._close()
+
+    def _group_alive(self) -> bool:
+        try:
+            os.killpg(self._proc.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
 
     def _signal_group(self, sig: signal.Signals) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -497,10 +509,14 @@ class SubprocessBackend:
         except (ControllerUnreachable, CommandTimedOut) as exc:
             sacct_error = exc
         try:
-            result = self._run(slurmcli.scontrol_show_job_argv(job_id))
-            return self._parse(result, lambda text: slurmcli.parse_scontrol_job(text, job_id))
+            return self.job_outcome_from_scontrol(job_id)
         except JobNotFound:
             raise sacct_error from None
+
+    def job_outcome_from_scontrol(self, job_id: str) -> JobOutcome:
+        """``scontrol show job ID`` alone (known only until MinJobAge has passed)."""
+        result = self._run(slurmcli.scontrol_show_job_argv(job_id))
+        return self._parse(result, lambda text: slurmcli.parse_scontrol_job(text, job_id))
 
     def has_container_support(self) -> bool:
         """True when ``srun --help`` lists ``--container-image`` (pyxis); cached."""
