@@ -34,6 +34,7 @@ or to the end of step 0 with :meth:`AllocationMachine.prepare`.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
@@ -258,6 +259,17 @@ IN_PROGRESS = frozenset(
     {S.Validating, S.Expiring, S.Incompatible, S.Allocating, S.Importing, S.Installing}
 )
 FINAL = frozenset({S.Ready, S.Released, S.Failed})
+
+
+class _SkipBindingFilter(logging.Filter):
+    """transitions logs a warning for every helper it does not bind under
+    ``model_override=True`` (``is_<State>``, ``trigger``...): expected here, not news."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "due to model override policy" not in record.getMessage()
+
+
+logging.getLogger("transitions.core").addFilter(_SkipBindingFilter())
 
 
 def _now_iso() -> str:
