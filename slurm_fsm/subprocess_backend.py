@@ -97,8 +97,10 @@ def run_command(
     """Run ``argv`` (a list, no shell) with ``env``; never raises for the tool's own failure.
 
     A missing executable comes back as exit code 127 with the OS error as
-    stderr. At ``timeout_s`` the process gets SIGTERM, and SIGKILL ``grace_s``
-    later; the result then has ``returncode=None`` and whatever was printed.
+    stderr. The tool runs in a process group of its own: at ``timeout_s`` the
+    group gets SIGTERM (srun then ends its step), SIGKILL ``grace_s`` later,
+    and the result has ``returncode=None`` with whatever was printed. An
+    interrupt of the caller (KeyboardInterrupt) stops the tool the same way.
     """
     argv = [str(a) for a in argv]
     start = time.monotonic()
@@ -111,6 +113,7 @@ def run_command(
             env=dict(env),
             text=True,
             errors="replace",
+            start_new_session=True,
         )
     except OSError as exc:
         return CommandResult(tuple(argv), 127, "", str(exc), time.monotonic() - start, timeout_s)
@@ -118,14 +121,30 @@ def run_command(
         out, err = proc.communicate(timeout=timeout_s)
         rc: int | None = proc.returncode
     except subprocess.TimeoutExpired:
-        proc.terminate()
+        out, err = _stop_group(proc, grace_s)
+        rc = None
+    except BaseException:
+        _stop_group(proc, grace_s)
+        raise
+    return CommandResult(tuple(argv), rc, out or "", err or "", time.monotonic() - start, timeout_s)
+
+
+def _stop_group(proc: subprocess.Popen[str], grace_s: float) -> tuple[str, str]:
+    """SIGTERM, then SIGKILL, to a tool's process group; what it printed meanwhile."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
         try:
             out, err = proc.communicate(timeout=grace_s)
+            return out or "", err or ""
         except subprocess.TimeoutExpired:
-            proc.kill()
-            out, err = proc.communicate()
-        rc = None
-    return CommandResult(tuple(argv), rc, out or "", err or "", time.monotonic() - start, timeout_s)
+            continue
+    # something that left the group still holds the pipes: stop reading
+    for pipe in (proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
+    proc.wait()
+    return "", ""
 
 
 def _default_runner(argv: Sequence[str], timeout_s: float, env: Mapping[str, str]) -> CommandResult:
@@ -135,6 +154,31 @@ def _default_runner(argv: Sequence[str], timeout_s: float, env: Mapping[str, str
 def _exit_status(returncode: int) -> int:
     """Popen's ``-N`` (killed by signal N) as a shell prints it: ``128 + N``."""
     return 128 - returncode if returncode < 0 else returncode
+
+
+def _group_alive(pgid: int) -> bool:
+    """True while a process of group ``pgid`` lives (zombies waiting for init do not count)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    proc_dir = Path("/proc")
+    if not proc_dir.is_dir():
+        return True
+    for entry in proc_dir.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[-1].split()
+        # fields: state ppid pgrp ...
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+            return True
+    return False
 
 
 class LocalScript:
@@ -194,13 +238,7 @@ class LocalScript:
         self._close()
 
     def _group_alive(self) -> bool:
-        try:
-            os.killpg(self._proc.pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
+        return _group_alive(self._proc.pid)
 
     def _signal_group(self, sig: signal.Signals) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -8,8 +8,13 @@ cluster cannot produce them.
 
 from __future__ import annotations
 
+import os
+import pwd
 import shlex
+import signal
 import subprocess
+import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -20,15 +25,19 @@ from slurm_fsm.backend import (
     BatchRequest,
     ContainerOptions,
     GpuProcess,
+    ScriptRequest,
     StepRequest,
+    StepResult,
 )
 from slurm_fsm.duration import Duration
 from slurm_fsm.errors import (
+    AllocationFailed,
     CommandFailed,
     CommandTimedOut,
     ControllerUnreachable,
     JobNotFound,
 )
+from slurm_fsm.subprocess_backend import CommandResult, SubprocessBackend, run_command
 
 DATA = Path(__file__).parent / "data"
 
@@ -731,3 +740,316 @@ def test_step_output_cannot_fake_a_slurm_error() -> None:
     assert type(err) is CommandFailed
     argv, rc, _, stderr = recorded("srun_step_cancelled")
     assert type(slurmcli.classify(argv, rc, "", stderr)) is CommandFailed
+
+
+# ------------------------------------- SubprocessBackend over recorded outputs
+#
+# The backend's own logic (fallbacks, look-ups after a lost answer, the
+# runner) replayed on the recordings above, with an injected runner.
+
+Answer = tuple[int | None, str, str]
+
+
+class Replay:
+    """A runner answering by tool (and sub-command); records every call."""
+
+    def __init__(self, answers: dict[str, list[Answer]]) -> None:
+        self.answers = answers
+        self.calls: list[list[str]] = []
+        self.envs: list[dict[str, str]] = []
+
+    def __call__(
+        self, argv: Sequence[str], timeout_s: float, env: Mapping[str, str]
+    ) -> CommandResult:
+        argv = list(argv)
+        self.calls.append(argv)
+        self.envs.append(dict(env))
+        key = argv[0]
+        queue = self.answers.get(key)
+        assert queue, f"unexpected call {argv}"
+        rc, out, err = queue.pop(0) if len(queue) > 1 else queue[0]
+        return CommandResult(tuple(argv), rc, out, err, 0.001, timeout_s)
+
+
+def answer(name: str) -> Answer:
+    _, rc, out, err = recorded(name)
+    return rc, out, err
+
+
+def replay_backend(answers: dict[str, list[Answer]]) -> tuple[SubprocessBackend, Replay]:
+    runner = Replay(answers)
+    return SubprocessBackend(runner=runner, sleep=lambda s: None), runner
+
+
+def test_outcome_falls_back_to_scontrol_when_accounting_is_off() -> None:
+    backend, runner = replay_backend(
+        {
+            "sacct": [answer("sacct_accounting_disabled_from_docs")],
+            "scontrol": [answer("scontrol_show_job_failed_exit3")],
+        }
+    )
+    job = manifest()["scontrol_show_job_failed_exit3"][1][3]
+    outcome = backend.job_outcome(job)
+    assert (outcome.state, outcome.exit_code, outcome.source) == ("FAILED", 3, "scontrol")
+    assert [c[0] for c in runner.calls] == ["sacct", "scontrol"]
+
+
+def test_outcome_from_sacct_needs_no_scontrol() -> None:
+    backend, runner = replay_backend({"sacct": [answer("sacct_timeout")]})
+    job = manifest()["sacct_timeout"][1][2]
+    assert backend.job_outcome(job).state == "TIMEOUT"
+    assert [c[0] for c in runner.calls] == ["sacct"]
+
+
+def test_outcome_unknown_everywhere_is_job_not_found() -> None:
+    backend, _ = replay_backend(
+        {"sacct": [answer("sacct_unknown_job")], "scontrol": [answer("scontrol_invalid_job")]}
+    )
+    with pytest.raises(JobNotFound):
+        backend.job_outcome("999999")
+
+
+def test_outcome_with_slurmdbd_down_is_not_job_gone() -> None:
+    backend, _ = replay_backend(
+        {"sacct": [answer("sacct_controller_down")], "scontrol": [answer("scontrol_invalid_job")]}
+    )
+    with pytest.raises(ControllerUnreachable):
+        backend.job_outcome("5")
+
+
+def test_submit_stalled_controller_still_created_the_job() -> None:
+    row = "77|PENDING|root|debug|1||UNLIMITED|0:00|Priority|N/A|llama\n"
+    backend, runner = replay_backend(
+        {
+            # before sbatch: no such job; after the lost answer: job 77
+            "squeue": [(0, "", ""), (0, row, "")],
+            "sbatch": [answer("sbatch_controller_stalled")],
+        }
+    )
+    request = BatchRequest(
+        script_path=Path("/w/job.slurm"), work_dir=Path("/w"), job_name="llama", user="root"
+    )
+    assert backend.submit(request) == "77"
+    assert [c[0] for c in runner.calls] == ["squeue", "sbatch", "squeue"]
+    assert runner.calls[0] == slurmcli.squeue_find_argv("llama", "root")
+
+
+def test_submit_stalled_and_no_job_reports_the_error() -> None:
+    old = "70|RUNNING|root|debug|1|n1|UNLIMITED|0:00|None|N/A|llama\n"
+    backend, _ = replay_backend(
+        {"squeue": [(0, old, "")], "sbatch": [answer("sbatch_controller_stalled")]}
+    )
+    request = BatchRequest(script_path=Path("/w/llama"), work_dir=Path("/w"), user="root")
+    with pytest.raises(ControllerUnreachable, match="Socket timed out"):
+        backend.submit(request)  # job 70 was there before: never adopted
+
+
+def test_submit_refused() -> None:
+    backend, _ = replay_backend(
+        {"squeue": [(0, "", "")], "sbatch": [answer("sbatch_bad_partition")]}
+    )
+    request = BatchRequest(script_path=Path("/w/x.sh"), work_dir=Path("/w"), user="root")
+    with pytest.raises(CommandFailed, match="Invalid partition name specified"):
+        backend.submit(request)
+
+
+def test_submit_parses_parsable_and_passes_env() -> None:
+    backend, runner = replay_backend(
+        {"squeue": [(0, "", "")], "sbatch": [answer("sbatch_parsable_cluster")]}
+    )
+    request = BatchRequest(
+        script_path=Path("/w/x.sh"), work_dir=Path("/w"), user="root", env={"A": "1"}
+    )
+    assert backend.submit(request) == recorded("sbatch_parsable_cluster")[2].split(";")[0]
+    assert runner.envs[1]["A"] == "1"
+
+
+def test_query_errors() -> None:
+    backend, _ = replay_backend({"squeue": [answer("squeue_controller_down")]})
+    with pytest.raises(ControllerUnreachable):
+        backend.query_job("5")
+    backend, _ = replay_backend({"squeue": [(None, "", "")]})
+    with pytest.raises(CommandTimedOut):
+        backend.query_job("5")
+    backend, _ = replay_backend({"squeue": [answer("squeue_job_default")]})
+    with pytest.raises(CommandFailed, match="unexpected output"):
+        backend.query_job(manifest()["squeue_job_default"][1][2])
+
+
+def test_find_jobs_filters_exact_name_and_user() -> None:
+    rows = (
+        "1|RUNNING|root|debug|1|n1|9:00|1:00|None|N/A|a\n"
+        "2|RUNNING|bob|debug|1|n1|9:00|1:00|None|N/A|a\n"
+        "3|RUNNING|root|debug|1|n1|9:00|1:00|None|N/A|ab\n"
+    )
+    backend, _ = replay_backend({"squeue": [(0, rows, "")]})
+    assert [j.job_id for j in backend.find_jobs("a", "root")] == ["1"]
+
+
+def test_cancel_gone_is_fine_unreachable_is_not() -> None:
+    backend, runner = replay_backend({"scancel": [answer("scancel_unknown_step")]})
+    backend.cancel("1", "99")
+    assert runner.calls == [["scancel", "1.99"]]
+    backend, _ = replay_backend({"scancel": [answer("scancel_controller_down")]})
+    with pytest.raises(ControllerUnreachable):
+        backend.cancel("5")
+
+
+def test_run_step_results_and_errors() -> None:
+    backend, _ = replay_backend({"srun": [(3, "out\n", "oops\n")]})
+    step = StepRequest(job_id="5", argv=("x",), nodes=1, timeout_s=7)
+    assert backend.run_step(step) == StepResult(3, "out\n", "oops\n")
+    backend, _ = replay_backend({"srun": [answer("srun_cancelled_allocation")]})
+    with pytest.raises(JobNotFound):
+        backend.run_step(step)
+    backend, _ = replay_backend({"srun": [answer("srun_controller_down")]})
+    with pytest.raises(ControllerUnreachable):
+        backend.run_step(step)
+    backend, _ = replay_backend({"srun": [(None, "", "")]})
+    with pytest.raises(CommandTimedOut) as caught:
+        backend.run_step(step)
+    assert caught.value.timeout_s == 7
+
+
+def test_gpu_and_container_support_replayed() -> None:
+    backend, runner = replay_backend({"srun": [answer("srun_gpu_no_nvidia_smi")]})
+    assert backend.gpu_processes("5", 2) == []
+    backend, runner = replay_backend({"srun": [answer("srun_help")]})
+    assert backend.has_container_support() is False
+    assert backend.has_container_support() is False
+    assert runner.calls == [["srun", "--help"]]  # asked once
+
+
+def test_environment_of_every_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_CONF", "/etc/slurm/mine.conf")
+    monkeypatch.setenv("SLURM_JOB_ID", "123")
+    monkeypatch.setenv("SLURM_NTASKS", "64")
+    runner = Replay({"squeue": [(0, "", "")]})
+    backend = SubprocessBackend(runner=runner, env={"EXTRA": "1"})
+    backend.find_jobs("x", "root")
+    (env,) = runner.envs
+    assert env["SLURM_CONF"] == "/etc/slurm/mine.conf"
+    assert env["EXTRA"] == "1"
+    assert "SLURM_JOB_ID" not in env and "SLURM_NTASKS" not in env
+    assert env["PATH"] == os.environ["PATH"]
+
+
+def test_allocate_returns_the_existing_job(tmp_path: Path) -> None:
+    row = "41|RUNNING|root|debug|2|n[1-2]|3:59:00|1:00|None|N/A|acct-trtllm.persistent\n"
+    backend, runner = replay_backend({"squeue": [(0, row, "")]})
+    request = req(log_path=tmp_path / ".salloc.log", user="root")
+    assert backend.allocate(request) == "41"
+    assert not request.log_path.exists()  # no salloc started
+    assert runner.calls == [slurmcli.squeue_find_argv("acct-trtllm.persistent", "root")]
+
+
+def fake_tool(folder: Path, name: str, body: str) -> None:
+    tool = folder / name
+    tool.write_text(f"#!/bin/bash\n{body}\n")
+    tool.chmod(0o755)
+
+
+def test_allocate_reports_salloc_error_from_its_log(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake_tool(bin_dir, "salloc", f"cat {DATA / 'salloc_bad_partition.log'} >&2; exit 1")
+    runner = Replay({"squeue": [(0, "", "")]})
+    backend = SubprocessBackend(runner=runner, env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    request = req(log_path=tmp_path / "work_dirs" / ".salloc.log", user="root")
+    with pytest.raises(AllocationFailed) as caught:
+        backend.allocate(request, wait_s=10)
+    assert "Invalid partition name specified" in str(caught.value)
+    assert caught.value.stderr_tail == data("salloc_bad_partition.log").strip()
+    assert caught.value.returncode == 1
+    assert caught.value.argv == slurmcli.salloc_argv(request)
+
+
+def test_allocate_gives_up_and_stops_salloc(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    pid_file = tmp_path / "salloc.pid"
+    fake_tool(
+        bin_dir,
+        "salloc",
+        f'echo $$ > {pid_file}; echo "salloc: Pending job allocation 9"; exec sleep 60',
+    )
+    runner = Replay({"squeue": [(0, "", "")], "scancel": [(0, "", "")]})
+    backend = SubprocessBackend(runner=runner, env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    request = req(log_path=tmp_path / ".salloc.log", user="root")
+    with pytest.raises(AllocationFailed, match=r"appeared within 0\.3 s"):
+        backend.allocate(request, wait_s=0.3)
+    pid = int(pid_file.read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # stopped and reaped
+    assert "Pending job allocation 9" in request.log_path.read_text()
+
+
+# ------------------------------------------------------- runner and scripts
+
+
+def test_run_command_basics(tmp_path: Path) -> None:
+    ok = run_command(["bash", "-c", "echo out; echo err >&2; exit 5"], 10, dict(os.environ))
+    assert (ok.returncode, ok.stdout, ok.stderr) == (5, "out\n", "err\n")
+    missing = run_command([str(tmp_path / "no-such-tool")], 10, dict(os.environ))
+    assert missing.returncode == 127 and "No such file" in missing.stderr
+
+
+def test_run_command_timeout_terms_then_kills() -> None:
+    t0 = time.monotonic()
+    polite = run_command(["sleep", "30"], 0.2, dict(os.environ))
+    assert polite.returncode is None and time.monotonic() - t0 < 5
+    t0 = time.monotonic()
+    stubborn = run_command(
+        ["bash", "-c", "trap '' TERM; echo started; sleep 30 & wait"],
+        0.5,
+        dict(os.environ),
+        grace_s=0.3,
+    )
+    assert stubborn.returncode is None
+    assert stubborn.stdout == "started\n"
+    assert time.monotonic() - t0 < 10
+
+
+def test_local_script(tmp_path: Path) -> None:
+    backend = SubprocessBackend()
+    script = tmp_path / "s.sh"
+    script.write_text('echo "x=$X cwd=$(pwd) job=${SLURM_JOB_ID-unset}"; echo e >&2; exit 7\n')
+    log_path = tmp_path / "out" / "s.log"
+    started = backend.start_script(
+        ScriptRequest(script, log_path, {"X": "1", "SLURM_JOB_ID": "9"}, cwd=tmp_path)
+    )
+    assert started.wait(timeout_s=10) == 7
+    assert started.poll() == 7
+    assert log_path.read_text() == f"x=1 cwd={tmp_path} job=9\ne\n"
+
+
+def test_local_script_terminate_ends_the_group(tmp_path: Path) -> None:
+    backend = SubprocessBackend()
+    script = tmp_path / "s.sh"
+    child_pid = tmp_path / "child.pid"
+    script.write_text(f"sleep 60 & echo $! > {child_pid}; wait\n")
+    started = backend.start_script(ScriptRequest(script, tmp_path / "s.log", {}, cwd=tmp_path))
+    deadline = time.monotonic() + 10
+    while not child_pid.exists() or not child_pid.read_text().strip():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert started.poll() is None
+    started.terminate(grace_s=5)
+    assert started.poll() == 128 + signal.SIGTERM
+    assert dead(int(child_pid.read_text()))
+
+
+def dead(pid: int) -> bool:
+    """Gone, or a zombie that init has not reaped yet."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def test_current_user_and_nodelists() -> None:
+    backend = SubprocessBackend()
+    assert backend.current_user() == pwd.getpwuid(os.geteuid()).pw_name
+    assert backend.expand_nodelist("n[1-2]") == ["n1", "n2"]
+    assert backend.compress_nodelist(["n1", "n2"]) == "n[1-2]"
