@@ -95,8 +95,30 @@ def watch_script(
     watch = Watch()
     follower = LogFollower(script.log_path, on_text=on_output)
     started = clock.now()
-    attempt = 0
     say = on_message or (lambda _m: None)
+    try:
+        _script_loop(script, follower, watch, backend=backend, job_id=job_id,
+                     timeout_s=timeout_s, clock=clock, policy=policy, say=say,
+                     on_tick=on_tick, started=started)
+    except BaseException:
+        # interrupted (Ctrl-C, a bug): the local script and its step must not run on
+        # unwatched; the allocation itself stays
+        say("interrupted: cancelling the running step and stopping the script")
+        if script.poll() is None:
+            _stop_steps(backend, job_id, watch)
+            script.terminate()
+        raise
+    follower.poll()
+    watch.bytes_read = follower.bytes_read
+    watch.elapsed_s = clock.now() - started
+    return watch
+
+
+def _script_loop(script: RunningScript, follower: LogFollower, watch: Watch, *,
+                 backend: SlurmBackend, job_id: str, timeout_s: float, clock: Clock,
+                 policy: PollPolicy, say: Notify,
+                 on_tick: Callable[[float, str], None] | None, started: float) -> None:
+    attempt = 0
     while True:
         code = script.poll()
         follower.poll()
@@ -122,10 +144,6 @@ def watch_script(
             on_tick(now - started, follower.last_line)
         clock.sleep(backoff(attempt, first=policy.local_first_s, cap=policy.local_max_s))
         attempt += 1
-    follower.poll()
-    watch.bytes_read = follower.bytes_read
-    watch.elapsed_s = clock.now() - started
-    return watch
 
 
 def watch_batch_job(

@@ -237,3 +237,21 @@ def test_long_job_polls_back_off_to_30s(make_spec: SpecFactory, fake: FakeCluste
     assert max(gaps) <= 30.0 + 1e-6  # bounded
     assert sum(1 for g in gaps if g >= 29.9) >= len(gaps) - 8  # then one every 30 s
     assert len(times) < 3600 / 30 + 10  # about one query per 30 s for an hour's job
+
+
+def test_interrupt_stops_the_step_and_keeps_the_allocation(make_spec: SpecFactory,
+                                                           fake: FakeCluster) -> None:
+    spec = make_spec()
+    fake.script(spec.script_path, FakeScript(lines=("working",), hang=True))
+
+    class CtrlC(Events):
+        def tick(self, elapsed_s: float, last_line: str) -> None:
+            if elapsed_s > 2:
+                raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run(spec, fake, CtrlC())
+    alloc = next(j for j in fake.jobs.values() if j.kind == "alloc")
+    assert alloc.state == "RUNNING" and alloc.steps == {}
+    assert [c.args for c in fake.calls if c.op == "cancel"] == [
+        {"job_id": alloc.job_id, "step_id": "0"}]
