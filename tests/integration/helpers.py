@@ -1,0 +1,169 @@
+"""Shared pieces of the real-Slurm integration tests (step 0, steps 1-5, parity).
+
+Every job these tests make carries a name of its own (:meth:`JobNames.new`:
+``acct-it-<pid>-<tag>-<uuid>.persistent``); :meth:`JobNames.cleanup` cancels
+the jobs of those names, of our user only, and waits until squeue has none
+of them. Nothing here ever cancels a job by id that it did not make.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from slurm_fsm.backend import ScriptRequest
+from slurm_fsm.localcluster import ClusterInfo
+from slurm_fsm.spec import JobSpec
+from slurm_fsm.subprocess_backend import CommandResult, LocalScript, SubprocessBackend, run_command
+
+T = TypeVar("T")
+
+PREFIX = f"acct-it-{os.getpid()}"
+
+
+def slurm(
+    *argv: str, env: Mapping[str, str] | None = None, timeout: float = 30.0
+) -> subprocess.CompletedProcess[str]:
+    """Run a Slurm client tool against the cluster of ``SLURM_CONF`` (or ``env``'s)."""
+    return subprocess.run(
+        list(argv),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+
+
+def until(what: str, probe: Callable[[], T | None], timeout: float = 20.0) -> T:
+    """Poll ``probe`` (fast, then every 0.5 s) until it returns something not None."""
+    deadline = time.monotonic() + timeout
+    pause = 0.02
+    while True:
+        value = probe()
+        if value is not None:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(pause)
+        pause = min(pause * 2, 0.5)
+
+
+def job_state(job_id: str, env: Mapping[str, str] | None = None) -> str | None:
+    """squeue's ``%T`` of one job; None when squeue has no row for it."""
+    proc = slurm("squeue", "-j", job_id, "-h", "-o", "%T", env=env)
+    if proc.returncode != 0:
+        assert "Invalid job id" in proc.stderr, proc.stderr
+        return None
+    return proc.stdout.strip() or None
+
+
+def wait_gone(job_id: str, timeout: float = 15.0, env: Mapping[str, str] | None = None) -> None:
+    """Wait until squeue no longer lists ``job_id`` (a cancelled job is COMPLETING briefly)."""
+    until(f"job {job_id} gone from squeue", lambda: True if job_state(job_id, env) is None
+          else None, timeout)
+
+
+def jobs_named(name: str, user: str, env: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
+    """``(job id, state)`` of ``user``'s jobs named ``name``, as squeue lists them."""
+    proc = slurm("squeue", "-u", user, f"--name={name}", "-h", "-o", "%i %T", env=env)
+    assert proc.returncode == 0, proc.stderr
+    return [(line.split()[0], line.split()[1]) for line in proc.stdout.splitlines()
+            if line.strip()]
+
+
+def step_ids(job_id: str) -> list[str]:
+    """The numeric steps of a job (``squeue -s``); ``extern``/``batch`` left out."""
+    proc = slurm("squeue", "-s", "-j", job_id, "-h", "-o", "%i")
+    if proc.returncode != 0:
+        return []
+    return [s for s in proc.stdout.split() if s.split(".", 1)[-1].isdigit()]
+
+
+class JobNames:
+    """Unique job names for one test; :meth:`cleanup` cancels their jobs (ours only)."""
+
+    def __init__(self, user: str, env: Mapping[str, str] | None = None) -> None:
+        self.user = user
+        self.env = dict(env or {})
+        self.names: list[str] = []
+
+    def new(self, tag: str, suffix: str = ".persistent") -> str:
+        name = f"{PREFIX}-{tag}-{uuid.uuid4().hex[:8]}{suffix}"
+        self.names.append(name)
+        return name
+
+    def jobs(self) -> list[tuple[str, str]]:
+        return [job for name in self.names for job in jobs_named(name, self.user, self.env)]
+
+    def cleanup(self) -> None:
+        for name in self.names:
+            slurm("scancel", "-u", self.user, f"--name={name}", env=self.env)
+        until("our jobs gone from squeue", lambda: True if not self.jobs() else None, 20.0)
+
+
+def spec_dict(cluster: ClusterInfo, root: Path, name: str, **over: Any) -> dict[str, Any]:
+    """A persistent job spec on ``cluster`` with everything under ``root``; ``over``
+    replaces fields (``slurm_params`` entries merge)."""
+    script = root / "job.slurm"
+    if not script.exists():
+        script.parent.mkdir(parents=True, exist_ok=True)
+        script.write_text("#!/bin/bash\nsrun true\n")
+    params: dict[str, Any] = {"partition": cluster.partition, "account": cluster.account,
+                              "nodes": 1}
+    params.update(over.pop("slurm_params", {}))
+    data: dict[str, Any] = {
+        "script_path": str(script),
+        "work_dir": str(root / "work"),
+        "model_name": "itmodel",
+        "workflow_type": "custom",
+        "repo_root": str(root / "repo"),
+        "slurm_params": params,
+        "alloc_job_name": name,
+        "alloc_time_limit": "00:30:00",
+    }
+    data.update(over)
+    return data
+
+
+def make_spec(cluster: ClusterInfo, root: Path, name: str, **over: Any) -> JobSpec:
+    return JobSpec.from_dict(spec_dict(cluster, root, name, **over))
+
+
+def is_job_query(argv: Sequence[str]) -> bool:
+    """``squeue -j ID`` (one job's row), not a lookup by name nor a step listing."""
+    return bool(argv) and Path(argv[0]).name == "squeue" and "-j" in argv and "-s" not in argv
+
+
+class RecordingBackend(SubprocessBackend):
+    """The real backend, recording every command it runs through its runner, and a
+    ``<start_script>`` marker where the job's script is started."""
+
+    def __init__(self, **kw: Any) -> None:
+        self.argvs: list[tuple[str, ...]] = []
+        super().__init__(runner=self._record, **kw)
+
+    def _record(self, argv: Sequence[str], timeout_s: float,
+                env: Mapping[str, str]) -> CommandResult:
+        self.argvs.append(tuple(argv))
+        return run_command(argv, timeout_s, env)
+
+    def start_script(self, request: ScriptRequest) -> LocalScript:
+        self.argvs.append(("<start_script>",))
+        return super().start_script(request)
+
+    def tools(self) -> list[str]:
+        return [Path(a[0]).name for a in self.argvs]
+
+    def job_queries(self) -> list[tuple[str, ...]]:
+        return [a for a in self.argvs if is_job_query(a)]
+
+    def before_script(self) -> list[tuple[str, ...]]:
+        marker = ("<start_script>",)
+        assert marker in self.argvs, "the script was never started"
+        return self.argvs[: self.argvs.index(marker)]
