@@ -72,6 +72,7 @@ __all__ = [
     "Builder",
     "SlurmBuilder",
     "build_arch",
+    "build_job_name",
     "default_build_command",
     "default_pre_step",
     "enroot_image",
@@ -554,6 +555,11 @@ class SlurmBuilder:
     # ------------------------------------------------------------------- build
     def build(self, request: BuildRequest, backend: SlurmBackend, events: Events) -> BuildOutcome:
         """Submit the build job, follow it, and say how it ended (see the class)."""
+        if self.container and not backend.has_container_support():
+            return BuildOutcome(False, None, None, (), (
+                f"the build runs in the container {request.image}, but this Slurm's srun has "
+                "no pyxis (--container-image); nothing submitted. Build on the host with "
+                "make_pre_step(SlurmBuilder(container=False)) or install pyxis."))
         build_dir = request.work_dir / "build"
         build_dir.mkdir(parents=True, exist_ok=True)
         script = build_dir / BUILD_SCRIPT_NAME
@@ -623,6 +629,18 @@ def _marker_exit_code(tail: Sequence[str]) -> int | None:
 
 
 # --------------------------------------------------------------------------- the pre-step
+def build_job_name(spec: JobSpec) -> str:
+    """The build job's name: the allocation's name with ``.build`` for ``.persistent``.
+
+    ``acct-trtllm.persistent`` -> ``acct-trtllm.build``; a name without the
+    ``.persistent`` suffix gets ``.build`` appended. Never the allocation's
+    own name, so the build job is never taken for an orphaned allocation.
+    """
+    name = spec.job_name
+    stem = name[: -len(".persistent")] if name.endswith(".persistent") else name
+    return f"{stem}.build"
+
+
 def run_pre_step(spec: JobSpec, backend: SlurmBackend, events: Events,
                  builder: Builder) -> PreStepResult:
     """Resolve GPU, CPU arch, image and build arch, then build with ``builder``.
@@ -661,7 +679,7 @@ def run_pre_step(spec: JobSpec, backend: SlurmBackend, events: Events,
         repo_root=spec.repo_root, partition=spec.slurm_params.partition,
         account=spec.slurm_params.account, image=image, user_root_dir=spec.user_root_dir,
         arch=arch, work_dir=spec.work_dir, cpu_arch=cpu_arch, gpu_name=gpu,
-        timeout_s=float(spec.monitor_timeout_seconds),
+        job_name=build_job_name(spec), timeout_s=float(spec.monitor_timeout_seconds),
     )
     try:
         outcome = builder.build(request, backend, events)

@@ -20,6 +20,7 @@ from slurm_fsm.build import (
     SlurmBuilder,
     _ProgressLines,
     build_arch,
+    build_job_name,
     default_build_command,
     default_pre_step,
     enroot_image,
@@ -400,6 +401,7 @@ def test_build_success_then_the_run_goes_on(make_spec: SpecFactory, fake: FakeCl
     assert ops.index("submit") < ops.index("job_outcome") < ops.index("allocate")
     sub = next(c.args["request"] for c in fake.calls if c.op == "submit")
     assert sub.partition == "batch" and sub.account == "acct"
+    assert sub.job_name == "acct-trtllm.build"
     assert sub.script_path == spec.work_dir / "build" / BUILD_SCRIPT_NAME
     assert f"--container-image={enroot_image(X86_IMAGE)}" in sub.script_path.read_text()
     # the image got into the spec and into the allocation's container
@@ -559,8 +561,23 @@ def test_a_plugged_builder(make_spec: SpecFactory, fake: FakeCluster) -> None:
     assert seen == [BuildRequest(
         repo_root=spec.repo_root, partition="batch", account="acct", image=X86_IMAGE,
         user_root_dir="/home/u", arch="89-real", work_dir=spec.work_dir, cpu_arch="x86_64",
-        gpu_name="NVIDIA L40S", timeout_s=900.0)]
+        gpu_name="NVIDIA L40S", job_name="acct-trtllm.build", timeout_s=900.0)]
     assert fake.ops() == []
+
+
+def test_build_job_name(make_spec: SpecFactory) -> None:
+    assert build_job_name(make_spec()) == "acct-trtllm.build"
+    assert build_job_name(make_spec(alloc_job_name="x-1.persistent")) == "x-1.build"
+    assert build_job_name(make_spec(alloc_job_name="mine")) == "mine.build"
+
+
+def test_no_pyxis_fails_before_submitting(make_spec: SpecFactory) -> None:
+    fake = FakeCluster(pyxis=False)
+    spec = build_spec(make_spec, device_type="H100")
+    report, _ = run(spec, fake)
+    assert report.status is Status.BUILD_FAILED
+    assert "no pyxis" in report.summary and "container=False" in report.summary
+    assert "submit" not in fake.ops() and "allocate" not in fake.ops()
 
 
 def test_no_pre_step_when_build_project_is_false(make_spec: SpecFactory,
