@@ -1,0 +1,261 @@
+"""The fake cluster and real Slurm agree: the step-0 scenarios the fake can express run
+from one parametrized test over ``backend in ["fake", "real"]`` and must take the same
+path of states to the same outcome (final state, state file, which jobs live).
+
+The fake is built to look like the local cluster (its partition, accounts, nodes and
+user); the only difference a scenario sees is how an allocation comes close to its
+end: the fake's clock is advanced, the real one is made with a 5-minute limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Protocol
+
+import attrs
+import pytest
+
+from slurm_fsm.backend import SlurmBackend
+from slurm_fsm.localcluster import ClusterInfo
+from slurm_fsm.machine import AllocationMachine, State
+from slurm_fsm.spec import JobSpec
+from slurm_fsm.subprocess_backend import SubprocessBackend
+from slurm_fsm.testing import FakeCluster
+
+from .helpers import JobNames, job_state, jobs_named, make_spec, slurm, wait_gone
+
+pytestmark = pytest.mark.slurm
+
+
+class World(Protocol):
+    """What a scenario may do to a cluster, fake or real."""
+
+    kind: str
+    backend: SlurmBackend
+
+    def spec(self, **over: Any) -> JobSpec: ...
+
+    def machine(self, spec: JobSpec) -> AllocationMachine: ...
+
+    def running(self, job_id: str) -> bool: ...
+
+    def our_jobs(self) -> list[str]: ...
+
+    def cancel_behind_our_back(self, job_id: str) -> None: ...
+
+    def expiring_time_limit(self) -> str: ...
+
+    def let_it_age(self) -> None: ...
+
+
+class FakeWorld:
+    kind = "fake"
+
+    def __init__(self, cluster: ClusterInfo, root: Path, name: str) -> None:
+        self.cluster = cluster
+        self.root = root
+        self.name = name
+        self.fake = FakeCluster(partitions={cluster.partition: cluster.nodes},
+                                accounts=[cluster.account, cluster.other_account],
+                                user=cluster.user)
+        self.backend: SlurmBackend = self.fake
+
+    def spec(self, **over: Any) -> JobSpec:
+        return make_spec(self.cluster, self.root, self.name, **over)
+
+    def machine(self, spec: JobSpec) -> AllocationMachine:
+        return AllocationMachine(spec, self.fake, clock=self.fake.clock)
+
+    def running(self, job_id: str) -> bool:
+        job = self.fake.jobs.get(job_id)
+        return job is not None and job.active and job.state == "RUNNING"
+
+    def our_jobs(self) -> list[str]:
+        return [j.job_id for j in self.fake.active_jobs() if j.name == self.name]
+
+    def cancel_behind_our_back(self, job_id: str) -> None:
+        self.fake.end_job(job_id, "CANCELLED")
+
+    def expiring_time_limit(self) -> str:
+        return "01:00:00"
+
+    def let_it_age(self) -> None:
+        self.fake.clock.advance(3600 - 240)  # 4 minutes left
+
+
+class RealWorld:
+    kind = "real"
+
+    def __init__(self, cluster: ClusterInfo, root: Path, names: JobNames) -> None:
+        self.cluster = cluster
+        self.root = root
+        self.name = names.new("parity")
+        self.backend: SlurmBackend = SubprocessBackend()
+
+    def spec(self, **over: Any) -> JobSpec:
+        return make_spec(self.cluster, self.root, self.name, **over)
+
+    def machine(self, spec: JobSpec) -> AllocationMachine:
+        return AllocationMachine(spec, self.backend)
+
+    def running(self, job_id: str) -> bool:
+        return job_state(job_id) == "RUNNING"
+
+    def our_jobs(self) -> list[str]:
+        return [job_id for job_id, state in jobs_named(self.name, self.cluster.user)
+                if state not in ("COMPLETING", "CANCELLED")]
+
+    def cancel_behind_our_back(self, job_id: str) -> None:
+        assert slurm("scancel", job_id).returncode == 0
+        wait_gone(job_id)
+
+    def expiring_time_limit(self) -> str:
+        return "00:05:00"
+
+    def let_it_age(self) -> None:
+        left = slurm("squeue", "-j", *self.our_jobs(), "-h", "-o", "%L").stdout.strip()
+        assert left.startswith(("4:", "5:0")), left
+
+
+@attrs.frozen
+class Outcome:
+    path: tuple[str, ...]
+    state: State
+    state_file: bool
+    first_job_running: bool  # the allocation of the first run, after the scenario
+    same_job: bool | None  # the allocation at the end is the first one (None: none)
+    live_jobs: int  # our jobs that hold the allocation at the end
+
+
+def _outcome(world: World, spec: JobSpec, first: str, m: AllocationMachine) -> Outcome:
+    final = m.alloc.job_id if m.alloc is not None else None
+    return Outcome(
+        path=tuple(m.path),
+        state=m.state,
+        state_file=spec.state_path.exists(),
+        first_job_running=world.running(first),
+        same_job=None if final is None else final == first,
+        live_jobs=len(world.our_jobs()),
+    )
+
+
+def _first(world: World, spec: JobSpec) -> str:
+    m = world.machine(spec)
+    assert m.prepare() is State.Ready, (m.path, m.failure)
+    assert m.alloc is not None
+    return m.alloc.job_id
+
+
+def first_run(world: World) -> Outcome:
+    spec = world.spec()
+    m = world.machine(spec)
+    m.prepare()
+    assert m.alloc is not None
+    return _outcome(world, spec, m.alloc.job_id, m)
+
+
+def reuse(world: World) -> Outcome:
+    spec = world.spec()
+    first = _first(world, spec)
+    m = world.machine(spec)
+    m.prepare()
+    return _outcome(world, spec, first, m)
+
+
+def incompatible(world: World) -> Outcome:
+    first = _first(world, world.spec())
+    spec = world.spec(slurm_params={"nodes": 2})
+    m = world.machine(spec)
+    m.prepare()
+    return _outcome(world, spec, first, m)
+
+
+def expiring(world: World) -> Outcome:
+    spec = world.spec(alloc_time_limit=world.expiring_time_limit())
+    first = _first(world, spec)
+    world.let_it_age()
+    m = world.machine(spec)
+    m.prepare()
+    assert any(w.startswith(f"Allocation expiring soon: {first}") for w in m.warnings)
+    return _outcome(world, spec, first, m)
+
+
+def orphan(world: World) -> Outcome:
+    spec = world.spec()
+    first = _first(world, spec)
+    spec.state_path.unlink()
+    m = world.machine(spec)
+    m.prepare()
+    assert f"Released orphaned allocation {first} - state file was missing." in m.warnings
+    return _outcome(world, spec, first, m)
+
+
+def cancelled_behind_our_back(world: World) -> Outcome:
+    spec = world.spec()
+    first = _first(world, spec)
+    world.cancel_behind_our_back(first)
+    m = world.machine(spec)
+    m.prepare()
+    return _outcome(world, spec, first, m)
+
+
+def release(world: World) -> Outcome:
+    spec = world.spec()
+    first = _first(world, spec)
+    m = world.machine(world.spec(release_allocation=True))
+    m.prepare()
+    assert m.history[-1].reason == f"Allocation {first} released."
+    return _outcome(world, spec, first, m)
+
+
+def bad_partition(world: World) -> Outcome:
+    spec = world.spec(slurm_params={"partition": "nope"})
+    m = world.machine(spec)
+    m.prepare()
+    assert m.failure is not None and "Invalid partition name specified" in m.failure.message
+    return Outcome(path=tuple(m.path), state=m.state, state_file=spec.state_path.exists(),
+                   first_job_running=False, same_job=None, live_jobs=len(world.our_jobs()))
+
+
+NEW = ("NoState", "Allocating", "Ready")
+SCENARIOS: dict[str, tuple[Callable[[World], Outcome], Outcome]] = {
+    "first run": (first_run, Outcome(NEW, State.Ready, True, True, True, 1)),
+    "reuse": (reuse, Outcome(("NoState", "Validating", "Ready"), State.Ready, True, True,
+                             True, 1)),
+    "incompatible": (incompatible, Outcome(
+        ("NoState", "Validating", "Incompatible", "Allocating", "Ready"), State.Ready, True,
+        False, False, 1)),
+    "expiring": (expiring, Outcome(
+        ("NoState", "Validating", "Expiring", "Allocating", "Ready"), State.Ready, True,
+        False, False, 1)),
+    "orphan": (orphan, Outcome(NEW, State.Ready, True, False, False, 1)),
+    "cancelled behind our back": (cancelled_behind_our_back, Outcome(
+        ("NoState", "Validating", "NoState", "Allocating", "Ready"), State.Ready, True,
+        False, False, 1)),
+    "release": (release, Outcome(("NoState", "Released"), State.Released, False, False,
+                                 None, 0)),
+    "bad partition": (bad_partition, Outcome(("NoState", "Allocating", "Failed"),
+                                             State.Failed, False, False, None, 0)),
+}
+
+
+@pytest.fixture
+def names(local_cluster: ClusterInfo) -> Iterator[JobNames]:
+    n = JobNames(local_cluster.user)
+    try:
+        yield n
+    finally:
+        n.cleanup()
+
+
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+@pytest.mark.parametrize("backend", ["fake", "real"])
+def test_fake_and_real_slurm_take_the_same_path(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path,
+        backend: str, scenario: str) -> None:
+    world: World = (FakeWorld(local_cluster, tmp_path, names.new("parity-fake"))
+                    if backend == "fake" else RealWorld(local_cluster, tmp_path, names))
+    run, expected = SCENARIOS[scenario]
+    outcome = run(world)
+    assert outcome == expected
