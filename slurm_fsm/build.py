@@ -156,8 +156,8 @@ def _partition_arch(spec: JobSpec, gpu_name: str) -> tuple[str, str]:
         if entry.name == partition and entry.arch is not None:
             return str(entry.arch), f"slurm_env.partitions[{partition}]"
     if any(_GRACE.match(t) for t in gpu_tokens(gpu_name)):
-        return "aarch64", f"inferred from the Grace GPU {gpu_name!r}"
-    return "x86_64", f"inferred from the GPU {gpu_name!r} (not a Grace part)"
+        return "aarch64", f"inferred: {gpu_name!r} is a Grace part"
+    return "x86_64", f"inferred: {gpu_name!r} is not a Grace part"
 
 
 def partition_arch(spec: JobSpec, gpu_name: str) -> str:
@@ -433,7 +433,6 @@ class _ProgressLines:
     def __init__(self, emit: Callable[[str], None]) -> None:
         self.emit = emit
         self._partial = ""
-        self.seen = 0
 
     def feed(self, text: str) -> None:
         *lines, self._partial = re.split(r"\r\n|\n|\r", self._partial + text)
@@ -448,7 +447,6 @@ class _ProgressLines:
 
     def _line(self, line: str) -> None:
         if PROGRESS_LINE.match(line):
-            self.seen += 1
             self.emit(line.strip())
 
 
