@@ -1,7 +1,7 @@
 """Record the literal outputs in this folder from the real local Slurm cluster.
 
     eval "$(.venv/bin/python -m slurm_fsm.localcluster up)"
-    .venv/bin/python tests/data/record_slurm_outputs.py [--with-timeout]
+    .venv/bin/python tests/data/record_slurm_outputs.py [--slow]
 
 Each recording is ``<name>.stdout`` / ``<name>.stderr`` (only the non-empty
 ones) plus a line ``name<TAB>exit code<TAB>argv`` in ``MANIFEST.tsv``; job ids
@@ -9,8 +9,8 @@ are whatever the cluster gave. Files named ``*_from_docs*`` are not made here:
 they are written from the exact strings in docs/local-slurm.md for situations
 this cluster cannot produce (no cgroups for OOM, accounting switched off).
 Delete a recording and run this again to regenerate it. The script cancels
-every job it creates. ``--with-timeout`` adds a job that runs into its
-one-minute limit (about 90 s more).
+every job it creates (about 20 s). ``--slow`` adds a job that runs into its
+one-minute limit and a client without a config file, which retries for 60 s.
 """
 
 from __future__ import annotations
@@ -40,9 +40,7 @@ created: list[str] = []
 
 def run(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """Run without recording."""
-    return subprocess.run(
-        argv, capture_output=True, text=True, timeout=timeout, check=False
-    )
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
 
 
 def rec(name: str, argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -55,7 +53,7 @@ def rec(name: str, argv: list[str], timeout: float = 60) -> subprocess.Completed
         elif path.exists():
             path.unlink()
     manifest[name] = f"{name}\t{proc.returncode}\t{shlex.join(argv)}"
-    print(f"{name}: rc={proc.returncode}", file=sys.stderr)
+    print(f"{time.monotonic():.1f} {name}: rc={proc.returncode}", file=sys.stderr)
     return proc
 
 
@@ -184,13 +182,13 @@ def controller_started() -> str:
 
 
 def main() -> None:
-    with_timeout = "--with-timeout" in sys.argv
+    slow = "--slow" in sys.argv
     if "SLURM_CONF" not in os.environ:
         raise SystemExit("SLURM_CONF is not set: start the local cluster first")
     started = controller_started()
     try:
         timeout_job = None
-        if with_timeout:
+        if slow:
             timeout_job = sbatch("rec-timeout", "sleep 300", "--time=1")
 
         # the persistent allocation, its steps, and what squeue shows of them
@@ -339,13 +337,14 @@ def main() -> None:
         finished_job("steps_srun_fails", "srun true\nsrun false\nexit 0")
 
         rec("srun_help", ["srun", "--help"])
-        env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}
-        env["SLURM_CONF"] = "/nonexistent/slurm.conf"
-        proc = subprocess.run(
-            ["squeue", "-h"], capture_output=True, text=True, env=env, timeout=60, check=False
-        )
-        (HERE / "squeue_no_config.stderr").write_text(proc.stderr)
-        manifest["squeue_no_config"] = f"squeue_no_config\t{proc.returncode}\tsqueue -h"
+        if slow:  # "retrying in 1sec up to 60sec"
+            env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}
+            env["SLURM_CONF"] = "/nonexistent/slurm.conf"
+            no_conf = subprocess.run(
+                ["squeue", "-h"], capture_output=True, text=True, env=env, timeout=90, check=False
+            )
+            (HERE / "squeue_no_config.stderr").write_text(no_conf.stderr)
+            manifest["squeue_no_config"] = f"squeue_no_config\t{no_conf.returncode}\tsqueue -h"
 
         if timeout_job is not None:
             wait_gone(timeout_job, limit=180)
