@@ -46,6 +46,8 @@ import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 
+import hostlist
+
 from slurm_fsm.backend import (
     AllocationRequest,
     BatchRequest,
@@ -616,8 +618,6 @@ def parse_gpu_name(text: str) -> str | None:
 
 def expand_nodelist(nodelist: str) -> list[str]:
     """``n[1-3],m5`` -> ``["n1", "n2", "n3", "m5"]``; empty -> ``[]``."""
-    import hostlist
-
     if not nodelist.strip() or nodelist.strip() in ("(null)", "None assigned"):
         return []
     try:
@@ -628,8 +628,6 @@ def expand_nodelist(nodelist: str) -> list[str]:
 
 def compress_nodelist(nodes: Iterable[str]) -> str:
     """``["n1", "n2", "n3"]`` -> ``n[1-3]`` (the form squeue prints)."""
-    import hostlist
-
     return str(hostlist.collect_hostlist(list(nodes)))
 
 

@@ -696,7 +696,7 @@ def test_steps_of_unknown_job_is_no_steps_not_gone() -> None:
         ("sbatch_bad_partition", "Invalid partition name specified"),
         ("srun_too_many_nodes", "Only allocated 2 nodes asked for 3"),
         ("squeue_no_config", "Unable to process configuration file"),
-        ("sacct_accounting_disabled_from_docs", "Slurm accounting storage is disabled"),
+        ("sacct_accounting_disabled", "Slurm accounting storage is disabled"),
     ],
 )
 def test_other_failures(name: str, needle: str) -> None:
@@ -710,7 +710,7 @@ def test_other_failures(name: str, needle: str) -> None:
 
 
 def test_accounting_disabled() -> None:
-    assert slurmcli.accounting_disabled(data("sacct_accounting_disabled_from_docs.stderr"))
+    assert slurmcli.accounting_disabled(data("sacct_accounting_disabled.stderr"))
     assert not slurmcli.accounting_disabled(data("sacct_controller_down.stderr"))
 
 
@@ -784,7 +784,7 @@ def replay_backend(answers: dict[str, list[Answer]]) -> tuple[SubprocessBackend,
 def test_outcome_falls_back_to_scontrol_when_accounting_is_off() -> None:
     backend, runner = replay_backend(
         {
-            "sacct": [answer("sacct_accounting_disabled_from_docs")],
+            "sacct": [answer("sacct_accounting_disabled")],
             "scontrol": [answer("scontrol_show_job_failed_exit3")],
         }
     )

@@ -6,8 +6,8 @@
 Each recording is ``<name>.stdout`` / ``<name>.stderr`` (only the non-empty
 ones) plus a line ``name<TAB>exit code<TAB>argv`` in ``MANIFEST.tsv``; job ids
 are whatever the cluster gave. Files named ``*_from_docs*`` are not made here:
-they are written from the exact strings in docs/local-slurm.md for situations
-this cluster cannot produce (no cgroups for OOM, accounting switched off).
+they are written from the exact strings in docs/local-slurm.md for what this
+cluster cannot produce (an out-of-memory kill needs cgroups).
 Delete a recording and run this again to regenerate it. The script cancels
 every job it creates (about 20 s). ``--slow`` adds a job that runs into its
 one-minute limit and a client without a config file, which retries for 60 s.
@@ -167,6 +167,24 @@ def record_unreachable() -> None:
         listener.close()
         for conn in accepted:
             conn.close()
+
+
+def record_accounting_off() -> None:
+    """sacct with a copy of slurm.conf that says ``accounting_storage/none``."""
+    conf = Path(tempfile.mkdtemp()) / "noacct.conf"
+    lines = [
+        "AccountingStorageType=accounting_storage/none"
+        if line.startswith("AccountingStorageType=")
+        else line
+        for line in Path(os.environ["SLURM_CONF"]).read_text().splitlines()
+    ]
+    conf.write_text("\n".join(lines) + "\n")
+    saved = os.environ["SLURM_CONF"]
+    os.environ["SLURM_CONF"] = str(conf)
+    try:
+        rec("sacct_accounting_disabled", ["sacct", "-j", "5", *SACCT])
+    finally:
+        os.environ["SLURM_CONF"] = saved
 
 
 def free_port() -> int:
@@ -352,6 +370,7 @@ def main() -> None:
             rec("sacct_timeout", ["sacct", "-j", timeout_job, *SACCT])
             rec("scontrol_show_job_timeout", ["scontrol", "show", "job", timeout_job])
         record_unreachable()
+        record_accounting_off()
         if controller_started() != started:
             raise SystemExit("slurmctld restarted during the recording: run it again")
     finally:

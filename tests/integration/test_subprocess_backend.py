@@ -7,6 +7,7 @@ cancelled at the end of the test by the ``cleanup`` fixture, whatever happens.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -449,6 +450,38 @@ def test_submit_and_outcome(
     # scontrol agrees while the job is within MinJobAge
     scontrol = backend.job_outcome_from_scontrol(job_id)
     assert (scontrol.state, scontrol.exit_code, scontrol.source) == (state, code, "scontrol")
+
+
+def test_outcome_without_accounting_comes_from_scontrol(
+    backend: SubprocessBackend, cleanup: Cleanup, local_cluster: ClusterInfo, tmp_path: Path
+) -> None:
+    """The same cluster seen through a slurm.conf copy with accounting_storage/none."""
+    conf = tmp_path / "noacct.conf"
+    conf.write_text(
+        re.sub(
+            r"(?m)^AccountingStorageType=.*$",
+            "AccountingStorageType=accounting_storage/none",
+            local_cluster.slurm_conf.read_text(),
+        )
+    )
+    script = tmp_path / "job.slurm"
+    script.write_text("#!/bin/bash\nexit 3\n")
+    job_id = backend.submit(
+        BatchRequest(
+            script_path=script,
+            work_dir=tmp_path,
+            job_name=cleanup.name("noacct"),
+            partition=local_cluster.partition,
+            account=local_cluster.account,
+        )
+    )
+    cleanup.ids.append(job_id)
+    gone(backend, job_id)
+    no_accounting = SubprocessBackend(env={"SLURM_CONF": str(conf)})
+    outcome = no_accounting.job_outcome(job_id)
+    assert (outcome.state, outcome.exit_code, outcome.source) == ("FAILED", 3, "scontrol")
+    with pytest.raises(JobNotFound):
+        no_accounting.job_outcome("999999")
 
 
 def test_unknown_job(backend: SubprocessBackend) -> None:
