@@ -103,6 +103,7 @@ class Executor:
         self._machine_factory = machine_factory
         self.machine: AllocationMachine | None = None
         self._timings: dict[str, float] = {}
+        self._pre_notes: list[str] = []
 
     # ------------------------------------------------------------------------ public
     def run(self) -> Report:
@@ -126,10 +127,14 @@ class Executor:
                     work_dir=str(spec.work_dir), summary=pre.summary or "build failed",
                     errors=errors_from(list(pre.log_tail)), warnings=warnings, metrics={},
                     diagnosis=[], path=["PreStep"], notes=["nothing allocated, nothing run"],
-                    log_head=[], log_tail=list(pre.log_tail), err_tail=[], timings={},
+                    log_head=[], log_tail=list(pre.log_tail), err_tail=[],
+                    timings=dict(self._timings),
                 ), t0)
             spec = pre.spec
             self.spec = spec
+            self._pre_notes.append(
+                f"pre-step: {pre.summary or 'build passed'}"
+                + (f" (build job {pre.job_id}, log {pre.log_path})" if pre.job_id else ""))
         if spec.release_allocation:
             return self._finish(self._release(), t0)
         if not spec.persistent_mode:
@@ -404,5 +409,6 @@ class Executor:
 
     def _finish(self, report: Report, t0: float) -> Report:
         report.timings["total_s"] = round(time.monotonic() - t0, 4)
+        report.notes[:0] = self._pre_notes
         self.events.state("Done", report.summary)
         return report

@@ -566,6 +566,10 @@ _ERROR_LINE: list[re.Pattern[str]] = [
     re.compile(r"(?:^|\s)FAILED(?:\s|$)"),
     re.compile(r"CUDA out of memory|Segmentation fault|core dumped|oom[-_]kill", re.I),
     re.compile(r"hang detected", re.I),
+    # compilers and build tools: a.cpp:1:1: error: ..., a.cu(12): error: ..., CMake Error at
+    re.compile(r"^\S+?(?::\d+(?::\d+)?|\(\d+\)):\s*(?:fatal )?error\b", re.I),
+    re.compile(r"\bCMake Error\b"),
+    re.compile(r"^(?:g?make|ninja)(?:\[\d+\])?: \*\*\*|^ninja: build stopped"),
 ]
 
 

@@ -541,3 +541,19 @@ def test_result_warnings() -> None:
 def test_public_names() -> None:
     for name in results.__all__:
         assert hasattr(results, name)
+
+
+def test_errors_from_finds_compiler_and_build_tool_errors() -> None:
+    from slurm_fsm.results import errors_from
+
+    lines = [
+        "[ 50%] Building CXX object cpp/a.o",
+        "/src/a.cpp:12:5: error: 'foo' was not declared in this scope",
+        "kernels/b.cu(88): error: identifier \"bar\" is undefined",
+        "CMake Error at CMakeLists.txt:10 (message):",
+        "make[2]: *** [cpp/a.o] Error 1",
+        "ninja: build stopped: subcommand failed.",
+        "[ 60%] Building CXX object cpp/c.o",
+    ]
+    found = errors_from(lines)
+    assert found == lines[1:6]
