@@ -54,6 +54,7 @@ from slurm_fsm.errors import (
 from slurm_fsm.executor import Events, PreStep, PreStepResult
 from slurm_fsm.logs import tail_lines
 from slurm_fsm.monitor import PollPolicy, watch_batch_job
+from slurm_fsm.slurmcli import enroot_image
 from slurm_fsm.spec import JobSpec
 
 __all__ = [
@@ -352,21 +353,6 @@ def resolve_image(spec: JobSpec, arch: str) -> str:
     return _image(spec, arch)[0]
 
 
-def enroot_image(image: str) -> str:
-    """The form pyxis/enroot takes: the first ``/`` after a registry host becomes ``#``.
-
-    ``urm.nvidia.com/sw/trtllm:tag`` -> ``urm.nvidia.com#sw/trtllm:tag`` (enroot
-    otherwise looks the image up on Docker Hub). A registry host is a first
-    path part with a ``.`` or ``:``, or ``localhost``. Images that already
-    have a ``#``, file paths and Docker Hub names are returned as they are.
-    """
-    if "#" in image or image.startswith(("/", ".")) or "/" not in image:
-        return image
-    user, at, rest = image.rpartition("@") if "@" in image.split("/")[0] else ("", "", image)
-    host, _, path = rest.partition("/")
-    if "." in host or ":" in host or host == "localhost":
-        return f"{user}{at}{host}#{path}"
-    return image
 
 
 # --------------------------------------------------------------------------- builders

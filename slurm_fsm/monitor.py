@@ -69,7 +69,8 @@ def _stop_steps(backend: SlurmBackend, job_id: str, watch: Watch) -> None:
         watch.messages.append(f"could not list steps of {job_id}: {exc}")
         return
     for step in steps:
-        if step.step_id in NON_JOB_STEPS:
+        # numbered steps only (0, 1, 0+1 for het jobs): never extern, batch, interactive
+        if step.step_id in NON_JOB_STEPS or not step.step_id.split("+")[0].isdigit():
             continue
         backend.cancel(job_id, step.step_id)
         watch.cancelled_steps.append(step.full_id)

@@ -81,6 +81,7 @@ __all__ = [
     "classify",
     "clean_env",
     "compress_nodelist",
+    "enroot_image",
     "expand_nodelist",
     "gpu_processes_argv",
     "gpu_processes_script",
@@ -225,10 +226,27 @@ def _time_arg(limit: Duration) -> str:
     raise ValueError(f"not a usable time limit: {limit.as_slurm()}")
 
 
+def enroot_image(image: str) -> str:
+    """The form pyxis/enroot takes: the first ``/`` after a registry host becomes ``#``.
+
+    ``urm.nvidia.com/sw/trtllm:tag`` -> ``urm.nvidia.com#sw/trtllm:tag`` (enroot
+    otherwise looks the image up on Docker Hub). A registry host is a first
+    path part with a ``.`` or ``:``, or ``localhost``. Images that already
+    have a ``#``, file paths and Docker Hub names are returned as they are.
+    """
+    if "#" in image or image.startswith(("/", ".")) or "/" not in image:
+        return image
+    user, at, rest = image.rpartition("@") if "@" in image.split("/")[0] else ("", "", image)
+    host, _, path = rest.partition("/")
+    if "." in host or ":" in host or host == "localhost":
+        return f"{user}{at}{host}#{path}"
+    return image
+
+
 def _container_args(options: ContainerOptions) -> list[str]:
     args: list[str] = []
     if options.image:
-        args.append(f"--container-image={options.image}")
+        args.append(f"--container-image={enroot_image(options.image)}")
     args.append(f"--container-name={options.name}")
     if options.mounts:
         args.append(f"--container-mounts={options.mounts}")

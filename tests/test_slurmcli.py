@@ -177,7 +177,7 @@ def test_srun_step_with_container_and_options() -> None:
         "--ntasks-per-node=4",
         "--overlap",
         "--chdir=/repo",
-        "--container-image=nvcr.io/nvidia/pytorch:24.05-py3",
+        "--container-image=nvcr.io#nvidia/pytorch:24.05-py3",
         "--container-name=llama_auto_test",
         "--container-mounts=/a:/a,/b:/b:ro",
         "--container-writable",
