@@ -19,6 +19,7 @@ from pathlib import Path
 
 import attrs
 
+from slurm_fsm import localcluster
 from slurm_fsm.backend import SlurmBackend
 from slurm_fsm.clock import Clock
 from slurm_fsm.executor import Executor
@@ -36,19 +37,21 @@ def _say(text: str) -> None:
     print(text, flush=True)
 
 
+def _slurm_configured() -> bool:
+    return bool(os.environ.get("SLURM_CONF")) or Path("/etc/slurm/slurm.conf").exists()
+
+
 def _real_backend() -> tuple[SlurmBackend | None, str, str, str]:
     """The real backend over the configured Slurm, or over the local cluster."""
     from slurm_fsm.subprocess_backend import SubprocessBackend
 
-    if os.environ.get("SLURM_CONF") or Path("/etc/slurm/slurm.conf").exists():
+    if _slurm_configured():
         label = f"this machine's Slurm (SLURM_CONF={os.environ.get('SLURM_CONF', '/etc/slurm')})"
         return SubprocessBackend(), label, os.environ.get("SLURM_FSM_DEMO_PARTITION", "debug"), \
             os.environ.get("SLURM_FSM_DEMO_ACCOUNT", "acct")
-    from slurm_fsm import localcluster
-
     try:
         info = localcluster.up()
-    except Exception as exc:  # any reason the local cluster cannot run here
+    except (localcluster.LocalClusterError, OSError) as exc:
         _say(f"[demo] the local Slurm cluster cannot run here: {exc}")
         return None, "", "", ""
     os.environ["SLURM_CONF"] = str(info.slurm_conf)
@@ -76,7 +79,9 @@ def run_demo(*, fake: bool = False, keep: bool = False, quiet: bool = False) -> 
     backend: SlurmBackend | None = None
     partition, account = "debug", "acct"
     if not fake:
-        backend, label, partition, account = _real_backend()
+        backend, label, real_partition, real_account = _real_backend()
+        if backend is not None:
+            partition, account = real_partition, real_account
     if backend is None:
         from slurm_fsm.testing import FakeCluster, FakeScript
 
