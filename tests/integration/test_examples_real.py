@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import attrs
@@ -32,13 +31,6 @@ def example_spec(kind: str, root: Path, cluster: ClusterInfo, **over: object) ->
     )
 
 
-@pytest.fixture
-def root(tmp_path: Path) -> Iterator[Path]:
-    yield tmp_path
-    for spec_file in tmp_path.glob("released-*.json"):
-        spec_file.unlink()
-
-
 @pytest.mark.parametrize(("kind", "check"), [
     ("pytest", lambda r: r.metrics["passed"] == 2 and r.metrics["skipped"] == 1),
     ("eval", lambda r: r.metrics["accuracy"] == [71.25, 68.4]),
@@ -47,10 +39,10 @@ def root(tmp_path: Path) -> Iterator[Path]:
     ("custom", lambda r: r.metrics["last_lines"][-1] == "custom job done"
      and r.metrics["last_lines"][:2] == ["n1", "n2"]),
 ])
-def test_example_persistent_then_one_shot(local_cluster: ClusterInfo, root: Path, kind: str,
-                                          check: object) -> None:
+def test_example_persistent_then_one_shot(local_cluster: ClusterInfo, tmp_path: Path,
+                                          kind: str, check: object) -> None:
     backend = SubprocessBackend()
-    spec = example_spec(kind, root, local_cluster)
+    spec = example_spec(kind, tmp_path, local_cluster)
     try:
         report = Executor(spec, backend).run()
         assert report.status is Status.PASSED, report.render_text()
