@@ -158,9 +158,7 @@ class Executor:
     def _release(self) -> Report:
         m = self._new_machine()
         state = m.prepare()
-        job_id = next((t.reason.split()[1] for t in m.history
-                       if t.dest == State.Released.value and t.reason.startswith("Allocation ")),
-                      None)
+        job_id = m.released_job_id
         if state is State.Released:
             status, summary = Status.RELEASED, m.history[-1].reason
         else:
@@ -186,12 +184,7 @@ class Executor:
                                                         log_lines=msg.splitlines()))
         alloc = m.alloc
         t = time.monotonic()
-        try:
-            m.run()
-        except BackendError as exc:  # pre-flight failed: treat as a failed run
-            return self._base_report(m, status=Status.ERROR, mode="persistent",
-                                     summary=f"pre-flight failed: {exc}", errors=[str(exc)],
-                                     allocation_id=alloc.job_id, extra_warnings=warnings)
+        m.run()  # pre-flight; a failure routes the machine into Failed
         if m.state is not State.Running:
             msg = m.failure.message if m.failure else "pre-flight failed"
             return self._base_report(m, status=Status.ERROR, mode="persistent", summary=msg,
@@ -394,13 +387,14 @@ class Executor:
                      diagnosis: list[dict[str, str]] | None = None) -> Report:
         spec = self.spec
         log = spec.persistent_log if mode == "persistent" else None
-        salloc_tail = tail_lines(spec.salloc_log, 20) if status is Status.ERROR else []
+        from_salloc = m.failure is not None and m.failure.step == State.Allocating.value
+        salloc_tail = tail_lines(m.salloc_log, 20) if from_salloc else []
         return Report(
             status=status, task_type=spec.workflow_type.value, mode=mode, job_id=None,
             allocation_id=allocation_id or (m.alloc.job_id if m.alloc else None),
             slurm_state=None, exit_code=None, elapsed_s=None,
             log_files={"stdout": str(log) if log else None,
-                       "stderr": str(spec.salloc_log) if salloc_tail else None},
+                       "stderr": str(m.salloc_log) if salloc_tail else None},
             work_dir=str(spec.work_dir), summary=summary, errors=errors or [],
             warnings=(extra_warnings or []) + list(m.warnings), metrics={},
             diagnosis=diagnosis or [], path=m.path, notes=list(m.notes), log_head=[],

@@ -318,6 +318,7 @@ class AllocationMachine:
         self.warnings: list[str] = []
         self.notes: list[str] = []  # steps skipped and why
         self.failure: Failure | None = None
+        self.released_job_id: str | None = None  # set by release (0A)
         self._attempt = 0
         self._pending_since: float | None = None
         self._cancelled: set[str] = set()
@@ -778,6 +779,7 @@ class AllocationMachine:
         self.store.delete()
         self.salloc_log.unlink(missing_ok=True)
         self.alloc = None
+        self.released_job_id = job_id
         self._reason = f"Allocation {job_id} released."
         self._log(f"Allocation {job_id} released.")
 

@@ -123,6 +123,22 @@ def test_step0_failure_is_error(make_spec: SpecFactory, fake: FakeCluster) -> No
     assert report.path == ["NoState", "Allocating", "Failed"]
     assert report.exit_code_for_cli == 3
     assert "start_script" not in fake.ops()
+    assert (report.log_files["stderr"] or "").endswith("work_dirs/.salloc.log")
+    assert any("invalid partition specified: nope" in line for line in report.log_tail)
+
+
+def test_unreachable_controller_is_error_and_keeps_the_allocation(
+        make_spec: SpecFactory, fake: FakeCluster) -> None:
+    spec = make_spec()
+    first = run(spec, fake)
+    fake.controller_down()
+    report = run(spec, fake)
+    assert report.status is Status.ERROR
+    assert "unreachable" in report.summary and "state file is kept" in report.summary
+    assert report.log_files["stderr"] is None and report.log_tail == []
+    assert spec.state_path.exists()
+    fake.bring_controller_up()
+    assert run(spec, fake).allocation_id == first.allocation_id
 
 
 def test_missing_script_is_bad_input_before_any_slurm_call(make_spec: SpecFactory,
