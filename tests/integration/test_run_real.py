@@ -22,6 +22,7 @@ import pytest
 
 from slurm_fsm.executor import Events, Executor
 from slurm_fsm.localcluster import ClusterInfo
+from slurm_fsm.monitor import PollPolicy
 from slurm_fsm.report import Report
 from slurm_fsm.results import Status
 from slurm_fsm.spec import JobSpec
@@ -81,8 +82,8 @@ def one_shot(cluster: ClusterInfo, root: Path, job_name: str, body: str, *,
 
 
 def run(spec: JobSpec, backend: SubprocessBackend | None = None,
-        events: Events | None = None) -> Report:
-    return Executor(spec, backend or SubprocessBackend(), events=events).run()
+        events: Events | None = None, policy: PollPolicy | None = None) -> Report:
+    return Executor(spec, backend or SubprocessBackend(), events=events, policy=policy).run()
 
 
 # ------------------------------------------------------------------- persistent path
@@ -231,11 +232,13 @@ def test_one_shot_outcome_from_sacct(
 
 def test_one_shot_over_the_slurm_time_limit_is_timeout(
         local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
-    """Slurm's smallest limit is one minute; it fires after 64-84 s."""
+    """Slurm's smallest limit is one minute; it fires after 64-84 s. squeue is asked at
+    least every 5 s (by default the polls back off to 30 s: the end would be seen up to
+    30 s late, here at about 91 s)."""
     spec = one_shot(local_cluster, tmp_path, names.new("limit", ".slurm"),
                     "echo started\nsleep 200\n", sbatch=("--time=1",),
                     monitor_timeout_seconds=150)
-    report = run(spec)
+    report = run(spec, policy=PollPolicy(slurm_max_s=5.0))
     assert report.status is Status.TIMEOUT, report.render_text()
     assert report.slurm_state == "TIMEOUT"
     assert "monitor timeout" not in report.summary  # Slurm's limit, not ours
