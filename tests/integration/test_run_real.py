@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -271,6 +272,18 @@ def test_one_shot_cancelled_while_running_is_cancelled(
     assert report.elapsed_s is not None and report.elapsed_s < 30
 
 
+def test_one_shot_hang_cancels_the_job(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    job_name = names.new("hang", ".slurm")
+    spec = one_shot(local_cluster, tmp_path, job_name, "echo 'Hang detected'\nsleep 60\n",
+                    monitor_timeout_seconds=60)
+    report = run(spec)
+    assert report.status is Status.HANG_DETECTED, report.render_text()
+    assert report.slurm_state == "CANCELLED"
+    assert report.elapsed_s is not None and report.elapsed_s < 30
+    assert jobs_named(job_name, local_cluster.user) == []
+
+
 # ---------------------------------------------------------------------------- the CLI
 
 
@@ -364,3 +377,33 @@ def test_cli_bad_spec_exits_2_without_any_slurm_command(
     assert calls.exists() and "squeue" in calls.read_text()
     assert proc.returncode == 3
     assert jobs_named(name, local_cluster.user) == []
+
+
+#: The signals a user or a CI system stops ``slurm-fsm run`` with.
+STOP_SIGNALS = [signal.SIGINT]
+
+
+@pytest.mark.parametrize("sig", STOP_SIGNALS, ids=lambda s: signal.Signals(s).name)
+def test_cli_stopped_mid_job_cancels_the_step_and_keeps_the_allocation(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path, sig: int) -> None:
+    name = names.new("stop")
+    long = script(tmp_path / "long.slurm", "srun sleep 300\n")
+    spec = write_spec(tmp_path / "long.json", spec_dict(
+        local_cluster, tmp_path, name, script_path=str(long)))
+    proc = subprocess.Popen([sys.executable, "-m", "slurm_fsm", "run", str(spec), "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        job_id = until("our allocation", lambda: (jobs_named(name, local_cluster.user)
+                                                  or [None])[0], 30)[0]
+        until("the script's step", lambda: step_ids(job_id) or None, 30)
+        proc.send_signal(sig)
+        _out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode in (130, 128 + sig), err
+    # the job's step must not run on unwatched (it would block the next run's srun)
+    assert until("no step left", lambda: True if not step_ids(job_id) else None, 15)
+    assert job_state(job_id) == "RUNNING"
+    assert (tmp_path / "repo" / "work_dirs" / ".slurm_alloc.json").exists()
