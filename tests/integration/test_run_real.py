@@ -402,8 +402,8 @@ def test_cli_stopped_mid_job_cancels_the_step_and_keeps_the_allocation(
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-    assert proc.returncode in (130, 128 + sig), err
     # the job's step must not run on unwatched (it would block the next run's srun)
     assert until("no step left", lambda: True if not step_ids(job_id) else None, 15)
+    assert proc.returncode in (130, 128 + sig), err
     assert job_state(job_id) == "RUNNING"
     assert (tmp_path / "repo" / "work_dirs" / ".slurm_alloc.json").exists()
