@@ -77,12 +77,19 @@ def jobs_named(name: str, user: str, env: Mapping[str, str] | None = None) -> li
             if line.strip()]
 
 
-def step_ids(job_id: str) -> list[str]:
-    """The numeric steps of a job (``squeue -s``); ``extern``/``batch`` left out."""
-    proc = slurm("squeue", "-s", "-j", job_id, "-h", "-o", "%i")
+def steps(job_id: str) -> dict[str, str]:
+    """``{step id: step name}`` of a job's numeric steps (``squeue -s``; ``extern`` and
+    ``batch`` left out)."""
+    proc = slurm("squeue", "-s", "-j", job_id, "-h", "-o", "%i %j")
     if proc.returncode != 0:
-        return []
-    return [s for s in proc.stdout.split() if s.split(".", 1)[-1].isdigit()]
+        return {}
+    rows = (line.split(maxsplit=1) for line in proc.stdout.splitlines() if line.strip())
+    return {row[0]: row[-1] for row in rows if row[0].split(".", 1)[-1].isdigit()}
+
+
+def step_ids(job_id: str) -> list[str]:
+    """The numeric steps of a job (``squeue -s``)."""
+    return sorted(steps(job_id))
 
 
 class JobNames:

@@ -37,6 +37,7 @@ from .helpers import (
     slurm,
     spec_dict,
     step_ids,
+    steps,
     until,
 )
 
@@ -395,7 +396,8 @@ def test_cli_stopped_mid_job_cancels_the_step_and_keeps_the_allocation(
     try:
         job_id = until("our allocation", lambda: (jobs_named(name, local_cluster.user)
                                                   or [None])[0], 30)[0]
-        until("the script's step", lambda: step_ids(job_id) or None, 30)
+        # the script's own step (step 0 is the GPU pre-flight's nvidia-smi check)
+        until("the script's step", lambda: "sleep" in steps(job_id).values() or None, 30)
         proc.send_signal(sig)
         _out, err = proc.communicate(timeout=30)
     finally:
