@@ -198,6 +198,22 @@ def test_monitor_timeout_cancels_the_step_and_keeps_the_allocation(
     assert job_state(job_id) == "RUNNING"
 
 
+def test_a_one_node_job_on_a_two_node_allocation_runs_on_one_node(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    name = names.new("sizes")
+    two = persistent(local_cluster, tmp_path, name, "srun hostname\n",
+                     slurm_params={"nodes": 2})
+    report = run(two)
+    assert report.status is Status.PASSED, report.render_text()
+    assert len(set(report.log_tail)) == 2
+
+    one = persistent(local_cluster, tmp_path, name, "srun hostname\n", file="one.slurm")
+    report = run(one)
+    assert report.status is Status.PASSED, report.render_text()
+    assert report.path[:3] == ["NoState", "Validating", "Ready"]  # reused, not shrunk
+    assert len(report.log_tail) == 1 and report.log_tail[0] in local_cluster.nodes
+
+
 # ---------------------------------------------------------------------- one-shot path
 
 

@@ -23,9 +23,10 @@ import pytest
 
 from slurm_fsm import localcluster
 from slurm_fsm.backend import StepRequest
+from slurm_fsm.errors import NotOurJobError
 from slurm_fsm.localcluster import ClusterInfo
 from slurm_fsm.machine import AllocationMachine, State
-from slurm_fsm.state import KEYS
+from slurm_fsm.state import KEYS, AllocState
 from slurm_fsm.subprocess_backend import SubprocessBackend
 
 from .helpers import (
@@ -213,6 +214,37 @@ def test_release_cancels_and_removes_the_files(
     assert not spec.salloc_log.exists()
     wait_gone(job_id, timeout=5)
     assert jobs_named(name, local_cluster.user) == []
+
+
+def test_a_state_file_naming_another_job_never_cancels_it(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    """Someone else's job (here: ours, under another name) in the state file is refused by
+    release and dropped by validation; it keeps running either way."""
+    other_name = names.new("other", ".interactive")
+    proc = slurm("salloc", "--no-shell", f"--partition={local_cluster.partition}",
+                 f"--account={local_cluster.account}", "--time=10", f"--job-name={other_name}")
+    assert proc.returncode == 0, proc.stderr
+    ((other, _),) = until("the other job", lambda: jobs_named(other_name, local_cluster.user)
+                          or None)
+    name = names.new("mine")
+    spec = make_spec(local_cluster, tmp_path, name)
+    spec.state_path.parent.mkdir(parents=True)
+    spec.state_path.write_text(AllocState(other, "n1", local_cluster.partition,
+                                          local_cluster.account, 1, installed=True).to_json())
+    before = spec.state_path.read_bytes()
+
+    m = AllocationMachine(make_spec(local_cluster, tmp_path, name, release_allocation=True),
+                          SubprocessBackend())
+    assert m.prepare() is State.Failed
+    assert m.failure is not None and isinstance(m.failure.error, NotOurJobError)
+    assert spec.state_path.read_bytes() == before
+    assert job_state(other) == "RUNNING"
+
+    m = AllocationMachine(spec, SubprocessBackend())
+    new = ready(m)
+    assert m.path == ["NoState", "Validating", "NoState", "Allocating", "Ready"]
+    assert any("not ours" in w for w in m.warnings)
+    assert new != other and job_state(other) == "RUNNING"
 
 
 # ----------------------------------------------------------------------- salloc fails
