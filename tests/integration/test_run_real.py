@@ -410,8 +410,8 @@ def test_cli_stopped_mid_job_cancels_the_step_and_keeps_the_allocation(
     proc = subprocess.Popen([sys.executable, "-m", "slurm_fsm", "run", str(spec), "--json"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        job_id = until("our allocation", lambda: (jobs_named(name, local_cluster.user)
-                                                  or [None])[0], 30)[0]
+        ((job_id, _),) = until("our allocation",
+                               lambda: jobs_named(name, local_cluster.user) or None, 30)
         # the script's own step (step 0 is the GPU pre-flight's nvidia-smi check)
         until("the script's step", lambda: "sleep" in steps(job_id).values() or None, 30)
         proc.send_signal(sig)
