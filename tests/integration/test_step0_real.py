@@ -8,6 +8,7 @@ the shared one.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -15,10 +16,13 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
+import attrs
 import pytest
 
 from slurm_fsm import localcluster
@@ -43,6 +47,8 @@ from .helpers import (
 )
 
 pytestmark = pytest.mark.slurm
+
+T = TypeVar("T")
 
 
 @pytest.fixture
@@ -290,7 +296,7 @@ def test_two_node_allocation_runs_a_step_on_both_nodes(
     assert sorted(hosts) == sorted(nodes)
 
 
-# ------------------------------------------------------------------- controller down
+# ------------------------------------------------ a private cluster: pending, controller down
 
 
 def _alive(pid: int) -> bool:
@@ -301,29 +307,118 @@ def _alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
 
 
-@pytest.fixture
-def private_cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[ClusterInfo]:
-    """A second local cluster, in a folder (and on ports) of its own: its controller can
-    be stopped without touching the shared one. Torn down at the end, whatever happens."""
-    base = Path(tempfile.mkdtemp(prefix="sfsm-it-ctld-")) / "cluster"
-    monkeypatch.setenv(localcluster.ENV_BASE_DIR, str(base))
+@attrs.frozen
+class Private:
+    info: ClusterInfo
+    env: dict[str, str]  # SLURM_CONF of a client config with MessageTimeout=1
+
+
+@pytest.fixture(scope="module")
+def private() -> Iterator[Private]:
+    """A second local cluster, in a folder (and on ports) of its own: it can be filled up
+    and its controller stopped without touching the shared one. Torn down at the end of
+    the module, whatever happens."""
+    base = Path(tempfile.mkdtemp(prefix="sfsm-it-private-")) / "cluster"
+
+    def at_base(action: Callable[[], T]) -> T:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv(localcluster.ENV_BASE_DIR, str(base))
+            return action()
+
     try:
-        result = localcluster.bring_up(install=False)
-        assert result.started and result.info.base_dir == base
-        yield result.info
+        result = at_base(lambda: localcluster.bring_up(install=False))
+        info = result.info
+        assert result.started and info.base_dir == base
+        # clients give up at once on a dead controller with MessageTimeout=1
+        conf = info.slurm_conf.read_text()
+        assert "\nMessageTimeout=5\n" in conf
+        client = base.parent / "client.conf"
+        client.write_text(conf.replace("\nMessageTimeout=5\n", "\nMessageTimeout=1\n"))
+        yield Private(info, {"SLURM_CONF": str(client)})
     finally:
-        localcluster.down()
+        at_base(localcluster.down)
+
+
+@contextlib.contextmanager
+def cluster_full(p: Private, names: JobNames) -> Iterator[str]:
+    """Every node of the private cluster held by one exclusive job (its id)."""
+    blocker = names.new("blocker", ".blocker")
+    proc = slurm("salloc", "--no-shell", "--exclusive", f"--nodes={len(p.info.nodes)}",
+                 "--time=10", f"--job-name={blocker}", env=p.env)
+    assert proc.returncode == 0, proc.stderr
+    ((job_id, state),) = jobs_named(blocker, p.info.user, p.env)
+    assert state == "RUNNING"
+    try:
+        yield job_id
+    finally:
+        slurm("scancel", job_id, env=p.env)
+
+
+def test_new_allocation_pending_too_long_is_cancelled_not_left_behind(
+        private: Private, tmp_path: Path) -> None:
+    names = JobNames(private.info.user, private.env)
+    try:
+        with cluster_full(private, names):
+            name = names.new("pending")
+            spec = make_spec(private.info, tmp_path, name)
+            m = AllocationMachine(spec, SubprocessBackend(env=private.env), alloc_wait_s=2)
+            assert m.prepare() is State.Failed
+            assert m.path == ["NoState", "Allocating", "Failed"]
+            assert m.failure is not None and "still PENDING after 2 s" in m.failure.message
+            assert "cancelled" in m.failure.message
+            assert not spec.state_path.exists()
+            until("the pending job gone", lambda: True if not jobs_named(
+                name, private.info.user, private.env) else None, 10)
+    finally:
+        names.cleanup()
+
+
+def test_pending_allocation_of_the_state_file_is_waited_for_never_cancelled(
+        private: Private, tmp_path: Path) -> None:
+    info, env = private.info, private.env
+    names = JobNames(info.user, env)
+    name = names.new("waited")
+    spec = make_spec(info, tmp_path, name)
+    backend = SubprocessBackend(env=env)
+    salloc: subprocess.Popen[bytes] | None = None
+    try:
+        with cluster_full(private, names) as blocker:
+            # our allocation, asked for while the cluster is full: it pends
+            salloc = subprocess.Popen(
+                ["salloc", "--no-shell", f"--partition={info.partition}",
+                 f"--account={info.account}", "--nodes=1", "--time=10", f"--job-name={name}"],
+                env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            ((job_id, state),) = until("our pending job", lambda: jobs_named(
+                name, info.user, env) or None)
+            assert state == "PENDING"
+            spec.state_path.parent.mkdir(parents=True)
+            spec.state_path.write_text(AllocState(job_id, "", info.partition, info.account, 1,
+                                                  installed=True).to_json())
+            before = spec.state_path.read_bytes()
+
+            m = AllocationMachine(spec, backend, pending_wait_s=1)
+            assert m.prepare() is State.Failed
+            assert m.path[:3] == ["NoState", "Validating", "Validating"]
+            assert m.failure is not None and "still PENDING" in m.failure.message
+            assert spec.state_path.read_bytes() == before
+            assert job_state(job_id, env) == "PENDING"
+
+            # the cluster frees up while the machine waits: the same job becomes Ready
+            threading.Timer(1.0, lambda: slurm("scancel", blocker, env=env)).start()
+            m = AllocationMachine(spec, backend, pending_wait_s=30)
+            assert ready(m) == job_id
+            assert m.path[:3] == ["NoState", "Validating", "Validating"]
+            assert m.path[-1] == "Ready" and "Allocating" not in m.path
+            assert job_state(job_id, env) == "RUNNING"
+    finally:
+        names.cleanup()
+        if salloc is not None:
+            salloc.wait(timeout=10)
 
 
 def test_controller_down_keeps_the_state_file_and_the_allocation_survives_a_restart(
-        private_cluster: ClusterInfo, tmp_path: Path) -> None:
-    info = private_cluster
-    # clients give up at once on a dead controller with MessageTimeout=1
-    client_conf = info.base_dir.parent / "client.conf"
-    conf_text = info.slurm_conf.read_text()
-    assert "\nMessageTimeout=5\n" in conf_text
-    client_conf.write_text(conf_text.replace("\nMessageTimeout=5\n", "\nMessageTimeout=1\n"))
-    env = {"SLURM_CONF": str(client_conf)}
+        private: Private, tmp_path: Path) -> None:
+    info, env = private.info, private.env
     names = JobNames(info.user, env)
     name = names.new("ctld")
     spec = make_spec(info, tmp_path, name)
