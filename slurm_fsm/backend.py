@@ -94,6 +94,8 @@ class AllocationRequest:
     log_path: Path  # <repo_root>/work_dirs/.salloc.log
     gpus_per_node: int | None = None
     user: str = ""
+    ntasks_per_node: int | None = None
+    ntasks: int | None = None
 
 
 @attrs.frozen

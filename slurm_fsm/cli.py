@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from slurm_fsm.backend import SlurmBackend
 from slurm_fsm.errors import JobNotFound, SlurmFsmError, SpecError, StateFileError
@@ -94,8 +96,33 @@ def _emit(data: object, text: str, as_json: bool, out: TextIO) -> None:
     out.flush()
 
 
+class _Stopped(BaseException):
+    """SIGTERM or SIGHUP (CI, ``timeout``, a closed terminal): unwind like Ctrl-C, so
+    that a running step is cancelled and the local script stopped on the way out."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_stopped(signum: int, _frame: object) -> None:
+    raise _Stopped(signum)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    previous: dict[signal.Signals, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for stop in (signal.SIGTERM, signal.SIGHUP):
+            previous[stop] = signal.signal(stop, _raise_stopped)
+    try:
+        return _main(args)
+    finally:
+        for stop, handler in previous.items():
+            signal.signal(stop, handler)
+
+
+def _main(args: argparse.Namespace) -> int:
     try:
         return _dispatch(args)
     except SpecError as exc:
@@ -111,6 +138,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("slurm-fsm: interrupted (the persistent allocation, if any, is kept)",
               file=sys.stderr)
         return 130
+    except _Stopped as exc:
+        print(f"slurm-fsm: stopped by {signal.Signals(exc.signum).name} (the persistent "
+              "allocation, if any, is kept)", file=sys.stderr)
+        return 128 + exc.signum
 
 
 def _dispatch(args: argparse.Namespace) -> int:

@@ -214,7 +214,7 @@ class Executor:
         self._timings["run_s"] = watch.elapsed_s
         m.finish(reason=self._finish_reason(watch))
         return self._collect(
-            m, watch, mode="persistent", job_id=alloc.job_id, allocation_id=alloc.job_id,
+            m, watch, mode="persistent", job_id=None, allocation_id=alloc.job_id,
             slurm_state=None, exit_code=watch.exit_code, elapsed=watch.elapsed_s,
             out=spec.persistent_log, err=None, extra_warnings=warnings,
         )
@@ -275,6 +275,8 @@ class Executor:
             extra_warnings=warnings, path=path, notes=notes,
         )
         if outcome is not None:
+            if outcome.cancelled_by:
+                report.metrics["cancelled_by"] = outcome.cancelled_by
             report.metrics.setdefault("max_rss", outcome.max_rss)
             report.metrics.setdefault("accounting_source", outcome.source)
         return report
@@ -372,7 +374,12 @@ class Executor:
         where = f"step on allocation {allocation_id}" if allocation_id else f"job {job_id}"
         text = f"{status.value}: {where}, exit code {exit_code}"
         if watch.hang:
-            text += f"; hang detected, cancelled {', '.join(watch.cancelled_steps) or 'job'}"
+            if watch.cancelled_steps:
+                text += f"; hang detected, cancelled {', '.join(watch.cancelled_steps)}"
+            elif allocation_id:
+                text += "; hang detected, script stopped (no step was running)"
+            else:
+                text += f"; hang detected, cancelled job {job_id}"
         if watch.timed_out:
             text += "; monitor timeout"
         counts = [f"{metrics[k]} {k}" for k in ("passed", "failed", "errors", "skipped")

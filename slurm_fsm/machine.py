@@ -604,6 +604,8 @@ class AllocationMachine:
             log_path=self.salloc_log,
             gpus_per_node=params.gpus_per_node,
             user=self.user,
+            ntasks_per_node=params.ntasks_per_node,
+            ntasks=params.ntasks,
         )
         job_id = self.backend.allocate(request)
         info = self._wait_running(job_id)

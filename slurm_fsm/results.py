@@ -447,7 +447,10 @@ def decide_status(
 
 
 # ------------------------------------------------------------------- diagnosis
-_UNABLE_TO_CREATE_STEP = re.compile(r"srun: error: Unable to create step", re.I)
+_UNABLE_TO_CREATE_STEP = re.compile(
+    r"srun: error: (?:Unable to create step.*(?:expired|already completing|completed)"
+    r"|Slurm job \d+ has expired)", re.I)
+_TOO_MANY_TASKS = re.compile(r"More processors requested than permitted", re.I)
 _CONTAINER_MISSING = re.compile(
     r"srun: error: .*does not exist|container with name .* does not exist", re.I
 )
@@ -523,6 +526,11 @@ def diagnose(
     if any(_UNABLE_TO_CREATE_STEP.search(line) for line in cleaned):
         rows.append(_row("srun: error: Unable to create step", "allocation expired",
                          "drop the state file and re-run (re-allocates)"))
+    if any(_TOO_MANY_TASKS.search(line) for line in cleaned):
+        rows.append(_row("srun: error: ... More processors requested than permitted",
+                         "the job asks for more tasks than the allocation holds",
+                         "set slurm_params.ntasks_per_node (it is passed to salloc), then "
+                         "release the allocation and re-run"))
     if any(_CONTAINER_MISSING.search(line) for line in cleaned):
         rows.append(_row("srun: error: ... does not exist", "named container missing",
                          "drop the state file and re-run (re-imports)"))

@@ -217,6 +217,10 @@ def salloc_argv(request: AllocationRequest) -> list[str]:
     ]
     if request.gpus_per_node is not None:
         argv.append(f"--gpus-per-node={request.gpus_per_node}")
+    if request.ntasks_per_node is not None:
+        argv.append(f"--ntasks-per-node={request.ntasks_per_node}")
+    if request.ntasks is not None:
+        argv.append(f"--ntasks={request.ntasks}")
     return argv
 
 

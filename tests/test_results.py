@@ -557,3 +557,21 @@ def test_errors_from_finds_compiler_and_build_tool_errors() -> None:
     ]
     found = errors_from(lines)
     assert found == lines[1:6]
+
+
+def test_diagnosis_tells_expired_allocation_from_too_many_tasks() -> None:
+    from slurm_fsm.results import Status, diagnose
+
+    def symptoms(line: str) -> list[str]:
+        rows = diagnose(Status.FAILED, exit_code=1, slurm_state=None, log_empty=False,
+                        log_lines=[line])
+        return [r["cause"] for r in rows]
+
+    expired = symptoms("srun: error: Unable to create step for job 8: Job/step already "
+                       "completing or completed")
+    assert "allocation expired" in expired
+    assert "allocation expired" in symptoms("srun: error: Slurm job 8 has expired")
+    too_many = symptoms("srun: error: Unable to create step for job 8: More processors "
+                        "requested than permitted")
+    assert "allocation expired" not in too_many
+    assert any("more tasks" in c for c in too_many)

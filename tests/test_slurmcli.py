@@ -136,6 +136,11 @@ def test_salloc_argv() -> None:
     )
 
 
+def test_salloc_carries_the_task_layout() -> None:
+    argv = slurmcli.salloc_argv(req(ntasks_per_node=4, ntasks=8))
+    assert argv[-2:] == ["--ntasks-per-node=4", "--ntasks=8"]
+
+
 def test_salloc_refuses_unset_time() -> None:
     with pytest.raises(ValueError, match="time limit"):
         slurmcli.salloc_argv(req(time_limit=Duration.parse("NOT_SET")))
