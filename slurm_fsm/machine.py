@@ -537,6 +537,14 @@ class AllocationMachine:
                 )
             return
         self._attempt = 0
+        if not info.is_active or info.state == "COMPLETING":
+            # ending or ended (cancelled moments ago, timed out): as good as gone
+            self.seen.gone = True
+            self._reason = f"allocation {job_id} is {info.state}: ending, not reusable"
+            self._log(f"Allocation {job_id} is {info.state}; dropping the state file.")
+            self.store.delete()
+            self.alloc = None
+            return
         self.seen.info = info
         self.seen.at = self.clock.now()
         self._reason = f"allocation {job_id} {info.state}, {info.time_left} left"
@@ -583,8 +591,9 @@ class AllocationMachine:
             )
         # 0D: orphans of this user with our job name.
         for job in self.backend.find_jobs(spec.job_name, self.user):
-            if job.job_id in self._cancelled or not is_ours(job, self.user, spec.job_name):
-                continue
+            if (job.job_id in self._cancelled or job.state == "COMPLETING"
+                    or not is_ours(job, self.user, spec.job_name)):
+                continue  # already cancelled by us, ending anyway, or not ours
             self.backend.cancel(job.job_id)
             self._cancelled.add(job.job_id)
             self._log(f"Released orphaned allocation {job.job_id} - state file was missing.")

@@ -39,6 +39,7 @@ class PollPolicy:
     local_max_s: float = 1.0
     slurm_first_s: float = 0.5
     slurm_max_s: float = 30.0
+    slurm_factor: float = 1.5
     pending_report_s: float = 300.0
 
 
@@ -214,7 +215,7 @@ def watch_batch_job(
                         say(f"job {job_id} pending for {now - pending_since:.0f} s: reason "
                             f"{info.reason or 'unknown'}, expected start {info.start_time or '?'}")
             next_query = now + backoff(slurm_attempt, first=policy.slurm_first_s,
-                                       cap=policy.slurm_max_s)
+                                       factor=policy.slurm_factor, cap=policy.slurm_max_s)
             slurm_attempt += 1
         if on_tick is not None:
             on_tick(now - started, follower.last_line)

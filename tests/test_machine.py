@@ -188,6 +188,17 @@ def test_other_partition_or_image_is_incompatible(make_spec: SpecFactory, change
     assert m.path[:4] == ["NoState", "Validating", "Incompatible", "Allocating"]
 
 
+def test_completing_allocation_counts_as_gone(make_spec: SpecFactory,
+                                              fake: FakeCluster) -> None:
+    spec = make_spec()
+    old = ready_allocation(spec, fake)
+    fake.jobs[old.job_id].state = "COMPLETING"
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready
+    assert m.path == ["NoState", "Validating", "NoState", "Allocating", "Ready"]
+    assert "cancel" not in slurm_ops(fake)
+
+
 def test_allocation_not_running_is_incompatible(make_spec: SpecFactory,
                                                 fake: FakeCluster) -> None:
     spec = make_spec()
