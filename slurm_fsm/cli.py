@@ -175,13 +175,8 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         spec = attrs.evolve(spec, release_allocation=True)
     events = StderrEvents(quiet=args.quiet, stream_output=not args.json)
-    pre_step = None
-    if spec.build_project:
-        from slurm_fsm.build import default_pre_step
-
-        pre_step = default_pre_step
     clock = getattr(backend, "clock", None)  # the fake cluster's own clock
-    report = Executor(spec, backend, events=events, pre_step=pre_step, clock=clock).run()
+    report = Executor(spec, backend, events=events, clock=clock).run()
     events.close()
     _emit(report.to_dict(), report.render_text(), args.json, sys.stdout)
     return report.exit_code_for_cli

@@ -91,7 +91,7 @@ class Executor:
         clock: Clock | None = None,
         events: Events | None = None,
         policy: PollPolicy | None = None,
-        pre_step: PreStep | None = None,
+        pre_step: PreStep | None = None,  # default: slurm_fsm.build.default_pre_step
         machine_factory: Callable[..., AllocationMachine] = AllocationMachine,
     ) -> None:
         self.spec = spec
@@ -113,9 +113,14 @@ class Executor:
         if not spec.release_allocation:
             self._check_inputs()
         warnings: list[str] = []
-        if spec.build_project and not spec.release_allocation and self.pre_step is not None:
+        if spec.build_project and not spec.release_allocation:
+            pre_step = self.pre_step
+            if pre_step is None:
+                from slurm_fsm.build import default_pre_step  # build imports this module
+
+                pre_step = default_pre_step
             self.events.state("PreStep", "resolving image and building")
-            pre = self.pre_step(spec, self.backend, self.events)
+            pre = pre_step(spec, self.backend, self.events)
             self._timings["pre_step_s"] = time.monotonic() - t0
             warnings.extend(pre.warnings)
             if not pre.ok:
@@ -126,7 +131,9 @@ class Executor:
                     elapsed_s=None, log_files={"stdout": pre.log_path, "stderr": None},
                     work_dir=str(spec.work_dir), summary=pre.summary or "build failed",
                     errors=errors_from(list(pre.log_tail)), warnings=warnings, metrics={},
-                    diagnosis=[], path=["PreStep"], notes=["nothing allocated, nothing run"],
+                    diagnosis=diagnose(Status.BUILD_FAILED, exit_code=None, slurm_state=None,
+                                       log_empty=not pre.log_tail, log_lines=list(pre.log_tail)),
+                    path=["PreStep"], notes=["nothing allocated, nothing run"],
                     log_head=[], log_tail=list(pre.log_tail), err_tail=[],
                     timings=dict(self._timings),
                 ), t0)

@@ -443,6 +443,8 @@ def test_build_failure_is_build_failed_and_allocates_nothing(make_spec: SpecFact
     assert report.job_id == "100"
     assert report.log_files["stdout"] == str(spec.work_dir / "build" / "build_100.log")
     assert len(report.log_tail) == 100
+    assert '/repo/cpp/a.cu(12): error: identifier "x" is undefined' in report.errors
+    assert [d["symptom"] for d in report.diagnosis][:1] == ["BUILD_FAILED"]
     assert report.log_tail[-1] == lines[-1]
     assert report.log_tail[0] == lines[-100]
     assert "FAILED, exit code 1" in report.summary

@@ -271,3 +271,22 @@ def test_interrupt_stops_the_step_and_keeps_the_allocation(make_spec: SpecFactor
     assert alloc.state == "RUNNING" and alloc.steps == {}
     assert [c.args for c in fake.calls if c.op == "cancel"] == [
         {"job_id": alloc.job_id, "step_id": "0"}]
+
+
+def test_build_project_uses_the_default_pre_step(make_spec: SpecFactory, fake: FakeCluster,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from slurm_fsm import build
+    from slurm_fsm.executor import PreStepResult
+
+    seen: list[JobSpec] = []
+
+    def fake_pre_step(spec: JobSpec, backend: object, events: Events) -> PreStepResult:
+        seen.append(spec)
+        return PreStepResult(ok=True, spec=spec, summary="built in 3 s", job_id="9",
+                             log_path="/tmp/build_9.log")
+
+    monkeypatch.setattr(build, "default_pre_step", fake_pre_step)
+    report = run(make_spec(build_project=True), fake)
+    assert len(seen) == 1
+    assert report.status is Status.PASSED
+    assert report.notes[0] == "pre-step: built in 3 s (build job 9, log /tmp/build_9.log)"
