@@ -475,6 +475,8 @@ def fig_warm(b: Bench) -> Figure:
             [v * ms for v in parts["start_s"]])
     fig.add("a_run_ms", "(a) of which script run and its monitor", "ms",
             [v * ms for v in parts["run_s"]])
+    fig.add("a_run_minus_c_ms", "(a) script run and monitor minus (c): the monitor's lag", "ms",
+            [v * ms for v in paired(parts["run_s"], c)], note="paired per repetition")
     fig.target("(a)-(c) <= 2 x (d)", ac.median, 2 * sd.median, "ms")
     fig.target("(b)-(c) <= 2 x (d) + 200 ms", bc.median, 2 * sd.median + 200, "ms")
     fig.notes.append("(a)-(d) run round-robin in each repetition, so drift hits all alike; "
@@ -977,7 +979,8 @@ def render_text(figs: Sequence[Figure]) -> str:
 
 def render_markdown(machine: Mapping[str, Any], figs: Mapping[str, Mapping[str, Any]]) -> str:
     out = [
-        f"Run of {machine['date']} (commit {machine.get('git_commit') or '?'}) on "
+        f"Written {machine['date']} (commit {machine.get('git_commit') or '?'}; each figure "
+        f"below carries the date it was measured) on "
         f"`{machine['uname']}`: {machine['nproc']} CPUs, {machine['memory_mib']} MiB memory, "
         f"{machine['slurm_version']}, Python {machine['python']}"
         + (f", submitit {machine['submitit']}" if machine.get("submitit") else "") + ".",
@@ -989,7 +992,7 @@ def render_markdown(machine: Mapping[str, Any], figs: Mapping[str, Mapping[str, 
             continue
         out.append(f"### {f['title']}")
         out.append("")
-        out.append(f"{f['reps']} repetition(s); took {f['seconds']:.0f} s.")
+        out.append(f"{f['reps']} repetition(s), {f['date']}, {f['seconds']:.0f} s.")
         out.append("")
         if f.get("error"):
             out += [f"Error: {f['error']}", ""]
@@ -1061,6 +1064,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--no-install", action="store_true",
                    help="do not pip install submitit when it is missing")
     p.add_argument("--keep-tmp", action="store_true", help="keep the temporary folder")
+    p.add_argument("--render-docs", action="store_true",
+                   help="only rewrite the table in docs/benchmarks.md from the results file")
     p.add_argument("--monitor-child", nargs=3, metavar=("BYTES", "DIR", "RATE"),
                    help=argparse.SUPPRESS)
     return p.parse_args(argv)
@@ -1071,6 +1076,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.monitor_child:
         size, folder, rate = args.monitor_child
         print(json.dumps(monitor_child(int(size), Path(folder), int(rate))))
+        return 0
+    if args.render_docs:
+        saved = json.loads(args.out.read_text())
+        if not update_docs(saved["machine"], saved["figures"]):
+            print(f"no table markers in {DOCS}", file=sys.stderr)
+            return 1
+        say(f"table in {DOCS} rewritten from {args.out}")
         return 0
     only = [n.strip() for item in args.only for n in item.split(",") if n.strip()]
     unknown = sorted(set(only) - set(FIGURES))
