@@ -61,7 +61,12 @@ from slurm_fsm.report import Report
 from slurm_fsm.results import Status
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import StateStore
-from slurm_fsm.subprocess_backend import CommandResult, SubprocessBackend, run_command
+from slurm_fsm.subprocess_backend import (
+    CommandResult,
+    LocalScript,
+    SubprocessBackend,
+    run_command,
+)
 from slurm_fsm.testing import FakeCluster, FakeScript
 
 REPO = Path(__file__).resolve().parent.parent
@@ -751,6 +756,31 @@ WRITER = (
 MONITOR_MODES = {"fast": 0, "paced": 64 * MIB}
 
 
+class CountingScript:
+    """A LocalScript whose poll() calls are counted: one per pass of the monitor's loop."""
+
+    def __init__(self, inner: LocalScript) -> None:
+        self.inner = inner
+        self.polls = 0
+
+    @property
+    def log_path(self) -> Path:
+        return self.inner.log_path
+
+    def poll(self) -> int | None:
+        self.polls += 1
+        return self.inner.poll()
+
+    def wait_up_to(self, timeout_s: float) -> int | None:
+        try:
+            return self.inner.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def terminate(self) -> None:
+        self.inner.terminate()
+
+
 def monitor_child(size: int, folder: Path, rate: int) -> dict[str, float]:
     """In a process of its own: the monitor (watch_script) over a writer of ``size`` bytes."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -760,21 +790,13 @@ def monitor_child(size: int, folder: Path, rate: int) -> dict[str, float]:
                      f'exec "{sys.executable}" "{writer}" {size // LINE_BYTES} {rate}')
     log = folder / "big.log"
 
-    class CountingClock(SystemClock):
-        polls = 0
-
-        def sleep(self, seconds: float) -> None:
-            CountingClock.polls += 1
-            super().sleep(seconds)
-
     backend = SubprocessBackend()
-    clock = CountingClock()
     try:
         cpu0, wall0, sys0 = time.process_time(), time.perf_counter(), os.times().system
-        running = backend.start_script(ScriptRequest(script_path=script, log_path=log, env={},
-                                                     cwd=folder))
+        running = CountingScript(backend.start_script(ScriptRequest(
+            script_path=script, log_path=log, env={}, cwd=folder)))
         watch = watch_script(running, backend=backend, job_id="0", timeout_s=3600.0,
-                             clock=clock)
+                             clock=SystemClock())
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
         system = os.times().system - sys0
         written = log.stat().st_size
@@ -784,7 +806,7 @@ def monitor_child(size: int, folder: Path, rate: int) -> dict[str, float]:
         raise BenchError(f"writer exited {watch.exit_code}")
     return {
         "cpu_s": cpu, "system_s": system, "wall_s": wall, "bytes_read": float(watch.bytes_read),
-        "bytes_written": float(written), "polls": float(CountingClock.polls + 1),
+        "bytes_written": float(written), "polls": float(running.polls),
         "max_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
     }
 
