@@ -189,6 +189,10 @@ class RunningScript(Protocol):
         """Exit code once finished, else None."""
         ...
 
+    def wait_up_to(self, timeout_s: float) -> int | None:
+        """Wait at most ``timeout_s`` for the script to end; its exit code, or None."""
+        ...
+
     def terminate(self) -> None:
         """Stop the local script (its process group)."""
         ...

@@ -253,12 +253,28 @@ class LogFollower:
         self._partial = ""
         self._decoder.reset()
 
+    #: New bytes are read, decoded and scanned this many at a time, so that memory stays
+    #: bounded however much the log grew between two polls.
+    CHUNK_BYTES = 1 << 20
+
     def poll(self) -> str:
-        """Read what was appended since the last call; return it as text."""
+        """Read what was appended since the last call; return it as text.
+
+        The returned text is as large as what was appended; a monitor that only needs
+        the side effects (``on_text``, ``hang_detected``, ``last_line``) calls
+        :meth:`advance`, which holds one chunk at a time.
+        """
+        parts: list[str] = []
+        self.advance(parts.append)
+        return "".join(parts)
+
+    def advance(self, collect: Callable[[str], None] | None = None) -> int:
+        """Read the new bytes chunk by chunk; return how many were read."""
         try:
             f = open(self.path, "rb")  # noqa: SIM115
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-            return ""
+            return 0
+        total = 0
         with f:
             st = os.fstat(f.fileno())
             replaced = self._inode is not None and st.st_ino != self._inode
@@ -266,17 +282,22 @@ class LogFollower:
                 self._restart()
             self._inode = st.st_ino
             f.seek(self.offset)
-            raw = f.read()
-        self.offset += len(raw)
-        self.bytes_read += len(raw)
-        if not raw:
-            return ""
-        text = self._decoder.decode(raw)
-        if text:
-            self._scan(text)
-            if self.on_text is not None:
-                self.on_text(text)
-        return text
+            while True:
+                raw = f.read(self.CHUNK_BYTES)
+                if not raw:
+                    break
+                self.offset += len(raw)
+                self.bytes_read += len(raw)
+                total += len(raw)
+                text = self._decoder.decode(raw)
+                if not text:
+                    continue
+                self._scan(text)
+                if self.on_text is not None:
+                    self.on_text(text)
+                if collect is not None:
+                    collect(text)
+        return total
 
     def _scan(self, text: str) -> None:
         if self._marker and not self.hang_detected:

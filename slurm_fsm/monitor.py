@@ -110,7 +110,7 @@ def watch_script(
             _stop_steps(backend, job_id, watch)
             script.terminate()
         raise
-    follower.poll()
+    follower.advance()
     watch.bytes_read = follower.bytes_read
     watch.elapsed_s = clock.now() - started
     return watch
@@ -123,7 +123,7 @@ def _script_loop(script: RunningScript, follower: LogFollower, watch: Watch, *,
     attempt = 0
     while True:
         code = script.poll()
-        follower.poll()
+        follower.advance()
         if code is not None:
             watch.exit_code = code
             break
@@ -144,7 +144,8 @@ def _script_loop(script: RunningScript, follower: LogFollower, watch: Watch, *,
             break
         if on_tick is not None:
             on_tick(now - started, follower.last_line)
-        clock.sleep(backoff(attempt, first=policy.local_first_s, cap=policy.local_max_s))
+        # wait on the script itself: its end is seen at once, not at the next poll
+        script.wait_up_to(backoff(attempt, first=policy.local_first_s, cap=policy.local_max_s))
         attempt += 1
 
 
@@ -178,7 +179,7 @@ def watch_batch_job(
     unreachable = 0
     while True:
         now = clock.now()
-        follower.poll()
+        follower.advance()
         if follower.hang_detected:
             watch.hang = True
             say(f"hang detected in the log: cancelling job {job_id}")
@@ -223,7 +224,7 @@ def watch_batch_job(
                    max(0.0, next_query - clock.now()))
         clock.sleep(max(wait, 0.001))
         local_attempt += 1
-    follower.poll()
+    follower.advance()
     watch.bytes_read = follower.bytes_read
     watch.elapsed_s = clock.now() - started
     return watch

@@ -212,6 +212,13 @@ class LocalScript:
         self._close()
         return _exit_status(rc)
 
+    def wait_up_to(self, timeout_s: float) -> int | None:
+        """Wait at most ``timeout_s`` for the script to end: its exit code, or None."""
+        try:
+            return self.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+
     def wait(self, timeout_s: float | None = None) -> int:
         """Wait for the script to end; raise ``subprocess.TimeoutExpired`` at ``timeout_s``."""
         rc = self._proc.wait(timeout=timeout_s)

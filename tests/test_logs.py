@@ -391,3 +391,21 @@ def test_public_names() -> None:
     assert set(logs.__all__) >= {"tail_lines", "head_lines", "grep", "LogFollower"}
     for name in logs.__all__:
         assert hasattr(logs, name)
+
+
+def test_follower_reads_a_burst_in_bounded_chunks(tmp_path: Path) -> None:
+    from slurm_fsm.logs import LogFollower
+
+    log = tmp_path / "burst.log"
+    line = "x" * 1023 + "\n"
+    log.write_text(line * 3000 + "tail: Hang Detected\n")
+    pieces: list[str] = []
+    follower = LogFollower(log, on_text=pieces.append)
+    follower.CHUNK_BYTES = 64 * 1024
+    read = follower.advance()
+    assert read == log.stat().st_size == follower.bytes_read
+    assert len(pieces) == -(-read // follower.CHUNK_BYTES)
+    assert max(len(p) for p in pieces) <= follower.CHUNK_BYTES
+    assert follower.hang_detected
+    assert follower.last_line == "tail: Hang Detected"
+    assert follower.advance() == 0

@@ -215,6 +215,14 @@ class _FakeRunningScript:
             job.steps.pop(self.step_id, None)
         return self.exit_code
 
+    def wait_up_to(self, timeout_s: float) -> int | None:
+        """Sleep on the fake clock until the script ends or ``timeout_s`` passed."""
+        code = self.poll()
+        if code is not None:
+            return code
+        self.cluster.clock.sleep(timeout_s)
+        return self.poll()
+
     def terminate(self) -> None:
         if self.exit_code is None:
             self.exit_code = -15
