@@ -127,15 +127,13 @@ class Executor:
                 return self._finish(Report(
                     status=Status.BUILD_FAILED, task_type=spec.workflow_type.value,
                     mode="persistent" if spec.persistent_mode else "one-shot",
-                    job_id=pre.job_id, allocation_id=None, slurm_state=None, exit_code=None,
-                    elapsed_s=None, log_files={"stdout": pre.log_path, "stderr": None},
+                    job_id=pre.job_id, log_files={"stdout": pre.log_path, "stderr": None},
                     work_dir=str(spec.work_dir), summary=pre.summary or "build failed",
-                    errors=errors_from(list(pre.log_tail)), warnings=warnings, metrics={},
+                    errors=errors_from(list(pre.log_tail)), warnings=warnings,
                     diagnosis=diagnose(Status.BUILD_FAILED, exit_code=None, slurm_state=None,
                                        log_empty=not pre.log_tail, log_lines=list(pre.log_tail)),
                     path=["PreStep"], notes=["nothing allocated, nothing run"],
-                    log_head=[], log_tail=list(pre.log_tail), err_tail=[],
-                    timings=dict(self._timings),
+                    log_tail=list(pre.log_tail), timings=dict(self._timings),
                 ), t0)
             spec = pre.spec
             self.spec = spec
@@ -248,12 +246,8 @@ class Executor:
         except BackendError as exc:
             return Report(
                 status=Status.ERROR, task_type=spec.workflow_type.value, mode="one-shot",
-                job_id=None, allocation_id=None, slurm_state=None, exit_code=None,
-                elapsed_s=None, log_files={"stdout": None, "stderr": None},
                 work_dir=str(spec.work_dir), summary=f"sbatch failed: {exc}",
-                errors=[str(exc)], warnings=warnings, metrics={},
-                diagnosis=[], path=path, notes=[], log_head=[], log_tail=[], err_tail=[],
-                timings=dict(self._timings),
+                errors=[str(exc)], warnings=warnings, path=path, timings=dict(self._timings),
             )
         out = log_path_for(spec, job_id)
         err = err_path_for(out)
@@ -404,15 +398,14 @@ class Executor:
         from_salloc = m.failure is not None and m.failure.step == State.Allocating.value
         salloc_tail = tail_lines(m.salloc_log, 20) if from_salloc else []
         return Report(
-            status=status, task_type=spec.workflow_type.value, mode=mode, job_id=None,
+            status=status, task_type=spec.workflow_type.value, mode=mode,
             allocation_id=allocation_id or (m.alloc.job_id if m.alloc else None),
-            slurm_state=None, exit_code=None, elapsed_s=None,
             log_files={"stdout": str(log) if log else None,
                        "stderr": str(m.salloc_log) if salloc_tail else None},
             work_dir=str(spec.work_dir), summary=summary, errors=errors or [],
-            warnings=(extra_warnings or []) + list(m.warnings), metrics={},
-            diagnosis=diagnosis or [], path=m.path, notes=list(m.notes), log_head=[],
-            log_tail=salloc_tail, err_tail=[], timings=dict(self._timings),
+            warnings=(extra_warnings or []) + list(m.warnings),
+            diagnosis=diagnosis or [], path=m.path, notes=list(m.notes),
+            log_tail=salloc_tail, timings=dict(self._timings),
         )
 
     def _finish(self, report: Report, t0: float) -> Report:
