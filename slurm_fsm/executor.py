@@ -343,9 +343,9 @@ class Executor:
         errors = errors_from(head + tail + err_tail) if failed else []
         errors += [f"failure pattern found: {p!r} ({n} line(s))"
                    for p, n in failure_hits.items() if n]
-        if spec.success_patterns and not any(success_hits.values()) and failed:
-            errors.append("no success pattern found: " + ", ".join(spec.success_patterns))
         success_missing = bool(spec.success_patterns) and not any(success_hits.values())
+        if success_missing and failed:
+            errors.append("no success pattern found: " + ", ".join(spec.success_patterns))
         diagnosis = diagnose(status, exit_code=exit_code, slurm_state=slurm_state,
                              log_empty=log_empty, log_lines=head + tail + err_tail,
                              job_id=job_id, failure_hits=failure_hits,
@@ -356,7 +356,7 @@ class Executor:
             metrics["cancelled_steps"] = list(watch.cancelled_steps)
         warnings = list(extra_warnings) + (list(m.warnings) if m else [])
         warnings += [w for w in watch.messages if w not in warnings]
-        report = Report(
+        return Report(
             status=status, task_type=spec.workflow_type.value, mode=mode, job_id=job_id,
             allocation_id=allocation_id, slurm_state=slurm_state, exit_code=exit_code,
             elapsed_s=round(elapsed, 3) if elapsed is not None else None,
@@ -367,7 +367,6 @@ class Executor:
             (notes or []), log_head=head, log_tail=tail, err_tail=err_tail,
             timings=dict(self._timings),
         )
-        return report
 
     @staticmethod
     def _summary(status: Status, job_id: str | None, allocation_id: str | None,
