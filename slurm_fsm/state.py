@@ -22,9 +22,17 @@ import filelock
 from cattrs.errors import BaseValidationError
 
 from slurm_fsm.convert import converter, problems_of
-from slurm_fsm.errors import StateFileError
+from slurm_fsm.errors import SlurmFsmError, StateFileError
 
-__all__ = ["KEYS", "AllocState", "StateStore"]
+__all__ = ["KEYS", "AllocState", "StateLockTimeout", "StateStore"]
+
+
+class StateLockTimeout(SlurmFsmError, TimeoutError):
+    """The state file's lock was not free within the store's timeout."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        super().__init__(f"state file lock {path}: {reason}")
 
 #: The keys of the state file, in the order procedure.md writes them.
 KEYS = (
@@ -126,5 +134,15 @@ class StateStore:
     def locked(self) -> Iterator[None]:
         """Hold the inter-process lock of this state file (re-entrant in a process)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._lock:
+        try:
+            self._lock.acquire()
+        except filelock.Timeout:
+            raise StateLockTimeout(
+                str(self.lock_path),
+                f"another orchestrator has held this lock for {self.lock_timeout_s:g} s "
+                "(step 0 of another run on the same repo_root); nothing was done",
+            ) from None
+        try:
             yield
+        finally:
+            self._lock.release()

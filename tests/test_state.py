@@ -121,3 +121,25 @@ def test_lock_excludes_another_process(tmp_path: Path) -> None:
     free = subprocess.run([sys.executable, "-c", code], timeout=30, check=False)
     assert held.returncode == 7
     assert free.returncode == 0
+
+
+def test_lock_timeout_is_a_clear_error(tmp_path: Path) -> None:
+    from slurm_fsm.state import StateLockTimeout
+
+    store = StateStore(tmp_path / ".slurm_alloc.json", lock_timeout_s=0.2)
+    code = textwrap.dedent(f"""
+        import filelock, time
+        lock = filelock.FileLock({str(store.lock_path)!r})
+        lock.acquire()
+        print("held", flush=True)
+        time.sleep(5)
+    """)
+    with subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                          text=True) as holder:
+        try:
+            assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+            with (pytest.raises(StateLockTimeout, match="another orchestrator has held"),
+                  store.locked()):
+                pass
+        finally:
+            holder.kill()
