@@ -30,6 +30,7 @@ from slurm_fsm.monitor import PollPolicy, Watch, watch_batch_job, watch_script
 from slurm_fsm.report import Report
 from slurm_fsm.results import Status, decide_status, diagnose, errors_from, parse_output
 from slurm_fsm.spec import JobSpec
+from slurm_fsm.state import StateStore
 
 __all__ = ["Events", "Executor", "PreStep", "PreStepResult", "err_path_for", "log_path_for"]
 
@@ -155,8 +156,12 @@ class Executor:
 
     # ---------------------------------------------------------------------- release
     def _new_machine(self) -> AllocationMachine:
+        # the lock is held for a whole persistent run: a second run on this repo_root
+        # waits for it rather than cancel (or share) an allocation in use
+        store = StateStore(self.spec.state_path,
+                           lock_timeout_s=self.spec.monitor_timeout_seconds + 900.0)
         m = self._machine_factory(self.spec, self.backend, clock=self.clock,
-                                  log=self.events.message)
+                                  log=self.events.message, store=store)
         self.machine = m
         return m
 
@@ -174,8 +179,12 @@ class Executor:
 
     # -------------------------------------------------------------------- persistent
     def _persistent(self, warnings: list[str]) -> Report:
-        spec = self.spec
         m = self._new_machine()
+        with m.locked():
+            return self._persistent_locked(m, warnings)
+
+    def _persistent_locked(self, m: AllocationMachine, warnings: list[str]) -> Report:
+        spec = self.spec
         t = time.monotonic()
         self.events.state("Step0", "validating or allocating")
         state = m.prepare()

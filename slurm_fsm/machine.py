@@ -410,7 +410,7 @@ class AllocationMachine:
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
         """Hold the state file's lock (two orchestrators never allocate twice)."""
-        with self.store.locked():
+        with self.store.locked(on_wait=self._log):
             yield
 
     def info_now(self) -> tuple[JobInfo | None, Duration | None]:

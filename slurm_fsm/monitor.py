@@ -20,9 +20,9 @@ from pathlib import Path
 
 import attrs
 
-from slurm_fsm.backend import JobInfo, RunningScript, SlurmBackend
+from slurm_fsm.backend import JobInfo, RunningScript, SlurmBackend, StepInfo
 from slurm_fsm.clock import Clock, backoff
-from slurm_fsm.errors import CommandTimedOut, ControllerUnreachable, JobNotFound
+from slurm_fsm.errors import BackendError, CommandTimedOut, ControllerUnreachable, JobNotFound
 from slurm_fsm.logs import LogFollower
 
 __all__ = ["PollPolicy", "Watch", "watch_batch_job", "watch_script"]
@@ -62,19 +62,29 @@ class Watch:
 Notify = Callable[[str], None]
 
 
+def _numbered(steps: list[StepInfo]) -> set[str]:
+    """Numbered steps only (0, 1, 0+1 for het jobs): never extern, batch, interactive."""
+    return {s.step_id for s in steps
+            if s.step_id not in NON_JOB_STEPS and s.step_id.split("+")[0].isdigit()}
+
+
 def _stop_steps(backend: SlurmBackend, job_id: str, watch: Watch) -> None:
-    """Cancel the running steps of the allocation (never the allocation)."""
+    """Cancel the running steps of the allocation, never the allocation itself. (The
+    executor holds the state file's lock for the whole run, so no other slurm_fsm run
+    has steps here.) A failing scancel is recorded, not raised: stopping the local
+    script must still happen."""
     try:
         steps = backend.list_steps(job_id)
-    except (JobNotFound, ControllerUnreachable, CommandTimedOut) as exc:
+    except BackendError as exc:
         watch.messages.append(f"could not list steps of {job_id}: {exc}")
         return
-    for step in steps:
-        # numbered steps only (0, 1, 0+1 for het jobs): never extern, batch, interactive
-        if step.step_id in NON_JOB_STEPS or not step.step_id.split("+")[0].isdigit():
+    for step_id in sorted(_numbered(steps)):
+        try:
+            backend.cancel(job_id, step_id)
+        except BackendError as exc:
+            watch.messages.append(f"could not cancel step {job_id}.{step_id}: {exc}")
             continue
-        backend.cancel(job_id, step.step_id)
-        watch.cancelled_steps.append(step.full_id)
+        watch.cancelled_steps.append(f"{job_id}.{step_id}")
 
 
 def watch_script(
@@ -103,12 +113,14 @@ def watch_script(
                      timeout_s=timeout_s, clock=clock, policy=policy, say=say,
                      on_tick=on_tick, started=started)
     except BaseException:
-        # interrupted (Ctrl-C, a bug): the local script and its step must not run on
-        # unwatched; the allocation itself stays
+        # interrupted (Ctrl-C, SIGTERM, a bug): the local script and its step must not
+        # run on unwatched; the allocation itself stays
         say("interrupted: cancelling the running step and stopping the script")
         if script.poll() is None:
-            _stop_steps(backend, job_id, watch)
-            script.terminate()
+            try:
+                _stop_steps(backend, job_id, watch)
+            finally:
+                script.terminate()
         raise
     follower.advance()
     watch.bytes_read = follower.bytes_read
@@ -131,15 +143,19 @@ def _script_loop(script: RunningScript, follower: LogFollower, watch: Watch, *,
         if follower.hang_detected:
             watch.hang = True
             say("hang detected in the log: cancelling the running step (allocation kept)")
-            _stop_steps(backend, job_id, watch)
-            script.terminate()
+            try:
+                _stop_steps(backend, job_id, watch)
+            finally:
+                script.terminate()
             watch.exit_code = script.poll()
             break
         if now - started >= timeout_s:
             watch.timed_out = True
             say(f"monitor timeout after {timeout_s:g} s: cancelling the running step")
-            _stop_steps(backend, job_id, watch)
-            script.terminate()
+            try:
+                _stop_steps(backend, job_id, watch)
+            finally:
+                script.terminate()
             watch.exit_code = script.poll()
             break
         if on_tick is not None:
@@ -147,6 +163,13 @@ def _script_loop(script: RunningScript, follower: LogFollower, watch: Watch, *,
         # wait on the script itself: its end is seen at once, not at the next poll
         script.wait_up_to(backoff(attempt, first=policy.local_first_s, cap=policy.local_max_s))
         attempt += 1
+
+
+def _cancel_job(backend: SlurmBackend, job_id: str, watch: Watch) -> None:
+    try:
+        backend.cancel(job_id)
+    except BackendError as exc:
+        watch.messages.append(f"could not cancel job {job_id}: {exc}")
 
 
 def watch_batch_job(
@@ -165,50 +188,63 @@ def watch_batch_job(
 
     State changes are reported; PENDING for longer than ``policy.pending_report_s``
     reports the reason and expected start once. A hang marker or the timeout
-    cancels the job.
+    cancels the job; so does an interruption of the watcher (Ctrl-C, SIGTERM): a
+    job nobody watches any more would hold its nodes for nothing.
     """
     watch = Watch()
     say = on_message or (lambda _m: None)
     follower = LogFollower(log_path, on_text=on_output)
     started = clock.now()
+    try:
+        _batch_loop(job_id, watch, follower, backend=backend, timeout_s=timeout_s,
+                    clock=clock, policy=policy, say=say, on_tick=on_tick, started=started)
+    except BaseException:
+        say(f"interrupted: cancelling job {job_id}")
+        _cancel_job(backend, job_id, watch)
+        raise
+    follower.advance()
+    watch.bytes_read = follower.bytes_read
+    watch.elapsed_s = clock.now() - started
+    return watch
+
+
+def _batch_loop(job_id: str, watch: Watch, follower: LogFollower, *, backend: SlurmBackend,
+                timeout_s: float, clock: Clock, policy: PollPolicy, say: Notify,
+                on_tick: Callable[[float, str], None] | None, started: float) -> None:
     next_query = started
     slurm_attempt = 0
     local_attempt = 0
     pending_reported = False
     pending_since: float | None = None
-    unreachable = 0
     while True:
         now = clock.now()
         follower.advance()
         if follower.hang_detected:
             watch.hang = True
             say(f"hang detected in the log: cancelling job {job_id}")
-            backend.cancel(job_id)
-            break
+            _cancel_job(backend, job_id, watch)
+            return
         if now - started >= timeout_s:
             watch.timed_out = True
             say(f"monitor timeout after {timeout_s:g} s: cancelling job {job_id}")
-            backend.cancel(job_id)
-            break
+            _cancel_job(backend, job_id, watch)
+            return
         if now >= next_query:
             watch.slurm_queries += 1
+            info: JobInfo | None = None
             try:
                 info = backend.query_job(job_id)
             except JobNotFound:
-                break  # no row: the job is done
+                return  # no row: the job is done
             except (ControllerUnreachable, CommandTimedOut) as exc:
-                unreachable += 1
                 say(f"controller unreachable ({exc}); still waiting")
-                info = None
-            else:
-                unreachable = 0
             if info is not None:
                 watch.last_info = info
                 if not watch.states or watch.states[-1] != info.state:
                     watch.states.append(info.state)
                     say(f"job {job_id}: {' -> '.join(watch.states)}")
                 if not info.is_active:
-                    break
+                    return
                 if info.state == "PENDING":
                     pending_since = pending_since if pending_since is not None else now
                     if not pending_reported and now - pending_since >= policy.pending_report_s:
@@ -224,7 +260,3 @@ def watch_batch_job(
                    max(0.0, next_query - clock.now()))
         clock.sleep(max(wait, 0.001))
         local_attempt += 1
-    follower.advance()
-    watch.bytes_read = follower.bytes_read
-    watch.elapsed_s = clock.now() - started
-    return watch

@@ -12,7 +12,7 @@ import contextlib
 import json
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -131,11 +131,19 @@ class StateStore:
         return True
 
     @contextlib.contextmanager
-    def locked(self) -> Iterator[None]:
-        """Hold the inter-process lock of this state file (re-entrant in a process)."""
+    def locked(self, on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
+        """Hold the inter-process lock of this state file (re-entrant in a process).
+
+        ``on_wait`` hears once when another process holds it and this one waits."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            self._lock.acquire()
+            try:
+                self._lock.acquire(timeout=0)
+            except filelock.Timeout:
+                if on_wait is not None:
+                    on_wait(f"waiting for {self.lock_path}: another run on this repo_root "
+                            f"holds it (at most {self.lock_timeout_s:g} s)")
+                self._lock.acquire()
         except filelock.Timeout:
             raise StateLockTimeout(
                 str(self.lock_path),

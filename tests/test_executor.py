@@ -290,3 +290,37 @@ def test_build_project_uses_the_default_pre_step(make_spec: SpecFactory, fake: F
     assert len(seen) == 1
     assert report.status is Status.PASSED
     assert report.notes[0] == "pre-step: built in 3 s (build job 9, log /tmp/build_9.log)"
+
+
+def test_the_state_file_lock_is_held_for_the_whole_persistent_run(
+        make_spec: SpecFactory, fake: FakeCluster) -> None:
+    import threading
+
+    import filelock
+
+    spec = make_spec()
+    fake.script(spec.script_path, FakeScript(lines=("a", "b", "c")))
+    lock_path = str(spec.state_path) + ".lock"
+    held: list[bool] = []
+
+    def probe() -> None:
+        other = filelock.FileLock(lock_path)
+        try:
+            other.acquire(timeout=0)
+        except filelock.Timeout:
+            held.append(True)
+        else:
+            other.release()
+            held.append(False)
+
+    class Probe(Events):
+        def tick(self, elapsed_s: float, last_line: str) -> None:
+            t = threading.Thread(target=probe)
+            t.start()
+            t.join()
+
+    report = run(spec, fake, Probe())
+    assert report.status is Status.PASSED
+    assert held and all(held)  # another orchestrator could not take it while the job ran
+    probe()
+    assert held[-1] is False  # and it is free afterwards
