@@ -36,7 +36,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
@@ -66,7 +66,7 @@ from slurm_fsm.errors import (
     SlurmFsmError,
     StateFileError,
 )
-from slurm_fsm.spec import JobSpec
+from slurm_fsm.spec import DEFAULT_JOB_NAME_SUFFIX, JobSpec
 from slurm_fsm.state import AllocState, StateStore
 
 __all__ = [
@@ -166,11 +166,16 @@ def job_expiring(info: JobInfo, margin_s: int = EXPIRY_MARGIN_S) -> bool:
 
 
 def is_compatible(alloc: AllocState, spec: JobSpec) -> bool:
-    """Same partition, at least as many nodes, same image (procedure 0C)."""
+    """Same partition, at least as many nodes, same image (procedure 0C); also the same
+    account (hours are charged to it) and, when the spec asks for GPUs per node, at
+    least as many."""
+    p = spec.slurm_params
     return (
-        alloc.partition == spec.slurm_params.partition
-        and alloc.nodes >= spec.slurm_params.nodes
+        alloc.partition == p.partition
+        and alloc.account == p.account
+        and alloc.nodes >= p.nodes
         and (alloc.docker_image or None) == (spec.docker_image or None)
+        and (p.gpus_per_node is None or (alloc.gpus_per_node or 0) >= p.gpus_per_node)
     )
 
 
@@ -179,9 +184,19 @@ def same_container(alloc: AllocState, spec: JobSpec) -> bool:
     return spec.docker_image is None or alloc.container_name == spec.container_name
 
 
-def is_ours(info: JobInfo, user: str, job_name: str) -> bool:
-    """The job carries our job name and runs as our user."""
-    return info.name == job_name and (not info.user or info.user == user)
+def is_ours(info: JobInfo, user: str, job_name: str | Collection[str]) -> bool:
+    """The job carries our job name (one of them) and runs as our user."""
+    names = {job_name} if isinstance(job_name, str) else set(job_name)
+    return info.name in names and (not info.user or info.user == user)
+
+
+def state_job_names(alloc: AllocState | None, spec: JobSpec) -> set[str]:
+    """Names an allocation of this state file may carry: the spec's, and the default
+    name of the account the state file was written for (the spec's account changed)."""
+    names = {spec.job_name}
+    if alloc is not None and spec.alloc_job_name is None:
+        names.add(f"{alloc.account}{DEFAULT_JOB_NAME_SUFFIX}")
+    return names
 
 
 def remaining_after(info: JobInfo, seen_at: float, now: float) -> Duration:
@@ -321,6 +336,7 @@ class AllocationMachine:
         self.released_job_id: str | None = None  # set by release (0A)
         self._attempt = 0
         self._pending_since: float | None = None
+        self._pending_polls = 0
         self._cancelled: set[str] = set()
         self._reason = ""
         self.machine = Machine(
@@ -441,7 +457,8 @@ class AllocationMachine:
         return since is None or self.clock.now() - since < self.pending_wait_s
 
     def job_is_ours(self, _: EventData) -> bool:
-        return self.seen.info is not None and is_ours(self.seen.info, self.user, self.spec.job_name)
+        return self.seen.info is not None and is_ours(
+            self.seen.info, self.user, state_job_names(self.alloc, self.spec))
 
     def job_running(self, _: EventData) -> bool:
         return self.seen.info is not None and self.seen.info.state == "RUNNING"
@@ -510,7 +527,8 @@ class AllocationMachine:
         if self.seen.unreachable:
             self.clock.sleep(backoff(self._attempt - 1, first=1.0, cap=15.0))
         elif self.seen.info is not None and self.seen.info.state in ("PENDING", "CONFIGURING"):
-            self.clock.sleep(backoff(self._attempt, first=0.5, cap=10.0))
+            self.clock.sleep(backoff(self._pending_polls, first=0.5, cap=10.0))
+            self._pending_polls += 1
         keep = self.seen.state_file
         self.seen = Seen(state_file=keep)
         try:
@@ -559,7 +577,7 @@ class AllocationMachine:
                 )
             return
         self._pending_since = None
-        if not is_ours(info, self.user, self.spec.job_name):
+        if not is_ours(info, self.user, state_job_names(self.alloc, self.spec)):
             self._warn(
                 f"state file names job {job_id}, but that job is {info.name!r} of user "
                 f"{info.user!r}, not ours ({self.spec.job_name!r} of {self.user!r}); it is "
@@ -570,6 +588,10 @@ class AllocationMachine:
             return
         if info.state == "RUNNING" and job_expiring(info):
             self._warn(f"Allocation expiring soon: {job_id} has {info.time_left} left.")
+        if info.state == "RUNNING" and self.alloc is not None and not self.alloc.nodelist:
+            # written while PENDING by a run that was interrupted: complete it
+            self.alloc = attrs.evolve(self.alloc, nodelist=info.nodelist)
+            self.store.write(self.alloc)
 
     def _drop_allocation(self) -> None:
         assert self.alloc is not None and self.seen.info is not None
@@ -617,10 +639,24 @@ class AllocationMachine:
             ntasks=params.ntasks,
         )
         job_id = self.backend.allocate(request)
-        info = self._wait_running(job_id)
+        # tracked from the moment it exists: a run interrupted while it is PENDING leaves
+        # a state file, and the next run waits for it (0C) instead of leaking it
+        pending = AllocState(
+            job_id=job_id, nodelist="", partition=params.partition, account=params.account,
+            nodes=params.nodes, gpus_per_node=params.gpus_per_node,
+            docker_image=spec.docker_image, container_mounts=spec.mounts_text,
+            time_limit=spec.alloc_time_limit.as_slurm(), installed=False,
+        )
+        self.store.write(pending)
+        try:
+            info = self._wait_running(job_id)
+        except AllocationFailed:
+            self.store.delete()  # the job is gone or was cancelled: nothing to track
+            raise
         self.alloc = AllocState(
             job_id=job_id,
             nodelist=info.nodelist,
+            allocated_at=pending.allocated_at,
             partition=params.partition,
             account=params.account,
             nodes=params.nodes,
@@ -780,7 +816,7 @@ class AllocationMachine:
         except JobNotFound:
             info = None
         if info is not None:
-            if not is_ours(info, self.user, self.spec.job_name):
+            if not is_ours(info, self.user, state_job_names(alloc, self.spec)):
                 raise NotOurJobError(
                     job_id,
                     f"it is {info.name!r} of user {info.user!r}, not {self.spec.job_name!r} "

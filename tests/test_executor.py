@@ -324,3 +324,17 @@ def test_the_state_file_lock_is_held_for_the_whole_persistent_run(
     assert held and all(held)  # another orchestrator could not take it while the job ran
     probe()
     assert held[-1] is False  # and it is free afterwards
+
+
+def test_failing_scancel_on_hang_still_stops_the_script(make_spec: SpecFactory,
+                                                         fake: FakeCluster) -> None:
+    from slurm_fsm.errors import ControllerUnreachable
+
+    spec = make_spec()
+    fake.script(spec.script_path, FakeScript(lines=("x", "hang detected"), hang=True))
+    fake.fail_next("cancel", ControllerUnreachable("Socket timed out on send/recv operation"))
+    report = run(spec, fake)
+    assert report.status is Status.HANG_DETECTED
+    assert any(w.startswith("could not cancel step") for w in report.warnings)
+    alloc = next(j for j in fake.jobs.values() if j.kind == "alloc")
+    assert alloc.steps == {}  # the script was terminated, its step is gone

@@ -199,6 +199,27 @@ def test_completing_allocation_counts_as_gone(make_spec: SpecFactory,
     assert "cancel" not in slurm_ops(fake)
 
 
+def test_account_change_cancels_the_old_allocation(make_spec: SpecFactory) -> None:
+    fake = FakeCluster(accounts=["acct", "acct2"])
+    old = ready_allocation(make_spec(), fake)
+    spec = make_spec(slurm_params={"account": "acct2"})
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready
+    assert m.path == ["NoState", "Validating", "Incompatible", "Allocating", "Ready"]
+    assert fake.jobs[old.job_id].state == "CANCELLED"  # not leaked
+    assert [j.name for j in fake.active_jobs()] == ["acct2-trtllm.persistent"]
+
+
+def test_more_gpus_per_node_is_incompatible(make_spec: SpecFactory, fake: FakeCluster) -> None:
+    ready_allocation(make_spec(), fake)
+    m = machine(make_spec(slurm_params={"gpus_per_node": 8}), fake)
+    assert m.prepare() is State.Ready
+    assert m.path[:3] == ["NoState", "Validating", "Incompatible"]
+    ready = machine(make_spec(slurm_params={"gpus_per_node": 4}), fake)
+    assert ready.prepare() is State.Ready
+    assert ready.path == ["NoState", "Validating", "Ready"]  # 8 serve a request for 4
+
+
 def test_allocation_not_running_is_incompatible(make_spec: SpecFactory,
                                                 fake: FakeCluster) -> None:
     spec = make_spec()
@@ -442,6 +463,45 @@ def test_pending_new_allocation_is_polled_until_running(make_spec: SpecFactory) 
     assert m.prepare() is State.Ready
     assert fake.count("query_job") > 2
     assert fake.clock.slept[0] < 1 and max(fake.clock.slept) <= 10
+
+
+def test_run_interrupted_while_pending_leaves_a_tracked_allocation(
+        make_spec: SpecFactory) -> None:
+    fake = FakeCluster(pending_s=30)
+
+    class CtrlC:
+        def now(self) -> float:
+            return fake.clock.now()
+
+        def sleep(self, seconds: float) -> None:
+            raise KeyboardInterrupt
+
+    spec = make_spec()
+    with pytest.raises(KeyboardInterrupt):
+        AllocationMachine(spec, fake, clock=CtrlC()).prepare()
+    s = state_file(spec)
+    assert s is not None and s["nodelist"] == "" and s["installed"] is False
+    job = fake.jobs[str(s["job_id"])]
+    assert job.state == "PENDING"  # tracked, not leaked, not cancelled
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready
+    assert m.path[:3] == ["NoState", "Validating", "Validating"]
+    assert "allocate" not in fake.ops()[-5:] and fake.count("allocate") == 1
+    again = state_file(spec)
+    assert again is not None and again["job_id"] == s["job_id"]
+    assert again["nodelist"] == "node01"
+
+
+def test_validation_of_a_pending_allocation_backs_off(make_spec: SpecFactory,
+                                                      fake: FakeCluster) -> None:
+    spec = make_spec()
+    old = ready_allocation(spec, fake)
+    job = fake.jobs[old.job_id]
+    job.state, job.pending_until = "PENDING", fake.clock.now() + 10_000
+    m = machine(spec, fake, pending_wait_s=600)
+    assert m.prepare() is State.Failed
+    assert fake.count("query_job") < 80  # not one squeue every 0.5 s for 10 minutes
+    assert max(fake.clock.slept) == 10.0
 
 
 def test_allocation_pending_forever_is_cancelled(make_spec: SpecFactory) -> None:
