@@ -93,10 +93,24 @@ converter.register_structure_hook(Mounts, lambda v, t: Mounts(_mounts(v, t)))
 converter.register_unstructure_hook(Mounts, lambda ms: ",".join(str(m) for m in ms))
 
 
+NonEmpty = NewType("NonEmpty", str)
+
+
+def _non_empty(value: object, _: Any) -> NonEmpty:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"must be non-empty text, got {value!r}")
+    if any(c.isspace() for c in value.strip()):
+        raise ValueError(f"must not contain spaces, got {value!r}")
+    return NonEmpty(value.strip())
+
+
+converter.register_structure_hook(NonEmpty, _non_empty)
+
+
 @attrs.frozen
 class SlurmParams:
-    partition: str
-    account: str
+    partition: NonEmpty
+    account: NonEmpty
     nodes: PositiveInt = PositiveInt(1)
     ntasks: PositiveInt | None = None
     ntasks_per_node: PositiveInt | None = None
@@ -134,7 +148,7 @@ class JobSpec:
 
     script_path: Path
     work_dir: Path
-    model_name: str
+    model_name: NonEmpty
     repo_root: Path
     slurm_params: SlurmParams
     workflow_type: WorkflowType = WorkflowType.CUSTOM
@@ -145,8 +159,8 @@ class JobSpec:
     persistent_mode: bool = True
     release_allocation: bool = False
     alloc_time_limit: Duration = Duration.parse("04:00:00")
-    docker_image: str | None = None
-    container_name: str | None = None
+    docker_image: NonEmpty | None = None
+    container_name: NonEmpty | None = None
     container_mounts: Mounts = Mounts(())
     build_project: bool = False
     device_type: str | None = None
@@ -154,7 +168,7 @@ class JobSpec:
     user_root_dir: str | None = None
     skip_install: bool = False
     #: Job name of the persistent allocation; how orphans are found.
-    alloc_job_name: str | None = None
+    alloc_job_name: NonEmpty | None = None
 
     @property
     def job_name(self) -> str:
@@ -258,9 +272,9 @@ def _cross_field_problems(data: Mapping[str, Any]) -> list[str]:
         out.append("container_name: required when docker_image is set "
                    "(it must equal the script's --container-name)")
     alloc = data.get("alloc_time_limit")
-    if isinstance(alloc, str):
+    if isinstance(alloc, str | int) and not isinstance(alloc, bool):
         try:
-            d = Duration.parse(alloc)
+            d = Duration.parse(str(alloc))
         except ValueError:
             pass  # reported by the converter
         else:

@@ -140,3 +140,15 @@ def test_to_dict_round_trips() -> None:
                              base_dir=Path("/b"))
     again = JobSpec.from_dict(json.loads(json.dumps(spec.to_dict())))
     assert again == spec
+
+
+def test_empty_names_and_zero_time_are_refused() -> None:
+    with pytest.raises(SpecError) as info:
+        JobSpec.from_dict({**MINIMAL, "model_name": " ", "alloc_time_limit": 0,
+                           "slurm_params": {"partition": "", "account": "a b"}})
+    assert info.value.problems == [
+        "model_name: must be non-empty text, got ' '",
+        "slurm_params.partition: must be non-empty text, got ''",
+        "slurm_params.account: must not contain spaces, got 'a b'",
+        "alloc_time_limit: must be at least one minute, got 0",
+    ]
