@@ -16,6 +16,7 @@ from typing import Any, NewType
 
 import attrs
 from cattrs.errors import BaseValidationError
+from cattrs.gen import make_dict_structure_fn, override
 
 from slurm_fsm.convert import NonNegativeInt, Patterns, PositiveInt, converter, problems_of
 from slurm_fsm.duration import Duration, DurationKind
@@ -93,24 +94,27 @@ converter.register_structure_hook(Mounts, lambda v, t: Mounts(_mounts(v, t)))
 converter.register_unstructure_hook(Mounts, lambda ms: ",".join(str(m) for m in ms))
 
 
-NonEmpty = NewType("NonEmpty", str)
-
-
-def _non_empty(value: object, _: Any) -> NonEmpty:
+def _non_empty(value: object, _: Any) -> str:
+    """Names that end up on a Slurm command line: non-empty, no spaces."""
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"must be non-empty text, got {value!r}")
     if any(c.isspace() for c in value.strip()):
         raise ValueError(f"must not contain spaces, got {value!r}")
-    return NonEmpty(value.strip())
+    return value.strip()
 
 
-converter.register_structure_hook(NonEmpty, _non_empty)
+def _optional_non_empty(value: object, t: Any) -> str | None:
+    return None if value is None else _non_empty(value, t)
+
+
+_NAME = override(struct_hook=_non_empty)
+_OPTIONAL_NAME = override(struct_hook=_optional_non_empty)
 
 
 @attrs.frozen
 class SlurmParams:
-    partition: NonEmpty
-    account: NonEmpty
+    partition: str
+    account: str
     nodes: PositiveInt = PositiveInt(1)
     ntasks: PositiveInt | None = None
     ntasks_per_node: PositiveInt | None = None
@@ -148,7 +152,7 @@ class JobSpec:
 
     script_path: Path
     work_dir: Path
-    model_name: NonEmpty
+    model_name: str
     repo_root: Path
     slurm_params: SlurmParams
     workflow_type: WorkflowType = WorkflowType.CUSTOM
@@ -159,8 +163,8 @@ class JobSpec:
     persistent_mode: bool = True
     release_allocation: bool = False
     alloc_time_limit: Duration = Duration.parse("04:00:00")
-    docker_image: NonEmpty | None = None
-    container_name: NonEmpty | None = None
+    docker_image: str | None = None
+    container_name: str | None = None
     container_mounts: Mounts = Mounts(())
     build_project: bool = False
     device_type: str | None = None
@@ -168,7 +172,7 @@ class JobSpec:
     user_root_dir: str | None = None
     skip_install: bool = False
     #: Job name of the persistent allocation; how orphans are found.
-    alloc_job_name: NonEmpty | None = None
+    alloc_job_name: str | None = None
 
     @property
     def job_name(self) -> str:
@@ -240,6 +244,19 @@ class JobSpec:
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = converter.unstructure(self)
         return out
+
+
+converter.register_structure_hook(
+    SlurmParams,
+    make_dict_structure_fn(SlurmParams, converter, partition=_NAME, account=_NAME),
+)
+converter.register_structure_hook(
+    JobSpec,
+    make_dict_structure_fn(
+        JobSpec, converter, model_name=_NAME, docker_image=_OPTIONAL_NAME,
+        container_name=_OPTIONAL_NAME, alloc_job_name=_OPTIONAL_NAME,
+    ),
+)
 
 
 def _absolute(p: Path, base: Path) -> Path:
