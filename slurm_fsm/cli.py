@@ -131,8 +131,16 @@ def _main(args: argparse.Namespace) -> int:
     except StateFileError as exc:
         print(f"slurm-fsm: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except SlurmFsmError as exc:
+    except (SlurmFsmError, OSError) as exc:
         print(f"slurm-fsm: error: {exc}", file=sys.stderr)
+        if getattr(args, "json", False) and args.command in ("run", "release"):
+            # an orchestrator reading stdout still gets a report
+            from slurm_fsm.report import Report
+            from slurm_fsm.results import Status
+
+            report = Report(status=Status.ERROR, task_type="unknown", mode=args.command,
+                            summary=f"error: {exc}", errors=[str(exc)])
+            _emit(report.to_dict(), "", True, sys.stdout)
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("slurm-fsm: interrupted (the persistent allocation, if any, is kept)",

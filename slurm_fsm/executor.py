@@ -8,10 +8,11 @@ lines are the backend's, log reading and status decisions are in
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import attrs
 
@@ -28,8 +29,16 @@ from slurm_fsm.logs import grep, head_lines, tail_lines
 from slurm_fsm.machine import AllocationMachine, State
 from slurm_fsm.monitor import PollPolicy, Watch, watch_batch_job, watch_script
 from slurm_fsm.report import Report
-from slurm_fsm.results import Status, decide_status, diagnose, errors_from, parse_output
-from slurm_fsm.spec import JobSpec
+from slurm_fsm.results import (
+    Status,
+    decide_status,
+    diagnose,
+    errors_from,
+    parse_output,
+    result_warnings,
+    summarize,
+)
+from slurm_fsm.spec import JobSpec, WorkflowType
 from slurm_fsm.state import StateStore
 
 __all__ = ["Events", "Executor", "PreStep", "PreStepResult", "err_path_for", "log_path_for"]
@@ -149,10 +158,23 @@ class Executor:
 
     # ---------------------------------------------------------------------- checks
     def _check_inputs(self) -> None:
+        """Input problems found before any Slurm command: a missing script, a work_dir
+        that cannot be made or written."""
+        problems = []
         script = self.spec.script_path
         if not script.is_file():
             what = "is a directory" if script.is_dir() else "no such file"
-            raise SpecError("job spec", [f"script_path: {what}: {script}"])
+            problems.append(f"script_path: {what}: {script}")
+        work = self.spec.work_dir
+        try:
+            work.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            problems.append(f"work_dir: cannot create {work}: {exc.strerror}")
+        else:
+            if not os.access(work, os.W_OK | os.X_OK):
+                problems.append(f"work_dir: not writable: {work}")
+        if problems:
+            raise SpecError("job spec", problems)
 
     # ---------------------------------------------------------------------- release
     def _new_machine(self) -> AllocationMachine:
@@ -213,10 +235,17 @@ class Executor:
         spec.work_dir.mkdir(parents=True, exist_ok=True)
         env = step_env(attrs.evolve(info, nodelist=info.nodelist or alloc.nodelist),
                        spec.slurm_params.nodes, spec.slurm_params.ntasks_per_node)
-        script = self.backend.start_script(ScriptRequest(
-            script_path=spec.script_path, log_path=spec.persistent_log, env=env,
-            cwd=spec.work_dir,
-        ))
+        try:
+            script = self.backend.start_script(ScriptRequest(
+                script_path=spec.script_path, log_path=spec.persistent_log, env=env,
+                cwd=spec.work_dir,
+            ))
+        except OSError as exc:  # bash missing, log not writable, ...
+            m.finish(reason=f"script did not start: {exc}")
+            msg = f"could not start bash {spec.script_path}: {exc}"
+            return self._base_report(m, status=Status.ERROR, mode="persistent", summary=msg,
+                                     errors=[msg], allocation_id=alloc.job_id,
+                                     extra_warnings=warnings)
         self._timings["start_s"] = time.monotonic() - t
         self.events.state("Running", f"job on allocation {alloc.job_id}")
         watch = watch_script(
@@ -359,11 +388,13 @@ class Executor:
                              log_empty=log_empty, log_lines=head + tail + err_tail,
                              job_id=job_id, failure_hits=failure_hits,
                              success_missing=success_missing, metrics=metrics)
-        summary = self._summary(status, job_id, allocation_id, exit_code, watch, metrics)
+        summary = self._summary(status, job_id, allocation_id, exit_code, watch, metrics,
+                                spec.workflow_type)
         metrics = {**metrics, "success_hits": success_hits, "failure_hits": failure_hits}
         if watch.cancelled_steps:
             metrics["cancelled_steps"] = list(watch.cancelled_steps)
         warnings = list(extra_warnings) + (list(m.warnings) if m else [])
+        warnings += result_warnings(spec.workflow_type, metrics)
         warnings += [w for w in watch.messages if w not in warnings]
         return Report(
             status=status, task_type=spec.workflow_type.value, mode=mode, job_id=job_id,
@@ -379,7 +410,8 @@ class Executor:
 
     @staticmethod
     def _summary(status: Status, job_id: str | None, allocation_id: str | None,
-                 exit_code: int | None, watch: Watch, metrics: dict[str, object]) -> str:
+                 exit_code: int | None, watch: Watch, metrics: dict[str, Any],
+                 workflow_type: WorkflowType) -> str:
         where = f"step on allocation {allocation_id}" if allocation_id else f"job {job_id}"
         text = f"{status.value}: {where}, exit code {exit_code}"
         if watch.hang:
@@ -391,10 +423,9 @@ class Executor:
                 text += f"; hang detected, cancelled job {job_id}"
         if watch.timed_out:
             text += "; monitor timeout"
-        counts = [f"{metrics[k]} {k}" for k in ("passed", "failed", "errors", "skipped")
-                  if k in metrics]
-        if counts:
-            text += "; " + ", ".join(counts)
+        found = summarize(workflow_type, metrics)
+        if found:
+            text += f"; {found}"
         return text
 
     def _base_report(self, m: AllocationMachine, *, status: Status, mode: str, summary: str,

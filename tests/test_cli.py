@@ -96,3 +96,25 @@ def test_diagram(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out == mermaid_diagram(EDGES)
     assert main(["diagram", "--format", "dot"]) == 0
     assert capsys.readouterr().out.startswith("digraph slurm_fsm {")
+
+
+def test_unwritable_work_dir_is_bad_input(tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "work").write_text("a file where the folder should be")
+    spec = write_spec(tmp_path)
+    assert main(["run", str(spec), "--json", "--backend", "fake"]) == 2
+    assert "work_dir: cannot create" in capsys.readouterr().err
+
+
+def test_unexpected_error_still_prints_a_json_report(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = write_spec(tmp_path)
+
+    def broken(*_a: object, **_k: object) -> object:
+        raise PermissionError(13, "Permission denied", "/repo/work_dirs")
+
+    monkeypatch.setattr("slurm_fsm.executor.Executor.run", broken)
+    assert main(["run", str(spec), "--json", "--backend", "fake"]) == 3
+    out = json.loads(capsys.readouterr().out)
+    assert out["status"] == "ERROR" and "Permission denied" in out["summary"]

@@ -338,3 +338,11 @@ def test_failing_scancel_on_hang_still_stops_the_script(make_spec: SpecFactory,
     assert any(w.startswith("could not cancel step") for w in report.warnings)
     alloc = next(j for j in fake.jobs.values() if j.kind == "alloc")
     assert alloc.steps == {}  # the script was terminated, its step is gone
+
+
+def test_benchmark_without_figures_warns(make_spec: SpecFactory, fake: FakeCluster) -> None:
+    spec = make_spec(workflow_type="benchmark")
+    fake.script(spec.script_path, FakeScript(lines=("done",)))
+    report = run(spec, fake)
+    assert report.status is Status.PASSED
+    assert report.warnings, "a benchmark that printed no figure must say so"
