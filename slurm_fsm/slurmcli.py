@@ -98,6 +98,7 @@ __all__ = [
     "sacct_argv",
     "salloc_argv",
     "salloc_error",
+    "salloc_job_id",
     "sbatch_argv",
     "scancel_argv",
     "scontrol_show_job_argv",
@@ -651,6 +652,15 @@ def expand_nodelist(nodelist: str) -> list[str]:
 def compress_nodelist(nodes: Iterable[str]) -> str:
     """``["n1", "n2", "n3"]`` -> ``n[1-3]`` (the form squeue prints)."""
     return str(hostlist.collect_hostlist(list(nodes)))
+
+
+_SALLOC_ID = re.compile(r"salloc: (?:Granted|Pending) job allocation (\d+)")
+
+
+def salloc_job_id(log_text: str) -> str | None:
+    """The job id salloc announced in its log (``Pending``/``Granted job allocation N``)."""
+    m = _SALLOC_ID.search(log_text)
+    return m.group(1) if m else None
 
 
 def salloc_error(log_text: str, max_lines: int = STDERR_TAIL_LINES) -> str:

@@ -151,6 +151,15 @@ def _default_runner(argv: Sequence[str], timeout_s: float, env: Mapping[str, str
     return run_command(argv, timeout_s, env)
 
 
+def _read_text(path: Path, limit: int = 65536) -> str:
+    """The first ``limit`` bytes of a small log, or "" when it cannot be read."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(limit).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
 def _exit_status(returncode: int) -> int:
     """Popen's ``-N`` (killed by signal N) as a shell prints it: ``128 + N``."""
     return 128 - returncode if returncode < 0 else returncode
@@ -415,9 +424,20 @@ class SubprocessBackend:
         # make sure that no late job of ours survives the failure we report
         if proc.poll() is None:
             self._stop(proc)
-        for job in self._live_jobs(request.job_name, user):
-            log.warning("cancelling late allocation %s after a failed allocate", job.job_id)
-            self.cancel(job.job_id)
+        late: set[str] = set()
+        announced = slurmcli.salloc_job_id(_read_text(request.log_path))
+        if announced:
+            late.add(announced)  # salloc said so even if squeue did not answer
+        try:
+            late |= {j.job_id for j in self._live_jobs(request.job_name, user)}
+        except BackendError as exc:
+            log.warning("could not look for a late allocation: %s", exc)
+        for job_id in sorted(late):
+            log.warning("cancelling late allocation %s after a failed allocate", job_id)
+            try:
+                self.cancel(job_id)
+            except BackendError as exc:
+                log.warning("could not cancel late allocation %s: %s", job_id, exc)
         rc = proc.returncode if proc.returncode is not None else -1
         why = f"no job named {request.job_name} of {user} appeared within {wait_s:g} s"
         if transient is not None:

@@ -1058,3 +1058,10 @@ def test_current_user_and_nodelists() -> None:
     assert backend.current_user() == pwd.getpwuid(os.geteuid()).pw_name
     assert backend.expand_nodelist("n[1-2]") == ["n1", "n2"]
     assert backend.compress_nodelist(["n1", "n2"]) == "n[1-2]"
+
+
+def test_salloc_job_id_from_its_log() -> None:
+    granted = (DATA / "salloc_granted.log").read_text()
+    assert slurmcli.salloc_job_id(granted) == "162"
+    assert slurmcli.salloc_job_id("salloc: Pending job allocation 77\n") == "77"
+    assert slurmcli.salloc_job_id((DATA / "salloc_bad_partition.log").read_text()) is None
