@@ -3,7 +3,7 @@
 
 from pathlib import Path
 
-from slurm_fsm.machine import states_markdown
+from slurm_fsm.docgen import states_markdown
 
 if __name__ == "__main__":
     out = Path(__file__).resolve().parent.parent / "docs" / "states.md"

@@ -42,18 +42,15 @@ from typing import Protocol, cast
 
 import attrs
 
-from slurm_fsm.backend import BatchRequest, JobOutcome, SlurmBackend
+from slurm_fsm.backend import BatchRequest, SlurmBackend
 from slurm_fsm.clock import Clock, SystemClock
 from slurm_fsm.errors import (
     BackendError,
-    CommandTimedOut,
-    ControllerUnreachable,
-    JobNotFound,
     SlurmFsmError,
 )
 from slurm_fsm.executor import Events, PreStep, PreStepResult
 from slurm_fsm.logs import tail_lines
-from slurm_fsm.monitor import PollPolicy, watch_batch_job
+from slurm_fsm.monitor import PollPolicy, final_outcome, watch_batch_job
 from slurm_fsm.slurmcli import enroot_image
 from slurm_fsm.spec import JobSpec
 
@@ -572,7 +569,7 @@ class SlurmBuilder:
             return BuildOutcome(False, job_id, log_path, tail,
                                 f"build job {job_id}: not done after {request.timeout_s:g} s "
                                 "(monitor_timeout_seconds); job cancelled")
-        outcome, why = _outcome(backend, job_id, clock)
+        outcome, why = final_outcome(backend, job_id, clock)
         if outcome is not None:
             ok = outcome.state == "COMPLETED" and outcome.exit_code == 0
             how = f"{outcome.state}, exit code {outcome.exit_code}"
@@ -586,22 +583,6 @@ class SlurmBuilder:
         verdict = "succeeded" if ok else "failed"
         return BuildOutcome(ok, job_id, log_path, tail,
                             f"build job {job_id} {verdict}: {how}; log {log_path}")
-
-
-def _outcome(backend: SlurmBackend, job_id: str, clock: Clock) -> tuple[JobOutcome | None, str]:
-    """Accounting's word on the build job, asked a few times (sacct lags the job's end)."""
-    last = ""
-    for attempt in range(6):
-        try:
-            outcome = backend.job_outcome(job_id)
-        except (JobNotFound, ControllerUnreachable, CommandTimedOut) as exc:
-            last = str(exc)
-        else:
-            if outcome.state not in ("RUNNING", "PENDING", "COMPLETING"):
-                return outcome, ""
-            last = f"accounting still says {outcome.state}"
-        clock.sleep(min(0.2 * 2**attempt, 5.0))
-    return None, f"accounting does not know how job {job_id} ended: {last}"
 
 
 def _marker_exit_code(tail: Sequence[str]) -> int | None:

@@ -16,18 +16,15 @@ from typing import Any, Protocol
 
 import attrs
 
-from slurm_fsm.backend import BatchRequest, JobOutcome, ScriptRequest, SlurmBackend, step_env
+from slurm_fsm.backend import BatchRequest, ScriptRequest, SlurmBackend, step_env
 from slurm_fsm.clock import Clock, SystemClock
 from slurm_fsm.errors import (
     BackendError,
-    CommandTimedOut,
-    ControllerUnreachable,
-    JobNotFound,
     SpecError,
 )
 from slurm_fsm.logs import grep, head_lines, tail_lines
 from slurm_fsm.machine import AllocationMachine, State
-from slurm_fsm.monitor import PollPolicy, Watch, watch_batch_job, watch_script
+from slurm_fsm.monitor import PollPolicy, Watch, final_outcome, watch_batch_job, watch_script
 from slurm_fsm.report import Report
 from slurm_fsm.results import (
     Status,
@@ -302,7 +299,8 @@ class Executor:
             on_output=self.events.output, on_message=self.events.message,
             on_tick=self.events.tick,
         )
-        outcome, note = self._outcome(job_id)
+        outcome, why = final_outcome(self.backend, job_id, self.clock)
+        note = f"{why}; status decided from the log alone" if why else ""
         path.append("Collected")
         notes = [note] if note else []
         elapsed = float(outcome.elapsed.seconds) if outcome and outcome.elapsed.seconds \
@@ -319,24 +317,6 @@ class Executor:
             report.metrics.setdefault("max_rss", outcome.max_rss)
             report.metrics.setdefault("accounting_source", outcome.source)
         return report
-
-    def _outcome(self, job_id: str) -> tuple[JobOutcome | None, str]:
-        """Ask accounting, a few times: sacct sees a job 0.1-0.25 s after it ends."""
-        last = ""
-        for attempt in range(6):
-            try:
-                outcome = self.backend.job_outcome(job_id)
-            except JobNotFound as exc:
-                last = str(exc)
-            except (ControllerUnreachable, CommandTimedOut) as exc:
-                last = str(exc)
-            else:
-                if outcome.state not in ("RUNNING", "PENDING", "COMPLETING"):
-                    return outcome, ""
-                last = f"accounting still says {outcome.state}"
-            self.clock.sleep(min(0.2 * 2**attempt, 5.0))
-        return None, (f"neither sacct nor scontrol knows how job {job_id} ended ({last}); "
-                      "status decided from the log alone")
 
     # ---------------------------------------------------------------------- collect
     def _collect(

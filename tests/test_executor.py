@@ -230,7 +230,8 @@ def test_accounting_off_and_job_forgotten(make_spec: SpecFactory) -> None:
     spec = one_shot(make_spec)
     fake.script(spec.script_path, FakeScript(lines=("ok",)))
     report = run(spec, fake)
-    assert any("neither sacct nor scontrol knows" in n for n in report.notes)
+    assert any("accounting does not know how job" in n and "from the log alone" in n
+               for n in report.notes)
 
 
 def test_long_job_polls_back_off_to_30s(make_spec: SpecFactory, fake: FakeCluster) -> None:
