@@ -100,6 +100,7 @@ __all__ = [
     "salloc_error",
     "salloc_job_id",
     "sbatch_argv",
+    "sbatch_directives",
     "scancel_argv",
     "scontrol_show_job_argv",
     "squeue_find_argv",
@@ -652,6 +653,27 @@ def expand_nodelist(nodelist: str) -> list[str]:
 def compress_nodelist(nodes: Iterable[str]) -> str:
     """``["n1", "n2", "n3"]`` -> ``n[1-3]`` (the form squeue prints)."""
     return str(hostlist.collect_hostlist(list(nodes)))
+
+
+_DIRECTIVE = re.compile(r"^#SBATCH\s+(?:--([a-z-]+)(?:[=\s]+(\S+))?|-([a-zA-Z])\s*(\S+)?)")
+_SHORT = {"o": "output", "e": "error", "p": "partition", "A": "account", "N": "nodes",
+          "t": "time", "J": "job-name"}
+
+
+def sbatch_directives(text: str) -> dict[str, str]:
+    """``#SBATCH`` options of a script, as sbatch reads them (long names)."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            break  # sbatch stops at the first command
+        m = _DIRECTIVE.match(line.strip())
+        if not m:
+            continue
+        if m.group(1):
+            out[m.group(1)] = m.group(2) or ""
+        elif m.group(3) in _SHORT:
+            out[_SHORT[m.group(3)]] = m.group(4) or ""
+    return out
 
 
 _SALLOC_ID = re.compile(r"salloc: (?:Granted|Pending) job allocation (\d+)")

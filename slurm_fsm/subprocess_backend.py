@@ -517,10 +517,14 @@ class SubprocessBackend:
         sbatch that timed out or lost the controller may still have created
         the job: then the jobs of this name and user are looked up, and a
         single one that was not there before the submission is returned.
-        The name is ``request.job_name``, else the script's file name.
+        The name is ``request.job_name``, else the script's ``#SBATCH --job-name``,
+        else its file name.
         """
         argv = slurmcli.sbatch_argv(request)
-        name = request.job_name or request.script_path.name
+        # the name sbatch will give the job: ours, the script's own #SBATCH --job-name,
+        # else the script's file name
+        directives = slurmcli.sbatch_directives(_read_text(request.script_path))
+        name = request.job_name or directives.get("job-name") or request.script_path.name
         user = request.user or self.current_user()
         try:
             before: set[str] | None = {j.job_id for j in self.find_jobs(name, user)}

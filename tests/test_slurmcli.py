@@ -839,6 +839,18 @@ def test_submit_stalled_controller_still_created_the_job() -> None:
     assert runner.calls[0] == slurmcli.squeue_find_argv("llama", "root")
 
 
+def test_submit_lookup_uses_the_scripts_own_job_name(tmp_path: Path) -> None:
+    script = tmp_path / "job.slurm"
+    script.write_text("#!/bin/bash\n#SBATCH --job-name=llama_auto_test\n#SBATCH -N 1\nsrun x\n")
+    row = "78|PENDING|root|debug|1||UNLIMITED|0:00|Priority|N/A|llama_auto_test\n"
+    backend, runner = replay_backend(
+        {"squeue": [(0, "", ""), (0, row, "")], "sbatch": [answer("sbatch_controller_stalled")]}
+    )
+    request = BatchRequest(script_path=script, work_dir=tmp_path, user="root")
+    assert backend.submit(request) == "78"
+    assert runner.calls[0] == slurmcli.squeue_find_argv("llama_auto_test", "root")
+
+
 def test_submit_stalled_and_no_job_reports_the_error() -> None:
     old = "70|RUNNING|root|debug|1|n1|UNLIMITED|0:00|None|N/A|llama\n"
     backend, _ = replay_backend(

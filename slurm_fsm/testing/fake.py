@@ -16,7 +16,6 @@ every call::
 from __future__ import annotations
 
 import itertools
-import re
 import shlex
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -43,6 +42,7 @@ from slurm_fsm.errors import (
     ControllerUnreachable,
     JobNotFound,
 )
+from slurm_fsm.slurmcli import sbatch_directives
 
 __all__ = [
     "Call",
@@ -555,7 +555,7 @@ class FakeCluster:
         self._call("submit", request=request)
         text = request.script_path.read_text(encoding="utf-8") \
             if request.script_path.exists() else ""
-        directives = _sbatch_directives(text)
+        directives = sbatch_directives(text)
         partition = request.partition or directives.get("partition") or \
             next(iter(self.partitions))
         account = request.account or directives.get("account")
@@ -620,25 +620,3 @@ class FakeCluster:
                                      job_id, step_id)
         self._running.append(running)
         return running
-
-
-_DIRECTIVE = re.compile(r"^#SBATCH\s+(?:--([a-z-]+)(?:[=\s]+(\S+))?|-([a-zA-Z])\s*(\S+)?)")
-_SHORT = {"o": "output", "e": "error", "p": "partition", "A": "account", "N": "nodes",
-          "t": "time", "J": "job-name"}
-
-
-def _sbatch_directives(text: str) -> dict[str, str]:
-    """``#SBATCH`` options of a script, as sbatch reads them (long names)."""
-    out: dict[str, str] = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            break  # sbatch stops at the first command
-        m = _DIRECTIVE.match(line.strip())
-        if not m:
-            continue
-        if m.group(1):
-            out[m.group(1)] = m.group(2) or ""
-        elif m.group(3) in _SHORT:
-            out[_SHORT[m.group(3)]] = m.group(4) or ""
-    return out
-
