@@ -405,8 +405,10 @@ def wait_outcome(backend: SubprocessBackend, job_id: str) -> JobOutcome:
     gone(backend, job_id)
 
     def probe() -> JobOutcome | None:
+        # sacct may still say RUNNING for a moment after the job left squeue
         outcome = backend.job_outcome(job_id)
-        return outcome if outcome.source == "sacct" else None
+        ended = outcome.state not in ("RUNNING", "PENDING", "COMPLETING")
+        return outcome if outcome.source == "sacct" and ended else None
 
     return until(f"sacct row of {job_id}", probe)
 
