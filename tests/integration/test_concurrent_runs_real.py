@@ -1,0 +1,71 @@
+"""Two `slurm-fsm run` processes at once on one repo_root, on the real cluster.
+
+The state file's lock covers a whole persistent run, so the second run waits for
+the first, then reuses its allocation: one allocation, both runs served, and no run
+cancels (or shares) the allocation while the other's job runs on it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from slurm_fsm.localcluster import ClusterInfo
+
+from .helpers import JobNames, spec_dict
+
+pytestmark = pytest.mark.slurm
+
+
+@pytest.fixture
+def names(local_cluster: ClusterInfo) -> Iterator[JobNames]:
+    n = JobNames(local_cluster.user)
+    try:
+        yield n
+    finally:
+        n.cleanup()
+
+
+def test_two_runs_at_once_share_one_allocation_one_after_the_other(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    name = names.new("concurrent")
+    (tmp_path / "job.slurm").write_text(
+        "#!/bin/bash\necho start $(date +%s.%N)\nsrun sleep 1\necho end $(date +%s.%N)\n")
+    specs = []
+    for i in (1, 2):
+        data = spec_dict(local_cluster, tmp_path, name, work_dir=str(tmp_path / f"work{i}"),
+                         success_patterns="end")
+        path = tmp_path / f"spec{i}.json"
+        path.write_text(json.dumps(data))
+        specs.append(path)
+    env = {**os.environ, "SLURM_CONF": str(local_cluster.slurm_conf)}
+    procs = [subprocess.Popen([sys.executable, "-m", "slurm_fsm", "run", str(p), "--json",
+                               "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=env) for p in specs]
+    reports = []
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        reports.append(json.loads(out))
+    assert [r["status"] for r in reports] == ["PASSED", "PASSED"]
+    assert reports[0]["allocation_id"] == reports[1]["allocation_id"]
+    paths = sorted(tuple(r["path"]) for r in reports)
+    assert paths[0][:2] == ("NoState", "Allocating")  # one of them made the allocation
+    assert paths[1][:2] == ("NoState", "Validating")  # the other reused it
+    # the jobs did not overlap: one ended before the other started
+    spans = []
+    for r in reports:
+        lines = Path(r["log_files"]["stdout"]).read_text().split()
+        spans.append((float(lines[lines.index("start") + 1]), float(lines[lines.index("end") + 1])))
+    first, second = sorted(spans)
+    assert first[1] <= second[0]
+    released = subprocess.run([sys.executable, "-m", "slurm_fsm", "release", str(specs[0]),
+                               "--json", "--quiet"], capture_output=True, text=True, env=env,
+                              timeout=60, check=False)
+    assert json.loads(released.stdout)["status"] == "RELEASED"
