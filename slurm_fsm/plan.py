@@ -8,6 +8,7 @@ and answered as if it had worked.
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import tempfile
 from pathlib import Path
@@ -65,8 +66,6 @@ class Plan:
 
 
 def _cmd(argv: list[str]) -> str:
-    import shlex
-
     return shlex.join(argv)
 
 
