@@ -53,6 +53,9 @@ class Events:
     def output(self, text: str) -> None:
         """New text of the job's log, as it arrives."""
 
+    def job_state(self, slurm_state: str) -> None:
+        """The job's Slurm state changed (PENDING, RUNNING, COMPLETING, ...)."""
+
     def tick(self, elapsed_s: float, last_line: str) -> None:
         """Called on every monitor poll while a job runs."""
 
@@ -245,6 +248,7 @@ class Executor:
                                      extra_warnings=warnings)
         self._timings["start_s"] = time.monotonic() - t
         self.events.state("Running", f"job on allocation {alloc.job_id}")
+        self.events.job_state(f"RUNNING (a step of allocation {alloc.job_id})")
         watch = watch_script(
             script, backend=self.backend, job_id=alloc.job_id,
             timeout_s=float(spec.monitor_timeout_seconds), clock=self.clock, policy=self.policy,
@@ -297,7 +301,7 @@ class Executor:
             job_id, backend=self.backend, log_path=out,
             timeout_s=float(spec.monitor_timeout_seconds), clock=self.clock, policy=self.policy,
             on_output=self.events.output, on_message=self.events.message,
-            on_tick=self.events.tick,
+            on_tick=self.events.tick, on_state=self.events.job_state,
         )
         outcome, why = final_outcome(self.backend, job_id, self.clock)
         note = f"{why}; status decided from the log alone" if why else ""

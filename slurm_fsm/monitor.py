@@ -183,6 +183,7 @@ def watch_batch_job(
     on_output: Notify | None = None,
     on_message: Notify | None = None,
     on_tick: Callable[[float, str], None] | None = None,
+    on_state: Notify | None = None,
 ) -> Watch:
     """One-shot path: poll ``squeue`` (adaptively) until the job has no row.
 
@@ -197,7 +198,8 @@ def watch_batch_job(
     started = clock.now()
     try:
         _batch_loop(job_id, watch, follower, backend=backend, timeout_s=timeout_s,
-                    clock=clock, policy=policy, say=say, on_tick=on_tick, started=started)
+                    clock=clock, policy=policy, say=say, on_tick=on_tick, started=started,
+                    on_state=on_state or (lambda _s: None))
     except BaseException:
         say(f"interrupted: cancelling job {job_id}")
         _cancel_job(backend, job_id, watch)
@@ -210,7 +212,8 @@ def watch_batch_job(
 
 def _batch_loop(job_id: str, watch: Watch, follower: LogFollower, *, backend: SlurmBackend,
                 timeout_s: float, clock: Clock, policy: PollPolicy, say: Notify,
-                on_tick: Callable[[float, str], None] | None, started: float) -> None:
+                on_tick: Callable[[float, str], None] | None, started: float,
+                on_state: Notify) -> None:
     next_query = started
     slurm_attempt = 0
     local_attempt = 0
@@ -242,6 +245,7 @@ def _batch_loop(job_id: str, watch: Watch, follower: LogFollower, *, backend: Sl
                 watch.last_info = info
                 if not watch.states or watch.states[-1] != info.state:
                     watch.states.append(info.state)
+                    on_state(info.state)
                     say(f"job {job_id}: {' -> '.join(watch.states)}")
                 if not info.is_active:
                     return

@@ -27,6 +27,7 @@ class StderrEvents(Events):
         self.plain_interval_s = plain_interval_s
         self._state = ""
         self._detail = ""
+        self._slurm_state = ""
         self._status_shown = False
         self._last_plain = 0.0
         self._started = time.monotonic()
@@ -57,10 +58,14 @@ class StderrEvents(Events):
         self.out.write(text)
         self.out.flush()
 
+    def job_state(self, slurm_state: str) -> None:
+        self._slurm_state = slurm_state
+
     def tick(self, elapsed_s: float, last_line: str) -> None:
         if self.quiet:
             return
-        status = f"[slurm-fsm] {self._state} {elapsed_s:7.1f}s | {last_line[:100]}"
+        slurm = f" [{self._slurm_state}]" if self._slurm_state else ""
+        status = f"[slurm-fsm] {self._state}{slurm} {elapsed_s:7.1f}s | {last_line[:100]}"
         if self.tty:
             self.out.write("\r\x1b[2K" + status)
             self.out.flush()
