@@ -62,6 +62,7 @@ class JobInfo:
     elapsed: Duration = Duration.parse("0:00")  # %M
     reason: str = ""  # %r
     start_time: str = ""  # %S (ISO-like text, or N/A)
+    comment: str = ""  # %k; slurm_fsm tags its allocations with their repo root
 
     @property
     def is_active(self) -> bool:
@@ -96,6 +97,8 @@ class AllocationRequest:
     user: str = ""
     ntasks_per_node: int | None = None
     ntasks: int | None = None
+    #: ``--comment``: which checkout (repo root) the allocation belongs to
+    comment: str | None = None
 
 
 @attrs.frozen

@@ -34,6 +34,7 @@ or to the end of step 0 with :meth:`AllocationMachine.prepare`.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 from collections.abc import Callable, Collection, Iterator, Sequence
@@ -197,6 +198,18 @@ def state_job_names(alloc: AllocState | None, spec: JobSpec) -> set[str]:
     if alloc is not None and spec.alloc_job_name is None:
         names.add(f"{alloc.account}{DEFAULT_JOB_NAME_SUFFIX}")
     return names
+
+
+def repo_tag(spec: JobSpec) -> str:
+    """The ``--comment`` of this checkout's allocations: which repo root they serve."""
+    digest = hashlib.sha256(str(spec.repo_root).encode()).hexdigest()[:16]
+    return f"slurm_fsm:repo={digest}"
+
+
+def is_orphan_of(job: JobInfo, spec: JobSpec) -> bool:
+    """A job found by name is this checkout's orphan unless another checkout tagged it
+    (untagged jobs, e.g. made by the original procedure, are taken as orphans)."""
+    return not job.comment or job.comment == repo_tag(spec)
 
 
 def remaining_after(info: JobInfo, seen_at: float, now: float) -> Duration:
@@ -616,6 +629,10 @@ class AllocationMachine:
             if (job.job_id in self._cancelled or job.state == "COMPLETING"
                     or not is_ours(job, self.user, spec.job_name)):
                 continue  # already cancelled by us, ending anyway, or not ours
+            if not is_orphan_of(job, spec):
+                self.notes.append(f"allocation {job.job_id} has our job name but belongs to "
+                                  f"another checkout ({job.comment}); left alone")
+                continue
             self.backend.cancel(job.job_id)
             self._cancelled.add(job.job_id)
             self._log(f"Released orphaned allocation {job.job_id} - state file was missing.")
@@ -637,6 +654,7 @@ class AllocationMachine:
             user=self.user,
             ntasks_per_node=params.ntasks_per_node,
             ntasks=params.ntasks,
+            comment=repo_tag(spec),
         )
         job_id = self.backend.allocate(request)
         # tracked from the moment it exists: a run interrupted while it is PENDING leaves

@@ -117,8 +117,8 @@ SEP = "|"
 #: ``squeue -o`` for jobs: everything :class:`JobInfo` holds, the name last.
 #: Fields: id, state, user, partition, nodes, nodelist, time left, elapsed,
 #: reason, start time, name.
-JOB_FORMAT = SEP.join(["%i", "%T", "%u", "%P", "%D", "%N", "%L", "%M", "%r", "%S", "%j"])
-_JOB_FIELD_COUNT = 11
+JOB_FORMAT = SEP.join(["%i", "%T", "%u", "%P", "%D", "%N", "%L", "%M", "%r", "%S", "%k", "%j"])
+_JOB_FIELD_COUNT = 12
 
 #: ``squeue -s -O`` for steps: id, state, name (the name last, unpadded).
 STEP_FORMAT = f"StepId:64{SEP},StepState:24{SEP},StepName:0"
@@ -219,6 +219,8 @@ def salloc_argv(request: AllocationRequest) -> list[str]:
     ]
     if request.gpus_per_node is not None:
         argv.append(f"--gpus-per-node={request.gpus_per_node}")
+    if request.comment:
+        argv.append(f"--comment={request.comment}")
     if request.ntasks_per_node is not None:
         argv.append(f"--ntasks-per-node={request.ntasks_per_node}")
     if request.ntasks is not None:
@@ -402,7 +404,8 @@ def parse_jobs(text: str) -> list[JobInfo]:
         fields = line.split(SEP, _JOB_FIELD_COUNT - 1)
         if len(fields) != _JOB_FIELD_COUNT:
             raise ValueError(f"not a squeue row of {JOB_FORMAT!r}: {line!r}")
-        job_id, state, user, partition, nodes, nodelist, left, used, reason, start, name = fields
+        (job_id, state, user, partition, nodes, nodelist, left, used, reason, start, comment,
+         name) = fields
         jobs.append(
             JobInfo(
                 job_id=job_id.strip(),
@@ -416,6 +419,7 @@ def parse_jobs(text: str) -> list[JobInfo]:
                 elapsed=_duration(used, "0:00"),
                 reason=reason.strip(),
                 start_time=start.strip(),
+                comment="" if comment.strip() == "(null)" else comment.strip(),
             )
         )
     return jobs

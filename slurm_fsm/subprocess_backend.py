@@ -377,7 +377,7 @@ class SubprocessBackend:
         lines and no job is left behind. RUNNING is not awaited here.
         """
         user = request.user or self.current_user()
-        existing = self._live_jobs(request.job_name, user)
+        existing = self._live_jobs(request.job_name, user, request.comment)
         if existing:
             log.warning(
                 "job %s named %s already exists; not allocating another",
@@ -408,7 +408,7 @@ class SubprocessBackend:
         while True:
             rc = proc.poll()
             try:
-                jobs = self._live_jobs(request.job_name, user)
+                jobs = self._live_jobs(request.job_name, user, request.comment)
             except (ControllerUnreachable, CommandTimedOut) as exc:
                 jobs, transient = [], exc  # keep polling: salloc may still get the job
             if jobs:
@@ -429,7 +429,7 @@ class SubprocessBackend:
         if announced:
             late.add(announced)  # salloc said so even if squeue did not answer
         try:
-            late |= {j.job_id for j in self._live_jobs(request.job_name, user)}
+            late |= {j.job_id for j in self._live_jobs(request.job_name, user, request.comment)}
         except BackendError as exc:
             log.warning("could not look for a late allocation: %s", exc)
         for job_id in sorted(late):
@@ -444,8 +444,11 @@ class SubprocessBackend:
             why += f" (last squeue: {transient})"
         raise self._allocation_failed(argv, rc, request.log_path, why)
 
-    def _live_jobs(self, name: str, user: str) -> list[JobInfo]:
-        jobs = [j for j in self.find_jobs(name, user) if j.state in _LIVE_STATES]
+    def _live_jobs(self, name: str, user: str, comment: str | None = None) -> list[JobInfo]:
+        """Live jobs of that name and user (and, when given, that ``--comment``: another
+        checkout's allocation of the same name is not ours to return or cancel)."""
+        jobs = [j for j in self.find_jobs(name, user) if j.state in _LIVE_STATES
+                and (comment is None or j.comment == comment)]
         return sorted(jobs, key=lambda j: (len(j.job_id), j.job_id))
 
     def _reap_later(self, proc: subprocess.Popen[bytes]) -> None:

@@ -15,7 +15,7 @@ from transitions import MachineError
 from slurm_fsm.backend import StepResult
 from slurm_fsm.docgen import states_markdown
 from slurm_fsm.errors import CommandTimedOut, ControllerUnreachable, NotOurJobError
-from slurm_fsm.machine import EDGES, AllocationMachine, State
+from slurm_fsm.machine import EDGES, AllocationMachine, State, repo_tag
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState
 from slurm_fsm.testing import FakeCluster
@@ -532,6 +532,23 @@ def test_orphans_of_this_user_and_name_only_are_cancelled(make_spec: SpecFactory
     assert mine.state == "CANCELLED"
     assert all(o.state == "RUNNING" for o in others)
     assert f"Released orphaned allocation {mine.job_id} - state file was missing." in m.warnings
+
+
+def test_another_checkouts_allocation_is_not_an_orphan(tmp_path: Path,
+                                                       make_spec: SpecFactory) -> None:
+    fake = FakeCluster()
+    mine = make_spec()
+    other = attrs.evolve(mine, repo_root=tmp_path / "other-checkout")
+    theirs = machine(other, fake)
+    assert theirs.prepare() is State.Ready
+    their_job = theirs.alloc.job_id if theirs.alloc else ""
+    m = machine(mine, fake)
+    assert m.prepare() is State.Ready
+    assert fake.jobs[their_job].state == "RUNNING"  # left alone
+    assert any("belongs to another checkout" in n for n in m.notes)
+    assert m.alloc is not None and m.alloc.job_id != their_job
+    salloc = [c.args["request"] for c in fake.calls if c.op == "allocate"]
+    assert salloc[-1].comment == repo_tag(mine) != repo_tag(other)
 
 
 @pytest.mark.parametrize(("match", "what"), [

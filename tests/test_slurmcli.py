@@ -77,7 +77,7 @@ def test_all_names_exist() -> None:
 
 
 def test_squeue_builders() -> None:
-    fmt = "%i|%T|%u|%P|%D|%N|%L|%M|%r|%S|%j"
+    fmt = "%i|%T|%u|%P|%D|%N|%L|%M|%r|%S|%k|%j"
     assert fmt == slurmcli.JOB_FORMAT
     assert slurmcli.squeue_job_argv("12") == ["squeue", "-j", "12", "-h", "-o", fmt]
     assert slurmcli.squeue_find_argv("acct-trtllm.persistent", "alice") == [
@@ -134,6 +134,12 @@ def test_salloc_argv() -> None:
     assert slurmcli.salloc_argv(req(time_limit=Duration.parse("UNLIMITED")))[5] == (
         "--time=UNLIMITED"
     )
+
+
+def test_salloc_carries_the_checkout_tag() -> None:
+    assert "--comment=slurm_fsm:repo=ab12" in slurmcli.salloc_argv(
+        req(comment="slurm_fsm:repo=ab12"))
+    assert not any(a.startswith("--comment") for a in slurmcli.salloc_argv(req()))
 
 
 def test_salloc_carries_the_task_layout() -> None:
@@ -380,9 +386,11 @@ def test_parse_find_two_jobs_same_name() -> None:
 
 
 def test_name_is_last_so_a_bar_in_it_is_kept() -> None:
-    row = "7|RUNNING|bob|batch|1|n1|1:00:00|5:00|None|2026-01-01T00:00:00|odd|name|x\n"
+    row = ("7|RUNNING|bob|batch|1|n1|1:00:00|5:00|None|2026-01-01T00:00:00|"
+           "slurm_fsm:repo=ab12|odd|name|x\n")
     (job,) = slurmcli.parse_jobs(row)
     assert job.name == "odd|name|x"
+    assert job.comment == "slurm_fsm:repo=ab12"
     assert job.time_left.seconds == 3600
     assert job.elapsed.seconds == 300
 
@@ -402,7 +410,7 @@ def test_parse_jobs_refuses_foreign_rows() -> None:
 
 
 def test_unparsable_durations_become_invalid() -> None:
-    row = "7|RUNNING|bob|batch|1|n1|garbage|??|None|N/A|j"
+    row = "7|RUNNING|bob|batch|1|n1|garbage|??|None|N/A|(null)|j"
     (job,) = slurmcli.parse_jobs(row)
     assert job.time_left.kind.value == "INVALID"
     assert job.elapsed.kind.value == "INVALID"
@@ -823,7 +831,7 @@ def test_outcome_with_slurmdbd_down_is_not_job_gone() -> None:
 
 
 def test_submit_stalled_controller_still_created_the_job() -> None:
-    row = "77|PENDING|root|debug|1||UNLIMITED|0:00|Priority|N/A|llama\n"
+    row = "77|PENDING|root|debug|1||UNLIMITED|0:00|Priority|N/A|(null)|llama\n"
     backend, runner = replay_backend(
         {
             # before sbatch: no such job; after the lost answer: job 77
@@ -842,7 +850,7 @@ def test_submit_stalled_controller_still_created_the_job() -> None:
 def test_submit_lookup_uses_the_scripts_own_job_name(tmp_path: Path) -> None:
     script = tmp_path / "job.slurm"
     script.write_text("#!/bin/bash\n#SBATCH --job-name=llama_auto_test\n#SBATCH -N 1\nsrun x\n")
-    row = "78|PENDING|root|debug|1||UNLIMITED|0:00|Priority|N/A|llama_auto_test\n"
+    row = "78|PENDING|root|debug|1||UNLIMITED|0:00|Priority|N/A|(null)|llama_auto_test\n"
     backend, runner = replay_backend(
         {"squeue": [(0, "", ""), (0, row, "")], "sbatch": [answer("sbatch_controller_stalled")]}
     )
@@ -852,7 +860,7 @@ def test_submit_lookup_uses_the_scripts_own_job_name(tmp_path: Path) -> None:
 
 
 def test_submit_stalled_and_no_job_reports_the_error() -> None:
-    old = "70|RUNNING|root|debug|1|n1|UNLIMITED|0:00|None|N/A|llama\n"
+    old = "70|RUNNING|root|debug|1|n1|UNLIMITED|0:00|None|N/A|(null)|llama\n"
     backend, _ = replay_backend(
         {"squeue": [(0, old, "")], "sbatch": [answer("sbatch_controller_stalled")]}
     )
@@ -895,9 +903,9 @@ def test_query_errors() -> None:
 
 def test_find_jobs_filters_exact_name_and_user() -> None:
     rows = (
-        "1|RUNNING|root|debug|1|n1|9:00|1:00|None|N/A|a\n"
-        "2|RUNNING|bob|debug|1|n1|9:00|1:00|None|N/A|a\n"
-        "3|RUNNING|root|debug|1|n1|9:00|1:00|None|N/A|ab\n"
+        "1|RUNNING|root|debug|1|n1|9:00|1:00|None|N/A|(null)|a\n"
+        "2|RUNNING|bob|debug|1|n1|9:00|1:00|None|N/A|(null)|a\n"
+        "3|RUNNING|root|debug|1|n1|9:00|1:00|None|N/A|(null)|ab\n"
     )
     backend, _ = replay_backend({"squeue": [(0, rows, "")]})
     assert [j.job_id for j in backend.find_jobs("a", "root")] == ["1"]
@@ -952,7 +960,7 @@ def test_environment_of_every_command(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_allocate_returns_the_existing_job(tmp_path: Path) -> None:
-    row = "41|RUNNING|root|debug|2|n[1-2]|3:59:00|1:00|None|N/A|acct-trtllm.persistent\n"
+    row = "41|RUNNING|root|debug|2|n[1-2]|3:59:00|1:00|None|N/A|(null)|acct-trtllm.persistent\n"
     backend, runner = replay_backend({"squeue": [(0, row, "")]})
     request = req(log_path=tmp_path / ".salloc.log", user="root")
     assert backend.allocate(request) == "41"
@@ -1074,6 +1082,7 @@ def test_current_user_and_nodelists() -> None:
 
 def test_salloc_job_id_from_its_log() -> None:
     granted = (DATA / "salloc_granted.log").read_text()
-    assert slurmcli.salloc_job_id(granted) == "162"
+    assert granted.startswith("salloc: Granted job allocation ")
+    assert slurmcli.salloc_job_id(granted) == granted.split()[-1]
     assert slurmcli.salloc_job_id("salloc: Pending job allocation 77\n") == "77"
     assert slurmcli.salloc_job_id((DATA / "salloc_bad_partition.log").read_text()) is None

@@ -152,6 +152,7 @@ class FakeJob:
     err_path: Path | None = None
     written: int = 0
     cancelled_by: str = ""
+    comment: str = ""
 
     @property
     def active(self) -> bool:
@@ -307,7 +308,7 @@ class FakeCluster:
 
     def make_job(self, name: str, user: str, *, partition: str | None = None,
                  nodes: int = 1, time_limit_s: int | None = 3600, state: str = "RUNNING",
-                 account: str = "acct") -> FakeJob:
+                 account: str = "acct", comment: str = "") -> FakeJob:
         """Put a job on the cluster directly (someone else's, an orphan, ...)."""
         part = partition or next(iter(self.partitions))
         job = FakeJob(
@@ -315,7 +316,7 @@ class FakeCluster:
             account=account, num_nodes=nodes, nodes=self.partitions[part][:nodes],
             time_limit_s=time_limit_s, submitted_at=self.clock.now(), kind="alloc",
             pending_until=self.clock.now(), state=state,
-            started_at=self.clock.now() if state == "RUNNING" else None,
+            started_at=self.clock.now() if state == "RUNNING" else None, comment=comment,
         )
         self.jobs[job.job_id] = job
         return job
@@ -412,7 +413,7 @@ class FakeCluster:
             nodelist=hostlist.collect_hostlist(job.nodes) if running else "",
             time_left=left, elapsed=elapsed,
             reason=job.reason if job.state == "PENDING" else "None",
-            start_time="N/A",
+            start_time="N/A", comment=job.comment,
         )
 
     def _job(self, job_id: str) -> FakeJob:
@@ -459,7 +460,7 @@ class FakeCluster:
             nodes=self.partitions[request.partition][: request.nodes],
             time_limit_s=request.time_limit.seconds, submitted_at=self.clock.now(),
             kind="alloc", pending_until=self.clock.now() + self.pending_s,
-            reason="Resources" if self.pending_s else "None",
+            reason="Resources" if self.pending_s else "None", comment=request.comment or "",
         )
         self.jobs[job.job_id] = job
         log.write_text(f"salloc: Pending job allocation {job.job_id}\n"

@@ -30,7 +30,7 @@ PARTITION = "debug"
 ACCOUNT = "acct"
 BAD_ACCOUNT = "nope"
 USER = "root" if os.geteuid() == 0 else os.environ.get("USER", "")
-JOB_FORMAT = "%i|%T|%u|%P|%D|%N|%L|%M|%r|%S|%j"
+JOB_FORMAT = "%i|%T|%u|%P|%D|%N|%L|%M|%r|%S|%k|%j"
 STEP_FORMAT = "StepId:64|,StepState:24|,StepName:0"
 SACCT = ["--format=JobID,State,ExitCode,Elapsed,MaxRSS", "-n", "-P"]
 

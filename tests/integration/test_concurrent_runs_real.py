@@ -14,6 +14,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import attrs
 import pytest
 
 from slurm_fsm.localcluster import ClusterInfo
@@ -69,3 +70,27 @@ def test_two_runs_at_once_share_one_allocation_one_after_the_other(
                                "--json", "--quiet"], capture_output=True, text=True, env=env,
                               timeout=60, check=False)
     assert json.loads(released.stdout)["status"] == "RELEASED"
+
+
+def test_two_checkouts_sharing_an_account_leave_each_other_alone(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    from slurm_fsm.executor import Executor
+    from slurm_fsm.results import Status
+    from slurm_fsm.subprocess_backend import SubprocessBackend
+
+    from .helpers import job_state, make_spec
+
+    name = names.new("checkouts")  # the same job name for both, as with the default
+    first = make_spec(local_cluster, tmp_path / "a", name)
+    second = make_spec(local_cluster, tmp_path / "b", name)
+    backend = SubprocessBackend()
+    try:
+        r1 = Executor(first, backend).run()
+        r2 = Executor(second, backend).run()
+        assert r1.status is Status.PASSED and r2.status is Status.PASSED
+        assert r1.allocation_id != r2.allocation_id
+        assert job_state(r1.allocation_id or "") == "RUNNING"  # not taken for an orphan
+        assert any("belongs to another checkout" in n for n in r2.notes)
+    finally:
+        for spec in (first, second):
+            Executor(attrs.evolve(spec, release_allocation=True), backend).run()
