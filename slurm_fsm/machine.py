@@ -427,8 +427,6 @@ class AllocationMachine:
             if self.spec.release_allocation:
                 self.release()
                 return self.state
-            if self.state in (S.NoState,):
-                self.start()
             while self.state in IN_PROGRESS or self.state is S.NoState:
                 if self.state is S.NoState:
                     self.start()
