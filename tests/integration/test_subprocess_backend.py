@@ -14,9 +14,8 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TypeVar
 
 import pytest
 
@@ -37,24 +36,11 @@ from slurm_fsm.errors import AllocationFailed, CommandTimedOut, JobNotFound
 from slurm_fsm.localcluster import ClusterInfo
 from slurm_fsm.subprocess_backend import SubprocessBackend
 
+from .helpers import until
+
 pytestmark = pytest.mark.slurm
 
-T = TypeVar("T")
 PREFIX = f"sfsm-sb-{os.getpid()}"
-
-
-def until(what: str, probe: Callable[[], T | None], timeout: float = 20.0) -> T:
-    """Poll ``probe`` until it returns something not None."""
-    deadline = time.monotonic() + timeout
-    pause = 0.02
-    while True:
-        value = probe()
-        if value is not None:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(pause)
-        pause = min(pause * 2, 0.5)
 
 
 class Cleanup:
