@@ -17,6 +17,7 @@ from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
 if _typing.TYPE_CHECKING:  # pragma: no cover - what the lazy table below resolves to
+    from slurm_fsm.allocation import SHARING_RULES, Allocation, AllocationStatus
     from slurm_fsm.backend import (
         AllocationRequest,
         BatchRequest,
@@ -87,7 +88,10 @@ _EXPORTS: dict[str, str] = {
     # the report
     "Report": "slurm_fsm.report",
     "Status": "slurm_fsm.results",
-    # the allocation: its state file and the machine that manages it
+    # the allocation: the object an orchestrator holds, its state file, the machine
+    "Allocation": "slurm_fsm.allocation",
+    "AllocationStatus": "slurm_fsm.allocation",
+    "SHARING_RULES": "slurm_fsm.allocation",
     "AllocState": "slurm_fsm.state",
     "StateStore": "slurm_fsm.state",
     "AllocationMachine": "slurm_fsm.machine",
@@ -140,10 +144,13 @@ except _PackageNotFoundError:  # pragma: no cover - a source tree that was never
 
 __all__ = [
     "EDGES",
+    "SHARING_RULES",
     "AllocState",
+    "Allocation",
     "AllocationFailed",
     "AllocationMachine",
     "AllocationRequest",
+    "AllocationStatus",
     "BackendError",
     "BatchRequest",
     "BuildError",

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from slurm_fsm.backend import SlurmBackend
-from slurm_fsm.errors import JobNotFound, SlurmFsmError, SpecError, StateFileError
+from slurm_fsm.errors import SlurmFsmError, SpecError, StateFileError
 from slurm_fsm.spec import JobSpec
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_ERROR", "main"]
@@ -191,30 +191,10 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _status(spec: JobSpec, backend: SlurmBackend, as_json: bool) -> int:
-    from slurm_fsm.state import StateStore
+    from slurm_fsm.allocation import Allocation
 
-    store = StateStore(spec.state_path)
-    alloc = store.read()
-    if alloc is None:
-        data: dict[str, object] = {"allocation": None, "state_file": str(store.path)}
-        _emit(data, f"no allocation (no state file at {store.path})", as_json, sys.stdout)
-        return 0
-    data = {"allocation": alloc.job_id, "state_file": str(store.path),
-            "nodelist": alloc.nodelist, "partition": alloc.partition, "nodes": alloc.nodes,
-            "container_name": alloc.container_name, "installed": alloc.installed}
-    try:
-        info = backend.query_job(alloc.job_id)
-    except JobNotFound:
-        data.update(slurm_state=None, time_left=None)
-        text = (f"allocation {alloc.job_id}: gone from Slurm (the state file is stale; the "
-                "next run drops it)")
-    else:
-        data.update(slurm_state=info.state, time_left=info.time_left.as_slurm(),
-                    job_name=info.name, user=info.user)
-        text = (f"allocation {alloc.job_id}: {info.state}, {info.time_left} left, "
-                f"{alloc.nodes} node(s) {alloc.nodelist} on {alloc.partition}, container "
-                f"{alloc.container_name or '-'}, installed {alloc.installed}")
-    _emit(data, text, as_json, sys.stdout)
+    status = Allocation.for_spec(spec, backend).status()
+    _emit(status.to_dict(), status.render_text(), as_json, sys.stdout)
     return 0
 
 

@@ -80,6 +80,7 @@ __all__ = [
     "SetupFailed",
     "State",
     "Transition",
+    "incompatibilities",
     "is_compatible",
     "is_ours",
     "job_expiring",
@@ -166,18 +167,31 @@ def job_expiring(info: JobInfo, margin_s: int = EXPIRY_MARGIN_S) -> bool:
     return info.time_left.is_finite and (info.time_left.seconds or 0) <= margin_s
 
 
-def is_compatible(alloc: AllocState, spec: JobSpec) -> bool:
-    """Same partition, at least as many nodes, same image (procedure 0C); also the same
-    account (hours are charged to it) and, when the spec asks for GPUs per node, at
-    least as many."""
+def incompatibilities(alloc: AllocState, spec: JobSpec) -> list[str]:
+    """Why the allocation cannot serve the spec, one line per rule broken: same
+    partition, at least as many nodes, same image (procedure 0C); also the same account
+    (hours are charged to it) and, when the spec asks for GPUs per node, at least as
+    many. ``[]`` means compatible."""
     p = spec.slurm_params
-    return (
-        alloc.partition == p.partition
-        and alloc.account == p.account
-        and alloc.nodes >= p.nodes
-        and (alloc.docker_image or None) == (spec.docker_image or None)
-        and (p.gpus_per_node is None or (alloc.gpus_per_node or 0) >= p.gpus_per_node)
-    )
+    out = []
+    if alloc.partition != p.partition:
+        out.append(f"partition {p.partition!r} is not the allocation's {alloc.partition!r}")
+    if alloc.account != p.account:
+        out.append(f"account {p.account!r} is not the allocation's {alloc.account!r}")
+    if alloc.nodes < p.nodes:
+        out.append(f"nodes {p.nodes} is more than the allocation's {alloc.nodes}")
+    if (alloc.docker_image or None) != (spec.docker_image or None):
+        out.append(f"docker_image {spec.docker_image!r} is not the allocation's "
+                   f"{alloc.docker_image!r}")
+    if p.gpus_per_node is not None and (alloc.gpus_per_node or 0) < p.gpus_per_node:
+        out.append(f"gpus_per_node {p.gpus_per_node} is more than the allocation's "
+                   f"{alloc.gpus_per_node or 0}")
+    return out
+
+
+def is_compatible(alloc: AllocState, spec: JobSpec) -> bool:
+    """No rule of :func:`incompatibilities` is broken."""
+    return not incompatibilities(alloc, spec)
 
 
 def same_container(alloc: AllocState, spec: JobSpec) -> bool:
