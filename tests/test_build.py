@@ -202,7 +202,7 @@ def test_read_properties_errors(tmp_path: Path) -> None:
         read_properties(tmp_path / "nope.properties")
     bad = tmp_path / "bad.properties"
     bad.write_text("k=\\u00zz\n")
-    with pytest.raises(BuildError, match=r"bad\.properties: malformed \\uxxxx"):
+    with pytest.raises(BuildError, match=r"bad\.properties: Invalid \\u escape sequence: \\u00zz"):
         read_properties(bad)
 
 
