@@ -69,13 +69,8 @@ def _backend(kind: str) -> SlurmBackend:
     from slurm_fsm.subprocess_backend import SubprocessBackend
 
     if not os.environ.get("SLURM_CONF") and not Path("/etc/slurm/slurm.conf").exists():
-        from slurm_fsm import localcluster
-
-        info = localcluster.current()
-        if info is not None:  # no Slurm configured, but the project's local cluster is up
-            os.environ["SLURM_CONF"] = str(info.slurm_conf)
-            print(f"slurm-fsm: no SLURM_CONF set; using the local cluster at {info.slurm_conf}",
-                  file=sys.stderr)
+        print("slurm-fsm: no SLURM_CONF set and no /etc/slurm/slurm.conf: Slurm's tools may "
+              "not find a cluster", file=sys.stderr)
     return SubprocessBackend()
 
 
