@@ -13,8 +13,6 @@ package namespace.
 
 import importlib as _importlib
 import typing as _typing
-from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
-from importlib.metadata import version as _version
 
 if _typing.TYPE_CHECKING:  # pragma: no cover - what the lazy table below resolves to
     from slurm_fsm.allocation import SHARING_RULES, Allocation, AllocationStatus
@@ -137,10 +135,18 @@ _EXPORTS: dict[str, str] = {
     "BuildError": "slurm_fsm.build",
 }
 
-try:
-    __version__: str = _version("slurm_fsm")
-except _PackageNotFoundError:  # pragma: no cover - a source tree that was never installed
-    __version__ = "0+unknown"
+if _typing.TYPE_CHECKING:
+    __version__: str
+
+
+def _package_version() -> str:
+    # importlib.metadata costs ~50 ms to import: only when someone asks
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("slurm_fsm")
+    except PackageNotFoundError:  # pragma: no cover - a source tree never installed
+        return "0+unknown"
 
 __all__ = [
     "EDGES",
@@ -208,6 +214,10 @@ __all__ = [
 
 def __getattr__(name: str) -> _typing.Any:
     """Load a public name from its module on first use and keep it here."""
+    if name == "__version__":
+        value: _typing.Any = _package_version()
+        globals()[name] = value
+        return value
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'slurm_fsm' has no attribute {name!r}")
