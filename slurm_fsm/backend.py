@@ -39,6 +39,7 @@ __all__ = [
     "StepInfo",
     "StepRequest",
     "StepResult",
+    "step_env",
 ]
 
 #: Slurm job states in which the job still holds (or will hold) resources.

@@ -80,11 +80,17 @@ __all__ = [
     "SetupFailed",
     "State",
     "Transition",
+    "dot_diagram",
     "incompatibilities",
     "is_compatible",
+    "is_orphan_of",
     "is_ours",
     "job_expiring",
+    "mermaid_diagram",
+    "remaining_after",
+    "repo_tag",
     "same_container",
+    "state_job_names",
 ]
 
 #: An allocation with this much time left or less is not reused (procedure 0C).

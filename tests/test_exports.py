@@ -61,3 +61,32 @@ def test_import_is_lean() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, check=True).stdout.strip()
     assert out == "[]"
+
+
+def _modules() -> list[str]:
+    import pkgutil
+
+    return sorted(m.name for m in pkgutil.walk_packages(slurm_fsm.__path__, "slurm_fsm.")
+                  if not m.name.endswith("__main__"))
+
+
+def test_every_module_lists_what_it_defines() -> None:
+    """Each module has ``__all__`` and it holds every public class and function the module
+    defines (ruff's F822 checks the other direction: that listed names exist)."""
+    import importlib
+    import inspect
+
+    missing = []
+    for name in _modules():
+        module = importlib.import_module(name)
+        exported = getattr(module, "__all__", None)
+        if exported is None:
+            missing.append(f"{name}: no __all__")
+            continue
+        for attr, value in vars(module).items():
+            if attr.startswith("_") or not (inspect.isclass(value) or inspect.isfunction(value)):
+                continue
+            if (getattr(value, "__module__", None) == name and value.__name__ == attr
+                    and attr not in exported):  # aliases (S = State) are not definitions
+                missing.append(f"{name}.{attr}")
+    assert missing == []
