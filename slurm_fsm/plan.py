@@ -95,7 +95,7 @@ class PlanBackend:
                            time_left=Duration.parse("UNLIMITED"))
         return self.real.query_job(job_id)
 
-    def find_jobs(self, name: str, user: str) -> list[JobInfo]:
+    def find_jobs(self, name: str | None, user: str) -> list[JobInfo]:
         self._ask(slurmcli.squeue_find_argv(name, user))
         return self.real.find_jobs(name, user)
 
