@@ -83,6 +83,7 @@ __all__ = [
     "is_compatible",
     "is_ours",
     "job_expiring",
+    "owner_of",
     "repo_tag",
     "same_container",
 ]

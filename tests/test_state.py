@@ -257,3 +257,18 @@ def test_cli_state_path_that_is_a_directory_is_an_error_before_slurm(tmp_path: P
     report = json.loads(out.stdout)
     assert report["status"] == "ERROR"
     assert "is a directory" in report["summary"] and "nothing was allocated" in report["summary"]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+def test_plan_does_not_copy_what_is_not_a_state_file(tmp_path: Path, kind: str) -> None:
+    state = tmp_path / "work_dirs" / ".slurm_alloc.json"
+    state.parent.mkdir()
+    if kind == "fifo":
+        os.mkfifo(state)
+    else:
+        state.symlink_to("/dev/zero")
+    out = _cli(tmp_path, "plan", "--json")
+    assert out.returncode == 0, out.stderr
+    plan = json.loads(out.stdout)
+    assert plan["path"] == ["NoState", "Allocating", "Ready"]
+    assert any("not a regular file" in w for w in plan["warnings"])
