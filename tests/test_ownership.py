@@ -336,3 +336,16 @@ def test_backends_refuse_ids_that_are_not_job_ids(fake: FakeCluster, bad: str) -
 @pytest.mark.parametrize("good", ["1", "123", "4294967294", "123_4", "123+1"])
 def test_real_job_ids_pass(good: str) -> None:
     assert check_job_id(good) == good
+
+
+def test_the_orphan_search_lists_the_users_jobs_not_one_name(
+        make_spec: SpecFactory, fake: FakeCluster) -> None:
+    from slurm_fsm.slurmcli import squeue_find_argv
+
+    assert machine(make_spec(), fake).prepare() is State.Ready
+    (search,) = [c.args for c in fake.calls if c.op == "find_jobs"]
+    assert search == {"name": None, "user": "tester"}
+    argv = squeue_find_argv(None, "tester")
+    assert argv[:3] == ["squeue", "-u", "tester"] and not any("--name" in a for a in argv)
+    with pytest.raises(ValueError, match="needs a user"):
+        squeue_find_argv(None, "")

@@ -17,6 +17,7 @@ from pathlib import Path
 import attrs
 import pytest
 
+from slurm_fsm.backend import is_job_id
 from slurm_fsm.errors import NotOurJobError
 from slurm_fsm.localcluster import ClusterInfo
 from slurm_fsm.machine import AllocationMachine, State, repo_tag
@@ -167,7 +168,11 @@ def test_a_job_id_that_is_an_option_never_reaches_squeue(
     backend = RecordingBackend()
     m = AllocationMachine(spec, backend)
     new = ready(m)  # the next run recovers, no hand deletion
-    assert not any(bad in arg for argv in backend.argvs for arg in argv)
+    assert backend.argvs and not any(bad in argv for argv in backend.argvs)
+    for argv in backend.argvs:  # every id that reached squeue -j / scancel is a job id
+        tool = Path(argv[0]).name
+        if tool == "scancel" or (tool == "squeue" and "-j" in argv):
+            assert is_job_id(argv[argv.index("-j") + 1] if "-j" in argv else argv[1]), argv
     assert any("not a Slurm job id" in w for w in m.warnings)
     wait_gone(lost)  # found by its tag and cancelled, not leaked
     assert jobs_named(name, local_cluster.user) == [(new, "RUNNING")]
