@@ -11,7 +11,6 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import attrs
@@ -37,15 +36,6 @@ from .helpers import (
 )
 
 pytestmark = pytest.mark.slurm
-
-
-@pytest.fixture
-def names(local_cluster: ClusterInfo) -> Iterator[JobNames]:
-    n = JobNames(local_cluster.user)
-    try:
-        yield n
-    finally:
-        n.cleanup()
 
 
 def ready(m: AllocationMachine) -> str:
