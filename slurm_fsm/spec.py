@@ -72,7 +72,7 @@ MAX_NTASKS_PER_NODE = 4096
 MAX_GPUS_PER_NODE = 64
 #: 365 days: the bound of ``monitor_timeout_seconds`` and of finite Slurm times.
 MAX_SECONDS = 365 * 86_400
-#: Objects nested deeper than this are refused (``json`` itself fails near 1000).
+#: Unknown keys looked at for a did-you-mean, per object (a 1 MiB spec of keys stays fast).
 _UNKNOWN_KEYS_EXAMINED = 200
 
 

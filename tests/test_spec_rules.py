@@ -335,3 +335,25 @@ def test_objects_built_in_python_get_the_same_rules() -> None:
     with pytest.raises(SpecError) as info:
         attrs.evolve(spec, model_name="../x", alloc_time_limit=Duration.parse("3"))
     assert [p.split(":")[0] for p in info.value.problems] == ["model_name", "alloc_time_limit"]
+
+
+def test_docs_state_the_bounds_the_code_enforces() -> None:
+    from slurm_fsm import spec as s
+
+    doc = (Path(__file__).parent.parent / "docs" / "spec.md").read_text()
+    rows = {line.split("|")[1].strip(): line for line in doc.splitlines()
+            if line.startswith("| `")}
+    assert f"{s.MAX_SPEC_BYTES:,}" in doc
+    expect = {
+        "`slurm_params.nodes`": f"1..{s.MAX_NODES}",
+        "`slurm_params.ntasks`": f"1..{s.MAX_NTASKS}",
+        "`slurm_params.ntasks_per_node`": f"1..{s.MAX_NTASKS_PER_NODE}",
+        "`slurm_params.gpus_per_node`": f"0..{s.MAX_GPUS_PER_NODE}",
+        "`monitor_timeout_seconds`": f"1..{s.MAX_SECONDS}",
+        "`slurm_params.partition`": f"at most {s.MAX_NAME_LEN} characters",
+        "`model_name`": f"at most {s.MAX_FILE_NAME_BYTES} bytes",
+        "`alloc_time_limit`": f"More than `{Duration.of_seconds(EXPIRY_MARGIN_S)}`",
+        "`docker_image`": f"at most {s.MAX_IMAGE_LEN} characters",
+    }
+    for field, text in expect.items():
+        assert text in rows[field], (field, text)
