@@ -446,7 +446,7 @@ class JobSpec:
         load = _Load(strict)
         spec = load.obj(cls, data, "")
         problems = [f"{p or '(top)'}: {m}" for p, m in load.problems]
-        if strict:
+        if strict or problems:  # a refused spec lists its likely typos too, in one pass
             problems += [f"{p}: {m}" for p, m in sorted(load.warnings)]
         if problems or not isinstance(spec, JobSpec):
             raise SpecError(source, problems or ["(top): invalid"])

@@ -289,6 +289,12 @@ def test_strict_makes_them_errors_in_one_pass() -> None:
     ]
 
 
+def test_a_refused_spec_lists_its_typos_too() -> None:
+    problems = problems_of({**MINIMAL, "monitor_timeout": 5, "model_name": ""})
+    assert problems == ["model_name: must be non-empty text, got ''",
+                        "monitor_timeout: unknown key; did you mean monitor_timeout_seconds?"]
+
+
 def test_cross_field_problems_come_with_field_problems() -> None:
     problems = problems_of({**MINIMAL, "docker_image": "img", "model_name": "a/b"})
     assert [p.split(":")[0] for p in problems] == ["model_name", "container_name"]
