@@ -61,6 +61,9 @@ def _parser() -> argparse.ArgumentParser:
         c.add_argument("--backend", choices=("slurm", "fake"), default="slurm",
                        help="slurm: this machine's Slurm (default); fake: an in-memory "
                             "cluster for trying it out")
+        c.add_argument("--strict", action="store_true",
+                       help="an unknown spec key close to a known one (sucess_patterns) is "
+                            "an error (exit 2), not a warning")
         return c
 
     spec_command("run", "run the job of SPEC and print its report")
@@ -183,7 +186,10 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         return run_demo(fake=args.fake, keep=args.keep, quiet=args.quiet)
 
-    spec = JobSpec.from_file(args.spec)
+    spec = JobSpec.from_file(args.spec, strict=args.strict)
+    if spec.load_warnings:
+        lines = "".join(f"\n  {w}" for w in spec.load_warnings)
+        print(f"slurm-fsm: warning: job spec {args.spec}:{lines}", file=sys.stderr)
     backend = _fake_for(spec) if args.backend == "fake" else _backend("slurm")
     if args.command == "status":
         return _status(spec, backend, args.json)

@@ -7,6 +7,8 @@ validation collects *all* bad fields of a document with their paths, and
 
 from __future__ import annotations
 
+import re
+import reprlib
 from pathlib import Path
 from typing import Any, NewType
 
@@ -21,6 +23,7 @@ __all__ = [
     "PositiveInt",
     "converter",
     "problems_of",
+    "show",
 ]
 
 PositiveInt = NewType("PositiveInt", int)
@@ -31,15 +34,31 @@ Patterns = NewType("Patterns", tuple[str, ...])
 converter = cattrs.Converter(detailed_validation=True, forbid_extra_keys=False)
 
 
+_SHOW = reprlib.Repr()
+_SHOW.maxstring = 60
+_SHOW.maxother = 60
+_SHOW.maxlong = 40
+
+
+def show(value: object) -> str:
+    """``repr`` for a message: bounded in length and depth, whatever the value."""
+    return _SHOW.repr(value)
+
+
+#: ASCII digits only (``str.isdigit`` also takes ``²``), and few enough of them that
+#: ``int()`` never meets Python's digit limit.
+_INT_TEXT = re.compile(r"[+-]?[0-9]{1,100}", re.ASCII)
+
+
 def _int(value: object, minimum: int) -> int:
     if isinstance(value, bool):
-        raise ValueError(f"must be an integer, got {value!r}")
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        raise ValueError(f"must be an integer, got {show(value)}")
+    if isinstance(value, str) and _INT_TEXT.fullmatch(value.strip()):
         value = int(value.strip())
     if not isinstance(value, int):
-        raise ValueError(f"must be an integer, got {value!r}")
+        raise ValueError(f"must be an integer, got {show(value)}")
     if value < minimum:
-        raise ValueError(f"must be >= {minimum}, got {value}")
+        raise ValueError(f"must be >= {minimum}, got {show(value)}")
     return value
 
 
@@ -50,15 +69,17 @@ def _bool(value: object, _: Any) -> bool:
         return value.strip().lower() in ("true", "yes", "1")
     if isinstance(value, int) and value in (0, 1):
         return bool(value)
-    raise ValueError(f"must be true or false, got {value!r}")
+    raise ValueError(f"must be true or false, got {show(value)}")
 
 
 def _str(value: object, _: Any) -> str:
     if isinstance(value, str):
+        if "\0" in value:
+            raise ValueError(f"must not contain a NUL byte, got {show(value)}")
         return value
     if isinstance(value, int | float) and not isinstance(value, bool):
         return str(value)  # job ids written as numbers by other tools
-    raise ValueError(f"must be a string, got {value!r}")
+    raise ValueError(f"must be a string, got {show(value)}")
 
 
 def _duration(value: object, _: Any) -> Duration:
@@ -67,7 +88,7 @@ def _duration(value: object, _: Any) -> Duration:
     if isinstance(value, int) and not isinstance(value, bool):
         return Duration.parse(str(value))  # Slurm reads a bare number as minutes
     if not isinstance(value, str):
-        raise ValueError(f"must be a Slurm time such as 04:00:00, got {value!r}")
+        raise ValueError(f"must be a Slurm time such as 04:00:00, got {show(value)}")
     return Duration.parse(value)
 
 
@@ -79,7 +100,8 @@ def _patterns(value: object, _: Any) -> tuple[str, ...]:
     elif isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
         items = list(value)
     else:
-        raise ValueError(f"must be comma-separated text or a list of strings, got {value!r}")
+        raise ValueError(
+            f"must be comma-separated text or a list of strings, got {show(value)}")
     return tuple(s.strip() for s in items if s.strip())
 
 
@@ -87,7 +109,9 @@ def _path(value: object, _: Any) -> Path:
     if isinstance(value, Path):
         return value
     if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"must be a non-empty path, got {value!r}")
+        raise ValueError(f"must be a non-empty path, got {show(value)}")
+    if "\0" in value:
+        raise ValueError(f"must not contain a NUL byte, got {show(value)}")
     return Path(value).expanduser()
 
 
@@ -103,11 +127,13 @@ converter.register_unstructure_hook(Path, str)
 
 
 def _message(exc: BaseException) -> str:
+    """What a person is shown: the message of a ValueError raised by a hook here; never
+    Python's own text (``string indices must be integers``) for anything else."""
     if isinstance(exc, KeyError):
         return "required field missing"
-    if str(exc):
+    if isinstance(exc, ValueError) and str(exc):
         return str(exc)
-    return f"invalid value ({type(exc).__name__})"
+    return "invalid value"
 
 
 def problems_of(exc: BaseException, path: str = "") -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import reprlib
 from enum import Enum
 
 import attrs
@@ -17,7 +18,13 @@ class DurationKind(Enum):
     INVALID = "INVALID"
 
 
-_D_HMS = re.compile(r"^(?:(?P<d>\d+)-)?(?P<rest>\d+(?::\d+){0,2})$")
+_D_HMS = re.compile(r"^(?:(?P<d>[0-9]+)-)?(?P<rest>[0-9]+(?::[0-9]+){0,2})$", re.ASCII)
+#: Longer text is no Slurm time (and ``int()`` of it could meet Python's digit limit).
+_MAX_TEXT = 32
+
+
+def _show(text: str) -> str:
+    return reprlib.repr(text)
 
 
 @attrs.frozen(order=False)
@@ -41,6 +48,8 @@ class Duration:
         Raises ValueError with the text on anything else.
         """
         t = text.strip()
+        if len(t) > _MAX_TEXT:
+            raise ValueError(f"not a Slurm duration: {_show(text)}")
         upper = t.upper()
         if upper in ("UNLIMITED", "INFINITE"):
             return cls(DurationKind.UNLIMITED)
@@ -50,7 +59,7 @@ class Duration:
             return cls(DurationKind.INVALID)
         m = _D_HMS.match(t)
         if not m:
-            raise ValueError(f"not a Slurm duration: {text!r}")
+            raise ValueError(f"not a Slurm duration: {_show(text)}")
         parts = [int(p) for p in m.group("rest").split(":")]
         if m.group("d") is not None:
             days = int(m.group("d"))
@@ -65,9 +74,9 @@ class Duration:
             else:
                 h, mi, s = parts
         if (m.group("d") is not None or len(parts) == 3) and (mi >= 60 or s >= 60):
-            raise ValueError(f"not a Slurm duration: {text!r} (minutes/seconds >= 60)")
+            raise ValueError(f"not a Slurm duration: {_show(text)} (minutes/seconds >= 60)")
         if len(parts) == 2 and m.group("d") is None and s >= 60:
-            raise ValueError(f"not a Slurm duration: {text!r} (seconds >= 60)")
+            raise ValueError(f"not a Slurm duration: {_show(text)} (seconds >= 60)")
         return cls(DurationKind.FINITE, ((days * 24 + h) * 60 + mi) * 60 + s)
 
     @property

@@ -122,7 +122,7 @@ class Executor:
         t0 = time.monotonic()
         if not spec.release_allocation:
             self._check_inputs()
-        warnings: list[str] = []
+        warnings: list[str] = list(spec.load_warnings)  # did-you-mean keys
         if spec.build_project and not spec.release_allocation:
             pre_step = self.pre_step
             if pre_step is None:

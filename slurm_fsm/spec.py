@@ -2,28 +2,48 @@
 
 Read with :meth:`JobSpec.from_file` or :meth:`JobSpec.from_dict`. A bad spec
 raises one :class:`~slurm_fsm.errors.SpecError` listing every bad field by its
-path (``slurm_params.nodes: must be >= 1, got 0``); unknown keys are ignored.
+path (``slurm_params.nodes: must be >= 1, got 0``), cross-field problems included,
+in one pass. Unknown keys are allowed (job_spec.json is shared with other tools);
+one close to a known key (``sucess_patterns``) is a did-you-mean warning in
+:attr:`JobSpec.load_warnings`, or a problem with ``strict=True``.
+
+The rules live in one table per class (``_RULES``) and are checked on the typed
+values, both when a document is loaded and when an object is built in Python
+(``SlurmParams(partition="", nodes=0)`` raises the same SpecError lines, without
+the ``slurm_params.`` prefix).
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
-from collections.abc import Mapping
+import re
+import stat
+from collections.abc import Callable, Mapping
 from enum import Enum
 from pathlib import Path
 from typing import Any, NewType
 
 import attrs
 from cattrs.errors import BaseValidationError
-from cattrs.gen import make_dict_structure_fn, override
+from cattrs.gen import make_dict_unstructure_fn, override
 
-from slurm_fsm.convert import NonNegativeInt, Patterns, PositiveInt, converter, problems_of
+from slurm_fsm.convert import (
+    NonNegativeInt,
+    Patterns,
+    PositiveInt,
+    converter,
+    problems_of,
+    show,
+)
 from slurm_fsm.duration import Duration, DurationKind
 from slurm_fsm.errors import SpecError
 
 __all__ = [
     "DEFAULT_JOB_NAME_SUFFIX",
+    "MAX_NAME_LEN",
+    "MAX_SPEC_BYTES",
     "JobSpec",
     "Mount",
     "PartitionInfo",
@@ -33,6 +53,27 @@ __all__ = [
 ]
 
 DEFAULT_JOB_NAME_SUFFIX = "-trtllm.persistent"
+
+#: A job spec is a few hundred bytes; a larger file is refused unread.
+MAX_SPEC_BYTES = 1 << 20
+#: Partition, account, job and container names.
+MAX_NAME_LEN = 128
+#: ``model_name`` and ``log_file_pattern``: file names in ``work_dir`` (NAME_MAX is 255
+#: bytes, and a suffix is added).
+MAX_FILE_NAME_BYTES = 200
+MAX_IMAGE_LEN = 512
+MAX_PATH_BYTES = 4096
+MAX_TEXT_LEN = 4096
+MAX_PATTERNS = 256
+MAX_PATTERN_LEN = 1024
+MAX_NODES = 65_536
+MAX_NTASKS = 16_777_216
+MAX_NTASKS_PER_NODE = 4096
+MAX_GPUS_PER_NODE = 64
+#: 365 days: the bound of ``monitor_timeout_seconds`` and of finite Slurm times.
+MAX_SECONDS = 365 * 86_400
+#: Unknown keys looked at for a did-you-mean, per object (a 1 MiB spec of keys stays fast).
+_UNKNOWN_KEYS_EXAMINED = 200
 
 
 class WorkflowType(Enum):
@@ -54,7 +95,7 @@ class Mount:
     def parse(cls, text: str) -> Mount:
         parts = text.strip().split(":")
         if len(parts) not in (2, 3) or not parts[0] or not parts[1]:
-            raise ValueError(f"must be host:container[:flags], got {text!r}")
+            raise ValueError(f"must be host:container[:flags], got {show(text)}")
         return cls(parts[0], parts[1], parts[2] if len(parts) == 3 else "")
 
     def __str__(self) -> str:
@@ -69,21 +110,21 @@ def _mounts(value: object, _: Any) -> tuple[Mount, ...]:
     elif isinstance(value, list | tuple):
         items = list(value)
     else:
-        raise ValueError(f"must be comma-separated host:container pairs, got {value!r}")
+        raise ValueError(f"must be comma-separated host:container pairs, got {show(value)}")
     out = []
     for item in items:
         if not isinstance(item, str):
-            raise ValueError(f"must be host:container[:flags] text, got {item!r}")
+            raise ValueError(f"must be host:container[:flags] text, got {show(item)}")
         out.append(Mount.parse(item))
     return tuple(out)
 
 
 def _workflow(value: object, _: Any) -> WorkflowType:
     for w in WorkflowType:
-        if value == w.value:
+        if isinstance(value, str) and value == w.value:
             return w
     allowed = ", ".join(w.value for w in WorkflowType)
-    raise ValueError(f"must be one of {allowed}, got {value!r}")
+    raise ValueError(f"must be one of {allowed}, got {show(value)}")
 
 
 converter.register_structure_hook(WorkflowType, _workflow)
@@ -93,22 +134,218 @@ Mounts = NewType("Mounts", tuple[Mount, ...])
 converter.register_structure_hook(Mounts, lambda v, t: Mounts(_mounts(v, t)))
 converter.register_unstructure_hook(Mounts, lambda ms: ",".join(str(m) for m in ms))
 
-
-def _non_empty(value: object, _: Any) -> str:
-    """Names that end up on a Slurm command line: non-empty, no spaces."""
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"must be non-empty text, got {value!r}")
-    if any(c.isspace() for c in value.strip()):
-        raise ValueError(f"must not contain spaces, got {value!r}")
-    return value.strip()
+Arch = NewType("Arch", str)
+ARCHES = ("x86_64", "aarch64")
 
 
-def _optional_non_empty(value: object, t: Any) -> str | None:
-    return None if value is None else _non_empty(value, t)
+def _arch(value: object, _: Any) -> Arch:
+    if not isinstance(value, str) or value not in ARCHES:
+        raise ValueError(f"must be one of {', '.join(ARCHES)}, got {show(value)}")
+    return Arch(value)
 
 
-_NAME = override(struct_hook=_non_empty)
-_OPTIONAL_NAME = override(struct_hook=_optional_non_empty)
+converter.register_structure_hook(Arch, _arch)
+
+
+# --------------------------------------------------------------------------------------
+# Rules: each takes a typed value and raises ValueError with what is wrong. The same
+# functions check a loaded document and an object built in Python.
+
+Rule = Callable[[Any], None]
+
+#: What Slurm takes in a partition, account or job name without reading it as a list
+#: (``,``), an option (a leading ``-``) or a format field (``|``, ``%``).
+_SLURM_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]*", re.ASCII)
+_SLURM_NAME_HELP = ("must be letters, digits and . _ - + (starting with a letter, digit or _; "
+                    "Slurm reads ',' as a list)")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _text_basics(value: object, max_len: int, *, empty_ok: bool = False,
+                 spaces_ok: bool = True) -> str:
+    if not isinstance(value, str) or (not empty_ok and not value.strip()):
+        raise ValueError(f"must be non-empty text, got {show(value)}")
+    if "\0" in value:
+        raise ValueError(f"must not contain a NUL byte, got {show(value)}")
+    if len(value) > max_len:
+        raise ValueError(f"must be at most {max_len} characters, got {len(value)}")
+    if not spaces_ok and any(c.isspace() for c in value):
+        raise ValueError(f"must not contain spaces, got {show(value)}")
+    if _CONTROL.search(value):
+        raise ValueError(f"must not contain control characters, got {show(value)}")
+    return value
+
+
+def _slurm_name(value: object) -> None:
+    """Partition, account, job and container names: they go on Slurm command lines."""
+    text = _text_basics(value, MAX_NAME_LEN, spaces_ok=False)
+    if not _SLURM_NAME.fullmatch(text):
+        raise ValueError(f"{_SLURM_NAME_HELP}, got {show(text)}")
+
+
+def _file_name(value: object) -> None:
+    """``model_name``, ``log_file_pattern``: one name inside ``work_dir``, never a path."""
+    text = _text_basics(value, MAX_FILE_NAME_BYTES, spaces_ok=False)
+    if "/" in text or text in (".", ".."):
+        raise ValueError(f"must be a file name in work_dir, not a path, got {show(text)}")
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_FILE_NAME_BYTES:
+        raise ValueError(f"must be at most {MAX_FILE_NAME_BYTES} bytes in UTF-8")
+
+
+def _image(value: object) -> None:
+    text = _text_basics(value, MAX_IMAGE_LEN, spaces_ok=False)
+    if text.startswith("-"):
+        raise ValueError(f"must not start with '-', got {show(text)}")
+
+
+def _short_text(value: object) -> None:
+    _text_basics(value, MAX_NAME_LEN)
+
+
+def _text(value: object) -> None:
+    _text_basics(value, MAX_TEXT_LEN)
+
+
+def _path(value: object) -> None:
+    if not isinstance(value, Path) or not str(value).strip():
+        raise ValueError(f"must be a non-empty path, got {show(value)}")
+    text = str(value)
+    if "\0" in text:
+        raise ValueError(f"must not contain a NUL byte, got {show(text)}")
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_PATH_BYTES:
+        raise ValueError(f"must be at most {MAX_PATH_BYTES} bytes, got {len(text)} characters")
+
+
+def _optional(rule: Rule) -> Rule:
+    def check(value: object) -> None:
+        if value is not None:
+            rule(value)
+
+    return check
+
+
+def _integer(lo: int, hi: int) -> Rule:
+    def check(value: object) -> None:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ValueError(f"must be an integer, got {show(value)}")
+        if value < lo:
+            raise ValueError(f"must be >= {lo}, got {show(value)}")
+        if value > hi:
+            raise ValueError(f"must be <= {hi}, got {show(value)}")
+
+    return check
+
+
+def _bool(value: object) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"must be true or false, got {show(value)}")
+
+
+def _instance(cls: type, what: str) -> Rule:
+    def check(value: object) -> None:
+        if not isinstance(value, cls):
+            raise ValueError(f"must be {what}, got {show(value)}")
+
+    return check
+
+
+def _time(value: object) -> None:
+    if not isinstance(value, Duration):
+        raise ValueError(f"must be a Slurm time such as 04:00:00, got {show(value)}")
+    if value.is_finite and (value.seconds or 0) > MAX_SECONDS:
+        raise ValueError(f"must be at most {Duration.of_seconds(MAX_SECONDS)} or UNLIMITED, "
+                         f"got {value}")
+
+
+def _alloc_time(value: object) -> None:
+    """A time limit that leaves the allocation reusable: one with EXPIRY_MARGIN_S or less
+    left is cancelled as expiring by the next run (procedure 0C)."""
+    from slurm_fsm import machine  # the margin is the machine's; machine imports this module
+
+    _time(value)
+    assert isinstance(value, Duration)
+    if value.kind in (DurationKind.NOT_SET, DurationKind.INVALID):
+        raise ValueError(f"must be a time limit, got {value}")
+    margin = Duration.of_seconds(machine.EXPIRY_MARGIN_S)
+    if value.is_finite and (value.seconds or 0) <= machine.EXPIRY_MARGIN_S:
+        raise ValueError(
+            f"must be more than {margin}: an allocation with {margin} or less left is "
+            f"cancelled as expiring, so it could never be reused; got {value}")
+
+
+def _patterns(value: object) -> None:
+    if not isinstance(value, tuple) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"must be a tuple of strings, got {show(value)}")
+    if len(value) > MAX_PATTERNS:
+        raise ValueError(f"must be at most {MAX_PATTERNS} patterns, got {len(value)}")
+    for v in value:
+        if "\0" in v:
+            raise ValueError(f"must not contain a NUL byte, got {show(v)}")
+        if len(v) > MAX_PATTERN_LEN:
+            raise ValueError(f"each must be at most {MAX_PATTERN_LEN} characters, "
+                             f"got {len(v)}")
+
+
+def _mount_list(value: object) -> None:
+    if not isinstance(value, tuple) or not all(isinstance(m, Mount) for m in value):
+        raise ValueError(f"must be a tuple of Mount, got {show(value)}")
+    for m in value:
+        for part in (m.host, m.container, m.flags):
+            if not isinstance(part, str):
+                raise ValueError(f"must be host:container[:flags] text, got {show(part)}")
+            if "\0" in part:
+                raise ValueError(f"must not contain a NUL byte, got {show(str(m))}")
+            if _CONTROL.search(part) or "," in part:
+                raise ValueError(f"must not contain control characters or ',', "
+                                 f"got {show(str(m))}")
+
+
+def _arch_rule(value: object) -> None:
+    _arch(value, None)
+
+
+# --------------------------------------------------------------------------------------
+# The classes. Each checks its rules after __init__ (also on attrs.evolve).
+
+
+_not_set = object()
+
+#: Per class: field name -> rule on the typed value (filled in below the classes).
+_RULES: dict[type, dict[str, Rule]] = {}
+#: Per class: checks that need more than one field, on the fields that are themselves good.
+_CROSS: dict[type, Callable[[Mapping[str, Any]], list[tuple[str, str]]]] = {}
+
+
+def _rule_problem(cls: type, name: str, value: object) -> str | None:
+    rule = _RULES.get(cls, {}).get(name)
+    if rule is None:
+        return None
+    try:
+        rule(value)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def _check(cls: type, values: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Every rule of ``cls`` on ``values`` in field order, then the cross-field checks on
+    the fields that passed."""
+    problems: list[tuple[str, str]] = []
+    good = dict(values)
+    for f in attrs.fields(cls):
+        if f.name in values and (msg := _rule_problem(cls, f.name, values[f.name])):
+            problems.append((f.name, msg))
+            del good[f.name]
+    cross = _CROSS.get(cls)
+    return problems + (cross(good) if cross is not None else [])
+
+
+def _validate(self: Any) -> None:
+    cls = type(self)
+    values = {f.name: getattr(self, f.name) for f in attrs.fields(cls)}
+    problems = _check(cls, values)
+    if problems:
+        raise SpecError(cls.__name__, [f"{path}: {msg}" for path, msg in problems])
 
 
 @attrs.frozen
@@ -121,18 +358,7 @@ class SlurmParams:
     gpus_per_node: NonNegativeInt | None = None
     time_limit: Duration | None = None
 
-
-Arch = NewType("Arch", str)
-ARCHES = ("x86_64", "aarch64")
-
-
-def _arch(value: object, _: Any) -> Arch:
-    if value not in ARCHES:
-        raise ValueError(f"must be one of {', '.join(ARCHES)}, got {value!r}")
-    return Arch(str(value))
-
-
-converter.register_structure_hook(Arch, _arch)
+    __attrs_post_init__ = _validate
 
 
 @attrs.frozen
@@ -140,10 +366,14 @@ class PartitionInfo:
     name: str
     arch: Arch | None = None
 
+    __attrs_post_init__ = _validate
+
 
 @attrs.frozen
 class SlurmEnv:
     partitions: tuple[PartitionInfo, ...] = ()
+
+    __attrs_post_init__ = _validate
 
 
 @attrs.frozen
@@ -173,6 +403,12 @@ class JobSpec:
     skip_install: bool = False
     #: Job name of the persistent allocation; how orphans are found.
     alloc_job_name: str | None = None
+    #: What loading noticed but let pass (an unknown key close to a known one). Not a
+    #: key of the document; the report and the CLI show them.
+    load_warnings: tuple[str, ...] = attrs.field(default=(), kw_only=True, eq=False,
+                                                 repr=False)
+
+    __attrs_post_init__ = _validate
 
     @property
     def job_name(self) -> str:
@@ -203,100 +439,306 @@ class JobSpec:
     # ----------------------------------------------------------------- loading
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, base_dir: Path | None = None,
-                  source: str = "job spec") -> JobSpec:
+                  source: str = "job spec", strict: bool = False) -> JobSpec:
         """Build a spec from parsed JSON. Relative paths resolve against ``base_dir``
-        (default: the current directory)."""
-        if not isinstance(data, Mapping):
-            raise SpecError(source, [f"(top): must be a JSON object, got {type(data).__name__}"])
-        problems = _cross_field_problems(data)
-        spec: JobSpec | None = None
-        try:
-            spec = converter.structure(dict(data), cls)
-        except BaseValidationError as exc:
-            problems = problems_of(exc) + problems
-        if problems or spec is None:
-            raise SpecError(source, problems)
+        (default: the current directory). ``strict``: an unknown key close to a known
+        one is a problem, not a warning."""
+        load = _Load(strict)
+        spec = load.obj(cls, data, "")
+        problems = [f"{p or '(top)'}: {m}" for p, m in load.problems]
+        if strict or problems:  # a refused spec lists its likely typos too, in one pass
+            problems += [f"{p}: {m}" for p, m in sorted(load.warnings)]
+        if problems or not isinstance(spec, JobSpec):
+            raise SpecError(source, problems or ["(top): invalid"])
         base = (base_dir or Path.cwd()).resolve()
-        return attrs.evolve(
-            spec,
-            script_path=_absolute(spec.script_path, base),
-            work_dir=_absolute(spec.work_dir, base),
-            repo_root=_absolute(spec.repo_root, base),
-        )
+        try:
+            return attrs.evolve(
+                spec,
+                script_path=_absolute(spec.script_path, base),
+                work_dir=_absolute(spec.work_dir, base),
+                repo_root=_absolute(spec.repo_root, base),
+                load_warnings=tuple(f"{p}: {m}" for p, m in sorted(load.warnings)),
+            )
+        except SpecError as exc:  # a path too long once made absolute
+            raise SpecError(source, exc.problems) from None
 
     @classmethod
-    def from_file(cls, path: str | Path) -> JobSpec:
-        """Read ``job_spec.json``. Relative paths in it resolve against its folder."""
+    def from_file(cls, path: str | Path, *, strict: bool = False) -> JobSpec:
+        """Read ``job_spec.json`` (a regular file of at most MAX_SPEC_BYTES, UTF-8).
+        Relative paths in it resolve against its folder."""
         p = Path(path)
-        try:
-            text = p.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise SpecError(str(p), ["(file): no such file"]) from None
-        except OSError as exc:
-            raise SpecError(str(p), [f"(file): cannot read: {exc.strerror}"]) from None
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            where = f"line {exc.lineno} column {exc.colno}"
-            raise SpecError(str(p), [f"(file): not valid JSON: {exc.msg} at {where}"]) from None
-        return cls.from_dict(data, base_dir=p.resolve().parent, source=str(p))
+        data = _parse(_read_spec_text(p), str(p))
+        return cls.from_dict(data, base_dir=p.resolve().parent, source=str(p), strict=strict)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = converter.unstructure(self)
         return out
 
 
-converter.register_structure_hook(
-    SlurmParams,
-    make_dict_structure_fn(SlurmParams, converter, partition=_NAME, account=_NAME),
-)
-converter.register_structure_hook(
-    JobSpec,
-    make_dict_structure_fn(
-        JobSpec, converter, model_name=_NAME, docker_image=_OPTIONAL_NAME,
-        container_name=_OPTIONAL_NAME, alloc_job_name=_OPTIONAL_NAME,
-    ),
-)
+converter.register_unstructure_hook(
+    JobSpec, make_dict_unstructure_fn(JobSpec, converter, load_warnings=override(omit=True)))
+
+_RULES.update({
+    SlurmParams: {
+        "partition": _slurm_name,
+        "account": _slurm_name,
+        "nodes": _integer(1, MAX_NODES),
+        "ntasks": _optional(_integer(1, MAX_NTASKS)),
+        "ntasks_per_node": _optional(_integer(1, MAX_NTASKS_PER_NODE)),
+        "gpus_per_node": _optional(_integer(0, MAX_GPUS_PER_NODE)),
+        "time_limit": _optional(_time),
+    },
+    PartitionInfo: {"name": _slurm_name, "arch": _optional(_arch_rule)},
+    SlurmEnv: {},  # partitions: checked item by item when loaded, typed below
+    JobSpec: {
+        "script_path": _path,
+        "work_dir": _path,
+        "model_name": _file_name,
+        "repo_root": _path,
+        "slurm_params": _instance(SlurmParams, "a SlurmParams"),
+        "workflow_type": _instance(WorkflowType, "a WorkflowType"),
+        "success_patterns": _patterns,
+        "failure_patterns": _patterns,
+        "log_file_pattern": _optional(_file_name),
+        "monitor_timeout_seconds": _integer(1, MAX_SECONDS),
+        "persistent_mode": _bool,
+        "release_allocation": _bool,
+        "alloc_time_limit": _alloc_time,
+        "docker_image": _optional(_image),
+        "container_name": _optional(_slurm_name),
+        "container_mounts": _mount_list,
+        "build_project": _bool,
+        "device_type": _optional(_short_text),
+        "slurm_env": _instance(SlurmEnv, "a SlurmEnv"),
+        "user_root_dir": _optional(_text),
+        "skip_install": _bool,
+        "alloc_job_name": _optional(_slurm_name),
+        "load_warnings": _instance(tuple, "a tuple"),
+    },
+})
+
+
+def _partitions_rule(value: object) -> None:
+    if not isinstance(value, tuple) or not all(isinstance(p, PartitionInfo) for p in value):
+        raise ValueError(f"must be a tuple of PartitionInfo, got {show(value)}")
+
+
+_RULES[SlurmEnv]["partitions"] = _partitions_rule
+
+
+def _jobspec_cross(v: Mapping[str, Any]) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    persistent, release = v.get("persistent_mode", _not_set), v.get("release_allocation")
+    if persistent is False and release is False and v.get("log_file_pattern", _not_set) is None:
+        out.append(("log_file_pattern", "required when persistent_mode is false"))
+    if (v.get("docker_image", _not_set) not in (None, _not_set) and persistent is True
+            and v.get("container_name", _not_set) is None):
+        out.append(("container_name", "required when docker_image is set "
+                                      "(it must equal the script's --container-name)"))
+    return out
+
+
+_CROSS[JobSpec] = _jobspec_cross
+
+
+# --------------------------------------------------------------------------------------
+# Loading a document: one pass, every problem and warning by path.
+
+_BAD = object()
+
+#: Fields read from the document as plain text: a number or a list is a mistake there.
+_TEXT_FIELDS = {"partition", "account", "name", "model_name", "log_file_pattern",
+                "docker_image", "container_name", "device_type", "user_root_dir",
+                "alloc_job_name"}
+_NOT_KEYS = {"load_warnings"}
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def _did_you_mean(key: str, names: list[str]) -> str | None:
+    if len(key) > 64:
+        return None
+    k = key.strip().lower()
+    close = difflib.get_close_matches(k, names, n=1, cutoff=0.8)
+    if close:
+        return close[0]
+    for name in names:  # monitor_timeout -> monitor_timeout_seconds
+        if len(k) >= 6 and (name.startswith(k) or k.startswith(name)):
+            return name
+    return None
+
+
+class _Load:
+    def __init__(self, strict: bool) -> None:
+        self.strict = strict
+        self.problems: list[tuple[str, str]] = []
+        self.warnings: list[tuple[str, str]] = []
+
+    def obj(self, cls: type, data: object, path: str) -> Any:
+        if not isinstance(data, Mapping):
+            self.problems.append((path, f"must be a JSON object, got {show(data)}"))
+            return _BAD
+        fields = [f for f in attrs.fields(cls) if f.name not in _NOT_KEYS]
+        names = [f.name for f in fields]
+        values: dict[str, Any] = {}
+        before = len(self.problems)
+        for f in fields:
+            sub = _join(path, f.name)
+            if f.name not in data:
+                if f.default is attrs.NOTHING:
+                    self.problems.append((sub, "required field missing"))
+                else:
+                    values[f.name] = f.default
+                continue
+            value = self.field(cls, f, data[f.name], sub)
+            if value is not _BAD and (msg := _rule_problem(cls, f.name, value)):
+                self.problems.append((sub, msg))
+                value = _BAD
+            if value is not _BAD:
+                values[f.name] = value
+        cross = _CROSS.get(cls)
+        if cross is not None:
+            self.problems.extend((_join(path, n), m) for n, m in cross(values))
+        self.unknown(data, names, path)
+        if len(self.problems) > before:
+            return _BAD
+        try:
+            return cls(**values)
+        except SpecError as exc:  # not expected: every rule ran above
+            self.problems.extend(_split(_join(path, line)) for line in exc.problems)
+            return _BAD
+
+    def field(self, cls: type, f: attrs.Attribute[Any], raw: object, path: str) -> Any:
+        kind = _field_types(cls)[f.name]
+        if kind in (SlurmParams, SlurmEnv):
+            return self.obj(kind, raw, path)
+        if cls is SlurmEnv and f.name == "partitions":
+            if not isinstance(raw, list | tuple):
+                self.problems.append((path, f"must be a list of {{name, arch}} objects, "
+                                            f"got {show(raw)}"))
+                return _BAD
+            items = [self.obj(PartitionInfo, item, f"{path}[{i}]") for i, item in enumerate(raw)]
+            return _BAD if any(i is _BAD for i in items) else tuple(items)
+        if f.name in _TEXT_FIELDS:
+            if raw is None and f.default is None:
+                return None
+            if not isinstance(raw, str) or not raw.strip():
+                self.problems.append((path, f"must be non-empty text, got {show(raw)}"))
+                return _BAD
+            return raw.strip()
+        try:
+            return converter.structure(raw, kind)
+        except BaseValidationError as exc:
+            self.problems.extend(_split(line) for line in problems_of(exc, path))
+        except (ValueError, TypeError) as exc:
+            msg = str(exc) if isinstance(exc, ValueError) and str(exc) else "invalid value"
+            self.problems.append((path, msg))
+        return _BAD
+
+    def unknown(self, data: Mapping[Any, Any], names: list[str], path: str) -> None:
+        extra = [k for k in data if k not in names]
+        for key in extra[:_UNKNOWN_KEYS_EXAMINED]:
+            if not isinstance(key, str):
+                continue
+            match = _did_you_mean(key, names)
+            if match is not None:
+                self.warnings.append((_join(path, key),
+                                      f"unknown key; did you mean {match}?"))
+
+
+def _split(line: str) -> tuple[str, str]:
+    path, _, msg = line.partition(": ")
+    return path, msg
+
+
+_TYPES: dict[type, dict[str, Any]] = {}
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    if cls not in _TYPES:
+        attrs.resolve_types(cls)
+        _TYPES[cls] = {f.name: f.type for f in attrs.fields(cls)}
+    return _TYPES[cls]
+
+
+# --------------------------------------------------------------------------------------
+# Reading the file: bounded, a regular file only, UTF-8, not too deep.
+
+
+def _read_spec_text(p: Path) -> str:
+    def bad(what: str) -> SpecError:
+        return SpecError(str(p), [f"(file): {what}"])
+
+    try:
+        # O_NONBLOCK: opening a FIFO with no writer returns at once instead of hanging
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise bad("no such file") from None
+    except OSError as exc:
+        raise bad(f"cannot read: {exc.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise bad("is a directory, not a job spec file")
+        if not stat.S_ISREG(st.st_mode):
+            kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else
+                    "a character device" if stat.S_ISCHR(st.st_mode) else
+                    "a block device" if stat.S_ISBLK(st.st_mode) else
+                    "a socket" if stat.S_ISSOCK(st.st_mode) else "not a file")
+            raise bad(f"not a regular file ({kind})")
+        too_big = bad(f"larger than {MAX_SPEC_BYTES} bytes (1 MiB); a job spec is a few "
+                      "hundred bytes")
+        if st.st_size > MAX_SPEC_BYTES:
+            raise too_big
+        chunks: list[bytes] = []
+        size = 0
+        while size <= MAX_SPEC_BYTES:
+            chunk = os.read(fd, MAX_SPEC_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > MAX_SPEC_BYTES:  # it grew while read
+            raise too_big
+    except OSError as exc:
+        raise bad(f"cannot read: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    raw = b"".join(chunks)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise bad(f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
+                  ) from None
+    return text.removeprefix("\ufeff")  # a byte-order mark some editors write
+
+
+def _json_int(text: str) -> int:
+    if len(text) > 100:
+        raise ValueError(f"a number of {len(text)} digits")
+    return int(text)
+
+
+def _json_constant(name: str) -> object:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _parse(text: str, source: str) -> Any:
+    def bad(what: str) -> SpecError:
+        return SpecError(source, [f"(file): {what}"])
+
+    try:
+        return json.loads(text, parse_int=_json_int, parse_constant=_json_constant)
+    except json.JSONDecodeError as exc:
+        where = f"line {exc.lineno} column {exc.colno}"
+        raise bad(f"not valid JSON: {exc.msg} at {where}") from None
+    except RecursionError:
+        raise bad("not a job spec: nested too deeply") from None
+    except ValueError as exc:
+        raise bad(f"not valid JSON: {exc}") from None
 
 
 def _absolute(p: Path, base: Path) -> Path:
     return Path(os.path.normpath(p if p.is_absolute() else base / p))
-
-
-def _cross_field_problems(data: Mapping[str, Any]) -> list[str]:
-    """Checks that need more than one field; done on the raw document so that they
-    are reported together with the per-field problems."""
-    out: list[str] = []
-
-    def flag(key: str, default: bool) -> bool | None:
-        """The boolean value of ``key``, or None when it is not one (reported elsewhere)."""
-        v = data.get(key, default)
-        if isinstance(v, bool):
-            return v
-        if isinstance(v, str) and v.strip().lower() in ("true", "yes", "1", "false", "no", "0"):
-            return v.strip().lower() in ("true", "yes", "1")
-        return None
-
-    persistent = flag("persistent_mode", True)
-    if persistent is False and flag("release_allocation", False) is False:
-        pattern = data.get("log_file_pattern")
-        if not pattern:
-            out.append("log_file_pattern: required when persistent_mode is false")
-        elif isinstance(pattern, str) and "/" in pattern:
-            out.append("log_file_pattern: must be a file name in work_dir, not a path")
-    image = data.get("docker_image")
-    if image and persistent and not data.get("container_name"):
-        out.append("container_name: required when docker_image is set "
-                   "(it must equal the script's --container-name)")
-    alloc = data.get("alloc_time_limit")
-    if isinstance(alloc, str | int) and not isinstance(alloc, bool):
-        try:
-            d = Duration.parse(str(alloc))
-        except ValueError:
-            pass  # reported by the converter
-        else:
-            if d.kind in (DurationKind.NOT_SET, DurationKind.INVALID):
-                out.append(f"alloc_time_limit: must be a time limit, got {alloc!r}")
-            elif d.is_finite and (d.seconds or 0) < 60:
-                out.append(f"alloc_time_limit: must be at least one minute, got {alloc!r}")
-    return out

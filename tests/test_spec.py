@@ -96,9 +96,9 @@ def test_cross_field_rules() -> None:
     with pytest.raises(SpecError) as info:
         JobSpec.from_dict({**MINIMAL, "persistent_mode": False, "docker_image": "img",
                            "alloc_time_limit": "NOT_SET"})
-    assert info.value.problems == [
+    assert info.value.problems == [  # per-field problems first, then cross-field ones
+        "alloc_time_limit: must be a time limit, got NOT_SET",
         "log_file_pattern: required when persistent_mode is false",
-        "alloc_time_limit: must be a time limit, got 'NOT_SET'",
     ]
     with pytest.raises(SpecError) as info:
         JobSpec.from_dict({**MINIMAL, "docker_image": "img"})
@@ -150,5 +150,6 @@ def test_empty_names_and_zero_time_are_refused() -> None:
         "model_name: must be non-empty text, got ' '",
         "slurm_params.partition: must be non-empty text, got ''",
         "slurm_params.account: must not contain spaces, got 'a b'",
-        "alloc_time_limit: must be at least one minute, got 0",
+        "alloc_time_limit: must be more than 00:05:00: an allocation with 00:05:00 or less "
+        "left is cancelled as expiring, so it could never be reused; got 00:00:00",
     ]
