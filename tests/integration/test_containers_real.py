@@ -14,14 +14,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
+from slurm_fsm.executor import Executor
 from slurm_fsm.localcluster import ClusterInfo, ContainerInfo
 from slurm_fsm.machine import AllocationMachine, State
+from slurm_fsm.results import Status
 from slurm_fsm.spec import JobSpec
+from slurm_fsm.subprocess_backend import SubprocessBackend
 
 from .containers import ContainerNames, in_container, make_install_repo, pyxis_or_skip
-from .helpers import JobNames, RecordingBackend, make_spec, wait_gone
+from .helpers import JobNames, RecordingBackend, job_state, make_spec, wait_gone
 
 pytestmark = pytest.mark.slurm
 
@@ -225,3 +229,115 @@ def test_no_container_left_by_cleanup(pyxis: ContainerInfo) -> None:
     assert c.leftovers() == [d]
     c.cleanup()
     assert not d.exists()
+
+
+# ----------------------------------------------------------------- errors from pyxis
+
+def _error_case(case: str, root: Path, pyxis: ContainerInfo) -> tuple[dict[str, Any], str, str]:
+    """Spec fields, a line the report's errors must hold, the diagnosis symptom."""
+    if case == "missing image":
+        image = root / "nope.sqsh"
+        return ({"docker_image": str(image)},
+                f"pyxis: failed to create container filesystem for image: {image}",
+                "pyxis: failed to create container filesystem for image")
+    if case == "not a path":
+        return ({"docker_image": "registry.invalid/it/nope:1"},
+                "pyxis: failed to import docker image: registry.invalid#it/nope:1",
+                "pyxis: failed to import docker image")
+    if case == "missing mount source":
+        source = root / "no-such-dir"
+        return ({"container_mounts": f"{source}:/x"},
+                f"pyxis: --container-mounts: source path does not exist: {source}",
+                "pyxis: --container-mounts: source path does not exist")
+    repo = make_install_repo(root / "repo")
+    (repo / "requirements-dev.txt").write_text("./no-such-package\n")
+    return ({"workflow_type": "pytest", "skip_install": False,
+             "container_mounts": f"{repo}:{repo}", "docker_image": str(pyxis.images["python"])},
+            "pip install -r requirements-dev.txt failed with exit code 1",
+            "pip install failed in the container")
+
+
+@pytest.mark.parametrize("case", ["missing image", "not a path", "missing mount source",
+                                  "failed install"])
+def test_pyxis_errors_become_clear_reports(
+        local_cluster: ClusterInfo, pyxis: ContainerInfo, names: JobNames,
+        cnames: ContainerNames, tmp_path: Path, case: str) -> None:
+    name = cnames.new("err")
+    over, line, symptom = _error_case(case, tmp_path, pyxis)
+    over.setdefault("docker_image", str(pyxis.images["busybox"]))
+    image = over.pop("docker_image")
+    spec = container_spec(local_cluster, tmp_path, names.new("ct-err"), image=Path(image),
+                          name=name, **over)
+    spec = attrs.evolve(spec, docker_image=image)
+    report = Executor(spec, SubprocessBackend()).run()
+    assert report.status is Status.ERROR, report.summary
+    assert any(e.startswith(line) for e in report.errors), report.errors
+    assert symptom in [row["symptom"] for row in report.diagnosis], report.diagnosis
+    # the allocation stays (an import or install is retried in it), the state file
+    # says what was done
+    state = json.loads(spec.state_path.read_text())
+    assert job_state(state["job_id"]) == "RUNNING"
+    if case == "failed install":
+        assert state["container_name"] == name and state["installed"] is False
+    else:  # nothing imported: the next run imports (fresh) again
+        assert state["container_name"] is None
+
+
+# ----------------------------------------------------------------- mounts, jobs, one-shot
+
+def test_mount_warm_up_on_real_mounts(
+        local_cluster: ClusterInfo, pyxis: ContainerInfo, names: JobNames,
+        cnames: ContainerNames, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "weights.bin").write_text("w\n")
+    name = cnames.new("mount")
+    spec = container_spec(local_cluster, tmp_path, names.new("ct-mount"),
+                          image=pyxis.images["busybox"], name=name,
+                          container_mounts=f"{data}:/data:ro")
+    m, backend = prepared(spec)
+    warm = [a for a in backend.argvs if a[-2:] == ("ls", "/data")]
+    assert len(warm) == 1 and f"--container-mounts={data}:/data:ro" in warm[0]
+    assert m.alloc is not None
+    seen = in_container(backend, m.alloc.job_id, NODES, name, "cat", "/data/weights.bin",
+                        mounts=spec.mounts_text)
+    assert seen.stdout.splitlines() == ["w"] * NODES, seen.stderr
+
+
+def test_multi_node_job_with_container_name(
+        local_cluster: ClusterInfo, pyxis: ContainerInfo, names: JobNames,
+        cnames: ContainerNames, tmp_path: Path) -> None:
+    name = cnames.new("job")
+    script = tmp_path / "job.slurm"
+    script.write_text("#!/bin/bash\nsrun -N 2 --ntasks-per-node=1 "
+                      f"--container-name={name} sh -c 'echo \"$(hostname) $(cat /etc/image-id)\"'"
+                      "\necho '1 passed in 0.01s'\n")
+    spec = container_spec(local_cluster, tmp_path, names.new("ct-job"),
+                          image=pyxis.images["busybox2"], name=name)
+    report = Executor(spec, SubprocessBackend()).run()
+    assert report.status is Status.PASSED, (report.summary, report.errors)
+    log = spec.persistent_log.read_text().splitlines()
+    assert sorted(line for line in log if "hello" in line) == [
+        "n1 hello from image2", "n2 hello from image2"]
+
+
+def test_one_shot_sbatch_with_containers(
+        local_cluster: ClusterInfo, pyxis: ContainerInfo, names: JobNames,
+        cnames: ContainerNames, tmp_path: Path) -> None:
+    name = cnames.new("oneshot")
+    job_name = names.new("ct-oneshot", suffix="")
+    image = pyxis.images["busybox"]
+    script = tmp_path / "oneshot.slurm"
+    script.write_text(
+        "#!/bin/bash\n#SBATCH -N 2\n#SBATCH --ntasks-per-node=1\n"
+        f"#SBATCH --output={tmp_path}/work/oneshot-%j.out\n"
+        f"srun --container-image={image} --container-name={name} "
+        "sh -c 'echo \"$(hostname) $(cat /etc/image-id)\"'\n")
+    spec = make_spec(local_cluster, tmp_path, job_name, persistent_mode=False,
+                     script_path=str(script), workflow_type="custom",
+                     log_file_pattern="oneshot-%j.out",
+                     docker_image=str(image), container_name=name)
+    report = Executor(spec, SubprocessBackend()).run()
+    assert report.status is Status.PASSED, (report.summary, report.errors)
+    out = next((tmp_path / "work").glob("oneshot-*.out")).read_text().splitlines()
+    assert sorted(out) == ["n1 hello from image", "n2 hello from image"]
