@@ -119,8 +119,16 @@ class SetupFailed(SlurmFsmError):
     def __init__(self, what: str, result: StepResult) -> None:
         self.what = what
         self.result = result
-        tail = (result.stderr.strip() or result.stdout.strip())[-2000:]
-        super().__init__(f"{what} failed with exit code {result.exit_code}: {tail}")
+        text = result.stderr.strip() or result.stdout.strip()
+        tail = text[-2000:]
+        if len(text) > len(tail):  # whole lines only
+            tail = tail.split("\n", 1)[-1]
+        super().__init__(f"{what} failed with exit code {result.exit_code}:\n{tail}")
+
+    @property
+    def output(self) -> str:
+        """Everything the step printed (stderr, then stdout)."""
+        return self.result.stderr + self.result.stdout
 
 
 @attrs.frozen

@@ -460,6 +460,7 @@ _SETUP_LINE = re.compile(r"pyxis:|\[ERROR\]|curl: \(\d+\)|Read-only file system|
 _SETUP_NOISE = re.compile(r"printing enroot log file|child \d+ failed with error code|\[INFO\]"
                           r"|not started successfully by another task|^\s*pyxis:\s*$")
 _NODE_PREFIX = re.compile(r"^slurmstepd-\S+: error: ")
+_ENROOT_ERROR = re.compile(r"\[ERROR\]|curl: \(\d+\)|error", re.I)
 #: (pattern, symptom, cause, advice) of container setup failures, as pyxis 0.24 words them
 _CONTAINER_ROWS: tuple[tuple[re.Pattern[str], str, str, str], ...] = (
     (re.compile(r"failed to create container filesystem for image|Invalid image format"),
@@ -496,12 +497,16 @@ _CONTAINER_ROWS: tuple[tuple[re.Pattern[str], str, str, str], ...] = (
 
 def setup_error_lines(text: str) -> list[str]:
     """The pyxis, enroot and pip lines of a failed setup step, once each (the node
-    prefix ``slurmstepd-n1: error:`` dropped, so two nodes' identical lines are one)."""
+    prefix ``slurmstepd-n1: error:`` dropped, so two nodes' identical lines are one).
+    Of enroot's log, which pyxis prints indented, only the error lines are kept."""
     out: list[str] = []
     for raw in text.splitlines():
         line = _NODE_PREFIX.sub("", raw.strip())
-        if _SETUP_LINE.search(line) and not _SETUP_NOISE.search(line) and line not in out:
-            out.append(line)
+        if not _SETUP_LINE.search(line) or _SETUP_NOISE.search(line) or line in out:
+            continue
+        if line.startswith("pyxis:  ") and not _ENROOT_ERROR.search(line):
+            continue  # enroot's progress (unsquashfs counts...)
+        out.append(line)
     return out
 
 

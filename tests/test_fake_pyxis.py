@@ -96,7 +96,7 @@ def test_diagnosis_rows_of_container_errors() -> None:
     assert "pyxis: failed to import docker image" in symptoms(
         "pyxis: failed to import docker image: x\ncurl: (6) Could not resolve host: x")
     assert "pip install failed in the container" in symptoms(
-        "pip install -e . failed with exit code 1: ERROR: boom")
+        "pip install -e . failed with exit code 1:\nERROR: boom")
     assert "pyxis: the container already exists" in symptoms(
         'pyxis: error: "create" flag was passed to --container-name but the container '
         "already exists")

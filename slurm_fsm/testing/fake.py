@@ -43,7 +43,7 @@ from slurm_fsm.errors import (
     ControllerUnreachable,
     JobNotFound,
 )
-from slurm_fsm.slurmcli import sbatch_directives
+from slurm_fsm.slurmcli import enroot_image, sbatch_directives
 
 __all__ = [
     "Call",
@@ -559,9 +559,10 @@ class FakeCluster:
                 f"pyxis:     [ERROR] No such file or directory: {c.image}",
             ])
         if c.image is not None and not c.image.startswith(("/", ".")) and not self.registry:
-            host = c.image.split("#")[0] if "#" in c.image else "registry-1.docker.io"
+            image = enroot_image(c.image)
+            host = image.split("#")[0] if "#" in image else "registry-1.docker.io"
             return _pyxis_failure(nodes, [
-                f"pyxis: failed to import docker image: {c.image}",
+                f"pyxis: failed to import docker image: {image}",
                 "pyxis: printing enroot log file:",
                 "pyxis:     [INFO] Querying registry for permission grant",
                 f"pyxis:     curl: (6) Could not resolve host: {host}",
