@@ -45,6 +45,7 @@ __all__ = [
     "ContainerInfo",
     "cache_root",
     "enroot_conf",
+    "make_install_repo",
     "plugstack_line",
     "prepare",
     "sources_dir",
@@ -341,3 +342,62 @@ def prepare(base: Path, plugstack: Path, *, say: Callable[[str], None] = print,
         build_seconds=round(time.monotonic() - t0, 2),
     )
     return info, ""
+
+
+# ------------------------------------------------ a repo that installs offline
+
+_BACKEND = '''\
+"""A PEP 517 backend in the tree: builds {name} without setuptools or a network."""
+import base64, hashlib, os, zipfile
+
+NAME, VERSION = "{name}", "0.1"
+
+
+def _wheel(directory, files):
+    dist = f"{{NAME}}-{{VERSION}}"
+    files = dict(files)
+    files[f"{{dist}}.dist-info/METADATA"] = (
+        f"Metadata-Version: 2.1\\nName: {{NAME}}\\nVersion: {{VERSION}}\\n")
+    files[f"{{dist}}.dist-info/WHEEL"] = (
+        "Wheel-Version: 1.0\\nGenerator: it\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n")
+    record = []
+    filename = f"{{dist}}-py3-none-any.whl"
+    with zipfile.ZipFile(os.path.join(directory, filename), "w") as z:
+        for path, text in files.items():
+            data = text.encode()
+            z.writestr(path, data)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+            record.append(f"{{path}},sha256={{digest.decode()}},{{len(data)}}")
+        record.append(f"{{dist}}.dist-info/RECORD,,")
+        z.writestr(f"{{dist}}.dist-info/RECORD", "\\n".join(record) + "\\n")
+    return filename
+
+
+def build_wheel(directory, config_settings=None, metadata_directory=None):
+    with open(os.path.join(NAME, "__init__.py")) as fh:
+        return _wheel(directory, {{f"{{NAME}}/__init__.py": fh.read()}})
+
+
+def build_editable(directory, config_settings=None, metadata_directory=None):
+    return _wheel(directory, {{f"{{NAME}}.pth": os.path.abspath(".") + "\\n"}})
+'''
+
+
+def _package(root: Path, name: str, marker: str) -> None:
+    (root / "_backend").mkdir(parents=True, exist_ok=True)
+    (root / "_backend" / "it_backend.py").write_text(_BACKEND.format(name=name))
+    (root / "pyproject.toml").write_text(
+        '[build-system]\nrequires = []\nbuild-backend = "it_backend"\n'
+        'backend-path = ["_backend"]\n'
+        f'\n[project]\nname = "{name}"\nversion = "0.1"\n')
+    (root / name).mkdir(exist_ok=True)
+    (root / name / "__init__.py").write_text(f"MARKER = {marker!r}\n")
+
+
+def make_install_repo(repo: Path, marker: str = "installed-from-repo") -> Path:
+    """A repo whose ``pip install -e .`` installs ``it_demo`` (editable) and whose
+    ``requirements-dev.txt`` installs ``it_devtool`` from ``./devtool``: no index needed."""
+    _package(repo, "it_demo", marker)
+    _package(repo / "devtool", "it_devtool", "devtool")
+    (repo / "requirements-dev.txt").write_text("./devtool\n")
+    return repo
