@@ -1009,7 +1009,10 @@ def _containers_problem(info: ClusterInfo) -> str:
     """A cluster started without containers although the sources are now there
     (an older ``up``), or whose images are gone: it is not the cluster asked for."""
     if info.containers is None:
-        if info.containers_problem.startswith("no pyxis/enroot sources") and \
+        # "" : started by a version without containers; a failed build is not retried
+        # here (that would restart a shared cluster at every look)
+        before = info.containers_problem
+        if (not before or before.startswith("no pyxis/enroot sources")) and \
                 not localpyxis.sources_problem():
             return f"started without containers, but the sources are at {localpyxis.sources_dir()}"
         return ""
