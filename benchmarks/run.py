@@ -8,7 +8,9 @@ Five figures, each the median (min, max) of ``--reps`` repetitions (default 15):
 2. ``series``  20 small jobs: the persistent path, the one-shot path, submitit;
 3. ``load``    Slurm commands issued per warm run and per minute of monitoring;
 4. ``monitor`` the monitor's CPU time and bytes read on a growing 1 GiB log (no Slurm);
-5. ``fake``    step-0 runs per second on the FakeCluster (no Slurm).
+5. ``fake``    step-0 runs per second on the FakeCluster (no Slurm);
+6. ``containers`` real pyxis, 2 nodes, the python image: a first run (allocate, import,
+               install), a repeated run on it, and a one-shot sbatch that imports every time.
 
 Benchmarks, not tests: they print figures and targets (met / not met) and never
 fail because a machine is slow. Results go to ``benchmarks/results.json``; a full
@@ -75,7 +77,7 @@ DOCS = REPO / "docs" / "benchmarks.md"
 TABLE_START = "<!-- bench-table:start -->"
 TABLE_END = "<!-- bench-table:end -->"
 MIN_REPS = 15
-FIGURES = ("warm", "series", "load", "monitor", "fake")
+FIGURES = ("warm", "series", "load", "monitor", "fake", "containers")
 SERIES_JOBS = 20
 LONG_JOB_S = 75
 MIB = 1 << 20
@@ -487,6 +489,80 @@ def fig_warm(b: Bench) -> Figure:
     fig.notes.append("(a)-(d) run round-robin in each repetition, so drift hits all alike; "
                      "targets compare medians")
     b.release(spec)
+    return fig
+
+
+# ------------------------------------------------------------- 6. containers
+
+
+def fig_containers(b: Bench) -> Figure:
+    """First run (allocate + import + install) versus a repeated run versus one-shot,
+    on real pyxis, 2 nodes, the local cluster's python image."""
+    from slurm_fsm import localcluster
+    from slurm_fsm.localpyxis import make_install_repo
+
+    fig = Figure("containers", "6. Containers on real pyxis: first run, repeated run, one-shot "
+                 "(2 nodes, python image)", b.reps)
+    info = localcluster.current()
+    if info is None or info.containers is None:
+        raise BenchError("the local cluster has no containers: "
+                         f"{info.containers_problem if info else 'cluster down'}")
+    image = str(info.containers.images["python"])
+    size_mb = Path(image).stat().st_size / 1e6
+    check = "python3 -c 'import it_demo, it_devtool'"
+    first: list[float] = []
+    step0: list[float] = []
+    again: list[float] = []
+    oneshot: list[float] = []
+    names: list[str] = []
+    try:
+        for i in range(b.reps):
+            name = f"{b.tag}-c{i}"
+            names.append(name)
+            root = b._root(f"containers{i}")
+            repo = make_install_repo(root / "repo")
+            base = b.persistent_spec(
+                f"containers{i}",
+                f"srun -N 2 --ntasks-per-node=1 --container-name={name} "
+                f"--container-mounts={repo}:{repo} {check}")
+            data = base.to_dict()
+            data.update(repo_root=str(repo), docker_image=image, container_name=name,
+                        container_mounts=f"{repo}:{repo}")
+            data["slurm_params"] = {**data["slurm_params"], "nodes": 2}
+            spec = JobSpec.from_dict(data)
+            b.specs.append(spec)
+            took, report = run_ok(spec, b.backend, allocating=True)
+            if "Installing" not in report.path:
+                raise BenchError(f"first run did not install: {report.path}")
+            first.append(took)
+            step0.append(float(report.timings.get("step0_s", 0.0)))
+            took, report = run_ok(spec, b.backend, allocating=False)
+            if "Importing" in report.path or "Installing" in report.path:
+                raise BenchError(f"repeated run imported or installed: {report.path}")
+            again.append(took)
+            shot = b.one_shot_spec(
+                f"containers-oneshot{i}",
+                "#SBATCH -N 2\n#SBATCH --ntasks-per-node=1\n"
+                f"srun --container-image={image} python3 -c 'print(1)'")
+            oneshot.append(run_ok(shot, b.backend)[0])
+            b.release(spec)
+            say(f"containers {i + 1}/{b.reps}: first {first[-1]:.2f} s, again "
+                f"{again[-1]:.2f} s, one-shot {oneshot[-1]:.2f} s")
+    finally:
+        for name in names:  # containers outlive their jobs: remove this run's
+            for d in info.containers.state_dir.glob(f"*/*/data/pyxis_{name}"):
+                shutil.rmtree(d, ignore_errors=True)
+    fig.add("first_s", "first run: allocate, import, 2 installs, job", "s", first)
+    fig.add("first_step0_s", "first run, of which step 0 (allocate, import, install)", "s",
+            step0)
+    fig.add("again_s", "repeated run on that allocation (no import, no install)", "s", again)
+    fig.add("oneshot_s", "one-shot sbatch, unnamed --container-image (imports every time)",
+            "s", oneshot)
+    fig.notes.append(f"image {Path(image).name}: {size_mb:.1f} MB squashfs (host python3.11 + "
+                     "pip); the installs are an editable in-tree package and one from a path, "
+                     "offline")
+    fig.notes.append("each repetition: a new allocation (first run), the repeated run, a "
+                     "one-shot job, then the allocation is released")
     return fig
 
 
@@ -1117,7 +1193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("--reps must be >= 1", file=sys.stderr)
         return 2
     selected = [n for n in FIGURES if not only or n in only]
-    needs_slurm = any(n in ("warm", "series", "load") for n in selected)
+    needs_slurm = any(n in ("warm", "series", "load", "containers") for n in selected)
     partition, account = "debug", "acct"
     if needs_slurm:
         from slurm_fsm import localcluster
@@ -1136,6 +1212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "load": lambda: fig_load(bench),
         "monitor": lambda: fig_monitor(bench, args.monitor_reps or min(args.reps, MONITOR_REPS)),
         "fake": lambda: fig_fake(bench),
+        "containers": lambda: fig_containers(bench),
     }
     figs: list[Figure] = []
     interrupted = False
@@ -1143,7 +1220,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         with sigterm_as_interrupt():
             for name in selected:
                 say(f"figure {name}")
-                busy = bench.other_jobs() if name in ("warm", "series", "load") else 0
+                busy = (bench.other_jobs() if name in ("warm", "series", "load", "containers")
+                        else 0)
                 t0 = time.perf_counter()
                 try:
                     fig = runners[name]()

@@ -135,13 +135,25 @@ class AllocationRequest:
 
 @attrs.frozen
 class ContainerOptions:
-    """pyxis options for one step. ``image`` imports; ``name`` names/reuses."""
+    """pyxis options for one step. ``image`` imports; ``name`` names/reuses.
+
+    ``fresh`` (with ``image``): the container is made anew from ``image`` in this
+    step, whatever the nodes hold. pyxis keeps named containers after their job and
+    silently reuses one of the same name even for another image, so a backend must
+    remove any container of this name on the step's nodes first and make the import
+    fail rather than reuse one it missed.
+    """
 
     name: str
     image: str | None = None
     mounts: str = ""  # host:container[:flags],... as pyxis takes it
     writable: bool = False
     workdir: str | None = None
+    fresh: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        if self.fresh and not self.image:
+            raise ValueError("ContainerOptions(fresh=True) needs an image to make it from")
 
 
 @attrs.frozen

@@ -20,8 +20,10 @@ WORK_COMMANDS: dict[str, str] = {
     "Allocating": "`srun --help` (only with an image), `squeue -u USER` (orphans: this "
                   "checkout's tag, or untagged under the job name), `scancel` per orphan, "
                   "`salloc --no-shell ...`, `squeue -j ID` until RUNNING",
-    "Importing": "`srun --jobid=ID -N n --ntasks-per-node=1 --container-image=IMG "
-                 "--container-name=NAME true`, `srun ... ls <mount>` per mount, "
+    "Importing": "`srun --jobid=ID -N n --ntasks-per-node=1 bash -c '...enroot remove "
+                 "-f...' pyxis_NAME pyxis_ID_NAME` (host: an old container of that name "
+                 "goes), `srun ... --container-image=IMG --container-name=NAME:create true`, "
+                 "`srun ... ls <mount>` per mount, "
                  "`srun ... nvidia-smi --query-compute-apps=...`",
     "Installing": "`srun ... --container-writable pip install -e .`, "
                   "`pip install -r requirements-dev.txt` (+ eval requirements)",

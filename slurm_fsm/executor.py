@@ -23,7 +23,7 @@ from slurm_fsm.errors import (
     SpecError,
 )
 from slurm_fsm.logs import grep, head_lines, tail_lines
-from slurm_fsm.machine import AllocationMachine, State
+from slurm_fsm.machine import AllocationMachine, SetupFailed, State
 from slurm_fsm.monitor import PollPolicy, Watch, final_outcome, watch_batch_job, watch_script
 from slurm_fsm.report import Report
 from slurm_fsm.results import (
@@ -33,6 +33,7 @@ from slurm_fsm.results import (
     errors_from,
     parse_output,
     result_warnings,
+    setup_error_lines,
     summarize,
 )
 from slurm_fsm.spec import JobSpec, WorkflowType
@@ -213,8 +214,12 @@ class Executor:
         self._timings["step0_s"] = time.monotonic() - t
         if state is not State.Ready or m.alloc is None:
             msg = m.failure.message if m.failure else f"step 0 ended in {state.value}"
+            # a failed setup step: its pyxis / pip lines each on their own
+            error = m.failure.error if m.failure else None
+            errors = [msg, *setup_error_lines(
+                error.output if isinstance(error, SetupFailed) else msg)]
             return self._base_report(m, status=Status.ERROR, mode="persistent", summary=msg,
-                                     errors=[msg], extra_warnings=warnings,
+                                     errors=errors, extra_warnings=warnings,
                                      diagnosis=diagnose(Status.ERROR, exit_code=None,
                                                         slurm_state=None, log_empty=False,
                                                         log_lines=msg.splitlines()))

@@ -44,7 +44,9 @@ from typing import Any, TypeVar
 import attrs
 from filelock import FileLock
 
+from slurm_fsm import localpyxis
 from slurm_fsm.errors import SlurmFsmError
+from slurm_fsm.localpyxis import ContainerInfo
 
 __all__ = [
     "ACCOUNT",
@@ -58,6 +60,7 @@ __all__ = [
     "PARTITION",
     "ClusterInfo",
     "ClusterStatus",
+    "ContainerInfo",
     "LocalClusterError",
     "UpResult",
     "base_dir",
@@ -139,6 +142,10 @@ class ClusterInfo:
     slurmctld_port: int
     slurmdbd_port: int
     log_dir: Path
+    #: pyxis + enroot and the test images; None when the cluster has no containers
+    containers: ContainerInfo | None = None
+    #: why ``containers`` is None ("" when it is not)
+    containers_problem: str = ""
 
     @property
     def env(self) -> dict[str, str]:
@@ -150,10 +157,12 @@ class ClusterInfo:
         return f"export SLURM_CONF={self.slurm_conf}"
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data = {
             k: (str(v) if isinstance(v, Path) else v)
             for k, v in attrs.asdict(self, recurse=False).items()
         }
+        data["containers"] = self.containers.to_json() if self.containers else None
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ClusterInfo:
@@ -170,6 +179,9 @@ class ClusterInfo:
             slurmctld_port=int(data["slurmctld_port"]),
             slurmdbd_port=int(data["slurmdbd_port"]),
             log_dir=Path(data["log_dir"]),
+            containers=(ContainerInfo.from_json(data["containers"])
+                        if data.get("containers") else None),
+            containers_problem=str(data.get("containers_problem", "")),
         )
 
 
@@ -901,7 +913,11 @@ def _start(layout: _Layout, n_nodes: int) -> ClusterInfo:
     for d in (layout.base, layout.etc, layout.log, layout.run, layout.spool):
         d.mkdir(parents=True, exist_ok=True)
     (layout.spool / "slurmctld").mkdir()
-    (layout.etc / "plugstack.conf").write_text("")
+    # pyxis + enroot (built once per machine) before any daemon reads plugstack.conf
+    containers, containers_problem = localpyxis.prepare(
+        layout.base, layout.etc / "plugstack.conf", say=_say)
+    if containers_problem:
+        _say(f"no containers: {containers_problem}")
     nodes = [f"n{i + 1}" for i in range(n_nodes)]
     for node in nodes:
         (layout.spool / f"slurmd-{node}").mkdir()
@@ -930,6 +946,8 @@ def _start(layout: _Layout, n_nodes: int) -> ClusterInfo:
             slurmctld_port=port0,
             slurmdbd_port=port0 + 1,
             log_dir=layout.log,
+            containers=containers,
+            containers_problem=containers_problem,
         )
         password = secrets.token_hex(_DB_PASSWORD_BYTES)
         layout.slurm_conf.write_text(_slurm_conf(layout, port0=port0, nodes=nodes, auth=auth))
@@ -988,9 +1006,28 @@ def _start(layout: _Layout, n_nodes: int) -> ClusterInfo:
 # ---------------------------------------------------------------- public API
 
 
+def _containers_problem(info: ClusterInfo) -> str:
+    """A cluster started without containers although the sources are now there
+    (an older ``up``), or whose images are gone: it is not the cluster asked for."""
+    if info.containers is None:
+        # "" : started by a version without containers; a failed build is not retried
+        # here (that would restart a shared cluster at every look)
+        before = info.containers_problem
+        if (not before or before.startswith("no pyxis/enroot sources")) and \
+                not localpyxis.sources_problem():
+            return f"started without containers, but the sources are at {localpyxis.sources_dir()}"
+        return ""
+    gone = [str(p) for p in (info.containers.plugin, *info.containers.images.values())
+            if not p.exists()]
+    return f"container files are gone: {', '.join(gone)}" if gone else ""
+
+
 def _check(info: ClusterInfo, daemons: Sequence[_Daemon]) -> list[str]:
     """Problems of a cluster believed up (empty: healthy)."""
     problems = [f"{d.name} (pid {d.pid}) is not running" for d in daemons if not _is_ours(d)]
+    containers = _containers_problem(info)
+    if containers:
+        problems.append(containers)
     names = {d.name for d in daemons}
     expected = {"mariadbd", "slurmdbd", "slurmctld", *(f"slurmd-{n}" for n in info.nodes)}
     if info.auth == "munge":
@@ -1108,6 +1145,14 @@ def status() -> ClusterStatus:
 # ---------------------------------------------------------------- command line
 
 
+def _containers_line(info: ClusterInfo) -> str:
+    c = info.containers
+    if c is None:
+        return f"containers: unavailable ({info.containers_problem or 'not set up'})"
+    images = ", ".join(f"{k}={v}" for k, v in c.images.items())
+    return f"containers: pyxis + enroot ({c.plugin}); images {images}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="local-slurm",
@@ -1132,6 +1177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"accounts {result.info.account},{result.info.other_account}, "
                 f"auth/{result.info.auth}, logs {result.info.log_dir}"
             )
+            _say(_containers_line(result.info))
             print(result.info.export_line, flush=True)
             return 0
         if args.command == "down":
@@ -1147,6 +1193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if st.info is not None:
             print(f"SLURM_CONF={st.info.slurm_conf}")
             print(f"cluster {st.info.cluster_name}, auth/{st.info.auth}, logs {st.info.log_dir}")
+            print(_containers_line(st.info))
         for p in st.problems:
             print(f"problem: {p}")
         if st.nodes:

@@ -126,8 +126,16 @@ class SetupFailed(SlurmFsmError):
     def __init__(self, what: str, result: StepResult) -> None:
         self.what = what
         self.result = result
-        tail = (result.stderr.strip() or result.stdout.strip())[-2000:]
-        super().__init__(f"{what} failed with exit code {result.exit_code}: {tail}")
+        text = result.stderr.strip() or result.stdout.strip()
+        tail = text[-2000:]
+        if len(text) > len(tail):  # whole lines only
+            tail = tail.split("\n", 1)[-1]
+        super().__init__(f"{what} failed with exit code {result.exit_code}:\n{tail}")
+
+    @property
+    def output(self) -> str:
+        """Everything the step printed (stderr, then stdout)."""
+        return self.result.stderr + self.result.stdout
 
 
 @attrs.frozen
@@ -799,9 +807,14 @@ class AllocationMachine:
         name = spec.container_name or ""
         image = spec.docker_image
         self._log(f"Importing {image} as container {name!r} on {self.alloc.nodelist}.")
+        # Importing is entered only when this allocation holds no container of the
+        # spec's name that the state file vouches for: a new allocation, another
+        # container, or one the state file does not name. pyxis would silently reuse
+        # any container of that name the nodes still hold (from an earlier allocation,
+        # maybe of another image): ask for a fresh one.
         self._setup_step(
             f"container import of {image}", ("true",),
-            ContainerOptions(name=name, image=image, mounts=spec.mounts_text),
+            ContainerOptions(name=name, image=image, mounts=spec.mounts_text, fresh=True),
         )
         for mount in spec.container_mounts:
             self._setup_step(

@@ -58,6 +58,7 @@ __all__ = [
     "parse_output",
     "parse_pytest",
     "result_warnings",
+    "setup_error_lines",
     "summarize",
 ]
 
@@ -454,6 +455,61 @@ _TOO_MANY_TASKS = re.compile(r"More processors requested than permitted", re.I)
 _CONTAINER_MISSING = re.compile(
     r"srun: error: .*does not exist|container with name .* does not exist", re.I
 )
+#: pyxis / enroot / pip lines worth showing in a report's ``errors``
+_SETUP_LINE = re.compile(r"pyxis:|\[ERROR\]|curl: \(\d+\)|Read-only file system|^ERROR: ")
+_SETUP_NOISE = re.compile(r"printing enroot log file|child \d+ failed with error code|\[INFO\]"
+                          r"|not started successfully by another task|^\s*pyxis:\s*$")
+_NODE_PREFIX = re.compile(r"^slurmstepd-\S+: error: ")
+_ENROOT_ERROR = re.compile(r"\[ERROR\]|curl: \(\d+\)|error", re.I)
+#: (pattern, symptom, cause, advice) of container setup failures, as pyxis 0.24 words them
+_CONTAINER_ROWS: tuple[tuple[re.Pattern[str], str, str, str], ...] = (
+    (re.compile(r"failed to create container filesystem for image|Invalid image format"),
+     "pyxis: failed to create container filesystem for image",
+     "the image file is missing or not a squashfs image on the nodes",
+     "check docker_image: a .sqsh file every node can read, given as /path or ./path"),
+    (re.compile(r"failed to import docker image|curl: \(\d+\)"),
+     "pyxis: failed to import docker image",
+     "docker_image does not start with / or ., so pyxis took it for a registry image, "
+     "and the registry could not be reached",
+     "give an image file as an absolute path, or check the registry name, the nodes' "
+     "network and enroot's credentials"),
+    (re.compile(r"--container-mounts: source path does not exist"),
+     "pyxis: --container-mounts: source path does not exist",
+     "the host side of a container_mounts entry is missing on the nodes",
+     "create it on every node or fix container_mounts; the allocation is kept and the "
+     "next run imports again"),
+    (re.compile(r'"create" flag was passed to --container-name but the container already'),
+     "pyxis: the container already exists",
+     "an old container of this name was still on a node after the removal",
+     "remove it on the nodes (srun --jobid=ID -N n --ntasks-per-node=1 "
+     "enroot remove -f pyxis_<name>) and re-run"),
+    (re.compile(r"^pip install .* failed with exit code", re.M),
+     "pip install failed in the container",
+     "an install of step 0E/0F failed (see errors)",
+     "fix the requirements; the state file keeps installed=false, so the next run "
+     "installs again in the same allocation"),
+    (re.compile(r"Read-only file system"),
+     "Read-only file system in the container",
+     "a step wrote to the container without --container-writable",
+     "write to a mount, or run that step with --container-writable"),
+)
+
+
+def setup_error_lines(text: str) -> list[str]:
+    """The pyxis, enroot and pip lines of a failed setup step, once each (the node
+    prefix ``slurmstepd-n1: error:`` dropped, so two nodes' identical lines are one).
+    Of enroot's log, which pyxis prints indented, only the error lines are kept."""
+    out: list[str] = []
+    for raw in text.splitlines():
+        line = _NODE_PREFIX.sub("", raw.strip())
+        if not _SETUP_LINE.search(line) or _SETUP_NOISE.search(line) or line in out:
+            continue
+        if line.startswith("pyxis:  ") and not _ENROOT_ERROR.search(line):
+            continue  # enroot's progress (unsquashfs counts...)
+        out.append(line)
+    return out
+
+
 _CUDA_OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA_ERROR_OUT_OF_MEMORY", re.I)
 _HOST_OOM = re.compile(r"oom[-_]kill|Out Of Memory", re.I)
 _NCCL = re.compile(r"NCCL error|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|"
@@ -531,6 +587,10 @@ def diagnose(
                          "the job asks for more tasks than the allocation holds",
                          "set slurm_params.ntasks_per_node (it is passed to salloc), then "
                          "release the allocation and re-run"))
+    text = "\n".join(cleaned)
+    for pattern, symptom, cause, advice in _CONTAINER_ROWS:
+        if pattern.search(text):
+            rows.append(_row(symptom, cause, advice))
     if any(_CONTAINER_MISSING.search(line) for line in cleaned):
         rows.append(_row("srun: error: ... does not exist", "named container missing",
                          "drop the state file and re-run (re-imports)"))

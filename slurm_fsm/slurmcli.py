@@ -81,6 +81,7 @@ __all__ = [
     "classify",
     "clean_env",
     "compress_nodelist",
+    "container_remove_argv",
     "enroot_image",
     "expand_nodelist",
     "gpu_processes_argv",
@@ -95,6 +96,7 @@ __all__ = [
     "parse_scontrol_job",
     "parse_steps",
     "probe_gpu_argv",
+    "pyxis_container_names",
     "sacct_argv",
     "salloc_argv",
     "salloc_error",
@@ -257,7 +259,8 @@ def _container_args(options: ContainerOptions) -> list[str]:
     args: list[str] = []
     if options.image:
         args.append(f"--container-image={enroot_image(options.image)}")
-    args.append(f"--container-name={options.name}")
+    # ":create": pyxis fails instead of reusing an existing container of that name
+    args.append(f"--container-name={options.name}{':create' if options.fresh else ''}")
     if options.mounts:
         args.append(f"--container-mounts={options.mounts}")
     if options.writable:
@@ -290,6 +293,43 @@ def srun_step_argv(request: StepRequest) -> list[str]:
         argv.extend(_container_args(request.container))
     argv.extend(request.argv)
     return argv
+
+
+def pyxis_container_names(job_id: str, name: str) -> list[str]:
+    """enroot's names of pyxis' container ``name``: ``pyxis_NAME`` (container_scope=global,
+    pyxis' default) and ``pyxis_JOBID_NAME`` (container_scope=job)."""
+    return [f"pyxis_{name}", f"pyxis_{job_id}_{name}"]
+
+
+#: Run once per node on the host: removes the named enroot containers that exist.
+#: pyxis hides the job's ENROOT_* path variables from enroot, so this does too.
+CONTAINER_REMOVE_SCRIPT = (
+    "unset ENROOT_LIBRARY_PATH ENROOT_SYSCONF_PATH ENROOT_RUNTIME_PATH ENROOT_CACHE_PATH "
+    "ENROOT_DATA_PATH ENROOT_TEMP_PATH; "
+    'PATH="$PATH:/usr/local/bin:/usr/bin:/bin"; '
+    'names=$(enroot list) || exit; '
+    'for n in "$@"; do '
+    'if printf "%s\\n" "$names" | grep -qxF -- "$n"; then '
+    'enroot remove -f -- "$n" || exit; echo "removed $n on $(hostname)"; fi; '
+    "done"
+)
+
+
+def container_remove_argv(job_id: str, nodes: int, name: str) -> list[str]:
+    """srun on every node of the allocation (host, no container) removing pyxis'
+    container ``name`` where it exists: the first half of a fresh import."""
+    return [
+        "srun",
+        f"--jobid={job_id}",
+        "-N",
+        str(nodes),
+        "--ntasks-per-node=1",
+        "bash",
+        "-c",
+        CONTAINER_REMOVE_SCRIPT,
+        "bash",
+        *pyxis_container_names(job_id, name),
+    ]
 
 
 def gpu_processes_script() -> str:

@@ -493,8 +493,30 @@ class SubprocessBackend:
         Raises JobNotFound when srun says the allocation is gone (invalid,
         expired, completing), ControllerUnreachable, or CommandTimedOut at
         ``request.timeout_s`` (srun is sent SIGTERM, which ends the step).
+
+        A fresh container (``request.container.fresh``) is two steps: any container
+        of that name is removed on the step's nodes (host side, ``enroot remove``),
+        then the import runs with ``--container-name=NAME:create``, which pyxis
+        fails rather than reuse a container that is still there. A failed removal
+        is the step's result (non-zero, its output), and no import is tried.
         """
         check_job_id(request.job_id)
+        container = request.container
+        if container is not None and container.fresh:
+            removal = self._exec(
+                slurmcli.container_remove_argv(request.job_id, request.nodes, container.name),
+                request.timeout_s,
+            )
+            err = self._classify(removal)
+            if isinstance(err, JobNotFound | ControllerUnreachable | CommandTimedOut):
+                raise err
+            assert removal.returncode is not None
+            if removal.returncode != 0:
+                return StepResult(
+                    removal.returncode, removal.stdout,
+                    f"removing the old container {container.name!r} before the import "
+                    f"failed:\n{removal.stderr}",
+                )
         result = self._exec(slurmcli.srun_step_argv(request), request.timeout_s)
         err = self._classify(result)
         if isinstance(err, JobNotFound | ControllerUnreachable | CommandTimedOut):

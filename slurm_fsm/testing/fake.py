@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 import shlex
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ import hostlist
 from slurm_fsm.backend import (
     AllocationRequest,
     BatchRequest,
+    ContainerOptions,
     GpuProcess,
     JobInfo,
     JobOutcome,
@@ -44,7 +45,7 @@ from slurm_fsm.errors import (
     ControllerUnreachable,
     JobNotFound,
 )
-from slurm_fsm.slurmcli import sbatch_directives
+from slurm_fsm.slurmcli import enroot_image, sbatch_directives
 
 __all__ = [
     "Call",
@@ -62,6 +63,22 @@ CONTROLLER_OPS = frozenset({
     "query_job", "find_jobs", "allocate", "run_step", "gpu_processes", "probe_gpu_name",
     "list_steps", "cancel", "submit", "job_outcome",
 })
+
+
+def _pyxis_failure(nodes: list[str], lines: list[str], child_rc: int | None = 1
+                   ) -> StepResult:
+    """A step pyxis did not start: its lines per node, as srun prints them."""
+    out = []
+    for i, n in enumerate(nodes):
+        if child_rc is not None:
+            out.append(f"slurmstepd-{n}: error: pyxis: child {4000 + i} failed with error "
+                       f"code: {child_rc}")
+        out += [f"slurmstepd-{n}: error: {line}" for line in lines]
+        out += [f"slurmstepd-{n}: error: spank: required plugin spank_pyxis.so: task_init() "
+                "failed with rc=-1",
+                f"slurmstepd-{n}: error: Failed to invoke spank plugin stack",
+                f"srun: error: {n}: task {i}: Exited with exit code 1"]
+    return StepResult(1, "", "\n".join(out) + "\n")
 
 
 class FakeClock:
@@ -249,6 +266,8 @@ class FakeCluster:
         first_job_id: int = 100,
         pending_s: float = 0.0,
         min_job_age_s: float = 300.0,
+        path_exists: Callable[[str], bool] | None = None,
+        registry: bool = True,
     ) -> None:
         parts = partitions or {"batch": ["node01", "node02", "node03", "node04"]}
         self.partitions: dict[str, list[str]] = {k: list(v) for k, v in parts.items()}
@@ -259,6 +278,10 @@ class FakeCluster:
         self.user = user
         self.clock = clock or FakeClock()
         self.pyxis = pyxis
+        #: whether a host path (image file, mount source) exists on the nodes
+        self.path_exists: Callable[[str], bool] = path_exists or (lambda _path: True)
+        #: whether registry images (not starting with / or .) can be fetched
+        self.registry = registry
         self.accounting = accounting
         self.pending_s = pending_s
         self.min_job_age_s = min_job_age_s
@@ -512,15 +535,16 @@ class FakeCluster:
             if not self.pyxis:
                 return StepResult(255, "", "srun: unrecognized option "
                                   f"'--container-image={c.image or c.name}'")
-            for n in nodes:
-                node = self.nodes[n]
-                if c.image is not None:
-                    if c.name not in node.containers or node.containers[c.name].image != c.image:
-                        node.containers[c.name] = FakeContainer(c.image)
-                elif c.name not in node.containers:
-                    return StepResult(1, "", f"srun: error: pyxis: container {c.name} "
-                                      "does not exist")
-            if c.writable and request.argv[:2] == ("pip", "install"):
+            failed = self._pyxis_step(c, nodes)
+            if failed is not None:
+                return failed
+            if request.argv[:2] == ("pip", "install"):
+                if not c.writable:
+                    return StepResult(1, "", "".join(
+                        f"ERROR: Could not install packages due to an OSError: [Errno 30] "
+                        f"Read-only file system: '/usr/local/lib'\n"
+                        f"srun: error: {n}: task {i}: Exited with exit code 1\n"
+                        for i, n in enumerate(nodes)))
                 for n in nodes:
                     self.nodes[n].containers[c.name].packages.append(command)
         out = ""
@@ -528,6 +552,49 @@ class FakeCluster:
             out = "".join(f"{n}\n" for n in nodes)
         job.next_step += 1  # every srun makes a step, as in Slurm
         return StepResult(0, out, "")
+
+    def _pyxis_step(self, c: ContainerOptions, nodes: list[str]) -> StepResult | None:
+        """What pyxis does with a step's container options on each node, as measured on
+        pyxis 0.24 / enroot 4.1 (tests/integration/test_parity.py runs both): named
+        containers per node that outlive the job; a name that exists is reused even for
+        another image (rc 0); ``fresh`` is the backend's removal plus ``NAME:create``;
+        image files must exist, other images come from a registry; mount sources must
+        exist (the container is made before the mounts fail). None: the step starts."""
+        if c.image is not None and c.image.startswith(("/", ".")) \
+                and not self.path_exists(c.image):
+            return _pyxis_failure(nodes, [
+                f"pyxis: failed to create container filesystem for image: {c.image}",
+                "pyxis: printing enroot log file:",
+                f"pyxis:     [ERROR] No such file or directory: {c.image}",
+            ])
+        if c.image is not None and not c.image.startswith(("/", ".")) and not self.registry:
+            image = enroot_image(c.image)
+            host = image.split("#")[0] if "#" in image else "registry-1.docker.io"
+            return _pyxis_failure(nodes, [
+                f"pyxis: failed to import docker image: {image}",
+                "pyxis: printing enroot log file:",
+                "pyxis:     [INFO] Querying registry for permission grant",
+                f"pyxis:     curl: (6) Could not resolve host: {host}",
+            ], child_rc=6)
+        for n in nodes:
+            node = self.nodes[n]
+            if c.fresh:
+                node.containers.pop(c.name, None)  # SubprocessBackend's enroot remove
+            if c.image is not None:
+                node.containers.setdefault(c.name, FakeContainer(c.image))
+            elif c.name not in node.containers:
+                return _pyxis_failure(nodes, [
+                    f'pyxis: error: a container with name "pyxis_{c.name}" does not exist, '
+                    "and --container-image is not set",
+                ], child_rc=None)
+        for mount in filter(None, c.mounts.split(",")):
+            source = mount.split(":")[0]
+            if not self.path_exists(source):
+                return _pyxis_failure(nodes, [
+                    f"pyxis: --container-mounts: source path does not exist: {source}",
+                    "pyxis: couldn't create enroot start configuration script",
+                ], child_rc=None)
+        return None
 
     def gpu_processes(self, job_id: str, nodes: int) -> list[GpuProcess]:
         self._call("gpu_processes", job_id=job_id, nodes=nodes)

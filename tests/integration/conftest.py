@@ -9,9 +9,11 @@ cluster only if this session started it (set ``SLURM_FSM_KEEP_CLUSTER=1`` to kee
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -49,6 +51,20 @@ def _leftovers(info: ClusterInfo, before: set[str]) -> list[str]:
         time.sleep(0.2)
 
 
+def _container_leftovers(info: ClusterInfo, before: set[Path]) -> str:
+    """Containers (pyxis keeps them after their job) that appeared during the session
+    and are still on a node; removed when found, so the next session starts clean."""
+    if info.containers is None:
+        return ""
+    left = [d for d in info.containers.container_dirs() if d not in before]
+    for d in left:
+        shutil.rmtree(d, ignore_errors=True)
+    if not left:
+        return ""
+    return (f"{len(left)} container(s) left behind at the end of the session (removed):\n  "
+            + "\n  ".join(str(d) for d in left) + "\n")
+
+
 @pytest.fixture(scope="session")
 def local_cluster() -> Iterator[ClusterInfo]:
     try:
@@ -62,14 +78,16 @@ def local_cluster() -> Iterator[ClusterInfo]:
     saved_conf = os.environ.get("SLURM_CONF")
     os.environ["SLURM_CONF"] = str(info.slurm_conf)
     before = {line.split()[0] for line in _squeue(info)}  # not ours: existed already
+    containers_before = set(info.containers.container_dirs()) if info.containers else set()
     problem = ""
     try:
         yield info
     finally:
         try:
+            problem = _container_leftovers(info, containers_before)
             left = _leftovers(info, before)
             if left:
-                problem = (
+                problem += (
                     f"{len(left)} job(s) left behind at the end of the session "
                     "(squeue -h: JOBID STATE NAME USER):\n  " + "\n  ".join(left)
                 )

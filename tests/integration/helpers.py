@@ -174,3 +174,17 @@ class RecordingBackend(SubprocessBackend):
         marker = ("<start_script>",)
         assert marker in self.argvs, "the script was never started"
         return self.argvs[: self.argvs.index(marker)]
+
+
+def without_pyxis(cluster: ClusterInfo, root: Path) -> dict[str, str]:
+    """``SLURM_CONF`` of a copy of the cluster's config whose plugstack is empty: its
+    clients (srun, salloc...) reach the same cluster but know no ``--container-*``,
+    like a site without pyxis."""
+    root.mkdir(parents=True, exist_ok=True)
+    plugstack = root / "plugstack-empty.conf"
+    plugstack.write_text("")
+    lines = [f"PlugStackConfig={plugstack}" if line.startswith("PlugStackConfig=") else line
+             for line in cluster.slurm_conf.read_text().splitlines()]
+    conf = root / "slurm-without-pyxis.conf"
+    conf.write_text("\n".join(lines) + "\n")
+    return {"SLURM_CONF": str(conf)}

@@ -1,6 +1,6 @@
 """The pre-step over SubprocessBackend on the real local Slurm cluster.
 
-The local cluster has no pyxis, so the build runs with
+The build runs with (on this cluster, which has pyxis, as on a GPU site without it)
 ``SlurmBuilder(container=False)``: the batch job runs the repo's ``build.sh``
 on the node itself. Such a builder does not put the image into the spec the
 run uses (docs/build.md), so the run itself needs no container either. Every
@@ -28,7 +28,15 @@ from slurm_fsm.localcluster import ClusterInfo
 from slurm_fsm.results import Status
 from slurm_fsm.spec import JobSpec
 
-from .helpers import JobNames, RecordingBackend, jobs_named, make_spec, slurm, until
+from .helpers import (
+    JobNames,
+    RecordingBackend,
+    jobs_named,
+    make_spec,
+    slurm,
+    until,
+    without_pyxis,
+)
 
 pytestmark = pytest.mark.slurm
 
@@ -164,7 +172,7 @@ def test_container_build_without_pyxis_submits_nothing(local_cluster: ClusterInf
                                                        names: JobNames, tmp_path: Path) -> None:
     make_repo(tmp_path, 0)
     spec = build_spec(local_cluster, tmp_path, names, device_type="H100", container_name="c")
-    backend = RecordingBackend()
+    backend = RecordingBackend(env=without_pyxis(local_cluster, tmp_path / "conf"))
     report = Executor(spec, backend, pre_step=default_pre_step).run()
     assert report.status is Status.BUILD_FAILED, report.summary
     assert "no pyxis" in report.summary

@@ -9,6 +9,7 @@ end: the fake's clock is advanced, the real one is made with a 5-minute limit.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -18,11 +19,13 @@ import pytest
 
 from slurm_fsm.backend import SlurmBackend
 from slurm_fsm.localcluster import ClusterInfo
-from slurm_fsm.machine import AllocationMachine, State
+from slurm_fsm.machine import AllocationMachine, SetupFailed, State
+from slurm_fsm.results import setup_error_lines
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.subprocess_backend import SubprocessBackend
 from slurm_fsm.testing import FakeCluster
 
+from .containers import ContainerNames, pyxis_or_skip
 from .helpers import JobNames, job_state, jobs_named, make_spec, slurm, wait_gone
 
 pytestmark = pytest.mark.slurm
@@ -48,6 +51,8 @@ class World(Protocol):
 
     def let_it_age(self) -> None: ...
 
+    def image_in(self, job_id: str, name: str) -> list[str]: ...
+
 
 class FakeWorld:
     kind = "fake"
@@ -56,9 +61,12 @@ class FakeWorld:
         self.cluster = cluster
         self.root = root
         self.name = name
+        # like the local cluster: image files and mount sources on this filesystem,
+        # no registry
         self.fake = FakeCluster(partitions={cluster.partition: cluster.nodes},
                                 accounts=[cluster.account, cluster.other_account],
-                                user=cluster.user)
+                                user=cluster.user, path_exists=os.path.exists,
+                                registry=False)
         self.backend: SlurmBackend = self.fake
 
     def spec(self, **over: Any) -> JobSpec:
@@ -82,6 +90,13 @@ class FakeWorld:
 
     def let_it_age(self) -> None:
         self.fake.clock.advance(3600 - 240)  # 4 minutes left
+
+    def image_in(self, job_id: str, name: str) -> list[str]:
+        """Which of the cluster's images each node's container ``name`` was made from."""
+        assert self.cluster.containers is not None
+        label = {str(p): k for k, p in self.cluster.containers.images.items()}
+        job = self.fake.jobs[job_id]
+        return [label[self.fake.nodes[n].containers[name].image] for n in job.nodes]
 
 
 class RealWorld:
@@ -117,6 +132,14 @@ class RealWorld:
         left = slurm("squeue", "-j", *self.our_jobs(), "-h", "-o", "%L").stdout.strip()
         assert left.startswith(("4:", "5:0")), left
 
+    def image_in(self, job_id: str, name: str) -> list[str]:
+        assert self.cluster.containers is not None
+        label = {text: k for k, text in self.cluster.containers.image_ids.items()}
+        result = slurm("srun", f"--jobid={job_id}", "-N", "2", "--ntasks-per-node=1",
+                       f"--container-name={name}", "cat", "/etc/image-id")
+        assert result.returncode == 0, result.stderr
+        return [label[line] for line in result.stdout.splitlines()]
+
 
 @attrs.frozen
 class Outcome:
@@ -126,6 +149,8 @@ class Outcome:
     first_job_running: bool  # the allocation of the first run, after the scenario
     same_job: bool | None  # the allocation at the end is the first one (None: none)
     live_jobs: int  # our jobs that hold the allocation at the end
+    image: tuple[str, ...] = ()  # container scenarios: the image each node's container has
+    errors: tuple[str, ...] = ()  # pyxis' lines of a failed import (tmp path as <root>)
 
 
 def _outcome(world: World, spec: JobSpec, first: str, m: AllocationMachine) -> Outcome:
@@ -218,7 +243,84 @@ def bad_partition(world: World) -> Outcome:
                    first_job_running=False, same_job=None, live_jobs=len(world.our_jobs()))
 
 
+def _images(world: World) -> dict[str, str]:
+    containers = pyxis_or_skip(world.cluster)  # type: ignore[attr-defined]
+    return {k: str(p) for k, p in containers.images.items()}
+
+
+def _container_spec(world: World, image: str, name: str, **over: Any) -> JobSpec:
+    return world.spec(docker_image=image, container_name=name, skip_install=True,
+                      slurm_params={"nodes": 2}, **over)
+
+
+def container_first_run(world: World) -> Outcome:
+    name = world.container_name()  # type: ignore[attr-defined]
+    spec = _container_spec(world, _images(world)["busybox"], name)
+    m = world.machine(spec)
+    m.prepare()
+    assert m.alloc is not None
+    return attrs.evolve(_outcome(world, spec, m.alloc.job_id, m),
+                        image=tuple(world.image_in(m.alloc.job_id, name)))
+
+
+def container_image_change(world: World) -> Outcome:
+    """A new image under the same name, an old container of that name on the nodes."""
+    name = world.container_name()  # type: ignore[attr-defined]
+    images = _images(world)
+    first = _first(world, _container_spec(world, images["busybox"], name))
+    spec = _container_spec(world, images["busybox2"], name)
+    m = world.machine(spec)
+    m.prepare()
+    assert m.alloc is not None
+    return attrs.evolve(_outcome(world, spec, first, m),
+                        image=tuple(world.image_in(m.alloc.job_id, name)))
+
+
+def container_switch(world: World) -> Outcome:
+    """0F: another container name in the same allocation: only the new one is imported."""
+    images = _images(world)
+    old = world.container_name()  # type: ignore[attr-defined]
+    first = _first(world, _container_spec(world, images["busybox2"], old))
+    name = world.container_name()  # type: ignore[attr-defined]
+    spec = _container_spec(world, images["busybox2"], name)
+    m = world.machine(spec)
+    m.prepare()
+    assert m.alloc is not None
+    return attrs.evolve(_outcome(world, spec, first, m),
+                        image=tuple(world.image_in(m.alloc.job_id, name)))
+
+
+def _container_error(world: World, **over: Any) -> Outcome:
+    images = _images(world)
+    over.setdefault("docker_image", images["busybox"])
+    image = over.pop("docker_image")
+    name = world.container_name()  # type: ignore[attr-defined]
+    spec = _container_spec(world, image, name, **over)
+    m = world.machine(spec)
+    m.prepare()
+    assert m.failure is not None and m.alloc is not None
+    assert m.alloc.container_name is None  # the next run imports again
+    root = str(world.root)  # type: ignore[attr-defined]
+    assert isinstance(m.failure.error, SetupFailed)
+    lines = [line.replace(root, "<root>") for line in setup_error_lines(m.failure.error.output)]
+    return attrs.evolve(_outcome(world, spec, m.alloc.job_id, m), errors=tuple(lines))
+
+
+def missing_image(world: World) -> Outcome:
+    return _container_error(world, docker_image=str(world.root / "nope.sqsh"))  # type: ignore[attr-defined]
+
+
+def registry_image(world: World) -> Outcome:
+    return _container_error(world, docker_image="registry.invalid/it/nope:1")
+
+
+def missing_mount_source(world: World) -> Outcome:
+    return _container_error(world, container_mounts=f"{world.root}/no-such-dir:/x")  # type: ignore[attr-defined]
+
+
 NEW = ("NoState", "Allocating", "Ready")
+IMPORTED = ("NoState", "Allocating", "Importing", "Ready")
+IMPORT_FAILED = ("NoState", "Allocating", "Importing", "Failed")
 SCENARIOS: dict[str, tuple[Callable[[World], Outcome], Outcome]] = {
     "first run": (first_run, Outcome(NEW, State.Ready, True, True, True, 1)),
     "reuse": (reuse, Outcome(("NoState", "Validating", "Ready"), State.Ready, True, True,
@@ -237,6 +339,26 @@ SCENARIOS: dict[str, tuple[Callable[[World], Outcome], Outcome]] = {
                                  None, 0)),
     "bad partition": (bad_partition, Outcome(("NoState", "Allocating", "Failed"),
                                              State.Failed, False, False, None, 0)),
+    "container first run": (container_first_run, Outcome(
+        IMPORTED, State.Ready, True, True, True, 1, ("busybox", "busybox"))),
+    "container image change": (container_image_change, Outcome(
+        ("NoState", "Validating", "Incompatible", "Allocating", "Importing", "Ready"),
+        State.Ready, True, False, False, 1, ("busybox2", "busybox2"))),
+    "container switch": (container_switch, Outcome(
+        ("NoState", "Validating", "Importing", "Ready"), State.Ready, True, True, True, 1,
+        ("busybox2", "busybox2"))),
+    "missing image": (missing_image, Outcome(
+        IMPORT_FAILED, State.Failed, True, True, True, 1, errors=(
+            "pyxis: failed to create container filesystem for image: <root>/nope.sqsh",
+            "pyxis:     [ERROR] No such file or directory: <root>/nope.sqsh"))),
+    "registry image": (registry_image, Outcome(
+        IMPORT_FAILED, State.Failed, True, True, True, 1, errors=(
+            "pyxis: failed to import docker image: registry.invalid#it/nope:1",
+            "pyxis:     curl: (6) Could not resolve host: registry.invalid"))),
+    "missing mount source": (missing_mount_source, Outcome(
+        IMPORT_FAILED, State.Failed, True, True, True, 1, errors=(
+            "pyxis: --container-mounts: source path does not exist: <root>/no-such-dir",
+            "pyxis: couldn't create enroot start configuration script"))),
 }
 
 
@@ -247,6 +369,13 @@ def test_fake_and_real_slurm_take_the_same_path(
         backend: str, scenario: str) -> None:
     world: World = (FakeWorld(local_cluster, tmp_path, names.new("parity-fake"))
                     if backend == "fake" else RealWorld(local_cluster, tmp_path, names))
+    containers = ContainerNames(local_cluster.containers) if local_cluster.containers else None
+    world.container_name = lambda: containers.new("parity") if containers else "c"  # type: ignore[attr-defined]
     run, expected = SCENARIOS[scenario]
-    outcome = run(world)
+    try:
+        outcome = run(world)
+    finally:
+        names.cleanup()
+        if containers is not None:
+            containers.cleanup()
     assert outcome == expected

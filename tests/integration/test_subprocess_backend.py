@@ -36,7 +36,7 @@ from slurm_fsm.errors import AllocationFailed, CommandTimedOut, JobNotFound
 from slurm_fsm.localcluster import ClusterInfo
 from slurm_fsm.subprocess_backend import SubprocessBackend
 
-from .helpers import until
+from .helpers import until, without_pyxis
 
 pytestmark = pytest.mark.slurm
 
@@ -482,11 +482,9 @@ def test_unknown_job(backend: SubprocessBackend) -> None:
     assert backend.list_steps("999999") == []
 
 
-def test_no_pyxis_here(
-    backend: SubprocessBackend, cleanup: Cleanup, local_cluster: ClusterInfo, tmp_path: Path
-) -> None:
-    plugstack = local_cluster.slurm_conf.parent / "plugstack.conf"
-    assert "pyxis" not in (plugstack.read_text() if plugstack.exists() else "")
+def test_no_pyxis_here(cleanup: Cleanup, local_cluster: ClusterInfo, tmp_path: Path) -> None:
+    """A client without pyxis (the cluster's config with an empty plugstack)."""
+    backend = SubprocessBackend(timeout_s=30, env=without_pyxis(local_cluster, tmp_path))
     assert backend.has_container_support() is False
     job_id = backend.allocate(
         alloc_request(local_cluster, cleanup.name("pyxis"), tmp_path, nodes=1)
