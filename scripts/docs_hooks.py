@@ -68,6 +68,8 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
         markdown, n = _MERMAID.subn(DIAGRAM_MARKER + "\n", markdown, count=1)
         if n != 1:
             raise PluginError("states.md has no mermaid block for the diagram to replace")
+        # the diagram and the edge table are wide: give them the table of contents' column
+        page.meta.setdefault("hide", []).append("toc")
     if src == "benchmarks.md":
         def chart(m: re.Match[str]) -> str:
             name = m.group(1)

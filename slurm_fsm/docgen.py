@@ -133,7 +133,7 @@ def states_dot(edges: Sequence[Edge] = EDGES) -> str:
         " ranksep=0.45];",
         '  node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=12,'
         " margin=\"0.15,0.06\"];",
-        '  edge [fontname="Helvetica", fontsize=9, arrowsize=0.7];',
+        '  edge [fontname="Helvetica", fontsize=10, arrowsize=0.7];',
         '  "__initial__" [shape=point, width=0.14, label="", id="state-initial", tooltip="start"];',
     ]
     for state in State:

@@ -114,6 +114,17 @@ def test_every_api_page_is_in_the_nav() -> None:
         assert f"api/{page.name}" in nav, page
 
 
+def test_readme_links_the_main_pages() -> None:
+    readme = (REPO / "README.md").read_text()
+    top = readme[:readme.index("## ")]
+    links = re.findall(r"\]\((docs/[^)#]+)\)", top)
+    for page in ("docs/states.md", "docs/api/index.md", "docs/notebooks/stepping.ipynb",
+                 "docs/spec.md", "docs/testing.md", "docs/benchmarks.md"):
+        assert page in links, page
+    for link in links:
+        assert (REPO / link).is_file(), link
+
+
 def test_hooks_keep_pages_offline() -> None:
     hooks = _load_path("docs_hooks", REPO / "scripts" / "docs_hooks.py")
     from mkdocs.exceptions import PluginError
@@ -369,7 +380,8 @@ def test_benchmark_page_shows_charts_of_the_results(visit: Visit) -> None:
 def test_theme_search_and_code_copy(visit: Visit) -> None:
     page = visit.open("")
     nav = page.locator("nav.md-nav--primary").text_content()
-    for title in ("Concepts", "Job spec", "Stepping the allocation machine", "API reference", "Benchmarks"):
+    for title in ("Concepts", "Job spec", "Stepping the allocation machine", "API reference",
+                  "Benchmarks"):
         assert title in nav, title
     copy = "button.md-code__button[data-md-type='copy'], button.md-clipboard"
     assert page.locator(copy).count() > 0  # copy buttons on code blocks
