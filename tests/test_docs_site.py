@@ -294,7 +294,8 @@ def test_every_page_renders_offline(visit: Visit, site: Path) -> None:
         page = visit.open(path)
         assert page.locator("article h1").count() >= 1, path
         assert page.locator("nav.md-nav--primary").count() == 1, path
-        visit.page.screenshot(path=str(visit.shots / f"page-{rel.replace('/', '-')}.png"))
+        name = "home" if rel == "." else rel.replace("/", "-")
+        visit.page.screenshot(path=str(visit.shots / f"page-{name}.png"))
 
 
 def test_states_page_shows_the_diagram(visit: Visit) -> None:
