@@ -21,7 +21,7 @@ cluster-down:
 	$(PY) -m slurm_fsm.localcluster down
 
 demo: setup               ## the main job: an example job twice through one persistent allocation
-	$(PY) -m slurm_fsm demo
+	@eval "$$(scripts/local-slurm up)"; $(PY) -m slurm_fsm demo
 
 lint: setup
 	$(VENV)/bin/ruff check slurm_fsm tests scripts benchmarks

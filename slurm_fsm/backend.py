@@ -18,6 +18,7 @@ Two implementations ship: :class:`slurm_fsm.subprocess_backend.SubprocessBackend
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -39,7 +40,38 @@ __all__ = [
     "StepInfo",
     "StepRequest",
     "StepResult",
+    "check_job_id",
+    "check_step_id",
+    "is_job_id",
+    "step_env",
 ]
+
+#: A Slurm job id as the tools print it: digits, optionally an array task (``123_4``) or
+#: a heterogeneous component (``123+1``). Never a sign, an option, a space or a ``;``.
+JOB_ID = re.compile(r"[1-9][0-9]{0,9}(?:_[0-9]{1,10}|\+[0-9]{1,5})?")
+#: A step id: its number, or one of Slurm's named steps.
+STEP_ID = re.compile(r"[0-9]{1,10}|batch|extern|interactive")
+
+
+def is_job_id(text: object) -> bool:
+    """True when ``text`` is a Slurm job id (:data:`JOB_ID`), safe on a command line."""
+    return isinstance(text, str) and JOB_ID.fullmatch(text) is not None
+
+
+def check_job_id(text: str) -> str:
+    """``text`` when it is a job id; ValueError otherwise. Every job id that reaches a
+    command line (squeue, scancel, srun, sacct, scontrol) passes here first."""
+    if not is_job_id(text):
+        raise ValueError(f"not a Slurm job id: {text!r}")
+    return text
+
+
+def check_step_id(text: str) -> str:
+    """``text`` when it is a step id (number, ``batch``, ``extern``); ValueError otherwise."""
+    if not (isinstance(text, str) and STEP_ID.fullmatch(text)):
+        raise ValueError(f"not a Slurm step id: {text!r}")
+    return text
+
 
 #: Slurm job states in which the job still holds (or will hold) resources.
 ACTIVE_STATES = frozenset(
@@ -213,8 +245,9 @@ class SlurmBackend(Protocol):
         """One job's squeue row. Raises JobNotFound when Slurm has no row."""
         ...
 
-    def find_jobs(self, name: str, user: str) -> list[JobInfo]:
-        """Jobs of ``user`` named ``name`` (never all users)."""
+    def find_jobs(self, name: str | None, user: str) -> list[JobInfo]:
+        """Jobs of ``user`` named ``name``, or all of ``user``'s jobs when ``name`` is
+        None (never all users)."""
         ...
 
     def allocate(self, request: AllocationRequest, wait_s: float = 10.0) -> str:

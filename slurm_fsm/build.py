@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Protocol, cast
 
 import attrs
+import javaproperties
 
 from slurm_fsm.backend import BatchRequest, SlurmBackend
 from slurm_fsm.clock import Clock, SystemClock
@@ -193,85 +194,13 @@ def resolve_gpu(spec: JobSpec, backend: SlurmBackend) -> str:
 
 
 # --------------------------------------------------------------------------- properties
-_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
-_BLANK = " \t\f"
-
-
-def _continues(line: str) -> bool:
-    """A line ending in an odd number of backslashes continues on the next one."""
-    n = len(line) - len(line.rstrip("\\"))
-    return n % 2 == 1
-
-
-def _unescape(text: str) -> str:
-    out: list[str] = []
-    i = 0
-    while i < len(text):
-        c = text[i]
-        if c != "\\":
-            out.append(c)
-            i += 1
-            continue
-        if i + 1 >= len(text):  # a lone trailing backslash (end of file) is dropped
-            break
-        nxt = text[i + 1]
-        if nxt == "u":
-            digits = text[i + 2 : i + 6]
-            if len(digits) != 4 or not all(d in "0123456789abcdefABCDEF" for d in digits):
-                raise ValueError(f"malformed \\uxxxx escape in {text!r}")
-            out.append(chr(int(digits, 16)))
-            i += 6
-            continue
-        out.append(_ESCAPES.get(nxt, nxt))
-        i += 2
-    return "".join(out)
-
-
-def _split_entry(logical: str) -> tuple[str, str]:
-    i = 0
-    while i < len(logical):
-        c = logical[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c in "=:" or c in _BLANK:
-            break
-        i += 1
-    key, rest = logical[:i], logical[i:].lstrip(_BLANK)
-    if rest[:1] in ("=", ":"):
-        rest = rest[1:].lstrip(_BLANK)
-    return _unescape(key), _unescape(rest).strip()
-
-
 def parse_properties(text: str) -> dict[str, str]:
-    """Parse Java properties text into a dict (a later key wins).
-
-    Java's syntax: lines whose first non-blank character is ``#`` or ``!``
-    are comments; an entry is ``key=value``, ``key: value`` or ``key value``
-    (the key ends at the first unescaped ``=``, ``:`` or blank); a line ending
-    in an odd number of backslashes continues on the next, whose leading
-    blanks are dropped; ``\\t \\n \\r \\f \\uXXXX`` and ``\\<char>`` are escapes.
-    One difference: values are stripped of surrounding whitespace (Java
-    keeps trailing blanks). Raises ValueError on a malformed ``\\u`` escape.
+    """Parse Java properties text into a dict (a later key wins), with ``javaproperties``
+    (comments, ``=``/``:``/blank separators, continuation lines, escapes and
+    ``\\uXXXX`` as Java reads them). One difference from Java: values are stripped
+    of surrounding whitespace. Raises ValueError on a malformed ``\\u`` escape.
     """
-    out: dict[str, str] = {}
-    logical: str | None = None
-    for raw in text.splitlines():
-        line = raw.lstrip(_BLANK)
-        if logical is None:
-            if not line or line[0] in "#!":
-                continue
-            logical = ""
-        if _continues(line):
-            logical += line[:-1]
-            continue
-        key, value = _split_entry(logical + line)
-        out[key] = value
-        logical = None
-    if logical is not None:  # the file ended on a continuation
-        key, value = _split_entry(logical)
-        out[key] = value
-    return out
+    return {key: value.strip() for key, value in javaproperties.loads(text).items()}
 
 
 def read_properties(path: Path) -> dict[str, str]:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from slurm_fsm.backend import SlurmBackend
-from slurm_fsm.errors import JobNotFound, SlurmFsmError, SpecError, StateFileError
+from slurm_fsm.errors import SlurmFsmError, SpecError, StateFileError
 from slurm_fsm.spec import JobSpec
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_ERROR", "main"]
@@ -27,15 +27,34 @@ EXIT_BAD_INPUT = 2
 EXIT_ERROR = 3
 
 
+EXIT_CODES_HELP = """exit codes:
+  0  PASSED, RELEASED (status, plan, diagram: done)
+  1  FAILED, TIMEOUT, HANG_DETECTED, OUT_OF_MEMORY, CANCELLED
+  2  bad input: the spec or a file it names (nothing was sent to Slurm)
+  3  ERROR, BUILD_FAILED (Slurm or the setup failed; the report says why)
+  128+N  stopped by signal N (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP)"""
+
+
+def _version() -> str:
+    from slurm_fsm import __version__
+
+    return __version__
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="slurm-fsm",
         description="Run test and benchmark jobs on Slurm through a persistent allocation.",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     def spec_command(name: str, help_text: str) -> argparse.ArgumentParser:
-        c = sub.add_parser(name, help=help_text, description=help_text)
+        c = sub.add_parser(name, help=help_text, description=help_text,
+                           epilog=EXIT_CODES_HELP,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
         c.add_argument("spec", type=Path, help="path of job_spec.json")
         c.add_argument("--json", action="store_true", help="print JSON only on stdout")
         c.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
@@ -50,12 +69,13 @@ def _parser() -> argparse.ArgumentParser:
     spec_command("plan", "show what step 0 would do now and which Slurm commands it "
                          "would issue, changing nothing")
     d = sub.add_parser("diagram", help="print the state diagram")
-    d.add_argument("--format", choices=("mermaid", "dot"), default="mermaid")
+    d.add_argument("--format", choices=("mermaid", "dot"), default="mermaid",
+                   help="mermaid (default; renders in GitHub and notebooks) or Graphviz dot")
     demo = sub.add_parser("demo", help="run an example job twice through one persistent "
                                        "allocation on the local Slurm cluster")
     demo.add_argument("--fake", action="store_true", help="use the fake cluster")
     demo.add_argument("--keep", action="store_true", help="do not release the allocation")
-    demo.add_argument("--quiet", "-q", action="store_true")
+    demo.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
     return p
 
 
@@ -69,13 +89,8 @@ def _backend(kind: str) -> SlurmBackend:
     from slurm_fsm.subprocess_backend import SubprocessBackend
 
     if not os.environ.get("SLURM_CONF") and not Path("/etc/slurm/slurm.conf").exists():
-        from slurm_fsm import localcluster
-
-        info = localcluster.current()
-        if info is not None:  # no Slurm configured, but the project's local cluster is up
-            os.environ["SLURM_CONF"] = str(info.slurm_conf)
-            print(f"slurm-fsm: no SLURM_CONF set; using the local cluster at {info.slurm_conf}",
-                  file=sys.stderr)
+        print("slurm-fsm: no SLURM_CONF set and no /etc/slurm/slurm.conf: Slurm's tools may "
+              "not find a cluster", file=sys.stderr)
     return SubprocessBackend()
 
 
@@ -110,7 +125,11 @@ def _raise_stopped(signum: int, _frame: object) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:  # bare `slurm-fsm`: the help, not a usage error
+        parser.print_help()
+        return 0
     previous: dict[signal.Signals, Any] = {}
     if threading.current_thread() is threading.main_thread():
         for stop in (signal.SIGTERM, signal.SIGHUP):
@@ -191,30 +210,10 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _status(spec: JobSpec, backend: SlurmBackend, as_json: bool) -> int:
-    from slurm_fsm.state import StateStore
+    from slurm_fsm.allocation import Allocation
 
-    store = StateStore(spec.state_path)
-    alloc = store.read()
-    if alloc is None:
-        data: dict[str, object] = {"allocation": None, "state_file": str(store.path)}
-        _emit(data, f"no allocation (no state file at {store.path})", as_json, sys.stdout)
-        return 0
-    data = {"allocation": alloc.job_id, "state_file": str(store.path),
-            "nodelist": alloc.nodelist, "partition": alloc.partition, "nodes": alloc.nodes,
-            "container_name": alloc.container_name, "installed": alloc.installed}
-    try:
-        info = backend.query_job(alloc.job_id)
-    except JobNotFound:
-        data.update(slurm_state=None, time_left=None)
-        text = (f"allocation {alloc.job_id}: gone from Slurm (the state file is stale; the "
-                "next run drops it)")
-    else:
-        data.update(slurm_state=info.state, time_left=info.time_left.as_slurm(),
-                    job_name=info.name, user=info.user)
-        text = (f"allocation {alloc.job_id}: {info.state}, {info.time_left} left, "
-                f"{alloc.nodes} node(s) {alloc.nodelist} on {alloc.partition}, container "
-                f"{alloc.container_name or '-'}, installed {alloc.installed}")
-    _emit(data, text, as_json, sys.stdout)
+    status = Allocation.for_spec(spec, backend).status()
+    _emit(status.to_dict(), status.render_text(), as_json, sys.stdout)
     return 0
 
 

@@ -5,7 +5,11 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
-__all__ = ["Clock", "SystemClock"]
+__all__ = [
+    "Clock",
+    "SystemClock",
+    "backoff",
+]
 
 
 class Clock(Protocol):

@@ -36,6 +36,8 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "slurm_fsm.executor",
     "slurm_fsm.progress",
     "slurm_fsm.build",
+    "slurm_fsm.allocation",
+    "slurm_fsm.plan",
     "slurm_fsm.state",
     "slurm_fsm.machine",
     "slurm_fsm.backend",
@@ -53,13 +55,14 @@ DIAGRAM_MARKER = "<!-- slurm_fsm:state-diagram -->"
 
 #: The Slurm commands the work of each trigger/state issues (backend calls).
 WORK_COMMANDS: dict[str, str] = {
-    "start": "none (reads the state file)",
+    "start": "none (checks the state file can be written, then reads it)",
     "release": "`squeue -j ID` (owner check), `scancel ID`",
     "Validating": "`squeue -j ID -h -o ...` (one query)",
     "Expiring": "`scancel ID`",
     "Incompatible": "`scancel ID`",
-    "Allocating": "`srun --help` (only with an image), `squeue -u USER --name=NAME`, "
-                  "`scancel` per orphan, `salloc --no-shell ...`, `squeue -j ID` until RUNNING",
+    "Allocating": "`srun --help` (only with an image), `squeue -u USER` (orphans: this "
+                  "checkout's tag, or untagged under the job name), `scancel` per orphan, "
+                  "`salloc --no-shell ...`, `squeue -j ID` until RUNNING",
     "Importing": "`srun --jobid=ID -N n --ntasks-per-node=1 --container-image=IMG "
                  "--container-name=NAME true`, `srun ... ls <mount>` per mount, "
                  "`srun ... nvidia-smi --query-compute-apps=...`",

@@ -67,6 +67,7 @@ __all__ = [
     "ensure_packages",
     "log_tails",
     "main",
+    "missing_commands",
     "status",
     "up",
 ]

@@ -34,7 +34,6 @@ or to the end of step 0 with :meth:`AllocationMachine.prepare`.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
 from collections.abc import Callable, Collection, Iterator, Sequence
@@ -67,6 +66,7 @@ from slurm_fsm.errors import (
     SlurmFsmError,
     StateFileError,
 )
+from slurm_fsm.ownership import Ownership, checkout_tag, describe, ownership
 from slurm_fsm.spec import DEFAULT_JOB_NAME_SUFFIX, JobSpec
 from slurm_fsm.state import AllocState, StateStore
 
@@ -80,10 +80,17 @@ __all__ = [
     "SetupFailed",
     "State",
     "Transition",
+    "dot_diagram",
+    "incompatibilities",
     "is_compatible",
     "is_ours",
     "job_expiring",
+    "mermaid_diagram",
+    "owner_of",
+    "remaining_after",
+    "repo_tag",
     "same_container",
+    "state_job_names",
 ]
 
 #: An allocation with this much time left or less is not reused (procedure 0C).
@@ -155,6 +162,7 @@ class Seen:
     error: str = ""
     state_file: AllocState | None = None
     state_file_problem: str = ""
+    owner: Ownership | None = None  # whose ``info`` is (slurm_fsm.ownership)
 
 
 # --------------------------------------------------------------------------------------
@@ -166,18 +174,31 @@ def job_expiring(info: JobInfo, margin_s: int = EXPIRY_MARGIN_S) -> bool:
     return info.time_left.is_finite and (info.time_left.seconds or 0) <= margin_s
 
 
-def is_compatible(alloc: AllocState, spec: JobSpec) -> bool:
-    """Same partition, at least as many nodes, same image (procedure 0C); also the same
-    account (hours are charged to it) and, when the spec asks for GPUs per node, at
-    least as many."""
+def incompatibilities(alloc: AllocState, spec: JobSpec) -> list[str]:
+    """Why the allocation cannot serve the spec, one line per rule broken: same
+    partition, at least as many nodes, same image (procedure 0C); also the same account
+    (hours are charged to it) and, when the spec asks for GPUs per node, at least as
+    many. ``[]`` means compatible."""
     p = spec.slurm_params
-    return (
-        alloc.partition == p.partition
-        and alloc.account == p.account
-        and alloc.nodes >= p.nodes
-        and (alloc.docker_image or None) == (spec.docker_image or None)
-        and (p.gpus_per_node is None or (alloc.gpus_per_node or 0) >= p.gpus_per_node)
-    )
+    out = []
+    if alloc.partition != p.partition:
+        out.append(f"partition {p.partition!r} is not the allocation's {alloc.partition!r}")
+    if alloc.account != p.account:
+        out.append(f"account {p.account!r} is not the allocation's {alloc.account!r}")
+    if alloc.nodes < p.nodes:
+        out.append(f"nodes {p.nodes} is more than the allocation's {alloc.nodes}")
+    if (alloc.docker_image or None) != (spec.docker_image or None):
+        out.append(f"docker_image {spec.docker_image!r} is not the allocation's "
+                   f"{alloc.docker_image!r}")
+    if p.gpus_per_node is not None and (alloc.gpus_per_node or 0) < p.gpus_per_node:
+        out.append(f"gpus_per_node {p.gpus_per_node} is more than the allocation's "
+                   f"{alloc.gpus_per_node or 0}")
+    return out
+
+
+def is_compatible(alloc: AllocState, spec: JobSpec) -> bool:
+    """No rule of :func:`incompatibilities` is broken."""
+    return not incompatibilities(alloc, spec)
 
 
 def same_container(alloc: AllocState, spec: JobSpec) -> bool:
@@ -185,10 +206,20 @@ def same_container(alloc: AllocState, spec: JobSpec) -> bool:
     return spec.docker_image is None or alloc.container_name == spec.container_name
 
 
-def is_ours(info: JobInfo, user: str, job_name: str | Collection[str]) -> bool:
-    """The job carries our job name (one of them) and runs as our user."""
-    names = {job_name} if isinstance(job_name, str) else set(job_name)
-    return info.name in names and (not info.user or info.user == user)
+def owner_of(info: JobInfo, user: str, spec: JobSpec,
+             names: Collection[str] | None = None) -> Ownership:
+    """Whose ``info`` is, seen from ``spec``'s checkout: :func:`slurm_fsm.ownership.ownership`
+    with this checkout's tag; ``names`` (default: the spec's job name) are the names an
+    untagged job of ours may carry."""
+    return ownership(info, user=user, tag=repo_tag(spec),
+                     names=names if names is not None else {spec.job_name})
+
+
+def is_ours(info: JobInfo, user: str, spec: JobSpec,
+            names: Collection[str] | None = None) -> bool:
+    """Ours to reuse, cancel or release: this checkout's tag whatever the job name, or
+    untagged under one of ``names`` (see :mod:`slurm_fsm.ownership`)."""
+    return owner_of(info, user, spec, names).ours
 
 
 def state_job_names(alloc: AllocState | None, spec: JobSpec) -> set[str]:
@@ -202,14 +233,7 @@ def state_job_names(alloc: AllocState | None, spec: JobSpec) -> set[str]:
 
 def repo_tag(spec: JobSpec) -> str:
     """The ``--comment`` of this checkout's allocations: which repo root they serve."""
-    digest = hashlib.sha256(str(spec.repo_root).encode()).hexdigest()[:16]
-    return f"slurm_fsm:repo={digest}"
-
-
-def is_orphan_of(job: JobInfo, spec: JobSpec) -> bool:
-    """A job found by name is this checkout's orphan unless another checkout tagged it
-    (untagged jobs, e.g. made by the original procedure, are taken as orphans)."""
-    return not job.comment or job.comment == repo_tag(spec)
+    return checkout_tag(spec.repo_root)
 
 
 def remaining_after(info: JobInfo, seen_at: float, now: float) -> Duration:
@@ -249,18 +273,21 @@ EDGES: tuple[Edge, ...] = (
          step="0C", doc="controller unreachable: retry with backoff"),
     Edge("advance", S.Validating, S.Failed, ("controller_unreachable",), step="0C",
          doc="controller unreachable: give up, state file kept"),
+    Edge("advance", S.Validating, S.NoState, unless=("job_is_ours",), step="0C",
+         doc="job id names a job that is not ours (another user, another checkout's "
+             "tag, untagged under another name): state dropped, never cancelled"),
     Edge("advance", S.Validating, S.Validating, ("job_pending", "pending_wait_left"),
          step="0C", doc="allocation still pending: wait, do not cancel"),
     Edge("advance", S.Validating, S.Failed, ("job_pending",), step="0C",
          doc="allocation pending too long: state file kept"),
-    Edge("advance", S.Validating, S.NoState, unless=("job_is_ours",), step="0C",
-         doc="job id now names another job: state dropped, never cancelled"),
     Edge("advance", S.Validating, S.Expiring, ("job_running", "job_expiring"), step="0C",
          doc="<= 5 min left"),
     Edge("advance", S.Validating, S.Incompatible, unless=("job_running",), step="0C",
          doc="not RUNNING"),
     Edge("advance", S.Validating, S.Incompatible, unless=("is_compatible",), step="0C",
          doc="params incompatible"),
+    Edge("advance", S.Validating, S.Incompatible, unless=("same_job_name",), step="0C",
+         doc="ours under another job name (alloc_job_name changed)"),
     Edge("advance", S.Validating, S.Ready, ("same_container", "setup_complete"), step="0C/0F",
          doc="reuse"),
     Edge("advance", S.Validating, S.Importing, unless=("same_container",), step="0F",
@@ -468,8 +495,10 @@ class AllocationMachine:
         return since is None or self.clock.now() - since < self.pending_wait_s
 
     def job_is_ours(self, _: EventData) -> bool:
-        return self.seen.info is not None and is_ours(
-            self.seen.info, self.user, state_job_names(self.alloc, self.spec))
+        return self.seen.info is not None and self.seen.owner is not None and self.seen.owner.ours
+
+    def same_job_name(self, _: EventData) -> bool:
+        return self.seen.info is not None and self.seen.info.name == self.spec.job_name
 
     def job_running(self, _: EventData) -> bool:
         return self.seen.info is not None and self.seen.info.state == "RUNNING"
@@ -520,6 +549,12 @@ class AllocationMachine:
 
     def _read_state_file(self) -> None:
         self.seen = Seen()
+        problem = self.store.writable_problem()
+        if problem is not None:
+            # checked before anything is allocated: an allocation whose state file cannot
+            # be written would be leaked by every run
+            raise StateFileError(str(self.store.path), f"{problem}; the state file cannot "
+                                 "be written, so nothing was allocated")
         try:
             self.alloc = self.store.read()
         except StateFileError as exc:
@@ -577,6 +612,21 @@ class AllocationMachine:
         self.seen.info = info
         self.seen.at = self.clock.now()
         self._reason = f"allocation {job_id} {info.state}, {info.time_left} left"
+        owner = self.seen.owner = owner_of(info, self.user, self.spec,
+                                           state_job_names(self.alloc, self.spec))
+        if not owner.ours:
+            # never reused, never cancelled, whatever its state (a pending job of another
+            # checkout is not waited for either)
+            self._warn(
+                f"state file names job {job_id}, but it is not ours: it is "
+                f"{describe(info, owner)}, and this checkout is {repo_tag(self.spec)} of user "
+                f"{self.user!r}; it is left alone (never reused, never cancelled) and the "
+                "state file is dropped"
+            )
+            self._reason = f"job {job_id} is {owner.value}: state file dropped"
+            self.store.delete()
+            self.alloc = None
+            return
         if info.state in ("PENDING", "CONFIGURING"):
             if self._pending_since is None:
                 self._pending_since = self.clock.now()
@@ -588,15 +638,9 @@ class AllocationMachine:
                 )
             return
         self._pending_since = None
-        if not is_ours(info, self.user, state_job_names(self.alloc, self.spec)):
-            self._warn(
-                f"state file names job {job_id}, but that job is {info.name!r} of user "
-                f"{info.user!r}, not ours ({self.spec.job_name!r} of {self.user!r}); it is "
-                "left alone and the state file is dropped"
-            )
-            self.store.delete()
-            self.alloc = None
-            return
+        if info.name != self.spec.job_name:
+            self._log(f"Allocation {job_id} is this checkout's but named {info.name!r}, not "
+                      f"{self.spec.job_name!r} (alloc_job_name changed): it is replaced.")
         if info.state == "RUNNING" and job_expiring(info):
             self._warn(f"Allocation expiring soon: {job_id} has {info.time_left} left.")
         if info.state == "RUNNING" and self.alloc is not None and not self.alloc.nodelist:
@@ -622,14 +666,17 @@ class AllocationMachine:
                 f"docker_image {spec.docker_image!r} is set but this Slurm has no pyxis "
                 "(srun --help lacks --container-image); nothing was allocated"
             )
-        # 0D: orphans of this user with our job name.
-        for job in self.backend.find_jobs(spec.job_name, self.user):
-            if (job.job_id in self._cancelled or job.state == "COMPLETING"
-                    or not is_ours(job, self.user, spec.job_name)):
-                continue  # already cancelled by us, ending anyway, or not ours
-            if not is_orphan_of(job, spec):
+        # 0D: orphans: this user's jobs with this checkout's tag (whatever their name, an
+        # earlier alloc_job_name included) or untagged under our job name. One squeue of
+        # this user's jobs; the name is not a filter, the tag decides.
+        for job in self.backend.find_jobs(None, self.user):
+            if job.job_id in self._cancelled or job.state == "COMPLETING" or not job.is_active:
+                continue  # already cancelled by us, or ending anyway
+            owner = owner_of(job, self.user, spec)
+            if owner is Ownership.OTHER_CHECKOUT and job.name == spec.job_name:
                 self.notes.append(f"allocation {job.job_id} has our job name but belongs to "
                                   f"another checkout ({job.comment}); left alone")
+            if not owner.ours:
                 continue
             self.backend.cancel(job.job_id)
             self._cancelled.add(job.job_id)
@@ -832,11 +879,13 @@ class AllocationMachine:
         except JobNotFound:
             info = None
         if info is not None:
-            if not is_ours(info, self.user, state_job_names(alloc, self.spec)):
+            owner = owner_of(info, self.user, self.spec, state_job_names(alloc, self.spec))
+            if not owner.ours:
                 raise NotOurJobError(
                     job_id,
-                    f"it is {info.name!r} of user {info.user!r}, not {self.spec.job_name!r} "
-                    f"of {self.user!r}; the state file {self.store.path} is kept",
+                    f"it is {describe(info, owner)}, not this checkout's "
+                    f"({repo_tag(self.spec)}, user {self.user!r}); the state file "
+                    f"{self.store.path} is kept",
                 )
             self.backend.cancel(job_id)
         self.store.delete()

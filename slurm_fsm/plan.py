@@ -9,7 +9,6 @@ and answered as if it had worked.
 from __future__ import annotations
 
 import shlex
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -31,9 +30,10 @@ from slurm_fsm.backend import (
 )
 from slurm_fsm.clock import Clock
 from slurm_fsm.duration import Duration
+from slurm_fsm.errors import StateFileError
 from slurm_fsm.machine import AllocationMachine, State
 from slurm_fsm.spec import JobSpec
-from slurm_fsm.state import StateStore
+from slurm_fsm.state import MAX_STATE_BYTES, StateStore, read_regular_file
 
 __all__ = ["Plan", "PlanBackend", "make_plan"]
 
@@ -95,7 +95,7 @@ class PlanBackend:
                            time_left=Duration.parse("UNLIMITED"))
         return self.real.query_job(job_id)
 
-    def find_jobs(self, name: str, user: str) -> list[JobInfo]:
+    def find_jobs(self, name: str | None, user: str) -> list[JobInfo]:
         self._ask(slurmcli.squeue_find_argv(name, user))
         return self.real.find_jobs(name, user)
 
@@ -146,8 +146,13 @@ def make_plan(spec: JobSpec, real: SlurmBackend, *, clock: Clock | None = None) 
     backend = PlanBackend(real)
     with tempfile.TemporaryDirectory(prefix="slurm_fsm-plan-") as tmp:
         scratch = Path(tmp)
-        if spec.state_path.exists():
-            shutil.copy2(spec.state_path, scratch / spec.state_path.name)
+        problem = ""
+        try:  # bounded, regular files only: a FIFO or /dev/zero there is not copied
+            raw = read_regular_file(spec.state_path, MAX_STATE_BYTES)
+        except StateFileError as exc:
+            raw, problem = None, f"{exc}; handled like a missing state file"
+        if raw is not None:
+            (scratch / spec.state_path.name).write_bytes(raw)
         m = AllocationMachine(
             spec, backend, clock=clock, store=StateStore(scratch / spec.state_path.name),
             salloc_log=scratch / ".salloc.log", unreachable_retries=0, pending_wait_s=0,
@@ -159,6 +164,6 @@ def make_plan(spec: JobSpec, real: SlurmBackend, *, clock: Clock | None = None) 
         commands=backend.commands,
         would_change=backend.would_change,
         reasons=[f"{t.source} -> {t.dest}: {t.reason}" for t in m.history],
-        warnings=list(m.warnings) + ([m.failure.message] if m.failure and
-                                     state is State.Failed else []),
+        warnings=([problem] if problem else []) + list(m.warnings)
+        + ([m.failure.message] if m.failure and state is State.Failed else []),
     )

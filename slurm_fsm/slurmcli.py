@@ -190,11 +190,13 @@ def squeue_job_argv(job_id: str) -> list[str]:
     return ["squeue", "-j", str(job_id), "-h", "-o", JOB_FORMAT]
 
 
-def squeue_find_argv(name: str, user: str) -> list[str]:
-    """``squeue`` for the jobs of ``user`` named ``name`` (never all users)."""
+def squeue_find_argv(name: str | None, user: str) -> list[str]:
+    """``squeue`` for the jobs of ``user`` named ``name``, or all of ``user``'s jobs when
+    ``name`` is None (never all users)."""
     if not user:
         raise ValueError("squeue by name needs a user: never list all users' jobs")
-    return ["squeue", "-u", user, f"--name={name}", "-h", "-o", JOB_FORMAT]
+    by_name = [f"--name={name}"] if name is not None else []
+    return ["squeue", "-u", user, *by_name, "-h", "-o", JOB_FORMAT]
 
 
 def squeue_steps_argv(job_id: str) -> list[str]:

@@ -4,13 +4,22 @@ Exactly the keys of procedure.md, so that files written by the original agent
 procedure and by slurm_fsm are readable both ways. Writes are atomic (temp file
 in the same folder, fsync, rename) and private (mode 0600). :class:`StateStore`
 also holds the inter-process lock that step 0 keeps from validation to Ready.
+
+Reads are bounded and of regular files only: a FIFO, a device (``/dev/zero``), a
+directory or a file over :data:`MAX_STATE_BYTES` at the state path is a
+:class:`~slurm_fsm.errors.StateFileError`, never a hang or a MemoryError. A
+``job_id`` that is not a Slurm job id (``-1``, ``--help``, ``12;rm``) makes the
+file corrupt too (:meth:`StateStore.read` refuses it, and the backends refuse such
+an id again), so no such text ever reaches a command line.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -21,10 +30,15 @@ import attrs
 import filelock
 from cattrs.errors import BaseValidationError
 
+from slurm_fsm.backend import is_job_id
 from slurm_fsm.convert import converter, problems_of
 from slurm_fsm.errors import SlurmFsmError, StateFileError
 
-__all__ = ["KEYS", "AllocState", "StateLockTimeout", "StateStore"]
+__all__ = ["KEYS", "MAX_STATE_BYTES", "AllocState", "StateLockTimeout", "StateStore",
+           "read_regular_file"]
+
+#: A state file is a few hundred bytes; anything larger is not one.
+MAX_STATE_BYTES = 64 * 1024
 
 
 class StateLockTimeout(SlurmFsmError, TimeoutError):
@@ -81,25 +95,60 @@ class StateStore:
         Raises StateFileError when the file is unreadable, half-written or
         lacks keys; callers treat that like a missing file.
         """
-        try:
-            text = self.path.read_text(encoding="utf-8")
-        except FileNotFoundError:
+        raw = read_regular_file(self.path, MAX_STATE_BYTES)
+        if raw is None:
             return None
-        except OSError as exc:
-            raise StateFileError(str(self.path), f"cannot read: {exc.strerror}") from None
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise StateFileError(str(self.path), "not UTF-8 text") from None
         try:
             data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise StateFileError(str(self.path), f"not valid JSON ({exc.msg})") from None
+        except (json.JSONDecodeError, RecursionError) as exc:
+            why = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deep"
+            raise StateFileError(str(self.path), f"not valid JSON ({why})") from None
         if not isinstance(data, dict):
             raise StateFileError(str(self.path), "not a JSON object")
+        if isinstance(data.get("job_id"), str) and not data["job_id"].strip():
+            raise StateFileError(str(self.path), "job_id: empty")
         try:
             state = converter.structure(data, AllocState)
         except BaseValidationError as exc:
             raise StateFileError(str(self.path), "; ".join(problems_of(exc))) from None
-        if not state.job_id.strip():
-            raise StateFileError(str(self.path), "job_id: empty")
+        if not is_job_id(state.job_id):
+            # the one check of ids from a file: -1, --help, "12;rm" never reach a command
+            # line (the backends refuse them too: slurm_fsm.backend.check_job_id)
+            raise StateFileError(str(self.path), f"job_id: not a Slurm job id: "
+                                 f"{state.job_id!r}")
         return state
+
+    def writable_problem(self) -> str | None:
+        """Why the state file could not be written here, or None when it can.
+
+        Step 0 asks before it allocates anything: an allocation whose state file
+        cannot be written would be leaked. The check is real (a temporary file is
+        created and removed next to the state file), so it holds for root too."""
+        where = self.path.parent
+        try:
+            where.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            return f"its folder {where} cannot be created ({exc.strerror or exc})"
+        try:
+            mode = os.lstat(self.path).st_mode
+        except FileNotFoundError:
+            mode = None
+        except OSError as exc:
+            return f"cannot be inspected ({exc.strerror or exc})"
+        if mode is not None and stat.S_ISDIR(mode):
+            return "is a directory, not a file"
+        try:
+            fd, probe = tempfile.mkstemp(prefix=".slurm_alloc.", suffix=".probe", dir=where)
+        except OSError as exc:
+            return f"its folder {where} is not writable ({exc.strerror or exc})"
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(probe)
+        return None
 
     def write(self, state: AllocState) -> None:
         """Atomically replace the file with ``state`` (mode 0600)."""
@@ -123,7 +172,8 @@ class StateStore:
             os.close(dir_fd)
 
     def delete(self) -> bool:
-        """Remove the file; True when there was one."""
+        """Remove the file (or whatever unusable thing is at its path, not a directory);
+        True when there was one."""
         try:
             self.path.unlink()
         except FileNotFoundError:
@@ -154,3 +204,51 @@ class StateStore:
             yield
         finally:
             self._lock.release()
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def read_regular_file(path: Path, limit: int) -> bytes | None:
+    """The bytes of ``path``, or None when nothing is there.
+
+    Only a regular file (a symlink to one is fine) of at most ``limit`` bytes is
+    read; anything else raises StateFileError at once. The open never blocks
+    (``O_NONBLOCK``: a FIFO without a writer does not hang it) and the read never
+    takes more than ``limit + 1`` bytes (``/dev/zero`` is refused before it)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # a socket, or a FIFO on some systems
+            raise StateFileError(str(path), "not a regular file; it cannot be read") from None
+        raise StateFileError(str(path), f"cannot read: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise StateFileError(str(path), f"{_kind(info.st_mode)}, not a regular file")
+        if info.st_size > limit:
+            raise StateFileError(str(path), f"{info.st_size} bytes, larger than any state "
+                                 f"file ({limit} bytes at most)")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= limit:
+            chunk = os.read(fd, limit + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:
+            raise StateFileError(str(path), f"larger than any state file ({limit} bytes at most)")
+        return b"".join(chunks)
+    except OSError as exc:
+        raise StateFileError(str(path), f"cannot read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)

@@ -44,6 +44,8 @@ from slurm_fsm.backend import (
     StepInfo,
     StepRequest,
     StepResult,
+    check_job_id,
+    check_step_id,
 )
 from slurm_fsm.errors import (
     AllocationFailed,
@@ -53,6 +55,7 @@ from slurm_fsm.errors import (
     ControllerUnreachable,
     JobNotFound,
 )
+from slurm_fsm.ownership import Ownership, ownership
 
 __all__ = [
     "CommandResult",
@@ -358,14 +361,15 @@ class SubprocessBackend:
 
     def query_job(self, job_id: str) -> JobInfo:
         """``squeue -j ID``: the job's row; JobNotFound when squeue has none."""
-        result = self._run(slurmcli.squeue_job_argv(job_id))
+        result = self._run(slurmcli.squeue_job_argv(check_job_id(job_id)))
         return self._parse(result, lambda text: slurmcli.parse_job(text, job_id))
 
-    def find_jobs(self, name: str, user: str) -> list[JobInfo]:
-        """``squeue -u USER --name=NAME``: that user's jobs of that exact name."""
+    def find_jobs(self, name: str | None, user: str) -> list[JobInfo]:
+        """``squeue -u USER --name=NAME``: that user's jobs of that exact name (every job
+        of that user when ``name`` is None)."""
         result = self._run(slurmcli.squeue_find_argv(name, user))
         jobs = self._parse(result, slurmcli.parse_jobs)
-        return [j for j in jobs if j.name == name and j.user == user]
+        return [j for j in jobs if (name is None or j.name == name) and j.user == user]
 
     def allocate(self, request: AllocationRequest, wait_s: float = 10.0) -> str:
         """Start ``salloc --no-shell`` detached and return the job id it creates.
@@ -445,10 +449,13 @@ class SubprocessBackend:
         raise self._allocation_failed(argv, rc, request.log_path, why)
 
     def _live_jobs(self, name: str, user: str, comment: str | None = None) -> list[JobInfo]:
-        """Live jobs of that name and user (and, when given, that ``--comment``: another
-        checkout's allocation of the same name is not ours to return or cancel)."""
+        """Live jobs of that name and user that this request could have made: with a
+        ``comment`` (a checkout's tag), only jobs that :func:`~slurm_fsm.ownership.ownership`
+        calls that checkout's (``TAGGED``; an untagged or another checkout's job of the
+        same name is never returned nor cancelled); without one, any job of that name."""
         jobs = [j for j in self.find_jobs(name, user) if j.state in _LIVE_STATES
-                and (comment is None or j.comment == comment)]
+                and (comment is None
+                     or ownership(j, user=user, tag=comment, names=name) is Ownership.TAGGED)]
         return sorted(jobs, key=lambda j: (len(j.job_id), j.job_id))
 
     def _reap_later(self, proc: subprocess.Popen[bytes]) -> None:
@@ -487,6 +494,7 @@ class SubprocessBackend:
         expired, completing), ControllerUnreachable, or CommandTimedOut at
         ``request.timeout_s`` (srun is sent SIGTERM, which ends the step).
         """
+        check_job_id(request.job_id)
         result = self._exec(slurmcli.srun_step_argv(request), request.timeout_s)
         err = self._classify(result)
         if isinstance(err, JobNotFound | ControllerUnreachable | CommandTimedOut):
@@ -496,7 +504,8 @@ class SubprocessBackend:
 
     def gpu_processes(self, job_id: str, nodes: int) -> list[GpuProcess]:
         """nvidia-smi's compute processes on every node of the allocation (host side)."""
-        result = self._run(slurmcli.gpu_processes_argv(job_id, nodes), self.probe_timeout_s)
+        result = self._run(slurmcli.gpu_processes_argv(check_job_id(job_id), nodes),
+                           self.probe_timeout_s)
         return self._parse(result, slurmcli.parse_gpu_processes)
 
     def probe_gpu_name(self, partition: str, account: str | None = None) -> str | None:
@@ -506,11 +515,14 @@ class SubprocessBackend:
 
     def list_steps(self, job_id: str) -> list[StepInfo]:
         """``squeue -s -j ID``: every step squeue lists (numeric, ``batch``, ``extern``)."""
-        result = self._run(slurmcli.squeue_steps_argv(job_id))
+        result = self._run(slurmcli.squeue_steps_argv(check_job_id(job_id)))
         return self._parse(result, lambda text: slurmcli.parse_steps(text, job_id))
 
     def cancel(self, job_id: str, step_id: str | None = None) -> None:
         """``scancel ID`` or ``scancel ID.STEP``; a job that is already gone is fine."""
+        check_job_id(job_id)
+        if step_id is not None:
+            check_step_id(step_id)
         with contextlib.suppress(JobNotFound):
             self._run(slurmcli.scancel_argv(job_id, step_id))
 
@@ -564,6 +576,7 @@ class SubprocessBackend:
         reason (slurmdbd unreachable) and scontrol does not know the job
         either, sacct's error is raised: that is not "job gone".
         """
+        check_job_id(job_id)
         sacct_error: BackendError | None
         try:
             result = self._run(slurmcli.sacct_argv(job_id))
@@ -587,7 +600,7 @@ class SubprocessBackend:
 
     def job_outcome_from_scontrol(self, job_id: str) -> JobOutcome:
         """``scontrol show job ID`` alone (known only until MinJobAge has passed)."""
-        result = self._run(slurmcli.scontrol_show_job_argv(job_id))
+        result = self._run(slurmcli.scontrol_show_job_argv(check_job_id(job_id)))
         return self._parse(result, lambda text: slurmcli.parse_scontrol_job(text, job_id))
 
     def has_container_support(self) -> bool:

@@ -118,3 +118,34 @@ def test_unexpected_error_still_prints_a_json_report(
     assert main(["run", str(spec), "--json", "--backend", "fake"]) == 3
     out = json.loads(capsys.readouterr().out)
     assert out["status"] == "ERROR" and "Permission denied" in out["summary"]
+
+
+def test_version_bare_help_and_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    from slurm_fsm import __version__
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.strip() == f"slurm-fsm {__version__}"
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: slurm-fsm") and "exit codes:" in out
+    for line in ("0  PASSED", "1  FAILED", "2  bad input", "3  ERROR", "128+N"):
+        assert line in out
+
+
+def test_every_option_has_help_text() -> None:
+    import argparse
+
+    from slurm_fsm.cli import _parser
+
+    parsers = [_parser()]
+    missing = []
+    while parsers:
+        p = parsers.pop()
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                parsers.extend(action.choices.values())
+            elif action.help in (None, "") and action.dest != "help":
+                missing.append(f"{p.prog} {'/'.join(action.option_strings) or action.dest}")
+    assert missing == []

@@ -321,8 +321,8 @@ def test_states_page_shows_the_diagram(visit: Visit) -> None:
 
 @pytest.mark.parametrize(("path", "names"), [
     ("api/spec/", ["JobSpec", "SlurmParams", "Mount", "Duration"]),
-    ("api/running/", ["Executor", "Events", "StderrEvents"]),
-    ("api/allocation/", ["StateStore", "AllocState"]),
+    ("api/running/", ["Executor", "Events", "StderrEvents", "make_plan"]),
+    ("api/allocation/", ["Allocation", "AllocationStatus", "StateStore", "AllocState"]),
     ("api/machine/", ["AllocationMachine", "State", "EDGES"]),
     ("api/backends/", ["SlurmBackend", "SubprocessBackend"]),
     ("api/report/", ["Report", "Status"]),

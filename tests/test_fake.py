@@ -117,3 +117,17 @@ def test_persistent_script_is_a_step_that_can_be_cancelled(fake_cluster: FakeClu
     assert run.poll() == 143
     assert fake_cluster.query_job(job).state == "RUNNING"  # the allocation stays
     assert (tmp_path / "log.txt").read_text() == "start\nHang detected\n"
+
+
+def test_make_spec_fits_the_default_fake_and_checks_like_a_file(tmp_path: Path) -> None:
+    from slurm_fsm import Executor, SpecError, Status
+    from slurm_fsm.testing import make_spec
+
+    spec = make_spec(tmp_path, model_name="qwen", slurm_params={"nodes": 2})
+    assert spec.model_name == "qwen" and spec.slurm_params.nodes == 2
+    assert spec.slurm_params.partition == "batch" and spec.script_path.is_file()
+    fake = FakeCluster()
+    fake.script(spec.script_path, FakeScript(lines=("=== 1 passed in 0.1s ===",)))
+    assert Executor(spec, fake, clock=fake.clock).run().status is Status.PASSED
+    with pytest.raises(SpecError, match=r"slurm_params\.nodes"):
+        make_spec(tmp_path, slurm_params={"nodes": 0})

@@ -387,12 +387,6 @@ def test_follower_on_big_file(big_log: Path, read_counter: dict[str, int]) -> No
     assert not fol.hang_detected
 
 
-def test_public_names() -> None:
-    assert set(logs.__all__) >= {"tail_lines", "head_lines", "grep", "LogFollower"}
-    for name in logs.__all__:
-        assert hasattr(logs, name)
-
-
 def test_follower_reads_a_burst_in_bounded_chunks(tmp_path: Path) -> None:
     from slurm_fsm.logs import LogFollower
 

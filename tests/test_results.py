@@ -538,11 +538,6 @@ def test_result_warnings() -> None:
     assert result_warnings(WorkflowType.CUSTOM, {}) == []
 
 
-def test_public_names() -> None:
-    for name in results.__all__:
-        assert hasattr(results, name)
-
-
 def test_errors_from_finds_compiler_and_build_tool_errors() -> None:
     from slurm_fsm.results import errors_from
 

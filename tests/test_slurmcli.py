@@ -68,11 +68,6 @@ def recorded(name: str) -> tuple[list[str], int, str, str]:
     )
 
 
-def test_all_names_exist() -> None:
-    for name in slurmcli.__all__:
-        assert hasattr(slurmcli, name), name
-
-
 # ------------------------------------------------------------------ builders
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from slurm_fsm.errors import StateFileError
-from slurm_fsm.state import KEYS, AllocState, StateStore
+from slurm_fsm.state import KEYS, MAX_STATE_BYTES, AllocState, StateStore
 
 #: A state file as the original agent procedure writes it (procedure.md).
 ORIGINAL = """{"job_id": "123", "container_name": "llama_auto_test", "nodelist": "node[01-02]",
@@ -143,3 +143,132 @@ def test_lock_timeout_is_a_clear_error(tmp_path: Path) -> None:
                 pass
         finally:
             holder.kill()
+
+
+# --------------------------------------------------- bounded reads of regular files only
+
+
+def test_fifo_is_refused_at_once(tmp_path: Path) -> None:
+    """A FIFO with no writer: the open does not block, the read is refused."""
+    store = StateStore(tmp_path / ".slurm_alloc.json")
+    os.mkfifo(store.path)
+    code = textwrap.dedent(f"""
+        from pathlib import Path
+        from slurm_fsm.errors import StateFileError
+        from slurm_fsm.state import StateStore
+        try:
+            StateStore(Path({str(store.path)!r})).read()
+        except StateFileError as exc:
+            print(exc)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=20, check=False)
+    assert out.returncode == 0, out.stderr
+    assert f"state file {store.path}: a FIFO, not a regular file" in out.stdout
+
+
+@pytest.mark.parametrize("target", ["/dev/zero", "/dev/null", "/dev/urandom"])
+def test_devices_are_refused_without_reading_them(tmp_path: Path, target: str) -> None:
+    store = StateStore(tmp_path / ".slurm_alloc.json")
+    store.path.symlink_to(target)
+    with pytest.raises(StateFileError, match="a character device, not a regular file"):
+        store.read()
+
+
+def test_directory_and_oversized_files_are_refused(tmp_path: Path) -> None:
+    store = StateStore(tmp_path / ".slurm_alloc.json")
+    store.path.mkdir()
+    with pytest.raises(StateFileError, match="a directory, not a regular file"):
+        store.read()
+    store.path.rmdir()
+    store.path.write_bytes(b" " * (MAX_STATE_BYTES + 1))
+    with pytest.raises(StateFileError, match="larger than any state file"):
+        store.read()
+
+
+@pytest.mark.parametrize(("content", "reason"), [
+    (b'{"job_id": "\xff\xfe"}', "not UTF-8 text"),
+    (b"[" * 60_000, "not valid JSON"),
+])
+def test_undecodable_files_are_corrupt(tmp_path: Path, content: bytes, reason: str) -> None:
+    store = StateStore(tmp_path / ".slurm_alloc.json")
+    store.path.write_bytes(content)
+    with pytest.raises(StateFileError, match=reason):
+        store.read()
+
+
+@pytest.mark.parametrize("bad", ["-1", "--help", "12;rm", "12 13", "0", "$(id)", -1])
+def test_a_job_id_that_is_not_one_makes_the_file_corrupt(tmp_path: Path, bad: object) -> None:
+    store = StateStore(tmp_path / ".slurm_alloc.json")
+    data = json.loads(ORIGINAL)
+    data["job_id"] = bad
+    store.path.write_text(json.dumps(data))
+    with pytest.raises(StateFileError, match="job_id: not a Slurm job id"):
+        store.read()
+
+
+def test_writable_problem(tmp_path: Path) -> None:
+    store = StateStore(tmp_path / "work_dirs" / ".slurm_alloc.json")
+    assert store.writable_problem() is None  # the folder is created
+    assert [p.name for p in store.path.parent.iterdir()] == []  # the probe is gone
+    store.path.mkdir()
+    assert store.writable_problem() == "is a directory, not a file"
+    store.path.rmdir()
+    os.mkfifo(store.path)  # replaceable by the atomic write: not a problem
+    assert store.writable_problem() is None
+    blocked = StateStore(tmp_path / "file" / "work_dirs" / ".slurm_alloc.json")
+    (tmp_path / "file").write_text("a file where a folder should be")
+    assert "cannot be created" in (blocked.writable_problem() or "")
+
+
+# --------------------------------------------------------------- the CLI on such paths
+
+
+def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "job.slurm").write_text("#!/bin/bash\nsrun true\n")
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({
+        "script_path": "job.slurm", "work_dir": "work", "model_name": "m",
+        "workflow_type": "custom", "repo_root": ".",
+        "slurm_params": {"partition": "batch", "account": "acct"},
+    }))
+    return subprocess.run([sys.executable, "-m", "slurm_fsm", args[0], str(spec), *args[1:],
+                           "--backend", "fake"], capture_output=True, text=True, timeout=60,
+                          check=False, cwd=tmp_path)
+
+
+@pytest.mark.parametrize("command", ["run", "status", "release"])
+def test_cli_does_not_hang_on_a_fifo_state_file(tmp_path: Path, command: str) -> None:
+    state = tmp_path / "work_dirs" / ".slurm_alloc.json"
+    state.parent.mkdir()
+    os.mkfifo(state)
+    out = _cli(tmp_path, command)
+    assert "a FIFO, not a regular file" in out.stderr
+    assert "Traceback" not in out.stderr
+    # status reports the unusable file as bad input; run and release go on without it
+    assert out.returncode == (2 if command == "status" else 0), out.stderr
+
+
+def test_cli_state_path_that_is_a_directory_is_an_error_before_slurm(tmp_path: Path) -> None:
+    state = tmp_path / "work_dirs" / ".slurm_alloc.json"
+    state.mkdir(parents=True)
+    out = _cli(tmp_path, "run", "--json")
+    assert out.returncode == 3, out.stderr
+    report = json.loads(out.stdout)
+    assert report["status"] == "ERROR"
+    assert "is a directory" in report["summary"] and "nothing was allocated" in report["summary"]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+def test_plan_does_not_copy_what_is_not_a_state_file(tmp_path: Path, kind: str) -> None:
+    state = tmp_path / "work_dirs" / ".slurm_alloc.json"
+    state.parent.mkdir()
+    if kind == "fifo":
+        os.mkfifo(state)
+    else:
+        state.symlink_to("/dev/zero")
+    out = _cli(tmp_path, "plan", "--json")
+    assert out.returncode == 0, out.stderr
+    plan = json.loads(out.stdout)
+    assert plan["path"] == ["NoState", "Allocating", "Ready"]
+    assert any("not a regular file" in w for w in plan["warnings"])

@@ -1,4 +1,5 @@
-"""Test helpers for orchestrator authors: the in-memory Slurm and its pytest fixture."""
+"""Test helpers for orchestrator authors: the in-memory Slurm, its pytest fixture and
+``make_spec``."""
 
 from slurm_fsm.testing.fake import (
     Call,
@@ -10,6 +11,7 @@ from slurm_fsm.testing.fake import (
     FakeScript,
     StepRule,
 )
+from slurm_fsm.testing.specs import make_spec
 
 __all__ = [
     "Call",
@@ -20,4 +22,5 @@ __all__ = [
     "FakeNode",
     "FakeScript",
     "StepRule",
+    "make_spec",
 ]

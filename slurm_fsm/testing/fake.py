@@ -34,6 +34,8 @@ from slurm_fsm.backend import (
     StepInfo,
     StepRequest,
     StepResult,
+    check_job_id,
+    check_step_id,
 )
 from slurm_fsm.duration import Duration
 from slurm_fsm.errors import (
@@ -329,6 +331,13 @@ class FakeCluster:
     # ------------------------------------------------------------------ internals
     def _call(self, op: str, **args: Any) -> None:
         self.calls.append(Call(op, args))
+        # like SubprocessBackend: a job id that is not one never reaches a "command line"
+        if args.get("job_id") is not None:
+            check_job_id(args["job_id"])
+        if args.get("step_id") is not None:
+            check_step_id(args["step_id"])
+        if op == "run_step":
+            check_job_id(args["request"].job_id)
         queued = self._faults.get(op)
         if queued:
             raise queued.pop(0)
@@ -440,10 +449,10 @@ class FakeCluster:
         self._call("query_job", job_id=job_id)
         return self._info(self._job(job_id))
 
-    def find_jobs(self, name: str, user: str) -> list[JobInfo]:
+    def find_jobs(self, name: str | None, user: str) -> list[JobInfo]:
         self._call("find_jobs", name=name, user=user)
         return [self._info(j) for j in self.jobs.values()
-                if j.active and j.name == name and j.user == user]
+                if j.active and (name is None or j.name == name) and j.user == user]
 
     def allocate(self, request: AllocationRequest, wait_s: float = 10.0) -> str:
         self._call("allocate", request=request)

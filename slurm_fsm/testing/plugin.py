@@ -6,6 +6,8 @@ import pytest
 
 from slurm_fsm.testing.fake import FakeCluster
 
+__all__ = ["fake_cluster"]
+
 
 @pytest.fixture
 def fake_cluster() -> FakeCluster:

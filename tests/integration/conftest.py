@@ -18,6 +18,8 @@ import pytest
 from slurm_fsm import localcluster
 from slurm_fsm.localcluster import ClusterInfo, LocalClusterError
 
+from .helpers import JobNames
+
 LEFTOVER_GRACE_SECONDS = 5.0
 
 
@@ -89,3 +91,13 @@ def local_cluster() -> Iterator[ClusterInfo]:
                 localcluster.down()
     if problem:
         pytest.fail(problem, pytrace=False)
+
+
+@pytest.fixture
+def names(local_cluster: ClusterInfo) -> Iterator[JobNames]:
+    """Unique job names for one test; every job of those names is cancelled at its end."""
+    n = JobNames(local_cluster.user)
+    try:
+        yield n
+    finally:
+        n.cleanup()

@@ -10,7 +10,6 @@ job has a name of its own (helpers.JobNames), cancelled at the end of each test.
 from __future__ import annotations
 
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 
 import attrs
@@ -44,15 +43,6 @@ class Recorder(Events):
 
     def message(self, text: str) -> None:
         self.messages.append(text)
-
-
-@pytest.fixture
-def names(local_cluster: ClusterInfo) -> Iterator[JobNames]:
-    n = JobNames(local_cluster.user)
-    try:
-        yield n
-    finally:
-        n.cleanup()
 
 
 def ever_named(name: str) -> list[tuple[str, str]]:

@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import attrs
@@ -22,15 +21,6 @@ from slurm_fsm.localcluster import ClusterInfo
 from .helpers import JobNames, spec_dict
 
 pytestmark = pytest.mark.slurm
-
-
-@pytest.fixture
-def names(local_cluster: ClusterInfo) -> Iterator[JobNames]:
-    n = JobNames(local_cluster.user)
-    try:
-        yield n
-    finally:
-        n.cleanup()
 
 
 def test_two_runs_at_once_share_one_allocation_one_after_the_other(

@@ -9,7 +9,7 @@ end: the fake's clock is advanced, the real one is made with a 5-minute limit.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -238,15 +238,6 @@ SCENARIOS: dict[str, tuple[Callable[[World], Outcome], Outcome]] = {
     "bad partition": (bad_partition, Outcome(("NoState", "Allocating", "Failed"),
                                              State.Failed, False, False, None, 0)),
 }
-
-
-@pytest.fixture
-def names(local_cluster: ClusterInfo) -> Iterator[JobNames]:
-    n = JobNames(local_cluster.user)
-    try:
-        yield n
-    finally:
-        n.cleanup()
 
 
 @pytest.mark.parametrize("scenario", list(SCENARIOS))

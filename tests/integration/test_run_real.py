@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,15 +43,6 @@ from .helpers import (
 pytestmark = pytest.mark.slurm
 
 PYTEST_LINE = "=== 3 passed, 1 skipped in 0.10s ==="
-
-
-@pytest.fixture
-def names(local_cluster: ClusterInfo) -> Iterator[JobNames]:
-    n = JobNames(local_cluster.user)
-    try:
-        yield n
-    finally:
-        n.cleanup()
 
 
 def script(path: Path, body: str) -> Path:
@@ -427,8 +417,7 @@ def test_cli_stopped_mid_job_cancels_the_step_and_keeps_the_allocation(
     assert (tmp_path / "repo" / "work_dirs" / ".slurm_alloc.json").exists()
 
 
-# ----------------------------------------------- known library bugs: these fail until fixed
-# (not committed; see the report of the integration suite)
+# ------------------------------------------------ regressions found by the integration suite
 
 
 def test_ntasks_per_node_is_part_of_the_allocation(

@@ -51,15 +51,6 @@ pytestmark = pytest.mark.slurm
 T = TypeVar("T")
 
 
-@pytest.fixture
-def names(local_cluster: ClusterInfo) -> Iterator[JobNames]:
-    n = JobNames(local_cluster.user)
-    try:
-        yield n
-    finally:
-        n.cleanup()
-
-
 def state_of(path: Path) -> dict[str, object]:
     data = json.loads(path.read_text())
     assert isinstance(data, dict)

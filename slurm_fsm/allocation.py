@@ -1,0 +1,259 @@
+"""The persistent allocation as an object an orchestrator holds.
+
+One checkout (``repo_root``) has at most one persistent allocation; its state file
+``<repo_root>/work_dirs/.slurm_alloc.json`` is what identifies it. An
+:class:`Allocation` stands for it::
+
+    from slurm_fsm import Allocation, JobSpec, SubprocessBackend
+
+    with Allocation(repo_root, SubprocessBackend()) as alloc:   # released on exit
+        for path in spec_paths:
+            report = alloc.run(JobSpec.from_file(path))          # one allocation for all
+        print(alloc.status().time_left)
+
+Without ``with`` nothing is ever released automatically: call :meth:`release`.
+Whether a spec reuses the allocation or replaces it is decided by the machine's
+conditions; :data:`SHARING_RULES` writes them down and :meth:`Allocation.reuse_problems`
+applies them to a spec, without any Slurm call.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from slurm_fsm.duration import Duration
+from slurm_fsm.errors import JobNotFound, SpecError
+
+if TYPE_CHECKING:
+    from slurm_fsm.backend import SlurmBackend
+    from slurm_fsm.clock import Clock
+    from slurm_fsm.executor import Events
+    from slurm_fsm.monitor import PollPolicy
+    from slurm_fsm.report import Report
+    from slurm_fsm.spec import JobSpec
+    from slurm_fsm.state import AllocState
+
+__all__ = ["SHARING_RULES", "Allocation", "AllocationStatus"]
+
+#: When a spec runs in the allocation that is already there (in this order; the first
+#: that fails decides). Each rule is checked by a pure function of the state file and
+#: the spec in :mod:`slurm_fsm.machine`, except the time left, which needs ``squeue``.
+SHARING_RULES: tuple[str, ...] = (
+    "same repo_root: the allocation is found through <repo_root>/work_dirs/.slurm_alloc.json",
+    "the job is still in Slurm, RUNNING (a PENDING one is waited for), and carries this "
+    "checkout's tag",
+    "more than 5 minutes left (otherwise it is cancelled as expiring and replaced)",
+    "same partition and same account",
+    "at least as many nodes as the spec asks for",
+    "at least as many GPUs per node, when the spec asks for GPUs",
+    "same docker_image (a different image replaces the allocation)",
+    "a different container_name reuses the allocation but imports and installs that "
+    "container first (step 0F)",
+)
+
+
+@attrs.frozen(kw_only=True)
+class AllocationStatus:
+    """What the state file says about the allocation and what Slurm says now."""
+
+    state_file: Path
+    job_id: str | None  # None: no state file, no allocation
+    nodelist: str | None = None
+    partition: str | None = None
+    account: str | None = None
+    nodes: int | None = None
+    container_name: str | None = None
+    docker_image: str | None = None
+    installed: bool | None = None
+    slurm_state: str | None = None  # None: gone from Slurm (or no allocation)
+    time_left: Duration | None = None
+    job_name: str | None = None
+    user: str | None = None
+
+    @property
+    def exists(self) -> bool:
+        """The state file names an allocation."""
+        return self.job_id is not None
+
+    @property
+    def alive(self) -> bool:
+        """The allocation named by the state file is still in Slurm."""
+        return self.slurm_state is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``slurm-fsm status --json`` document (its keys are unchanged)."""
+        data: dict[str, Any] = {"allocation": self.job_id, "state_file": str(self.state_file)}
+        if self.job_id is None:
+            return data
+        data.update(nodelist=self.nodelist, partition=self.partition, nodes=self.nodes,
+                    container_name=self.container_name, installed=self.installed,
+                    slurm_state=self.slurm_state,
+                    time_left=self.time_left.as_slurm() if self.time_left else None)
+        if self.slurm_state is not None:
+            data.update(job_name=self.job_name, user=self.user)
+        return data
+
+    def render_text(self) -> str:
+        if self.job_id is None:
+            return f"no allocation (no state file at {self.state_file})"
+        if self.slurm_state is None:
+            return (f"allocation {self.job_id}: gone from Slurm (the state file is stale; "
+                    "the next run drops it)")
+        return (f"allocation {self.job_id}: {self.slurm_state}, {self.time_left} left, "
+                f"{self.nodes} node(s) {self.nodelist} on {self.partition}, container "
+                f"{self.container_name or '-'}, installed {self.installed}")
+
+
+class Allocation:
+    """The persistent allocation of one checkout (``repo_root``), held by an orchestrator.
+
+    :meth:`run` runs a spec through it (allocating on first use, reusing it after);
+    :meth:`status` and :meth:`time_left` ask Slurm about it; :meth:`release` cancels
+    it. Used as a context manager it is released when the block ends, whatever
+    happened in it. The state file format is the one of procedure.md, so the CLI and
+    other tools see the same allocation.
+    """
+
+    def __init__(
+        self,
+        repo_root: str | Path,
+        backend: SlurmBackend,
+        *,
+        clock: Clock | None = None,
+        events: Events | None = None,
+        policy: PollPolicy | None = None,
+    ) -> None:
+        self.repo_root = Path(repo_root).resolve()
+        self.backend = backend
+        if clock is None:  # a fake cluster keeps its own clock: use it unless told
+            fake_clock = getattr(backend, "clock", None)
+            clock = fake_clock if fake_clock is not None else None
+        self.clock = clock
+        self.events = events
+        self.policy = policy
+        self.reports: list[Report] = []
+        self._last_spec: JobSpec | None = None
+
+    @classmethod
+    def for_spec(cls, spec: JobSpec, backend: SlurmBackend, **kwargs: Any) -> Allocation:
+        """The allocation that ``spec`` would use (the one of its ``repo_root``)."""
+        alloc = cls(spec.repo_root, backend, **kwargs)
+        alloc._last_spec = spec
+        return alloc
+
+    def __repr__(self) -> str:
+        return f"Allocation(repo_root={str(self.repo_root)!r})"
+
+    # --------------------------------------------------------------------- where
+    @property
+    def state_path(self) -> Path:
+        return self.repo_root / "work_dirs" / ".slurm_alloc.json"
+
+    def state(self) -> AllocState | None:
+        """What the state file says (no Slurm call); ``None`` without a state file."""
+        from slurm_fsm.state import StateStore
+
+        return StateStore(self.state_path).read()
+
+    # ----------------------------------------------------------------------- run
+    def _check(self, spec: JobSpec) -> None:
+        problems = []
+        if spec.repo_root.resolve() != self.repo_root:
+            problems.append(f"repo_root: {spec.repo_root} is not this allocation's "
+                            f"{self.repo_root}")
+        if not spec.persistent_mode:
+            problems.append("persistent_mode: false runs a one-shot sbatch job, not in an "
+                            "allocation; use Executor for it")
+        if problems:
+            raise SpecError("job spec", problems)
+
+    def run(self, spec: JobSpec) -> Report:
+        """Run one spec in this allocation (allocating it first when there is none).
+
+        Raises :class:`SpecError` (no Slurm call) when the spec belongs to another
+        checkout or is one-shot.
+        """
+        from slurm_fsm.executor import Executor
+
+        self._check(spec)
+        if spec.release_allocation:
+            spec = attrs.evolve(spec, release_allocation=False)
+        report = Executor(spec, self.backend, clock=self.clock, events=self.events,
+                          policy=self.policy).run()
+        self._last_spec = spec
+        self.reports.append(report)
+        return report
+
+    def reuse_problems(self, spec: JobSpec) -> list[str]:
+        """Why ``spec`` would not simply reuse the allocation of the state file, by the
+        rules of :data:`SHARING_RULES` that need no Slurm call; ``[]`` when it would
+        (Slurm may still say the job is gone or expiring)."""
+        from slurm_fsm.machine import incompatibilities, same_container
+
+        if spec.repo_root.resolve() != self.repo_root:
+            return [f"repo_root differs ({spec.repo_root} vs {self.repo_root})"]
+        alloc = self.state()
+        if alloc is None:
+            return ["no allocation yet (no state file): the first run allocates"]
+        problems = incompatibilities(alloc, spec)
+        if not problems and not same_container(alloc, spec):
+            problems.append(f"container_name {spec.container_name!r} is not the imported "
+                            f"{alloc.container_name!r}: it is imported and installed first "
+                            "(the allocation is kept)")
+        return problems
+
+    # ---------------------------------------------------------------- ask Slurm
+    def status(self) -> AllocationStatus:
+        """The state file and one ``squeue -j`` of its job (no lock, changes nothing)."""
+        alloc = self.state()
+        if alloc is None:
+            return AllocationStatus(state_file=self.state_path, job_id=None)
+        known = AllocationStatus(
+            state_file=self.state_path, job_id=alloc.job_id, nodelist=alloc.nodelist,
+            partition=alloc.partition, account=alloc.account, nodes=alloc.nodes,
+            container_name=alloc.container_name, docker_image=alloc.docker_image,
+            installed=alloc.installed,
+        )
+        try:
+            info = self.backend.query_job(alloc.job_id)
+        except JobNotFound:
+            return known
+        return attrs.evolve(known, slurm_state=info.state, time_left=info.time_left,
+                            job_name=info.name, user=info.user)
+
+    def time_left(self) -> Duration | None:
+        """Time left of the allocation, ``None`` when there is none (or it is gone)."""
+        return self.status().time_left
+
+    # ------------------------------------------------------------------- release
+    def release(self, spec: JobSpec | None = None) -> Report:
+        """Cancel the allocation (step 0A: only when it is ours) and drop its state file.
+
+        ``spec`` defaults to the last spec run (or given to :meth:`for_spec`); one is
+        needed because the job name and account decide what "ours" is.
+        """
+        from slurm_fsm.executor import Executor
+
+        spec = spec or self._last_spec
+        if spec is None:
+            raise SpecError("release", ["(spec): no spec was run through this allocation; "
+                                        "pass the spec whose allocation to release"])
+        self._check(attrs.evolve(spec, persistent_mode=True))
+        spec = attrs.evolve(spec, release_allocation=True)
+        report = Executor(spec, self.backend, clock=self.clock, events=self.events,
+                          policy=self.policy).run()
+        self.reports.append(report)
+        return report
+
+    # ----------------------------------------------------------- context manager
+    def __enter__(self) -> Allocation:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self._last_spec is not None and self.state() is not None:
+            self.release()

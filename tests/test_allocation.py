@@ -1,0 +1,109 @@
+"""The Allocation object: many specs through one allocation, status, release."""
+
+from __future__ import annotations
+
+import pytest
+
+from slurm_fsm import (
+    SHARING_RULES,
+    Allocation,
+    FakeCluster,
+    FakeScript,
+    SpecError,
+    Status,
+)
+
+from conftest import SpecFactory
+
+PYTEST_OK = ("===== 3 passed in 2.50s =====",)
+
+
+@pytest.fixture
+def fake() -> FakeCluster:
+    return FakeCluster()
+
+
+def test_three_specs_share_one_allocation_and_release(make_spec: SpecFactory,
+                                                      fake: FakeCluster) -> None:
+    specs = [make_spec(model_name=name) for name in ("llama", "mistral", "qwen")]
+    fake.script(specs[0].script_path, FakeScript(lines=PYTEST_OK))
+    with Allocation(specs[0].repo_root, fake) as alloc:
+        reports = [alloc.run(s) for s in specs]
+        assert [r.status for r in reports] == [Status.PASSED] * 3
+        assert len({r.allocation_id for r in reports}) == 1
+        assert fake.ops().count("allocate") == 1
+        status = alloc.status()
+        assert status.alive and status.job_id == reports[0].allocation_id
+        assert status.slurm_state == "RUNNING"
+        left = alloc.time_left()
+        assert left is not None and left.is_finite and (left.seconds or 0) > 3600
+    # released on leaving the block
+    assert fake.ops().count("cancel") == 1
+    assert not specs[0].state_path.exists()
+    assert alloc.reports[-1].status is Status.RELEASED
+    assert not alloc.status().exists
+
+
+def test_without_with_nothing_is_released(make_spec: SpecFactory, fake: FakeCluster) -> None:
+    spec = make_spec()
+    fake.script(spec.script_path, FakeScript(lines=PYTEST_OK))
+    alloc = Allocation.for_spec(spec, fake)
+    assert alloc.run(spec).status is Status.PASSED
+    assert "cancel" not in fake.ops()
+    assert alloc.status().alive
+    report = alloc.release()
+    assert report.status is Status.RELEASED
+    assert not alloc.status().exists
+
+
+def test_a_spec_of_another_checkout_is_refused_before_slurm(make_spec: SpecFactory,
+                                                           fake: FakeCluster,
+                                                           tmp_path) -> None:  # type: ignore[no-untyped-def]
+    spec = make_spec()
+    alloc = Allocation(tmp_path / "elsewhere", fake)
+    with pytest.raises(SpecError, match="repo_root"):
+        alloc.run(spec)
+    with pytest.raises(SpecError, match="persistent_mode"):
+        Allocation(spec.repo_root, fake).run(make_spec(persistent_mode=False,
+                                                        log_file_pattern="x_%j.out"))
+    assert fake.calls == []
+
+
+def test_release_needs_a_spec(tmp_path, fake: FakeCluster) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(SpecError, match="no spec"):
+        Allocation(tmp_path, fake).release()
+    assert fake.calls == []
+
+
+def test_reuse_problems_apply_the_machine_rules_without_slurm(make_spec: SpecFactory,
+                                                             fake: FakeCluster) -> None:
+    spec = make_spec(docker_image="/img/a.sqsh", container_name="c1")
+    fake.script(spec.script_path, FakeScript(lines=PYTEST_OK))
+    alloc = Allocation.for_spec(spec, fake)
+    assert alloc.reuse_problems(spec) == [
+        "no allocation yet (no state file): the first run allocates"]
+    alloc.run(spec)
+    fake.reset_calls()
+    assert alloc.reuse_problems(spec) == []
+    assert alloc.reuse_problems(make_spec(docker_image="/img/a.sqsh", container_name="c2"))[0] \
+        .startswith("container_name 'c2' is not the imported 'c1'")
+    bigger = make_spec(docker_image="/img/b.sqsh", container_name="c1",
+                       slurm_params={"nodes": 2, "partition": "other"})
+    problems = alloc.reuse_problems(bigger)
+    assert any(p.startswith("partition 'other'") for p in problems)
+    assert any(p.startswith("nodes 2 is more") for p in problems)
+    assert any(p.startswith("docker_image '/img/b.sqsh'") for p in problems)
+    assert fake.calls == []
+    alloc.release()
+
+
+def test_sharing_rules_are_written_down() -> None:
+    text = " ".join(SHARING_RULES)
+    for word in ("repo_root", "partition", "account", "nodes", "docker_image",
+                 "container_name", "5 minutes"):
+        assert word in text
+
+
+def test_the_fake_clock_is_the_default(make_spec: SpecFactory, fake: FakeCluster) -> None:
+    alloc = Allocation(make_spec().repo_root, fake)
+    assert alloc.clock is fake.clock

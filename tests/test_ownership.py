@@ -1,0 +1,351 @@
+"""Ownership of allocations and the state file, on the fake cluster (issue 10, items
+3-6 and 13): "ours" is this checkout's tag whatever the job name; a state file naming
+another checkout's allocation is left alone; a job-name change does not leak; nothing
+is allocated before the state file is known to be writable; every state-file read is
+bounded; no id from a file reaches a command line unchecked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import attrs
+import pytest
+
+from slurm_fsm.backend import JobInfo, check_job_id, is_job_id
+from slurm_fsm.errors import NotOurJobError
+from slurm_fsm.machine import AllocationMachine, State, repo_tag
+from slurm_fsm.ownership import Ownership, checkout_tag, ownership
+from slurm_fsm.spec import JobSpec
+from slurm_fsm.state import AllocState
+from slurm_fsm.testing import FakeCluster
+from slurm_fsm.testing.fake import CONTROLLER_OPS
+
+from conftest import SpecFactory
+
+BAD_IDS = ["-1", "--help", "12;rm -rf /", "", " 12", "12 13", "0", "0x1f", "\uff11\uff12", "1.5",
+           "$(id)", "12\n13", "-j", "99999999999999"]
+
+
+def machine(spec: JobSpec, fake: FakeCluster, **kw: object) -> AllocationMachine:
+    return AllocationMachine(spec, fake, clock=fake.clock, **kw)  # type: ignore[arg-type]
+
+
+def slurm_ops(fake: FakeCluster) -> list[str]:
+    return [op for op in fake.ops() if op in CONTROLLER_OPS]
+
+
+def ids_used(fake: FakeCluster) -> set[str]:
+    """Every job id the fake was asked about or told to cancel."""
+    ids = {str(c.args["job_id"]) for c in fake.calls if c.args.get("job_id") is not None}
+    return ids | {c.args["request"].job_id for c in fake.calls if c.op == "run_step"}
+
+
+def cancelled(fake: FakeCluster) -> list[str]:
+    return [str(c.args["job_id"]) for c in fake.calls if c.op == "cancel"]
+
+
+@pytest.fixture
+def fake() -> FakeCluster:
+    return FakeCluster()
+
+
+def copy_checkout(spec: JobSpec, to: Path) -> JobSpec:
+    """``cp -r`` of the repo root, work_dirs/ and its state file included."""
+    shutil.copytree(spec.repo_root, to)
+    return attrs.evolve(spec, repo_root=to)
+
+
+# ------------------------------------------------------------------- the one rule
+
+
+def job(**kw: str) -> JobInfo:
+    return JobInfo(job_id="7", state="RUNNING", **kw)
+
+
+@pytest.mark.parametrize(("info", "expected"), [
+    (job(name="new", user="me", comment="T"), Ownership.TAGGED),
+    (job(name="old-name", user="me", comment="T"), Ownership.TAGGED),  # whatever the name
+    (job(name="new", user="me", comment="slurm_fsm:repo=other"), Ownership.OTHER_CHECKOUT),
+    (job(name="new", user="me", comment="my own note"), Ownership.OTHER_CHECKOUT),
+    (job(name="new", user="me"), Ownership.UNTAGGED),  # the original procedure's
+    (job(name="interactive", user="me"), Ownership.OTHER),
+    (job(name="new", user="bob", comment="T"), Ownership.OTHER),
+    (job(name="new", user="bob"), Ownership.OTHER),
+])
+def test_ownership_rule(info: JobInfo, expected: Ownership) -> None:
+    owner = ownership(info, user="me", tag="T", names={"new"})
+    assert owner is expected
+    assert owner.ours == (expected in (Ownership.TAGGED, Ownership.UNTAGGED))
+
+
+def test_the_tag_is_the_checkout() -> None:
+    assert checkout_tag("/a/repo") != checkout_tag("/a/repo-copy")
+    assert checkout_tag("/a/repo").startswith("slurm_fsm:repo=")
+
+
+# -------------------------------------------------------------- a copied checkout
+
+
+@pytest.mark.parametrize("nodes", [1, 2], ids=["compatible", "incompatible"])
+def test_copied_checkout_never_reuses_nor_cancels_the_originals_allocation(
+        tmp_path: Path, make_spec: SpecFactory, fake: FakeCluster, nodes: int) -> None:
+    original = make_spec()
+    first = machine(original, fake)
+    assert first.prepare() is State.Ready
+    assert first.alloc is not None
+    theirs = first.alloc.job_id
+    copy = copy_checkout(original, tmp_path / "copy")
+    copy = attrs.evolve(copy, slurm_params=attrs.evolve(copy.slurm_params, nodes=nodes))
+    assert copy.state_path.read_text() == original.state_path.read_text()
+    fake.reset_calls()
+
+    m = machine(copy, fake)
+    assert m.prepare() is State.Ready
+    assert m.path == ["NoState", "Validating", "NoState", "Allocating", "Ready"]
+    assert m.alloc is not None and m.alloc.job_id != theirs
+    assert theirs not in cancelled(fake)
+    assert fake.jobs[theirs].state == "RUNNING"
+    warning = next(w for w in m.warnings if f"job {theirs}" in w)
+    assert "another checkout's allocation" in warning and "left alone" in warning
+    request = next(c.args["request"] for c in fake.calls if c.op == "allocate")
+    assert request.comment == repo_tag(copy) != repo_tag(original)
+    # the original keeps its allocation, untouched
+    again = machine(original, fake)
+    assert again.prepare() is State.Ready
+    assert again.alloc is not None and again.alloc.job_id == theirs
+
+
+def test_copied_checkout_release_refuses_the_originals_allocation(
+        tmp_path: Path, make_spec: SpecFactory, fake: FakeCluster) -> None:
+    original = make_spec()
+    assert machine(original, fake).prepare() is State.Ready
+    theirs = fake.active_jobs()[0].job_id
+    copy = attrs.evolve(copy_checkout(original, tmp_path / "copy"), release_allocation=True)
+    m = machine(copy, fake)
+    assert m.prepare() is State.Failed
+    assert m.failure is not None and isinstance(m.failure.error, NotOurJobError)
+    assert "another checkout's allocation" in m.failure.message
+    assert theirs not in cancelled(fake) and fake.jobs[theirs].state == "RUNNING"
+
+
+def test_another_checkouts_pending_allocation_is_not_waited_for(
+        tmp_path: Path, make_spec: SpecFactory, fake: FakeCluster) -> None:
+    original = make_spec()
+    assert machine(original, fake).prepare() is State.Ready
+    theirs = fake.active_jobs()[0]
+    theirs.state, theirs.pending_until = "PENDING", fake.clock.now() + 10_000
+    copy = copy_checkout(original, tmp_path / "copy")
+    m = machine(copy, fake, pending_wait_s=60)
+    assert m.prepare() is State.Ready
+    assert m.path == ["NoState", "Validating", "NoState", "Allocating", "Ready"]
+    assert theirs.job_id not in cancelled(fake)
+
+
+# ------------------------------------------------------------- a job-name change
+
+
+def test_job_name_change_replaces_the_allocation_of_the_state_file(
+        make_spec: SpecFactory, fake: FakeCluster) -> None:
+    old = machine(make_spec(alloc_job_name="acct-old.persistent"), fake)
+    assert old.prepare() is State.Ready
+    assert old.alloc is not None
+    old_id = old.alloc.job_id
+    fake.reset_calls()
+
+    m = machine(make_spec(alloc_job_name="acct-new.persistent"), fake)
+    assert m.prepare() is State.Ready
+    assert m.path == ["NoState", "Validating", "Incompatible", "Allocating", "Ready"]
+    assert cancelled(fake) == [old_id]
+    assert fake.jobs[old_id].state == "CANCELLED"
+    assert m.alloc is not None and m.alloc.job_id != old_id
+    assert [j.name for j in fake.active_jobs()] == ["acct-new.persistent"]
+
+
+def test_job_name_change_finds_the_orphan_by_tag(
+        make_spec: SpecFactory, fake: FakeCluster) -> None:
+    spec = make_spec(alloc_job_name="acct-old.persistent")
+    assert machine(spec, fake).prepare() is State.Ready
+    old_id = fake.active_jobs()[0].job_id
+    spec.state_path.unlink()
+
+    m = machine(make_spec(alloc_job_name="acct-new.persistent"), fake)
+    assert m.prepare() is State.Ready
+    assert fake.jobs[old_id].state == "CANCELLED"
+    assert f"Released orphaned allocation {old_id} - state file was missing." in m.warnings
+    assert [j.name for j in fake.active_jobs()] == ["acct-new.persistent"]
+
+
+def test_orphan_search_leaves_untagged_jobs_under_other_names_alone(
+        make_spec: SpecFactory, fake: FakeCluster) -> None:
+    mine_untagged = fake.make_job("acct-trtllm.persistent", "tester")
+    other_name = fake.make_job("interactive", "tester")
+    other_user = fake.make_job("x", "bob", comment=repo_tag(make_spec()))
+    m = machine(make_spec(), fake)
+    assert m.prepare() is State.Ready
+    assert mine_untagged.state == "CANCELLED"  # the original procedure's orphan
+    assert other_name.state == "RUNNING" and other_user.state == "RUNNING"
+
+
+# ------------------------------------------------------- the state file can be written
+
+
+@contextlib.contextmanager
+def read_only(folder: Path) -> Iterator[None]:
+    """``folder`` cannot get new entries, for root too (``chattr +i``)."""
+    if os.geteuid() == 0:
+        subprocess.run(["chattr", "+i", str(folder)], check=True, timeout=30)
+        try:
+            yield
+        finally:
+            subprocess.run(["chattr", "-i", str(folder)], check=True, timeout=30)
+    else:
+        folder.chmod(0o500)
+        try:
+            yield
+        finally:
+            folder.chmod(0o700)
+
+
+def test_state_path_that_is_a_directory_fails_before_any_allocation(
+        make_spec: SpecFactory, fake: FakeCluster) -> None:
+    spec = make_spec()
+    spec.state_path.mkdir(parents=True)
+    m = machine(spec, fake)
+    assert m.prepare() is State.Failed
+    assert slurm_ops(fake) == []  # no salloc, no scancel: nothing to leak
+    assert m.failure is not None
+    assert str(spec.state_path) in m.failure.message
+    assert "is a directory" in m.failure.message and "nothing was allocated" in m.failure.message
+    assert fake.active_jobs() == []
+
+
+def test_work_dirs_not_writable_fails_before_any_allocation(
+        make_spec: SpecFactory, fake: FakeCluster) -> None:
+    spec = make_spec()
+    work_dirs = spec.state_path.parent
+    work_dirs.mkdir(parents=True)
+    # a lock file left by an earlier run: the lock works, only new files fail
+    spec.state_path.with_name(spec.state_path.name + ".lock").touch()
+    with read_only(work_dirs):
+        m = machine(spec, fake)
+        assert m.prepare() is State.Failed
+    assert slurm_ops(fake) == []
+    assert m.failure is not None and "not writable" in m.failure.message
+    assert fake.active_jobs() == []
+
+
+# ------------------------------------------------------ unusable things at the state path
+
+
+def _in_time(action: object, fifo: Path | None = None, timeout: float = 10.0) -> object:
+    """Run ``action`` in a thread; fail (instead of hanging) when it does not end."""
+    out: list[object] = []
+    thread = threading.Thread(target=lambda: out.append(action()), daemon=True)  # type: ignore[operator]
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        if fifo is not None:  # let the blocked reader go
+            with contextlib.suppress(OSError):
+                fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+                os.close(fd)
+        pytest.fail(f"still blocked after {timeout:g} s")
+    return out[0] if out else None
+
+
+def test_fifo_at_the_state_path_is_an_unusable_state_file(
+        make_spec: SpecFactory, fake: FakeCluster) -> None:
+    spec = make_spec()
+    spec.state_path.parent.mkdir(parents=True)
+    os.mkfifo(spec.state_path)
+    m = machine(spec, fake)
+    assert _in_time(m.prepare, spec.state_path) is State.Ready
+    assert any("a FIFO, not a regular file" in w and str(spec.state_path) in w
+               for w in m.warnings)
+    assert spec.state_path.is_file()  # replaced by the real state file
+    released = machine(make_spec(release_allocation=True), fake)
+    spec.state_path.unlink()
+    os.mkfifo(spec.state_path)
+    assert _in_time(released.prepare, spec.state_path) is State.Released
+
+
+def test_dev_zero_at_the_state_path_is_an_unusable_state_file(
+        make_spec: SpecFactory, fake: FakeCluster) -> None:
+    spec = make_spec()
+    spec.state_path.parent.mkdir(parents=True)
+    spec.state_path.symlink_to("/dev/zero")
+    m = machine(spec, fake)
+    assert _in_time(m.prepare) is State.Ready
+    assert any("a character device, not a regular file" in w for w in m.warnings)
+    assert Path("/dev/zero").is_char_device()  # the link was replaced, not its target
+
+
+# ----------------------------------------------------------------- ids from the file
+
+
+@pytest.mark.parametrize("bad", BAD_IDS)
+def test_a_bad_job_id_in_the_state_file_never_reaches_slurm(
+        make_spec: SpecFactory, fake: FakeCluster, bad: str) -> None:
+    spec = make_spec()
+    orphan = machine(spec, fake)
+    assert orphan.prepare() is State.Ready
+    assert orphan.alloc is not None
+    spec.state_path.write_text(attrs.evolve(orphan.alloc, job_id=bad).to_json())
+    fake.reset_calls()
+
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready  # recovers, no hand deletion
+    assert bad not in ids_used(fake)
+    assert all(is_job_id(i) for i in ids_used(fake))
+    assert any(re.search(r"job_id: (empty|not a Slurm job id)", w) for w in m.warnings)
+    # the tag finds the allocation the corrupt file lost: cancelled, not leaked
+    assert fake.jobs[orphan.alloc.job_id].state == "CANCELLED"
+    assert [j.job_id for j in fake.active_jobs()] == [m.alloc.job_id if m.alloc else ""]
+
+
+@pytest.mark.parametrize("bad", ["-1", "--help", "12;rm"])
+def test_release_with_a_bad_job_id_cancels_nothing_by_it(
+        make_spec: SpecFactory, fake: FakeCluster, bad: str) -> None:
+    spec = make_spec()
+    spec.state_path.parent.mkdir(parents=True)
+    spec.state_path.write_text(AllocState("1", "n1", "batch", "acct", 1).to_json()
+                               .replace('"1"', f'"{bad}"', 1))
+    m = machine(make_spec(release_allocation=True), fake)
+    assert m.prepare() is State.Released
+    assert slurm_ops(fake) == []
+    assert any("not a Slurm job id" in w for w in m.warnings)
+
+
+@pytest.mark.parametrize("bad", BAD_IDS)
+def test_backends_refuse_ids_that_are_not_job_ids(fake: FakeCluster, bad: str) -> None:
+    with pytest.raises(ValueError, match="not a Slurm job id"):
+        check_job_id(bad)
+    for call in (lambda: fake.query_job(bad), lambda: fake.cancel(bad),
+                 lambda: fake.list_steps(bad)):
+        with pytest.raises(ValueError, match="not a Slurm job id"):
+            call()
+
+
+@pytest.mark.parametrize("good", ["1", "123", "4294967294", "123_4", "123+1"])
+def test_real_job_ids_pass(good: str) -> None:
+    assert check_job_id(good) == good
+
+
+def test_the_orphan_search_lists_the_users_jobs_not_one_name(
+        make_spec: SpecFactory, fake: FakeCluster) -> None:
+    from slurm_fsm.slurmcli import squeue_find_argv
+
+    assert machine(make_spec(), fake).prepare() is State.Ready
+    (search,) = [c.args for c in fake.calls if c.op == "find_jobs"]
+    assert search == {"name": None, "user": "tester"}
+    argv = squeue_find_argv(None, "tester")
+    assert argv[:3] == ["squeue", "-u", "tester"] and not any("--name" in a for a in argv)
+    with pytest.raises(ValueError, match="needs a user"):
+        squeue_find_argv(None, "")
