@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 SYS_PYTHON ?= python3
 
-.PHONY: setup cluster cluster-down demo test lint typecheck unit diagram docs bench clean
+.PHONY: setup cluster cluster-down demo test lint typecheck unit diagram docs docs-deps bench clean
 
 setup: $(VENV)/.installed
 
@@ -29,18 +29,28 @@ lint: setup
 typecheck: setup
 	$(VENV)/bin/mypy
 
-unit: setup               ## fast tests only (no real cluster)
+unit: setup docs-deps     ## fast tests only (no real cluster)
 	$(VENV)/bin/pytest -m "not slurm" -q
 
-test: lint typecheck      ## everything CI runs: lint, types, unit and real-cluster tests, docs
+test: lint typecheck docs-deps  ## everything CI runs: lint, types, unit and real-cluster tests, docs
 	$(VENV)/bin/pytest -q
 	$(MAKE) --no-print-directory docs
 
 diagram: setup            ## regenerate docs/states.md from the machine's edges
 	$(PY) scripts/gen-docs.py
 
-docs: setup              ## build the docs site; warnings are errors
-	$(VENV)/bin/mkdocs build --strict --quiet --site-dir site
+docs: setup docs-deps    ## build the docs site; warnings are errors
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir site
+
+# Debian's packages for the docs: Graphviz draws the state diagram, Chromium opens
+# the built site in tests/test_docs_site.py. Installed when missing (as root).
+DOCS_DEBS := graphviz chromium fonts-dejavu-core
+docs-deps:               ## Debian packages of the docs build and its browser test
+	@if command -v dot >/dev/null && command -v chromium >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ]; then \
+	  echo "installing $(DOCS_DEBS)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DOCS_DEBS) >/dev/null; \
+	else echo "docs-deps: install Debian's $(DOCS_DEBS) (as root: make docs-deps)" >&2; exit 1; fi
 
 bench: setup              ## benchmarks on the local cluster (figures, not pass/fail)
 	$(PY) benchmarks/run.py

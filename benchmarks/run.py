@@ -52,6 +52,11 @@ from typing import Any
 
 import attrs
 
+try:
+    from benchmarks import charts
+except ImportError:  # run as a script: benchmarks/ itself is sys.path[0]
+    import charts  # type: ignore[no-redef]
+
 from slurm_fsm import slurmcli
 from slurm_fsm.backend import ScriptRequest, SlurmBackend
 from slurm_fsm.clock import SystemClock
@@ -1107,6 +1112,10 @@ def render_markdown(machine: Mapping[str, Any], figs: Mapping[str, Mapping[str, 
             out.append(f"| {label} | {fmt(r['median'], u)} | {fmt(r['min'], u)} | "
                        f"{fmt(r['max'], u)} | {u} |")
         out.append("")
+        # the docs build draws each chart from the results file (benchmarks/charts.py)
+        out += [charts.marker(c) for c in charts.charts_of(name, figs)]
+        if charts.charts_of(name, figs):
+            out.append("")
         for t in f["targets"]:
             verdict = "**met**" if t["met"] else "**not met**"
             out.append(f"- Target {t['text']}: {fmt(t['value'], t['unit'])} against "

@@ -1,14 +1,57 @@
-"""Generated documentation of the machine: ``docs/states.md``.
+"""Generated documentation of the machine: ``docs/states.md`` and its diagram.
 
 The machine itself knows no command line; this page says which Slurm commands
 the work of each state issues through the real backend, next to the edges.
+
+The page keeps a mermaid block (a code host draws it); the docs site draws the
+same edges with Graphviz instead (:func:`states_svg`, called by the site's build
+hook), so that the picture needs no script and no network to show.
 """
 
 from __future__ import annotations
 
+import re
+import shutil
+import subprocess
+from collections.abc import Sequence
+
 from slurm_fsm.machine import EDGES, Edge, State, mermaid_diagram
 
-__all__ = ["WORK_COMMANDS", "states_markdown"]
+__all__ = [
+    "DIAGRAM_MARKER",
+    "PUBLIC_MODULES",
+    "WORK_COMMANDS",
+    "DiagramError",
+    "states_dot",
+    "states_markdown",
+    "states_svg",
+]
+
+#: The modules whose ``__all__`` is public API: every name in them has an entry
+#: in the API reference (docs/api/), which a test checks.
+PUBLIC_MODULES: tuple[str, ...] = (
+    "slurm_fsm",
+    "slurm_fsm.spec",
+    "slurm_fsm.duration",
+    "slurm_fsm.executor",
+    "slurm_fsm.progress",
+    "slurm_fsm.build",
+    "slurm_fsm.allocation",
+    "slurm_fsm.plan",
+    "slurm_fsm.state",
+    "slurm_fsm.machine",
+    "slurm_fsm.backend",
+    "slurm_fsm.subprocess_backend",
+    "slurm_fsm.clock",
+    "slurm_fsm.report",
+    "slurm_fsm.results",
+    "slurm_fsm.testing",
+    "slurm_fsm.errors",
+)
+
+#: Where ``states.md``'s mermaid block goes on the site: the build hook puts the
+#: Graphviz drawing there.
+DIAGRAM_MARKER = "<!-- slurm_fsm:state-diagram -->"
 
 #: The Slurm commands the work of each trigger/state issues (backend calls).
 WORK_COMMANDS: dict[str, str] = {
@@ -46,6 +89,8 @@ def states_markdown() -> str:
         "",
         "Generated from `slurm_fsm.machine.EDGES` by `make diagram`; a test fails when this",
         "page is stale. Edges are tried top to bottom; the first whose conditions hold wins.",
+        "On the docs site the diagram below is drawn by Graphviz from the same edges when the",
+        "site is built (one arrow per row of the table; hover an arrow for its step).",
         "",
         "```mermaid",
         mermaid_diagram(EDGES).rstrip("\n"),
@@ -60,3 +105,90 @@ def states_markdown() -> str:
         rows.append(f"| `{e.trigger}` | {src} | {' and '.join(conds) or '-'} | {e.dest.value} "
                     f"| {e.step or '-'} | {e.doc} | {_commands_of(e)} |")
     return "\n".join(rows) + "\n"
+
+
+class DiagramError(RuntimeError):
+    """The state diagram could not be drawn (Graphviz missing or failing)."""
+
+
+#: Fill colours of the states (translucent, so that they read on a light and a dark page).
+_FILL = {State.Ready: "#4caf5055", State.Released: "#2196f344", State.Failed: "#f4433655",
+         State.Running: "#ffc10755"}
+_NEUTRAL_FILL = "#9e9e9e2a"
+
+
+def _dot_str(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _and(conds: Sequence[str]) -> list[str]:
+    return [c if k == 0 else f"and {c}" for k, c in enumerate(conds)]
+
+
+def states_dot(edges: Sequence[Edge] = EDGES) -> str:
+    """The state diagram in Graphviz dot: every :class:`State`, and one arrow per edge.
+
+    Each arrow's SVG element gets the id ``edge-<i>`` (``i`` its index in ``edges``),
+    each state's ``state-<name>``; the ``fail`` fan-in (source ``*``) comes from one
+    "any state" box. The arrow's tooltip is the edge's step and what happens.
+    """
+    lines = [
+        "digraph slurm_fsm {",
+        '  graph [rankdir=TB, bgcolor="transparent", fontname="Helvetica", nodesep=0.35,'
+        " ranksep=0.45];",
+        '  node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=12,'
+        " margin=\"0.15,0.06\"];",
+        '  edge [fontname="Helvetica", fontsize=10, arrowsize=0.7];',
+        '  "__initial__" [shape=point, width=0.14, label="", id="state-initial", tooltip="start"];',
+    ]
+    for state in State:
+        fill = _FILL.get(state, _NEUTRAL_FILL)
+        lines.append(f"  {_dot_str(state.value)} [id={_dot_str('state-' + state.value)}, "
+                     f"class=\"state\", fillcolor={_dot_str(fill)}, "
+                     f"tooltip={_dot_str(state.value)}];")
+    if any(e.source == "*" for e in edges):
+        lines.append('  "__any__" [label="any state", shape=note, style="dashed",'
+                     ' id="state-any", tooltip="any state"];')
+    lines.append(f'  "__initial__" -> {_dot_str(State.NoState.value)} [id="edge-initial"];')
+    loops: dict[str, int] = {}
+    for i, e in enumerate(edges):
+        src = "__any__" if e.source == "*" else e.source.value if isinstance(e.source, State) \
+            else ""
+        conds = [*e.conditions, *(f"not {u}" for u in e.unless)]
+        label = e.trigger + (f"\n[{chr(10).join(_and(conds))}]" if conds else "")
+        tip = f"{e.step}: {e.doc}" if e.step else e.doc
+        ports = ""
+        if src == e.dest.value:  # self-loops alternate sides, so that their labels do not overlap
+            loops[src] = loops.get(src, 0) + 1
+            ports = "tailport=w, headport=w, " if loops[src] % 2 == 0 else ""
+        lines.append(f"  {_dot_str(src)} -> {_dot_str(e.dest.value)} [{ports}id=\"edge-{i}\", "
+                     f"class={_dot_str('edge-' + e.trigger)}, label={_dot_str(label)}, "
+                     f"tooltip={_dot_str(tip or e.trigger)}];")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+_SVG_PREAMBLE = re.compile(r"\A.*?(?=<svg\b)", re.S)
+_SVG_COMMENT = re.compile(r"<!--.*?-->\s*", re.S)
+
+
+def states_svg(dot: str = "dot", *, timeout_s: float = 60.0) -> str:
+    """The state diagram as an SVG element to inline in a page (Graphviz's ``dot``).
+
+    Raises :class:`DiagramError` when ``dot`` is missing or fails: the site is
+    never built without its diagram.
+    """
+    exe = shutil.which(dot)
+    if exe is None:
+        raise DiagramError(f"Graphviz's `{dot}` was not found on PATH: install Debian's "
+                           "graphviz (`make docs-deps`, or `apt-get install graphviz`)")
+    try:
+        proc = subprocess.run(  # noqa: S603 - an argument list, never a shell
+            [exe, "-Tsvg"], input=states_dot(), capture_output=True, text=True,
+            timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise DiagramError(f"`{exe} -Tsvg` did not finish in {timeout_s:g} s") from exc
+    if proc.returncode != 0 or "<svg" not in proc.stdout:
+        raise DiagramError(f"`{exe} -Tsvg` exited {proc.returncode}: {proc.stderr.strip()}")
+    svg = _SVG_COMMENT.sub("", _SVG_PREAMBLE.sub("", proc.stdout, count=1))
+    return svg.replace("<svg ", '<svg role="img" aria-label="slurm_fsm state diagram" ', 1).strip()
