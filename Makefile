@@ -15,16 +15,16 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 cluster: setup            ## bring the local Slurm cluster up (installs Debian packages as root)
-	$(PY) -m slurm_fsm.localcluster up
+	$(PY) -m slurm_fsm_dev.localcluster up
 
 cluster-down:
-	$(PY) -m slurm_fsm.localcluster down
+	$(PY) -m slurm_fsm_dev.localcluster down
 
 demo: setup               ## the main job: an example job twice through one persistent allocation
 	@eval "$$(scripts/local-slurm up)"; $(PY) -m slurm_fsm demo
 
 lint: setup
-	$(VENV)/bin/ruff check slurm_fsm tests scripts benchmarks
+	$(VENV)/bin/ruff check slurm_fsm slurm_fsm_dev tests scripts benchmarks examples
 
 typecheck: setup
 	$(VENV)/bin/mypy

@@ -52,11 +52,11 @@ from typing import Any
 
 import attrs
 
-try:
-    from benchmarks import charts
-except ImportError:  # run as a script: benchmarks/ itself is sys.path[0]
-    import charts  # type: ignore[no-redef]
+_REPO = Path(__file__).resolve().parent.parent
+if str(_REPO) not in sys.path:  # run as a script: the repository's tooling is importable
+    sys.path.insert(0, str(_REPO))
 
+from benchmarks import charts
 from slurm_fsm import slurmcli
 from slurm_fsm.backend import ScriptRequest, SlurmBackend
 from slurm_fsm.clock import SystemClock
@@ -503,8 +503,8 @@ def fig_warm(b: Bench) -> Figure:
 def fig_containers(b: Bench) -> Figure:
     """First run (allocate + import + install) versus a repeated run versus one-shot,
     on real pyxis, 2 nodes, the local cluster's python image."""
-    from slurm_fsm import localcluster
-    from slurm_fsm.localpyxis import make_install_repo
+    from slurm_fsm_dev import localcluster
+    from slurm_fsm_dev.localpyxis import make_install_repo
 
     fig = Figure("containers", "6. Containers on real pyxis: first run, repeated run, one-shot "
                  "(2 nodes, python image)", b.reps)
@@ -1205,7 +1205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     needs_slurm = any(n in ("warm", "series", "load", "containers") for n in selected)
     partition, account = "debug", "acct"
     if needs_slurm:
-        from slurm_fsm import localcluster
+        from slurm_fsm_dev import localcluster
 
         say("bringing the local Slurm cluster up (reused when it is up)")
         info = localcluster.up()

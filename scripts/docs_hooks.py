@@ -1,7 +1,7 @@
 """MkDocs hooks (``hooks:`` in mkdocs.yml): the pictures of the site, drawn at build time.
 
 - ``states.md``: its mermaid block (which a code host draws) becomes the Graphviz
-  drawing of the same edges, inlined as SVG (``slurm_fsm.docgen.states_svg``).
+  drawing of the same edges, inlined as SVG (``slurm_fsm_dev.docgen.states_svg``).
 - ``benchmarks.md``: each ``<!-- bench-chart:NAME -->`` marker under a figure's table
   becomes chart NAME, drawn with matplotlib from ``benchmarks/results.json``
   (``benchmarks/charts.py``) into ``charts/NAME.svg`` of the site.
@@ -27,7 +27,7 @@ from mkdocs.exceptions import PluginError  # noqa: E402
 from mkdocs.structure.files import File, Files  # noqa: E402
 
 from benchmarks import charts  # noqa: E402
-from slurm_fsm.docgen import DIAGRAM_MARKER, DiagramError, states_svg  # noqa: E402
+from slurm_fsm_dev.docgen import DIAGRAM_MARKER, DiagramError, states_svg  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results.json"
 _MERMAID = re.compile(r"^```mermaid\n.*?^```\n", re.S | re.M)

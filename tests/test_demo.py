@@ -47,4 +47,4 @@ def test_the_demo_does_not_start_the_dev_cluster() -> None:
                  if isinstance(node, ast.Import | ast.ImportFrom) for alias in node.names}
         modules = {node.module for node in ast.walk(tree)
                    if isinstance(node, ast.ImportFrom) and node.module}
-        assert "localcluster" not in names and "slurm_fsm.localcluster" not in modules
+        assert "localcluster" not in names and "slurm_fsm_dev.localcluster" not in modules

@@ -29,8 +29,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from slurm_fsm.docgen import PUBLIC_MODULES, states_dot, states_svg
 from slurm_fsm.machine import EDGES, State
+from slurm_fsm_dev.docgen import PUBLIC_MODULES, states_dot, states_svg
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
@@ -88,7 +88,7 @@ def test_diagram_draws_the_fail_fan_in_from_one_box() -> None:
 
 
 def test_diagram_fails_loudly_without_graphviz() -> None:
-    from slurm_fsm.docgen import DiagramError
+    from slurm_fsm_dev.docgen import DiagramError
 
     with pytest.raises(DiagramError, match="graphviz"):
         states_svg("dot-that-is-not-installed")

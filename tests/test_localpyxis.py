@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from slurm_fsm import localcluster, localpyxis
-from slurm_fsm.localcluster import ClusterInfo, ContainerInfo
+from slurm_fsm_dev import localcluster, localpyxis
+from slurm_fsm_dev.localcluster import ClusterInfo, ContainerInfo
 
 
 def info(tmp_path: Path, **over: object) -> ClusterInfo:

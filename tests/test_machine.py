@@ -13,13 +13,13 @@ import pytest
 from transitions import MachineError
 
 from slurm_fsm.backend import StepResult
-from slurm_fsm.docgen import states_markdown
 from slurm_fsm.errors import CommandTimedOut, ControllerUnreachable, NotOurJobError
 from slurm_fsm.machine import EDGES, AllocationMachine, State, repo_tag
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState
 from slurm_fsm.testing import FakeCluster
 from slurm_fsm.testing.fake import CONTROLLER_OPS
+from slurm_fsm_dev.docgen import states_markdown
 
 from conftest import SpecFactory
 

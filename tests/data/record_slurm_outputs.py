@@ -1,6 +1,6 @@
 """Record the literal outputs in this folder from the real local Slurm cluster.
 
-    eval "$(.venv/bin/python -m slurm_fsm.localcluster up)"
+    eval "$(.venv/bin/python -m slurm_fsm_dev.localcluster up)"
     .venv/bin/python tests/data/record_slurm_outputs.py [--slow]
 
 Each recording is ``<name>.stdout`` / ``<name>.stderr`` (only the non-empty

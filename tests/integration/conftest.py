@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from slurm_fsm import localcluster
-from slurm_fsm.localcluster import ClusterInfo, LocalClusterError
+from slurm_fsm_dev import localcluster
+from slurm_fsm_dev.localcluster import ClusterInfo, LocalClusterError
 
 from .helpers import JobNames
 

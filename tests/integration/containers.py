@@ -1,5 +1,5 @@
 """Shared pieces of the real-pyxis tests: the cluster's images, container names that
-are removed again, and (from slurm_fsm.localpyxis) a repository whose
+are removed again, and (from slurm_fsm_dev.localpyxis) a repository whose
 ``pip install -e .`` works offline.
 
 Containers outlive their jobs (pyxis' default scope is global), so every test that
@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from slurm_fsm import localpyxis
 from slurm_fsm.backend import ContainerOptions, StepRequest, StepResult
-from slurm_fsm.localcluster import ClusterInfo, ContainerInfo
-from slurm_fsm.localpyxis import make_install_repo
 from slurm_fsm.subprocess_backend import SubprocessBackend
+from slurm_fsm_dev import localpyxis
+from slurm_fsm_dev.localcluster import ClusterInfo, ContainerInfo
+from slurm_fsm_dev.localpyxis import make_install_repo
 
 
 def pyxis_or_skip(cluster: ClusterInfo) -> ContainerInfo:

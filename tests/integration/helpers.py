@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from slurm_fsm.backend import ScriptRequest
-from slurm_fsm.localcluster import ClusterInfo
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.subprocess_backend import CommandResult, LocalScript, SubprocessBackend, run_command
+from slurm_fsm_dev.localcluster import ClusterInfo
 
 T = TypeVar("T")
 

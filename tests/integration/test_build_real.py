@@ -24,9 +24,9 @@ from slurm_fsm.build import (
     make_pre_step,
 )
 from slurm_fsm.executor import Events, Executor
-from slurm_fsm.localcluster import ClusterInfo
 from slurm_fsm.results import Status
 from slurm_fsm.spec import JobSpec
+from slurm_fsm_dev.localcluster import ClusterInfo
 
 from .helpers import (
     JobNames,

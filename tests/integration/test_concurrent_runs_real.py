@@ -16,7 +16,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from slurm_fsm.localcluster import ClusterInfo
+from slurm_fsm_dev.localcluster import ClusterInfo
 
 from .helpers import JobNames, spec_dict
 

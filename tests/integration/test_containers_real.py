@@ -18,14 +18,14 @@ import attrs
 import pytest
 
 from slurm_fsm.executor import Executor
-from slurm_fsm.localcluster import ClusterInfo, ContainerInfo
 from slurm_fsm.machine import AllocationMachine, State
 from slurm_fsm.results import Status
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.subprocess_backend import SubprocessBackend
+from slurm_fsm_dev.localcluster import ClusterInfo, ContainerInfo
 
 from .containers import ContainerNames, in_container, make_install_repo, pyxis_or_skip
-from .helpers import JobNames, RecordingBackend, job_state, make_spec, wait_gone
+from .helpers import JobNames, RecordingBackend, job_state, make_spec, slurm, wait_gone
 
 pytestmark = pytest.mark.slurm
 
@@ -176,11 +176,13 @@ def test_new_allocation_does_not_inherit_an_old_container(
     not from the one an earlier allocation left (with its writes) on the nodes."""
     job_name = names.new(f"ct-{how}")
     name = cnames.new(how)
-    limit = "00:05:00" if how == "expiry" else "00:30:00"
     spec = container_spec(local_cluster, tmp_path, job_name, image=pyxis.images["busybox"],
-                          name=name, alloc_time_limit=limit)
+                          name=name, alloc_time_limit="00:30:00")
     first, backend = prepared(spec)
     assert first.alloc is not None
+    if how == "expiry":  # 5 minutes left: the next run cancels it as expiring
+        cut = slurm("scontrol", "update", f"jobid={first.alloc.job_id}", "timelimit=00:05:00")
+        assert cut.returncode == 0, cut.stderr
     wrote = in_container(backend, first.alloc.job_id, NODES, name, "sh", "-c",
                          "echo left-behind > /stale", writable=True)
     assert wrote.exit_code == 0, wrote.stderr

@@ -10,10 +10,10 @@ import pytest
 
 from slurm_fsm import demo
 from slurm_fsm.executor import Executor
-from slurm_fsm.localcluster import ClusterInfo
 from slurm_fsm.results import Status
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.subprocess_backend import SubprocessBackend
+from slurm_fsm_dev.localcluster import ClusterInfo
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

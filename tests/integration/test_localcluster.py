@@ -11,8 +11,8 @@ from pathlib import Path
 import hostlist
 import pytest
 
-from slurm_fsm import localcluster
-from slurm_fsm.localcluster import ClusterInfo
+from slurm_fsm_dev import localcluster
+from slurm_fsm_dev.localcluster import ClusterInfo
 
 JOB_NAME = f"slurm_fsm-localcluster-test-{os.getpid()}"
 

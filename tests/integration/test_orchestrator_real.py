@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_fsm.localcluster import ClusterInfo
+from slurm_fsm_dev.localcluster import ClusterInfo
 
 pytestmark = pytest.mark.slurm
 

@@ -18,12 +18,12 @@ import attrs
 import pytest
 
 from slurm_fsm.backend import SlurmBackend
-from slurm_fsm.localcluster import ClusterInfo
 from slurm_fsm.machine import AllocationMachine, SetupFailed, State
 from slurm_fsm.results import setup_error_lines
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.subprocess_backend import SubprocessBackend
 from slurm_fsm.testing import FakeCluster
+from slurm_fsm_dev.localcluster import ClusterInfo
 
 from .containers import ContainerNames, pyxis_or_skip
 from .helpers import JobNames, job_state, jobs_named, make_spec, slurm, wait_gone

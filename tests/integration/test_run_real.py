@@ -21,12 +21,12 @@ from typing import Any
 import pytest
 
 from slurm_fsm.executor import Events, Executor
-from slurm_fsm.localcluster import ClusterInfo
 from slurm_fsm.monitor import PollPolicy
 from slurm_fsm.report import Report
 from slurm_fsm.results import Status
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.subprocess_backend import SubprocessBackend
+from slurm_fsm_dev.localcluster import ClusterInfo
 
 from .helpers import (
     JobNames,

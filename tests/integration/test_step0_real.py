@@ -25,13 +25,13 @@ from typing import TypeVar
 import attrs
 import pytest
 
-from slurm_fsm import localcluster
 from slurm_fsm.backend import StepRequest
 from slurm_fsm.errors import NotOurJobError
-from slurm_fsm.localcluster import ClusterInfo
 from slurm_fsm.machine import AllocationMachine, State
 from slurm_fsm.state import KEYS, AllocState
 from slurm_fsm.subprocess_backend import SubprocessBackend
+from slurm_fsm_dev import localcluster
+from slurm_fsm_dev.localcluster import ClusterInfo
 
 from .helpers import (
     JobNames,

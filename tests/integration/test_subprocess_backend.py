@@ -33,8 +33,8 @@ from slurm_fsm.backend import (
 )
 from slurm_fsm.duration import Duration
 from slurm_fsm.errors import AllocationFailed, CommandTimedOut, JobNotFound
-from slurm_fsm.localcluster import ClusterInfo
 from slurm_fsm.subprocess_backend import SubprocessBackend
+from slurm_fsm_dev.localcluster import ClusterInfo
 
 from .helpers import until, without_pyxis
 

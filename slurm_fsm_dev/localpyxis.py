@@ -1,4 +1,4 @@
-"""Real pyxis + enroot for the local Slurm cluster (:mod:`slurm_fsm.localcluster`).
+"""Real pyxis + enroot for the local Slurm cluster (:mod:`slurm_fsm_dev.localcluster`).
 
 ``prepare(base, plugstack)`` builds NVIDIA enroot and pyxis from the vendored
 sources (``$SLURM_FSM_PYXIS_SRC``, default ``<repo>/../shared/vendor/pyxis-enroot``,
@@ -159,7 +159,7 @@ def enroot_conf(fallback_base: Path) -> str:
     base = f'$(dirname "$(dirname "{conf}")")/enroot'
     node = f"{base}/$(id -u)/$(hostname)"
     return (
-        "# written by slurm_fsm.localpyxis: containers per cluster, user and node\n"
+        "# written by slurm_fsm_dev.localpyxis: containers per cluster, user and node\n"
         f"ENROOT_RUNTIME_PATH {node}/run\n"
         f"ENROOT_CACHE_PATH {node}/cache\n"
         f"ENROOT_DATA_PATH {node}/data\n"

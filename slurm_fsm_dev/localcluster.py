@@ -1,6 +1,6 @@
 """A real Slurm 22.05 cluster on this one host, for tests, the demo and CI.
 
-``python -m slurm_fsm.localcluster up|down|status|env`` (or ``scripts/local-slurm``).
+``python -m slurm_fsm_dev.localcluster up|down|status|env`` (or ``scripts/local-slurm``).
 
 ``up`` installs the Debian packages when they are missing, writes a config under a
 fixed base folder (``/tmp/slurm_fsm-local``, or ``$SLURM_FSM_LOCAL_DIR``), and starts,
@@ -44,9 +44,9 @@ from typing import Any, TypeVar
 import attrs
 from filelock import FileLock
 
-from slurm_fsm import localpyxis
 from slurm_fsm.errors import SlurmFsmError
-from slurm_fsm.localpyxis import ContainerInfo
+from slurm_fsm_dev import localpyxis
+from slurm_fsm_dev.localpyxis import ContainerInfo
 
 __all__ = [
     "ACCOUNT",
@@ -612,7 +612,7 @@ def _slurm_conf(layout: _Layout, *, port0: int, nodes: Sequence[str], auth: str)
     else:
         auth_lines = ["AuthType=auth/none", "CredType=cred/none"]
     lines = [
-        "# written by slurm_fsm.localcluster; regenerated on every `up`",
+        "# written by slurm_fsm_dev.localcluster; regenerated on every `up`",
         f"ClusterName={CLUSTER_NAME}",
         "SlurmctldHost=localhost",
         f"SlurmctldPort={port0}",
@@ -673,7 +673,7 @@ def _dbd_conf(layout: _Layout, *, port0: int, auth: str, db_password: str) -> st
         else ["AuthType=auth/none"]
     )
     lines = [
-        "# written by slurm_fsm.localcluster; regenerated on every `up`",
+        "# written by slurm_fsm_dev.localcluster; regenerated on every `up`",
         *auth_lines,
         "DbdHost=localhost",
         f"DbdPort={port0 + 1}",
