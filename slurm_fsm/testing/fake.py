@@ -224,9 +224,13 @@ class _FakeRunningScript:
         self.cluster.clock.sleep(timeout_s)
         return self.poll()
 
+    @property
+    def identity(self) -> dict[str, str | int]:
+        return {"fake_job": self.job_id, "fake_step": self.step_id}
+
     def terminate(self) -> None:
         if self.exit_code is None:
-            self.exit_code = -15
+            self.exit_code = 128 + 15  # killed by SIGTERM, as the shell says it
             job = self.cluster.jobs.get(self.job_id)
             if job is not None:
                 job.steps.pop(self.step_id, None)
@@ -247,6 +251,7 @@ class FakeCluster:
         first_job_id: int = 100,
         pending_s: float = 0.0,
         min_job_age_s: float = 300.0,
+        pending_reason: str | None = None,
     ) -> None:
         parts = partitions or {"batch": ["node01", "node02", "node03", "node04"]}
         self.partitions: dict[str, list[str]] = {k: list(v) for k, v in parts.items()}
@@ -259,6 +264,7 @@ class FakeCluster:
         self.pyxis = pyxis
         self.accounting = accounting
         self.pending_s = pending_s
+        self.pending_reason = pending_reason  # the reason new allocations pend with
         self.min_job_age_s = min_job_age_s
         self.jobs: dict[str, FakeJob] = {}
         self.calls: list[Call] = []
@@ -460,7 +466,8 @@ class FakeCluster:
             nodes=self.partitions[request.partition][: request.nodes],
             time_limit_s=request.time_limit.seconds, submitted_at=self.clock.now(),
             kind="alloc", pending_until=self.clock.now() + self.pending_s,
-            reason="Resources" if self.pending_s else "None", comment=request.comment or "",
+            reason=(self.pending_reason or "Resources") if self.pending_s else "None",
+            comment=request.comment or "",
         )
         self.jobs[job.job_id] = job
         log.write_text(f"salloc: Pending job allocation {job.job_id}\n"
@@ -621,3 +628,12 @@ class FakeCluster:
                                      job_id, step_id)
         self._running.append(running)
         return running
+
+    def stop_stale_script(self, identity: Mapping[str, object]) -> str | None:
+        """Stop a script of this cluster that an earlier run left running."""
+        self.calls.append(Call("stop_stale_script", {"identity": dict(identity)}))
+        for r in self._running:
+            if r.identity == dict(identity) and r.exit_code is None:
+                r.terminate()
+                return f"fake script {r.job_id}.{r.step_id}"
+        return None
