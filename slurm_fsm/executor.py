@@ -574,6 +574,16 @@ class Executor:
             on_output=self.events.output, on_message=self.events.message,
             on_tick=self.events.tick, on_state=self.events.job_state,
         )
+        if watch.never_starts:
+            msg = (f"job {job_id} can never start: Slurm keeps it PENDING with reason "
+                   f"{watch.never_starts} (the request exceeds a limit of its partition, "
+                   "account or QOS); cancelled")
+            return Report(
+                status=Status.ERROR, task_type=spec.workflow_type.value, mode="one-shot",
+                job_id=job_id, work_dir=str(spec.work_dir), summary=msg, errors=[msg],
+                warnings=warnings + watch.messages, path=[*path, "Collected"],
+                timings=dict(self._timings),
+            )
         outcome, why = final_outcome(self.backend, job_id, self.clock)
         note = f"{why}; status decided from the log alone" if why else ""
         path.append("Collected")

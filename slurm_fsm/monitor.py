@@ -58,6 +58,7 @@ class Watch:
     slurm_queries: int = 0
     messages: list[str] = attrs.field(factory=list)
     bytes_read: int = 0
+    never_starts: str = ""  # one-shot: the pending reason that can never clear (job cancelled)
 
 
 Notify = Callable[[str], None]
@@ -249,6 +250,12 @@ def _batch_loop(job_id: str, watch: Watch, follower: LogFollower, *, backend: Sl
                     on_state(info.state)
                     say(f"job {job_id}: {' -> '.join(watch.states)}")
                 if not info.is_active:
+                    return
+                if info.never_starts:
+                    watch.never_starts = info.reason
+                    say(f"job {job_id} can never start (pending reason {info.reason}): "
+                        "cancelling it")
+                    _cancel_job(backend, job_id, watch)
                     return
                 if info.state == "PENDING":
                     pending_since = pending_since if pending_since is not None else now

@@ -505,3 +505,15 @@ def test_time_limit_in_the_log_means_timeout_when_accounting_cannot_say(
     report = run(spec, fake, Expire())
     assert report.status is Status.TIMEOUT
     assert "time limit" in report.summary
+
+
+def test_a_one_shot_job_that_can_never_start_is_cancelled_at_once(
+        make_spec: SpecFactory) -> None:
+    fake = FakeCluster(pending_s=1e9, pending_reason="PartitionTimeLimit")
+    spec = one_shot(make_spec)
+    start = fake.clock.now()
+    report = run(spec, fake)
+    assert report.status is Status.ERROR
+    assert "PartitionTimeLimit" in report.summary and "never start" in report.summary
+    assert fake.clock.now() - start < 10
+    assert fake.active_jobs() == []

@@ -584,7 +584,7 @@ class FakeCluster:
             nodes=self.partitions[partition][:nodes], time_limit_s=limit_s,
             submitted_at=self.clock.now(), kind="batch",
             pending_until=self.clock.now() + self.pending_s,
-            reason="Priority" if self.pending_s else "None",
+            reason=(self.pending_reason or "Priority") if self.pending_s else "None",
             script=self._script_for(request.script_path),
             out_path=work / out, err_path=(work / err) if err else work / out,
         )
