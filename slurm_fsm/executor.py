@@ -399,6 +399,8 @@ class Executor:
                                                         log_lines=msg.splitlines()))
         alloc = m.alloc
         t = time.monotonic()
+        # before the pre-flight's own step: a dead run's step would hold the nodes
+        self._stop_leftovers(alloc.job_id, warnings)
         m.run()  # pre-flight; a failure routes the machine into Failed
         if m.state is not State.Running:
             msg = m.failure.message if m.failure else "pre-flight failed"
@@ -407,7 +409,6 @@ class Executor:
                                      extra_warnings=warnings)
         info, left = m.info_now()
         assert info is not None
-        self._stop_leftovers(alloc.job_id, warnings)
         spec.work_dir.mkdir(parents=True, exist_ok=True)
         log = self._log_path = run_log_path(spec)
         self.events.message(

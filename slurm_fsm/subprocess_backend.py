@@ -661,7 +661,8 @@ class SubprocessBackend:
         """
         request.log_path.parent.mkdir(parents=True, exist_ok=True)
         log_file = open(request.log_path, "wb")  # noqa: SIM115 - owned by LocalScript
-        guard = [sys.executable, "-I", "-S", scriptguard.__file__, str(os.getpid())]
+        guard = ([sys.executable, "-I", "-S", scriptguard.__file__, str(os.getpid())]
+                 if sys.executable else [])  # embedded Python: bash alone, no tie
         try:
             proc = subprocess.Popen(  # noqa: S603 - an argument list, never a shell
                 [*guard, "bash", str(request.script_path)],
