@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import attrs
 
-from slurm_fsm.backend import BatchRequest, ScriptRequest, SlurmBackend, step_env
+from slurm_fsm.backend import BatchRequest, JobOutcome, ScriptRequest, SlurmBackend, step_env
 from slurm_fsm.clock import Clock, SystemClock
 from slurm_fsm.errors import (
     BackendError,
@@ -159,6 +159,16 @@ def err_path_for(out: Path) -> Path:
 
 #: What srun prints when Slurm ends a step at its job's time limit.
 TIME_LIMIT_MARK = "DUE TO TIME LIMIT"
+
+
+def outcome_exit_code(outcome: JobOutcome | None) -> int | None:
+    """Accounting's ``ExitCode`` (``code:signal``) as one number: the code, or
+    ``128 + signal`` for a job killed by a signal (``0:9`` -> 137), as the shell says."""
+    if outcome is None:
+        return None
+    if outcome.exit_code == 0 and outcome.signal:
+        return 128 + outcome.signal
+    return outcome.exit_code
 
 
 def run_log_path(spec: JobSpec, now: datetime | None = None) -> Path:
@@ -594,7 +604,7 @@ class Executor:
         report = self._collect(
             None, watch, mode="one-shot", job_id=job_id, allocation_id=None,
             slurm_state=outcome.state if outcome else None,
-            exit_code=outcome.exit_code if outcome else None, elapsed=elapsed, out=out, err=err,
+            exit_code=outcome_exit_code(outcome), elapsed=elapsed, out=out, err=err,
             extra_warnings=warnings, path=path, notes=notes,
         )
         if outcome is not None:

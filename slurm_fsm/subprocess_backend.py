@@ -539,7 +539,7 @@ class SubprocessBackend:
         if isinstance(err, JobNotFound | ControllerUnreachable | CommandTimedOut):
             raise err
         assert result.returncode is not None
-        return StepResult(result.returncode, result.stdout, result.stderr)
+        return StepResult(_exit_status(result.returncode), result.stdout, result.stderr)
 
     def gpu_processes(self, job_id: str, nodes: int) -> list[GpuProcess]:
         """nvidia-smi's compute processes on every node of the allocation (host side)."""

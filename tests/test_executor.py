@@ -517,3 +517,19 @@ def test_a_one_shot_job_that_can_never_start_is_cancelled_at_once(
     assert "PartitionTimeLimit" in report.summary and "never start" in report.summary
     assert fake.clock.now() - start < 10
     assert fake.active_jobs() == []
+
+
+def test_a_one_shot_job_killed_by_a_signal_exits_128_plus_it(make_spec: SpecFactory,
+                                                             fake: FakeCluster) -> None:
+    spec = one_shot(make_spec)
+    fake.script(spec.script_path, FakeScript(lines=("x",), hang=True))
+
+    class Kill(Events):
+        def tick(self, elapsed_s: float, last_line: str) -> None:
+            job = next((j for j in fake.jobs.values() if j.kind == "batch" and j.active), None)
+            if job is not None and elapsed_s > 2:
+                fake.end_job(job.job_id, "FAILED", exit_code=0, signal=9)  # ExitCode 0:9
+
+    report = run(spec, fake, Kill())
+    assert report.exit_code == 137
+    assert report.status is Status.FAILED  # not PASSED on a "0" exit code

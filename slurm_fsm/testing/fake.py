@@ -327,10 +327,12 @@ class FakeCluster:
         self.jobs[job.job_id] = job
         return job
 
-    def end_job(self, job_id: str, state: str = "CANCELLED", exit_code: int = 0) -> None:
-        """End a job behind the orchestrator's back (scancel by someone, node failure)."""
+    def end_job(self, job_id: str, state: str = "CANCELLED", exit_code: int = 0,
+                signal: int = 0) -> None:
+        """End a job behind the orchestrator's back (scancel by someone, node failure);
+        ``signal``: accounting's ``ExitCode`` is ``exit_code:signal``."""
         job = self.jobs[job_id]
-        self._finish(job, state, exit_code)
+        self._finish(job, state, exit_code, signal)
 
     # ------------------------------------------------------------------ internals
     def _call(self, op: str, **args: Any) -> None:
