@@ -59,6 +59,7 @@ __all__ = [
     "RunRecord",
     "err_path_for",
     "log_path_for",
+    "outcome_exit_code",
     "point_latest",
     "run_log_path",
     "run_record_path",
