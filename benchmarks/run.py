@@ -861,6 +861,10 @@ class CountingScript:
     def terminate(self) -> None:
         self.inner.terminate()
 
+    @property
+    def identity(self) -> dict[str, str | int]:
+        return self.inner.identity
+
 
 def monitor_child(size: int, folder: Path, rate: int) -> dict[str, float]:
     """In a process of its own: the monitor (watch_script) over a writer of ``size`` bytes."""

@@ -79,6 +79,21 @@ ACTIVE_STATES = frozenset(
 )
 
 
+#: Pending reasons that can never clear for the request as it is (Slurm's job reason
+#: codes: the request exceeds a per-job limit of its partition, association or QOS, or
+#: names what does not exist). A pending allocation with one of these is cancelled at
+#: once instead of waited for. ``PartitionNodeLimit`` can also mean that the nodes
+#: the request needs are DOWN or DRAINED: then too it does not start by waiting.
+NEVER_STARTS_REASONS = frozenset({
+    "PartitionNodeLimit", "PartitionTimeLimit", "AccountNotAllowed", "QOSNotAllowed",
+    "BadConstraints", "DependencyNeverSatisfied", "InvalidAccount", "InvalidQOS",
+    "AssocMaxNodePerJobLimit", "AssocMaxCpuPerJobLimit", "AssocMaxWallDurationPerJobLimit",
+    "AssocMaxMemPerJob", "AssocMaxGRESPerJob", "AssocMaxBillingPerJob",
+    "QOSMaxNodePerJobLimit", "QOSMaxCpuPerJobLimit", "QOSMaxWallDurationPerJobLimit",
+    "QOSMaxMemoryPerJob", "QOSMaxGRESPerJob", "QOSMaxBillingPerJob",
+})
+
+
 @attrs.frozen
 class JobInfo:
     """One row of ``squeue`` for a job."""
@@ -99,6 +114,11 @@ class JobInfo:
     @property
     def is_active(self) -> bool:
         return self.state in ACTIVE_STATES
+
+    @property
+    def never_starts(self) -> bool:
+        """PENDING for a reason of :data:`NEVER_STARTS_REASONS`: waiting will not help."""
+        return self.state == "PENDING" and self.reason in NEVER_STARTS_REASONS
 
 
 @attrs.frozen
@@ -244,6 +264,12 @@ class RunningScript(Protocol):
         """Stop the local script (its process group)."""
         ...
 
+    @property
+    def identity(self) -> dict[str, str | int]:
+        """What identifies the running script for :meth:`SlurmBackend.stop_stale_script`
+        of a later run (host, pid, process group, start time): JSON-ready."""
+        ...
+
 
 @runtime_checkable
 class SlurmBackend(Protocol):
@@ -307,7 +333,14 @@ class SlurmBackend(Protocol):
         ...
 
     def start_script(self, request: ScriptRequest) -> RunningScript:
-        """Start ``bash <script>`` locally, output to ``request.log_path``."""
+        """Start ``bash <script>`` locally, output to ``request.log_path``; it ends with
+        the orchestrator where the platform allows (Linux: ``PR_SET_PDEATHSIG``)."""
+        ...
+
+    def stop_stale_script(self, identity: Mapping[str, object]) -> str | None:
+        """Stop what is left of a script of an earlier run that died, given its
+        :attr:`RunningScript.identity`, after checking that it is that very script
+        (never a process that merely reuses its pid). What was stopped, or None."""
         ...
 
 

@@ -1,25 +1,32 @@
 """The ``slurm-fsm`` command (also ``python -m slurm_fsm``).
 
 Exit codes: 0 PASSED or RELEASED; 1 FAILED, TIMEOUT, HANG_DETECTED,
-OUT_OF_MEMORY, CANCELLED; 2 bad input (spec or file); 3 ERROR or BUILD_FAILED.
-With ``--json`` stdout carries the JSON document and nothing else; progress
-goes to stderr.
+OUT_OF_MEMORY, CANCELLED; 2 bad input (spec or file); 3 ERROR or BUILD_FAILED;
+``128 + N`` when stopped by signal N (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP).
+With ``--json`` stdout carries the JSON document and nothing else, also when
+the run is stopped by a signal (a CANCELLED report); progress goes to stderr.
+Progress is best effort: a closed or broken stderr only silences it.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import signal
 import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from slurm_fsm.backend import SlurmBackend
 from slurm_fsm.errors import SlurmFsmError, SpecError, StateFileError
 from slurm_fsm.spec import JobSpec
+
+if TYPE_CHECKING:
+    from slurm_fsm.executor import Executor
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_ERROR", "main"]
 
@@ -87,13 +94,12 @@ def _backend(kind: str) -> SlurmBackend:
         from slurm_fsm.testing import FakeCluster
 
         return FakeCluster()
-    import os
 
     from slurm_fsm.subprocess_backend import SubprocessBackend
 
     if not os.environ.get("SLURM_CONF") and not Path("/etc/slurm/slurm.conf").exists():
-        print("slurm-fsm: no SLURM_CONF set and no /etc/slurm/slurm.conf: Slurm's tools may "
-              "not find a cluster", file=sys.stderr)
+        _say("slurm-fsm: no SLURM_CONF set and no /etc/slurm/slurm.conf: Slurm's tools may "
+         "not find a cluster")
     return SubprocessBackend()
 
 
@@ -104,6 +110,42 @@ def _fake_for(spec: JobSpec) -> SlurmBackend:
     p = spec.slurm_params
     nodes = [f"node{i:02d}" for i in range(1, max(4, p.nodes) + 1)]
     return FakeCluster(partitions={p.partition: nodes}, accounts=[p.account])
+
+
+def _say(text: str) -> None:
+    """A line on stderr for the person watching; never fails (a closed pipe, ``2>&1 |
+    head -1``, only silences it)."""
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except OSError:
+        _silence_stderr()
+
+
+def _silence_stderr() -> None:
+    """stderr is dead: point fd 2 at /dev/null, so that what Python still holds for it
+    (and its flush at exit, which would turn the exit code into 120) goes nowhere."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+        os.close(devnull)
+    except OSError:
+        pass
+
+
+def _settle_stderr() -> None:
+    try:
+        sys.stderr.flush()
+    except OSError:
+        _silence_stderr()
+        with contextlib.suppress(OSError):
+            sys.stderr.flush()
+
+
+class _Run:
+    """The executor of a ``run``/``release``, once made: its partial report is printed
+    when a signal stops the run."""
+
+    executor: Executor | None = None
 
 
 def _emit(data: object, text: str, as_json: bool, out: TextIO) -> None:
@@ -142,19 +184,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         for stop, handler in previous.items():
             signal.signal(stop, handler)
+        _settle_stderr()
 
 
 def _main(args: argparse.Namespace) -> int:
+    current = _Run()
     try:
-        return _dispatch(args)
+        return _dispatch(args, current)
     except SpecError as exc:
-        print(f"slurm-fsm: {exc}", file=sys.stderr)
+        _say(f"slurm-fsm: {exc}")
         return EXIT_BAD_INPUT
     except StateFileError as exc:
-        print(f"slurm-fsm: {exc}", file=sys.stderr)
+        _say(f"slurm-fsm: {exc}")
         return EXIT_BAD_INPUT
     except (SlurmFsmError, OSError) as exc:
-        print(f"slurm-fsm: error: {exc}", file=sys.stderr)
+        _say(f"slurm-fsm: error: {exc}")
         if getattr(args, "json", False) and args.command in ("run", "release"):
             # an orchestrator reading stdout still gets a report
             from slurm_fsm.report import Report
@@ -164,17 +208,30 @@ def _main(args: argparse.Namespace) -> int:
                             summary=f"error: {exc}", errors=[str(exc)])
             _emit(report.to_dict(), "", True, sys.stdout)
         return EXIT_ERROR
-    except KeyboardInterrupt:
-        print("slurm-fsm: interrupted (the persistent allocation, if any, is kept)",
-              file=sys.stderr)
-        return 130
-    except _Stopped as exc:
-        print(f"slurm-fsm: stopped by {signal.Signals(exc.signum).name} (the persistent "
-              "allocation, if any, is kept)", file=sys.stderr)
-        return 128 + exc.signum
+    except (KeyboardInterrupt, _Stopped) as exc:
+        signum = exc.signum if isinstance(exc, _Stopped) else signal.SIGINT
+        name = signal.Signals(signum).name
+        _say(f"slurm-fsm: stopped by {name} (the persistent allocation, if any, is kept)")
+        if getattr(args, "json", False) and args.command in ("run", "release"):
+            _emit_stopped(current, args.command, f"stopped by {name}")
+        return 128 + signum
 
 
-def _dispatch(args: argparse.Namespace) -> int:
+def _emit_stopped(current: _Run, command: str, why: str) -> None:
+    """With ``--json``: the one report document, also for a run stopped by a signal."""
+    from slurm_fsm.report import Report
+    from slurm_fsm.results import Status
+
+    if current.executor is not None:
+        report = current.executor.interrupted_report(why)
+    else:
+        report = Report(status=Status.CANCELLED, task_type="unknown", mode=command,
+                        summary=f"CANCELLED: {why}", errors=[why])
+    with contextlib.suppress(OSError):
+        _emit(report.to_dict(), "", True, sys.stdout)
+
+
+def _dispatch(args: argparse.Namespace, current: _Run) -> int:
     if args.command == "diagram":
         from slurm_fsm.machine import EDGES, dot_diagram, mermaid_diagram
 
@@ -209,7 +266,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         spec = attrs.evolve(spec, release_allocation=True)
     events = StderrEvents(quiet=args.quiet, stream_output=not args.json)
     clock = getattr(backend, "clock", None)  # the fake cluster's own clock
-    report = Executor(spec, backend, events=events, clock=clock).run()
+    current.executor = Executor(spec, backend, events=events, clock=clock)
+    report = current.executor.run()
     events.close()
     _emit(report.to_dict(), report.render_text(), args.json, sys.stdout)
     return report.exit_code_for_cli

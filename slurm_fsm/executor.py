@@ -8,23 +8,35 @@ lines are the backend's, log reading and status decisions are in
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import stat
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
 import attrs
 
-from slurm_fsm.backend import BatchRequest, ScriptRequest, SlurmBackend, step_env
+from slurm_fsm.backend import BatchRequest, JobOutcome, ScriptRequest, SlurmBackend, step_env
 from slurm_fsm.clock import Clock, SystemClock
 from slurm_fsm.errors import (
     BackendError,
+    JobNotFound,
     SpecError,
 )
 from slurm_fsm.logs import grep, head_lines, tail_lines
 from slurm_fsm.machine import AllocationMachine, SetupFailed, State
-from slurm_fsm.monitor import PollPolicy, Watch, final_outcome, watch_batch_job, watch_script
+from slurm_fsm.monitor import (
+    PollPolicy,
+    Watch,
+    final_outcome,
+    stop_steps,
+    watch_batch_job,
+    watch_script,
+)
 from slurm_fsm.report import Report
 from slurm_fsm.results import (
     Status,
@@ -39,7 +51,20 @@ from slurm_fsm.results import (
 from slurm_fsm.spec import JobSpec, WorkflowType
 from slurm_fsm.state import StateStore
 
-__all__ = ["Events", "Executor", "PreStep", "PreStepResult", "err_path_for", "log_path_for"]
+__all__ = [
+    "Events",
+    "Executor",
+    "GuardedEvents",
+    "PreStep",
+    "PreStepResult",
+    "RunRecord",
+    "err_path_for",
+    "log_path_for",
+    "outcome_exit_code",
+    "point_latest",
+    "run_log_path",
+    "run_record_path",
+]
 
 
 class Events:
@@ -59,6 +84,49 @@ class Events:
 
     def tick(self, elapsed_s: float, last_line: str) -> None:
         """Called on every monitor poll while a job runs."""
+
+
+class GuardedEvents(Events):
+    """The executor's view of the caller's :class:`Events`: best effort, never fatal.
+
+    Every public attribute of the wrapped sink that is callable (today's methods
+    and any added later: the guard is in ``__getattribute__``, not per method)
+    is called through a guard. The first exception (a closed stderr, a bug in a
+    sink) switches the sink off for the rest of the run and is kept in
+    :attr:`problem`; it never reaches the run. ``KeyboardInterrupt`` and other
+    ``BaseException`` that are not ``Exception`` pass: they are the user's.
+    """
+
+    def __init__(self, inner: Events) -> None:
+        self._inner = inner
+        self._problem: str | None = None
+
+    @property
+    def problem(self) -> str | None:
+        """Why progress output stopped: the sink's first exception, or its own word
+        (a :class:`~slurm_fsm.progress.StderrEvents` silenced by a dead stream)."""
+        if self._problem is not None:
+            return self._problem
+        silenced = getattr(self._inner, "silenced", None)
+        return silenced if isinstance(silenced, str) else None
+
+    def __getattribute__(self, name: str) -> Any:
+        if name.startswith("_") or name == "problem":
+            return object.__getattribute__(self, name)
+        target = getattr(object.__getattribute__(self, "_inner"), name)
+        if not callable(target):
+            return target
+
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            if object.__getattribute__(self, "_problem") is not None:
+                return None
+            try:
+                return target(*args, **kwargs)
+            except Exception as exc:
+                self._problem = f"{type(exc).__name__}: {exc}"
+                return None
+
+        return guarded
 
 
 @attrs.frozen
@@ -91,6 +159,101 @@ def err_path_for(out: Path) -> Path:
     return out.with_suffix(".err") if out.suffix == ".out" else out.with_name(out.name + ".err")
 
 
+#: What srun prints when Slurm ends a step at its job's time limit.
+TIME_LIMIT_MARK = "DUE TO TIME LIMIT"
+
+
+def outcome_exit_code(outcome: JobOutcome | None) -> int | None:
+    """Accounting's ``ExitCode`` (``code:signal``) as one number: the code, or
+    ``128 + signal`` for a job killed by a signal (``0:9`` -> 137), as the shell says."""
+    if outcome is None:
+        return None
+    if outcome.exit_code == 0 and outcome.signal:
+        return 128 + outcome.signal
+    return outcome.exit_code
+
+
+def run_log_path(spec: JobSpec, now: datetime | None = None) -> Path:
+    """This persistent run's own log: ``<model>_<workflow>.<UTC stamp>.log`` in
+    ``work_dir`` (``spec.persistent_log`` is a symlink to the latest one)."""
+    stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%S.%f")[:-3] + "Z"
+    base = spec.persistent_log
+    path = base.with_name(f"{base.stem}.{stamp}{base.suffix}")
+    n = 1
+    while path.exists() or path.is_symlink():
+        n += 1
+        path = base.with_name(f"{base.stem}.{stamp}-{n}{base.suffix}")
+    return path
+
+
+def point_latest(link: Path, target: Path) -> str:
+    """Make ``link`` a relative symlink to ``target`` (atomically). A regular file at
+    ``link`` (a log of an older version) is kept under a stamped name first. A
+    problem comes back as a warning text, never raised."""
+    try:
+        if link.exists() and not link.is_symlink():
+            stamp = datetime.fromtimestamp(link.stat().st_mtime, UTC).strftime(
+                "%Y%m%dT%H%M%S")
+            link.rename(link.with_name(f"{link.stem}.{stamp}Z-old{link.suffix}"))
+        tmp = link.with_name(f".{link.name}.{os.getpid()}.tmp")
+        tmp.unlink(missing_ok=True)
+        os.symlink(target.name, tmp)
+        os.replace(tmp, link)
+    except OSError as exc:
+        return f"could not point {link} at this run's log {target}: {exc}"
+    return ""
+
+
+def run_record_path(spec: JobSpec) -> Path:
+    """Beside the state file: the running persistent job of this repo_root, if any."""
+    return spec.state_path.with_name(".slurm_run.json")
+
+
+class RunRecord:
+    """``work_dirs/.slurm_run.json``: written when a persistent run starts its script,
+    deleted when the script has ended. Found by the next run (which holds the same
+    lock), it means that run died: what it names is stopped before anything starts."""
+
+    MAX_BYTES = 65536
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def write(self, alloc_id: str, log: Path, identity: dict[str, str | int]) -> None:
+        data = {"allocation": alloc_id, "log": str(log), "script": identity,
+                "started_at": datetime.now(UTC).isoformat(timespec="seconds")}
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(data), encoding="utf-8")
+            os.replace(tmp, self.path)
+        except OSError:
+            pass  # best effort: the script is tied to this process anyway
+
+    def read(self) -> dict[str, Any] | None:
+        """The record, or None (missing, not a regular file, unreadable, not JSON)."""
+        try:
+            if not stat.S_ISREG(os.stat(self.path).st_mode):
+                return None
+            with open(self.path, "rb") as fh:
+                data = json.loads(fh.read(self.MAX_BYTES).decode("utf-8", "replace"))
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def delete(self) -> None:
+        with contextlib.suppress(OSError):
+            self.path.unlink(missing_ok=True)
+
+
+@attrs.frozen
+class _AllocationEnd:
+    state: str  # how the allocation ended: TIMEOUT, CANCELLED, ...
+    what: str  # in words
+    note: str = ""
+    cancelled_by: str = ""
+
+
 class Executor:
     """Runs one job spec over one backend and returns a :class:`Report`."""
 
@@ -108,13 +271,16 @@ class Executor:
         self.spec = spec
         self.backend = backend
         self.clock: Clock = clock or SystemClock()
-        self.events = events or Events()
+        # progress is best effort: nothing a sink does can fail or stall the run
+        self.events = GuardedEvents(events or Events())
         self.policy = policy or PollPolicy()
         self.pre_step = pre_step
         self._machine_factory = machine_factory
         self.machine: AllocationMachine | None = None
         self._timings: dict[str, float] = {}
         self._pre_notes: list[str] = []
+        self._log_path: Path | None = None  # this run's job log, once known
+        self._job_id: str | None = None  # the one-shot job, once submitted
 
     # ------------------------------------------------------------------------ public
     def run(self) -> Report:
@@ -156,6 +322,30 @@ class Executor:
         if not spec.persistent_mode:
             return self._finish(self._one_shot(warnings), t0)
         return self._finish(self._persistent(warnings), t0)
+
+    def interrupted_report(self, why: str) -> Report:
+        """What is known of a run stopped by a signal or Ctrl-C, as a CANCELLED report
+        (the CLI prints it, so that ``--json`` always gives one document). By then the
+        monitor has cancelled the running step (persistent) or the job (one-shot)."""
+        spec = self.spec
+        m = self.machine
+        log = self._log_path
+        tail = tail_lines(log, 50) if log is not None else []
+        mode = ("release" if spec.release_allocation else
+                "persistent" if spec.persistent_mode else "one-shot")
+        alloc = m.alloc.job_id if m is not None and m.alloc is not None else None
+        kept = (f"; allocation {alloc} is kept" if alloc and mode == "persistent" else "")
+        problem = self.events.problem
+        return Report(
+            status=Status.CANCELLED, task_type=spec.workflow_type.value, mode=mode,
+            job_id=self._job_id, allocation_id=alloc,
+            log_files={"stdout": str(log) if log else None, "stderr": None},
+            work_dir=str(spec.work_dir), summary=f"CANCELLED: {why}{kept}", errors=[why],
+            warnings=(list(m.warnings) if m else []) + (
+                [f"progress output stopped ({problem})"] if problem else []),
+            path=m.path if m else [], notes=(list(m.notes) if m else []) + self._pre_notes,
+            log_tail=tail, timings=dict(self._timings),
+        )
 
     # ---------------------------------------------------------------------- checks
     def _check_inputs(self) -> None:
@@ -225,6 +415,8 @@ class Executor:
                                                         log_lines=msg.splitlines()))
         alloc = m.alloc
         t = time.monotonic()
+        # before the pre-flight's own step: a dead run's step would hold the nodes
+        self._stop_leftovers(alloc.job_id, warnings)
         m.run()  # pre-flight; a failure routes the machine into Failed
         if m.state is not State.Running:
             msg = m.failure.message if m.failure else "pre-flight failed"
@@ -232,18 +424,18 @@ class Executor:
                                      errors=[msg], allocation_id=alloc.job_id,
                                      extra_warnings=warnings)
         info, left = m.info_now()
-        self.events.message(
-            f"Running {spec.script_path} on allocation {alloc.job_id} ({alloc.nodelist}, "
-            f"{left} left), container {spec.container_name or '-'}; log {spec.persistent_log}"
-        )
         assert info is not None
         spec.work_dir.mkdir(parents=True, exist_ok=True)
+        log = self._log_path = run_log_path(spec)
+        self.events.message(
+            f"Running {spec.script_path} on allocation {alloc.job_id} ({alloc.nodelist}, "
+            f"{left} left), container {spec.container_name or '-'}; log {log}"
+        )
         env = step_env(attrs.evolve(info, nodelist=info.nodelist or alloc.nodelist),
                        spec.slurm_params.nodes, spec.slurm_params.ntasks_per_node)
         try:
             script = self.backend.start_script(ScriptRequest(
-                script_path=spec.script_path, log_path=spec.persistent_log, env=env,
-                cwd=spec.work_dir,
+                script_path=spec.script_path, log_path=log, env=env, cwd=spec.work_dir,
             ))
         except OSError as exc:  # bash missing, log not writable, ...
             m.finish(reason=f"script did not start: {exc}")
@@ -251,22 +443,112 @@ class Executor:
             return self._base_report(m, status=Status.ERROR, mode="persistent", summary=msg,
                                      errors=[msg], allocation_id=alloc.job_id,
                                      extra_warnings=warnings)
+        problem = point_latest(spec.persistent_log, log)
+        if problem:
+            warnings.append(problem)
+        record = RunRecord(run_record_path(spec))
+        record.write(alloc.job_id, log, script.identity)
         self._timings["start_s"] = time.monotonic() - t
         self.events.state("Running", f"job on allocation {alloc.job_id}")
         self.events.job_state(f"RUNNING (a step of allocation {alloc.job_id})")
-        watch = watch_script(
-            script, backend=self.backend, job_id=alloc.job_id,
-            timeout_s=float(spec.monitor_timeout_seconds), clock=self.clock, policy=self.policy,
-            on_output=self.events.output, on_message=self.events.message,
-            on_tick=self.events.tick,
-        )
+        try:
+            watch = watch_script(
+                script, backend=self.backend, job_id=alloc.job_id,
+                timeout_s=float(spec.monitor_timeout_seconds), clock=self.clock,
+                policy=self.policy, on_output=self.events.output,
+                on_message=self.events.message, on_tick=self.events.tick,
+            )
+        finally:
+            if script.poll() is not None:  # ended (or stopped on the way out): nothing left
+                record.delete()
         self._timings["run_s"] = watch.elapsed_s
+        ended = self._allocation_end(alloc.job_id, watch, log)
+        if ended is not None:
+            m.finish(reason=f"allocation {alloc.job_id} ended under the job ({ended.state})",
+                     allocation_gone=True)
+            report = self._collect(
+                m, watch, mode="persistent", job_id=None, allocation_id=alloc.job_id,
+                slurm_state=ended.state, exit_code=watch.exit_code, elapsed=watch.elapsed_s,
+                out=log, err=None, extra_warnings=warnings,
+                notes=[ended.note] if ended.note else [],
+            )
+            report.summary = (f"{report.status.value}: allocation {alloc.job_id} "
+                              f"{ended.what} and ended under the job; the step exited "
+                              f"{watch.exit_code}. The state file is dropped: the next run "
+                              "allocates anew")
+            if ended.cancelled_by:
+                report.metrics["cancelled_by"] = ended.cancelled_by
+            return report
         m.finish(reason=self._finish_reason(watch))
         return self._collect(
             m, watch, mode="persistent", job_id=None, allocation_id=alloc.job_id,
             slurm_state=None, exit_code=watch.exit_code, elapsed=watch.elapsed_s,
-            out=spec.persistent_log, err=None, extra_warnings=warnings,
+            out=log, err=None, extra_warnings=warnings,
         )
+
+    def _stop_leftovers(self, alloc_id: str, warnings: list[str]) -> None:
+        """Before the script starts (the state file's lock is held): stop what a run that
+        died (kill -9, a lost node) left behind, as its run record says: its local
+        script (verified to be that very process group) and the job steps still on the
+        allocation. A run that ended normally left no record: no Slurm call then."""
+        record = RunRecord(run_record_path(self.spec))
+        old = record.read()
+        if old is None:
+            return
+        what: list[str] = []
+        identity = old.get("script")
+        if isinstance(identity, dict):
+            stopped = self.backend.stop_stale_script(identity)
+            if stopped:
+                what.append(f"its script ({stopped})")
+        if old.get("allocation") == alloc_id:
+            leftover = Watch()
+            stop_steps(self.backend, alloc_id, leftover)
+            what += [f"step {s}" for s in leftover.cancelled_steps]
+            warnings.extend(leftover.messages)
+        record.delete()
+        if what:
+            text = (f"stopped what an earlier run that died left running: {', '.join(what)} "
+                    f"(left by an earlier run started {old.get('started_at', '?')}, "
+                    f"log {old.get('log', '?')})")
+            warnings.append(text)
+            self.events.message(f"WARNING: {text}")
+
+    def _allocation_end(self, alloc_id: str, watch: Watch, log: Path) -> _AllocationEnd | None:
+        """After a step that did not exit 0: did the allocation itself end under it
+        (scancel of the allocation, its time limit)? None when it still runs."""
+        if watch.exit_code == 0 or watch.hang or watch.timed_out:
+            return None
+        try:
+            info = self.backend.query_job(alloc_id)
+        except JobNotFound:
+            pass
+        except BackendError as exc:
+            watch.messages.append(f"could not check allocation {alloc_id}: {exc}")
+            return None
+        else:
+            if info.is_active and info.state != "COMPLETING":
+                return None
+        outcome, _why = final_outcome(self.backend, alloc_id, self.clock, attempts=4)
+        time_limit = bool(grep(log, [TIME_LIMIT_MARK]).get(TIME_LIMIT_MARK)) \
+            if log.exists() else False
+        if outcome is not None and outcome.state not in ("COMPLETED", "FAILED"):
+            state = outcome.state
+            note = ""
+        elif time_limit:
+            state, note = "TIMEOUT", (f"Slurm could not say how allocation {alloc_id} "
+                                      "ended; the log says DUE TO TIME LIMIT")
+        else:
+            state, note = "CANCELLED", (f"Slurm could not say how allocation {alloc_id} "
+                                        "ended; taken as cancelled")
+        base = state.split()[0]
+        what = {"TIMEOUT": "reached its time limit", "DEADLINE": "reached its deadline",
+                "CANCELLED": "was cancelled", "PREEMPTED": "was preempted",
+                "NODE_FAIL": "lost a node"}.get(base, f"became {state}")
+        by = outcome.cancelled_by if outcome is not None else ""
+        if base == "CANCELLED" and by:
+            what += f" (by uid {by})"
+        return _AllocationEnd(state=state, what=what, note=note, cancelled_by=by)
 
     @staticmethod
     def _finish_reason(watch: Watch) -> str:
@@ -293,7 +575,8 @@ class Executor:
                 work_dir=str(spec.work_dir), summary=f"sbatch failed: {exc}",
                 errors=[str(exc)], warnings=warnings, path=path, timings=dict(self._timings),
             )
-        out = log_path_for(spec, job_id)
+        self._job_id = job_id
+        out = self._log_path = log_path_for(spec, job_id)
         err = err_path_for(out)
         self.events.message(
             f"Submitted batch job {job_id}: script {spec.script_path}, work dir "
@@ -308,6 +591,16 @@ class Executor:
             on_output=self.events.output, on_message=self.events.message,
             on_tick=self.events.tick, on_state=self.events.job_state,
         )
+        if watch.never_starts:
+            msg = (f"job {job_id} can never start: Slurm keeps it PENDING with reason "
+                   f"{watch.never_starts} (the request exceeds a limit of its partition, "
+                   "account or QOS); cancelled")
+            return Report(
+                status=Status.ERROR, task_type=spec.workflow_type.value, mode="one-shot",
+                job_id=job_id, work_dir=str(spec.work_dir), summary=msg, errors=[msg],
+                warnings=warnings + watch.messages, path=[*path, "Collected"],
+                timings=dict(self._timings),
+            )
         outcome, why = final_outcome(self.backend, job_id, self.clock)
         note = f"{why}; status decided from the log alone" if why else ""
         path.append("Collected")
@@ -317,7 +610,7 @@ class Executor:
         report = self._collect(
             None, watch, mode="one-shot", job_id=job_id, allocation_id=None,
             slurm_state=outcome.state if outcome else None,
-            exit_code=outcome.exit_code if outcome else None, elapsed=elapsed, out=out, err=err,
+            exit_code=outcome_exit_code(outcome), elapsed=elapsed, out=out, err=err,
             extra_warnings=warnings, path=path, notes=notes,
         )
         if outcome is not None:
@@ -422,7 +715,7 @@ class Executor:
                      extra_warnings: list[str] | None = None,
                      diagnosis: list[dict[str, str]] | None = None) -> Report:
         spec = self.spec
-        log = spec.persistent_log if mode == "persistent" else None
+        log = self._log_path if mode == "persistent" else None
         from_salloc = m.failure is not None and m.failure.step == State.Allocating.value
         salloc_tail = tail_lines(m.salloc_log, 20) if from_salloc else []
         return Report(
@@ -440,4 +733,8 @@ class Executor:
         report.timings["total_s"] = round(time.monotonic() - t0, 4)
         report.notes[:0] = self._pre_notes
         self.events.state("Done", report.summary)
+        problem = self.events.problem
+        if problem is not None:
+            report.warnings.append(f"progress output stopped ({problem}); the run went on "
+                                   "without it")
         return report

@@ -116,6 +116,7 @@ class State(Enum):
     Installing = "Installing"
     Ready = "Ready"
     Running = "Running"
+    Gone = "Gone"  # the allocation ended under a running job (scancel, time limit)
     Released = "Released"
     Failed = "Failed"
 
@@ -313,6 +314,8 @@ EDGES: tuple[Edge, ...] = (
     Edge("advance", S.Installing, S.Ready, step="0E/0F", doc="installed; state file written"),
     # Step 1
     Edge("run", S.Ready, S.Running, step="1", doc="pre-flight: time left, GPUs"),
+    Edge("finish", S.Running, S.Gone, ("job_gone",), step="3-5",
+         doc="the allocation ended under the job: state file dropped"),
     Edge("finish", S.Running, S.Ready, step="3-5", doc="job finished; allocation stays"),
     # failures of any work
     Edge("fail", "*", S.Failed, doc="the work of the current state failed"),
@@ -321,7 +324,7 @@ EDGES: tuple[Edge, ...] = (
 IN_PROGRESS = frozenset(
     {S.Validating, S.Expiring, S.Incompatible, S.Allocating, S.Importing, S.Installing}
 )
-FINAL = frozenset({S.Ready, S.Released, S.Failed})
+FINAL = frozenset({S.Ready, S.Gone, S.Released, S.Failed})
 
 
 class _SkipBindingFilter(logging.Filter):
@@ -359,6 +362,7 @@ class AllocationMachine:
         unreachable_retries: int = 3,
         pending_wait_s: float = 600.0,
         alloc_wait_s: float = 600.0,
+        pending_report_s: float = 300.0,
         setup_timeout_s: float = 3600.0,
         user: str | None = None,
         salloc_log: Path | None = None,
@@ -372,6 +376,7 @@ class AllocationMachine:
         self.unreachable_retries = unreachable_retries
         self.pending_wait_s = pending_wait_s
         self.alloc_wait_s = alloc_wait_s
+        self.pending_report_s = pending_report_s
         self.setup_timeout_s = setup_timeout_s
         self._user = user
         self.alloc: AllocState | None = None
@@ -421,7 +426,7 @@ class AllocationMachine:
     def run(self) -> bool:
         raise NotImplementedError  # pragma: no cover
 
-    def finish(self, reason: str = "") -> bool:
+    def finish(self, reason: str = "", allocation_gone: bool = False) -> bool:
         raise NotImplementedError  # pragma: no cover
 
     def fail(self) -> bool:
@@ -543,6 +548,10 @@ class AllocationMachine:
             self._preflight()
         elif name == "finish":
             self._reason = str(event.kwargs.get("reason", "") or "job finished")
+            self.seen.gone = bool(event.kwargs.get("allocation_gone", False))
+            if self.seen.gone:  # scancel'd or expired under the job: nothing to reuse
+                self.store.delete()
+                self.alloc = None
         elif name == "advance":
             work = {
                 S.Validating: self._validate,
@@ -746,9 +755,14 @@ class AllocationMachine:
         self._reason = f"allocation {job_id} RUNNING on {info.nodelist}"
 
     def _wait_running(self, job_id: str) -> JobInfo:
-        """Poll the new allocation until RUNNING: fast at first, then every 10 s."""
+        """Poll the new allocation until RUNNING: fast at first, then every 10 s.
+
+        A pending reason that can never clear (:attr:`JobInfo.never_starts`) ends the
+        wait at once; a long wait says why after ``pending_report_s``.
+        """
         started = self.clock.now()
         attempt = 0
+        reported = False
         while True:
             try:
                 info = self.backend.query_job(job_id)
@@ -765,7 +779,17 @@ class AllocationMachine:
                     ["salloc"], 1, self._salloc_log_tail(),
                     f"allocation {job_id} ended as {info.state} before it started",
                 )
-            if self.clock.now() - started >= self.alloc_wait_s:
+            waited = self.clock.now() - started
+            if info.never_starts:
+                self.backend.cancel(job_id)
+                raise AllocationFailed(
+                    ["salloc"], 1, "",
+                    f"allocation {job_id} can never start: Slurm keeps it PENDING with "
+                    f"reason {info.reason} (the request exceeds a limit of its partition, "
+                    "account or QOS); cancelled. Ask for less (nodes, time) or another "
+                    "partition or account",
+                )
+            if waited >= self.alloc_wait_s:
                 self.backend.cancel(job_id)
                 raise AllocationFailed(
                     ["salloc"], 1, "",
@@ -773,6 +797,12 @@ class AllocationMachine:
                     f"(reason {info.reason or 'unknown'}); cancelled so that it does not "
                     "start later unused",
                 )
+            if not reported and waited >= self.pending_report_s:
+                reported = True
+                self._log(f"allocation {job_id} pending for {waited:.0f} s: reason "
+                          f"{info.reason or 'unknown'}, expected start "
+                          f"{info.start_time or '?'}; still waiting (up to "
+                          f"{self.alloc_wait_s:g} s)")
             self.clock.sleep(backoff(attempt, first=0.1, cap=10.0))
             attempt += 1
 
@@ -969,7 +999,7 @@ def mermaid_diagram(edges: Sequence[Edge]) -> str:
             continue
         assert isinstance(e.source, State)
         lines.append(f"    {e.source.value} --> {e.dest.value}: {_label(e)}")
-    for final in (S.Ready, S.Released, S.Failed):
+    for final in (S.Ready, S.Gone, S.Released, S.Failed):
         lines.append(f"    {final.value} --> [*]")
     return "\n".join(lines) + "\n"
 

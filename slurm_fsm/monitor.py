@@ -25,7 +25,8 @@ from slurm_fsm.clock import Clock, backoff
 from slurm_fsm.errors import BackendError, CommandTimedOut, ControllerUnreachable, JobNotFound
 from slurm_fsm.logs import LogFollower
 
-__all__ = ["PollPolicy", "Watch", "final_outcome", "watch_batch_job", "watch_script"]
+__all__ = ["PollPolicy", "Watch", "final_outcome", "stop_steps", "watch_batch_job",
+           "watch_script"]
 
 #: Steps that are part of an allocation itself, never a job's step.
 NON_JOB_STEPS = frozenset({"extern", "batch", "interactive"})
@@ -57,6 +58,7 @@ class Watch:
     slurm_queries: int = 0
     messages: list[str] = attrs.field(factory=list)
     bytes_read: int = 0
+    never_starts: str = ""  # one-shot: the pending reason that can never clear (job cancelled)
 
 
 Notify = Callable[[str], None]
@@ -68,7 +70,7 @@ def _numbered(steps: list[StepInfo]) -> set[str]:
             if s.step_id not in NON_JOB_STEPS and s.step_id.split("+")[0].isdigit()}
 
 
-def _stop_steps(backend: SlurmBackend, job_id: str, watch: Watch) -> None:
+def stop_steps(backend: SlurmBackend, job_id: str, watch: Watch) -> None:
     """Cancel the running steps of the allocation, never the allocation itself. (The
     executor holds the state file's lock for the whole run, so no other slurm_fsm run
     has steps here.) A failing scancel is recorded, not raised: stopping the local
@@ -118,7 +120,7 @@ def watch_script(
         say("interrupted: cancelling the running step and stopping the script")
         if script.poll() is None:
             try:
-                _stop_steps(backend, job_id, watch)
+                stop_steps(backend, job_id, watch)
             finally:
                 script.terminate()
         raise
@@ -144,7 +146,7 @@ def _script_loop(script: RunningScript, follower: LogFollower, watch: Watch, *,
             watch.hang = True
             say("hang detected in the log: cancelling the running step (allocation kept)")
             try:
-                _stop_steps(backend, job_id, watch)
+                stop_steps(backend, job_id, watch)
             finally:
                 script.terminate()
             watch.exit_code = script.poll()
@@ -153,7 +155,7 @@ def _script_loop(script: RunningScript, follower: LogFollower, watch: Watch, *,
             watch.timed_out = True
             say(f"monitor timeout after {timeout_s:g} s: cancelling the running step")
             try:
-                _stop_steps(backend, job_id, watch)
+                stop_steps(backend, job_id, watch)
             finally:
                 script.terminate()
             watch.exit_code = script.poll()
@@ -248,6 +250,12 @@ def _batch_loop(job_id: str, watch: Watch, follower: LogFollower, *, backend: Sl
                     on_state(info.state)
                     say(f"job {job_id}: {' -> '.join(watch.states)}")
                 if not info.is_active:
+                    return
+                if info.never_starts:
+                    watch.never_starts = info.reason
+                    say(f"job {job_id} can never start (pending reason {info.reason}): "
+                        "cancelling it")
+                    _cancel_job(backend, job_id, watch)
                     return
                 if info.state == "PENDING":
                     pending_since = pending_since if pending_since is not None else now

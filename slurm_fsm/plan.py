@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shlex
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 import attrs
@@ -138,6 +139,9 @@ class PlanBackend:
 
     def start_script(self, request: ScriptRequest) -> RunningScript:
         raise NotImplementedError("a plan never runs the job")
+
+    def stop_stale_script(self, identity: Mapping[str, object]) -> str | None:
+        raise NotImplementedError("a plan never stops a script")
 
 
 def make_plan(spec: JobSpec, real: SlurmBackend, *, clock: Clock | None = None) -> Plan:

@@ -4,6 +4,10 @@ On a terminal, one status line (machine state, job state, elapsed time, the
 log's last line) is redrawn in place and messages scroll above it; when
 stderr is not a terminal, every change is a plain line and the status line
 is printed at most every ``plain_interval_s`` seconds. Nothing goes to stdout.
+
+Progress is best effort: when stderr fails (a closed pipe, ``slurm-fsm run SPEC
+2>&1 | head -1``, a full disk) the first ``OSError`` silences this sink for the
+rest of the run (:attr:`StderrEvents.silenced` says why) and the job goes on.
 """
 
 from __future__ import annotations
@@ -31,18 +35,30 @@ class StderrEvents(Events):
         self._status_shown = False
         self._last_plain = 0.0
         self._started = time.monotonic()
+        #: Why the stream stopped being written to (the first OSError), else None.
+        self.silenced: str | None = None
+
+    def _write(self, *parts: str) -> None:
+        """Write and flush, or go silent for good on the stream's first OSError."""
+        if self.silenced is not None:
+            return
+        try:
+            for part in parts:
+                self.out.write(part)
+            self.out.flush()
+        except OSError as exc:
+            self.silenced = f"{type(exc).__name__}: {exc}"
 
     def _clear(self) -> None:
         if self.tty and self._status_shown:
-            self.out.write("\r\x1b[2K")
+            self._write("\r\x1b[2K")
             self._status_shown = False
 
     def _line(self, text: str) -> None:
         if self.quiet:
             return
         self._clear()
-        self.out.write(text.rstrip("\n") + "\n")
-        self.out.flush()
+        self._write(text.rstrip("\n") + "\n")
 
     def state(self, machine_state: str, detail: str = "") -> None:
         self._state, self._detail = machine_state, detail
@@ -55,8 +71,7 @@ class StderrEvents(Events):
         if self.quiet or not self.stream_output:
             return
         self._clear()
-        self.out.write(text)
-        self.out.flush()
+        self._write(text)
 
     def job_state(self, slurm_state: str) -> None:
         self._slurm_state = slurm_state
@@ -67,8 +82,7 @@ class StderrEvents(Events):
         slurm = f" [{self._slurm_state}]" if self._slurm_state else ""
         status = f"[slurm-fsm] {self._state}{slurm} {elapsed_s:7.1f}s | {last_line[:100]}"
         if self.tty:
-            self.out.write("\r\x1b[2K" + status)
-            self.out.flush()
+            self._write("\r\x1b[2K" + status)
             self._status_shown = True
         elif time.monotonic() - self._last_plain >= self.plain_interval_s:
             self._last_plain = time.monotonic()
@@ -76,4 +90,4 @@ class StderrEvents(Events):
 
     def close(self) -> None:
         self._clear()
-        self.out.flush()
+        self._write()

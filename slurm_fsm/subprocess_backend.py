@@ -23,7 +23,9 @@ import logging
 import os
 import pwd
 import signal
+import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -32,7 +34,7 @@ from typing import IO, TypeVar
 
 import attrs
 
-from slurm_fsm import slurmcli
+from slurm_fsm import scriptguard, slurmcli
 from slurm_fsm.backend import (
     ACTIVE_STATES,
     AllocationRequest,
@@ -63,6 +65,7 @@ __all__ = [
     "Runner",
     "SubprocessBackend",
     "run_command",
+    "stop_stale_group",
 ]
 
 log = logging.getLogger(__name__)
@@ -176,35 +179,73 @@ def _group_alive(pgid: int) -> bool:
         return False
     except PermissionError:
         return True
-    proc_dir = Path("/proc")
-    if not proc_dir.is_dir():
+    if not Path("/proc").is_dir():
         return True
-    for entry in proc_dir.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[-1].split()
-        # fields: state ppid pgrp ...
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
-            return True
-    return False
+    return bool(scriptguard.group_members(pgid))
+
+
+def _start_ticks(pid: int) -> int | None:
+    """Field 22 of ``/proc/PID/stat`` (start time in clock ticks since boot), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as fh:
+            fields = fh.read().rsplit(")", 1)[-1].split()
+        return int(fields[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="utf-8") as fh:
+            return fh.read(64).strip()
+    except OSError:
+        return ""
+
+
+def stop_stale_group(identity: Mapping[str, object], grace_s: float = 10.0) -> str | None:
+    """Stop the process group of an earlier run's script (see
+    :meth:`SubprocessBackend.stop_stale_script`). Only when it is provably that group:
+    same host and boot, and either its leader still has the recorded start time or
+    the leader is gone and the group lives on (a pid still in use as a process-group
+    id is never handed to a new process)."""
+    pgid, ticks = identity.get("pgid"), identity.get("start_ticks")
+    if not isinstance(pgid, int) or pgid <= 1 or pgid == os.getpgrp():
+        return None
+    if identity.get("host") != socket.gethostname() or identity.get("boot_id") != _boot_id():
+        return None
+    members = scriptguard.group_members(pgid)
+    if not members:
+        return None
+    if pgid in members and _start_ticks(pgid) != ticks:
+        return None  # the pid now names another process
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while _group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if _group_alive(pgid):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+    return f"process group {pgid} ({len(members)} process(es))"
 
 
 class LocalScript:
     """``bash <script>`` started by :meth:`SubprocessBackend.start_script`.
 
-    Implements :class:`slurm_fsm.backend.RunningScript`. The script runs in a
-    session (process group) of its own, so that :meth:`terminate` reaches its
-    ``srun`` and everything else it started.
+    Implements :class:`slurm_fsm.backend.RunningScript`. The script runs under
+    :mod:`slurm_fsm.scriptguard` in a session (process group) of its own, so that
+    :meth:`terminate` reaches its ``srun`` and everything else it started, and so
+    that all of it ends when the orchestrator dies (``PR_SET_PDEATHSIG``).
     """
 
     def __init__(self, proc: subprocess.Popen[bytes], log_path: Path, log_file: IO[bytes]):
         self._proc = proc
         self._log_path = log_path
         self._log_file = log_file
+        self._identity: dict[str, str | int] = {
+            "host": socket.gethostname(), "boot_id": _boot_id(), "pid": proc.pid,
+            "pgid": proc.pid, "start_ticks": _start_ticks(proc.pid) or 0,
+        }
 
     @property
     def log_path(self) -> Path:
@@ -213,8 +254,14 @@ class LocalScript:
 
     @property
     def pid(self) -> int:
-        """The pid of bash, which is also the script's process-group id."""
+        """The pid of the script's guard, which is also its process-group id."""
         return self._proc.pid
+
+    @property
+    def identity(self) -> dict[str, str | int]:
+        """Host, boot, pid, process group and start time: enough for a later run to
+        find this very group again (:func:`stop_stale_group`)."""
+        return dict(self._identity)
 
     def poll(self) -> int | None:
         """Exit code once finished (``128 + N`` when killed by signal N), else None."""
@@ -522,7 +569,7 @@ class SubprocessBackend:
         if isinstance(err, JobNotFound | ControllerUnreachable | CommandTimedOut):
             raise err
         assert result.returncode is not None
-        return StepResult(result.returncode, result.stdout, result.stderr)
+        return StepResult(_exit_status(result.returncode), result.stdout, result.stderr)
 
     def gpu_processes(self, job_id: str, nodes: int) -> list[GpuProcess]:
         """nvidia-smi's compute processes on every node of the allocation (host side)."""
@@ -641,12 +688,19 @@ class SubprocessBackend:
         return slurmcli.compress_nodelist(nodes)
 
     def start_script(self, request: ScriptRequest) -> LocalScript:
-        """``bash <script>`` here, in its own session, output (truncated first) to the log."""
+        """``bash <script>`` here, in its own session, output (truncated first) to the log.
+
+        bash runs under :mod:`slurm_fsm.scriptguard`, the session leader, which the
+        kernel signals when this process dies (``PR_SET_PDEATHSIG``): a killed
+        orchestrator leaves no script, ``srun`` or step running behind it.
+        """
         request.log_path.parent.mkdir(parents=True, exist_ok=True)
         log_file = open(request.log_path, "wb")  # noqa: SIM115 - owned by LocalScript
+        guard = ([sys.executable, "-I", "-S", scriptguard.__file__, str(os.getpid())]
+                 if sys.executable else [])  # embedded Python: bash alone, no tie
         try:
             proc = subprocess.Popen(  # noqa: S603 - an argument list, never a shell
-                ["bash", str(request.script_path)],
+                [*guard, "bash", str(request.script_path)],
                 stdin=subprocess.DEVNULL,
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
@@ -658,3 +712,7 @@ class SubprocessBackend:
             log_file.close()
             raise
         return LocalScript(proc, request.log_path, log_file)
+
+    def stop_stale_script(self, identity: Mapping[str, object]) -> str | None:
+        """Stop an earlier run's script group, if it is provably still that group."""
+        return stop_stale_group(identity)

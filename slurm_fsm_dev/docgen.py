@@ -71,7 +71,9 @@ WORK_COMMANDS: dict[str, str] = {
     "Installing": "`srun ... --container-writable pip install -e .`, "
                   "`pip install -r requirements-dev.txt` (+ eval requirements)",
     "run": "`srun ... nvidia-smi` (GPU pre-flight); time left reuses the validation's answer",
-    "finish": "none (the monitor cancelled a hung step with `scancel ID.STEP`)",
+    "finish": "none (the monitor cancelled a hung step with `scancel ID.STEP`; after a "
+              "failed step, `squeue -j ID` and `sacct` tell whether the allocation ended "
+              "under it)",
     "fail": "none",
 }
 

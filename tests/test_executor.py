@@ -45,7 +45,9 @@ def test_persistent_pass_then_reuse_with_one_query(make_spec: SpecFactory,
     assert first.mode == "persistent" and first.exit_code == 0
     assert first.metrics["passed"] == 3 and first.metrics["skipped"] == 1
     assert first.path == ["NoState", "Allocating", "Ready", "Running", "Ready"]
-    assert first.log_files["stdout"] == str(spec.work_dir / "llama_pytest.log")
+    own = Path(first.log_files["stdout"] or "")
+    assert own.parent == spec.work_dir and own.name.startswith("llama_pytest.")
+    assert (spec.work_dir / "llama_pytest.log").resolve() == own.resolve()  # the latest
     assert Path(first.log_files["stdout"] or "").read_text().endswith("2.50s =====\n")
     fake.reset_calls()
     second = run(spec, fake)
@@ -347,3 +349,187 @@ def test_benchmark_without_figures_warns(make_spec: SpecFactory, fake: FakeClust
     report = run(spec, fake)
     assert report.status is Status.PASSED
     assert report.warnings, "a benchmark that printed no figure must say so"
+
+
+# ----------------------------------------------------------------- reliability (issue 10)
+def _raising_sink(error: BaseException) -> Events:
+    """An Events whose every public method (today's and any added later) raises."""
+
+    def boom(*_a: object, **_k: object) -> None:
+        raise error
+
+    names = [n for n in dir(Events) if not n.startswith("_") and callable(getattr(Events, n))]
+    assert {"state", "message", "output", "job_state", "tick"} <= set(names)
+    return type("Raising", (Events,), {n: boom for n in names})()
+
+
+@pytest.mark.parametrize("error", [BrokenPipeError(32, "Broken pipe"), ValueError("a bug")])
+def test_a_sink_that_raises_never_reaches_the_run(make_spec: SpecFactory, fake: FakeCluster,
+                                                  error: BaseException) -> None:
+    spec = make_spec(success_patterns="passed")
+    fake.script(spec.script_path, FakeScript(lines=PYTEST_OK))
+    report = run(spec, fake, _raising_sink(error))
+    assert report.status is Status.PASSED
+    assert report.path[-2:] == ["Running", "Ready"]
+    assert any("progress output stopped" in w and str(error) in w for w in report.warnings)
+    alloc = next(j for j in fake.jobs.values() if j.kind == "alloc")
+    assert alloc.state == "RUNNING" and alloc.steps == {}
+
+
+def test_a_closed_stderr_does_not_change_the_job_s_fate(make_spec: SpecFactory,
+                                                        fake: FakeCluster) -> None:
+    from test_progress import ClosedPipe
+
+    from slurm_fsm.progress import StderrEvents
+
+    spec = make_spec(success_patterns="passed")
+    fake.script(spec.script_path, FakeScript(lines=PYTEST_OK))
+    out = ClosedPipe()
+    report = run(spec, fake, StderrEvents(stream=out, stream_output=True, plain_interval_s=0))
+    assert report.status is Status.PASSED and out.writes == 1
+
+
+def test_a_killed_step_exits_128_plus_the_signal(make_spec: SpecFactory,
+                                                 fake: FakeCluster) -> None:
+    spec = make_spec(monitor_timeout_seconds=60)
+    fake.script(spec.script_path, FakeScript(lines=("working",), hang=True))
+    report = run(spec, fake)
+    assert report.status is Status.TIMEOUT
+    assert report.exit_code == 143  # SIGTERM, as the shell prints it; never -15
+
+
+def test_each_persistent_run_keeps_its_own_log(make_spec: SpecFactory,
+                                               fake: FakeCluster) -> None:
+    spec = make_spec()
+    fake.script(spec.script_path, FakeScript(lines=("FAILED first run",), exit_code=1))
+    first = run(spec, fake)
+    fake.script(spec.script_path, FakeScript(lines=("second run ok",)))
+    second = run(spec, fake)
+    one, two = Path(first.log_files["stdout"] or ""), Path(second.log_files["stdout"] or "")
+    assert one != two and one.parent == two.parent == spec.work_dir
+    assert one.name.startswith("llama_pytest.") and one.suffix == ".log"
+    assert one.read_text() == "FAILED first run\n"  # not lost by the next run
+    assert two.read_text() == "second run ok\n"
+    assert first.status is Status.FAILED and second.status is Status.PASSED
+    latest = spec.work_dir / "llama_pytest.log"
+    assert latest.is_symlink() and latest.resolve() == two.resolve()
+
+
+def test_leftover_steps_of_a_dead_run_are_stopped_before_the_next(
+        make_spec: SpecFactory, fake: FakeCluster) -> None:
+    from slurm_fsm.backend import StepInfo
+    from slurm_fsm.executor import RunRecord, run_record_path
+
+    spec = make_spec()
+    first = run(spec, fake)
+    alloc = fake.jobs[first.allocation_id or ""]
+    # a run killed with -9 left its step running on the allocation, and its record
+    alloc.steps["7"] = StepInfo(alloc.job_id, "7", "job.slurm", "RUNNING")
+    RunRecord(run_record_path(spec)).write(alloc.job_id, spec.work_dir / "old.log",
+                                           {"pid": 1})
+    second = run(spec, fake)
+    assert second.status is Status.PASSED
+    assert {"job_id": alloc.job_id, "step_id": "7"} in [
+        c.args for c in fake.calls if c.op == "cancel"]
+    assert any(f"{alloc.job_id}.7" in w and "left by an earlier run" in w
+               for w in second.warnings)
+    assert alloc.state == "RUNNING"
+    assert not run_record_path(spec).exists()  # a run that ended leaves no record
+    fake.reset_calls()
+    assert run(spec, fake).status is Status.PASSED
+    assert "list_steps" not in fake.ops()  # no record, no leftover search: no Slurm call
+
+
+def test_a_pending_reason_that_never_clears_ends_the_wait_at_once(
+        make_spec: SpecFactory) -> None:
+    fake = FakeCluster(pending_s=1e9, pending_reason="AssocMaxNodePerJobLimit")
+    spec = make_spec()
+    start = fake.clock.now()
+    report = run(spec, fake)
+    assert report.status is Status.ERROR
+    assert "AssocMaxNodePerJobLimit" in report.summary and "never" in report.summary
+    assert fake.clock.now() - start < 5
+    assert fake.active_jobs() == []  # the pending job was cancelled
+    assert not spec.state_path.exists()
+
+
+def test_a_long_pending_wait_says_why_after_5_minutes(make_spec: SpecFactory) -> None:
+    fake = FakeCluster(pending_s=420, pending_reason="Resources")
+    spec = make_spec()
+    seen: list[str] = []
+
+    class Collect(Events):
+        def message(self, text: str) -> None:
+            seen.append(text)
+
+    report = run(spec, fake, Collect())
+    assert report.status is Status.PASSED
+    said = [m for m in seen if "pending for" in m]
+    assert len(said) == 1 and "Resources" in said[0]
+
+
+@pytest.mark.parametrize("end_state", ["CANCELLED", "TIMEOUT"])
+def test_an_allocation_that_ends_under_the_job_is_reported_as_such(
+        make_spec: SpecFactory, fake: FakeCluster, end_state: str) -> None:
+    spec = make_spec()
+    fake.script(spec.script_path, FakeScript(lines=("working",), hang=True))
+
+    class KillAlloc(Events):
+        def tick(self, elapsed_s: float, last_line: str) -> None:
+            if elapsed_s > 2:
+                alloc = next(j for j in fake.jobs.values() if j.kind == "alloc")
+                fake.end_job(alloc.job_id, end_state)
+
+    report = run(spec, fake, KillAlloc())
+    assert report.status is Status(end_state)
+    assert "allocation" in report.summary and "ended under the job" in report.summary
+    assert report.path[-1] == "Gone"  # not Ready: the allocation is gone
+    assert not spec.state_path.exists()
+
+
+def test_time_limit_in_the_log_means_timeout_when_accounting_cannot_say(
+        make_spec: SpecFactory) -> None:
+    fake = FakeCluster(accounting=False, min_job_age_s=0)
+    spec = make_spec()
+    fake.script(spec.script_path, FakeScript(lines=(
+        "working", "srun: error: *** STEP 100.0 ON node01 CANCELLED AT 2026-01-01T00:00:00 "
+        "DUE TO TIME LIMIT ***"), hang=True))
+
+    class Expire(Events):
+        def tick(self, elapsed_s: float, last_line: str) -> None:
+            if "TIME LIMIT" in last_line:
+                alloc = next(j for j in fake.jobs.values() if j.kind == "alloc")
+                fake.end_job(alloc.job_id, "TIMEOUT")
+                fake.clock.advance(1000)  # accounting (scontrol) forgets it
+
+    report = run(spec, fake, Expire())
+    assert report.status is Status.TIMEOUT
+    assert "time limit" in report.summary
+
+
+def test_a_one_shot_job_that_can_never_start_is_cancelled_at_once(
+        make_spec: SpecFactory) -> None:
+    fake = FakeCluster(pending_s=1e9, pending_reason="PartitionTimeLimit")
+    spec = one_shot(make_spec)
+    start = fake.clock.now()
+    report = run(spec, fake)
+    assert report.status is Status.ERROR
+    assert "PartitionTimeLimit" in report.summary and "never start" in report.summary
+    assert fake.clock.now() - start < 10
+    assert fake.active_jobs() == []
+
+
+def test_a_one_shot_job_killed_by_a_signal_exits_128_plus_it(make_spec: SpecFactory,
+                                                             fake: FakeCluster) -> None:
+    spec = one_shot(make_spec)
+    fake.script(spec.script_path, FakeScript(lines=("x",), hang=True))
+
+    class Kill(Events):
+        def tick(self, elapsed_s: float, last_line: str) -> None:
+            job = next((j for j in fake.jobs.values() if j.kind == "batch" and j.active), None)
+            if job is not None and elapsed_s > 2:
+                fake.end_job(job.job_id, "FAILED", exit_code=0, signal=9)  # ExitCode 0:9
+
+    report = run(spec, fake, Kill())
+    assert report.exit_code == 137
+    assert report.status is Status.FAILED  # not PASSED on a "0" exit code

@@ -51,3 +51,31 @@ def test_quiet_prints_nothing() -> None:
     ev.tick(1.0, "text")
     ev.message("m")
     assert out.getvalue() == ""
+
+
+class ClosedPipe(io.StringIO):
+    """A stream whose reader went away (``slurm-fsm run ... 2>&1 | head -1``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+
+    def write(self, s: str) -> int:
+        self.writes += 1
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def flush(self) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_a_closed_stream_only_silences_progress() -> None:
+    out = ClosedPipe()
+    ev = StderrEvents(stream=out, stream_output=True, plain_interval_s=0)
+    ev.state("Running", "job on allocation 5")  # must not raise
+    ev.message("m")
+    ev.output("text\n")
+    ev.job_state("RUNNING")
+    ev.tick(1.0, "text")
+    ev.close()
+    assert out.writes == 1  # silent after the first failure: no retry on every poll
+    assert ev.silenced is not None and "Broken pipe" in ev.silenced

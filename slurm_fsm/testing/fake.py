@@ -243,9 +243,13 @@ class _FakeRunningScript:
         self.cluster.clock.sleep(timeout_s)
         return self.poll()
 
+    @property
+    def identity(self) -> dict[str, str | int]:
+        return {"fake_job": self.job_id, "fake_step": self.step_id}
+
     def terminate(self) -> None:
         if self.exit_code is None:
-            self.exit_code = -15
+            self.exit_code = 128 + 15  # killed by SIGTERM, as the shell says it
             job = self.cluster.jobs.get(self.job_id)
             if job is not None:
                 job.steps.pop(self.step_id, None)
@@ -268,6 +272,7 @@ class FakeCluster:
         min_job_age_s: float = 300.0,
         path_exists: Callable[[str], bool] | None = None,
         registry: bool = True,
+        pending_reason: str | None = None,
     ) -> None:
         parts = partitions or {"batch": ["node01", "node02", "node03", "node04"]}
         self.partitions: dict[str, list[str]] = {k: list(v) for k, v in parts.items()}
@@ -284,6 +289,7 @@ class FakeCluster:
         self.registry = registry
         self.accounting = accounting
         self.pending_s = pending_s
+        self.pending_reason = pending_reason  # the reason new allocations pend with
         self.min_job_age_s = min_job_age_s
         self.jobs: dict[str, FakeJob] = {}
         self.calls: list[Call] = []
@@ -346,10 +352,12 @@ class FakeCluster:
         self.jobs[job.job_id] = job
         return job
 
-    def end_job(self, job_id: str, state: str = "CANCELLED", exit_code: int = 0) -> None:
-        """End a job behind the orchestrator's back (scancel by someone, node failure)."""
+    def end_job(self, job_id: str, state: str = "CANCELLED", exit_code: int = 0,
+                signal: int = 0) -> None:
+        """End a job behind the orchestrator's back (scancel by someone, node failure);
+        ``signal``: accounting's ``ExitCode`` is ``exit_code:signal``."""
         job = self.jobs[job_id]
-        self._finish(job, state, exit_code)
+        self._finish(job, state, exit_code, signal)
 
     # ------------------------------------------------------------------ internals
     def _call(self, op: str, **args: Any) -> None:
@@ -492,7 +500,8 @@ class FakeCluster:
             nodes=self.partitions[request.partition][: request.nodes],
             time_limit_s=request.time_limit.seconds, submitted_at=self.clock.now(),
             kind="alloc", pending_until=self.clock.now() + self.pending_s,
-            reason="Resources" if self.pending_s else "None", comment=request.comment or "",
+            reason=(self.pending_reason or "Resources") if self.pending_s else "None",
+            comment=request.comment or "",
         )
         self.jobs[job.job_id] = job
         log.write_text(f"salloc: Pending job allocation {job.job_id}\n"
@@ -653,7 +662,7 @@ class FakeCluster:
             nodes=self.partitions[partition][:nodes], time_limit_s=limit_s,
             submitted_at=self.clock.now(), kind="batch",
             pending_until=self.clock.now() + self.pending_s,
-            reason="Priority" if self.pending_s else "None",
+            reason=(self.pending_reason or "Priority") if self.pending_s else "None",
             script=self._script_for(request.script_path),
             out_path=work / out, err_path=(work / err) if err else work / out,
         )
@@ -697,3 +706,12 @@ class FakeCluster:
                                      job_id, step_id)
         self._running.append(running)
         return running
+
+    def stop_stale_script(self, identity: Mapping[str, object]) -> str | None:
+        """Stop a script of this cluster that an earlier run left running."""
+        self.calls.append(Call("stop_stale_script", {"identity": dict(identity)}))
+        for r in self._running:
+            if r.identity == dict(identity) and r.exit_code is None:
+                r.terminate()
+                return f"fake script {r.job_id}.{r.step_id}"
+        return None

@@ -105,7 +105,9 @@ def test_pytest_script_passes_and_the_warm_run_asks_slurm_once(
     assert warm.path == ["NoState", "Validating", "Ready", "Running", "Ready"]
     assert (warm.metrics["passed"], warm.metrics["skipped"]) == (3, 1)
     assert warm.metrics.get("failed", 0) == 0
-    assert warm.log_files["stdout"] == str(spec.persistent_log)
+    own = Path(warm.log_files["stdout"] or "")
+    assert own != Path(cold.log_files["stdout"] or "")  # each run has its own log
+    assert spec.persistent_log.resolve() == own.resolve()  # the latest, under the old name
     before = backend.before_script()
     assert [a for a in before if Path(a[0]).name == "squeue"] == backend.job_queries()
     assert len(backend.job_queries()) == 1 and job_id in backend.job_queries()[0]

@@ -1,0 +1,134 @@
+"""Run a command tied to the life of the orchestrator that started it.
+
+:meth:`slurm_fsm.subprocess_backend.SubprocessBackend.start_script` runs the
+job's ``bash <script>`` under this guard, which is the leader of the script's
+session and process group::
+
+    python -I -S scriptguard.py <orchestrator pid> bash <script>
+
+* ``PR_SET_PDEATHSIG``: when the orchestrator dies, even by ``kill -9``, the
+  kernel sends the guard SIGTERM (the signal is set before the check that the
+  orchestrator is still there, so there is no window);
+* on SIGTERM, SIGHUP or SIGINT (from the kernel, or the orchestrator's own
+  ``killpg`` of the group) the guard passes SIGTERM to its whole group (bash,
+  ``srun``, which then ends its step, and whatever else the script started),
+  waits up to :data:`GRACE_S` for them, then SIGKILLs the group (itself
+  included) and otherwise exits ``128 + signal``;
+* else it exits with the command's exit status, ``128 + N`` when the command
+  was killed by signal N (the shell's convention, used everywhere in slurm_fsm).
+
+Standard library only, no slurm_fsm import: it starts in a few milliseconds
+with ``-I -S``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import sys
+import time
+
+__all__ = ["GRACE_S", "group_members", "main"]
+
+GRACE_S = 10.0
+PR_SET_PDEATHSIG = 1
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+
+
+class _Stop(Exception):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_stop(signum: int, _frame: object) -> None:
+    raise _Stop(signum)
+
+
+def _set_pdeathsig(sig: int) -> bool:
+    """Ask the kernel for ``sig`` when our parent dies (Linux); False elsewhere."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def group_members(pgid: int, *, exclude: int | None = None) -> list[int]:
+    """Live (not zombie) processes of process group ``pgid``, from ``/proc``."""
+    found: list[int] = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    for name in entries:
+        if not name.isdigit() or int(name) == exclude:
+            continue
+        try:
+            with open(f"/proc/{name}/stat", encoding="utf-8", errors="replace") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[-1].split()
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+            found.append(int(name))
+    return found
+
+
+def _exit_code(status: int) -> int:
+    code = os.waitstatus_to_exitcode(status)
+    return 128 - code if code < 0 else code
+
+
+def _stop(child: int, signum: int) -> int:
+    """SIGTERM to the group, grace, SIGKILL: the exit code ``128 + signum``."""
+    for sig in _STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+    me = os.getpid()
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(me, signal.SIGTERM)
+    deadline = time.monotonic() + GRACE_S
+    reaped = child == 0
+    while time.monotonic() < deadline:
+        if not reaped:
+            try:
+                reaped = os.waitpid(child, os.WNOHANG)[0] != 0
+            except ChildProcessError:
+                reaped = True
+        if reaped and not group_members(me, exclude=me):
+            return 128 + signum
+        time.sleep(0.05)
+    os.killpg(me, signal.SIGKILL)  # ends the guard too
+    return 128 + signal.SIGKILL  # pragma: no cover
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 3:
+        print("usage: scriptguard.py ORCHESTRATOR_PID COMMAND [ARG...]", file=sys.stderr)
+        return 2
+    parent, command = int(argv[1]), argv[2:]
+    for sig in _STOP_SIGNALS:
+        signal.signal(sig, _raise_stop)
+    _set_pdeathsig(signal.SIGTERM)
+    child = 0
+    try:
+        if os.getppid() != parent:  # died before the death signal was armed
+            raise _Stop(signal.SIGTERM)
+        child = os.fork()
+        if child == 0:  # pragma: no cover - the child execs at once
+            for sig in (*_STOP_SIGNALS, signal.SIGPIPE):
+                signal.signal(sig, signal.SIG_DFL)
+            try:
+                os.execvp(command[0], command)
+            finally:
+                os._exit(127)
+        _, status = os.waitpid(child, 0)
+        return _exit_code(status)
+    except _Stop as stop:
+        return _stop(child, stop.signum)
+
+
+if __name__ == "__main__":  # pragma: no cover - run as a script by LocalScript
+    sys.exit(main(sys.argv))
