@@ -126,11 +126,13 @@ class RealWorld:
         wait_gone(job_id)
 
     def expiring_time_limit(self) -> str:
-        return "00:05:00"
+        return "00:30:00"
 
     def let_it_age(self) -> None:
-        left = slurm("squeue", "-j", *self.our_jobs(), "-h", "-o", "%L").stdout.strip()
-        assert left.startswith(("4:", "5:0")), left
+        (job_id,) = self.our_jobs()  # shortened by hand: the spec refuses <= 5 minutes
+        assert slurm("scontrol", "update", f"JobId={job_id}", "TimeLimit=00:04:00").returncode == 0
+        left = slurm("squeue", "-j", job_id, "-h", "-o", "%L").stdout.strip()
+        assert left.startswith(("3:", "4:")), left
 
     def image_in(self, job_id: str, name: str) -> list[str]:
         assert self.cluster.containers is not None
