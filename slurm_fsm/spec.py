@@ -19,7 +19,6 @@ import difflib
 import json
 import os
 import re
-import stat
 from collections.abc import Callable, Mapping
 from enum import Enum
 from pathlib import Path
@@ -39,6 +38,7 @@ from slurm_fsm.convert import (
 )
 from slurm_fsm.duration import Duration, DurationKind
 from slurm_fsm.errors import SpecError
+from slurm_fsm.files import FileProblem, Problem, read_bounded
 
 __all__ = [
     "DEFAULT_JOB_NAME_SUFFIX",
@@ -672,41 +672,18 @@ def _read_spec_text(p: Path) -> str:
         return SpecError(str(p), [f"(file): {what}"])
 
     try:
-        # O_NONBLOCK: opening a FIFO with no writer returns at once instead of hanging
-        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise bad("no such file") from None
-    except OSError as exc:
-        raise bad(f"cannot read: {exc.strerror}") from None
-    try:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise bad("is a directory, not a job spec file")
-        if not stat.S_ISREG(st.st_mode):
-            kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else
-                    "a character device" if stat.S_ISCHR(st.st_mode) else
-                    "a block device" if stat.S_ISBLK(st.st_mode) else
-                    "a socket" if stat.S_ISSOCK(st.st_mode) else "not a file")
-            raise bad(f"not a regular file ({kind})")
-        too_big = bad(f"larger than {MAX_SPEC_BYTES} bytes (1 MiB); a job spec is a few "
-                      "hundred bytes")
-        if st.st_size > MAX_SPEC_BYTES:
-            raise too_big
-        chunks: list[bytes] = []
-        size = 0
-        while size <= MAX_SPEC_BYTES:
-            chunk = os.read(fd, MAX_SPEC_BYTES + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > MAX_SPEC_BYTES:  # it grew while read
-            raise too_big
-    except OSError as exc:
-        raise bad(f"cannot read: {exc.strerror}") from None
-    finally:
-        os.close(fd)
-    raw = b"".join(chunks)
+        raw = read_bounded(p, MAX_SPEC_BYTES)
+    except FileProblem as problem:
+        if problem.kind is Problem.MISSING:
+            raise bad("no such file") from None
+        if problem.kind is Problem.TOO_BIG:
+            raise bad(f"larger than {MAX_SPEC_BYTES} bytes (1 MiB); a job spec is a few "
+                      "hundred bytes") from None
+        if problem.detail == "a directory":
+            raise bad("is a directory, not a job spec file") from None
+        if problem.kind is Problem.NOT_REGULAR:
+            raise bad(f"not a regular file ({problem.detail})") from None
+        raise bad(f"cannot read: {problem.detail}") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -16,7 +16,6 @@ an id again), so no such text ever reaches a command line.
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 import stat
@@ -33,6 +32,7 @@ from cattrs.errors import BaseValidationError
 from slurm_fsm.backend import is_job_id
 from slurm_fsm.convert import converter, problems_of
 from slurm_fsm.errors import SlurmFsmError, StateFileError
+from slurm_fsm.files import FileProblem, Problem, read_bounded
 
 __all__ = ["KEYS", "MAX_STATE_BYTES", "AllocState", "StateLockTimeout", "StateStore",
            "read_regular_file"]
@@ -206,49 +206,22 @@ class StateStore:
             self._lock.release()
 
 
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return "not a regular file"
-
-
 def read_regular_file(path: Path, limit: int) -> bytes | None:
     """The bytes of ``path``, or None when nothing is there.
 
     Only a regular file (a symlink to one is fine) of at most ``limit`` bytes is
-    read; anything else raises StateFileError at once. The open never blocks
-    (``O_NONBLOCK``: a FIFO without a writer does not hang it) and the read never
-    takes more than ``limit + 1`` bytes (``/dev/zero`` is refused before it)."""
+    read; anything else raises StateFileError at once
+    (:func:`slurm_fsm.files.read_bounded`: the open never blocks, the read is
+    bounded)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        if exc.errno == errno.ENXIO:  # a socket, or a FIFO on some systems
-            raise StateFileError(str(path), "not a regular file; it cannot be read") from None
-        raise StateFileError(str(path), f"cannot read: {exc.strerror or exc}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise StateFileError(str(path), f"{_kind(info.st_mode)}, not a regular file")
-        if info.st_size > limit:
-            raise StateFileError(str(path), f"{info.st_size} bytes, larger than any state "
-                                 f"file ({limit} bytes at most)")
-        chunks: list[bytes] = []
-        size = 0
-        while size <= limit:
-            chunk = os.read(fd, limit + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > limit:
-            raise StateFileError(str(path), f"larger than any state file ({limit} bytes at most)")
-        return b"".join(chunks)
-    except OSError as exc:
-        raise StateFileError(str(path), f"cannot read: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
+        return read_bounded(path, limit)
+    except FileProblem as problem:
+        if problem.kind is Problem.MISSING:
+            return None
+        if problem.kind is Problem.NOT_REGULAR:
+            raise StateFileError(str(path), f"{problem.detail}, not a regular file") from None
+        if problem.kind is Problem.TOO_BIG:
+            size = f"{problem.size} bytes, larger" if problem.size is not None else "larger"
+            raise StateFileError(str(path), f"{size} than any state file ({limit} bytes at "
+                                 "most)") from None
+        raise StateFileError(str(path), f"cannot read: {problem.detail}") from None
