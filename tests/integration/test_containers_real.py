@@ -148,6 +148,31 @@ def test_container_switch_imports_only_the_new_one(
     assert json.loads(spec.state_path.read_text())["container_name"] == new
 
 
+def test_container_switch_with_install_installs_in_the_new_one_only(
+        local_cluster: ClusterInfo, pyxis: ContainerInfo, names: JobNames,
+        cnames: ContainerNames, tmp_path: Path) -> None:
+    """0F with installs: the new container is imported and installed into; the old
+    one keeps its packages; the allocation is the same."""
+    job_name = names.new("ct-switch-install")
+    old, new = cnames.new("old-i"), cnames.new("new-i")
+    first, _ = prepared(container_spec(local_cluster, tmp_path, job_name,
+                                       image=pyxis.images["python"], name=old, install=True))
+    spec = container_spec(local_cluster, tmp_path, job_name, image=pyxis.images["python"],
+                          name=new, install=True)
+    m, backend = prepared(spec)
+    assert m.path == ["NoState", "Validating", "Importing", "Installing", "Ready"]
+    assert m.alloc is not None and first.alloc is not None
+    assert m.alloc.job_id == first.alloc.job_id
+    assert len(imports(backend)) == 1 and len(installs(backend)) == 2
+    assert all(f"--container-name={new}" in " ".join(a) for a in installs(backend))
+    state = json.loads(spec.state_path.read_text())
+    assert state["container_name"] == new and state["installed"] is True
+    for name in (old, new):
+        seen = in_container(backend, m.alloc.job_id, NODES, name, "python3", "-c",
+                            "import it_demo; print(it_demo.MARKER)", mounts=spec.mounts_text)
+        assert seen.stdout.splitlines() == ["installed-from-repo"] * NODES, seen.stderr
+
+
 def test_image_change_gets_the_new_image_despite_an_old_container_of_that_name(
         local_cluster: ClusterInfo, pyxis: ContainerInfo, names: JobNames,
         cnames: ContainerNames, tmp_path: Path) -> None:
