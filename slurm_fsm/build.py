@@ -45,10 +45,7 @@ import javaproperties
 
 from slurm_fsm.backend import BatchRequest, SlurmBackend
 from slurm_fsm.clock import Clock, SystemClock
-from slurm_fsm.errors import (
-    BackendError,
-    SlurmFsmError,
-)
+from slurm_fsm.errors import BackendError, BuildError
 from slurm_fsm.executor import Events, PreStep, PreStepResult
 from slurm_fsm.logs import tail_lines
 from slurm_fsm.monitor import PollPolicy, final_outcome, watch_batch_job
@@ -118,10 +115,6 @@ PROGRESS_LINE = re.compile(r"^\s*\[\s*(?:\d{1,3}%|\d+/\d+)\]")
 
 _GRACE = re.compile(r"^G[BH]\d")
 _EXIT_LINE = re.compile(re.escape(EXIT_MARKER) + r" (\d+)\s*$")
-
-
-class BuildError(SlurmFsmError):
-    """The pre-step cannot go on (no GPU type, no image, a bad tags file, ...)."""
 
 
 # --------------------------------------------------------------------------- GPU and arch
