@@ -27,6 +27,7 @@ from slurm_fsm.errors import (
     JobNotFound,
     SpecError,
 )
+from slurm_fsm.jobstate import JobState
 from slurm_fsm.logs import grep, head_lines, tail_lines
 from slurm_fsm.machine import AllocationMachine, SetupFailed, State
 from slurm_fsm.monitor import (
@@ -129,7 +130,7 @@ class GuardedEvents(Events):
         return guarded
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class PreStepResult:
     """What the pre-step (image resolution and build) decided."""
 
@@ -246,9 +247,9 @@ class RunRecord:
             self.path.unlink(missing_ok=True)
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class _AllocationEnd:
-    state: str  # how the allocation ended: TIMEOUT, CANCELLED, ...
+    state: JobState  # how the allocation ended: TIMEOUT, CANCELLED, ...
     what: str  # in words
     note: str = ""
     cancelled_by: str = ""
@@ -527,26 +528,23 @@ class Executor:
             watch.messages.append(f"could not check allocation {alloc_id}: {exc}")
             return None
         else:
-            if info.is_active and info.state != "COMPLETING":
+            if info.state.is_live:
                 return None
         outcome, _why = final_outcome(self.backend, alloc_id, self.clock, attempts=4)
         time_limit = bool(grep(log, [TIME_LIMIT_MARK]).get(TIME_LIMIT_MARK)) \
             if log.exists() else False
-        if outcome is not None and outcome.state not in ("COMPLETED", "FAILED"):
+        if outcome is not None and not outcome.state.exited:
             state = outcome.state
             note = ""
         elif time_limit:
-            state, note = "TIMEOUT", (f"Slurm could not say how allocation {alloc_id} "
-                                      "ended; the log says DUE TO TIME LIMIT")
+            state, note = JobState.TIMEOUT, (f"Slurm could not say how allocation {alloc_id} "
+                                             "ended; the log says DUE TO TIME LIMIT")
         else:
-            state, note = "CANCELLED", (f"Slurm could not say how allocation {alloc_id} "
-                                        "ended; taken as cancelled")
-        base = state.split()[0]
-        what = {"TIMEOUT": "reached its time limit", "DEADLINE": "reached its deadline",
-                "CANCELLED": "was cancelled", "PREEMPTED": "was preempted",
-                "NODE_FAIL": "lost a node"}.get(base, f"became {state}")
+            state, note = JobState.CANCELLED, (f"Slurm could not say how allocation "
+                                               f"{alloc_id} ended; taken as cancelled")
+        what = state.ended_how
         by = outcome.cancelled_by if outcome is not None else ""
-        if base == "CANCELLED" and by:
+        if state is JobState.CANCELLED and by:
             what += f" (by uid {by})"
         return _AllocationEnd(state=state, what=what, note=note, cancelled_by=by)
 

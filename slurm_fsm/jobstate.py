@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["JobState"]
+__all__ = ["JobState", "to_job_state"]
 
 
 class JobState(StrEnum):
@@ -96,6 +96,12 @@ class JobState(StrEnum):
     def ended_how(self) -> str:
         """What a final state says happened, in words (``reached its time limit``)."""
         return _ENDED_HOW.get(self, f"became {self.value}")
+
+
+def to_job_state(text: str | None) -> JobState:
+    """:meth:`JobState.parse` as a plain function: the attrs converter of every
+    ``state`` field (``JobInfo(state="RUNNING")`` keeps working)."""
+    return JobState.parse(text)
 
 
 _ACTIVE = frozenset({

@@ -48,7 +48,7 @@ KEYS = (
 )
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class AllocState:
     """What is known about the persistent allocation. Keys match procedure.md."""
 
