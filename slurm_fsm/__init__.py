@@ -48,6 +48,7 @@ if _typing.TYPE_CHECKING:  # pragma: no cover - what the lazy table below resolv
         StateLockTimeout,
     )
     from slurm_fsm.executor import Events, Executor, PreStep, PreStepResult
+    from slurm_fsm.jobstate import JobState
     from slurm_fsm.machine import (
         EDGES,
         AllocationMachine,
@@ -108,6 +109,7 @@ _EXPORTS: dict[str, str] = {
     "ContainerOptions": "slurm_fsm.backend",
     "GpuProcess": "slurm_fsm.backend",
     "JobInfo": "slurm_fsm.backend",
+    "JobState": "slurm_fsm.jobstate",
     "JobOutcome": "slurm_fsm.backend",
     "RunningScript": "slurm_fsm.backend",
     "ScriptRequest": "slurm_fsm.backend",
@@ -179,6 +181,7 @@ __all__ = [
     "JobNotFound",
     "JobOutcome",
     "JobSpec",
+    "JobState",
     "MachineError",
     "Mount",
     "NotOurJobError",
