@@ -366,13 +366,13 @@ def diagnose(
             rows.append(_row("TIMEOUT (monitor_timeout_seconds)", "over the time limit",
                              "raise monitor_timeout_seconds; the job was killed"))
     if status is Status.OUT_OF_MEMORY:
-        rows.append(_row("OUT_OF_MEMORY", "OOM on a node", "lower the batch size"))
+        rows.append(_row(status.value, "OOM on a node", "lower the batch size"))
     if status is Status.FAILED and exit_code not in (None, 0):
         rows.append(_row(f"exit {exit_code} and FAILED", "the srun exited non-zero",
                          "read the .err file (persistent mode: the log)"))
     if status is Status.CANCELLED:
-        symptom = ("CANCELLED" if state in (None, JobState.CANCELLED)
-                   else f"CANCELLED ({state})")
+        symptom = (status.value if state in (None, JobState.CANCELLED)
+                   else f"{status.value} ({state})")
         rows.append(_row(symptom, "pre-empted or cancelled", sacct))
     if state in (JobState.NODE_FAIL, JobState.BOOT_FAIL):
         rows.append(_row(state, "a node of the job failed",
