@@ -30,12 +30,12 @@ if _typing.TYPE_CHECKING:  # pragma: no cover - what the lazy table below resolv
         StepRequest,
         StepResult,
     )
-    from slurm_fsm.build import BuildError
     from slurm_fsm.clock import Clock, SystemClock
     from slurm_fsm.duration import Duration
     from slurm_fsm.errors import (
         AllocationFailed,
         BackendError,
+        BuildError,
         CommandFailed,
         CommandTimedOut,
         ContainerSupportMissing,
@@ -45,8 +45,10 @@ if _typing.TYPE_CHECKING:  # pragma: no cover - what the lazy table below resolv
         SlurmFsmError,
         SpecError,
         StateFileError,
+        StateLockTimeout,
     )
     from slurm_fsm.executor import Events, Executor, PreStep, PreStepResult
+    from slurm_fsm.jobstate import JobState
     from slurm_fsm.machine import (
         EDGES,
         AllocationMachine,
@@ -61,7 +63,7 @@ if _typing.TYPE_CHECKING:  # pragma: no cover - what the lazy table below resolv
     from slurm_fsm.report import Report
     from slurm_fsm.results import Status
     from slurm_fsm.spec import JobSpec, Mount, PartitionInfo, SlurmEnv, SlurmParams, WorkflowType
-    from slurm_fsm.state import AllocState, StateLockTimeout, StateStore
+    from slurm_fsm.state import AllocState, StateStore
     from slurm_fsm.subprocess_backend import SubprocessBackend
     from slurm_fsm.testing import FakeClock, FakeCluster, FakeScript
 
@@ -107,6 +109,7 @@ _EXPORTS: dict[str, str] = {
     "ContainerOptions": "slurm_fsm.backend",
     "GpuProcess": "slurm_fsm.backend",
     "JobInfo": "slurm_fsm.backend",
+    "JobState": "slurm_fsm.jobstate",
     "JobOutcome": "slurm_fsm.backend",
     "RunningScript": "slurm_fsm.backend",
     "ScriptRequest": "slurm_fsm.backend",
@@ -129,10 +132,10 @@ _EXPORTS: dict[str, str] = {
     "NotOurJobError": "slurm_fsm.errors",
     "AllocationFailed": "slurm_fsm.errors",
     "ContainerSupportMissing": "slurm_fsm.errors",
-    "StateLockTimeout": "slurm_fsm.state",
+    "StateLockTimeout": "slurm_fsm.errors",
     "MachineError": "slurm_fsm.machine",
     "SetupFailed": "slurm_fsm.machine",
-    "BuildError": "slurm_fsm.build",
+    "BuildError": "slurm_fsm.errors",
 }
 
 if _typing.TYPE_CHECKING:
@@ -178,6 +181,7 @@ __all__ = [
     "JobNotFound",
     "JobOutcome",
     "JobSpec",
+    "JobState",
     "MachineError",
     "Mount",
     "NotOurJobError",

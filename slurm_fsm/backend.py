@@ -25,7 +25,9 @@ from typing import Protocol, runtime_checkable
 
 import attrs
 
+from slurm_fsm.clock import Clock
 from slurm_fsm.duration import Duration
+from slurm_fsm.jobstate import JobState, to_job_state
 
 __all__ = [
     "AllocationRequest",
@@ -73,12 +75,6 @@ def check_step_id(text: str) -> str:
     return text
 
 
-#: Slurm job states in which the job still holds (or will hold) resources.
-ACTIVE_STATES = frozenset(
-    {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "RESIZING", "REQUEUED"}
-)
-
-
 #: Pending reasons that can never clear for the request as it is (Slurm's job reason
 #: codes: the request exceeds a per-job limit of its partition, association or QOS, or
 #: names what does not exist). A pending allocation with one of these is cancelled at
@@ -94,12 +90,13 @@ NEVER_STARTS_REASONS = frozenset({
 })
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class JobInfo:
     """One row of ``squeue`` for a job."""
 
     job_id: str
-    state: str  # RUNNING, PENDING, ... as squeue prints it (%T)
+    #: %T, read by :meth:`JobState.parse` (so it still compares equal to the text)
+    state: JobState = attrs.field(converter=to_job_state)
     name: str = ""  # %j
     user: str = ""  # %u
     partition: str = ""  # %P
@@ -113,29 +110,30 @@ class JobInfo:
 
     @property
     def is_active(self) -> bool:
-        return self.state in ACTIVE_STATES
+        """The job holds (or will hold) resources: :attr:`JobState.is_active`."""
+        return self.state.is_active
 
     @property
     def never_starts(self) -> bool:
         """PENDING for a reason of :data:`NEVER_STARTS_REASONS`: waiting will not help."""
-        return self.state == "PENDING" and self.reason in NEVER_STARTS_REASONS
+        return self.state is JobState.PENDING and self.reason in NEVER_STARTS_REASONS
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class StepInfo:
     """One step of a job (``squeue -s``)."""
 
     job_id: str
     step_id: str  # "0", "1", "batch", "extern", ...
     name: str = ""
-    state: str = "RUNNING"
+    state: JobState = attrs.field(default=JobState.RUNNING, converter=to_job_state)
 
     @property
     def full_id(self) -> str:
         return f"{self.job_id}.{self.step_id}"
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class AllocationRequest:
     """What the persistent allocation asks for (step 0E)."""
 
@@ -153,7 +151,7 @@ class AllocationRequest:
     comment: str | None = None
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class ContainerOptions:
     """pyxis options for one step. ``image`` imports; ``name`` names/reuses.
 
@@ -176,7 +174,7 @@ class ContainerOptions:
             raise ValueError("ContainerOptions(fresh=True) needs an image to make it from")
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class StepRequest:
     """A step inside an allocation: ``srun --jobid=ID -N nodes --ntasks-per-node=k``."""
 
@@ -197,7 +195,7 @@ class StepResult:
     stderr: str
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class GpuProcess:
     """One compute process as ``nvidia-smi --query-compute-apps`` lists it."""
 
@@ -207,7 +205,7 @@ class GpuProcess:
     used_memory: str  # as printed, e.g. "1024 MiB"
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class BatchRequest:
     """``sbatch`` of a script (one-shot path, or the pre-step build)."""
 
@@ -221,12 +219,13 @@ class BatchRequest:
     user: str = ""
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class JobOutcome:
     """How a finished job ended, from accounting (or scontrol when it is off)."""
 
     job_id: str
-    state: str  # COMPLETED, FAILED, TIMEOUT, CANCELLED, OUT_OF_MEMORY, NODE_FAIL, ...
+    #: COMPLETED, FAILED, TIMEOUT, CANCELLED, OUT_OF_MEMORY, NODE_FAIL, ... (parsed)
+    state: JobState = attrs.field(converter=to_job_state)
     exit_code: int  # the job's (or batch step's) exit code
     signal: int = 0
     elapsed: Duration = Duration.of_seconds(0)
@@ -236,7 +235,7 @@ class JobOutcome:
     steps: tuple[JobOutcome, ...] = ()
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class ScriptRequest:
     """``bash <script>`` on this host with the SLURM_* of the allocation exported."""
 
@@ -273,7 +272,15 @@ class RunningScript(Protocol):
 
 @runtime_checkable
 class SlurmBackend(Protocol):
-    """Every Slurm operation the procedure needs."""
+    """Every Slurm operation the procedure needs, and the clock it waits on."""
+
+    @property
+    def clock(self) -> Clock:
+        """The clock every wait and deadline of this backend uses (the system clock for
+        :class:`~slurm_fsm.subprocess_backend.SubprocessBackend`, the fake one for a
+        :class:`~slurm_fsm.testing.FakeCluster`). Whoever waits alongside the backend
+        (the executor, the machine, the pre-step) defaults to it."""
+        ...
 
     def current_user(self) -> str:
         """The user name Slurm jobs run as."""

@@ -38,18 +38,16 @@ import re
 import shlex
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Protocol, cast
+from typing import Protocol
 
 import attrs
 import javaproperties
 
 from slurm_fsm.backend import BatchRequest, SlurmBackend
-from slurm_fsm.clock import Clock, SystemClock
-from slurm_fsm.errors import (
-    BackendError,
-    SlurmFsmError,
-)
+from slurm_fsm.clock import Clock
+from slurm_fsm.errors import BackendError, BuildError
 from slurm_fsm.executor import Events, PreStep, PreStepResult
+from slurm_fsm.jobstate import JobState
 from slurm_fsm.logs import tail_lines
 from slurm_fsm.monitor import PollPolicy, final_outcome, watch_batch_job
 from slurm_fsm.slurmcli import enroot_image
@@ -118,10 +116,6 @@ PROGRESS_LINE = re.compile(r"^\s*\[\s*(?:\d{1,3}%|\d+/\d+)\]")
 
 _GRACE = re.compile(r"^G[BH]\d")
 _EXIT_LINE = re.compile(re.escape(EXIT_MARKER) + r" (\d+)\s*$")
-
-
-class BuildError(SlurmFsmError):
-    """The pre-step cannot go on (no GPU type, no image, a bad tags file, ...)."""
 
 
 # --------------------------------------------------------------------------- GPU and arch
@@ -282,7 +276,7 @@ def resolve_image(spec: JobSpec, arch: str) -> str:
 
 
 # --------------------------------------------------------------------------- builders
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class BuildRequest:
     """What a build needs. ``image`` is canonical (see :func:`enroot_image`)."""
 
@@ -299,7 +293,7 @@ class BuildRequest:
     timeout_s: float = 3600.0
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class BuildOutcome:
     """How a build ended. ``log_tail`` is the last 100 lines of the build log."""
 
@@ -362,15 +356,7 @@ class _ProgressLines:
             self.emit(line.strip())
 
 
-def _backend_clock(backend: SlurmBackend) -> Clock:
-    """The backend's own clock when it has one (the FakeCluster does), else the system's."""
-    clock: object = getattr(backend, "clock", None)
-    if callable(getattr(clock, "now", None)) and callable(getattr(clock, "sleep", None)):
-        return cast(Clock, clock)
-    return SystemClock()
-
-
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class SlurmBuilder:
     """The default build: one Slurm batch job on the partition.
 
@@ -393,8 +379,8 @@ class SlurmBuilder:
     asks ``backend.job_outcome``: ok means COMPLETED with exit code 0. When
     accounting cannot say, the script's last line (:data:`EXIT_MARKER`) does.
 
-    ``clock``: how to wait; default the backend's own clock if it has one
-    (the FakeCluster), else the system clock.
+    ``clock``: how to wait; default the backend's own
+    (:attr:`~slurm_fsm.backend.SlurmBackend.clock`).
     """
 
     container: bool = True
@@ -466,7 +452,7 @@ class SlurmBuilder:
     def build(self, request: BuildRequest, backend: SlurmBackend, events: Events) -> BuildOutcome:
         """Submit the build job, follow it, and say how it ended (see the class)."""
         if self.container and not backend.has_container_support():
-            return BuildOutcome(False, None, None, (), (
+            return BuildOutcome(ok=False, job_id=None, log_path=None, log_tail=(), summary=(
                 f"the build runs in the container {request.image}, but this Slurm's srun has "
                 "no pyxis (--container-image); nothing submitted. Build on the host with "
                 "make_pre_step(SlurmBuilder(container=False)) or install pyxis."))
@@ -475,7 +461,7 @@ class SlurmBuilder:
         script = build_dir / BUILD_SCRIPT_NAME
         script.write_text(self.script_text(request, build_dir / BUILD_LOG_PATTERN),
                           encoding="utf-8")
-        clock = self.clock or _backend_clock(backend)
+        clock = self.clock or backend.clock
         job_id = backend.submit(BatchRequest(
             script_path=script, work_dir=build_dir, job_name=request.job_name,
             partition=request.partition, account=request.account,
@@ -492,15 +478,17 @@ class SlurmBuilder:
         progress.flush()
         tail = tuple(tail_lines(log_path, 100))
         if watch.hang:
-            return BuildOutcome(False, job_id, log_path, tail,
-                                f"build job {job_id}: hang detected in the log; job cancelled")
+            return BuildOutcome(ok=False, job_id=job_id, log_path=log_path, log_tail=tail,
+                                summary=f"build job {job_id}: hang detected in the log; "
+                                "job cancelled")
         if watch.timed_out:
-            return BuildOutcome(False, job_id, log_path, tail,
-                                f"build job {job_id}: not done after {request.timeout_s:g} s "
+            return BuildOutcome(ok=False, job_id=job_id, log_path=log_path, log_tail=tail,
+                                summary=f"build job {job_id}: not done after "
+                                f"{request.timeout_s:g} s "
                                 "(monitor_timeout_seconds); job cancelled")
         outcome, why = final_outcome(backend, job_id, clock)
         if outcome is not None:
-            ok = outcome.state == "COMPLETED" and outcome.exit_code == 0
+            ok = outcome.state is JobState.COMPLETED and outcome.exit_code == 0
             how = f"{outcome.state}, exit code {outcome.exit_code}"
             if outcome.signal:
                 how += f" (signal {outcome.signal})"
@@ -510,8 +498,8 @@ class SlurmBuilder:
             how = (f"exit code {code} (from the log; {why})" if code is not None
                    else f"unknown ({why}; the log has no exit line)")
         verdict = "succeeded" if ok else "failed"
-        return BuildOutcome(ok, job_id, log_path, tail,
-                            f"build job {job_id} {verdict}: {how}; log {log_path}")
+        return BuildOutcome(ok=ok, job_id=job_id, log_path=log_path, log_tail=tail,
+                            summary=f"build job {job_id} {verdict}: {how}; log {log_path}")
 
 
 def _marker_exit_code(tail: Sequence[str]) -> int | None:

@@ -6,6 +6,8 @@ The tree::
     ├── SpecError (ValueError)            bad job_spec.json: every bad field by path
     ├── StateFileError (ValueError)       a corrupt or unreadable .slurm_alloc.json
     ├── NotOurJobError (PermissionError)  a state file points at another user's job
+    ├── StateLockTimeout (TimeoutError)   another run held the state file's lock too long
+    ├── BuildError                        the pre-step cannot go on (no GPU type, no image)
     └── BackendError (RuntimeError)       a Slurm operation failed
         ├── JobNotFound (LookupError)     the job (or step) is gone
         ├── ControllerUnreachable (ConnectionError)   never means "job gone"
@@ -22,6 +24,7 @@ from collections.abc import Sequence
 __all__ = [
     "AllocationFailed",
     "BackendError",
+    "BuildError",
     "CommandFailed",
     "CommandTimedOut",
     "ContainerSupportMissing",
@@ -31,6 +34,7 @@ __all__ = [
     "SlurmFsmError",
     "SpecError",
     "StateFileError",
+    "StateLockTimeout",
 ]
 
 
@@ -64,6 +68,18 @@ class NotOurJobError(SlurmFsmError, PermissionError):
         self.job_id = job_id
         self.reason = reason
         super().__init__(f"job {job_id} is not ours ({reason}); refusing to cancel it")
+
+
+class StateLockTimeout(SlurmFsmError, TimeoutError):
+    """The state file's lock was not free within the store's timeout."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        super().__init__(f"state file lock {path}: {reason}")
+
+
+class BuildError(SlurmFsmError):
+    """The pre-step cannot go on (no GPU type, no image, a bad tags file, ...)."""
 
 
 class BackendError(SlurmFsmError, RuntimeError):

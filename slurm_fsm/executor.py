@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import stat
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,7 +26,8 @@ from slurm_fsm.errors import (
     JobNotFound,
     SpecError,
 )
-from slurm_fsm.logs import grep, head_lines, tail_lines
+from slurm_fsm.jobstate import JobState
+from slurm_fsm.logs import DEFAULT_HANG_MARKER, grep, head_lines, tail_lines
 from slurm_fsm.machine import AllocationMachine, SetupFailed, State
 from slurm_fsm.monitor import (
     PollPolicy,
@@ -40,7 +40,7 @@ from slurm_fsm.monitor import (
 from slurm_fsm.report import Report
 from slurm_fsm.results import (
     Status,
-    decide_status,
+    decide,
     diagnose,
     errors_from,
     parse_output,
@@ -129,7 +129,7 @@ class GuardedEvents(Events):
         return guarded
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class PreStepResult:
     """What the pre-step (image resolution and build) decided."""
 
@@ -246,9 +246,15 @@ class RunRecord:
             self.path.unlink(missing_ok=True)
 
 
-@attrs.frozen
+def _hang_line(lines: list[str]) -> str | None:
+    """The first line of ``lines`` with the hang marker (any case), or None."""
+    marker = DEFAULT_HANG_MARKER.lower()
+    return next((line for line in lines if marker in line.lower()), None)
+
+
+@attrs.frozen(kw_only=True)
 class _AllocationEnd:
-    state: str  # how the allocation ended: TIMEOUT, CANCELLED, ...
+    state: JobState  # how the allocation ended: TIMEOUT, CANCELLED, ...
     what: str  # in words
     note: str = ""
     cancelled_by: str = ""
@@ -286,7 +292,7 @@ class Executor:
     def run(self) -> Report:
         """Run the job. Raises SpecError (no Slurm call made) when the script is missing."""
         spec = self.spec
-        t0 = time.monotonic()
+        t0 = self.clock.now()
         if not spec.release_allocation:
             self._check_inputs()
         warnings: list[str] = list(spec.load_warnings)  # did-you-mean keys
@@ -298,7 +304,7 @@ class Executor:
                 pre_step = default_pre_step
             self.events.state("PreStep", "resolving image and building")
             pre = pre_step(spec, self.backend, self.events)
-            self._timings["pre_step_s"] = time.monotonic() - t0
+            self._timings["pre_step_s"] = self.clock.now() - t0
             warnings.extend(pre.warnings)
             if not pre.ok:
                 return self._finish(Report(
@@ -398,10 +404,10 @@ class Executor:
 
     def _persistent_locked(self, m: AllocationMachine, warnings: list[str]) -> Report:
         spec = self.spec
-        t = time.monotonic()
+        t = self.clock.now()
         self.events.state("Step0", "validating or allocating")
         state = m.prepare()
-        self._timings["step0_s"] = time.monotonic() - t
+        self._timings["step0_s"] = self.clock.now() - t
         if state is not State.Ready or m.alloc is None:
             msg = m.failure.message if m.failure else f"step 0 ended in {state.value}"
             # a failed setup step: its pyxis / pip lines each on their own
@@ -414,7 +420,7 @@ class Executor:
                                                         slurm_state=None, log_empty=False,
                                                         log_lines=msg.splitlines()))
         alloc = m.alloc
-        t = time.monotonic()
+        t = self.clock.now()
         # before the pre-flight's own step: a dead run's step would hold the nodes
         self._stop_leftovers(alloc.job_id, warnings)
         m.run()  # pre-flight; a failure routes the machine into Failed
@@ -448,7 +454,7 @@ class Executor:
             warnings.append(problem)
         record = RunRecord(run_record_path(spec))
         record.write(alloc.job_id, log, script.identity)
-        self._timings["start_s"] = time.monotonic() - t
+        self._timings["start_s"] = self.clock.now() - t
         self.events.state("Running", f"job on allocation {alloc.job_id}")
         self.events.job_state(f"RUNNING (a step of allocation {alloc.job_id})")
         try:
@@ -466,19 +472,17 @@ class Executor:
         if ended is not None:
             m.finish(reason=f"allocation {alloc.job_id} ended under the job ({ended.state})",
                      allocation_gone=True)
-            report = self._collect(
+            return self._collect(
                 m, watch, mode="persistent", job_id=None, allocation_id=alloc.job_id,
                 slurm_state=ended.state, exit_code=watch.exit_code, elapsed=watch.elapsed_s,
                 out=log, err=None, extra_warnings=warnings,
                 notes=[ended.note] if ended.note else [],
+                summary=(f"allocation {alloc.job_id} {ended.what} and ended under the job; "
+                         f"the step exited {watch.exit_code}. The state file is dropped: the "
+                         "next run allocates anew"),
+                extra_metrics={"cancelled_by": ended.cancelled_by} if ended.cancelled_by
+                else {},
             )
-            report.summary = (f"{report.status.value}: allocation {alloc.job_id} "
-                              f"{ended.what} and ended under the job; the step exited "
-                              f"{watch.exit_code}. The state file is dropped: the next run "
-                              "allocates anew")
-            if ended.cancelled_by:
-                report.metrics["cancelled_by"] = ended.cancelled_by
-            return report
         m.finish(reason=self._finish_reason(watch))
         return self._collect(
             m, watch, mode="persistent", job_id=None, allocation_id=alloc.job_id,
@@ -527,26 +531,23 @@ class Executor:
             watch.messages.append(f"could not check allocation {alloc_id}: {exc}")
             return None
         else:
-            if info.is_active and info.state != "COMPLETING":
+            if info.state.is_live:
                 return None
         outcome, _why = final_outcome(self.backend, alloc_id, self.clock, attempts=4)
         time_limit = bool(grep(log, [TIME_LIMIT_MARK]).get(TIME_LIMIT_MARK)) \
             if log.exists() else False
-        if outcome is not None and outcome.state not in ("COMPLETED", "FAILED"):
+        if outcome is not None and not outcome.state.exited:
             state = outcome.state
             note = ""
         elif time_limit:
-            state, note = "TIMEOUT", (f"Slurm could not say how allocation {alloc_id} "
-                                      "ended; the log says DUE TO TIME LIMIT")
+            state, note = JobState.TIMEOUT, (f"Slurm could not say how allocation {alloc_id} "
+                                             "ended; the log says DUE TO TIME LIMIT")
         else:
-            state, note = "CANCELLED", (f"Slurm could not say how allocation {alloc_id} "
-                                        "ended; taken as cancelled")
-        base = state.split()[0]
-        what = {"TIMEOUT": "reached its time limit", "DEADLINE": "reached its deadline",
-                "CANCELLED": "was cancelled", "PREEMPTED": "was preempted",
-                "NODE_FAIL": "lost a node"}.get(base, f"became {state}")
+            state, note = JobState.CANCELLED, (f"Slurm could not say how allocation "
+                                               f"{alloc_id} ended; taken as cancelled")
+        what = state.ended_how
         by = outcome.cancelled_by if outcome is not None else ""
-        if base == "CANCELLED" and by:
+        if state is JobState.CANCELLED and by:
             what += f" (by uid {by})"
         return _AllocationEnd(state=state, what=what, note=note, cancelled_by=by)
 
@@ -607,18 +608,19 @@ class Executor:
         notes = [note] if note else []
         elapsed = float(outcome.elapsed.seconds) if outcome and outcome.elapsed.seconds \
             is not None else watch.elapsed_s
-        report = self._collect(
+        self._timings["run_s"] = watch.elapsed_s
+        extra: dict[str, Any] = {}
+        if outcome is not None:
+            if outcome.cancelled_by:
+                extra["cancelled_by"] = outcome.cancelled_by
+            extra["max_rss"] = outcome.max_rss
+            extra["accounting_source"] = outcome.source
+        return self._collect(
             None, watch, mode="one-shot", job_id=job_id, allocation_id=None,
             slurm_state=outcome.state if outcome else None,
             exit_code=outcome_exit_code(outcome), elapsed=elapsed, out=out, err=err,
-            extra_warnings=warnings, path=path, notes=notes,
+            extra_warnings=warnings, path=path, notes=notes, extra_metrics=extra,
         )
-        if outcome is not None:
-            if outcome.cancelled_by:
-                report.metrics["cancelled_by"] = outcome.cancelled_by
-            report.metrics.setdefault("max_rss", outcome.max_rss)
-            report.metrics.setdefault("accounting_source", outcome.source)
-        return report
 
     # ---------------------------------------------------------------------- collect
     def _collect(
@@ -637,7 +639,13 @@ class Executor:
         extra_warnings: list[str],
         path: list[str] | None = None,
         notes: list[str] | None = None,
+        summary: str | None = None,
+        extra_metrics: dict[str, Any] | None = None,
     ) -> Report:
+        """The report of a job that ran, built once. ``summary`` (after the status word)
+        replaces the usual one: an allocation that ended under the job says so.
+        ``extra_metrics`` (accounting's figures) add to the parser's metrics where those
+        have no such key (``cancelled_by`` always)."""
         spec = self.spec
         tail = tail_lines(out, 100)
         patterns = list(spec.success_patterns) + list(spec.failure_patterns)
@@ -648,12 +656,14 @@ class Executor:
         success_hits = {p: hits.get(p, 0) for p in spec.success_patterns}
         failure_hits = {p: hits.get(p, 0) for p in spec.failure_patterns}
         metrics = parse_output(spec.workflow_type, tail, spec.work_dir)
-        status = decide_status(
+        decision = decide(
             exit_code=exit_code, slurm_state=slurm_state, hang=watch.hang,
             timed_out=watch.timed_out, success_hits=success_hits, failure_hits=failure_hits,
             success_patterns=list(spec.success_patterns), workflow_type=spec.workflow_type,
-            metrics=metrics,
+            metrics=metrics, timeout_s=float(spec.monitor_timeout_seconds),
+            hang_line=_hang_line(tail_lines(out, 200)) if watch.hang else None,
         )
+        status = decision.status
         failed = status is not Status.PASSED
         head = head_lines(out, 50) if failed else []
         err_tail = tail_lines(err, 50) if err is not None and err != out else []
@@ -669,10 +679,19 @@ class Executor:
         diagnosis = diagnose(status, exit_code=exit_code, slurm_state=slurm_state,
                              log_empty=log_empty, log_lines=head + tail + err_tail,
                              job_id=job_id, failure_hits=failure_hits,
-                             success_missing=success_missing, metrics=metrics)
-        summary = self._summary(status, job_id, allocation_id, exit_code, watch, metrics,
-                                spec.workflow_type)
+                             success_missing=success_missing, metrics=metrics,
+                             workflow_type=spec.workflow_type)
+        if summary is not None:
+            summary = f"{status.value}: {summary}"
+        else:
+            summary = self._summary(status, decision.reason, job_id, allocation_id,
+                                    exit_code, watch, metrics, spec.workflow_type)
         metrics = {**metrics, "success_hits": success_hits, "failure_hits": failure_hits}
+        for key, value in (extra_metrics or {}).items():
+            if key == "cancelled_by":
+                metrics[key] = value
+            else:
+                metrics.setdefault(key, value)
         if watch.cancelled_steps:
             metrics["cancelled_steps"] = list(watch.cancelled_steps)
         warnings = list(extra_warnings) + (list(m.warnings) if m else [])
@@ -680,7 +699,9 @@ class Executor:
         warnings += [w for w in watch.messages if w not in warnings]
         return Report(
             status=status, task_type=spec.workflow_type.value, mode=mode, job_id=job_id,
-            allocation_id=allocation_id, slurm_state=slurm_state, exit_code=exit_code,
+            allocation_id=allocation_id,
+            slurm_state=str(slurm_state) if slurm_state is not None else None,
+            exit_code=exit_code,
             elapsed_s=round(elapsed, 3) if elapsed is not None else None,
             log_files={"stdout": str(out), "stderr": str(err) if err else None},
             work_dir=str(spec.work_dir), summary=summary, errors=errors,
@@ -691,11 +712,14 @@ class Executor:
         )
 
     @staticmethod
-    def _summary(status: Status, job_id: str | None, allocation_id: str | None,
+    def _summary(status: Status, reason: str, job_id: str | None, allocation_id: str | None,
                  exit_code: int | None, watch: Watch, metrics: dict[str, Any],
                  workflow_type: WorkflowType) -> str:
+        """``STATUS: <the deciding reason>; <where>, exit code N; <details>; <what the
+        parser found>``. A PASSED summary has no reason: ``PASSED: <where>, ...``."""
         where = f"step on allocation {allocation_id}" if allocation_id else f"job {job_id}"
-        text = f"{status.value}: {where}, exit code {exit_code}"
+        lead = f"{status.value}: " if status is Status.PASSED else f"{status.value}: {reason}; "
+        text = f"{lead}{where}, exit code {exit_code}"
         if watch.hang:
             if watch.cancelled_steps:
                 text += f"; hang detected, cancelled {', '.join(watch.cancelled_steps)}"
@@ -730,11 +754,16 @@ class Executor:
         )
 
     def _finish(self, report: Report, t0: float) -> Report:
-        report.timings["total_s"] = round(time.monotonic() - t0, 4)
-        report.notes[:0] = self._pre_notes
+        """The final report: ``total_s`` on the executor's clock, the pre-step's notes
+        first, and a warning when progress output stopped. (A :class:`Report` is frozen:
+        this is a new one.)"""
         self.events.state("Done", report.summary)
         problem = self.events.problem
-        if problem is not None:
-            report.warnings.append(f"progress output stopped ({problem}); the run went on "
-                                   "without it")
-        return report
+        stopped = ([f"progress output stopped ({problem}); the run went on without it"]
+                   if problem is not None else [])
+        return attrs.evolve(
+            report,
+            timings={**report.timings, "total_s": round(self.clock.now() - t0, 4)},
+            notes=[*self._pre_notes, *report.notes],
+            warnings=[*report.warnings, *stopped],
+        )

@@ -23,6 +23,7 @@ import attrs
 from slurm_fsm.backend import JobInfo, JobOutcome, RunningScript, SlurmBackend, StepInfo
 from slurm_fsm.clock import Clock, backoff
 from slurm_fsm.errors import BackendError, CommandTimedOut, ControllerUnreachable, JobNotFound
+from slurm_fsm.jobstate import JobState
 from slurm_fsm.logs import LogFollower
 
 __all__ = ["PollPolicy", "Watch", "final_outcome", "stop_steps", "watch_batch_job",
@@ -32,7 +33,7 @@ __all__ = ["PollPolicy", "Watch", "final_outcome", "stop_steps", "watch_batch_jo
 NON_JOB_STEPS = frozenset({"extern", "batch", "interactive"})
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class PollPolicy:
     """How often to look. Slurm polls back off from ``slurm_first_s`` to ``slurm_max_s``."""
 
@@ -44,7 +45,7 @@ class PollPolicy:
     pending_report_s: float = 300.0
 
 
-@attrs.define
+@attrs.define(kw_only=True)
 class Watch:
     """What the monitor saw."""
 
@@ -52,7 +53,7 @@ class Watch:
     hang: bool = False
     timed_out: bool = False
     cancelled_steps: list[str] = attrs.field(factory=list)
-    states: list[str] = attrs.field(factory=list)  # one-shot: Slurm states seen, in order
+    states: list[JobState] = attrs.field(factory=list)  # one-shot: Slurm states seen, in order
     last_info: JobInfo | None = None
     elapsed_s: float = 0.0
     slurm_queries: int = 0
@@ -257,7 +258,7 @@ def _batch_loop(job_id: str, watch: Watch, follower: LogFollower, *, backend: Sl
                         "cancelling it")
                     _cancel_job(backend, job_id, watch)
                     return
-                if info.state == "PENDING":
+                if info.state is JobState.PENDING:
                     pending_since = pending_since if pending_since is not None else now
                     if not pending_reported and now - pending_since >= policy.pending_report_s:
                         pending_reported = True
@@ -285,7 +286,7 @@ def final_outcome(backend: SlurmBackend, job_id: str, clock: Clock,
         except (JobNotFound, ControllerUnreachable, CommandTimedOut) as exc:
             last = str(exc)
         else:
-            if outcome.state not in ("RUNNING", "PENDING", "COMPLETING"):
+            if not outcome.state.is_active:
                 return outcome, ""
             last = f"accounting still says {outcome.state}"
         clock.sleep(min(0.2 * 2**attempt, 5.0))

@@ -23,9 +23,10 @@ from slurm_fsm.results import EXIT_CODES, Status
 __all__ = ["Report", "format_seconds"]
 
 
-@attrs.define
+@attrs.frozen(kw_only=True)
 class Report:
-    """The result of one run. Mutable while the executor fills it in."""
+    """The result of one run: frozen and keyword-only, built once by the executor
+    (``attrs.evolve`` makes a changed copy)."""
 
     #: The final status; its name is the report's ``status``.
     status: Status
@@ -66,7 +67,8 @@ class Report:
     log_tail: list[str] = attrs.field(factory=list)
     #: Last lines of the .err file (one-shot).
     err_tail: list[str] = attrs.field(factory=list)
-    #: Seconds per phase (``allocate_s``, ``run_s``, ``total_s``, ...).
+    #: Seconds per phase on the executor's clock: ``pre_step_s``, ``step0_s``,
+    #: ``start_s``, ``run_s``, ``total_s`` (those of the path taken; docs/report.md).
     timings: dict[str, float] = attrs.field(factory=dict)
 
     @property

@@ -5,9 +5,10 @@ first 50 on failure): nothing here opens a log.
 
 * per-workflow parsers - :func:`parse_pytest`, :func:`parse_eval`,
   :func:`parse_benchmark`, :func:`parse_custom`, dispatched by
-  :func:`parse_output`;
+  :func:`parse_output` through the workflow classes of :mod:`slurm_fsm.workflows`;
 * the status decision - :class:`Status`, :data:`EXIT_CODES`,
-  :func:`decide` / :func:`decide_status`;
+  :func:`decide` / :func:`decide_status`, and :func:`status_of_state`, the one
+  place that maps a final Slurm state to a status;
 * the failure diagnosis table of procedure.md - :func:`diagnose`;
 * the error-looking lines of a log - :func:`errors_from`;
 * a one-line :func:`summarize` and the parse :func:`result_warnings` for
@@ -17,13 +18,14 @@ The decision order of :func:`decide` (first match wins):
 
 1. hang marker seen -> HANG_DETECTED
 2. monitor_timeout_seconds passed -> TIMEOUT
-3. Slurm's final state: TIMEOUT/DEADLINE -> TIMEOUT, OUT_OF_MEMORY ->
-   OUT_OF_MEMORY, CANCELLED/PREEMPTED/REVOKED -> CANCELLED, NODE_FAIL/BOOT_FAIL
-   -> FAILED
+3. Slurm's final state (:func:`status_of_state`): TIMEOUT/DEADLINE -> TIMEOUT,
+   OUT_OF_MEMORY -> OUT_OF_MEMORY, CANCELLED/PREEMPTED/REVOKED -> CANCELLED,
+   NODE_FAIL/BOOT_FAIL -> FAILED
 4. exit code unknown -> FAILED (a COMPLETED state counts as exit 0)
 5. a failure pattern matched -> FAILED
-6. eval: ``--check_accuracy`` assertion -> FAILED; pytest: failed or errors
-   in the summary -> FAILED
+6. the workflow's verdict (:meth:`~slurm_fsm.workflows.Workflow.verdict`) ->
+   FAILED: eval, a ``--check_accuracy`` assertion; pytest, failed or errors in
+   the summary
 7. exit code non-zero -> FAILED
 8. success patterns given and none matched -> FAILED
 9. PASSED
@@ -40,7 +42,19 @@ from typing import Any
 import attrs
 
 from slurm_fsm.convert import converter
+from slurm_fsm.jobstate import JobState
 from slurm_fsm.spec import WorkflowType
+from slurm_fsm.workflows import (  # the parsers live with their workflow classes
+    _TRACEBACK,
+    WORKFLOWS,
+    _clean,
+    _unlabel,
+    parse_benchmark,
+    parse_custom,
+    parse_eval,
+    parse_pytest,
+    workflow,
+)
 
 __all__ = [
     "EXIT_CODES",
@@ -59,6 +73,7 @@ __all__ = [
     "parse_pytest",
     "result_warnings",
     "setup_error_lines",
+    "status_of_state",
     "summarize",
 ]
 
@@ -110,271 +125,52 @@ converter.register_unstructure_hook(Status, lambda s: s.name)
 MAX_ERRORS = 20
 _MAX_ERROR_CHARS = 500
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-_SRUN_LABEL = re.compile(r"^\s*\d+:\s")  # srun --label prefix "0: "
-_NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
-
-
-def _clean(line: str) -> str:
-    """A log line without ANSI colours and surrounding whitespace/CR."""
-    return _ANSI.sub("", line).strip().replace("\r", "")
-
-
-def _unlabel(line: str) -> str:
-    return _SRUN_LABEL.sub("", line, count=1)
-
-
-# ---------------------------------------------------------------------- pytest
-_PYTEST_WORDS = {
-    "passed": "passed",
-    "failed": "failed",
-    "error": "errors",
-    "errors": "errors",
-    "skipped": "skipped",
-    "xfailed": "xfailed",
-    "xpassed": "xpassed",
-    "warning": "warnings",
-    "warnings": "warnings",
-    "deselected": "deselected",
-    "rerun": "rerun",
-}
-_PYTEST_COUNT = r"\d+ (?:passed|failed|errors?|skipped|xfailed|xpassed|warnings?|deselected|rerun)"
-_PYTEST_SUMMARY = re.compile(
-    rf"(?P<body>{_PYTEST_COUNT}(?:, {_PYTEST_COUNT})*|no tests ran)"
-    rf" in (?P<time>\d+(?:\.\d+)?s|\d+(?::\d+){{1,2}}(?:\.\d+)?)(?![\w:])"
-)
-_PYTEST_ITEM = re.compile(r"(\d+) (\w+)")
-
-
-def _seconds(text: str) -> float:
-    """``12.34s`` -> 12.34; ``1:02:03`` -> 3723.0; ``2:03`` -> 123.0."""
-    if text.endswith("s"):
-        return float(text[:-1])
-    total = 0.0
-    for part in text.split(":"):
-        total = total * 60 + float(part)
-    return total
-
-
-def parse_pytest(lines: Sequence[str]) -> dict[str, int | float]:
-    """Counts and duration from the last pytest summary line.
-
-    ``==== 3 passed, 1 failed, 2 skipped, 1 error in 12.34s ====`` ->
-    ``{"passed": 3, "failed": 1, "skipped": 2, "errors": 1, "seconds": 12.34}``.
-    Keys are among passed, failed, errors, skipped, xfailed, xpassed,
-    warnings, deselected, rerun and seconds; only those printed appear.
-    ``in 1:02:03`` is read as hh:mm:ss. No summary line gives ``{}``.
-    """
-    for raw in reversed(lines):
-        m = _PYTEST_SUMMARY.search(_clean(raw))
-        if not m:
-            continue
-        out: dict[str, int | float] = {}
-        for count, word in _PYTEST_ITEM.findall(m.group("body")):
-            key = _PYTEST_WORDS[word]
-            out[key] = int(out.get(key, 0)) + int(count)
-        out["seconds"] = _seconds(m.group("time"))
-        return out
-    return {}
-
-
-# ------------------------------------------------------------------------ eval
-_ACCURACY = re.compile(rf"(?P<pre>[^:=,;|]*?)\baccuracy\s*[:=]\s*(?P<value>{_NUMBER})", re.I)
-_NAME = re.compile(r"^[A-Za-z][\w.\-/]*$")
-_NOT_A_TASK = frozenset(
-    {"average", "avg", "weighted", "mean", "overall", "final", "total", "eval",
-     "evaluation", "the", "model", "best", "score", "-", "lm-eval", "result", "results"}
-)
-
-
-def _task_name(prefix: str) -> str | None:
-    """The task name just before ``accuracy``: ``gsm8k`` in ``lm-eval gsm8k average``."""
-    for token in reversed(prefix.split()):
-        word = token.strip("'\"()")
-        if word.lower() in _NOT_A_TASK:
-            continue
-        if word.startswith("[") or word.endswith("]") or not _NAME.match(word):
-            return None
-        return word
-    return None
-
-
-_TRACEBACK = "Traceback (most recent call last)"
-
-
-def _threshold_not_met(lines: Sequence[str]) -> bool:
-    """An AssertionError about accuracy: the ``--check_accuracy`` threshold failed.
-
-    Either one line carries both ``AssertionError`` and ``accuracy``, or an
-    ``AssertionError`` ends a traceback whose frames mention accuracy (such as
-    ``in check_accuracy``). A bare ``--check_accuracy`` in an echoed command
-    line is not a failure.
-    """
-    in_traceback = False
-    mentions = False
-    for raw in lines:
-        line = _unlabel(_clean(raw))
-        low = line.lower()
-        if "assertionerror" in low and "accuracy" in low:
-            return True
-        if _TRACEBACK in line:
-            in_traceback, mentions = True, False
-            continue
-        if not in_traceback:
-            continue
-        if raw[:1].isspace() or _unlabel(raw.rstrip())[:1].isspace() or not line:
-            mentions = mentions or "accuracy" in low
-            continue
-        if line.startswith("AssertionError") and mentions:
-            return True
-        in_traceback = False
-    return False
-
-
-def parse_eval(lines: Sequence[str]) -> dict[str, Any]:
-    """Accuracy figures of an eval run.
-
-    Every ``accuracy: <number>`` (any case, ``=`` too, several per line) goes
-    into ``"accuracy"`` in order; when a task name precedes it
-    (``gsm8k accuracy: 71.2``, ``MMLU weighted average accuracy: 68.6``)
-    it also goes into ``"accuracy_by_task"`` (the last value per task).
-    ``"threshold_not_met": True`` when a ``--check_accuracy`` assertion
-    failed. Lines of an AssertionError are not read as figures.
-    """
-    values: list[float] = []
-    by_task: dict[str, float] = {}
-    for raw in lines:
-        line = _clean(raw)
-        if "AssertionError" in line:
-            continue
-        for m in _ACCURACY.finditer(line):
-            value = float(m.group("value"))
-            values.append(value)
-            name = _task_name(m.group("pre"))
-            if name:
-                by_task[name] = value
-    out: dict[str, Any] = {"accuracy": values}
-    if by_task:
-        out["accuracy_by_task"] = by_task
-    if _threshold_not_met(lines):
-        out["threshold_not_met"] = True
-    return out
-
-
-# ------------------------------------------------------------------- benchmark
-_FIGURE = re.compile(rf"^(?P<label>.+?)\s*:\s*(?P<value>{_NUMBER})\s*(?P<unit>[^\s\d:][^\s:]*)?$")
-_LATENCY_WORD = re.compile(
-    r"latency|\bTTFT\b|\bTPOT\b|\bITL\b|\bE2EL\b|time to first token|time per output token",
-    re.I,
-)
-_THROUGHPUT_WORD = re.compile(r"throughput", re.I)
-_LOG_PREFIX = re.compile(r"^(?:\[[^\]]*\]\s*)+")
-_MAX_LABEL = 100
-#: The completion marker a benchmark script leaves in its work dir.
-DONE_MARKER_GLOB = "8_done_*.txt"
-
-
-def _figure_kind(label: str) -> str | None:
-    if _LATENCY_WORD.search(label):
-        return "latency"
-    if _THROUGHPUT_WORD.search(label):
-        return "throughput"
-    return None
-
-
-def _figure_label(label: str) -> str:
-    """Drop log prefixes (``[TRT-LLM] [I]``, ``0:``, ``... INFO:``) that do not
-    carry the figure's name."""
-    label = _unlabel(label).strip()
-    if ": " in label:
-        last = label.rsplit(": ", 1)[1].strip()
-        if _figure_kind(last):
-            label = last
-    stripped = _LOG_PREFIX.sub("", label).strip()
-    if stripped and _figure_kind(stripped):
-        label = stripped
-    return label
-
-
-def _done_marker(work_dir: Path) -> str | None:
-    try:
-        found = [p for p in work_dir.glob(DONE_MARKER_GLOB) if p.is_file()]
-    except OSError:
-        return None
-    if not found:
-        return None
-    newest = max(found, key=lambda p: (p.stat().st_mtime, p.name))
-    return newest.name
-
-
-def parse_benchmark(lines: Sequence[str], work_dir: Path) -> dict[str, Any]:
-    """Throughput and latency figures, and the ``8_done_*.txt`` marker.
-
-    A line ``<label>: <number> [unit]`` whose label says throughput goes into
-    ``"throughput"``; one that says latency (or TTFT, TPOT, ITL, E2EL) into
-    ``"latency"``; keyed by the label as printed (``Request Throughput
-    (req/sec)``), the last value winning. ``"done_marker"`` is the name of
-    the newest ``8_done_*.txt`` in ``work_dir``, or None.
-    """
-    throughput: dict[str, float] = {}
-    latency: dict[str, float] = {}
-    for raw in lines:
-        m = _FIGURE.match(_clean(raw))
-        if not m:
-            continue
-        label = _figure_label(m.group("label"))
-        kind = _figure_kind(label)
-        if kind is None or len(label) > _MAX_LABEL:
-            continue
-        (latency if kind == "latency" else throughput)[label] = float(m.group("value"))
-    return {"throughput": throughput, "latency": latency, "done_marker": _done_marker(work_dir)}
-
-
-# ---------------------------------------------------------------------- custom
-def parse_custom(lines: Sequence[str]) -> dict[str, Any]:
-    """``{"last_lines": <the last 10 lines>}``."""
-    return {"last_lines": [line.rstrip("\r\n") for line in lines[-10:]]}
-
 
 def parse_output(
     workflow_type: WorkflowType, lines: Sequence[str], work_dir: Path
 ) -> dict[str, Any]:
-    """The parser of ``workflow_type`` applied to ``lines``."""
-    if workflow_type is WorkflowType.PYTEST:
-        return dict(parse_pytest(lines))
-    if workflow_type is WorkflowType.EVAL:
-        return parse_eval(lines)
-    if workflow_type is WorkflowType.BENCHMARK:
-        return parse_benchmark(lines, work_dir)
-    return parse_custom(lines)
+    """The parser of ``workflow_type`` applied to ``lines`` (:meth:`Workflow.parse
+    <slurm_fsm.workflows.Workflow.parse>`)."""
+    return workflow(workflow_type).parse(lines, work_dir)
+
 
 
 # -------------------------------------------------------------------- decision
-_STATE_TO_STATUS = {
-    "TIMEOUT": Status.TIMEOUT,
-    "DEADLINE": Status.TIMEOUT,
-    "OUT_OF_MEMORY": Status.OUT_OF_MEMORY,
-    "CANCELLED": Status.CANCELLED,
-    "PREEMPTED": Status.CANCELLED,
-    "REVOKED": Status.CANCELLED,
-    "NODE_FAIL": Status.FAILED,
-    "BOOT_FAIL": Status.FAILED,
+#: The one place that says which report status a final Slurm state decides by itself.
+#: COMPLETED and FAILED are not here: then the exit code and the log decide.
+_STATUS_OF_STATE: dict[JobState, Status] = {
+    JobState.TIMEOUT: Status.TIMEOUT,
+    JobState.DEADLINE: Status.TIMEOUT,
+    JobState.OUT_OF_MEMORY: Status.OUT_OF_MEMORY,
+    JobState.CANCELLED: Status.CANCELLED,
+    JobState.PREEMPTED: Status.CANCELLED,
+    JobState.REVOKED: Status.CANCELLED,
+    JobState.NODE_FAIL: Status.FAILED,
+    JobState.BOOT_FAIL: Status.FAILED,
 }
 
 
-def normalize_slurm_state(state: str | None) -> str | None:
-    """``CANCELLED by 0`` / ``CANCELLED+`` -> ``CANCELLED``; blank -> None."""
-    if state is None:
+def status_of_state(state: JobState | str | None) -> Status | None:
+    """The report status a final Slurm state decides by itself (TIMEOUT and DEADLINE ->
+    TIMEOUT, OUT_OF_MEMORY, CANCELLED/PREEMPTED/REVOKED -> CANCELLED, NODE_FAIL and
+    BOOT_FAIL -> FAILED), or None when the exit code and the log decide (COMPLETED,
+    FAILED) or the state is not final. Slurm's text is read with
+    :meth:`JobState.parse <slurm_fsm.jobstate.JobState.parse>`."""
+    return _STATUS_OF_STATE.get(JobState.parse(state)) if state is not None else None
+
+
+def normalize_slurm_state(state: str | None) -> JobState | None:
+    """``CANCELLED by 0`` / ``CANCELLED+`` -> ``CANCELLED``; blank -> None; text that is
+    no Slurm state -> ``UNKNOWN`` (:meth:`JobState.parse
+    <slurm_fsm.jobstate.JobState.parse>`, which compares equal to the text)."""
+    if state is None or not state.strip():
         return None
-    words = state.strip().split()
-    if not words:
-        return None
-    return words[0].rstrip("+").upper()
+    return JobState.parse(state)
 
 
 @attrs.frozen
 class Decision:
-    """A status and the one-line reason for it."""
+    """A status and the one-line reason for it (the report's summary starts with it)."""
 
     status: Status
     reason: str
@@ -391,32 +187,42 @@ def decide(
     success_patterns: Sequence[str],
     workflow_type: WorkflowType,
     metrics: Mapping[str, Any],
+    hang_line: str | None = None,
+    timeout_s: float | None = None,
 ) -> Decision:
-    """The status of a finished run, and why (order in the module docstring)."""
+    """The status of a finished run, and why (order in the module docstring).
+
+    The reason names what decided: the hang line (``hang_line``, when known), the
+    monitor timeout (``timeout_s``), Slurm's state, the failure patterns matched, the
+    workflow's verdict (:meth:`Workflow.verdict
+    <slurm_fsm.workflows.Workflow.verdict>`), the exit code, or the missing success
+    patterns."""
     if hang:
-        return Decision(Status.HANG_DETECTED, "the log reported a hang")
+        return Decision(Status.HANG_DETECTED, "the log reported a hang" + (
+            f": {hang_line.strip()[:200]!r}" if hang_line else ""))
     if timed_out:
-        return Decision(Status.TIMEOUT, "monitor_timeout_seconds passed before the job ended")
-    state = normalize_slurm_state(slurm_state)
-    if state in _STATE_TO_STATUS:
-        return Decision(_STATE_TO_STATUS[state], f"Slurm state {state}")
-    if exit_code is None and state == "COMPLETED":
+        limit = f" ({timeout_s:g} s)" if timeout_s is not None else ""
+        return Decision(Status.TIMEOUT,
+                        f"monitor_timeout_seconds{limit} passed before the job ended")
+    state = JobState.parse(slurm_state) if slurm_state else None
+    by_state = status_of_state(state)
+    if by_state is not None and state is not None:
+        return Decision(by_state, f"the job {state.ended_how} (Slurm state {state})")
+    if exit_code is None and state is JobState.COMPLETED:
         exit_code = 0
     if exit_code is None:
         return Decision(Status.FAILED, "the exit code is unknown")
     hits = [f"{p!r} ({n} lines)" for p, n in failure_hits.items() if n > 0]
     if hits:
         return Decision(Status.FAILED, f"failure pattern matched: {', '.join(hits)}")
-    if workflow_type is WorkflowType.EVAL and metrics.get("threshold_not_met"):
-        return Decision(Status.FAILED, "accuracy below the --check_accuracy threshold")
-    if workflow_type is WorkflowType.PYTEST:
-        failed, errors = int(metrics.get("failed", 0)), int(metrics.get("errors", 0))
-        if failed or errors:
-            return Decision(Status.FAILED, f"pytest: {failed} failed, {errors} errors")
+    verdict = workflow(workflow_type).verdict(metrics)
+    if verdict:
+        return Decision(Status.FAILED, verdict)
     if exit_code != 0:
         return Decision(Status.FAILED, f"exit code {exit_code}")
     if success_patterns and not any(success_hits.get(p, 0) > 0 for p in success_patterns):
-        return Decision(Status.FAILED, "no success pattern found in the log")
+        return Decision(Status.FAILED, "no success pattern found in the log: "
+                        + ", ".join(repr(p) for p in success_patterns))
     return Decision(Status.PASSED, "exit code 0" + (
         ", success pattern found" if success_patterns else ""))
 
@@ -531,6 +337,7 @@ def diagnose(
     failure_hits: Mapping[str, int] | None = None,
     success_missing: bool = False,
     metrics: Mapping[str, Any] | None = None,
+    workflow_type: WorkflowType | None = None,
 ) -> list[dict[str, str]]:
     """Rows of procedure.md's failure diagnosis table that apply, plus a few more.
 
@@ -538,8 +345,10 @@ def diagnose(
     the Slurm state, the exit code, whether the output log is empty, and
     known lines in ``log_lines`` (allocation expired, container missing, CUDA
     or host OOM, NCCL errors). The optional keywords add rows for a matched
-    failure pattern, a missing success pattern, and workflow metrics (pytest
-    failures, eval threshold). A PASSED or RELEASED run gets no rows.
+    failure pattern, a missing success pattern, and the rows the workflow's
+    :meth:`~slurm_fsm.workflows.Workflow.diagnosis` finds in ``metrics`` (pytest
+    failures, eval threshold; every workflow's when ``workflow_type`` is None).
+    A PASSED or RELEASED run gets no rows.
     """
     if status in (Status.PASSED, Status.RELEASED):
         return []
@@ -549,7 +358,7 @@ def diagnose(
         "sacct -j <job id> --format=JobID,State,Reason")
 
     if status is Status.TIMEOUT:
-        if state in ("TIMEOUT", "DEADLINE"):
+        if status_of_state(state) is Status.TIMEOUT:
             rows.append(_row(f"TIMEOUT (Slurm state {state})", "over the time limit",
                              "raise the time limit (slurm_params.time_limit / #SBATCH --time; "
                              "persistent mode: alloc_time_limit)"))
@@ -557,14 +366,15 @@ def diagnose(
             rows.append(_row("TIMEOUT (monitor_timeout_seconds)", "over the time limit",
                              "raise monitor_timeout_seconds; the job was killed"))
     if status is Status.OUT_OF_MEMORY:
-        rows.append(_row("OUT_OF_MEMORY", "OOM on a node", "lower the batch size"))
+        rows.append(_row(status.value, "OOM on a node", "lower the batch size"))
     if status is Status.FAILED and exit_code not in (None, 0):
         rows.append(_row(f"exit {exit_code} and FAILED", "the srun exited non-zero",
                          "read the .err file (persistent mode: the log)"))
     if status is Status.CANCELLED:
-        symptom = "CANCELLED" if state in (None, "CANCELLED") else f"CANCELLED ({state})"
+        symptom = (status.value if state in (None, JobState.CANCELLED)
+                   else f"{status.value} ({state})")
         rows.append(_row(symptom, "pre-empted or cancelled", sacct))
-    if state in ("NODE_FAIL", "BOOT_FAIL"):
+    if state in (JobState.NODE_FAIL, JobState.BOOT_FAIL):
         rows.append(_row(state, "a node of the job failed",
                          "re-run; `sinfo -R` shows why the node is down"))
     if log_empty:
@@ -611,14 +421,10 @@ def diagnose(
     if success_missing:
         rows.append(_row("no success pattern in the log", "the job did not reach its end",
                          "read the log tail; check success_patterns"))
-    m = metrics or {}
-    if m.get("threshold_not_met"):
-        rows.append(_row("accuracy below threshold", "--check_accuracy assertion failed",
-                         "compare the accuracy figures with the reference"))
-    if int(m.get("failed", 0) or 0) or int(m.get("errors", 0) or 0):
-        rows.append(_row(f"pytest: {int(m.get('failed', 0) or 0)} failed, "
-                         f"{int(m.get('errors', 0) or 0)} errors",
-                         "test failures", "see the FAILED lines in errors"))
+    workflows = (list(WORKFLOWS.values()) if workflow_type is None
+                 else [workflow(workflow_type)])
+    for wf in workflows:
+        rows += wf.diagnosis(metrics or {})
     if status is Status.ERROR and not rows:
         rows.append(_row("ERROR", "a Slurm command or a setup step failed",
                          "see errors; the state file says what was done"))
@@ -681,49 +487,12 @@ def errors_from(lines: Sequence[str]) -> list[str]:
 
 # --------------------------------------------------------------------- summary
 def summarize(workflow_type: WorkflowType, metrics: Mapping[str, Any]) -> str:
-    """One line on what the parser found, for the report's ``summary``."""
-    if workflow_type is WorkflowType.PYTEST:
-        keys = ("passed", "failed", "errors", "skipped", "xfailed", "xpassed",
-                "warnings", "deselected", "rerun")
-        parts = [f"{metrics[k]} {k}" for k in keys if k in metrics]
-        if not parts:
-            return "no pytest summary line found"
-        secs = metrics.get("seconds")
-        return ", ".join(parts) + (f" in {secs:g}s" if isinstance(secs, int | float) else "")
-    if workflow_type is WorkflowType.EVAL:
-        by_task: Mapping[str, float] = metrics.get("accuracy_by_task") or {}
-        values: Sequence[float] = metrics.get("accuracy") or []
-        if by_task:
-            text = "accuracy " + ", ".join(f"{k} {v:g}" for k, v in by_task.items())
-        elif values:
-            text = "accuracy " + ", ".join(f"{v:g}" for v in values)
-        else:
-            text = "no accuracy figures found"
-        if metrics.get("threshold_not_met"):
-            text += "; accuracy threshold not met"
-        return text
-    if workflow_type is WorkflowType.BENCHMARK:
-        figures = {**(metrics.get("throughput") or {}), **(metrics.get("latency") or {})}
-        text = ", ".join(f"{k} {v:g}" for k, v in list(figures.items())[:4])
-        text = text or "no throughput or latency figures found"
-        marker = metrics.get("done_marker")
-        return text + (f"; done marker {marker}" if marker else "; no done marker")
-    last: Sequence[str] = metrics.get("last_lines") or []
-    tail = [line.strip() for line in last if line.strip()]
-    return tail[-1][:200] if tail else "no output"
+    """One line on what the parser found, for the report's ``summary``
+    (:meth:`Workflow.summarize <slurm_fsm.workflows.Workflow.summarize>`)."""
+    return workflow(workflow_type).summarize(metrics)
 
 
 def result_warnings(workflow_type: WorkflowType, metrics: Mapping[str, Any]) -> list[str]:
-    """What the parser expected and did not find (a warning, not a failure)."""
-    if workflow_type is WorkflowType.PYTEST and "seconds" not in metrics:
-        return ["no pytest summary line in the log tail"]
-    if workflow_type is WorkflowType.EVAL and not metrics.get("accuracy"):
-        return ["no 'accuracy:' line in the log tail"]
-    if workflow_type is WorkflowType.BENCHMARK:
-        out = []
-        if not metrics.get("throughput") and not metrics.get("latency"):
-            out.append("no throughput or latency figures in the log tail")
-        if not metrics.get("done_marker"):
-            out.append(f"no {DONE_MARKER_GLOB} completion marker in the work dir")
-        return out
-    return []
+    """What the parser expected and did not find (a warning, not a failure):
+    :meth:`Workflow.warnings <slurm_fsm.workflows.Workflow.warnings>`."""
+    return workflow(workflow_type).warnings(metrics)

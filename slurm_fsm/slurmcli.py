@@ -66,6 +66,7 @@ from slurm_fsm.errors import (
     ControllerUnreachable,
     JobNotFound,
 )
+from slurm_fsm.jobstate import JobState
 
 __all__ = [
     "CONTROLLER_UNREACHABLE_MARKERS",
@@ -490,20 +491,19 @@ def parse_steps(text: str, job_id: str) -> list[StepInfo]:
         job, step = full_id.split(".", 1)
         if job != str(job_id):
             continue
-        steps.append(StepInfo(job_id=job, step_id=step, name=name, state=state or "RUNNING"))
+        steps.append(StepInfo(job_id=job, step_id=step, name=name,
+                              state=JobState.parse(state) if state else JobState.RUNNING))
     return steps
 
 
 _CANCELLED_BY = re.compile(r"^CANCELLED by (\S+)$")
 
 
-def _state(text: str) -> tuple[str, str]:
+def _state(text: str) -> tuple[JobState, str]:
     """``CANCELLED by 0`` -> (CANCELLED, "0"); ``CANCELLED+`` -> (CANCELLED, "")."""
     text = text.strip()
     m = _CANCELLED_BY.match(text)
-    if m:
-        return "CANCELLED", m.group(1)
-    return text.rstrip("+"), ""
+    return JobState.parse(text), (m.group(1) if m else "")
 
 
 def _exit(text: str) -> tuple[int, int] | None:

@@ -31,7 +31,7 @@ from cattrs.errors import BaseValidationError
 
 from slurm_fsm.backend import is_job_id
 from slurm_fsm.convert import converter, problems_of
-from slurm_fsm.errors import SlurmFsmError, StateFileError
+from slurm_fsm.errors import StateFileError, StateLockTimeout
 from slurm_fsm.files import FileProblem, Problem, read_bounded
 
 __all__ = ["KEYS", "MAX_STATE_BYTES", "AllocState", "StateLockTimeout", "StateStore",
@@ -41,13 +41,6 @@ __all__ = ["KEYS", "MAX_STATE_BYTES", "AllocState", "StateLockTimeout", "StateSt
 MAX_STATE_BYTES = 64 * 1024
 
 
-class StateLockTimeout(SlurmFsmError, TimeoutError):
-    """The state file's lock was not free within the store's timeout."""
-
-    def __init__(self, path: str, reason: str) -> None:
-        self.path = path
-        super().__init__(f"state file lock {path}: {reason}")
-
 #: The keys of the state file, in the order procedure.md writes them.
 KEYS = (
     "job_id", "container_name", "nodelist", "partition", "account", "nodes", "gpus_per_node",
@@ -55,7 +48,7 @@ KEYS = (
 )
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class AllocState:
     """What is known about the persistent allocation. Keys match procedure.md."""
 

@@ -36,7 +36,6 @@ import attrs
 
 from slurm_fsm import scriptguard, slurmcli
 from slurm_fsm.backend import (
-    ACTIVE_STATES,
     AllocationRequest,
     BatchRequest,
     GpuProcess,
@@ -49,6 +48,7 @@ from slurm_fsm.backend import (
     check_job_id,
     check_step_id,
 )
+from slurm_fsm.clock import Clock, SystemClock
 from slurm_fsm.errors import (
     AllocationFailed,
     BackendError,
@@ -72,12 +72,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: States in which an existing job of our name counts as "the allocation":
-#: a COMPLETING job is on its way out and is never reused.
-_LIVE_STATES = ACTIVE_STATES - {"COMPLETING"}
-
-
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class CommandResult:
     """What one command did. ``returncode is None``: stopped at ``timeout_s``."""
 
@@ -122,7 +117,8 @@ def run_command(
             start_new_session=True,
         )
     except OSError as exc:
-        return CommandResult(tuple(argv), 127, "", str(exc), time.monotonic() - start, timeout_s)
+        return CommandResult(argv=tuple(argv), returncode=127, stdout="", stderr=str(exc),
+                             seconds=time.monotonic() - start, timeout_s=timeout_s)
     try:
         out, err = proc.communicate(timeout=timeout_s)
         rc: int | None = proc.returncode
@@ -132,7 +128,8 @@ def run_command(
     except BaseException:
         _stop_group(proc, grace_s)
         raise
-    return CommandResult(tuple(argv), rc, out or "", err or "", time.monotonic() - start, timeout_s)
+    return CommandResult(argv=tuple(argv), returncode=rc, stdout=out or "", stderr=err or "",
+                         seconds=time.monotonic() - start, timeout_s=timeout_s)
 
 
 def _stop_group(proc: subprocess.Popen[str], grace_s: float) -> tuple[str, str]:
@@ -202,7 +199,8 @@ def _boot_id() -> str:
         return ""
 
 
-def stop_stale_group(identity: Mapping[str, object], grace_s: float = 10.0) -> str | None:
+def stop_stale_group(identity: Mapping[str, object], grace_s: float = 10.0,
+                     clock: Clock | None = None) -> str | None:
     """Stop the process group of an earlier run's script (see
     :meth:`SubprocessBackend.stop_stale_script`). Only when it is provably that group:
     same host and boot, and either its leader still has the recorded start time or
@@ -220,9 +218,10 @@ def stop_stale_group(identity: Mapping[str, object], grace_s: float = 10.0) -> s
         return None  # the pid now names another process
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while _group_alive(pgid) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    clock = clock or SystemClock()
+    deadline = clock.now() + grace_s
+    while _group_alive(pgid) and clock.now() < deadline:
+        clock.sleep(0.05)
     if _group_alive(pgid):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)
@@ -238,8 +237,10 @@ class LocalScript:
     that all of it ends when the orchestrator dies (``PR_SET_PDEATHSIG``).
     """
 
-    def __init__(self, proc: subprocess.Popen[bytes], log_path: Path, log_file: IO[bytes]):
+    def __init__(self, proc: subprocess.Popen[bytes], log_path: Path, log_file: IO[bytes],
+                 clock: Clock | None = None):
         self._proc = proc
+        self._clock: Clock = clock or SystemClock()
         self._log_path = log_path
         self._log_file = log_file
         self._identity: dict[str, str | int] = {
@@ -293,11 +294,11 @@ class LocalScript:
         never touched.
         """
         self._signal_group(signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline:
+        deadline = self._clock.now() + grace_s
+        while self._clock.now() < deadline:
             if self._proc.poll() is not None and not self._group_alive():
                 break
-            time.sleep(0.02)
+            self._clock.sleep(0.02)
         else:
             self._signal_group(signal.SIGKILL)
         self._proc.wait()
@@ -323,8 +324,10 @@ class SubprocessBackend:
     sbatch); ``probe_timeout_s`` the GPU probes, which start steps; a step of
     :meth:`run_step` has its own ``StepRequest.timeout_s``. ``env`` entries are
     added to (or override) the caller's environment, read anew at each call.
-    ``runner`` replaces :func:`run_command` (tests); ``sleep`` the pause
-    between polls of :meth:`allocate`.
+    ``runner`` replaces :func:`run_command` (tests). ``clock`` (the system clock by
+    default) is :attr:`~slurm_fsm.backend.SlurmBackend.clock`: every pause and deadline
+    of the backend's own waits (the polls of :meth:`allocate`, the look-ups after a
+    lost sbatch answer) reads and sleeps on it.
     """
 
     def __init__(
@@ -334,13 +337,13 @@ class SubprocessBackend:
         probe_timeout_s: float = 300.0,
         env: Mapping[str, str] | None = None,
         runner: Runner | None = None,
-        sleep: Callable[[float], None] = time.sleep,
+        clock: Clock | None = None,
     ) -> None:
         self.timeout_s = timeout_s
         self.probe_timeout_s = probe_timeout_s
         self.env_overrides: dict[str, str] = dict(env or {})
         self._runner: Runner = runner or _default_runner
-        self._sleep = sleep
+        self.clock: Clock = clock or SystemClock()
         self._container_support: bool | None = None
         self._reapers: list[threading.Thread] = []
 
@@ -453,7 +456,7 @@ class SubprocessBackend:
                 raise AllocationFailed(argv, 127, str(exc), "salloc could not start") from exc
         self._reap_later(proc)
 
-        deadline = time.monotonic() + wait_s
+        deadline = self.clock.now() + wait_s
         pause = 0.02
         transient: BackendError | None = None
         while True:
@@ -466,9 +469,9 @@ class SubprocessBackend:
                 return jobs[0].job_id
             if rc is not None and rc != 0:
                 raise self._allocation_failed(argv, rc, request.log_path)
-            if time.monotonic() >= deadline:
+            if self.clock.now() >= deadline:
                 break
-            self._sleep(pause)
+            self.clock.sleep(pause)
             pause = min(pause * 2, 0.5)
 
         # nothing appeared in time: stop salloc (it withdraws its request) and
@@ -500,7 +503,7 @@ class SubprocessBackend:
         ``comment`` (a checkout's tag), only jobs that :func:`~slurm_fsm.ownership.ownership`
         calls that checkout's (``TAGGED``; an untagged or another checkout's job of the
         same name is never returned nor cancelled); without one, any job of that name."""
-        jobs = [j for j in self.find_jobs(name, user) if j.state in _LIVE_STATES
+        jobs = [j for j in self.find_jobs(name, user) if j.state.is_live
                 and (comment is None
                      or ownership(j, user=user, tag=comment, names=name) is Ownership.TAGGED)]
         return sorted(jobs, key=lambda j: (len(j.job_id), j.job_id))
@@ -635,7 +638,7 @@ class SubprocessBackend:
                 return new[0]
             if len(new) > 1:
                 return None
-            self._sleep(pause)
+            self.clock.sleep(pause)
         return None
 
     def job_outcome(self, job_id: str) -> JobOutcome:
@@ -711,8 +714,8 @@ class SubprocessBackend:
         except BaseException:
             log_file.close()
             raise
-        return LocalScript(proc, request.log_path, log_file)
+        return LocalScript(proc, request.log_path, log_file, self.clock)
 
     def stop_stale_script(self, identity: Mapping[str, object]) -> str | None:
         """Stop an earlier run's script group, if it is provably still that group."""
-        return stop_stale_group(identity)
+        return stop_stale_group(identity, clock=self.clock)

@@ -45,6 +45,8 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "slurm_fsm.clock",
     "slurm_fsm.report",
     "slurm_fsm.results",
+    "slurm_fsm.workflows",
+    "slurm_fsm.jobstate",
     "slurm_fsm.testing",
     "slurm_fsm.errors",
 )

@@ -86,8 +86,9 @@ def _recording(results: dict[str, int]) -> tuple[SubprocessBackend, list[list[st
         seen.append(list(argv))
         key = "import" if any(a.startswith("--container-image") for a in argv) else "remove"
         rc = results.get(key, 0)
-        return CommandResult(tuple(argv), rc, "", "enroot: boom\n" if rc else "", 0.1,
-                             timeout_s)
+        return CommandResult(argv=tuple(argv), returncode=rc, stdout="",
+                             stderr="enroot: boom\n" if rc else "", seconds=0.1,
+                             timeout_s=timeout_s)
 
     return SubprocessBackend(runner=runner), seen
 

@@ -9,6 +9,7 @@ import pytest
 
 from slurm_fsm.errors import SpecError
 from slurm_fsm.executor import Events, Executor
+from slurm_fsm.jobstate import JobState
 from slurm_fsm.results import Status
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.testing import FakeCluster, FakeScript
@@ -424,7 +425,8 @@ def test_leftover_steps_of_a_dead_run_are_stopped_before_the_next(
     first = run(spec, fake)
     alloc = fake.jobs[first.allocation_id or ""]
     # a run killed with -9 left its step running on the allocation, and its record
-    alloc.steps["7"] = StepInfo(alloc.job_id, "7", "job.slurm", "RUNNING")
+    alloc.steps["7"] = StepInfo(job_id=alloc.job_id, step_id="7", name="job.slurm",
+                                  state=JobState.RUNNING)
     RunRecord(run_record_path(spec)).write(alloc.job_id, spec.work_dir / "old.log",
                                            {"pid": 1})
     second = run(spec, fake)

@@ -20,8 +20,9 @@ from slurm_fsm.testing import FakeCluster, FakeScript
 
 
 def alloc(fake: FakeCluster, tmp_path: Path, nodes: int = 2, limit: str = "01:00:00") -> str:
-    return fake.allocate(AllocationRequest("batch", "acct", nodes, Duration.parse(limit),
-                                           "acct-trtllm.persistent", tmp_path / ".salloc.log"))
+    return fake.allocate(AllocationRequest(
+        partition="batch", account="acct", nodes=nodes, time_limit=Duration.parse(limit),
+        job_name="acct-trtllm.persistent", log_path=tmp_path / ".salloc.log"))
 
 
 def test_fixture_from_the_pytest_plugin(fake_cluster: FakeCluster) -> None:
@@ -61,25 +62,28 @@ def test_fault_injection_and_controller_down(fake_cluster: FakeCluster, tmp_path
 
 def test_named_containers_persist_per_node(fake_cluster: FakeCluster, tmp_path: Path) -> None:
     job = alloc(fake_cluster, tmp_path)
-    missing = fake_cluster.run_step(StepRequest(job, ("true",), 2, container=ContainerOptions("c")))
+    missing = fake_cluster.run_step(StepRequest(job_id=job, argv=("true",), nodes=2,
+                                                            container=ContainerOptions(name="c")))
     assert missing.exit_code == 1 and "does not exist" in missing.stderr
     imported = fake_cluster.run_step(
-        StepRequest(job, ("true",), 2, container=ContainerOptions("c", image="img:1")))
+        StepRequest(job_id=job, argv=("true",), nodes=2,
+                    container=ContainerOptions(name="c", image="img:1")))
     assert imported.exit_code == 0
-    fake_cluster.run_step(StepRequest(job, ("pip", "install", "x"), 2,
-                                      container=ContainerOptions("c", writable=True)))
-    fake_cluster.run_step(StepRequest(job, ("pip", "install", "y"), 2,
-                                      container=ContainerOptions("c")))
+    fake_cluster.run_step(StepRequest(job_id=job, argv=("pip", "install", "x"), nodes=2,
+                                      container=ContainerOptions(name="c", writable=True)))
+    fake_cluster.run_step(StepRequest(job_id=job, argv=("pip", "install", "y"), nodes=2,
+                                      container=ContainerOptions(name="c")))
     assert fake_cluster.nodes["node02"].containers["c"].packages == ["pip install x"]
     assert "c" not in fake_cluster.nodes["node03"].containers
-    hosts = fake_cluster.run_step(StepRequest(job, ("hostname",), 2))
+    hosts = fake_cluster.run_step(StepRequest(job_id=job, argv=("hostname",), nodes=2))
     assert hosts.stdout.split() == ["node01", "node02"]
 
 
 def test_allocation_errors_write_the_salloc_log(fake_cluster: FakeCluster, tmp_path: Path) -> None:
     with pytest.raises(AllocationFailed, match="Invalid partition name specified"):
-        fake_cluster.allocate(AllocationRequest("nope", "acct", 1, Duration.parse("10"), "n",
-                                                tmp_path / ".salloc.log"))
+        fake_cluster.allocate(AllocationRequest(
+            partition="nope", account="acct", nodes=1, time_limit=Duration.parse("10"),
+            job_name="n", log_path=tmp_path / ".salloc.log"))
     assert "invalid partition specified: nope" in (tmp_path / ".salloc.log").read_text()
     with pytest.raises(AllocationFailed, match="Requested node configuration"):
         alloc(fake_cluster, tmp_path, nodes=9)
@@ -90,7 +94,7 @@ def test_batch_job_runs_writes_its_output_and_is_accounted(fake_cluster: FakeClu
     script = tmp_path / "job.slurm"
     script.write_text("#!/bin/bash\n#SBATCH --output=out_%j.log\n#SBATCH -t 00:05:00\nsrun x\n")
     fake_cluster.script(script, FakeScript(lines=("a", "b", "c"), exit_code=3))
-    job = fake_cluster.submit(BatchRequest(script, tmp_path, job_name="t"))
+    job = fake_cluster.submit(BatchRequest(script_path=script, work_dir=tmp_path, job_name="t"))
     assert fake_cluster.query_job(job).state == "RUNNING"
     fake_cluster.clock.advance(10)
     with pytest.raises(JobNotFound):
@@ -99,7 +103,7 @@ def test_batch_job_runs_writes_its_output_and_is_accounted(fake_cluster: FakeClu
     assert (out.state, out.exit_code, out.elapsed.seconds) == ("FAILED", 3, 3)
     assert (tmp_path / f"out_{job}.log").read_text() == "a\nb\nc\n"
     with pytest.raises(CommandFailed, match="Invalid account"):
-        fake_cluster.submit(BatchRequest(script, tmp_path, account="bad"))
+        fake_cluster.submit(BatchRequest(script_path=script, work_dir=tmp_path, account="bad"))
 
 
 def test_persistent_script_is_a_step_that_can_be_cancelled(fake_cluster: FakeCluster,
@@ -107,8 +111,8 @@ def test_persistent_script_is_a_step_that_can_be_cancelled(fake_cluster: FakeClu
     job = alloc(fake_cluster, tmp_path)
     script = tmp_path / "hang.slurm"
     fake_cluster.script(script, FakeScript(lines=("start", "Hang detected"), hang=True))
-    run = fake_cluster.start_script(ScriptRequest(script, tmp_path / "log.txt",
-                                                  {"SLURM_JOB_ID": job}, tmp_path))
+    run = fake_cluster.start_script(ScriptRequest(script_path=script, log_path=tmp_path / "log.txt",
+                                                  env={"SLURM_JOB_ID": job}, cwd=tmp_path))
     fake_cluster.clock.advance(5)
     assert run.poll() is None
     steps = fake_cluster.list_steps(job)

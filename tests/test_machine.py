@@ -88,7 +88,8 @@ def test_release_refuses_a_job_that_is_not_ours(make_spec: SpecFactory, fake: Fa
     spec = make_spec(release_allocation=True)
     other = fake.make_job(name, user)
     spec.state_path.parent.mkdir(parents=True)
-    spec.state_path.write_text(AllocState(other.job_id, "node01", "batch", "acct", 1).to_json())
+    spec.state_path.write_text(AllocState(job_id=other.job_id, nodelist="node01",
+        partition="batch", account="acct", nodes=1).to_json())
     m = machine(spec, fake)
     assert m.prepare() is State.Failed
     assert m.failure is not None and isinstance(m.failure.error, NotOurJobError)
@@ -335,7 +336,8 @@ def test_state_file_naming_another_job_is_dropped_never_cancelled(
     spec = make_spec()
     other = fake.make_job(name, user)
     spec.state_path.parent.mkdir(parents=True)
-    spec.state_path.write_text(AllocState(other.job_id, "node01", "batch", "acct", 1).to_json())
+    spec.state_path.write_text(AllocState(job_id=other.job_id, nodelist="node01",
+        partition="batch", account="acct", nodes=1).to_json())
     m = machine(spec, fake)
     assert m.prepare() is State.Ready
     assert m.path == ["NoState", "Validating", "NoState", "Allocating", "Ready"]

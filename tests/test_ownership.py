@@ -315,7 +315,8 @@ def test_release_with_a_bad_job_id_cancels_nothing_by_it(
         make_spec: SpecFactory, fake: FakeCluster, bad: str) -> None:
     spec = make_spec()
     spec.state_path.parent.mkdir(parents=True)
-    spec.state_path.write_text(AllocState("1", "n1", "batch", "acct", 1).to_json()
+    spec.state_path.write_text(AllocState(job_id="1", nodelist="n1",
+        partition="batch", account="acct", nodes=1).to_json()
                                .replace('"1"', f'"{bad}"', 1))
     m = machine(make_spec(release_allocation=True), fake)
     assert m.prepare() is State.Released

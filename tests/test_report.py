@@ -173,3 +173,94 @@ def test_format_seconds(seconds: float, text: str) -> None:
 def test_public_names() -> None:
     for name in report_module.__all__:
         assert hasattr(report_module, name)
+
+
+# ---------------------------------------------------- reports that explain themselves
+def test_report_is_frozen_and_keyword_only() -> None:
+    r = Report(status=Status.PASSED, task_type="custom", mode="persistent")
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        r.summary = "x"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        Report(Status.PASSED, "custom", "persistent")  # type: ignore[misc]
+
+
+def _spec(tmp_path: Any, **over: Any) -> Any:
+    from slurm_fsm.spec import JobSpec
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    script = tmp_path / "job.slurm"
+    script.write_text("#!/bin/bash\n#SBATCH --output=llama_%j.out\n#SBATCH -t 00:10:00\n"
+                      "srun x\n")
+    data = {"repo_root": str(tmp_path), "model_name": "llama", "workflow_type": "pytest",
+            "script_path": str(script), "work_dir": str(tmp_path / "work"),
+            "slurm_params": {"partition": "batch", "account": "acct", "nodes": 1,
+                             "time_limit": "01:00:00"},
+            "monitor_timeout_seconds": 600, **over}
+    return JobSpec.from_dict(data)
+
+
+def _run(tmp_path: Any, lines: tuple[str, ...], exit_code: int = 0, hang: bool = False,
+         **over: Any) -> Report:
+    from slurm_fsm.executor import Executor
+    from slurm_fsm.testing import FakeCluster, FakeScript
+
+    fake = FakeCluster()
+    spec = _spec(tmp_path, **over)
+    fake.script(spec.script_path, FakeScript(lines=lines, exit_code=exit_code, hang=hang))
+    return Executor(spec, fake, clock=fake.clock).run()
+
+
+@pytest.mark.parametrize(("lines", "exit_code", "hang", "over", "status", "starts"), [
+    (("Traceback (most recent call last)", "=== 2 passed in 1.00s ==="), 0, False,
+     {"failure_patterns": "Traceback"}, Status.FAILED,
+     "FAILED: failure pattern matched: 'Traceback' (1 lines); "),
+    (("=== 2 passed in 1.00s ===",), 3, False, {}, Status.FAILED, "FAILED: exit code 3; "),
+    (("=== 1 failed, 2 passed in 1.00s ===",), 1, False, {}, Status.FAILED,
+     "FAILED: pytest: 1 failed, 0 errors; "),
+    (("=== 2 passed in 1.00s ===",), 0, False, {"success_patterns": "ALL GOOD"},
+     Status.FAILED, "FAILED: no success pattern found in the log: 'ALL GOOD'; "),
+    (("step 1", "NCCL watchdog: Hang detected on rank 3"), 0, True, {}, Status.HANG_DETECTED,
+     "HANG_DETECTED: the log reported a hang: 'NCCL watchdog: Hang detected on rank 3'; "),
+    (("step 1",) * 2000, 0, False, {"monitor_timeout_seconds": 30}, Status.TIMEOUT,
+     "TIMEOUT: monitor_timeout_seconds (30 s) passed before the job ended; "),
+])
+def test_a_failed_summary_starts_with_the_deciding_reason(
+        tmp_path: Any, lines: tuple[str, ...], exit_code: int, hang: bool,
+        over: dict[str, Any], status: Status, starts: str) -> None:
+    report = _run(tmp_path, lines, exit_code, hang, **over)
+    assert report.status is status, report.summary
+    assert report.summary.startswith(starts), report.summary
+
+
+def test_a_passed_summary_is_unchanged(tmp_path: Any) -> None:
+    report = _run(tmp_path, ("=== 2 passed in 1.00s ===",))
+    assert report.status is Status.PASSED
+    assert report.summary == (f"PASSED: step on allocation {report.allocation_id}, exit code 0; "
+                              "2 passed in 1s")
+
+
+def _documented_timings() -> set[str]:
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "report.md").read_text()
+    section = text.split("## Timings", 1)[1].split("\n## ", 1)[0]
+    import re
+
+    return set(re.findall(r"^\| `(\w+_s)` \|", section, re.M))
+
+
+def test_timings_are_documented_as_they_are_and_on_the_injected_clock(tmp_path: Any) -> None:
+    """Every key is one of docs/report.md's, and every value is on the executor's clock:
+    on the fake clock a run of 20 lines of 1 s takes 20 s, not the real milliseconds."""
+    documented = _documented_timings()
+    assert documented >= {"total_s", "run_s"}
+    persistent = _run(tmp_path / "p", tuple(f"line {i}" for i in range(20)))
+    one_shot = _run(tmp_path / "o", tuple(f"line {i}" for i in range(20)),
+                    persistent_mode=False, log_file_pattern="llama_%j.out")
+    for report in (persistent, one_shot):
+        assert report.status is Status.PASSED, report.summary
+        assert set(report.timings) <= documented, report.timings
+        assert report.timings["run_s"] >= 20 and report.timings["total_s"] >= 20
+        assert report.timings["total_s"] >= report.timings["run_s"] - 1e-3
+    assert set(persistent.timings) == {"step0_s", "start_s", "run_s", "total_s"}
+    assert set(one_shot.timings) == {"run_s", "total_s"}

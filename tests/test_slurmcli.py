@@ -38,6 +38,7 @@ from slurm_fsm.errors import (
     JobNotFound,
 )
 from slurm_fsm.subprocess_backend import CommandResult, SubprocessBackend, run_command
+from slurm_fsm.testing import FakeClock
 
 DATA = Path(__file__).parent / "data"
 
@@ -776,7 +777,8 @@ class Replay:
         queue = self.answers.get(key)
         assert queue, f"unexpected call {argv}"
         rc, out, err = queue.pop(0) if len(queue) > 1 else queue[0]
-        return CommandResult(tuple(argv), rc, out, err, 0.001, timeout_s)
+        return CommandResult(argv=tuple(argv), returncode=rc, stdout=out, stderr=err,
+                             seconds=0.001, timeout_s=timeout_s)
 
 
 def answer(name: str) -> Answer:
@@ -786,7 +788,7 @@ def answer(name: str) -> Answer:
 
 def replay_backend(answers: dict[str, list[Answer]]) -> tuple[SubprocessBackend, Replay]:
     runner = Replay(answers)
-    return SubprocessBackend(runner=runner, sleep=lambda s: None), runner
+    return SubprocessBackend(runner=runner, clock=FakeClock()), runner
 
 
 def test_outcome_falls_back_to_scontrol_when_accounting_is_off() -> None:
@@ -1004,6 +1006,33 @@ def test_allocate_gives_up_and_stops_salloc(tmp_path: Path) -> None:
     assert "Pending job allocation 9" in request.log_path.read_text()
 
 
+def test_allocate_waits_on_the_backend_clock(tmp_path: Path) -> None:
+    """The allocate deadline reads the injected clock, not time.monotonic: an hour of
+    fake waiting passes at once (it used to take ``sleep=`` but read the real clock)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake_tool(bin_dir, "salloc", "exec sleep 60")
+    runner = Replay({"squeue": [(0, "", "")], "scancel": [(0, "", "")]})
+    clock = FakeClock()
+    backend = SubprocessBackend(runner=runner, clock=clock,
+                                env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    assert backend.clock is clock
+    request = req(log_path=tmp_path / ".salloc.log", user="root")
+    t0 = time.monotonic()
+    with pytest.raises(AllocationFailed, match=r"appeared within 3600 s"):
+        backend.allocate(request, wait_s=3600)
+    assert clock.now() >= 3600
+    assert time.monotonic() - t0 < 10
+
+
+def test_backend_clock_is_part_of_the_protocol() -> None:
+    from slurm_fsm.backend import SlurmBackend
+    from slurm_fsm.clock import SystemClock
+
+    assert isinstance(SlurmBackend.__dict__["clock"], property)
+    assert isinstance(SubprocessBackend().clock, SystemClock)
+
+
 # ------------------------------------------------------- runner and scripts
 
 
@@ -1036,7 +1065,8 @@ def test_local_script(tmp_path: Path) -> None:
     script.write_text('echo "x=$X cwd=$(pwd) job=${SLURM_JOB_ID-unset}"; echo e >&2; exit 7\n')
     log_path = tmp_path / "out" / "s.log"
     started = backend.start_script(
-        ScriptRequest(script, log_path, {"X": "1", "SLURM_JOB_ID": "9"}, cwd=tmp_path)
+        ScriptRequest(script_path=script, log_path=log_path,
+                      env={"X": "1", "SLURM_JOB_ID": "9"}, cwd=tmp_path)
     )
     assert started.wait(timeout_s=10) == 7
     assert started.poll() == 7
@@ -1048,7 +1078,8 @@ def test_local_script_terminate_ends_the_group(tmp_path: Path) -> None:
     script = tmp_path / "s.sh"
     child_pid = tmp_path / "child.pid"
     script.write_text(f"sleep 60 & echo $! > {child_pid}; wait\n")
-    started = backend.start_script(ScriptRequest(script, tmp_path / "s.log", {}, cwd=tmp_path))
+    started = backend.start_script(ScriptRequest(
+        script_path=script, log_path=tmp_path / "s.log", env={}, cwd=tmp_path))
     deadline = time.monotonic() + 10
     while not child_pid.exists() or not child_pid.read_text().strip():
         assert time.monotonic() < deadline

@@ -57,11 +57,11 @@ def test_numeric_job_id_is_read_as_text(tmp_path: Path) -> None:
 
 def test_write_is_private_and_atomic(tmp_path: Path) -> None:
     store = StateStore(tmp_path / "wd" / ".slurm_alloc.json")
-    store.write(AllocState("1", "n1", "p", "a", 1))
+    store.write(AllocState(job_id="1", nodelist="n1", partition="p", account="a", nodes=1))
     mode = stat.S_IMODE(os.stat(store.path).st_mode)
     assert mode == 0o600
     assert [p.name for p in store.path.parent.iterdir()] == [".slurm_alloc.json"]
-    store.write(AllocState("2", "n1", "p", "a", 1))
+    store.write(AllocState(job_id="2", nodelist="n1", partition="p", account="a", nodes=1))
     again = store.read()
     assert again is not None and again.job_id == "2"
 
@@ -69,14 +69,14 @@ def test_write_is_private_and_atomic(tmp_path: Path) -> None:
 def test_failed_write_keeps_the_old_file(tmp_path: Path,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     store = StateStore(tmp_path / ".slurm_alloc.json")
-    store.write(AllocState("1", "n1", "p", "a", 1))
+    store.write(AllocState(job_id="1", nodelist="n1", partition="p", account="a", nodes=1))
 
     def boom(*_: object) -> None:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "fsync", boom)
     with pytest.raises(OSError):
-        store.write(AllocState("2", "n1", "p", "a", 1))
+        store.write(AllocState(job_id="2", nodelist="n1", partition="p", account="a", nodes=1))
     old = store.read()
     assert old is not None and old.job_id == "1"
     assert [p.name for p in tmp_path.iterdir()] == [".slurm_alloc.json"]
@@ -100,7 +100,7 @@ def test_missing_file_reads_as_none_and_delete_is_idempotent(tmp_path: Path) -> 
     store = StateStore(tmp_path / ".slurm_alloc.json")
     assert store.read() is None
     assert store.delete() is False
-    store.write(AllocState("1", "n1", "p", "a", 1))
+    store.write(AllocState(job_id="1", nodelist="n1", partition="p", account="a", nodes=1))
     assert store.delete() is True
     assert not store.exists()
 

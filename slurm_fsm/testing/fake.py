@@ -45,6 +45,7 @@ from slurm_fsm.errors import (
     ControllerUnreachable,
     JobNotFound,
 )
+from slurm_fsm.jobstate import JobState, to_job_state
 from slurm_fsm.slurmcli import enroot_image, sbatch_directives
 
 __all__ = [
@@ -129,7 +130,7 @@ class FakeScript:
     line_interval_s: float = 1.0
     hang: bool = False
     err_lines: tuple[str, ...] = ()
-    final_state: str | None = None
+    final_state: JobState | str | None = None
 
     @property
     def duration_s(self) -> float:
@@ -160,7 +161,7 @@ class FakeJob:
     pending_until: float
     started_at: float | None = None
     ended_at: float | None = None
-    state: str = "PENDING"
+    state: JobState = attrs.field(default=JobState.PENDING, converter=to_job_state)
     exit_code: int = 0
     signal: int = 0
     reason: str = "None"
@@ -338,7 +339,8 @@ class FakeCluster:
         return [j for j in self.jobs.values() if j.active]
 
     def make_job(self, name: str, user: str, *, partition: str | None = None,
-                 nodes: int = 1, time_limit_s: int | None = 3600, state: str = "RUNNING",
+                 nodes: int = 1, time_limit_s: int | None = 3600,
+                 state: JobState | str = JobState.RUNNING,
                  account: str = "acct", comment: str = "") -> FakeJob:
         """Put a job on the cluster directly (someone else's, an orphan, ...)."""
         part = partition or next(iter(self.partitions))
@@ -347,12 +349,12 @@ class FakeCluster:
             account=account, num_nodes=nodes, nodes=self.partitions[part][:nodes],
             time_limit_s=time_limit_s, submitted_at=self.clock.now(), kind="alloc",
             pending_until=self.clock.now(), state=state,
-            started_at=self.clock.now() if state == "RUNNING" else None, comment=comment,
+            started_at=self.clock.now() if state == JobState.RUNNING else None, comment=comment,
         )
         self.jobs[job.job_id] = job
         return job
 
-    def end_job(self, job_id: str, state: str = "CANCELLED", exit_code: int = 0,
+    def end_job(self, job_id: str, state: JobState | str = JobState.CANCELLED, exit_code: int = 0,
                 signal: int = 0) -> None:
         """End a job behind the orchestrator's back (scancel by someone, node failure);
         ``signal``: accounting's ``ExitCode`` is ``exit_code:signal``."""
@@ -378,10 +380,11 @@ class FakeCluster:
             )
         self._tick()
 
-    def _finish(self, job: FakeJob, state: str, exit_code: int = 0, signal: int = 0) -> None:
+    def _finish(self, job: FakeJob, state: JobState | str, exit_code: int = 0,
+                signal: int = 0) -> None:
         if job.ended_at is not None:
             return
-        job.state = state
+        job.state = JobState.parse(state)
         job.exit_code = exit_code
         job.signal = signal
         job.ended_at = self.clock.now()
@@ -394,16 +397,16 @@ class FakeCluster:
         for job in self.jobs.values():
             if not job.active:
                 continue
-            if job.state == "PENDING" and now >= job.pending_until:
-                job.state = "RUNNING"
+            if job.state is JobState.PENDING and now >= job.pending_until:
+                job.state = JobState.RUNNING
                 job.reason = "None"
                 job.started_at = job.pending_until
-            if job.state != "RUNNING" or job.started_at is None:
+            if job.state is not JobState.RUNNING or job.started_at is None:
                 continue
             if job.time_limit_s is not None and now >= job.started_at + job.time_limit_s:
                 if job.kind == "batch":
                     self._write_batch_output(job, job.started_at + job.time_limit_s)
-                self._finish(job, "TIMEOUT", 0, 0)
+                self._finish(job, JobState.TIMEOUT, 0, 0)
                 job.ended_at = job.started_at + job.time_limit_s
                 continue
             if job.kind == "batch" and job.script is not None:
@@ -411,7 +414,8 @@ class FakeCluster:
                 s = job.script
                 if not s.hang and now >= job.started_at + s.duration_s:
                     self._write_batch_err(job)
-                    state = s.final_state or ("COMPLETED" if s.exit_code == 0 else "FAILED")
+                    state = s.final_state or (JobState.COMPLETED if s.exit_code == 0
+                                              else JobState.FAILED)
                     self._finish(job, state, s.exit_code)
                     job.ended_at = job.started_at + s.duration_s
 
@@ -446,13 +450,13 @@ class FakeCluster:
             left = Duration.of_seconds(max(0, int(job.time_limit_s - (now - job.started_at))))
         elapsed = Duration.of_seconds(int(now - job.started_at)) if job.started_at else \
             Duration.of_seconds(0)
-        running = job.state != "PENDING"
+        running = job.state is not JobState.PENDING
         return JobInfo(
             job_id=job.job_id, state=job.state, name=job.name, user=job.user,
             partition=job.partition, num_nodes=job.num_nodes,
             nodelist=hostlist.collect_hostlist(job.nodes) if running else "",
             time_left=left, elapsed=elapsed,
-            reason=job.reason if job.state == "PENDING" else "None",
+            reason=job.reason if job.state is JobState.PENDING else "None",
             start_time="N/A", comment=job.comment,
         )
 
@@ -526,7 +530,7 @@ class FakeCluster:
     def run_step(self, request: StepRequest) -> StepResult:
         self._call("run_step", request=request)
         job = self._job(request.job_id)
-        if job.state != "RUNNING":
+        if job.state is not JobState.RUNNING:
             return StepResult(1, "", f"srun: error: Unable to create step for job {job.job_id}")
         if request.nodes > job.num_nodes:
             return StepResult(1, "", "srun: error: Unable to create step for job "
@@ -608,7 +612,7 @@ class FakeCluster:
     def gpu_processes(self, job_id: str, nodes: int) -> list[GpuProcess]:
         self._call("gpu_processes", job_id=job_id, nodes=nodes)
         job = self._job(job_id)
-        return [GpuProcess(n, pid, name, mem)
+        return [GpuProcess(node=n, pid=pid, name=name, used_memory=mem)
                 for n in job.nodes[:nodes] for pid, name, mem in self.nodes[n].gpu_processes]
 
     def probe_gpu_name(self, partition: str, account: str | None = None) -> str | None:
@@ -634,7 +638,7 @@ class FakeCluster:
         if step_id is not None:
             job.steps.pop(step_id, None)
             return
-        self._finish(job, "CANCELLED", 0, 15)
+        self._finish(job, JobState.CANCELLED, 0, 15)
         job.cancelled_by = "0"
 
     def submit(self, request: BatchRequest) -> str:
@@ -701,7 +705,8 @@ class FakeCluster:
         job = self._job(job_id)
         step_id = str(job.next_step)
         job.next_step += 1
-        job.steps[step_id] = StepInfo(job_id, step_id, request.script_path.name, "RUNNING")
+        job.steps[step_id] = StepInfo(job_id=job_id, step_id=step_id, name=request.script_path.name,
+                                     state=JobState.RUNNING)
         running = _FakeRunningScript(self, request, self._script_for(request.script_path),
                                      job_id, step_id)
         self._running.append(running)

@@ -226,8 +226,9 @@ def test_a_state_file_naming_another_job_never_cancels_it(
     name = names.new("mine")
     spec = make_spec(local_cluster, tmp_path, name)
     spec.state_path.parent.mkdir(parents=True)
-    spec.state_path.write_text(AllocState(other, "n1", local_cluster.partition,
-                                          local_cluster.account, 1, installed=True).to_json())
+    spec.state_path.write_text(AllocState(
+        job_id=other, nodelist="n1", partition=local_cluster.partition,
+        account=local_cluster.account, nodes=1, installed=True).to_json())
     before = spec.state_path.read_bytes()
 
     m = AllocationMachine(make_spec(local_cluster, tmp_path, name, release_allocation=True),
@@ -280,7 +281,8 @@ def test_two_node_allocation_runs_a_step_on_both_nodes(
     nodes = backend.expand_nodelist(str(state["nodelist"]))
     assert len(nodes) == 2 and set(nodes) <= set(local_cluster.nodes)
 
-    result = backend.run_step(StepRequest(job_id, ("hostname",), nodes=2, ntasks_per_node=1))
+    result = backend.run_step(StepRequest(job_id=job_id, argv=("hostname",), nodes=2,
+                                          ntasks_per_node=1))
     assert result.exit_code == 0, result.stderr
     hosts = result.stdout.split()
     assert len(hosts) == 2 and len(set(hosts)) == 2
@@ -383,8 +385,9 @@ def test_pending_allocation_of_the_state_file_is_waited_for_never_cancelled(
                 name, info.user, env) or None)
             assert state == "PENDING"
             spec.state_path.parent.mkdir(parents=True)
-            spec.state_path.write_text(AllocState(job_id, "", info.partition, info.account, 1,
-                                                  installed=True).to_json())
+            spec.state_path.write_text(AllocState(
+                job_id=job_id, nodelist="", partition=info.partition, account=info.account,
+                nodes=1, installed=True).to_json())
             before = spec.state_path.read_bytes()
 
             m = AllocationMachine(spec, backend, pending_wait_s=1)

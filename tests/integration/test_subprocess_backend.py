@@ -229,7 +229,8 @@ def test_script_srun_lands_in_the_allocation(
     log_path.write_text("old content that must go\n")
     t0 = time.monotonic()
     running_script = backend.start_script(
-        ScriptRequest(script, log_path, step_env(info, 2, 1), cwd=tmp_path)
+        ScriptRequest(script_path=script, log_path=log_path, env=step_env(info, 2, 1),
+                      cwd=tmp_path)
     )
     assert running_script.log_path == log_path
     code = until("the script", running_script.poll)
@@ -250,7 +251,8 @@ def test_terminate_script_ends_its_step(
     script = tmp_path / "hang.sh"
     script.write_text("srun sleep 120\n")
     started = backend.start_script(
-        ScriptRequest(script, tmp_path / "hang.log", step_env(info, 2, 1), cwd=tmp_path)
+        ScriptRequest(script_path=script, log_path=tmp_path / "hang.log",
+                      env=step_env(info, 2, 1), cwd=tmp_path)
     )
     until("the hanging step", lambda: backend.list_steps(job_id) or None)
     t0 = time.monotonic()

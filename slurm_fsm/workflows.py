@@ -1,0 +1,428 @@
+"""Workflow types, one class each: how a workflow's log is read and judged.
+
+A :class:`Workflow` knows five things about its kind of job, each from the lines
+that :mod:`slurm_fsm.logs` read (the last 100): how to **parse** them into
+metrics, a one-line **summary** of those metrics, the **warnings** (what it
+expected and did not find), its **verdict** (why the metrics alone make the run
+FAILED, or None) and its rows of the failure **diagnosis**. :data:`WORKFLOWS`
+holds one instance per :class:`~slurm_fsm.spec.WorkflowType`; adding a
+workflow is one subclass registered with :func:`register` (and its member of
+``WorkflowType``).
+
+The parsers are also plain functions (:func:`parse_pytest`, :func:`parse_eval`,
+:func:`parse_benchmark`, :func:`parse_custom`), re-exported by
+:mod:`slurm_fsm.results`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+from slurm_fsm.spec import WorkflowType
+
+__all__ = [
+    "DONE_MARKER_GLOB",
+    "WORKFLOWS",
+    "BenchmarkWorkflow",
+    "CustomWorkflow",
+    "EvalWorkflow",
+    "PytestWorkflow",
+    "Workflow",
+    "parse_benchmark",
+    "parse_custom",
+    "parse_eval",
+    "parse_pytest",
+    "register",
+    "workflow",
+]
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_SRUN_LABEL = re.compile(r"^\s*\d+:\s")  # srun --label prefix "0: "
+_NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+
+
+def _clean(line: str) -> str:
+    """A log line without ANSI colours and surrounding whitespace/CR."""
+    return _ANSI.sub("", line).strip().replace("\r", "")
+
+
+def _unlabel(line: str) -> str:
+    return _SRUN_LABEL.sub("", line, count=1)
+
+
+# ---------------------------------------------------------------------- pytest
+_PYTEST_WORDS = {
+    "passed": "passed",
+    "failed": "failed",
+    "error": "errors",
+    "errors": "errors",
+    "skipped": "skipped",
+    "xfailed": "xfailed",
+    "xpassed": "xpassed",
+    "warning": "warnings",
+    "warnings": "warnings",
+    "deselected": "deselected",
+    "rerun": "rerun",
+}
+_PYTEST_COUNT = r"\d+ (?:passed|failed|errors?|skipped|xfailed|xpassed|warnings?|deselected|rerun)"
+_PYTEST_SUMMARY = re.compile(
+    rf"(?P<body>{_PYTEST_COUNT}(?:, {_PYTEST_COUNT})*|no tests ran)"
+    rf" in (?P<time>\d+(?:\.\d+)?s|\d+(?::\d+){{1,2}}(?:\.\d+)?)(?![\w:])"
+)
+_PYTEST_ITEM = re.compile(r"(\d+) (\w+)")
+
+
+def _seconds(text: str) -> float:
+    """``12.34s`` -> 12.34; ``1:02:03`` -> 3723.0; ``2:03`` -> 123.0."""
+    if text.endswith("s"):
+        return float(text[:-1])
+    total = 0.0
+    for part in text.split(":"):
+        total = total * 60 + float(part)
+    return total
+
+
+def parse_pytest(lines: Sequence[str]) -> dict[str, int | float]:
+    """Counts and duration from the last pytest summary line.
+
+    ``==== 3 passed, 1 failed, 2 skipped, 1 error in 12.34s ====`` ->
+    ``{"passed": 3, "failed": 1, "skipped": 2, "errors": 1, "seconds": 12.34}``.
+    Keys are among passed, failed, errors, skipped, xfailed, xpassed,
+    warnings, deselected, rerun and seconds; only those printed appear.
+    ``in 1:02:03`` is read as hh:mm:ss. No summary line gives ``{}``.
+    """
+    for raw in reversed(lines):
+        m = _PYTEST_SUMMARY.search(_clean(raw))
+        if not m:
+            continue
+        out: dict[str, int | float] = {}
+        for count, word in _PYTEST_ITEM.findall(m.group("body")):
+            key = _PYTEST_WORDS[word]
+            out[key] = int(out.get(key, 0)) + int(count)
+        out["seconds"] = _seconds(m.group("time"))
+        return out
+    return {}
+
+
+# ------------------------------------------------------------------------ eval
+_ACCURACY = re.compile(rf"(?P<pre>[^:=,;|]*?)\baccuracy\s*[:=]\s*(?P<value>{_NUMBER})", re.I)
+_NAME = re.compile(r"^[A-Za-z][\w.\-/]*$")
+_NOT_A_TASK = frozenset(
+    {"average", "avg", "weighted", "mean", "overall", "final", "total", "eval",
+     "evaluation", "the", "model", "best", "score", "-", "lm-eval", "result", "results"}
+)
+
+
+def _task_name(prefix: str) -> str | None:
+    """The task name just before ``accuracy``: ``gsm8k`` in ``lm-eval gsm8k average``."""
+    for token in reversed(prefix.split()):
+        word = token.strip("'\"()")
+        if word.lower() in _NOT_A_TASK:
+            continue
+        if word.startswith("[") or word.endswith("]") or not _NAME.match(word):
+            return None
+        return word
+    return None
+
+
+_TRACEBACK = "Traceback (most recent call last)"
+
+
+def _threshold_not_met(lines: Sequence[str]) -> bool:
+    """An AssertionError about accuracy: the ``--check_accuracy`` threshold failed.
+
+    Either one line carries both ``AssertionError`` and ``accuracy``, or an
+    ``AssertionError`` ends a traceback whose frames mention accuracy (such as
+    ``in check_accuracy``). A bare ``--check_accuracy`` in an echoed command
+    line is not a failure.
+    """
+    in_traceback = False
+    mentions = False
+    for raw in lines:
+        line = _unlabel(_clean(raw))
+        low = line.lower()
+        if "assertionerror" in low and "accuracy" in low:
+            return True
+        if _TRACEBACK in line:
+            in_traceback, mentions = True, False
+            continue
+        if not in_traceback:
+            continue
+        if raw[:1].isspace() or _unlabel(raw.rstrip())[:1].isspace() or not line:
+            mentions = mentions or "accuracy" in low
+            continue
+        if line.startswith("AssertionError") and mentions:
+            return True
+        in_traceback = False
+    return False
+
+
+def parse_eval(lines: Sequence[str]) -> dict[str, Any]:
+    """Accuracy figures of an eval run.
+
+    Every ``accuracy: <number>`` (any case, ``=`` too, several per line) goes
+    into ``"accuracy"`` in order; when a task name precedes it
+    (``gsm8k accuracy: 71.2``, ``MMLU weighted average accuracy: 68.6``)
+    it also goes into ``"accuracy_by_task"`` (the last value per task).
+    ``"threshold_not_met": True`` when a ``--check_accuracy`` assertion
+    failed. Lines of an AssertionError are not read as figures.
+    """
+    values: list[float] = []
+    by_task: dict[str, float] = {}
+    for raw in lines:
+        line = _clean(raw)
+        if "AssertionError" in line:
+            continue
+        for m in _ACCURACY.finditer(line):
+            value = float(m.group("value"))
+            values.append(value)
+            name = _task_name(m.group("pre"))
+            if name:
+                by_task[name] = value
+    out: dict[str, Any] = {"accuracy": values}
+    if by_task:
+        out["accuracy_by_task"] = by_task
+    if _threshold_not_met(lines):
+        out["threshold_not_met"] = True
+    return out
+
+
+# ------------------------------------------------------------------- benchmark
+_FIGURE = re.compile(rf"^(?P<label>.+?)\s*:\s*(?P<value>{_NUMBER})\s*(?P<unit>[^\s\d:][^\s:]*)?$")
+_LATENCY_WORD = re.compile(
+    r"latency|\bTTFT\b|\bTPOT\b|\bITL\b|\bE2EL\b|time to first token|time per output token",
+    re.I,
+)
+_THROUGHPUT_WORD = re.compile(r"throughput", re.I)
+_LOG_PREFIX = re.compile(r"^(?:\[[^\]]*\]\s*)+")
+_MAX_LABEL = 100
+#: The completion marker a benchmark script leaves in its work dir.
+DONE_MARKER_GLOB = "8_done_*.txt"
+
+
+def _figure_kind(label: str) -> str | None:
+    if _LATENCY_WORD.search(label):
+        return "latency"
+    if _THROUGHPUT_WORD.search(label):
+        return "throughput"
+    return None
+
+
+def _figure_label(label: str) -> str:
+    """Drop log prefixes (``[TRT-LLM] [I]``, ``0:``, ``... INFO:``) that do not
+    carry the figure's name."""
+    label = _unlabel(label).strip()
+    if ": " in label:
+        last = label.rsplit(": ", 1)[1].strip()
+        if _figure_kind(last):
+            label = last
+    stripped = _LOG_PREFIX.sub("", label).strip()
+    if stripped and _figure_kind(stripped):
+        label = stripped
+    return label
+
+
+def _done_marker(work_dir: Path) -> str | None:
+    try:
+        found = [p for p in work_dir.glob(DONE_MARKER_GLOB) if p.is_file()]
+    except OSError:
+        return None
+    if not found:
+        return None
+    newest = max(found, key=lambda p: (p.stat().st_mtime, p.name))
+    return newest.name
+
+
+def parse_benchmark(lines: Sequence[str], work_dir: Path) -> dict[str, Any]:
+    """Throughput and latency figures, and the ``8_done_*.txt`` marker.
+
+    A line ``<label>: <number> [unit]`` whose label says throughput goes into
+    ``"throughput"``; one that says latency (or TTFT, TPOT, ITL, E2EL) into
+    ``"latency"``; keyed by the label as printed (``Request Throughput
+    (req/sec)``), the last value winning. ``"done_marker"`` is the name of
+    the newest ``8_done_*.txt`` in ``work_dir``, or None.
+    """
+    throughput: dict[str, float] = {}
+    latency: dict[str, float] = {}
+    for raw in lines:
+        m = _FIGURE.match(_clean(raw))
+        if not m:
+            continue
+        label = _figure_label(m.group("label"))
+        kind = _figure_kind(label)
+        if kind is None or len(label) > _MAX_LABEL:
+            continue
+        (latency if kind == "latency" else throughput)[label] = float(m.group("value"))
+    return {"throughput": throughput, "latency": latency, "done_marker": _done_marker(work_dir)}
+
+
+# ---------------------------------------------------------------------- custom
+def parse_custom(lines: Sequence[str]) -> dict[str, Any]:
+    """``{"last_lines": <the last 10 lines>}``."""
+    return {"last_lines": [line.rstrip("\r\n") for line in lines[-10:]]}
+
+
+
+# ------------------------------------------------------------------- the classes
+def _row(symptom: str, cause: str, advice: str) -> dict[str, str]:
+    return {"symptom": symptom, "cause": cause, "advice": advice}
+
+
+class Workflow:
+    """One workflow type. Subclass it, set :attr:`type`, override what differs, and
+    :func:`register` it. The defaults: no metrics beyond the log's last lines, no
+    warnings, no verdict, no diagnosis rows."""
+
+    #: The ``workflow_type`` of the spec this class reads.
+    type: ClassVar[WorkflowType]
+
+    def parse(self, lines: Sequence[str], work_dir: Path) -> dict[str, Any]:
+        """The metrics of the log's last lines (``work_dir`` for marker files)."""
+        return parse_custom(lines)
+
+    def summarize(self, metrics: Mapping[str, Any]) -> str:
+        """One line on what the parser found, for the report's ``summary``."""
+        last: Sequence[str] = metrics.get("last_lines") or []
+        tail = [line.strip() for line in last if line.strip()]
+        return tail[-1][:200] if tail else "no output"
+
+    def warnings(self, metrics: Mapping[str, Any]) -> list[str]:
+        """What the parser expected and did not find (a warning, not a failure)."""
+        return []
+
+    def verdict(self, metrics: Mapping[str, Any]) -> str | None:
+        """Why these metrics make the run FAILED (the deciding reason), or None."""
+        return None
+
+    def diagnosis(self, metrics: Mapping[str, Any]) -> list[dict[str, str]]:
+        """Rows ``{"symptom", "cause", "advice"}`` that the metrics explain."""
+        return []
+
+
+#: One instance per workflow type, in the order registered.
+WORKFLOWS: dict[WorkflowType, Workflow] = {}
+
+W = TypeVar("W", bound=type[Workflow])
+
+
+def register(cls: W) -> W:
+    """Class decorator: make ``cls()`` the workflow of ``cls.type``."""
+    WORKFLOWS[cls.type] = cls()
+    return cls
+
+
+def workflow(workflow_type: WorkflowType) -> Workflow:
+    """The registered workflow of ``workflow_type``."""
+    return WORKFLOWS[workflow_type]
+
+
+_PYTEST_KEYS = ("passed", "failed", "errors", "skipped", "xfailed", "xpassed",
+                "warnings", "deselected", "rerun")
+
+
+def _pytest_failures(metrics: Mapping[str, Any]) -> tuple[int, int]:
+    return int(metrics.get("failed", 0) or 0), int(metrics.get("errors", 0) or 0)
+
+
+@register
+class EvalWorkflow(Workflow):
+    """An accuracy eval: the accuracy figures; a ``--check_accuracy`` assertion fails it."""
+
+    type = WorkflowType.EVAL
+
+    def parse(self, lines: Sequence[str], work_dir: Path) -> dict[str, Any]:
+        return parse_eval(lines)
+
+    def summarize(self, metrics: Mapping[str, Any]) -> str:
+        by_task: Mapping[str, float] = metrics.get("accuracy_by_task") or {}
+        values: Sequence[float] = metrics.get("accuracy") or []
+        if by_task:
+            text = "accuracy " + ", ".join(f"{k} {v:g}" for k, v in by_task.items())
+        elif values:
+            text = "accuracy " + ", ".join(f"{v:g}" for v in values)
+        else:
+            text = "no accuracy figures found"
+        if metrics.get("threshold_not_met"):
+            text += "; accuracy threshold not met"
+        return text
+
+    def warnings(self, metrics: Mapping[str, Any]) -> list[str]:
+        return [] if metrics.get("accuracy") else ["no 'accuracy:' line in the log tail"]
+
+    def verdict(self, metrics: Mapping[str, Any]) -> str | None:
+        if metrics.get("threshold_not_met"):
+            return "accuracy below the --check_accuracy threshold"
+        return None
+
+    def diagnosis(self, metrics: Mapping[str, Any]) -> list[dict[str, str]]:
+        if not metrics.get("threshold_not_met"):
+            return []
+        return [_row("accuracy below threshold", "--check_accuracy assertion failed",
+                     "compare the accuracy figures with the reference")]
+
+
+@register
+class PytestWorkflow(Workflow):
+    """pytest: the counts of the last summary line; failed tests or errors fail the run."""
+
+    type = WorkflowType.PYTEST
+
+    def parse(self, lines: Sequence[str], work_dir: Path) -> dict[str, Any]:
+        return dict(parse_pytest(lines))
+
+    def summarize(self, metrics: Mapping[str, Any]) -> str:
+        parts = [f"{metrics[k]} {k}" for k in _PYTEST_KEYS if k in metrics]
+        if not parts:
+            return "no pytest summary line found"
+        secs = metrics.get("seconds")
+        return ", ".join(parts) + (f" in {secs:g}s" if isinstance(secs, int | float) else "")
+
+    def warnings(self, metrics: Mapping[str, Any]) -> list[str]:
+        return [] if "seconds" in metrics else ["no pytest summary line in the log tail"]
+
+    def verdict(self, metrics: Mapping[str, Any]) -> str | None:
+        failed, errors = _pytest_failures(metrics)
+        return f"pytest: {failed} failed, {errors} errors" if failed or errors else None
+
+    def diagnosis(self, metrics: Mapping[str, Any]) -> list[dict[str, str]]:
+        failed, errors = _pytest_failures(metrics)
+        if not (failed or errors):
+            return []
+        return [_row(f"pytest: {failed} failed, {errors} errors", "test failures",
+                     "see the FAILED lines in errors")]
+
+
+@register
+class BenchmarkWorkflow(Workflow):
+    """A benchmark: throughput and latency figures, and the ``8_done_*.txt`` marker."""
+
+    type = WorkflowType.BENCHMARK
+
+    def parse(self, lines: Sequence[str], work_dir: Path) -> dict[str, Any]:
+        return parse_benchmark(lines, work_dir)
+
+    def summarize(self, metrics: Mapping[str, Any]) -> str:
+        figures = {**(metrics.get("throughput") or {}), **(metrics.get("latency") or {})}
+        text = ", ".join(f"{k} {v:g}" for k, v in list(figures.items())[:4])
+        text = text or "no throughput or latency figures found"
+        marker = metrics.get("done_marker")
+        return text + (f"; done marker {marker}" if marker else "; no done marker")
+
+    def warnings(self, metrics: Mapping[str, Any]) -> list[str]:
+        out = []
+        if not metrics.get("throughput") and not metrics.get("latency"):
+            out.append("no throughput or latency figures in the log tail")
+        if not metrics.get("done_marker"):
+            out.append(f"no {DONE_MARKER_GLOB} completion marker in the work dir")
+        return out
+
+
+@register
+class CustomWorkflow(Workflow):
+    """Anything else: the last lines of the log; the exit code and patterns decide."""
+
+    type = WorkflowType.CUSTOM
+
