@@ -78,6 +78,11 @@ class PlanBackend:
         self.commands: list[str] = []
         self.would_change: list[str] = []
 
+    @property
+    def clock(self) -> Clock:
+        """The wrapped backend's clock: a dry run waits like the real one would."""
+        return self.real.clock
+
     def _ask(self, argv: list[str]) -> None:
         self.commands.append(_cmd(argv) + "   (asked)")
 
