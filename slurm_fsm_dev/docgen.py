@@ -40,6 +40,7 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "slurm_fsm.plan",
     "slurm_fsm.state",
     "slurm_fsm.machine",
+    "slurm_fsm.edges",
     "slurm_fsm.backend",
     "slurm_fsm.subprocess_backend",
     "slurm_fsm.clock",
