@@ -459,7 +459,8 @@ class AllocationMachine:
             self.store.delete()
             self.alloc = None
         elif effect is Effect.CANCEL:
-            assert alloc is not None
+            if alloc is None:  # nothing the state file names: nothing to cancel
+                return
             self._log(f"Cancelling allocation {alloc.job_id} ({self.state.value}).")
             self.backend.cancel(alloc.job_id)
             self._cancelled.add(alloc.job_id)
@@ -474,7 +475,8 @@ class AllocationMachine:
                 self.alloc = attrs.evolve(alloc, nodelist=info.nodelist)
                 self.store.write(self.alloc)
         elif effect is Effect.WARN_NOT_OURS:
-            assert obs.info is not None
+            if obs.info is None:  # no job row: nobody's job to describe
+                return
             owner = owner_of(obs.info, obs.user, self.spec, state_job_names(alloc, self.spec))
             self._warn(
                 f"state file names job {obs.info.job_id}, but it is not ours: it is "
@@ -482,8 +484,7 @@ class AllocationMachine:
                 f"user {obs.user!r}; it is left alone (never reused, never cancelled) and the "
                 "state file is dropped"
             )
-        elif effect is Effect.WARN_EXPIRING:
-            assert obs.info is not None
+        elif effect is Effect.WARN_EXPIRING and obs.info is not None:
             self._warn(f"Allocation expiring soon: {obs.info.job_id} has "
                        f"{obs.info.time_left} left.")
 
