@@ -190,12 +190,16 @@ class PossibleEdge:
     holds: bool
     #: the edge the table would take for its trigger on the last observation
     chosen: bool
+    #: the last observation was not made by this trigger's work in this state: the
+    #: trigger observes afresh before the table chooses, so ``holds`` and ``chosen``
+    #: describe the previous observation (e.g. Validating just after ``start``)
+    stale: bool = False
 
     def __str__(self) -> str:
         e = self.edge
         src = "any" if e.source == "*" else e.source.value
         checks = ", ".join(f"{n}={'yes' if v else 'no'}" for n, v in self.checks)
-        mark = "=>" if self.chosen else "  "
+        mark = ("~>" if self.stale else "=>") if self.chosen else "  "
         return (f"{mark} {e.trigger}: {src} -> {e.dest.value}"
                 + (f"  [{checks}]" if checks else "")
                 + ("" if self.holds else "  (does not hold)"))
@@ -348,11 +352,13 @@ class AllocationMachine:
         """The edges out of the current state (of ``trigger``, or of every trigger but
         the internal ``fail``), in table order, each judged on the last observation.
 
-        A trigger observes afresh before the table chooses, so for a state with work
-        (Validating) this says what the *last* observation would decide. No Slurm call.
+        A trigger observes afresh before the table chooses: an edge whose trigger did not
+        make the last observation in this state is marked ``stale`` (printed ``~>``
+        instead of ``=>`` when chosen). No Slurm call.
         """
         out = []
         chosen: set[str] = set()
+        obs = self.observation
         for e in edges_from(trigger, self.state, self.edges):
             if trigger is None and e.trigger == "fail":
                 continue
@@ -361,7 +367,9 @@ class AllocationMachine:
             first = holds and e.trigger not in chosen
             if first:
                 chosen.add(e.trigger)
-            out.append(PossibleEdge(edge=e, checks=checks, holds=holds, chosen=first))
+            stale = obs.source is not self.state or obs.trigger != e.trigger
+            out.append(PossibleEdge(edge=e, checks=checks, holds=holds, chosen=first,
+                                    stale=stale))
         return out
 
     def _fire(self, trigger: str, kwargs: Mapping[str, Any] | None = None) -> bool:

@@ -708,11 +708,14 @@ def test_possible_edges_judge_the_last_observation(make_spec: SpecFactory,
     fake.fail_next("query_job", ControllerUnreachable("connect failure"), times=1)
     m = machine(spec, fake, unreachable_retries=1)
     m.start()
+    # the observation is start's (the state file): advance will ask Slurm first
+    assert all(p.stale for p in m.possible_edges())
     m.advance()
     assert m.state is State.Validating and m.observation.unreachable
     assert m.observation.retries_left == 1
     chosen = [p for p in m.possible_edges() if p.chosen]
     assert len(chosen) == 1 and chosen[0].edge is m.history[-1].edge
+    assert not chosen[0].stale
     assert chosen[0].checks == (("controller_unreachable", True), ("retries_left", True))
     assert m.triggers() == ["advance"]
     assert "=> advance: Validating -> Validating" in str(chosen[0])
