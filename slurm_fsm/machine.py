@@ -462,8 +462,15 @@ class AllocationMachine:
         obs = self.observation
         alloc = self.alloc
         if effect is Effect.DROP_STATE_FILE:
-            self._log(f"Dropping the state file {self.store.path}"
-                      + (f" (allocation {alloc.job_id})." if alloc else "."))
+            job_id = alloc.job_id if alloc else "?"
+            if obs.gone and obs.info is None:
+                self._log(f"Allocation {job_id} no longer exists; dropping the state file.")
+            elif obs.info is not None and not CONDITIONS["job_is_ours"](obs, self.spec):
+                self._log(f"Job {job_id} is not ours; dropping the state file.")
+            elif obs.info is not None:
+                self._log(f"Allocation {job_id} is {obs.info.state}; dropping the state file.")
+            else:
+                self._log(f"Dropping the state file of allocation {job_id}.")
             self.store.delete()
             self.alloc = None
         elif effect is Effect.CANCEL:
