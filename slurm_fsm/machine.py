@@ -1,32 +1,36 @@
-"""Step 0 of procedure.md as an explicit finite-state machine.
+"""Step 0 of procedure.md as an explicit finite-state machine: the work of each state.
 
 Theory of operation
 -------------------
 
-Everything that decides *where the allocation goes next* lives in this module,
-and this module runs no command line: every Slurm operation goes through the
-injected :class:`~slurm_fsm.backend.SlurmBackend`.
+:mod:`slurm_fsm.edges` decides; this module acts. Every Slurm operation goes
+through the injected :class:`~slurm_fsm.backend.SlurmBackend`; this module runs
+no command line.
 
-* The states are :class:`State`. The in-progress states (Validating, Expiring,
-  Incompatible, Allocating, Importing, Installing) each own one piece of work.
-* The trigger ``advance`` does the current state's work (one Slurm
-  interaction, in the ``prepare_event`` callback), stores what it saw in
-  :attr:`AllocationMachine.seen`, and the first edge of :data:`EDGES` whose
-  conditions hold picks the next state. Conditions are small pure functions of
-  typed backend results and the spec (the ``is_*`` / ``job_*`` functions below).
-* ``start`` leaves NoState (reading the state file), ``release`` is step 0A,
-  ``run``/``finish`` bracket a job on a Ready allocation.
-* An exception raised by the work is routed into :attr:`State.Failed` with a
-  :class:`Failure` that says which step failed and whether the state file was
-  kept. A trigger that is not legal in the current state raises
-  :class:`transitions.MachineError` and changes nothing.
+* A trigger (``start()``, ``advance()``, ``release()``, ``run()``, ``finish()``)
+  first checks that an edge of :data:`~slurm_fsm.edges.EDGES` leaves the current
+  state for it (else :class:`transitions.MachineError`, nothing done), then takes the
+  state-file lock, does the current state's work (at most one Slurm interaction
+  for Validating) and stores what it saw as one frozen
+  :class:`~slurm_fsm.edges.Observation` in :attr:`AllocationMachine.observation`.
+* transitions then takes the first edge whose conditions hold on that observation
+  and executes the edge's :class:`~slurm_fsm.edges.Effect` s (drop the state file,
+  scancel, record the failure, ...) before the state changes. The work never
+  deletes, cancels or records a failure on its own.
+* ``may_<trigger>()`` and :meth:`AllocationMachine.possible_edges` only read the
+  current state and the last observation: they make no Slurm call.
+* An exception raised by the work or an effect is routed into
+  :attr:`~slurm_fsm.edges.State.Failed` with a :class:`Failure` that says which
+  step failed and whether the state file was kept.
 
 Drive it one trigger at a time (a notebook)::
 
-    m = AllocationMachine(spec, backend)
+    m = AllocationMachine(spec, backend, clock=clock)
     m.start(); m.state            # State.Validating
+    m.possible_edges()            # what advance may do, on the last observation
     m.advance(); m.state          # State.Ready
     m.history                     # [Transition(...), ...]
+    m                             # in a notebook: the diagram, current state marked
 
 or to the end of step 0 with :meth:`AllocationMachine.prepare`.
 """
@@ -34,12 +38,12 @@ or to the end of step 0 with :meth:`AllocationMachine.prepare`.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
-from enum import Enum
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import attrs
 from transitions import EventData, Machine, MachineError
@@ -55,6 +59,28 @@ from slurm_fsm.backend import (
 )
 from slurm_fsm.clock import Clock, SystemClock, backoff
 from slurm_fsm.duration import Duration
+from slurm_fsm.edges import (
+    CONDITIONS,
+    EDGES,
+    EXPIRY_MARGIN_S,
+    IN_PROGRESS,
+    Edge,
+    Effect,
+    Observation,
+    State,
+    dot_diagram,
+    edges_from,
+    incompatibilities,
+    is_compatible,
+    is_ours,
+    job_expiring,
+    mermaid_diagram,
+    owner_of,
+    remaining_after,
+    repo_tag,
+    same_container,
+    state_job_names,
+)
 from slurm_fsm.errors import (
     AllocationFailed,
     BackendError,
@@ -66,17 +92,23 @@ from slurm_fsm.errors import (
     SlurmFsmError,
     StateFileError,
 )
-from slurm_fsm.ownership import Ownership, checkout_tag, describe, ownership
-from slurm_fsm.spec import DEFAULT_JOB_NAME_SUFFIX, JobSpec
+from slurm_fsm.ownership import Ownership, describe
+from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState, StateStore
 
+# AllocationMachine, Failure, PossibleEdge, SetupFailed and Transition are defined here;
+# the table (State, Edge, EDGES, ...) is slurm_fsm.edges', kept importable from here.
 __all__ = [
+    "CONDITIONS",
     "EDGES",
+    "EXPIRY_MARGIN_S",
     "AllocationMachine",
     "Edge",
+    "Effect",
     "Failure",
     "MachineError",
-    "Seen",
+    "Observation",
+    "PossibleEdge",
     "SetupFailed",
     "State",
     "Transition",
@@ -93,9 +125,6 @@ __all__ = [
     "state_job_names",
 ]
 
-#: An allocation with this much time left or less is not reused (procedure 0C).
-EXPIRY_MARGIN_S = 300
-
 #: pip installs of step 0E/0F, run in ``repo_root`` inside the writable container.
 INSTALL_COMMANDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("pip install -e .", ("pip", "install", "-e", ".")),
@@ -103,22 +132,7 @@ INSTALL_COMMANDS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 EVAL_REQUIREMENTS = "examples/trtllm-eval/requirements.txt"
 
-
-class State(Enum):
-    """The allocation states of the design card, plus Failed."""
-
-    NoState = "NoState"
-    Validating = "Validating"
-    Expiring = "Expiring"
-    Incompatible = "Incompatible"
-    Allocating = "Allocating"
-    Importing = "Importing"
-    Installing = "Installing"
-    Ready = "Ready"
-    Running = "Running"
-    Gone = "Gone"  # the allocation ended under a running job (scancel, time limit)
-    Released = "Released"
-    Failed = "Failed"
+TRIGGERS = ("start", "advance", "release", "run", "finish", "fail")
 
 
 class SetupFailed(SlurmFsmError):
@@ -139,15 +153,20 @@ class SetupFailed(SlurmFsmError):
         return self.result.stderr + self.result.stdout
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Transition:
     """One entry of the machine's history."""
 
+    #: the injected clock's reading (a FakeClock's in tests)
+    clock: float
+    #: wall time, ISO 8601 UTC
     at: str
     trigger: str
     source: str
     dest: str
     reason: str
+    #: the row of :data:`~slurm_fsm.edges.EDGES` taken
+    edge: Edge | None = None
 
 
 @attrs.frozen
@@ -160,182 +179,38 @@ class Failure:
     state_file_kept: bool = True
 
 
-@attrs.define
-class Seen:
-    """What the last piece of work observed; conditions read only this and the spec."""
+@attrs.frozen(kw_only=True)
+class PossibleEdge:
+    """An edge that leaves the current state, judged on the last observation."""
 
-    info: JobInfo | None = None
-    at: float = 0.0  # clock time of ``info``
-    gone: bool = False
-    unreachable: bool = False
-    error: str = ""
-    state_file: AllocState | None = None
-    state_file_problem: str = ""
-    owner: Ownership | None = None  # whose ``info`` is (slurm_fsm.ownership)
+    edge: Edge
+    #: each condition (``not x`` for an unless) and whether it holds
+    checks: tuple[tuple[str, bool], ...]
+    #: every check holds
+    holds: bool
+    #: the edge the table would take for its trigger on the last observation
+    chosen: bool
+    #: the last observation was not made by this trigger's work in this state: the
+    #: trigger observes afresh before the table chooses, so ``holds`` and ``chosen``
+    #: describe the previous observation (e.g. Validating just after ``start``)
+    stale: bool = False
 
-
-# --------------------------------------------------------------------------------------
-# Conditions: pure functions of typed values.
-
-
-def job_expiring(info: JobInfo, margin_s: int = EXPIRY_MARGIN_S) -> bool:
-    """True when the allocation has ``margin_s`` seconds or less left."""
-    return info.time_left.is_finite and (info.time_left.seconds or 0) <= margin_s
-
-
-def incompatibilities(alloc: AllocState, spec: JobSpec) -> list[str]:
-    """Why the allocation cannot serve the spec, one line per rule broken: same
-    partition, at least as many nodes, same image (procedure 0C); also the same account
-    (hours are charged to it) and, when the spec asks for GPUs per node, at least as
-    many. ``[]`` means compatible."""
-    p = spec.slurm_params
-    out = []
-    if alloc.partition != p.partition:
-        out.append(f"partition {p.partition!r} is not the allocation's {alloc.partition!r}")
-    if alloc.account != p.account:
-        out.append(f"account {p.account!r} is not the allocation's {alloc.account!r}")
-    if alloc.nodes < p.nodes:
-        out.append(f"nodes {p.nodes} is more than the allocation's {alloc.nodes}")
-    if (alloc.docker_image or None) != (spec.docker_image or None):
-        out.append(f"docker_image {spec.docker_image!r} is not the allocation's "
-                   f"{alloc.docker_image!r}")
-    if p.gpus_per_node is not None and (alloc.gpus_per_node or 0) < p.gpus_per_node:
-        out.append(f"gpus_per_node {p.gpus_per_node} is more than the allocation's "
-                   f"{alloc.gpus_per_node or 0}")
-    return out
+    def __str__(self) -> str:
+        e = self.edge
+        src = "any" if e.source == "*" else e.source.value
+        checks = ", ".join(f"{n}={'yes' if v else 'no'}" for n, v in self.checks)
+        mark = ("~>" if self.stale else "=>") if self.chosen else "  "
+        return (f"{mark} {e.trigger}: {src} -> {e.dest.value}"
+                + (f"  [{checks}]" if checks else "")
+                + ("" if self.holds else "  (does not hold)"))
 
 
-def is_compatible(alloc: AllocState, spec: JobSpec) -> bool:
-    """No rule of :func:`incompatibilities` is broken."""
-    return not incompatibilities(alloc, spec)
+class _Model:
+    """The object transitions drives (it holds ``state`` and transitions' own helpers:
+    ``is_<State>``, ``may_<trigger>``...). :class:`AllocationMachine` is the public face:
+    no helper of transitions is bound to it, so none is skipped with a warning."""
 
-
-def same_container(alloc: AllocState, spec: JobSpec) -> bool:
-    """The allocation already holds the spec's named container (or none is needed)."""
-    return spec.docker_image is None or alloc.container_name == spec.container_name
-
-
-def owner_of(info: JobInfo, user: str, spec: JobSpec,
-             names: Collection[str] | None = None) -> Ownership:
-    """Whose ``info`` is, seen from ``spec``'s checkout: :func:`slurm_fsm.ownership.ownership`
-    with this checkout's tag; ``names`` (default: the spec's job name) are the names an
-    untagged job of ours may carry."""
-    return ownership(info, user=user, tag=repo_tag(spec),
-                     names=names if names is not None else {spec.job_name})
-
-
-def is_ours(info: JobInfo, user: str, spec: JobSpec,
-            names: Collection[str] | None = None) -> bool:
-    """Ours to reuse, cancel or release: this checkout's tag whatever the job name, or
-    untagged under one of ``names`` (see :mod:`slurm_fsm.ownership`)."""
-    return owner_of(info, user, spec, names).ours
-
-
-def state_job_names(alloc: AllocState | None, spec: JobSpec) -> set[str]:
-    """Names an allocation of this state file may carry: the spec's, and the default
-    name of the account the state file was written for (the spec's account changed)."""
-    names = {spec.job_name}
-    if alloc is not None and spec.alloc_job_name is None:
-        names.add(f"{alloc.account}{DEFAULT_JOB_NAME_SUFFIX}")
-    return names
-
-
-def repo_tag(spec: JobSpec) -> str:
-    """The ``--comment`` of this checkout's allocations: which repo root they serve."""
-    return checkout_tag(spec.repo_root)
-
-
-def remaining_after(info: JobInfo, seen_at: float, now: float) -> Duration:
-    """``%L`` as observed at ``seen_at``, aged to ``now``."""
-    if not info.time_left.is_finite:
-        return info.time_left
-    return Duration.of_seconds(max(0, (info.time_left.seconds or 0) - int(now - seen_at)))
-
-
-# --------------------------------------------------------------------------------------
-# The edges, top to bottom as the procedure's branches. The first edge whose
-# conditions all hold (and whose ``unless`` do not) is taken.
-
-
-@attrs.frozen
-class Edge:
-    trigger: str
-    source: State | str  # "*" for every state
-    dest: State
-    conditions: tuple[str, ...] = ()
-    unless: tuple[str, ...] = ()
-    step: str = ""
-    doc: str = ""
-
-
-S = State
-EDGES: tuple[Edge, ...] = (
-    # 0A release
-    Edge("release", S.NoState, S.Released, step="0A", doc="release: verify owner, scancel"),
-    Edge("release", S.Ready, S.Released, step="0A", doc="release: verify owner, scancel"),
-    # 0C / 0D
-    Edge("start", S.NoState, S.Validating, ("has_state_file",), step="0C", doc="state file"),
-    Edge("start", S.NoState, S.Allocating, step="0D", doc="no state file"),
-    Edge("advance", S.Validating, S.NoState, ("job_gone",), step="0C",
-         doc="job gone: state file deleted"),
-    Edge("advance", S.Validating, S.Validating, ("controller_unreachable", "retries_left"),
-         step="0C", doc="controller unreachable: retry with backoff"),
-    Edge("advance", S.Validating, S.Failed, ("controller_unreachable",), step="0C",
-         doc="controller unreachable: give up, state file kept"),
-    Edge("advance", S.Validating, S.NoState, unless=("job_is_ours",), step="0C",
-         doc="job id names a job that is not ours (another user, another checkout's "
-             "tag, untagged under another name): state dropped, never cancelled"),
-    Edge("advance", S.Validating, S.Validating, ("job_pending", "pending_wait_left"),
-         step="0C", doc="allocation still pending: wait, do not cancel"),
-    Edge("advance", S.Validating, S.Failed, ("job_pending",), step="0C",
-         doc="allocation pending too long: state file kept"),
-    Edge("advance", S.Validating, S.Expiring, ("job_running", "job_expiring"), step="0C",
-         doc="<= 5 min left"),
-    Edge("advance", S.Validating, S.Incompatible, unless=("job_running",), step="0C",
-         doc="not RUNNING"),
-    Edge("advance", S.Validating, S.Incompatible, unless=("is_compatible",), step="0C",
-         doc="params incompatible"),
-    Edge("advance", S.Validating, S.Incompatible, unless=("same_job_name",), step="0C",
-         doc="ours under another job name (alloc_job_name changed)"),
-    Edge("advance", S.Validating, S.Ready, ("same_container", "setup_complete"), step="0C/0F",
-         doc="reuse"),
-    Edge("advance", S.Validating, S.Importing, unless=("same_container",), step="0F",
-         doc="other container"),
-    Edge("advance", S.Validating, S.Installing, step="0F", doc="install not finished"),
-    Edge("advance", S.Expiring, S.Allocating, step="0C", doc="scancel, delete state"),
-    Edge("advance", S.Incompatible, S.Allocating, step="0C", doc="scancel, delete state"),
-    # 0D + 0E
-    Edge("advance", S.Allocating, S.Importing, ("has_image",), step="0E",
-         doc="granted; image set"),
-    Edge("advance", S.Allocating, S.Ready, step="0E", doc="granted; no image: setup skipped"),
-    Edge("advance", S.Importing, S.Installing, ("installs",), step="0E/0F",
-         doc="imported, mounts warm, GPUs checked"),
-    Edge("advance", S.Importing, S.Ready, step="0E/0F", doc="imported; install skipped"),
-    Edge("advance", S.Installing, S.Ready, step="0E/0F", doc="installed; state file written"),
-    # Step 1
-    Edge("run", S.Ready, S.Running, step="1", doc="pre-flight: time left, GPUs"),
-    Edge("finish", S.Running, S.Gone, ("job_gone",), step="3-5",
-         doc="the allocation ended under the job: state file dropped"),
-    Edge("finish", S.Running, S.Ready, step="3-5", doc="job finished; allocation stays"),
-    # failures of any work
-    Edge("fail", "*", S.Failed, doc="the work of the current state failed"),
-)
-
-IN_PROGRESS = frozenset(
-    {S.Validating, S.Expiring, S.Incompatible, S.Allocating, S.Importing, S.Installing}
-)
-FINAL = frozenset({S.Ready, S.Gone, S.Released, S.Failed})
-
-
-class _SkipBindingFilter(logging.Filter):
-    """transitions logs a warning for every helper it does not bind under
-    ``model_override=True`` (``is_<State>``, ``trigger``...): expected here, not news."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "due to model override policy" not in record.getMessage()
-
-
-logging.getLogger("transitions.core").addFilter(_SkipBindingFilter())
+    state: State
 
 
 def _now_iso() -> str:
@@ -343,13 +218,14 @@ def _now_iso() -> str:
 
 
 class AllocationMachine:
-    """The model of the transitions machine: one persistent allocation for one spec.
+    """One persistent allocation for one spec, stepped by triggers.
 
-    Triggers (added by transitions): ``start()``, ``advance()``, ``release()``,
-    ``run()``, ``finish()``; ``may_<trigger>()`` tells whether one is legal now.
+    Triggers: ``start()``, ``advance()``, ``release()``, ``run()``, ``finish()``; each
+    does the current state's work under the state-file lock, then takes the edge the
+    table chooses. ``may_<trigger>()`` and :meth:`possible_edges` answer from the
+    current state and the last :attr:`observation`, with no Slurm call. An illegal
+    trigger raises :class:`transitions.MachineError` and does nothing.
     """
-
-    state: State
 
     def __init__(
         self,
@@ -380,72 +256,133 @@ class AllocationMachine:
         self.setup_timeout_s = setup_timeout_s
         self._user = user
         self.alloc: AllocState | None = None
-        self.seen = Seen()
+        #: what the work of the last trigger saw; the conditions read only this and the spec
+        self.observation = Observation()
         self.history: list[Transition] = []
-        self.messages: list[str] = []
         self.warnings: list[str] = []
         self.notes: list[str] = []  # steps skipped and why
         self.failure: Failure | None = None
         self.released_job_id: str | None = None  # set by release (0A)
-        self._attempt = 0
+        self.edges: tuple[Edge, ...] = tuple(EDGES)
+        self._job: tuple[JobInfo, float] | None = None  # the last job row and when
+        self._attempt = 0  # unreachable controller, in a row
         self._pending_since: float | None = None
         self._pending_polls = 0
         self._cancelled: set[str] = set()
-        self._reason = ""
+        self._taken: Edge | None = None
+        self._model = _Model()
         self.machine = Machine(
-            model=self,
+            model=self._model,
             states=State,
             initial=State.NoState,
             auto_transitions=False,
             queued=True,
             send_event=True,
-            prepare_event="_work",
-            after_state_change="_record",
-            on_exception="_on_exception",
-            model_override=True,
+            after_state_change=self._record,
+            on_exception=self._on_exception,
         )
-        for e in EDGES:
+        for e in self.edges:
             self.machine.add_transition(
-                e.trigger,
-                e.source,
-                e.dest,
-                conditions=list(e.conditions),
-                unless=list(e.unless),
+                e.trigger, e.source, e.dest,
+                conditions=[partial(self._holds, e)], before=[partial(self._take, e)],
             )
 
-    # Trigger stubs (transitions overrides them; model_override=True). -----------------
+    # Triggers -------------------------------------------------------------------------
+    @property
+    def state(self) -> State:
+        """The current state."""
+        return self._model.state
+
     def start(self) -> bool:
-        raise NotImplementedError  # pragma: no cover
+        """Leave NoState: check the state file can be written, read it (no Slurm call)."""
+        return self._fire("start")
 
     def advance(self) -> bool:
-        raise NotImplementedError  # pragma: no cover
+        """Do the work of the current in-progress state, then take the chosen edge."""
+        return self._fire("advance")
 
     def release(self) -> bool:
-        raise NotImplementedError  # pragma: no cover
+        """0A: cancel our allocation (after checking it is ours) and drop the files."""
+        return self._fire("release")
 
     def run(self) -> bool:
-        raise NotImplementedError  # pragma: no cover
+        """Step 1's pre-flight on a Ready allocation (time left, GPU processes)."""
+        return self._fire("run")
 
     def finish(self, reason: str = "", allocation_gone: bool = False) -> bool:
-        raise NotImplementedError  # pragma: no cover
+        """The job on the allocation ended; ``allocation_gone``: the allocation ended too."""
+        return self._fire("finish", {"reason": reason, "allocation_gone": allocation_gone})
 
-    def fail(self) -> bool:
-        raise NotImplementedError  # pragma: no cover
+    def may(self, trigger: str) -> bool:
+        """Whether ``trigger`` is legal now and an edge of it holds on the last
+        observation. Reads only the state and :attr:`observation`: no Slurm call."""
+        if trigger not in TRIGGERS:
+            raise ValueError(f"unknown trigger {trigger!r}; triggers: {', '.join(TRIGGERS)}")
+        return bool(getattr(self._model, f"may_{trigger}")())
 
     def may_start(self) -> bool:
-        raise NotImplementedError  # pragma: no cover
+        """:meth:`may` ``("start")``."""
+        return self.may("start")
 
     def may_advance(self) -> bool:
-        raise NotImplementedError  # pragma: no cover
+        """:meth:`may` ``("advance")``."""
+        return self.may("advance")
 
     def may_release(self) -> bool:
-        raise NotImplementedError  # pragma: no cover
+        """:meth:`may` ``("release")``."""
+        return self.may("release")
 
     def may_run(self) -> bool:
-        raise NotImplementedError  # pragma: no cover
+        """:meth:`may` ``("run")``."""
+        return self.may("run")
 
     def may_finish(self) -> bool:
-        raise NotImplementedError  # pragma: no cover
+        """:meth:`may` ``("finish")``."""
+        return self.may("finish")
+
+    def triggers(self) -> list[str]:
+        """The triggers with an edge out of the current state (``fail`` is internal)."""
+        out: list[str] = []
+        for e in edges_from(None, self.state, self.edges):
+            if e.trigger != "fail" and e.trigger not in out:
+                out.append(e.trigger)
+        return out
+
+    def possible_edges(self, trigger: str | None = None) -> list[PossibleEdge]:
+        """The edges out of the current state (of ``trigger``, or of every trigger but
+        the internal ``fail``), in table order, each judged on the last observation.
+
+        A trigger observes afresh before the table chooses: an edge whose trigger did not
+        make the last observation in this state is marked ``stale`` (printed ``~>``
+        instead of ``=>`` when chosen). No Slurm call.
+        """
+        out = []
+        chosen: set[str] = set()
+        obs = self.observation
+        for e in edges_from(trigger, self.state, self.edges):
+            if trigger is None and e.trigger == "fail":
+                continue
+            checks = e.checks(self.observation, self.spec)
+            holds = all(v for _, v in checks)
+            first = holds and e.trigger not in chosen
+            if first:
+                chosen.add(e.trigger)
+            stale = obs.source is not self.state or obs.trigger != e.trigger
+            out.append(PossibleEdge(edge=e, checks=checks, holds=holds, chosen=first,
+                                    stale=stale))
+        return out
+
+    def _fire(self, trigger: str, kwargs: Mapping[str, Any] | None = None) -> bool:
+        if not edges_from(trigger, self.state, self.edges):
+            raise MachineError(f"Can't trigger event {trigger} from state "
+                               f"{self.state.value}!")
+        with self.locked():
+            try:
+                self.observation = self._observe(trigger, dict(kwargs or {}))
+            except (SlurmFsmError, OSError) as exc:
+                self._fail_with(exc)
+                return True
+            return bool(getattr(self._model, trigger)())
 
     # Driving ------------------------------------------------------------------------
     @property
@@ -467,8 +404,8 @@ class AllocationMachine:
             if self.spec.release_allocation:
                 self.release()
                 return self.state
-            while self.state in IN_PROGRESS or self.state is S.NoState:
-                if self.state is S.NoState:
+            while self.state in IN_PROGRESS or self.state is State.NoState:
+                if self.state is State.NoState:
                     self.start()
                 else:
                     self.advance()
@@ -476,206 +413,203 @@ class AllocationMachine:
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
-        """Hold the state file's lock (two orchestrators never allocate twice)."""
+        """Hold the state file's lock (two orchestrators never allocate twice).
+
+        Re-entrant: :meth:`prepare` holds it around its triggers, and every trigger
+        takes it, so hand-stepping in a notebook is as safe as :meth:`prepare`
+        (a :class:`~slurm_fsm.state.StateLockTimeout` from a trigger means another
+        run holds it; nothing was done). Between two hand-stepped triggers the lock
+        is free: hold ``with m.locked():`` around them to keep it."""
         with self.store.locked(on_wait=self._log):
             yield
 
     def info_now(self) -> tuple[JobInfo | None, Duration | None]:
         """The last job row seen and the time left it implies now (no Slurm call)."""
-        info = self.seen.info
-        if info is None:
+        if self._job is None:
             return None, None
-        return info, remaining_after(info, self.seen.at, self.clock.now())
+        info, at = self._job
+        return info, remaining_after(info, at, self.clock.now())
 
-    # Conditions (thin wrappers over the pure functions, named for the diagram) --------
-    def has_state_file(self, _: EventData) -> bool:
-        return self.seen.state_file is not None
+    # Display ------------------------------------------------------------------------
+    @staticmethod
+    def mermaid() -> str:
+        """The state diagram, generated from :data:`~slurm_fsm.edges.EDGES`."""
+        return mermaid_diagram(EDGES)
 
-    def job_gone(self, _: EventData) -> bool:
-        return self.seen.gone
+    def diagram(self) -> str:
+        """The mermaid diagram with the current state highlighted."""
+        return mermaid_diagram(self.edges, current=self.state)
 
-    def controller_unreachable(self, _: EventData) -> bool:
-        return self.seen.unreachable
+    def _repr_markdown_(self) -> str:
+        """A notebook shows the machine as its diagram, the current state marked."""
+        return (f"**AllocationMachine** in **{self.state.value}**\n\n"
+                f"```mermaid\n{self.diagram()}```\n")
 
-    def retries_left(self, _: EventData) -> bool:
-        return self._attempt <= self.unreachable_retries
+    def __repr__(self) -> str:
+        return f"<AllocationMachine {self.state.value} {self.spec.job_name}>"
 
-    def job_pending(self, _: EventData) -> bool:
-        return self.seen.info is not None and self.seen.info.state in ("PENDING", "CONFIGURING")
+    # The table, as transitions calls it ------------------------------------------------
+    def _holds(self, edge: Edge, _event: EventData) -> bool:
+        return edge.holds(self.observation, self.spec)
 
-    def pending_wait_left(self, _: EventData) -> bool:
-        since = self._pending_since
-        return since is None or self.clock.now() - since < self.pending_wait_s
+    def _take(self, edge: Edge, _event: EventData) -> None:
+        """The edge is chosen: execute its effects (before the state changes)."""
+        self._taken = edge
+        for effect in edge.effects:
+            self._effect(effect)
 
-    def job_is_ours(self, _: EventData) -> bool:
-        return self.seen.info is not None and self.seen.owner is not None and self.seen.owner.ours
+    def _effect(self, effect: Effect) -> None:
+        obs = self.observation
+        alloc = self.alloc
+        if effect is Effect.DROP_STATE_FILE:
+            job_id = alloc.job_id if alloc else "?"
+            if obs.gone and obs.info is None:
+                self._log(f"Allocation {job_id} no longer exists; dropping the state file.")
+            elif obs.info is not None and not CONDITIONS["job_is_ours"](obs, self.spec):
+                self._log(f"Job {job_id} is not ours; dropping the state file.")
+            elif obs.info is not None:
+                self._log(f"Allocation {job_id} is {obs.info.state}; dropping the state file.")
+            else:
+                self._log(f"Dropping the state file of allocation {job_id}.")
+            self.store.delete()
+            self.alloc = None
+        elif effect is Effect.CANCEL:
+            if alloc is None:  # nothing the state file names: nothing to cancel
+                return
+            self._log(f"Cancelling allocation {alloc.job_id} ({self.state.value}).")
+            self.backend.cancel(alloc.job_id)
+            self._cancelled.add(alloc.job_id)
+        elif effect is Effect.RECORD_FAILURE:
+            self.failure = Failure(self.state.value, obs.failure or obs.summary,
+                                   state_file_kept=self.store.exists())
+        elif effect is Effect.COMPLETE_NODELIST:
+            info = obs.info
+            if (alloc is not None and not alloc.nodelist and info is not None
+                    and info.nodelist):
+                # written while PENDING by a run that was interrupted: complete it
+                self.alloc = attrs.evolve(alloc, nodelist=info.nodelist)
+                self.store.write(self.alloc)
+        elif effect is Effect.WARN_NOT_OURS:
+            if obs.info is None:  # no job row: nobody's job to describe
+                return
+            owner = owner_of(obs.info, obs.user, self.spec, state_job_names(alloc, self.spec))
+            self._warn(
+                f"state file names job {obs.info.job_id}, but it is not ours: it is "
+                f"{describe(obs.info, owner)}, and this checkout is {repo_tag(self.spec)} of "
+                f"user {obs.user!r}; it is left alone (never reused, never cancelled) and the "
+                "state file is dropped"
+            )
+        elif effect is Effect.WARN_EXPIRING and obs.info is not None:
+            self._warn(f"Allocation expiring soon: {obs.info.job_id} has "
+                       f"{obs.info.time_left} left.")
 
-    def same_job_name(self, _: EventData) -> bool:
-        return self.seen.info is not None and self.seen.info.name == self.spec.job_name
+    # The work of each trigger -------------------------------------------------------
+    def _observe(self, trigger: str, kwargs: dict[str, Any]) -> Observation:
+        self._taken = None
+        state = self.state
+        if trigger == "start":
+            return self._read_state_file()
+        if trigger == "advance" and state is State.Validating:
+            return self._validate()
+        if trigger == "finish":
+            gone = bool(kwargs.get("allocation_gone", False))
+            return self._seen(trigger, str(kwargs.get("reason", "") or "job finished"),
+                              gone=gone)
+        if trigger == "release":
+            summary = self._release()
+        elif trigger == "run":
+            summary = self._preflight()
+        else:
+            work: dict[State, Callable[[], str]] = {
+                State.Expiring: self._replacing,
+                State.Incompatible: self._replacing,
+                State.Allocating: self._allocate,
+                State.Importing: self._import,
+                State.Installing: self._install,
+            }
+            summary = work[state]()
+        return self._seen(trigger, summary)
 
-    def job_running(self, _: EventData) -> bool:
-        return self.seen.info is not None and self.seen.info.state == "RUNNING"
+    def _seen(self, trigger: str, summary: str, **fields: Any) -> Observation:
+        """An observation of the machine's own knowledge (no Slurm question asked)."""
+        return Observation(trigger=trigger, source=self.state, at=self.clock.now(),
+                           alloc=self.alloc, info=self._job[0] if self._job else None,
+                           user=self._user or "", summary=summary, **fields)
 
-    def job_expiring(self, _: EventData) -> bool:
-        return self.seen.info is not None and job_expiring(self.seen.info)
-
-    def is_compatible(self, _: EventData) -> bool:
-        return self.alloc is not None and is_compatible(self.alloc, self.spec)
-
-    def same_container(self, _: EventData) -> bool:
-        return self.alloc is not None and same_container(self.alloc, self.spec)
-
-    def setup_complete(self, _: EventData) -> bool:
-        a = self.alloc
-        return a is not None and (a.installed or self.spec.docker_image is None
-                                  or not self.spec.installs)
-
-    def has_image(self, _: EventData) -> bool:
-        return self.spec.docker_image is not None
-
-    def installs(self, _: EventData) -> bool:
-        return self.spec.installs
-
-    # The work of each state (prepare_event) -----------------------------------------
-    def _work(self, event: EventData) -> None:
-        name = event.event.name
-        self._reason = ""
-        if name == "start":
-            self._read_state_file()
-        elif name == "release":
-            self._release()
-        elif name == "run":
-            self._preflight()
-        elif name == "finish":
-            self._reason = str(event.kwargs.get("reason", "") or "job finished")
-            self.seen.gone = bool(event.kwargs.get("allocation_gone", False))
-            if self.seen.gone:  # scancel'd or expired under the job: nothing to reuse
-                self.store.delete()
-                self.alloc = None
-        elif name == "advance":
-            work = {
-                S.Validating: self._validate,
-                S.Expiring: self._drop_allocation,
-                S.Incompatible: self._drop_allocation,
-                S.Allocating: self._allocate,
-                S.Importing: self._import,
-                S.Installing: self._install,
-            }.get(self.state)
-            if work is not None:
-                work()
-
-    def _read_state_file(self) -> None:
-        self.seen = Seen()
+    def _read_state_file(self) -> Observation:
         problem = self.store.writable_problem()
         if problem is not None:
             # checked before anything is allocated: an allocation whose state file cannot
             # be written would be leaked by every run
             raise StateFileError(str(self.store.path), f"{problem}; the state file cannot "
                                  "be written, so nothing was allocated")
+        read_problem = ""
         try:
             self.alloc = self.store.read()
         except StateFileError as exc:
             self.alloc = None
-            self.seen.state_file_problem = str(exc)
+            read_problem = str(exc)
             self._warn(f"{exc}; handled like a missing state file")
-        self.seen.state_file = self.alloc
-        if self.alloc is not None:
-            self._reason = f"state file names allocation {self.alloc.job_id}"
-        else:
-            self._reason = self.seen.state_file_problem or "no state file"
+        summary = (f"state file names allocation {self.alloc.job_id}" if self.alloc
+                   else read_problem or "no state file")
+        return Observation(trigger="start", source=self.state, at=self.clock.now(),
+                           alloc=self.alloc, state_file_problem=read_problem, summary=summary)
 
-    def _validate(self) -> None:
+    def _validate(self) -> Observation:
+        """0C: one ``squeue`` of the state file's job. Decides nothing: it observes."""
         assert self.alloc is not None
         job_id = self.alloc.job_id
-        if self.seen.unreachable:
+        last = self.observation
+        if last.source is State.Validating and last.unreachable:
             self.clock.sleep(backoff(self._attempt - 1, first=1.0, cap=15.0))
-        elif self.seen.info is not None and self.seen.info.state in ("PENDING", "CONFIGURING"):
+        elif last.source is State.Validating and CONDITIONS["job_pending"](last, self.spec):
             self.clock.sleep(backoff(self._pending_polls, first=0.5, cap=10.0))
             self._pending_polls += 1
-        keep = self.seen.state_file
-        self.seen = Seen(state_file=keep)
+        base = Observation(trigger="advance", source=State.Validating, alloc=self.alloc)
         try:
             info = self.backend.query_job(job_id)
         except JobNotFound:
-            self.seen.gone = True
-            self._reason = f"allocation {job_id} is gone"
-            self._log(f"Allocation {job_id} no longer exists; dropping the state file.")
-            self.store.delete()
-            self.alloc = None
-            return
+            return attrs.evolve(base, at=self.clock.now(), gone=True,
+                                summary=f"allocation {job_id} is gone")
         except (ControllerUnreachable, CommandTimedOut) as exc:
-            self.seen.unreachable = True
-            self.seen.error = str(exc)
             self._attempt += 1
-            self._reason = f"controller unreachable ({exc}); attempt {self._attempt}"
-            if self._attempt > self.unreachable_retries:
-                self.failure = Failure(
-                    "Validating",
-                    f"Slurm controller unreachable while validating allocation {job_id}: {exc}. "
-                    "The state file is kept; run again when the controller is back.",
-                    exc,
-                    state_file_kept=True,
-                )
-            return
-        self._attempt = 0
-        if not info.is_active or info.state == "COMPLETING":
-            # ending or ended (cancelled moments ago, timed out): as good as gone
-            self.seen.gone = True
-            self._reason = f"allocation {job_id} is {info.state}: ending, not reusable"
-            self._log(f"Allocation {job_id} is {info.state}; dropping the state file.")
-            self.store.delete()
-            self.alloc = None
-            return
-        self.seen.info = info
-        self.seen.at = self.clock.now()
-        self._reason = f"allocation {job_id} {info.state}, {info.time_left} left"
-        owner = self.seen.owner = owner_of(info, self.user, self.spec,
-                                           state_job_names(self.alloc, self.spec))
-        if not owner.ours:
-            # never reused, never cancelled, whatever its state (a pending job of another
-            # checkout is not waited for either)
-            self._warn(
-                f"state file names job {job_id}, but it is not ours: it is "
-                f"{describe(info, owner)}, and this checkout is {repo_tag(self.spec)} of user "
-                f"{self.user!r}; it is left alone (never reused, never cancelled) and the "
-                "state file is dropped"
+            return attrs.evolve(
+                base, at=self.clock.now(), unreachable=True, error=str(exc),
+                retries_left=max(0, self.unreachable_retries + 1 - self._attempt),
+                summary=f"controller unreachable ({exc}); attempt {self._attempt}",
+                failure=f"Slurm controller unreachable while validating allocation {job_id}: "
+                        f"{exc}. The state file is kept; run again when the controller is "
+                        "back.",
             )
-            self._reason = f"job {job_id} is {owner.value}: state file dropped"
-            self.store.delete()
-            self.alloc = None
-            return
+        now = self.clock.now()  # the one reading every time of this observation uses
+        self._attempt = 0
+        self._job = (info, now)
+        user = self.user
         if info.state in ("PENDING", "CONFIGURING"):
             if self._pending_since is None:
-                self._pending_since = self.clock.now()
-            elif self.clock.now() - self._pending_since >= self.pending_wait_s:
-                self.failure = Failure(
-                    "Validating",
-                    f"allocation {job_id} still {info.state} after {self.pending_wait_s:g} s "
+                self._pending_since = now
+            wait_left = self.pending_wait_s - (now - self._pending_since)
+        else:
+            self._pending_since = None
+            wait_left = 0.0
+        summary = f"allocation {job_id} {info.state}, {info.time_left} left"
+        if not info.is_active or info.state == "COMPLETING":
+            summary = f"allocation {job_id} is {info.state}: ending, not reusable"
+        elif info.name != self.spec.job_name:
+            summary += f", named {info.name!r} (not {self.spec.job_name!r})"
+        return attrs.evolve(
+            base, at=now, info=info, user=user, pending_wait_left_s=max(0.0, wait_left),
+            summary=summary,
+            failure=f"allocation {job_id} still {info.state} after {self.pending_wait_s:g} s "
                     f"(reason {info.reason or 'unknown'}); state file kept, not cancelled",
-                )
-            return
-        self._pending_since = None
-        if info.name != self.spec.job_name:
-            self._log(f"Allocation {job_id} is this checkout's but named {info.name!r}, not "
-                      f"{self.spec.job_name!r} (alloc_job_name changed): it is replaced.")
-        if info.state == "RUNNING" and job_expiring(info):
-            self._warn(f"Allocation expiring soon: {job_id} has {info.time_left} left.")
-        if info.state == "RUNNING" and self.alloc is not None and not self.alloc.nodelist:
-            # written while PENDING by a run that was interrupted: complete it
-            self.alloc = attrs.evolve(self.alloc, nodelist=info.nodelist)
-            self.store.write(self.alloc)
+        )
 
-    def _drop_allocation(self) -> None:
-        assert self.alloc is not None and self.seen.info is not None
-        job_id = self.alloc.job_id
-        self._log(f"Cancelling allocation {job_id} ({self.state.value}).")
-        self.backend.cancel(job_id)
-        self._cancelled.add(job_id)
-        self.store.delete()
-        self.alloc = None
-        self._reason = f"allocation {job_id} cancelled, state file deleted"
+    def _replacing(self) -> str:
+        """Expiring / Incompatible: the work is the edge's (scancel, drop the state file)."""
+        assert self.alloc is not None
+        return f"replacing allocation {self.alloc.job_id} ({self.state.value})"
 
-    def _allocate(self) -> None:
+    def _allocate(self) -> str:
         spec = self.spec
         params = spec.slurm_params
         if spec.docker_image is not None and not self.backend.has_container_support():
@@ -752,7 +686,7 @@ class AllocationMachine:
             self.notes.append(
                 "no docker_image: container import, mount warm-up and install skipped"
             )
-        self._reason = f"allocation {job_id} RUNNING on {info.nodelist}"
+        return f"allocation {job_id} RUNNING on {info.nodelist}"
 
     def _wait_running(self, job_id: str) -> JobInfo:
         """Poll the new allocation until RUNNING: fast at first, then every 10 s.
@@ -772,7 +706,7 @@ class AllocationMachine:
                     f"allocation {job_id} disappeared before it started",
                 ) from None
             if info.state == "RUNNING" and info.nodelist:
-                self.seen = Seen(info=info, at=self.clock.now())
+                self._job = (info, self.clock.now())
                 return info
             if info.state not in ("PENDING", "CONFIGURING"):
                 raise AllocationFailed(
@@ -831,7 +765,7 @@ class AllocationMachine:
             raise SetupFailed(what, result)
         return result
 
-    def _import(self) -> None:
+    def _import(self) -> str:
         assert self.alloc is not None
         spec = self.spec
         name = spec.container_name or ""
@@ -855,9 +789,9 @@ class AllocationMachine:
         self.alloc = attrs.evolve(self.alloc, container_name=name,
                                   installed=not spec.installs)
         self.store.write(self.alloc)
-        self._reason = f"container {name!r} imported on {self.alloc.nodelist}"
+        return f"container {name!r} imported on {self.alloc.nodelist}"
 
-    def _install(self) -> None:
+    def _install(self) -> str:
         assert self.alloc is not None
         spec = self.spec
         options = ContainerOptions(
@@ -873,7 +807,7 @@ class AllocationMachine:
             self._setup_step(what, argv, options, chdir=str(spec.repo_root))
         self.alloc = attrs.evolve(self.alloc, installed=True)
         self.store.write(self.alloc)
-        self._reason = "installed: " + "; ".join(w for w, _ in commands)
+        return "installed: " + "; ".join(w for w, _ in commands)
 
     def _gpu_check(self) -> list[GpuProcess]:
         assert self.alloc is not None
@@ -888,7 +822,7 @@ class AllocationMachine:
             )
         return procs
 
-    def _preflight(self) -> None:
+    def _preflight(self) -> str:
         """Step 1's pre-flight. Reuses the validation's answer: no extra job query."""
         _, left = self.info_now()
         wanted = self.spec.slurm_params.time_limit
@@ -899,11 +833,11 @@ class AllocationMachine:
                 "The job may be killed early."
             )
         self._gpu_check()
-        self._reason = f"job started on allocation {self.alloc.job_id if self.alloc else '?'}"
+        return f"job started on allocation {self.alloc.job_id if self.alloc else '?'}"
 
-    def _release(self) -> None:
+    def _release(self) -> str:
         """0A: cancel our allocation (after checking it is ours), drop the files."""
-        if self.state is S.NoState:
+        if self.state is State.NoState:
             try:
                 self.alloc = self.store.read()
             except StateFileError as exc:
@@ -913,9 +847,8 @@ class AllocationMachine:
         if alloc is None:
             self.store.delete()
             self.salloc_log.unlink(missing_ok=True)
-            self._reason = "no allocation to release"
             self._log("No allocation to release.")
-            return
+            return "no allocation to release"
         job_id = alloc.job_id
         try:
             info = self.backend.query_job(job_id)
@@ -935,8 +868,8 @@ class AllocationMachine:
         self.salloc_log.unlink(missing_ok=True)
         self.alloc = None
         self.released_job_id = job_id
-        self._reason = f"Allocation {job_id} released."
         self._log(f"Allocation {job_id} released.")
+        return f"Allocation {job_id} released."
 
     # Bookkeeping ----------------------------------------------------------------------
     def _warn(self, text: str) -> None:
@@ -947,23 +880,30 @@ class AllocationMachine:
     def _record(self, event: EventData) -> None:
         source = event.transition.source if event.transition else ""
         dest = event.transition.dest if event.transition else ""
-        reason = self._reason
+        edge = self._taken
         if event.event.name == "fail" and self.failure is not None:
             reason = self.failure.message
+        else:
+            reason = "; ".join([self.observation.summary,
+                                *(e.value for e in (edge.effects if edge else ()))])
         self.history.append(Transition(
-            at=_now_iso(), trigger=event.event.name, source=str(source), dest=str(dest),
-            reason=reason,
+            clock=self.clock.now(), at=_now_iso(), trigger=event.event.name,
+            source=str(source), dest=str(dest), reason=reason, edge=edge,
         ))
-        if self.state is S.Failed and self.failure is None:  # an edge to Failed on a condition
+        if self.state is State.Failed and self.failure is None:  # defensive: always recorded
             self.failure = Failure(source or "?", reason or "failed")
         self._log(f"[{source} -> {dest}] {reason}")
 
     def _on_exception(self, event: EventData) -> None:
+        """An effect raised (the work's errors are caught in the trigger)."""
         error = event.error
         if error is None:  # pragma: no cover - transitions always sets it here
             return
         if not isinstance(error, SlurmFsmError | OSError):
             raise error  # a bug: do not hide it behind a Failed state
+        self._fail_with(error)
+
+    def _fail_with(self, error: BaseException) -> None:
         step = self.state.value
         kept = self.store.exists()
         if isinstance(error, AllocationFailed) and error.stderr_tail:
@@ -973,42 +913,5 @@ class AllocationMachine:
         else:
             message = f"{type(error).__name__}: {error}"
         self.failure = Failure(step, message, error, state_file_kept=kept)
-        self.fail()
-
-    # Diagram --------------------------------------------------------------------------
-    @staticmethod
-    def mermaid() -> str:
-        """The state diagram, generated from :data:`EDGES`."""
-        return mermaid_diagram(EDGES)
-
-
-def _label(edge: Edge) -> str:
-    parts = [edge.trigger]
-    conds = list(edge.conditions) + [f"not {u}" for u in edge.unless]
-    if conds:
-        parts.append("[" + " and ".join(conds) + "]")
-    return " ".join(parts)
-
-
-def mermaid_diagram(edges: Sequence[Edge]) -> str:
-    """A mermaid ``stateDiagram-v2`` of ``edges`` (the ``fail`` fan-in drawn once)."""
-    lines = ["stateDiagram-v2", f"    [*] --> {S.NoState.value}"]
-    for e in edges:
-        if e.source == "*":
-            lines.append(f"    note right of {e.dest.value}: any state --{e.trigger}--> here")
-            continue
-        assert isinstance(e.source, State)
-        lines.append(f"    {e.source.value} --> {e.dest.value}: {_label(e)}")
-    for final in (S.Ready, S.Gone, S.Released, S.Failed):
-        lines.append(f"    {final.value} --> [*]")
-    return "\n".join(lines) + "\n"
-
-
-def dot_diagram(edges: Sequence[Edge] = EDGES) -> str:
-    """The same diagram in Graphviz dot."""
-    lines = ["digraph slurm_fsm {", "  rankdir=LR;", "  node [shape=box];"]
-    for e in edges:
-        src = "any" if e.source == "*" else e.source.value if isinstance(e.source, State) else ""
-        lines.append(f'  "{src}" -> "{e.dest.value}" [label="{_label(e)}"];')
-    lines.append("}")
-    return "\n".join(lines) + "\n"
+        self._taken = None
+        self._model.fail()  # type: ignore[attr-defined]  # bound by transitions

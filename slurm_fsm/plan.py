@@ -31,43 +31,75 @@ from slurm_fsm.backend import (
 )
 from slurm_fsm.clock import Clock
 from slurm_fsm.duration import Duration
+from slurm_fsm.edges import CONDITIONS, IN_PROGRESS, State
 from slurm_fsm.errors import StateFileError
-from slurm_fsm.machine import AllocationMachine, State
+from slurm_fsm.machine import AllocationMachine
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import MAX_STATE_BYTES, StateStore, read_regular_file
 
-__all__ = ["Plan", "PlanBackend", "make_plan"]
+__all__ = ["Plan", "PlanBackend", "PlanCommand", "make_plan"]
 
 PLANNED_JOB = "<new-allocation>"
 
 
 @attrs.frozen
+class PlanCommand:
+    """One Slurm command of a plan: asked (read-only, it ran) or one that would change
+    something (it did not run)."""
+
+    argv: tuple[str, ...]
+    #: True: it would change something (salloc, scancel, srun) and was not run
+    changes: bool
+
+    @property
+    def line(self) -> str:
+        """The command line, quoted for a shell."""
+        return shlex.join(self.argv)
+
+
+@attrs.frozen(kw_only=True)
 class Plan:
     """The outcome of a dry run of step 0."""
 
     path: list[str]
+    #: where step 0 would stop: Ready, Released, Failed, or Validating when it would
+    #: wait for a PENDING allocation of the state file (:attr:`waits_for`)
     final_state: str
-    commands: list[str]  # every Slurm command, the read-only ones marked "(asked)"
-    would_change: list[str]  # the commands that would change something
+    #: every Slurm command, in order
+    commands: list[PlanCommand]
     reasons: list[str]
     warnings: list[str]
+    #: the job id of a PENDING allocation step 0 would wait for (not a failure)
+    waits_for: str | None = None
+
+    @property
+    def would_change(self) -> list[str]:
+        """The command lines that would change something."""
+        return [c.line for c in self.commands if c.changes]
 
     def to_dict(self) -> dict[str, object]:
-        return attrs.asdict(self)
+        """The JSON document of ``plan --json``: ``commands`` as ``{"argv": [...],
+        "changes": bool}``, and ``would_change`` the command lines of those that would."""
+        return {
+            "path": list(self.path),
+            "final_state": self.final_state,
+            "waits_for": self.waits_for,
+            "commands": [{"argv": list(c.argv), "changes": c.changes} for c in self.commands],
+            "would_change": self.would_change,
+            "reasons": list(self.reasons),
+            "warnings": list(self.warnings),
+        }
 
     def render_text(self) -> str:
         lines = [f"step 0 would go: {' -> '.join(self.path)}"]
         lines += [f"  {r}" for r in self.reasons]
         lines.append("Slurm commands:")
-        lines += [f"  {c}" for c in self.commands] or ["  (none)"]
+        lines += [f"  {c.line}" + ("" if c.changes else "   (asked)")
+                  for c in self.commands] or ["  (none)"]
         if self.warnings:
             lines.append("warnings:")
             lines += [f"  {w}" for w in self.warnings]
         return "\n".join(lines) + "\n"
-
-
-def _cmd(argv: list[str]) -> str:
-    return shlex.join(argv)
 
 
 class PlanBackend:
@@ -75,8 +107,7 @@ class PlanBackend:
 
     def __init__(self, real: SlurmBackend) -> None:
         self.real = real
-        self.commands: list[str] = []
-        self.would_change: list[str] = []
+        self.commands: list[PlanCommand] = []
 
     @property
     def clock(self) -> Clock:
@@ -84,12 +115,10 @@ class PlanBackend:
         return self.real.clock
 
     def _ask(self, argv: list[str]) -> None:
-        self.commands.append(_cmd(argv) + "   (asked)")
+        self.commands.append(PlanCommand(tuple(argv), changes=False))
 
     def _would(self, argv: list[str]) -> None:
-        line = _cmd(argv)
-        self.commands.append(line)
-        self.would_change.append(line)
+        self.commands.append(PlanCommand(tuple(argv), changes=True))
 
     def current_user(self) -> str:
         return self.real.current_user()
@@ -151,8 +180,13 @@ class PlanBackend:
 
 def make_plan(spec: JobSpec, real: SlurmBackend, *, clock: Clock | None = None) -> Plan:
     """Dry-run step 0 for ``spec`` against ``real``: the state file and the
-    ``.salloc.log`` are copied to a scratch folder, so nothing on disk changes."""
+    ``.salloc.log`` are copied to a scratch folder, so nothing on disk changes.
+
+    The machine is stepped as :meth:`AllocationMachine.prepare` steps it, with no retry
+    of an unreachable controller, and stops where a run would wait: a PENDING
+    allocation of the state file is reported (:attr:`Plan.waits_for`), not failed."""
     backend = PlanBackend(real)
+    waits_for: str | None = None
     with tempfile.TemporaryDirectory(prefix="slurm_fsm-plan-") as tmp:
         scratch = Path(tmp)
         problem = ""
@@ -164,15 +198,31 @@ def make_plan(spec: JobSpec, real: SlurmBackend, *, clock: Clock | None = None) 
             (scratch / spec.state_path.name).write_bytes(raw)
         m = AllocationMachine(
             spec, backend, clock=clock, store=StateStore(scratch / spec.state_path.name),
-            salloc_log=scratch / ".salloc.log", unreachable_retries=0, pending_wait_s=0,
+            salloc_log=scratch / ".salloc.log", unreachable_retries=0,
         )
-        state = m.prepare()
+        if spec.release_allocation:
+            m.release()
+        else:
+            while m.state in IN_PROGRESS or m.state is State.NoState:
+                if m.state is State.NoState:
+                    m.start()
+                else:
+                    m.advance()
+                if m.state is State.Validating and CONDITIONS["job_pending"](m.observation,
+                                                                            spec):
+                    waits_for = m.alloc.job_id if m.alloc else None
+                    break
+        state = m.state
+    reasons = [f"{t.source} -> {t.dest}: {t.reason}" for t in m.history]
+    if waits_for is not None:
+        reasons.append(f"a run would wait for allocation {waits_for} (up to "
+                       f"{m.pending_wait_s:g} s), not cancel it, then reuse it")
     return Plan(
         path=m.path,
         final_state=state.value,
         commands=backend.commands,
-        would_change=backend.would_change,
-        reasons=[f"{t.source} -> {t.dest}: {t.reason}" for t in m.history],
+        reasons=reasons,
         warnings=([problem] if problem else []) + list(m.warnings)
         + ([m.failure.message] if m.failure and state is State.Failed else []),
+        waits_for=waits_for,
     )

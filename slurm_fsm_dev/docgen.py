@@ -15,7 +15,7 @@ import shutil
 import subprocess
 from collections.abc import Sequence
 
-from slurm_fsm.machine import EDGES, Edge, State, mermaid_diagram
+from slurm_fsm.edges import CONDITIONS, EDGES, Edge, Effect, State, mermaid_diagram
 
 __all__ = [
     "DIAGRAM_MARKER",
@@ -40,6 +40,7 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "slurm_fsm.plan",
     "slurm_fsm.state",
     "slurm_fsm.machine",
+    "slurm_fsm.edges",
     "slurm_fsm.backend",
     "slurm_fsm.subprocess_backend",
     "slurm_fsm.clock",
@@ -87,12 +88,18 @@ def _commands_of(edge: Edge) -> str:
 
 
 def states_markdown() -> str:
-    """``docs/states.md``: the diagram and the edge table, generated from :data:`EDGES`."""
+    """``docs/states.md``: the diagram, the edge table, the conditions and the effects,
+    generated from :data:`~slurm_fsm.edges.EDGES`, :data:`~slurm_fsm.edges.CONDITIONS`
+    and :class:`~slurm_fsm.edges.Effect`."""
     rows = [
         "# States and edges",
         "",
-        "Generated from `slurm_fsm.machine.EDGES` by `make diagram`; a test fails when this",
-        "page is stale. Edges are tried top to bottom; the first whose conditions hold wins.",
+        "Generated from `slurm_fsm.edges.EDGES` by `make diagram`; a test fails when this",
+        "page is stale. A trigger first does the work of the current state, which returns",
+        "one frozen `Observation`; then the edges of that trigger leaving the state are",
+        "tried top to bottom, and the first whose conditions hold on the observation wins.",
+        "Its effects are executed before the state changes, and only then: the work",
+        "itself never drops the state file, cancels or records a failure.",
         "On the docs site the diagram below is drawn by Graphviz from the same edges when the",
         "site is built (one arrow per row of the table; hover an arrow for its step).",
         "",
@@ -100,15 +107,82 @@ def states_markdown() -> str:
         mermaid_diagram(EDGES).rstrip("\n"),
         "```",
         "",
-        "| trigger | from | condition | to | step | what happens | Slurm commands |",
-        "|---|---|---|---|---|---|---|",
+        "| trigger | from | condition | to | effects | step | what happens | Slurm commands |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for e in EDGES:
-        src = "any" if e.source == "*" else e.source.value if isinstance(e.source, State) else ""
+        src = "any" if e.source == "*" else e.source.value
         conds = [*e.conditions, *(f"not {u}" for u in e.unless)]
+        effects = ", ".join(f"`{x.name}`" for x in e.effects) or "-"
         rows.append(f"| `{e.trigger}` | {src} | {' and '.join(conds) or '-'} | {e.dest.value} "
-                    f"| {e.step or '-'} | {e.doc} | {_commands_of(e)} |")
+                    f"| {effects} | {e.step or '-'} | {e.doc} | {_commands_of(e)} |")
+    rows += [
+        "",
+        "## Conditions",
+        "",
+        "Pure functions of the observation and the spec (`slurm_fsm.edges.CONDITIONS`).",
+        "",
+        "| condition | holds when |",
+        "|---|---|",
+    ]
+    for name in sorted(CONDITIONS):
+        rows.append(f"| `{name}` | {_CONDITION_DOCS[name]} |")
+    rows += [
+        "",
+        "## Effects",
+        "",
+        "What the machine does because it takes an edge (`slurm_fsm.edges.Effect`).",
+        "",
+        "| effect | what the machine does |",
+        "|---|---|",
+    ]
+    for effect in Effect:
+        rows.append(f"| `{effect.name}` | {_EFFECT_DOCS[effect]} |")
+    rows += [
+        "",
+        "## Stepping by hand",
+        "",
+        "`m.possible_edges()` lists the edges out of the current state with each condition",
+        "judged on the last observation (`=>` marks the one the table would take);",
+        "`m.may_advance()` (and every `may_<trigger>()`) answers from the state and that",
+        "observation. Neither makes a Slurm call: only a trigger does the work. Every",
+        "trigger takes the state-file lock, like `prepare()`. The",
+        "[stepping notebook](notebooks/stepping.ipynb) shows it on the fake cluster.",
+    ]
     return "\n".join(rows) + "\n"
+
+
+#: One line per condition for the page (a test keeps it complete).
+_CONDITION_DOCS: dict[str, str] = {
+    "has_state_file": "`start` read a state file naming an allocation",
+    "job_gone": "Slurm does not know the job, or shows it ended or COMPLETING "
+                "(or the job's caller saw the allocation end)",
+    "controller_unreachable": "`squeue` could not reach the controller or timed out",
+    "retries_left": "an unreachable controller is retried again (`unreachable_retries`)",
+    "job_is_ours": "this user's job with this checkout's tag, or untagged under our job "
+                   "name (`slurm_fsm.ownership`)",
+    "job_pending": "the job is PENDING or CONFIGURING",
+    "pending_wait_left": "a pending allocation of the state file is still waited for "
+                         "(`pending_wait_s` from the first pending observation)",
+    "job_running": "the job is RUNNING",
+    "job_expiring": "5 minutes or less left (`EXPIRY_MARGIN_S`)",
+    "is_compatible": "same partition and account, enough nodes and GPUs, same image",
+    "same_job_name": "the job carries the spec's job name",
+    "same_container": "the state file names the spec's container (or no image)",
+    "setup_complete": "the install finished (or there is none to do)",
+    "has_image": "the spec sets `docker_image`",
+    "installs": "the workflow installs the repo (not `custom` with `skip_install`)",
+}
+
+_EFFECT_DOCS: dict[Effect, str] = {
+    Effect.DROP_STATE_FILE: "delete the state file and forget the allocation (never "
+                            "cancels it)",
+    Effect.CANCEL: "`scancel` the allocation of the state file",
+    Effect.RECORD_FAILURE: "record the observation's failure (the state file is kept)",
+    Effect.COMPLETE_NODELIST: "write the nodelist into a state file written while PENDING",
+    Effect.WARN_NOT_OURS: "warn: the state file names a job that is not ours",
+    Effect.WARN_EXPIRING: "warn: the allocation expires soon",
+}
 
 
 class DiagramError(RuntimeError):
@@ -156,8 +230,7 @@ def states_dot(edges: Sequence[Edge] = EDGES) -> str:
     lines.append(f'  "__initial__" -> {_dot_str(State.NoState.value)} [id="edge-initial"];')
     loops: dict[str, int] = {}
     for i, e in enumerate(edges):
-        src = "__any__" if e.source == "*" else e.source.value if isinstance(e.source, State) \
-            else ""
+        src = "__any__" if e.source == "*" else e.source.value
         conds = [*e.conditions, *(f"not {u}" for u in e.unless)]
         label = e.trigger + (f"\n[{chr(10).join(_and(conds))}]" if conds else "")
         tip = f"{e.step}: {e.doc}" if e.step else e.doc

@@ -13,6 +13,7 @@ import pytest
 from transitions import MachineError
 
 from slurm_fsm.backend import StepResult
+from slurm_fsm.edges import Effect
 from slurm_fsm.errors import CommandTimedOut, ControllerUnreachable, NotOurJobError
 from slurm_fsm.machine import EDGES, AllocationMachine, State, repo_tag
 from slurm_fsm.spec import JobSpec
@@ -627,3 +628,152 @@ def test_diagram_in_docs_is_current() -> None:
     doc = Path(__file__).parent.parent / "docs" / "states.md"
     assert doc.read_text() == states_markdown(), "docs/states.md is stale: run `make diagram`"
     assert AllocationMachine.mermaid() in doc.read_text()
+
+
+# ------------------------------------------------- the table decides; the machine acts
+
+
+def _scenario(kind: str, spec: JobSpec, fake: FakeCluster) -> None:
+    """Bring the state file's allocation into ``kind`` before Validating's query."""
+    alloc = ready_allocation(spec, fake)
+    job = fake.jobs[alloc.job_id]
+    if kind == "gone":
+        fake.end_job(alloc.job_id)
+    elif kind == "pending":
+        job.state, job.pending_until = "PENDING", fake.clock.now() + 10_000
+    elif kind == "unreachable":
+        fake.fail_next("query_job", ControllerUnreachable("connect failure"), times=1)
+    elif kind == "not ours":
+        job.user = "bob"
+
+
+@pytest.mark.parametrize("kind", ["gone", "pending", "unreachable", "not ours", "running"])
+@pytest.mark.parametrize("first", range(sum(1 for e in EDGES if e.source is State.Validating)))
+def test_effects_follow_the_chosen_edge_whatever_the_order(
+        make_spec: SpecFactory, fake: FakeCluster, monkeypatch: pytest.MonkeyPatch,
+        kind: str, first: int) -> None:
+    """Put any Validating edge first: the machine takes it, and what happens to the state
+    file and the failure is that edge's effects, never another branch's."""
+    validating = [e for e in EDGES if e.source is State.Validating]
+    moved = validating[first]
+    reordered = (moved, *(e for e in EDGES if e is not moved))
+    spec = make_spec()
+    _scenario(kind, spec, fake)
+    monkeypatch.setattr("slurm_fsm.machine.EDGES", reordered)
+    m = machine(spec, fake, unreachable_retries=0, pending_wait_s=0)
+    m.start()
+    m.advance()
+    taken = m.history[-1].edge
+    assert taken is not None
+    if moved.holds(m.observation, spec):
+        assert taken is moved
+    assert m.state is taken.dest
+    dropped = Effect.DROP_STATE_FILE in taken.effects
+    assert spec.state_path.exists() is not dropped, (kind, taken)
+    assert (m.failure is not None) is (Effect.RECORD_FAILURE in taken.effects)
+    assert "cancel" not in slurm_ops(fake)
+
+
+@pytest.mark.parametrize("image", [None, IMAGE])
+def test_may_and_possible_edges_make_no_slurm_call(make_spec: SpecFactory, fake: FakeCluster,
+                                                   image: str | None) -> None:
+    spec = make_spec(docker_image=image, container_name="c" if image else None)
+    m = machine(spec, fake)
+    m.start()
+    assert m.state is State.Allocating
+    before = list(fake.calls)
+    assert m.may_advance() and not m.may_run() and not m.may_start()
+    edges = m.possible_edges()
+    assert fake.calls == before  # no salloc, no squeue, nothing
+    assert m.state is State.Allocating
+    assert [(p.edge.dest, p.chosen) for p in edges] == [
+        (State.Importing, image is not None), (State.Ready, image is None)]
+    m.advance()
+    assert fake.count("allocate") == 1
+    # Validating: may_advance and possible_edges ask nothing either
+    assert m.prepare() is State.Ready
+    m2 = machine(spec, fake)
+    m2.start()
+    fake.reset_calls()
+    assert m2.may_advance() and m2.may_release() is False
+    assert [str(p) for p in m2.possible_edges("advance")]
+    assert fake.calls == []
+    m2.advance()
+    assert fake.count("query_job") == 1 and m2.state is State.Ready
+    assert fake.count("allocate") == 0
+
+
+def test_possible_edges_judge_the_last_observation(make_spec: SpecFactory,
+                                                   fake: FakeCluster) -> None:
+    spec = make_spec()
+    ready_allocation(spec, fake)
+    fake.fail_next("query_job", ControllerUnreachable("connect failure"), times=1)
+    m = machine(spec, fake, unreachable_retries=1)
+    m.start()
+    # the observation is start's (the state file): advance will ask Slurm first
+    assert all(p.stale for p in m.possible_edges())
+    m.advance()
+    assert m.state is State.Validating and m.observation.unreachable
+    assert m.observation.retries_left == 1
+    chosen = [p for p in m.possible_edges() if p.chosen]
+    assert len(chosen) == 1 and chosen[0].edge is m.history[-1].edge
+    assert not chosen[0].stale
+    assert chosen[0].checks == (("controller_unreachable", True), ("retries_left", True))
+    assert m.triggers() == ["advance"]
+    assert "=> advance: Validating -> Validating" in str(chosen[0])
+    with pytest.raises(ValueError, match="unknown trigger"):
+        m.may("advanc")
+
+
+def test_observation_is_frozen(make_spec: SpecFactory, fake: FakeCluster) -> None:
+    m = machine(make_spec(), fake)
+    m.start()
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        m.observation.gone = True  # type: ignore[misc]
+
+
+def test_the_machine_shows_its_diagram_with_the_current_state(make_spec: SpecFactory,
+                                                              fake: FakeCluster) -> None:
+    m = machine(make_spec(), fake)
+    m.start()
+    md = m._repr_markdown_()
+    assert md.count("```mermaid") == 1 and "stateDiagram-v2" in md
+    assert "class Allocating current" in md and "class NoState current" not in md
+    m.advance()
+    assert "class Ready current" in m.diagram()
+
+
+def test_history_is_stamped_by_the_injected_clock(make_spec: SpecFactory,
+                                                  fake: FakeCluster) -> None:
+    m = machine(make_spec(), fake)
+    m.start()
+    fake.clock.advance(123.0)
+    m.advance()
+    first, second = m.history
+    assert first.clock == fake.clock.now() - 123.0 - sum(fake.clock.slept)
+    assert second.clock == fake.clock.now()
+    assert second.edge is not None and second.edge.dest is State.Ready
+
+
+def test_hand_stepping_takes_the_state_file_lock(make_spec: SpecFactory,
+                                                 fake: FakeCluster) -> None:
+    from slurm_fsm.state import StateLockTimeout, StateStore
+
+    spec = make_spec()
+    other = StateStore(spec.state_path)  # another orchestrator on this repo_root
+    m = machine(spec, fake, store=StateStore(spec.state_path, lock_timeout_s=0.2))
+    with other.locked(), pytest.raises(StateLockTimeout):
+        m.start()
+    assert m.state is State.NoState and fake.calls == []
+    m.start()  # free again
+    assert m.state is State.Allocating
+
+
+def test_no_process_wide_logging_filter_and_no_binding_warnings(
+        make_spec: SpecFactory, fake: FakeCluster, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    assert logging.getLogger("transitions.core").filters == []
+    with caplog.at_level(logging.DEBUG, logger="transitions"):
+        machine(make_spec(), fake).prepare()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
