@@ -134,7 +134,7 @@ _EXPORTS: dict[str, str] = {
     "ContainerSupportMissing": "slurm_fsm.errors",
     "StateLockTimeout": "slurm_fsm.errors",
     "MachineError": "slurm_fsm.machine",
-    "SetupFailed": "slurm_fsm.machine",
+    "SetupFailed": "slurm_fsm.errors",
     "BuildError": "slurm_fsm.errors",
 }
 

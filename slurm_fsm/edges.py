@@ -234,17 +234,13 @@ def remaining_after(info: JobInfo, seen_at: float, now: float) -> Duration:
 #: A condition of an edge.
 Condition = Callable[[Observation, JobSpec], bool]
 
-_PENDING = ("PENDING", "CONFIGURING")
-
-
 def _has_state_file(o: Observation, _s: JobSpec) -> bool:
     return o.alloc is not None
 
 
 def _job_gone(o: Observation, _s: JobSpec) -> bool:
     # ended or ending (cancelled moments ago, timed out): as good as gone
-    return o.gone or (o.info is not None
-                      and (not o.info.is_active or o.info.state == "COMPLETING"))
+    return o.gone or (o.info is not None and not o.info.state.is_live)
 
 
 def _controller_unreachable(o: Observation, _s: JobSpec) -> bool:
@@ -260,7 +256,7 @@ def _job_is_ours(o: Observation, s: JobSpec) -> bool:
 
 
 def _job_pending(o: Observation, _s: JobSpec) -> bool:
-    return o.info is not None and o.info.state in _PENDING
+    return o.info is not None and o.info.state.is_pending
 
 
 def _pending_wait_left(o: Observation, _s: JobSpec) -> bool:
@@ -268,7 +264,7 @@ def _pending_wait_left(o: Observation, _s: JobSpec) -> bool:
 
 
 def _job_running(o: Observation, _s: JobSpec) -> bool:
-    return o.info is not None and o.info.state == "RUNNING"
+    return o.info is not None and o.info.state.is_running
 
 
 def _job_expiring(o: Observation, _s: JobSpec) -> bool:

@@ -8,6 +8,7 @@ The tree::
     ├── NotOurJobError (PermissionError)  a state file points at another user's job
     ├── StateLockTimeout (TimeoutError)   another run held the state file's lock too long
     ├── BuildError                        the pre-step cannot go on (no GPU type, no image)
+    ├── SetupFailed                       an import, mount warm-up or install exited non-zero
     └── BackendError (RuntimeError)       a Slurm operation failed
         ├── JobNotFound (LookupError)     the job (or step) is gone
         ├── ControllerUnreachable (ConnectionError)   never means "job gone"
@@ -15,11 +16,21 @@ The tree::
         ├── ContainerSupportMissing       an image was asked for; no pyxis here
         └── CommandFailed                 argv, exit code, stderr tail
             └── AllocationFailed          salloc's own message from .salloc.log
+
+    FileProblem (OSError)                 a file the spec or the checkout names was not read
+                                          (missing, not regular, too big); callers turn it
+                                          into SpecError or StateFileError
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from slurm_fsm.backend import StepResult
 
 __all__ = [
     "AllocationFailed",
@@ -29,8 +40,11 @@ __all__ = [
     "CommandTimedOut",
     "ContainerSupportMissing",
     "ControllerUnreachable",
+    "FileProblem",
     "JobNotFound",
     "NotOurJobError",
+    "Problem",
+    "SetupFailed",
     "SlurmFsmError",
     "SpecError",
     "StateFileError",
@@ -134,3 +148,44 @@ class CommandFailed(BackendError):
 
 class AllocationFailed(CommandFailed):
     """salloc did not produce an allocation; ``stderr_tail`` is its own message."""
+
+
+class SetupFailed(SlurmFsmError):
+    """A setup command (import, mount warm-up, install) exited non-zero."""
+
+    def __init__(self, what: str, result: StepResult) -> None:
+        self.what = what
+        self.result = result
+        text = result.stderr.strip() or result.stdout.strip()
+        tail = text[-2000:]
+        if len(text) > len(tail):  # whole lines only
+            tail = tail.split("\n", 1)[-1]
+        super().__init__(f"{what} failed with exit code {result.exit_code}:\n{tail}")
+
+    @property
+    def output(self) -> str:
+        """Everything the step printed (stderr, then stdout)."""
+        return self.result.stderr + self.result.stdout
+
+
+class Problem(Enum):
+    """What kind of :class:`FileProblem`."""
+
+    MISSING = "missing"
+    UNREADABLE = "unreadable"  # open or read failed (permissions, I/O)
+    NOT_REGULAR = "not regular"  # a directory, FIFO, device or socket
+    TOO_BIG = "too big"
+
+
+class FileProblem(OSError):
+    """Why a file was not read (:func:`slurm_fsm.files.read_bounded`). ``kind`` says
+    what; ``detail`` is the OS's words or the kind of file found; ``size`` the size seen
+    when it was too big (None: it grew while read)."""
+
+    def __init__(self, path: Path, kind: Problem, detail: str = "",
+                 size: int | None = None) -> None:
+        super().__init__(f"{path}: {kind.value}{': ' + detail if detail else ''}")
+        self.path = path
+        self.kind = kind
+        self.detail = detail
+        self.size = size

@@ -13,31 +13,11 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from enum import Enum
 from pathlib import Path
 
+from slurm_fsm.errors import FileProblem, Problem
+
 __all__ = ["FileProblem", "Problem", "file_kind", "read_bounded"]
-
-
-class Problem(Enum):
-    MISSING = "missing"
-    UNREADABLE = "unreadable"  # open or read failed (permissions, I/O)
-    NOT_REGULAR = "not regular"  # a directory, FIFO, device or socket
-    TOO_BIG = "too big"
-
-
-class FileProblem(OSError):
-    """Why a file was not read. ``kind`` says what; ``detail`` is the OS's words or the
-    kind of file found; ``size`` the size seen when it was too big (None: it grew while
-    read)."""
-
-    def __init__(self, path: Path, kind: Problem, detail: str = "",
-                 size: int | None = None) -> None:
-        super().__init__(f"{path}: {kind.value}{': ' + detail if detail else ''}")
-        self.path = path
-        self.kind = kind
-        self.detail = detail
-        self.size = size
 
 
 def file_kind(mode: int) -> str:

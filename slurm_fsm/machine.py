@@ -89,6 +89,7 @@ from slurm_fsm.errors import (
     ControllerUnreachable,
     JobNotFound,
     NotOurJobError,
+    SetupFailed,
     SlurmFsmError,
     StateFileError,
 )
@@ -96,7 +97,8 @@ from slurm_fsm.ownership import Ownership, describe
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState, StateStore
 
-# AllocationMachine, Failure, PossibleEdge, SetupFailed and Transition are defined here;
+# AllocationMachine, Failure, PossibleEdge and Transition are defined here (SetupFailed
+# lives in errors.py and is re-exported);
 # the table (State, Edge, EDGES, ...) is slurm_fsm.edges', kept importable from here.
 __all__ = [
     "CONDITIONS",
@@ -133,24 +135,6 @@ INSTALL_COMMANDS: tuple[tuple[str, tuple[str, ...]], ...] = (
 EVAL_REQUIREMENTS = "examples/trtllm-eval/requirements.txt"
 
 TRIGGERS = ("start", "advance", "release", "run", "finish", "fail")
-
-
-class SetupFailed(SlurmFsmError):
-    """A setup command (import, mount warm-up, install) exited non-zero."""
-
-    def __init__(self, what: str, result: StepResult) -> None:
-        self.what = what
-        self.result = result
-        text = result.stderr.strip() or result.stdout.strip()
-        tail = text[-2000:]
-        if len(text) > len(tail):  # whole lines only
-            tail = tail.split("\n", 1)[-1]
-        super().__init__(f"{what} failed with exit code {result.exit_code}:\n{tail}")
-
-    @property
-    def output(self) -> str:
-        """Everything the step printed (stderr, then stdout)."""
-        return self.result.stderr + self.result.stdout
 
 
 @attrs.frozen(kw_only=True)
@@ -585,7 +569,7 @@ class AllocationMachine:
         self._attempt = 0
         self._job = (info, now)
         user = self.user
-        if info.state in ("PENDING", "CONFIGURING"):
+        if info.state.is_pending:
             if self._pending_since is None:
                 self._pending_since = now
             wait_left = self.pending_wait_s - (now - self._pending_since)
@@ -593,7 +577,7 @@ class AllocationMachine:
             self._pending_since = None
             wait_left = 0.0
         summary = f"allocation {job_id} {info.state}, {info.time_left} left"
-        if not info.is_active or info.state == "COMPLETING":
+        if not info.state.is_live:
             summary = f"allocation {job_id} is {info.state}: ending, not reusable"
         elif info.name != self.spec.job_name:
             summary += f", named {info.name!r} (not {self.spec.job_name!r})"
@@ -621,7 +605,7 @@ class AllocationMachine:
         # earlier alloc_job_name included) or untagged under our job name. One squeue of
         # this user's jobs; the name is not a filter, the tag decides.
         for job in self.backend.find_jobs(None, self.user):
-            if job.job_id in self._cancelled or job.state == "COMPLETING" or not job.is_active:
+            if job.job_id in self._cancelled or not job.state.is_live:
                 continue  # already cancelled by us, or ending anyway
             owner = owner_of(job, self.user, spec)
             if owner is Ownership.OTHER_CHECKOUT and job.name == spec.job_name:
@@ -705,10 +689,10 @@ class AllocationMachine:
                     ["salloc"], 1, self._salloc_log_tail(),
                     f"allocation {job_id} disappeared before it started",
                 ) from None
-            if info.state == "RUNNING" and info.nodelist:
+            if info.state.is_running and info.nodelist:
                 self._job = (info, self.clock.now())
                 return info
-            if info.state not in ("PENDING", "CONFIGURING"):
+            if not info.state.is_pending:
                 raise AllocationFailed(
                     ["salloc"], 1, self._salloc_log_tail(),
                     f"allocation {job_id} ended as {info.state} before it started",

@@ -33,6 +33,7 @@ from slurm_fsm.clock import Clock
 from slurm_fsm.duration import Duration
 from slurm_fsm.edges import CONDITIONS, IN_PROGRESS, State
 from slurm_fsm.errors import StateFileError
+from slurm_fsm.jobstate import JobState
 from slurm_fsm.machine import AllocationMachine
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import MAX_STATE_BYTES, StateStore, read_regular_file
@@ -126,7 +127,7 @@ class PlanBackend:
     def query_job(self, job_id: str) -> JobInfo:
         self._ask(slurmcli.squeue_job_argv(job_id))
         if job_id == PLANNED_JOB:
-            return JobInfo(job_id=job_id, state="RUNNING", nodelist="<nodes>",
+            return JobInfo(job_id=job_id, state=JobState.RUNNING, nodelist="<nodes>",
                            time_left=Duration.parse("UNLIMITED"))
         return self.real.query_job(job_id)
 
