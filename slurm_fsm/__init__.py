@@ -32,6 +32,7 @@ if _typing.TYPE_CHECKING:  # pragma: no cover - what the lazy table below resolv
     )
     from slurm_fsm.clock import Clock, SystemClock
     from slurm_fsm.duration import Duration
+    from slurm_fsm.edges import EDGES, Edge, Observation, State
     from slurm_fsm.errors import (
         AllocationFailed,
         BackendError,
@@ -50,15 +51,13 @@ if _typing.TYPE_CHECKING:  # pragma: no cover - what the lazy table below resolv
     from slurm_fsm.executor import Events, Executor, PreStep, PreStepResult
     from slurm_fsm.jobstate import JobState
     from slurm_fsm.machine import (
-        EDGES,
         AllocationMachine,
-        Edge,
         MachineError,
+        PossibleEdge,
         SetupFailed,
-        State,
         Transition,
     )
-    from slurm_fsm.plan import Plan, make_plan
+    from slurm_fsm.plan import Plan, PlanCommand, make_plan
     from slurm_fsm.progress import StderrEvents
     from slurm_fsm.report import Report
     from slurm_fsm.results import Status
@@ -95,12 +94,15 @@ _EXPORTS: dict[str, str] = {
     "AllocState": "slurm_fsm.state",
     "StateStore": "slurm_fsm.state",
     "AllocationMachine": "slurm_fsm.machine",
-    "State": "slurm_fsm.machine",
-    "Edge": "slurm_fsm.machine",
-    "EDGES": "slurm_fsm.machine",
+    "State": "slurm_fsm.edges",
+    "Edge": "slurm_fsm.edges",
+    "EDGES": "slurm_fsm.edges",
+    "Observation": "slurm_fsm.edges",
     "Transition": "slurm_fsm.machine",
+    "PossibleEdge": "slurm_fsm.machine",
     "Plan": "slurm_fsm.plan",
     "make_plan": "slurm_fsm.plan",
+    "PlanCommand": "slurm_fsm.plan",
     # backends
     "SlurmBackend": "slurm_fsm.backend",
     "SubprocessBackend": "slurm_fsm.subprocess_backend",
@@ -185,8 +187,11 @@ __all__ = [
     "MachineError",
     "Mount",
     "NotOurJobError",
+    "Observation",
     "PartitionInfo",
     "Plan",
+    "PlanCommand",
+    "PossibleEdge",
     "PreStep",
     "PreStepResult",
     "Report",
