@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from slurm_fsm.clock import Clock, backend_clock
 from slurm_fsm.duration import Duration
 from slurm_fsm.errors import JobNotFound, SpecError
 
 if TYPE_CHECKING:
     from slurm_fsm.backend import SlurmBackend
-    from slurm_fsm.clock import Clock
     from slurm_fsm.executor import Events
     from slurm_fsm.monitor import PollPolicy
     from slurm_fsm.report import Report
@@ -129,10 +129,8 @@ class Allocation:
     ) -> None:
         self.repo_root = Path(repo_root).resolve()
         self.backend = backend
-        if clock is None:  # a fake cluster keeps its own clock: use it unless told
-            fake_clock = getattr(backend, "clock", None)
-            clock = fake_clock if fake_clock is not None else None
-        self.clock = clock
+        # a FakeCluster's own clock unless told otherwise (slurm_fsm.clock.backend_clock)
+        self.clock: Clock = clock or backend_clock(backend)
         self.events = events
         self.policy = policy
         self.reports: list[Report] = []

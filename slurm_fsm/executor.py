@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import attrs
 
 from slurm_fsm.backend import BatchRequest, JobOutcome, ScriptRequest, SlurmBackend, step_env
-from slurm_fsm.clock import Clock, SystemClock
+from slurm_fsm.clock import Clock, backend_clock
 from slurm_fsm.errors import (
     BackendError,
     JobNotFound,
@@ -270,7 +270,8 @@ class Executor:
     ) -> None:
         self.spec = spec
         self.backend = backend
-        self.clock: Clock = clock or SystemClock()
+        # a FakeCluster's own clock unless told otherwise (slurm_fsm.clock.backend_clock)
+        self.clock: Clock = clock or backend_clock(backend)
         # progress is best effort: nothing a sink does can fail or stall the run
         self.events = GuardedEvents(events or Events())
         self.policy = policy or PollPolicy()

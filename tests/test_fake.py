@@ -131,3 +131,30 @@ def test_make_spec_fits_the_default_fake_and_checks_like_a_file(tmp_path: Path) 
     assert Executor(spec, fake, clock=fake.clock).run().status is Status.PASSED
     with pytest.raises(SpecError, match=r"slurm_params\.nodes"):
         make_spec(tmp_path, slurm_params={"nodes": 0})
+
+
+def test_executor_on_a_fake_uses_the_fakes_clock_by_default(tmp_path: Path) -> None:
+    """Without ``clock=``: a hung script is a TIMEOUT on the fake's clock, at once, and
+    no real sleep happens (the system clock gave FAILED/143 after real seconds)."""
+    import time
+
+    from slurm_fsm import Executor, Status
+    from slurm_fsm.testing import make_spec
+
+    spec = make_spec(tmp_path, monitor_timeout_seconds=60)
+    fake = FakeCluster()
+    fake.script(spec.script_path, FakeScript(lines=("started",), hang=True))
+    executor = Executor(spec, fake)
+    assert executor.clock is fake.clock
+    t = time.monotonic()
+    report = executor.run()
+    assert time.monotonic() - t < 5
+    assert report.status is Status.TIMEOUT, report.summary
+    assert fake.clock.now() - 1_000_000.0 >= 60  # the monitor waited on fake time
+
+
+def test_allocation_on_a_fake_uses_the_fakes_clock(tmp_path: Path) -> None:
+    from slurm_fsm import Allocation
+
+    fake = FakeCluster()
+    assert Allocation(tmp_path, fake).clock is fake.clock
