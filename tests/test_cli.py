@@ -288,3 +288,49 @@ def test_json_is_one_document_on_ctrl_c(
     assert main([command, str(spec), "--json", "--backend", "fake"]) == 130
     doc = json.loads(capsys.readouterr().out)
     assert doc["status"] == "CANCELLED" and doc["cli_exit_code"] == 130
+
+
+# ------------------------------------------------------------------------ lean start
+
+#: Modules a command must not load: what it does not use costs every start.
+HEAVY = ("slurm_fsm.executor", "slurm_fsm.monitor", "slurm_fsm.build", "slurm_fsm.results",
+         "slurm_fsm.report", "slurm_fsm.progress", "slurm_fsm.plan", "slurm_fsm.demo",
+         "slurm_fsm.testing", "slurm_fsm.subprocess_backend", "slurm_fsm.machine",
+         "slurm_fsm.spec", "transitions", "cattrs", "attrs", "filelock",
+         "importlib.metadata")
+
+
+def _imported(tmp_path: Path, *argv: str) -> set[str]:
+    """The modules ``slurm-fsm ARGV`` imports, from ``python -X importtime`` (a process
+    of its own: nothing is cached from the test's imports)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
+    env["SLURM_CONF"] = str(tmp_path / "no-cluster.conf")  # no Slurm call succeeds
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "slurm_fsm", *argv],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
+    return {line.split("|")[-1].strip() for line in proc.stderr.splitlines()
+            if line.startswith("import time:")}
+
+
+@pytest.mark.parametrize(("argv", "allowed"), [
+    (["--version"], {"importlib.metadata"}),
+    (["diagram"], {"slurm_fsm.machine", "slurm_fsm.spec", "transitions", "cattrs", "attrs",
+                   "filelock"}),
+    # status: the spec's alloc_time_limit check reads EXPIRY_MARGIN_S from the machine
+    (["status", "{spec}", "--json"], {"slurm_fsm.spec", "slurm_fsm.subprocess_backend",
+                                      "slurm_fsm.machine", "transitions", "cattrs", "attrs",
+                                      "filelock"}),
+    (["run", "{spec}", "--json", "--backend", "fake"],
+     {"slurm_fsm.executor", "slurm_fsm.monitor", "slurm_fsm.results", "slurm_fsm.report",
+      "slurm_fsm.progress", "slurm_fsm.testing", "slurm_fsm.subprocess_backend",
+      "slurm_fsm.machine", "slurm_fsm.spec", "transitions", "cattrs", "attrs", "filelock"}),
+])
+def test_each_command_imports_only_what_it_needs(tmp_path: Path, argv: list[str],
+                                                 allowed: set[str]) -> None:
+    spec = write_spec(tmp_path)
+    loaded = _imported(tmp_path, *[a.replace("{spec}", str(spec)) for a in argv])
+    assert "slurm_fsm.cli" in loaded  # the measurement works
+    assert sorted(set(HEAVY) & loaded - allowed) == []
