@@ -432,8 +432,12 @@ def fig_warm(b: Bench) -> Figure:
     def run_a() -> tuple[float, Report]:
         return run_ok(spec, backend, allocating=False)
 
+    # a warm CLI: its bytecode cached, as after pip install (PYTHONDONTWRITEBYTECODE in
+    # the caller's environment would make every start compile every module again)
+    cli_env = {k: v for k, v in b.env().items() if k != "PYTHONDONTWRITEBYTECODE"}
+
     def run_b() -> float:
-        took, proc = timed(cli, env=b.env(), stdout=subprocess.PIPE)
+        took, proc = timed(cli, env=cli_env, stdout=subprocess.PIPE)
         data = json.loads(proc.stdout)
         if data.get("status") != "PASSED" or "Allocating" in data.get("path", []):
             raise BenchError(f"CLI run: {data.get('status')} {data.get('summary')}")
@@ -448,11 +452,15 @@ def fig_warm(b: Bench) -> Figure:
     def run_d() -> float:
         return timed(srun, env=b.env())[0]
 
-    run_a(), run_b(), run_c(), run_d()  # warm-up, not counted
+    def run_e() -> float:  # the interpreter's own start, no slurm_fsm
+        return timed([sys.executable, "-c", "pass"], env=cli_env)[0]
+
+    run_a(), run_b(), run_c(), run_d(), run_e()  # warm-up, not counted
     a: list[float] = []
     cli_s: list[float] = []
     c: list[float] = []
     d: list[float] = []
+    e: list[float] = []
     parts: dict[str, list[float]] = {"step0_s": [], "start_s": [], "run_s": []}
     for i in range(b.reps):
         took, report = run_a()
@@ -462,8 +470,9 @@ def fig_warm(b: Bench) -> Figure:
         cli_s.append(run_b())
         c.append(run_c())
         d.append(run_d())
+        e.append(run_e())
         say(f"warm {i + 1}/{b.reps}: a {a[-1] * 1e3:.0f} ms, b {cli_s[-1] * 1e3:.0f} ms, "
-            f"c {c[-1] * 1e3:.0f} ms, d {d[-1] * 1e3:.0f} ms")
+            f"c {c[-1] * 1e3:.0f} ms, d {d[-1] * 1e3:.0f} ms, e {e[-1] * 1e3:.0f} ms")
     ms = 1e3
     fig.add("a_executor_ms", "(a) Executor.run() on a Ready allocation", "ms",
             [v * ms for v in a])
@@ -473,10 +482,15 @@ def fig_warm(b: Bench) -> Figure:
             [v * ms for v in c])
     sd = fig.add("d_bare_srun_ms", "(d) srun --jobid=J -N1 --ntasks-per-node=1 true", "ms",
                  [v * ms for v in d])
+    fig.add("e_python_ms", "(e) python -c pass: the interpreter's own start", "ms",
+            [v * ms for v in e])
     ac = fig.add("a_minus_c_ms", "(a)-(c): slurm_fsm in-process overhead", "ms",
                  [v * ms for v in paired(a, c)], note="paired per repetition")
     bc = fig.add("b_minus_c_ms", "(b)-(c): CLI overhead (interpreter start included)", "ms",
                  [v * ms for v in paired(cli_s, c)], note="paired per repetition")
+    fig.add("b_minus_a_minus_e_ms", "(b)-(a)-(e): the CLI's imports and parsing", "ms",
+            [(x - y - z) * ms for x, y, z in zip(cli_s, a, e, strict=True)],
+            note="paired per repetition")
     fig.add("a_minus_c_over_d", "(a)-(c) in srun step latencies (d)", "x",
             [(x - y) / z for x, y, z in zip(a, c, d, strict=True)])
     fig.add("b_minus_c_over_d", "(b)-(c) in srun step latencies (d)", "x",
@@ -490,9 +504,12 @@ def fig_warm(b: Bench) -> Figure:
     fig.add("a_run_minus_c_ms", "(a) script run and monitor minus (c): the monitor's lag", "ms",
             [v * ms for v in paired(parts["run_s"], c)], note="paired per repetition")
     fig.target("(a)-(c) <= 2 x (d)", ac.median, 2 * sd.median, "ms")
-    fig.target("(b)-(c) <= 2 x (d) + 200 ms", bc.median, 2 * sd.median + 200, "ms")
-    fig.notes.append("(a)-(d) run round-robin in each repetition, so drift hits all alike; "
+    # issue 13: a warm CLI run at most 0.1 s above the bare script plus its 2 srun steps
+    fig.target("(b)-(c) <= 2 x (d) + 100 ms", bc.median, 2 * sd.median + 100, "ms")
+    fig.notes.append("(a)-(e) run round-robin in each repetition, so drift hits all alike; "
                      "targets compare medians")
+    fig.notes.append("(b) runs with its bytecode cached (the warm-up run writes it), as an "
+                     "installed package does")
     b.release(spec)
     return fig
 

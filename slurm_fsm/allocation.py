@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from slurm_fsm.clock import Clock
 from slurm_fsm.duration import Duration
 from slurm_fsm.errors import JobNotFound, SpecError
 
 if TYPE_CHECKING:
     from slurm_fsm.backend import SlurmBackend
-    from slurm_fsm.clock import Clock
     from slurm_fsm.executor import Events
     from slurm_fsm.monitor import PollPolicy
     from slurm_fsm.report import Report
@@ -126,13 +126,15 @@ class Allocation:
         clock: Clock | None = None,
         events: Events | None = None,
         policy: PollPolicy | None = None,
+        state_path: str | Path | None = None,
     ) -> None:
         self.repo_root = Path(repo_root).resolve()
+        #: ``None``: the real state file of ``repo_root``; a path: another one (the fake
+        #: backend of the CLI keeps ``.slurm_alloc.fake.json``), same format
+        self._state_path = Path(state_path) if state_path is not None else None
         self.backend = backend
-        if clock is None:  # a fake cluster keeps its own clock: use it unless told
-            fake_clock = getattr(backend, "clock", None)
-            clock = fake_clock if fake_clock is not None else None
-        self.clock = clock
+        # the backend's own clock unless told otherwise (a FakeCluster's fake clock)
+        self.clock: Clock = clock or backend.clock
         self.events = events
         self.policy = policy
         self.reports: list[Report] = []
@@ -151,7 +153,9 @@ class Allocation:
     # --------------------------------------------------------------------- where
     @property
     def state_path(self) -> Path:
-        return self.repo_root / "work_dirs" / ".slurm_alloc.json"
+        """The state file that identifies the allocation:
+        ``<repo_root>/work_dirs/.slurm_alloc.json`` unless another was given."""
+        return self._state_path or self.repo_root / "work_dirs" / ".slurm_alloc.json"
 
     def state(self) -> AllocState | None:
         """What the state file says (no Slurm call); ``None`` without a state file."""
@@ -183,7 +187,7 @@ class Allocation:
         if spec.release_allocation:
             spec = attrs.evolve(spec, release_allocation=False)
         report = Executor(spec, self.backend, clock=self.clock, events=self.events,
-                          policy=self.policy).run()
+                          policy=self.policy, state_path=self._state_path).run()
         self._last_spec = spec
         self.reports.append(report)
         return report
@@ -245,7 +249,7 @@ class Allocation:
         self._check(attrs.evolve(spec, persistent_mode=True))
         spec = attrs.evolve(spec, release_allocation=True)
         report = Executor(spec, self.backend, clock=self.clock, events=self.events,
-                          policy=self.policy).run()
+                          policy=self.policy, state_path=self._state_path).run()
         self.reports.append(report)
         return report
 

@@ -1,73 +1,111 @@
 """The ``slurm-fsm`` command (also ``python -m slurm_fsm``).
 
 Exit codes: 0 PASSED or RELEASED; 1 FAILED, TIMEOUT, HANG_DETECTED,
-OUT_OF_MEMORY, CANCELLED; 2 bad input (spec or file); 3 ERROR or BUILD_FAILED;
-``128 + N`` when stopped by signal N (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP).
-With ``--json`` stdout carries the JSON document and nothing else, also when
-the run is stopped by a signal (a CANCELLED report); progress goes to stderr.
-Progress is best effort: a closed or broken stderr only silences it.
+OUT_OF_MEMORY, CANCELLED; 2 bad input (spec, file or command line); 3 ERROR or
+BUILD_FAILED; ``128 + N`` when stopped by signal N (130 Ctrl-C, 143 SIGTERM, 129
+SIGHUP). With ``--json`` stdout carries exactly one JSON document and nothing else,
+whatever happens: the command's document, or an error document (``status`` BAD_INPUT,
+ERROR or CANCELLED, ``cli_exit_code``, ``summary``, ``errors``, ``problems``) on bad
+input, on an unexpected error and on a signal. Progress goes to stderr, best effort:
+a closed or broken stderr only silences it.
+
+The module imports only what a command needs (``--version``, ``diagram`` and
+``status`` never load the executor, the monitor or the build; tests/test_cli.py
+checks it): the start of a short run is mostly import time.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import signal
 import sys
-import threading
 from collections.abc import Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
-
-from slurm_fsm.backend import SlurmBackend
-from slurm_fsm.errors import SlurmFsmError, SpecError, StateFileError
-from slurm_fsm.spec import JobSpec
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 if TYPE_CHECKING:
-    from slurm_fsm.executor import Executor
+    from pathlib import Path
 
-__all__ = ["EXIT_BAD_INPUT", "EXIT_ERROR", "main"]
+    from slurm_fsm.backend import SlurmBackend
+    from slurm_fsm.executor import Executor
+    from slurm_fsm.spec import JobSpec
+
+__all__ = ["EXIT_BAD_INPUT", "EXIT_ERROR", "FAKE_ACCOUNTS", "FAKE_PARTITIONS",
+           "fake_state_path", "main"]
 
 EXIT_BAD_INPUT = 2
 EXIT_ERROR = 3
 
 
+#: What ``--backend fake`` knows when not told (``--fake-partition``/``--fake-account``):
+#: the partition and account of the shipped examples and of the local cluster.
+FAKE_PARTITIONS = ("debug",)
+FAKE_ACCOUNTS = ("acct",)
+#: Nodes of each fake partition.
+FAKE_NODES = 4
+
 EXIT_CODES_HELP = """exit codes:
   0  PASSED, RELEASED (status, plan, diagram: done)
   1  FAILED, TIMEOUT, HANG_DETECTED, OUT_OF_MEMORY, CANCELLED
-  2  bad input: the spec or a file it names (nothing was sent to Slurm)
+  2  bad input: the spec, a file it names or the command line (nothing was sent
+     to Slurm)
   3  ERROR, BUILD_FAILED (Slurm or the setup failed; the report says why)
   128+N  stopped by signal N (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP)"""
 
 
-def _version() -> str:
-    from slurm_fsm import __version__
+class _UsageError(Exception):
+    """A bad command line (argparse's error), raised so that ``--json`` can report it."""
 
-    return __version__
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise _UsageError(f"{self.prog}: error: {message}")
+
+
+class _VersionAction(argparse.Action):
+    """``--version``, reading the package metadata only when asked (importlib.metadata
+    costs every other command ~10 ms of start)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
+                 default: str = argparse.SUPPRESS, help: str | None = None) -> None:
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        from slurm_fsm import __version__
+
+        sys.stdout.write(f"{parser.prog} {__version__}\n")
+        parser.exit()
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="slurm-fsm",
         description="Run test and benchmark jobs on Slurm through a persistent allocation.",
         epilog=EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    p.add_argument("--version", action=_VersionAction, help="print the version and exit")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     def spec_command(name: str, help_text: str) -> argparse.ArgumentParser:
         c = sub.add_parser(name, help=help_text, description=help_text,
                            epilog=EXIT_CODES_HELP,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-        c.add_argument("spec", type=Path, help="path of job_spec.json")
-        c.add_argument("--json", action="store_true", help="print JSON only on stdout")
+        c.add_argument("spec", help="path of job_spec.json")
+        c.add_argument("--json", action="store_true",
+                       help="print exactly one JSON document on stdout, also on errors")
         c.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
         c.add_argument("--backend", choices=("slurm", "fake"), default="slurm",
                        help="slurm: this machine's Slurm (default); fake: an in-memory "
-                            "cluster for trying it out")
+                            "cluster that runs the script here, for trying it out")
+        c.add_argument("--fake-partition", action="append", metavar="NAME",
+                       help="a partition the fake cluster has (repeatable; default: "
+                            f"{', '.join(FAKE_PARTITIONS)})")
+        c.add_argument("--fake-account", action="append", metavar="NAME",
+                       help="an account the fake cluster accepts (repeatable; default: "
+                            f"{', '.join(FAKE_ACCOUNTS)})")
         c.add_argument("--strict", action="store_true",
                        help="an unknown spec key close to a known one (sucess_patterns) is "
                             "an error (exit 2), not a warning")
@@ -90,26 +128,30 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _backend(kind: str) -> SlurmBackend:
-    if kind == "fake":
-        from slurm_fsm.testing import FakeCluster
-
-        return FakeCluster()
-
     from slurm_fsm.subprocess_backend import SubprocessBackend
 
-    if not os.environ.get("SLURM_CONF") and not Path("/etc/slurm/slurm.conf").exists():
+    if not os.environ.get("SLURM_CONF") and not os.path.exists("/etc/slurm/slurm.conf"):
         _say("slurm-fsm: no SLURM_CONF set and no /etc/slurm/slurm.conf: Slurm's tools may "
-         "not find a cluster")
+             "not find a cluster")
     return SubprocessBackend()
 
 
-def _fake_for(spec: JobSpec) -> SlurmBackend:
-    """A FakeCluster that accepts the spec's partition and account."""
+def fake_state_path(spec: JobSpec) -> Path:
+    """The state file of ``--backend fake``: ``work_dirs/.slurm_alloc.fake.json``, beside
+    the real one and never it, so that a real run, ``status`` or ``release`` never takes
+    a fake allocation for a real one."""
+    return spec.state_path.with_name(".slurm_alloc.fake.json")
+
+
+def _fake_for(args: argparse.Namespace) -> SlurmBackend:
+    """The fake cluster of ``--backend fake``: it runs the script for real on this machine
+    (``run_scripts=True``) and knows only the declared partitions and accounts."""
     from slurm_fsm.testing import FakeCluster
 
-    p = spec.slurm_params
-    nodes = [f"node{i:02d}" for i in range(1, max(4, p.nodes) + 1)]
-    return FakeCluster(partitions={p.partition: nodes}, accounts=[p.account])
+    parts = args.fake_partition or list(FAKE_PARTITIONS)
+    nodes = [f"node{i:02d}" for i in range(1, FAKE_NODES + 1)]
+    return FakeCluster(partitions={p: nodes for p in parts},
+                       accounts=args.fake_account or list(FAKE_ACCOUNTS), run_scripts=True)
 
 
 def _say(text: str) -> None:
@@ -150,10 +192,29 @@ class _Run:
 
 def _emit(data: object, text: str, as_json: bool, out: TextIO) -> None:
     if as_json:
+        import json
+
         out.write(json.dumps(data, indent=2, default=str) + "\n")
     else:
         out.write(text if text.endswith("\n") else text + "\n")
     out.flush()
+
+
+def _error_document(status: str, code: int, command: str | None, summary: str,
+                    problems: Sequence[str] = (), file: str | None = None) -> dict[str, Any]:
+    """What ``--json`` prints when there is no report to print: bad input (exit 2), an
+    unexpected error (3), a signal (128+N)."""
+    doc: dict[str, Any] = {"status": status, "cli_exit_code": code, "command": command,
+                           "summary": summary, "errors": list(problems) or [summary],
+                           "problems": list(problems)}
+    if file is not None:
+        doc["file"] = file
+    return doc
+
+
+def _print_json_error(doc: dict[str, Any]) -> None:
+    with contextlib.suppress(OSError):  # stdout is gone: nothing left to tell
+        _emit(doc, "", True, sys.stdout)
 
 
 class _Stopped(BaseException):
@@ -169,16 +230,32 @@ def _raise_stopped(signum: int, _frame: object) -> None:
     raise _Stopped(signum)
 
 
+def _wants_json(argv: Sequence[str]) -> bool:
+    return "--json" in argv
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
     parser = _parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(args_list)
+    except _UsageError as exc:
+        command = next((a for a in args_list if not a.startswith("-")), None)
+        if _wants_json(args_list):
+            _print_json_error(_error_document("BAD_INPUT", EXIT_BAD_INPUT, command, str(exc),
+                                              [str(exc)]))
+        parser.print_usage(sys.stderr)
+        _say(str(exc))
+        return EXIT_BAD_INPUT
     if args.command is None:  # bare `slurm-fsm`: the help, not a usage error
         parser.print_help()
         return 0
     previous: dict[signal.Signals, Any] = {}
-    if threading.current_thread() is threading.main_thread():
-        for stop in (signal.SIGTERM, signal.SIGHUP):
+    for stop in (signal.SIGTERM, signal.SIGHUP):
+        try:
             previous[stop] = signal.signal(stop, _raise_stopped)
+        except ValueError:  # not the main thread: signals stay as they are
+            break
     try:
         return _main(args)
     finally:
@@ -188,47 +265,81 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
+    from slurm_fsm.errors import SlurmFsmError, SpecError, StateFileError
+
     current = _Run()
+    as_json = bool(getattr(args, "json", False))
+    command: str = args.command
     try:
         return _dispatch(args, current)
-    except SpecError as exc:
+    except (SpecError, StateFileError) as exc:
         _say(f"slurm-fsm: {exc}")
-        return EXIT_BAD_INPUT
-    except StateFileError as exc:
-        _say(f"slurm-fsm: {exc}")
+        if as_json:
+            if isinstance(exc, SpecError):
+                problems, file = exc.problems, exc.source
+            else:
+                problems, file = [exc.reason], exc.path
+            if file in ("job spec", "make_spec"):  # checks of what the spec names
+                file = str(args.spec)
+            _print_json_error(_error_document("BAD_INPUT", EXIT_BAD_INPUT, command, str(exc),
+                                              problems, file))
         return EXIT_BAD_INPUT
     except (SlurmFsmError, OSError) as exc:
         _say(f"slurm-fsm: error: {exc}")
-        if getattr(args, "json", False) and args.command in ("run", "release"):
-            # an orchestrator reading stdout still gets a report
-            from slurm_fsm.report import Report
-            from slurm_fsm.results import Status
-
-            report = Report(status=Status.ERROR, task_type="unknown", mode=args.command,
-                            summary=f"error: {exc}", errors=[str(exc)])
-            _emit(report.to_dict(), "", True, sys.stdout)
+        if as_json:
+            _emit_error(command, f"error: {exc}", [str(exc)])
         return EXIT_ERROR
     except (KeyboardInterrupt, _Stopped) as exc:
         signum = exc.signum if isinstance(exc, _Stopped) else signal.SIGINT
         name = signal.Signals(signum).name
         _say(f"slurm-fsm: stopped by {name} (the persistent allocation, if any, is kept)")
-        if getattr(args, "json", False) and args.command in ("run", "release"):
-            _emit_stopped(current, args.command, f"stopped by {name}")
+        if as_json:
+            _emit_stopped(current, command, f"stopped by {name}", 128 + signum)
         return 128 + signum
+    except Exception as exc:  # a bug: the traceback for the person, one document for a program
+        import traceback
+
+        with contextlib.suppress(OSError):
+            traceback.print_exc()
+        _say(f"slurm-fsm: internal error: {type(exc).__name__}: {exc}")
+        if as_json:
+            _emit_error(command, f"internal error: {type(exc).__name__}: {exc}",
+                        [f"{type(exc).__name__}: {exc}"])
+        return EXIT_ERROR
 
 
-def _emit_stopped(current: _Run, command: str, why: str) -> None:
-    """With ``--json``: the one report document, also for a run stopped by a signal."""
-    from slurm_fsm.report import Report
+def _emit_error(command: str, summary: str, errors: list[str]) -> None:
+    """With ``--json``, exit 3 without a report of the run: ``run``/``release`` print an
+    ERROR report (what an orchestrator reads anyway), other commands an error document;
+    both carry ``cli_exit_code``."""
+    doc = _error_document("ERROR", EXIT_ERROR, command, summary, errors)
+    if command in ("run", "release"):
+        from slurm_fsm.report import Report
+        from slurm_fsm.results import Status
+
+        report = Report(status=Status.ERROR, task_type="unknown", mode=command,
+                        summary=summary, errors=errors)
+        doc = {**report.to_dict(), "cli_exit_code": EXIT_ERROR, "command": command}
+    _print_json_error(doc)
+
+
+def _emit_stopped(current: _Run, command: str, why: str, code: int) -> None:
+    """With ``--json``: the one document, also for a command stopped by a signal (a
+    CANCELLED report for ``run``/``release``)."""
     from slurm_fsm.results import Status
+
+    if command not in ("run", "release"):
+        name = Status.CANCELLED.name
+        _print_json_error(_error_document(name, code, command, f"{name}: {why}", [why]))
+        return
+    from slurm_fsm.report import Report
 
     if current.executor is not None:
         report = current.executor.interrupted_report(why)
     else:
         report = Report(status=Status.CANCELLED, task_type="unknown", mode=command,
                         summary=f"CANCELLED: {why}", errors=[why])
-    with contextlib.suppress(OSError):
-        _emit(report.to_dict(), "", True, sys.stdout)
+    _print_json_error({**report.to_dict(), "cli_exit_code": code, "command": command})
 
 
 def _dispatch(args: argparse.Namespace, current: _Run) -> int:
@@ -243,13 +354,28 @@ def _dispatch(args: argparse.Namespace, current: _Run) -> int:
 
         return run_demo(fake=args.fake, keep=args.keep, quiet=args.quiet)
 
-    spec = JobSpec.from_file(args.spec, strict=args.strict)
+    from pathlib import Path
+
+    from slurm_fsm.spec import JobSpec
+
+    spec = JobSpec.from_file(Path(args.spec), strict=args.strict)
     if spec.load_warnings:
         lines = "".join(f"\n  {w}" for w in spec.load_warnings)
-        print(f"slurm-fsm: warning: job spec {args.spec}:{lines}", file=sys.stderr)
-    backend = _fake_for(spec) if args.backend == "fake" else _backend("slurm")
+        _say(f"slurm-fsm: warning: job spec {args.spec}:{lines}")
+    fake = args.backend == "fake"
+    if not fake and (args.fake_partition or args.fake_account):
+        from slurm_fsm.errors import SpecError
+
+        raise SpecError(str(args.spec), ["--fake-partition/--fake-account: only with "
+                                         "--backend fake"])
+    backend = _fake_for(args) if fake else _backend("slurm")
+    state_path = fake_state_path(spec) if fake else None
+    if fake and not getattr(args, "quiet", False):
+        _say("slurm-fsm: fake cluster: the script runs on this machine (srun runs each task "
+             f"here); its allocation is kept in {fake_state_path(spec)}, never in the real "
+             "state file")
     if args.command == "status":
-        return _status(spec, backend, args.json)
+        return _status(spec, backend, args.json, state_path)
     if args.command == "plan":
         from slurm_fsm.plan import make_plan
 
@@ -265,18 +391,19 @@ def _dispatch(args: argparse.Namespace, current: _Run) -> int:
 
         spec = attrs.evolve(spec, release_allocation=True)
     events = StderrEvents(quiet=args.quiet, stream_output=not args.json)
-    clock = getattr(backend, "clock", None)  # the fake cluster's own clock
-    current.executor = Executor(spec, backend, events=events, clock=clock)
+    # the clock is the backend's own (SlurmBackend.clock)
+    current.executor = Executor(spec, backend, events=events, state_path=state_path)
     report = current.executor.run()
     events.close()
     _emit(report.to_dict(), report.render_text(), args.json, sys.stdout)
     return report.exit_code_for_cli
 
 
-def _status(spec: JobSpec, backend: SlurmBackend, as_json: bool) -> int:
+def _status(spec: JobSpec, backend: SlurmBackend, as_json: bool,
+            state_path: Path | None) -> int:
     from slurm_fsm.allocation import Allocation
 
-    status = Allocation.for_spec(spec, backend).status()
+    status = Allocation.for_spec(spec, backend, state_path=state_path).status()
     _emit(status.to_dict(), status.render_text(), as_json, sys.stdout)
     return 0
 

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import attrs
 
 from slurm_fsm.backend import BatchRequest, JobOutcome, ScriptRequest, SlurmBackend, step_env
-from slurm_fsm.clock import Clock, SystemClock
+from slurm_fsm.clock import Clock
 from slurm_fsm.errors import (
     BackendError,
     JobNotFound,
@@ -273,10 +273,20 @@ class Executor:
         policy: PollPolicy | None = None,
         pre_step: PreStep | None = None,  # default: slurm_fsm.build.default_pre_step
         machine_factory: Callable[..., AllocationMachine] = AllocationMachine,
+        state_path: Path | None = None,
     ) -> None:
         self.spec = spec
+        #: the allocation's state file: ``spec.state_path`` unless given (the fake
+        #: backend of the CLI keeps its own, ``.slurm_alloc.fake.json``); the run record
+        #: lives beside it and is named after it
+        self.state_path = state_path or spec.state_path
+        name = self.state_path.name
+        self._run_record = self.state_path.with_name(
+            name.replace(".slurm_alloc", ".slurm_run", 1) if ".slurm_alloc" in name
+            else f"{name}.run")
         self.backend = backend
-        self.clock: Clock = clock or SystemClock()
+        # the backend's own clock unless told otherwise (a FakeCluster's fake clock)
+        self.clock: Clock = clock or backend.clock
         # progress is best effort: nothing a sink does can fail or stall the run
         self.events = GuardedEvents(events or Events())
         self.policy = policy or PollPolicy()
@@ -377,7 +387,7 @@ class Executor:
     def _new_machine(self) -> AllocationMachine:
         # the lock is held for a whole persistent run: a second run on this repo_root
         # waits for it rather than cancel (or share) an allocation in use
-        store = StateStore(self.spec.state_path,
+        store = StateStore(self.state_path,
                            lock_timeout_s=self.spec.monitor_timeout_seconds + 900.0)
         m = self._machine_factory(self.spec, self.backend, clock=self.clock,
                                   log=self.events.message, store=store)
@@ -452,7 +462,7 @@ class Executor:
         problem = point_latest(spec.persistent_log, log)
         if problem:
             warnings.append(problem)
-        record = RunRecord(run_record_path(spec))
+        record = RunRecord(self._run_record)
         record.write(alloc.job_id, log, script.identity)
         self._timings["start_s"] = self.clock.now() - t
         self.events.state("Running", f"job on allocation {alloc.job_id}")
@@ -495,7 +505,7 @@ class Executor:
         died (kill -9, a lost node) left behind, as its run record says: its local
         script (verified to be that very process group) and the job steps still on the
         allocation. A run that ended normally left no record: no Slurm call then."""
-        record = RunRecord(run_record_path(self.spec))
+        record = RunRecord(self._run_record)
         old = record.read()
         if old is None:
             return

@@ -18,7 +18,7 @@ def write_spec(tmp_path: Path, **over: object) -> Path:
     data: dict[str, object] = {
         "script_path": "job.slurm", "work_dir": "work", "model_name": "m",
         "workflow_type": "custom", "repo_root": ".",
-        "slurm_params": {"partition": "batch", "account": "acct"},
+        "slurm_params": {"partition": "debug", "account": "acct"},
     }
     data.update(over)
     spec = tmp_path / "job_spec.json"
@@ -45,7 +45,7 @@ def test_quiet_prints_no_progress(tmp_path: Path, capsys: pytest.CaptureFixture[
 
 
 @pytest.mark.parametrize(("over", "needle"), [
-    ({"slurm_params": {"partition": "batch", "account": "acct", "nodes": 0}},
+    ({"slurm_params": {"partition": "debug", "account": "acct", "nodes": 0}},
      "slurm_params.nodes: must be >= 1"),
     ({"script_path": "missing.slurm"}, "script_path: no such file"),
 ])
@@ -54,7 +54,9 @@ def test_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
     spec = write_spec(tmp_path, **over)
     assert main(["run", str(spec), "--json", "--backend", "fake"]) == 2
     out, err = capsys.readouterr()
-    assert out == ""
+    doc = json.loads(out)  # one document, also on bad input
+    assert doc["status"] == "BAD_INPUT" and doc["cli_exit_code"] == 2
+    assert doc["file"] == str(spec) and any(needle in p for p in doc["problems"])
     assert needle in err
 
 
@@ -66,7 +68,7 @@ def test_missing_spec_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture
 def test_error_exits_3(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                        monkeypatch: pytest.MonkeyPatch) -> None:
     spec = write_spec(tmp_path, docker_image="img", container_name="c")
-    monkeypatch.setattr(cli, "_fake_for", lambda _spec: FakeCluster(pyxis=False))
+    monkeypatch.setattr(cli, "_fake_for", lambda _args: FakeCluster(pyxis=False))
     assert main(["run", str(spec), "--json", "--backend", "fake"]) == 3
     report = json.loads(capsys.readouterr().out)
     assert report["status"] == "ERROR"
@@ -149,3 +151,186 @@ def test_every_option_has_help_text() -> None:
             elif action.help in (None, "") and action.dest != "help":
                 missing.append(f"{p.prog} {'/'.join(action.option_strings) or action.dest}")
     assert missing == []
+
+
+# ------------------------------------------------------------------ the fake backend
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+@pytest.mark.parametrize("name", ["pytest", "benchmark", "eval", "custom"])
+def test_shipped_examples_pass_on_the_fake_backend_which_runs_them(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str) -> None:
+    """The script runs for real here (its srun lines too, through the fake's srun); the
+    allocation lives in a state file of its own that no real command reads."""
+    import shutil
+
+    shutil.copytree(EXAMPLES / name, tmp_path / "examples" / name)
+    spec = tmp_path / "examples" / name / "job_spec.json"
+    assert main(["run", str(spec), "--json", "--backend", "fake"]) == 0
+    out, err = capsys.readouterr()
+    report = json.loads(out)
+    assert report["status"] == "PASSED", report["summary"]
+    log = Path(report["log_files"]["stdout"]).read_text()
+    marker = {"pytest": "test_forward[", "benchmark": "benchmarking on ",
+              "eval": "evaluating on ", "custom": "custom job done"}[name]
+    assert marker in log  # printed by the script itself (pytest, benchmark, eval: by srun)
+    if name == "custom":  # srun -N 2 --ntasks-per-node=1 hostname: one line per task
+        assert len(log.splitlines()) == 3
+    assert "the script runs on this machine" in err
+    work_dirs = tmp_path / "work_dirs"
+    assert (work_dirs / ".slurm_alloc.fake.json").is_file()
+    assert not (work_dirs / ".slurm_alloc.json").exists()
+    assert not (work_dirs / ".slurm_run.json").exists()
+    # the real backend's status sees no allocation (and asks Slurm nothing)
+    assert main(["status", str(spec), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["allocation"] is None
+
+
+def test_fake_backend_script_failure_is_the_scripts(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    spec = write_spec(tmp_path, workflow_type="custom", success_patterns="done")
+    (tmp_path / "job.slurm").write_text("#!/bin/bash\necho started\nsrun -N 9 true\n")
+    assert main(["run", str(spec), "--json", "--quiet", "--backend", "fake"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["status"] == "FAILED" and report["exit_code"] == 1
+    log = Path(report["log_files"]["stdout"]).read_text()
+    assert "srun: error: Only allocated 1 nodes asked for 9" in log
+
+
+@pytest.mark.parametrize(("params", "extra", "needle"), [
+    ({"partition": "batch", "account": "acct"}, [],
+     "salloc: error: invalid partition specified: batch"),
+    ({"partition": "debug", "account": "someone-elses"}, [],
+     "Invalid account or account/partition combination specified"),
+    ({"partition": "gpu", "account": "acct"}, ["--fake-partition", "gpu", "--fake-account",
+                                               "other"],
+     "Invalid account or account/partition combination specified"),
+])
+def test_fake_backend_rejects_partitions_and_accounts_it_was_not_told_about(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], params: dict[str, str],
+        extra: list[str], needle: str) -> None:
+    spec = write_spec(tmp_path, slurm_params=params)
+    assert main(["run", str(spec), "--json", "--quiet", "--backend", "fake", *extra]) == 3
+    report = json.loads(capsys.readouterr().out)
+    assert report["status"] == "ERROR"
+    assert needle in json.dumps(report)
+
+
+def test_fake_backend_takes_declared_partitions(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    spec = write_spec(tmp_path, slurm_params={"partition": "gpu", "account": "team"})
+    assert main(["run", str(spec), "--json", "--quiet", "--backend", "fake",
+                 "--fake-partition", "gpu", "--fake-account", "team"]) == 0
+    assert json.loads(capsys.readouterr().out)["status"] == "PASSED"
+    assert main(["run", str(spec), "--json", "--fake-partition", "gpu"]) == 2
+    assert "only with --backend fake" in json.loads(capsys.readouterr().out)["problems"][0]
+
+
+# ------------------------------------------------------------------- --json: always one
+
+
+def _bad_inputs(tmp_path: Path) -> dict[str, list[str]]:
+    bad_json = tmp_path / "bad.json"
+    bad_json.write_text("{not json")
+    bad_spec = write_spec(tmp_path, slurm_params={"partition": "debug", "nodes": 0})
+    return {"missing file": [str(tmp_path / "nope.json")], "not JSON": [str(bad_json)],
+            "bad spec": [str(bad_spec)], "unknown option": [str(bad_spec), "--frobnicate"]}
+
+
+@pytest.mark.parametrize("command", ["run", "release", "status", "plan"])
+def test_json_is_one_document_on_any_bad_input(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str) -> None:
+    for what, rest in _bad_inputs(tmp_path).items():
+        code = main([command, *rest, "--json", "--backend", "fake"])
+        out = capsys.readouterr().out
+        doc = json.loads(out)  # never crashes an orchestrator
+        assert code == 2, what
+        assert doc["status"] == "BAD_INPUT" and doc["cli_exit_code"] == 2, what
+        assert doc["command"] == command and doc["problems"], what
+        if what != "unknown option":
+            assert doc["file"] == rest[0], what
+
+
+def test_json_usage_error_without_a_command(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["frobnicate", "--json"]) == 2
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["status"] == "BAD_INPUT" and "invalid choice" in doc["summary"]
+
+
+@pytest.mark.parametrize("command", ["run", "release", "status", "plan"])
+def test_json_is_one_document_on_an_unexpected_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch, command: str) -> None:
+    spec = write_spec(tmp_path)
+
+    def bug(_args: object) -> object:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(cli, "_fake_for", bug)
+    assert main([command, str(spec), "--json", "--backend", "fake"]) == 3
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    assert doc["status"] == "ERROR" and doc["cli_exit_code"] == 3
+    assert "RuntimeError: a bug" in doc["summary"] and "Traceback" in err
+
+
+@pytest.mark.parametrize("command", ["status", "plan"])
+def test_json_is_one_document_on_ctrl_c(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch, command: str) -> None:
+    spec = write_spec(tmp_path)
+
+    def interrupted(_args: object) -> object:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_fake_for", interrupted)
+    assert main([command, str(spec), "--json", "--backend", "fake"]) == 130
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["status"] == "CANCELLED" and doc["cli_exit_code"] == 130
+
+
+# ------------------------------------------------------------------------ lean start
+
+#: Modules a command must not load: what it does not use costs every start.
+HEAVY = ("slurm_fsm.executor", "slurm_fsm.monitor", "slurm_fsm.build", "slurm_fsm.results",
+         "slurm_fsm.report", "slurm_fsm.progress", "slurm_fsm.plan", "slurm_fsm.demo",
+         "slurm_fsm.testing", "slurm_fsm.subprocess_backend", "slurm_fsm.machine",
+         "slurm_fsm.spec", "transitions", "cattrs", "attrs", "filelock",
+         "importlib.metadata")
+
+
+def _imported(tmp_path: Path, *argv: str) -> set[str]:
+    """The modules ``slurm-fsm ARGV`` imports, from ``python -X importtime`` (a process
+    of its own: nothing is cached from the test's imports)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
+    env["SLURM_CONF"] = str(tmp_path / "no-cluster.conf")  # no Slurm call succeeds
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "slurm_fsm", *argv],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
+    return {line.split("|")[-1].strip() for line in proc.stderr.splitlines()
+            if line.startswith("import time:")}
+
+
+@pytest.mark.parametrize(("argv", "allowed"), [
+    (["--version"], {"importlib.metadata"}),
+    (["diagram"], {"slurm_fsm.machine", "slurm_fsm.spec", "transitions", "cattrs", "attrs",
+                   "filelock"}),
+    # status: the spec's alloc_time_limit check reads EXPIRY_MARGIN_S from the machine
+    (["status", "{spec}", "--json"], {"slurm_fsm.spec", "slurm_fsm.subprocess_backend",
+                                      "slurm_fsm.machine", "transitions", "cattrs", "attrs",
+                                      "filelock"}),
+    (["run", "{spec}", "--json", "--backend", "fake"],
+     {"slurm_fsm.executor", "slurm_fsm.monitor", "slurm_fsm.results", "slurm_fsm.report",
+      "slurm_fsm.progress", "slurm_fsm.testing", "slurm_fsm.subprocess_backend",
+      "slurm_fsm.machine", "slurm_fsm.spec", "transitions", "cattrs", "attrs", "filelock"}),
+])
+def test_each_command_imports_only_what_it_needs(tmp_path: Path, argv: list[str],
+                                                 allowed: set[str]) -> None:
+    spec = write_spec(tmp_path)
+    loaded = _imported(tmp_path, *[a.replace("{spec}", str(spec)) for a in argv])
+    assert "slurm_fsm.cli" in loaded  # the measurement works
+    assert sorted(set(HEAVY) & loaded - allowed) == []

@@ -135,3 +135,113 @@ def test_make_spec_fits_the_default_fake_and_checks_like_a_file(tmp_path: Path) 
     assert Executor(spec, fake, clock=fake.clock).run().status is Status.PASSED
     with pytest.raises(SpecError, match=r"slurm_params\.nodes"):
         make_spec(tmp_path, slurm_params={"nodes": 0})
+
+
+def test_executor_on_a_fake_uses_the_fakes_clock_by_default(tmp_path: Path) -> None:
+    """Without ``clock=``: a hung script is a TIMEOUT on the fake's clock, at once, and
+    no real sleep happens (the system clock gave FAILED/143 after real seconds)."""
+    import time
+
+    from slurm_fsm import Executor, Status
+    from slurm_fsm.testing import make_spec
+
+    spec = make_spec(tmp_path, monitor_timeout_seconds=60)
+    fake = FakeCluster()
+    fake.script(spec.script_path, FakeScript(lines=("started",), hang=True))
+    executor = Executor(spec, fake)
+    assert executor.clock is fake.clock
+    t = time.monotonic()
+    report = executor.run()
+    assert time.monotonic() - t < 5
+    assert report.status is Status.TIMEOUT, report.summary
+    assert fake.clock.now() - 1_000_000.0 >= 60  # the monitor waited on fake time
+
+
+def test_allocation_on_a_fake_uses_the_fakes_clock(tmp_path: Path) -> None:
+    from slurm_fsm import Allocation
+
+    fake = FakeCluster()
+    assert Allocation(tmp_path, fake).clock is fake.clock
+
+
+# ----------------------------------------------------- run_scripts: the script runs here
+
+
+def _srun(tmp_path: Path, *args: str, nodes: int = 2, tpn: int = 1) -> tuple[int, str, str]:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "SLURM_JOB_NUM_NODES": str(nodes), "SLURM_NTASKS_PER_NODE": str(tpn),
+           "SLURM_FSM_FAKE_NODES": " ".join(f"node{i:02d}" for i in range(1, nodes + 1))}
+    from slurm_fsm.testing import srun
+
+    proc = subprocess.run([sys.executable, "-I", "-S", srun.__file__, *args], env=env,
+                          capture_output=True, text=True, timeout=30, cwd=tmp_path)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+TASK = 'echo "$SLURM_PROCID $SLURM_NODEID $SLURM_LOCALID $SLURMD_NODENAME"'
+
+
+@pytest.mark.parametrize(("args", "lines"), [
+    ((), ["0 0 0 node01", "1 1 0 node02"]),  # default: every node, its tasks per node
+    (("-N", "1"), ["0 0 0 node01"]),
+    (("-N2", "--ntasks-per-node=2"), ["0 0 0 node01", "1 0 1 node01", "2 1 0 node02",
+                                      "3 1 1 node02"]),
+    (("--ntasks", "3", "--jobid=5", "--overlap"), ["0 0 0 node01", "1 0 1 node01",
+                                                   "2 1 0 node02"]),
+])
+def test_srun_shim_runs_one_process_per_task(tmp_path: Path, args: tuple[str, ...],
+                                             lines: list[str]) -> None:
+    code, out, _err = _srun(tmp_path, *args, "bash", "-c", TASK)
+    assert code == 0
+    assert sorted(out.splitlines()) == lines
+
+
+def test_srun_shim_errors_as_srun_does(tmp_path: Path) -> None:
+    code, _out, err = _srun(tmp_path, "-N", "3", "true")
+    assert code == 1 and "srun: error: Only allocated 2 nodes asked for 3" in err
+    code, _out, err = _srun(tmp_path, "bash", "-c", 'exit $((SLURM_PROCID + 3))')
+    assert code == 4
+    assert "srun: error: node02: task 1: Exited with exit code 4" in err
+    code, _out, err = _srun(tmp_path, "no-such-command-here")
+    assert code == 2 and "execve(): no-such-command-here" in err
+    code, _out, err = _srun(tmp_path, "--container-name=c", "true")
+    assert code == 0 and "--container-name ignored" in err
+
+
+def test_run_scripts_persistent_failure_and_timeout_are_real(tmp_path: Path) -> None:
+    from slurm_fsm import Executor, Status
+    from slurm_fsm.testing import make_spec
+
+    spec = make_spec(tmp_path, workflow_type="custom", success_patterns="never printed",
+                     monitor_timeout_seconds=1)
+    spec.script_path.write_text("#!/bin/bash\necho \"job $SLURM_JOB_ID\"\nsrun -N1 true\n"
+                                "exit 7\n")
+    fake = FakeCluster(run_scripts=True)
+    report = Executor(spec, fake).run()
+    assert report.status is Status.FAILED and report.exit_code == 7
+    assert "job 100" in Path(str(report.log_files["stdout"])).read_text()
+    spec.script_path.write_text("#!/bin/bash\necho started\nsrun sleep 30\n")
+    report = Executor(spec, fake).run()
+    assert report.status is Status.TIMEOUT, report.summary
+    assert (report.elapsed_s or 0) < 15
+    assert fake.active_jobs()[0].steps == {}  # the step is gone, the allocation stays
+
+
+def test_run_scripts_one_shot_runs_the_batch_script(tmp_path: Path) -> None:
+    from slurm_fsm import Executor, Status
+    from slurm_fsm.testing import make_spec
+
+    spec = make_spec(tmp_path, workflow_type="custom", success_patterns="done on",
+                     persistent_mode=False, log_file_pattern="out_%j.log")
+    spec.script_path.write_text("#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --output=out_%j.log\n"
+                                "srun bash -c 'echo \"done on $SLURMD_NODENAME\"'\n")
+    report = Executor(spec, FakeCluster(run_scripts=True)).run()
+    assert report.status is Status.PASSED, report.summary
+    log = Path(str(report.log_files["stdout"])).read_text()
+    assert sorted(log.split("\n")[:2]) == ["done on node01", "done on node02"]
+    spec.script_path.write_text("#!/bin/bash\n#SBATCH --output=out_%j.log\necho nope\nexit 3\n")
+    report = Executor(spec, FakeCluster(run_scripts=True)).run()
+    assert report.status is Status.FAILED and report.exit_code == 3

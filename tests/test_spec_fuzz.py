@@ -395,7 +395,8 @@ def test_good_specs_write_only_in_work_dir_and_the_state_folder(
                "slurm_params": {"partition": partition, "account": account}, **extra}
         spec.write_bytes(dumps(doc))
         before = set(snapshot(root))
-        code, _out, err = run_cli(["run", str(spec), "--json", "--quiet", "--backend", "fake"])
+        code, _out, err = run_cli(["run", str(spec), "--json", "--quiet", "--backend", "fake",
+                                   "--fake-partition", partition, "--fake-account", account])
         assert "Traceback" not in err
         assert code in (0, 1), err
         work, state = spec.parent / "work", spec.parent / "work_dirs"

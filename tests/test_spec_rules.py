@@ -317,7 +317,8 @@ def test_the_report_carries_the_warning(tmp_path: Path,
     (tmp_path / "job.slurm").write_text("#!/bin/bash\ntrue\n")
     f = tmp_path / "job_spec.json"
     f.write_text(json.dumps({**MINIMAL, "repo_root": ".", "monitor_timeout": 5}))
-    assert cli.main(["run", str(f), "--json", "--quiet", "--backend", "fake"]) == 0
+    assert cli.main(["run", str(f), "--json", "--quiet", "--backend", "fake",
+                     "--fake-partition", "batch"]) == 0
     out, err = capsys.readouterr()
     assert any("did you mean monitor_timeout_seconds?" in w
                for w in json.loads(out)["warnings"])

@@ -230,7 +230,7 @@ def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     spec.write_text(json.dumps({
         "script_path": "job.slurm", "work_dir": "work", "model_name": "m",
         "workflow_type": "custom", "repo_root": ".",
-        "slurm_params": {"partition": "batch", "account": "acct"},
+        "slurm_params": {"partition": "debug", "account": "acct"},
     }))
     return subprocess.run([sys.executable, "-m", "slurm_fsm", args[0], str(spec), *args[1:],
                            "--backend", "fake"], capture_output=True, text=True, timeout=60,
@@ -239,7 +239,7 @@ def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize("command", ["run", "status", "release"])
 def test_cli_does_not_hang_on_a_fifo_state_file(tmp_path: Path, command: str) -> None:
-    state = tmp_path / "work_dirs" / ".slurm_alloc.json"
+    state = tmp_path / "work_dirs" / ".slurm_alloc.fake.json"  # the fake backend's
     state.parent.mkdir()
     os.mkfifo(state)
     out = _cli(tmp_path, command)
@@ -250,7 +250,7 @@ def test_cli_does_not_hang_on_a_fifo_state_file(tmp_path: Path, command: str) ->
 
 
 def test_cli_state_path_that_is_a_directory_is_an_error_before_slurm(tmp_path: Path) -> None:
-    state = tmp_path / "work_dirs" / ".slurm_alloc.json"
+    state = tmp_path / "work_dirs" / ".slurm_alloc.fake.json"  # the fake backend's
     state.mkdir(parents=True)
     out = _cli(tmp_path, "run", "--json")
     assert out.returncode == 3, out.stderr

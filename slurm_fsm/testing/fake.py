@@ -15,8 +15,17 @@ every call::
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import os
 import shlex
+import shutil
+import signal as signals
+import subprocess
+import sys
+import tempfile
+import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -101,6 +110,27 @@ class FakeClock:
             self._now += seconds
 
 
+class _WallClock(FakeClock):
+    """The clock of a cluster that runs scripts for real: real time (``sleep`` sleeps),
+    which a test can still move forward with :meth:`advance` (allocations age)."""
+
+    def __init__(self) -> None:
+        super().__init__(time.monotonic())
+        self._skew = 0.0
+
+    def now(self) -> float:
+        return time.monotonic() + self._skew
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        if seconds > 0:
+            time.sleep(seconds)
+
+    def advance(self, seconds: float) -> None:
+        if seconds > 0:
+            self._skew += seconds
+
+
 @attrs.define
 class FakeContainer:
     image: str
@@ -173,6 +203,8 @@ class FakeJob:
     written: int = 0
     cancelled_by: str = ""
     comment: str = ""
+    #: the batch script's process, when the cluster runs scripts (``run_scripts=True``)
+    process: subprocess.Popen[bytes] | None = None
 
     @property
     def active(self) -> bool:
@@ -256,8 +288,78 @@ class _FakeRunningScript:
                 job.steps.pop(self.step_id, None)
 
 
+class _LocalFakeScript:
+    """A persistent-path script a ``run_scripts=True`` cluster runs for real: a
+    :class:`~slurm_fsm.subprocess_backend.LocalScript` that is also a step of the fake
+    allocation (cancelling the step or ending the allocation stops it)."""
+
+    def __init__(self, cluster: FakeCluster, local: Any, job_id: str, step_id: str) -> None:
+        self.cluster = cluster
+        self._local = local
+        self.job_id = job_id
+        self.step_id = step_id
+        self.exit_code: int | None = None
+
+    @property
+    def log_path(self) -> Path:
+        path: Path = self._local.log_path
+        return path
+
+    @property
+    def identity(self) -> dict[str, str | int]:
+        identity: dict[str, str | int] = self._local.identity
+        return identity
+
+    def _end(self, code: int) -> int:
+        self.exit_code = code
+        job = self.cluster.jobs.get(self.job_id)
+        if job is not None:
+            job.steps.pop(self.step_id, None)
+        return code
+
+    def poll(self) -> int | None:
+        if self.exit_code is not None:
+            return self.exit_code
+        code: int | None = self._local.poll()
+        if code is not None:
+            return self._end(code)
+        self.cluster._tick()
+        job = self.cluster.jobs.get(self.job_id)
+        if job is None or not job.active or self.step_id not in job.steps:
+            self._local.terminate(grace_s=2.0)  # the step was cancelled or the job ended
+            return self._end(128 + signals.SIGTERM)
+        return None
+
+    def wait_up_to(self, timeout_s: float) -> int | None:
+        code = self.poll()
+        if code is not None:
+            return code
+        self._local.wait_up_to(timeout_s)
+        return self.poll()
+
+    def terminate(self) -> None:
+        if self.exit_code is None:
+            self._local.terminate(grace_s=2.0)
+            self._end(self._local.poll() or 128 + signals.SIGTERM)
+
+
+#: How the ``srun`` on a script's PATH starts (``{python}`` and ``{shim}`` shell-quoted).
+_SRUN_WRAPPER = '#!/bin/bash\nexec {python} -I -S {shim} "$@"\n'
+
+
 class FakeCluster:
-    """An in-memory Slurm. Every backend call is recorded in :attr:`calls`."""
+    """An in-memory Slurm. Every backend call is recorded in :attr:`calls`.
+
+    By default a job script does not run: what it does is a :class:`FakeScript`
+    (``ok`` unless told otherwise, see :meth:`script`). With ``run_scripts=True`` the
+    scripts run for real on this machine (the persistent path's ``bash <script>`` and
+    the one-shot path's batch script), with the job's ``SLURM_*`` exported,
+    ``SLURM_FSM_FAKE_NODES`` naming the allocated fake nodes and an ``srun`` first on
+    ``PATH`` that runs its command here once per task (:mod:`slurm_fsm.testing.srun`);
+    the clock is then real time (``clock.advance`` still ages allocations). Steps the
+    machine itself runs (:meth:`run_step`: the GPU pre-flight, container setup) stay
+    simulated. ``slurm-fsm run --backend fake`` uses this mode.
+    """
 
     def __init__(
         self,
@@ -274,6 +376,7 @@ class FakeCluster:
         path_exists: Callable[[str], bool] | None = None,
         registry: bool = True,
         pending_reason: str | None = None,
+        run_scripts: bool = False,
     ) -> None:
         parts = partitions or {"batch": ["node01", "node02", "node03", "node04"]}
         self.partitions: dict[str, list[str]] = {k: list(v) for k, v in parts.items()}
@@ -282,7 +385,9 @@ class FakeCluster:
         }
         self.accounts = set(accounts)
         self.user = user
-        self.clock = clock or FakeClock()
+        #: run job scripts for real on this machine (see the class docstring)
+        self.run_scripts = run_scripts
+        self.clock = clock or (_WallClock() if run_scripts else FakeClock())
         self.pyxis = pyxis
         #: whether a host path (image file, mount source) exists on the nodes
         self.path_exists: Callable[[str], bool] = path_exists or (lambda _path: True)
@@ -299,7 +404,8 @@ class FakeCluster:
         self._faults: dict[str, list[BaseException]] = {}
         self._scripts: dict[str, FakeScript] = {}
         self._step_rules: list[StepRule] = []
-        self._running: list[_FakeRunningScript] = []
+        self._running: list[_FakeRunningScript | _LocalFakeScript] = []
+        self._bin: Path | None = None  # the srun shim's folder (run_scripts=True)
 
     # ---------------------------------------------------------------- test controls
     def fail_next(self, op: str, error: BaseException, times: int = 1) -> None:
@@ -384,6 +490,7 @@ class FakeCluster:
                 signal: int = 0) -> None:
         if job.ended_at is not None:
             return
+        self._stop_process(job)
         job.state = JobState.parse(state)
         job.exit_code = exit_code
         job.signal = signal
@@ -408,6 +515,12 @@ class FakeCluster:
                     self._write_batch_output(job, job.started_at + job.time_limit_s)
                 self._finish(job, JobState.TIMEOUT, 0, 0)
                 job.ended_at = job.started_at + job.time_limit_s
+                continue
+            if job.process is not None:
+                rc = job.process.poll()
+                if rc is not None:
+                    self._finish(job, JobState.COMPLETED if rc == 0 else JobState.FAILED,
+                                 max(rc, 0), -rc if rc < 0 else 0)
                 continue
             if job.kind == "batch" and job.script is not None:
                 self._write_batch_output(job, now)
@@ -465,6 +578,27 @@ class FakeCluster:
         if job is None or not job.active:
             raise JobNotFound(job_id, "slurm_load_jobs error: Invalid job id specified")
         return job
+
+    def _srun_bin(self) -> Path:
+        """A folder holding the ``srun`` shim (made once per cluster, removed with it)."""
+        if self._bin is None:
+            from slurm_fsm.testing import srun as shim
+
+            folder = Path(tempfile.mkdtemp(prefix="slurm_fsm-fake-bin-"))
+            weakref.finalize(self, shutil.rmtree, str(folder), True)
+            wrapper = folder / "srun"
+            wrapper.write_text(_SRUN_WRAPPER.format(python=shlex.quote(sys.executable),
+                                                    shim=shlex.quote(str(shim.__file__))),
+                               encoding="utf-8")
+            wrapper.chmod(0o755)
+            self._bin = folder
+        return self._bin
+
+    def _script_env(self, job: FakeJob, env: Mapping[str, str]) -> dict[str, str]:
+        """What a script of ``job`` run for real gets on top of the caller's SLURM_*."""
+        path = os.environ.get("PATH", os.defpath)
+        return {**env, "SLURM_FSM_FAKE_NODES": " ".join(job.nodes),
+                "PATH": f"{self._srun_bin()}{os.pathsep}{path}"}
 
     def _script_for(self, path: Path) -> FakeScript:
         key = str(path)
@@ -672,7 +806,48 @@ class FakeCluster:
         )
         work.mkdir(parents=True, exist_ok=True)
         self.jobs[job_id] = job
+        if self.run_scripts:  # the batch script runs for real, at once
+            job.script = None
+            job.pending_until = job.started_at = self.clock.now()
+            job.state, job.reason = JobState.RUNNING, "None"
+            tpn = int(directives.get("ntasks-per-node", "1") or 1)
+            env = {"SLURM_JOB_ID": job_id, "SLURM_JOBID": job_id,
+                   "SLURM_JOB_NUM_NODES": str(nodes), "SLURM_NNODES": str(nodes),
+                   "SLURM_NTASKS": str(nodes * tpn), "SLURM_NTASKS_PER_NODE": str(tpn),
+                   "SLURM_JOB_NODELIST": hostlist.collect_hostlist(job.nodes),
+                   "SLURM_NODELIST": hostlist.collect_hostlist(job.nodes),
+                   "SLURM_JOB_NAME": job.name, "SLURM_SUBMIT_DIR": str(work),
+                   "SLURM_JOB_PARTITION": partition, **request.env}
+            job.process = self._start_batch(job, request.script_path, work,
+                                            self._script_env(job, env))
         return job_id
+
+    def _start_batch(self, job: FakeJob, script: Path, work: Path,
+                     env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+        from slurm_fsm.slurmcli import clean_env
+
+        assert job.out_path is not None and job.err_path is not None
+        job.out_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(job.out_path, "ab") as out, open(job.err_path, "ab") as err:
+            return subprocess.Popen(  # noqa: S603 - an argument list, never a shell
+                ["bash", str(script)], cwd=work, stdin=subprocess.DEVNULL,
+                stdout=out, stderr=err if job.err_path != job.out_path else out,
+                env=clean_env(os.environ, env), start_new_session=True)
+
+    @staticmethod
+    def _stop_process(job: FakeJob) -> int | None:
+        """Stop a batch script run for real (its process group): its exit status."""
+        proc = job.process
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            for sig, wait_s in ((signals.SIGTERM, 2.0), (signals.SIGKILL, 5.0)):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, sig)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(wait_s)
+                    break
+        return proc.poll()
 
     def job_outcome(self, job_id: str) -> JobOutcome:
         self._call("job_outcome", job_id=job_id)
@@ -699,7 +874,7 @@ class FakeCluster:
     def expand_nodelist(self, nodelist: str) -> list[str]:
         return list(hostlist.expand_hostlist(nodelist)) if nodelist else []
 
-    def start_script(self, request: ScriptRequest) -> _FakeRunningScript:
+    def start_script(self, request: ScriptRequest) -> _FakeRunningScript | _LocalFakeScript:
         self._call("start_script", request=request)
         job_id = request.env.get("SLURM_JOB_ID", "")
         job = self._job(job_id)
@@ -707,14 +882,30 @@ class FakeCluster:
         job.next_step += 1
         job.steps[step_id] = StepInfo(job_id=job_id, step_id=step_id, name=request.script_path.name,
                                      state=JobState.RUNNING)
-        running = _FakeRunningScript(self, request, self._script_for(request.script_path),
-                                     job_id, step_id)
+        running: _FakeRunningScript | _LocalFakeScript
+        if self.run_scripts:
+            from slurm_fsm.subprocess_backend import SubprocessBackend
+
+            env = self._script_env(job, request.env)
+            try:
+                local = SubprocessBackend().start_script(attrs.evolve(request, env=env))
+            except BaseException:
+                job.steps.pop(step_id, None)
+                raise
+            running = _LocalFakeScript(self, local, job_id, step_id)
+        else:
+            running = _FakeRunningScript(self, request, self._script_for(request.script_path),
+                                         job_id, step_id)
         self._running.append(running)
         return running
 
     def stop_stale_script(self, identity: Mapping[str, object]) -> str | None:
         """Stop a script of this cluster that an earlier run left running."""
         self.calls.append(Call("stop_stale_script", {"identity": dict(identity)}))
+        if "pgid" in identity:  # a script run for real (run_scripts=True)
+            from slurm_fsm.subprocess_backend import stop_stale_group
+
+            return stop_stale_group(identity)
         for r in self._running:
             if r.identity == dict(identity) and r.exit_code is None:
                 r.terminate()

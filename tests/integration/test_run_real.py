@@ -377,7 +377,9 @@ def test_cli_bad_spec_exits_2_without_any_slurm_command(
 
     proc = cli("run", str(write_spec(tmp_path / "bad.json", bad)), "--json", env=env)
     assert proc.returncode == 2, proc.stderr
-    assert proc.stdout == ""
+    doc = json.loads(proc.stdout)  # --json: one document, also on bad input
+    assert doc["status"] == "BAD_INPUT" and doc["cli_exit_code"] == 2
+    assert any("slurm_params.nodes" in p for p in doc["problems"])
     assert "slurm_params.nodes" in proc.stderr
     assert not calls.exists(), calls.read_text()
 
