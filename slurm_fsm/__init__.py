@@ -48,7 +48,8 @@ if _typing.TYPE_CHECKING:  # pragma: no cover - what the lazy table below resolv
         StateFileError,
         StateLockTimeout,
     )
-    from slurm_fsm.executor import Events, Executor, PreStep, PreStepResult
+    from slurm_fsm.events import Events, PreStep, PreStepResult
+    from slurm_fsm.executor import Executor
     from slurm_fsm.jobstate import JobState
     from slurm_fsm.machine import (
         AllocationMachine,
@@ -78,9 +79,9 @@ _EXPORTS: dict[str, str] = {
     "Duration": "slurm_fsm.duration",
     # running a job
     "Executor": "slurm_fsm.executor",
-    "Events": "slurm_fsm.executor",
-    "PreStep": "slurm_fsm.executor",
-    "PreStepResult": "slurm_fsm.executor",
+    "Events": "slurm_fsm.events",
+    "PreStep": "slurm_fsm.events",
+    "PreStepResult": "slurm_fsm.events",
     "StderrEvents": "slurm_fsm.progress",
     "Clock": "slurm_fsm.clock",
     "SystemClock": "slurm_fsm.clock",

@@ -31,7 +31,7 @@ from slurm_fsm.errors import JobNotFound, SpecError
 
 if TYPE_CHECKING:
     from slurm_fsm.backend import SlurmBackend
-    from slurm_fsm.executor import Events
+    from slurm_fsm.events import Events
     from slurm_fsm.monitor import PollPolicy
     from slurm_fsm.report import Report
     from slurm_fsm.spec import JobSpec

@@ -46,7 +46,7 @@ import javaproperties
 from slurm_fsm.backend import BatchRequest, SlurmBackend
 from slurm_fsm.clock import Clock
 from slurm_fsm.errors import BackendError, BuildError
-from slurm_fsm.executor import Events, PreStep, PreStepResult
+from slurm_fsm.events import Events, PreStep, PreStepResult
 from slurm_fsm.jobstate import JobState
 from slurm_fsm.logs import tail_lines
 from slurm_fsm.monitor import PollPolicy, final_outcome, watch_batch_job

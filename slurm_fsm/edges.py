@@ -41,7 +41,7 @@ import attrs
 from slurm_fsm.backend import JobInfo
 from slurm_fsm.duration import Duration
 from slurm_fsm.ownership import Ownership, checkout_tag, ownership
-from slurm_fsm.spec import DEFAULT_JOB_NAME_SUFFIX, JobSpec
+from slurm_fsm.spec import DEFAULT_JOB_NAME_SUFFIX, EXPIRY_MARGIN_S, JobSpec
 from slurm_fsm.state import AllocState
 
 __all__ = [
@@ -69,8 +69,6 @@ __all__ = [
     "state_job_names",
 ]
 
-#: An allocation with this much time left or less is not reused (procedure 0C).
-EXPIRY_MARGIN_S = 300
 
 
 class State(Enum):

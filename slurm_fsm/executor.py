@@ -15,7 +15,7 @@ import stat
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import attrs
 
@@ -26,6 +26,11 @@ from slurm_fsm.errors import (
     JobNotFound,
     SpecError,
 )
+
+# Events, GuardedEvents, PreStep and PreStepResult live in slurm_fsm.events (below the
+# build, which needs them too); importable from here as before
+from slurm_fsm.events import Events, GuardedEvents, PreStep
+from slurm_fsm.events import PreStepResult as PreStepResult  # re-exported
 from slurm_fsm.jobstate import JobState
 from slurm_fsm.logs import DEFAULT_HANG_MARKER, grep, head_lines, tail_lines
 from slurm_fsm.machine import AllocationMachine, SetupFailed, State
@@ -52,11 +57,7 @@ from slurm_fsm.spec import JobSpec, WorkflowType
 from slurm_fsm.state import StateStore
 
 __all__ = [
-    "Events",
     "Executor",
-    "GuardedEvents",
-    "PreStep",
-    "PreStepResult",
     "RunRecord",
     "err_path_for",
     "log_path_for",
@@ -65,87 +66,6 @@ __all__ = [
     "run_log_path",
     "run_record_path",
 ]
-
-
-class Events:
-    """What a run tells the person watching it. Subclass and override what you show."""
-
-    def state(self, machine_state: str, detail: str = "") -> None:
-        """The machine (or the job) entered a new state."""
-
-    def message(self, text: str) -> None:
-        """A line of progress (allocation made, warnings, state changes)."""
-
-    def output(self, text: str) -> None:
-        """New text of the job's log, as it arrives."""
-
-    def job_state(self, slurm_state: str) -> None:
-        """The job's Slurm state changed (PENDING, RUNNING, COMPLETING, ...)."""
-
-    def tick(self, elapsed_s: float, last_line: str) -> None:
-        """Called on every monitor poll while a job runs."""
-
-
-class GuardedEvents(Events):
-    """The executor's view of the caller's :class:`Events`: best effort, never fatal.
-
-    Every public attribute of the wrapped sink that is callable (today's methods
-    and any added later: the guard is in ``__getattribute__``, not per method)
-    is called through a guard. The first exception (a closed stderr, a bug in a
-    sink) switches the sink off for the rest of the run and is kept in
-    :attr:`problem`; it never reaches the run. ``KeyboardInterrupt`` and other
-    ``BaseException`` that are not ``Exception`` pass: they are the user's.
-    """
-
-    def __init__(self, inner: Events) -> None:
-        self._inner = inner
-        self._problem: str | None = None
-
-    @property
-    def problem(self) -> str | None:
-        """Why progress output stopped: the sink's first exception, or its own word
-        (a :class:`~slurm_fsm.progress.StderrEvents` silenced by a dead stream)."""
-        if self._problem is not None:
-            return self._problem
-        silenced = getattr(self._inner, "silenced", None)
-        return silenced if isinstance(silenced, str) else None
-
-    def __getattribute__(self, name: str) -> Any:
-        if name.startswith("_") or name == "problem":
-            return object.__getattribute__(self, name)
-        target = getattr(object.__getattribute__(self, "_inner"), name)
-        if not callable(target):
-            return target
-
-        def guarded(*args: Any, **kwargs: Any) -> Any:
-            if object.__getattribute__(self, "_problem") is not None:
-                return None
-            try:
-                return target(*args, **kwargs)
-            except Exception as exc:
-                self._problem = f"{type(exc).__name__}: {exc}"
-                return None
-
-        return guarded
-
-
-@attrs.frozen(kw_only=True)
-class PreStepResult:
-    """What the pre-step (image resolution and build) decided."""
-
-    ok: bool
-    spec: JobSpec  # possibly with docker_image resolved
-    summary: str = ""
-    log_tail: tuple[str, ...] = ()
-    log_path: str | None = None
-    job_id: str | None = None
-    warnings: tuple[str, ...] = ()
-
-
-class PreStep(Protocol):
-    """Runs before step 0 when ``build_project`` is true (see :mod:`slurm_fsm.build`)."""
-
-    def __call__(self, spec: JobSpec, backend: SlurmBackend, events: Events) -> PreStepResult: ...
 
 
 def log_path_for(spec: JobSpec, job_id: str) -> Path:

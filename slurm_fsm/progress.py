@@ -16,7 +16,7 @@ import sys
 import time
 from typing import TextIO
 
-from slurm_fsm.executor import Events
+from slurm_fsm.events import Events
 
 __all__ = ["StderrEvents"]
 

@@ -42,6 +42,7 @@ from slurm_fsm.files import FileProblem, Problem, read_bounded
 
 __all__ = [
     "DEFAULT_JOB_NAME_SUFFIX",
+    "EXPIRY_MARGIN_S",
     "MAX_NAME_LEN",
     "MAX_SPEC_BYTES",
     "JobSpec",
@@ -54,6 +55,10 @@ __all__ = [
 
 DEFAULT_JOB_NAME_SUFFIX = "-trtllm.persistent"
 
+#: An allocation with this much time left or less is not reused (procedure 0C): the
+#: machine cancels it as expiring, so ``alloc_time_limit`` must be longer. Defined here,
+#: the lowest module that needs it (the edge table imports it from here).
+EXPIRY_MARGIN_S = 300
 #: A job spec is a few hundred bytes; a larger file is refused unread.
 MAX_SPEC_BYTES = 1 << 20
 #: Partition, account, job and container names.
@@ -260,14 +265,12 @@ def _time(value: object) -> None:
 def _alloc_time(value: object) -> None:
     """A time limit that leaves the allocation reusable: one with EXPIRY_MARGIN_S or less
     left is cancelled as expiring by the next run (procedure 0C)."""
-    from slurm_fsm import machine  # the margin is the machine's; machine imports this module
-
     _time(value)
     assert isinstance(value, Duration)
     if value.kind in (DurationKind.NOT_SET, DurationKind.INVALID):
         raise ValueError(f"must be a time limit, got {value}")
-    margin = Duration.of_seconds(machine.EXPIRY_MARGIN_S)
-    if value.is_finite and (value.seconds or 0) <= machine.EXPIRY_MARGIN_S:
+    margin = Duration.of_seconds(EXPIRY_MARGIN_S)
+    if value.is_finite and (value.seconds or 0) <= EXPIRY_MARGIN_S:
         raise ValueError(
             f"must be more than {margin}: an allocation with {margin} or less left is "
             f"cancelled as expiring, so it could never be reused; got {value}")

@@ -34,6 +34,7 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "slurm_fsm.spec",
     "slurm_fsm.duration",
     "slurm_fsm.executor",
+    "slurm_fsm.events",
     "slurm_fsm.progress",
     "slurm_fsm.build",
     "slurm_fsm.allocation",

@@ -319,10 +319,9 @@ def _imported(tmp_path: Path, *argv: str) -> set[str]:
     (["--version"], {"importlib.metadata"}),
     (["diagram"], {"slurm_fsm.machine", "slurm_fsm.spec", "transitions", "cattrs", "attrs",
                    "filelock"}),
-    # status: the spec's alloc_time_limit check reads EXPIRY_MARGIN_S from the machine
+    # status: no machine, no transitions (the expiry margin lives in the spec)
     (["status", "{spec}", "--json"], {"slurm_fsm.spec", "slurm_fsm.subprocess_backend",
-                                      "slurm_fsm.machine", "transitions", "cattrs", "attrs",
-                                      "filelock"}),
+                                      "cattrs", "attrs", "filelock"}),
     (["run", "{spec}", "--json", "--backend", "fake"],
      {"slurm_fsm.executor", "slurm_fsm.monitor", "slurm_fsm.results", "slurm_fsm.report",
       "slurm_fsm.progress", "slurm_fsm.testing", "slurm_fsm.subprocess_backend",

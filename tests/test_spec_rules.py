@@ -17,8 +17,7 @@ import pytest
 from slurm_fsm import cli
 from slurm_fsm.duration import Duration
 from slurm_fsm.errors import SpecError
-from slurm_fsm.machine import EXPIRY_MARGIN_S
-from slurm_fsm.spec import MAX_SPEC_BYTES, JobSpec, PartitionInfo, SlurmParams
+from slurm_fsm.spec import EXPIRY_MARGIN_S, MAX_SPEC_BYTES, JobSpec, PartitionInfo, SlurmParams
 from slurm_fsm.testing import FakeCluster
 
 MINIMAL: dict[str, Any] = {
@@ -212,7 +211,7 @@ def test_alloc_time_limit_within_the_expiry_margin_is_refused() -> None:
 
 
 def test_the_minimum_follows_the_margin(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("slurm_fsm.machine.EXPIRY_MARGIN_S", 600)
+    monkeypatch.setattr("slurm_fsm.spec.EXPIRY_MARGIN_S", 600)
     problems = problems_of({**MINIMAL, "alloc_time_limit": "00:08:00"})
     assert problems[0].startswith("alloc_time_limit: must be more than 00:10:00")
 

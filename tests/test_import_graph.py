@@ -1,0 +1,105 @@
+"""The package's import graph has no circle.
+
+Every import of one slurm_fsm module by another counts, at module level or inside a
+function (a deferred import is still a dependency), except those under
+``if TYPE_CHECKING:`` (annotations only). The package's ``__init__`` is left out: it
+only maps public names to their modules, loading them on first use.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "slurm_fsm"
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = path
+    return out
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    typing_only = {id(sub) for node in ast.walk(tree)
+                   if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+                   for sub in ast.walk(node)}
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                found.add(sub if sub in modules else node.module)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return {m for m in found if m in modules and m not in (name, "slurm_fsm")}
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _imports(name, path, modules) for name, path in modules.items()
+            if name != "slurm_fsm"}
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_import_graph_has_no_circle() -> None:
+    graph = import_graph()
+    assert "slurm_fsm.edges" in graph["slurm_fsm.machine"]  # the graph is really read
+    assert circles(graph) == []
+
+
+def test_the_circle_finder_finds_circles() -> None:
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_layers_point_down() -> None:
+    """design.md's direction of calls: the backend never imports the machine or the
+    executor; the machine never imports the executor; nothing below imports the CLI."""
+    graph = import_graph()
+    for low, high in [("slurm_fsm.backend", "slurm_fsm.machine"),
+                      ("slurm_fsm.subprocess_backend", "slurm_fsm.machine"),
+                      ("slurm_fsm.slurmcli", "slurm_fsm.machine"),
+                      ("slurm_fsm.machine", "slurm_fsm.executor"),
+                      ("slurm_fsm.edges", "slurm_fsm.machine"),
+                      ("slurm_fsm.spec", "slurm_fsm.machine")]:
+        assert high not in graph[low], f"{low} imports {high}"
+    assert not [m for m, deps in graph.items()
+                if "slurm_fsm.cli" in deps and m != "slurm_fsm.__main__"]
