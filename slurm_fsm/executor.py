@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import stat
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -192,7 +191,6 @@ class Executor:
         events: Events | None = None,
         policy: PollPolicy | None = None,
         pre_step: PreStep | None = None,  # default: slurm_fsm.build.default_pre_step
-        machine_factory: Callable[..., AllocationMachine] = AllocationMachine,
         state_path: Path | None = None,
     ) -> None:
         self.spec = spec
@@ -211,7 +209,6 @@ class Executor:
         self.events = GuardedEvents(events or Events())
         self.policy = policy or PollPolicy()
         self.pre_step = pre_step
-        self._machine_factory = machine_factory
         self.machine: AllocationMachine | None = None
         self._timings: dict[str, float] = {}
         self._pre_notes: list[str] = []
@@ -309,8 +306,8 @@ class Executor:
         # waits for it rather than cancel (or share) an allocation in use
         store = StateStore(self.state_path,
                            lock_timeout_s=self.spec.monitor_timeout_seconds + 900.0)
-        m = self._machine_factory(self.spec, self.backend, clock=self.clock,
-                                  log=self.events.message, store=store)
+        m = AllocationMachine(self.spec, self.backend, clock=self.clock,
+                              log=self.events.message, store=store)
         self.machine = m
         return m
 

@@ -56,7 +56,6 @@ class Watch:
     states: list[JobState] = attrs.field(factory=list)  # one-shot: Slurm states seen, in order
     last_info: JobInfo | None = None
     elapsed_s: float = 0.0
-    slurm_queries: int = 0
     messages: list[str] = attrs.field(factory=list)
     bytes_read: int = 0
     never_starts: str = ""  # one-shot: the pending reason that can never clear (job cancelled)
@@ -236,7 +235,6 @@ def _batch_loop(job_id: str, watch: Watch, follower: LogFollower, *, backend: Sl
             _cancel_job(backend, job_id, watch)
             return
         if now >= next_query:
-            watch.slurm_queries += 1
             info: JobInfo | None = None
             try:
                 info = backend.query_job(job_id)

@@ -345,7 +345,6 @@ class SubprocessBackend:
         self._runner: Runner = runner or _default_runner
         self.clock: Clock = clock or SystemClock()
         self._container_support: bool | None = None
-        self._reapers: list[threading.Thread] = []
 
     # ------------------------------------------------------------- plumbing
 
@@ -512,7 +511,6 @@ class SubprocessBackend:
         """Wait for the detached salloc in a daemon thread, so it never lingers a zombie."""
         thread = threading.Thread(target=proc.wait, name=f"reap-salloc-{proc.pid}", daemon=True)
         thread.start()
-        self._reapers = [t for t in self._reapers if t.is_alive()] + [thread]
 
     @staticmethod
     def _stop(proc: subprocess.Popen[bytes], grace_s: float = 3.0) -> None:
