@@ -50,19 +50,21 @@ from slurm_fsm.events import Events, PreStep, PreStepResult
 from slurm_fsm.jobstate import JobState
 from slurm_fsm.logs import tail_lines
 from slurm_fsm.monitor import PollPolicy, final_outcome, watch_batch_job
+from slurm_fsm.project import (  # TensorRT-LLM's arch table and image tags file
+    ARCH_TABLE,
+    DEFAULT_BUILD_ARCH,
+    IMAGE_KEY_SUFFIXES,
+    IMAGE_KEYS,
+    TAGS_FILE,
+)
 from slurm_fsm.slurmcli import enroot_image
 from slurm_fsm.spec import JobSpec
 
 __all__ = [
-    "ARCH_TABLE",
     "BUILD_LOG_PATTERN",
     "BUILD_SCRIPT_NAME",
-    "DEFAULT_BUILD_ARCH",
     "EXIT_MARKER",
-    "IMAGE_KEYS",
-    "IMAGE_KEY_SUFFIXES",
     "PROGRESS_LINE",
-    "TAGS_FILE",
     "BuildError",
     "BuildOutcome",
     "BuildRequest",
@@ -83,27 +85,6 @@ __all__ = [
     "resolve_image",
     "run_pre_step",
 ]
-
-#: GPU model (a token of the nvidia-smi name) -> build arch, the ``-a`` flag.
-ARCH_TABLE: dict[str, str] = {
-    "H100": "90-real",
-    "H200": "90-real",
-    "B200": "100-real",
-    "GB200": "100-real",
-    "B300": "100-real",
-    "GB300": "100-real",
-    "A100": "80-real",
-    "L40S": "89-real",
-}
-#: Build arch of a GPU that is not in :data:`ARCH_TABLE`.
-DEFAULT_BUILD_ARCH = "100-real"
-
-#: The image tags file, relative to the repo root.
-TAGS_FILE = Path("jenkins") / "current_image_tags.properties"
-#: The key of the image for each CPU arch in :data:`TAGS_FILE` (TensorRT-LLM's names).
-IMAGE_KEYS: dict[str, str] = {"x86_64": "LLM_DOCKER_IMAGE", "aarch64": "LLM_SBSA_DOCKER_IMAGE"}
-#: When the key above is absent: the one key ending with this (any case).
-IMAGE_KEY_SUFFIXES: dict[str, str] = {"x86_64": "_X86_64", "aarch64": "_AARCH64"}
 
 #: The batch script :class:`SlurmBuilder` writes, in ``<work_dir>/build/``.
 BUILD_SCRIPT_NAME = "build.sbatch"

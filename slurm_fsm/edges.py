@@ -41,7 +41,8 @@ import attrs
 from slurm_fsm.backend import JobInfo
 from slurm_fsm.duration import Duration
 from slurm_fsm.ownership import Ownership, checkout_tag, ownership
-from slurm_fsm.spec import DEFAULT_JOB_NAME_SUFFIX, EXPIRY_MARGIN_S, JobSpec
+from slurm_fsm.project import DEFAULT_JOB_NAME_SUFFIX
+from slurm_fsm.spec import EXPIRY_MARGIN_S, JobSpec
 from slurm_fsm.state import AllocState
 
 __all__ = [

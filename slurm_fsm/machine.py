@@ -94,6 +94,7 @@ from slurm_fsm.errors import (
     StateFileError,
 )
 from slurm_fsm.ownership import Ownership, describe
+from slurm_fsm.project import install_commands
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState, StateStore
 
@@ -126,13 +127,6 @@ __all__ = [
     "same_container",
     "state_job_names",
 ]
-
-#: pip installs of step 0E/0F, run in ``repo_root`` inside the writable container.
-INSTALL_COMMANDS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("pip install -e .", ("pip", "install", "-e", ".")),
-    ("pip install -r requirements-dev.txt", ("pip", "install", "-r", "requirements-dev.txt")),
-)
-EVAL_REQUIREMENTS = "examples/trtllm-eval/requirements.txt"
 
 TRIGGERS = ("start", "advance", "release", "run", "finish", "fail")
 
@@ -782,10 +776,7 @@ class AllocationMachine:
             name=spec.container_name or "", mounts=spec.mounts_text, writable=True,
             workdir=str(spec.repo_root),
         )
-        commands = list(INSTALL_COMMANDS)
-        if (spec.repo_root / EVAL_REQUIREMENTS).exists():
-            commands.append((f"pip install -r {EVAL_REQUIREMENTS}",
-                             ("pip", "install", "-r", EVAL_REQUIREMENTS)))
+        commands = install_commands(spec.repo_root)
         for what, argv in commands:
             self._log(f"Installing: {what}")
             self._setup_step(what, argv, options, chdir=str(spec.repo_root))

@@ -39,9 +39,9 @@ from slurm_fsm.convert import (
 from slurm_fsm.duration import Duration, DurationKind
 from slurm_fsm.errors import SpecError
 from slurm_fsm.files import FileProblem, Problem, read_bounded
+from slurm_fsm.project import DEFAULT_JOB_NAME_SUFFIX
 
 __all__ = [
-    "DEFAULT_JOB_NAME_SUFFIX",
     "EXPIRY_MARGIN_S",
     "MAX_NAME_LEN",
     "MAX_SPEC_BYTES",
@@ -53,7 +53,6 @@ __all__ = [
     "WorkflowType",
 ]
 
-DEFAULT_JOB_NAME_SUFFIX = "-trtllm.persistent"
 
 #: An allocation with this much time left or less is not reused (procedure 0C): the
 #: machine cancels it as expiring, so ``alloc_time_limit`` must be longer. Defined here,

@@ -35,6 +35,7 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "slurm_fsm.duration",
     "slurm_fsm.executor",
     "slurm_fsm.events",
+    "slurm_fsm.project",
     "slurm_fsm.progress",
     "slurm_fsm.build",
     "slurm_fsm.allocation",
