@@ -179,6 +179,15 @@ class _AllocationEnd:
     cancelled_by: str = ""
 
 
+def _beside(state_name: str, prefix: str, suffix: str) -> str:
+    """The name of a file that belongs with the state file ``state_name``, made by
+    replacing its ``.slurm_alloc`` with ``prefix`` (``.slurm_alloc.fake.json`` ->
+    ``.slurm_run.fake.json``); ``<name>.<suffix>`` for a state file of another name."""
+    if ".slurm_alloc" in state_name:
+        return state_name.replace(".slurm_alloc", prefix, 1)
+    return f"{state_name}.{suffix}"
+
+
 class Executor:
     """Runs one job spec over one backend and returns a :class:`Report`."""
 
@@ -199,9 +208,12 @@ class Executor:
         #: lives beside it and is named after it
         self.state_path = state_path or spec.state_path
         name = self.state_path.name
-        self._run_record = self.state_path.with_name(
-            name.replace(".slurm_alloc", ".slurm_run", 1) if ".slurm_alloc" in name
-            else f"{name}.run")
+        self._run_record = self.state_path.with_name(_beside(name, ".slurm_run", "run"))
+        #: salloc's output, beside the state file (the fake's own: ``.salloc.fake.log``)
+        self.salloc_log = (spec.salloc_log if self.state_path == spec.state_path else
+                           self.state_path.with_name(
+                               _beside(name, ".salloc", "salloc").removesuffix(".json")
+                               + ".log"))
         self.backend = backend
         # the backend's own clock unless told otherwise (a FakeCluster's fake clock)
         self.clock: Clock = clock or backend.clock
@@ -307,7 +319,7 @@ class Executor:
         store = StateStore(self.state_path,
                            lock_timeout_s=self.spec.monitor_timeout_seconds + 900.0)
         m = AllocationMachine(self.spec, self.backend, clock=self.clock,
-                              log=self.events.message, store=store)
+                              log=self.events.message, store=store, salloc_log=self.salloc_log)
         self.machine = m
         return m
 

@@ -333,3 +333,17 @@ def test_each_command_imports_only_what_it_needs(tmp_path: Path, argv: list[str]
     loaded = _imported(tmp_path, *[a.replace("{spec}", str(spec)) for a in argv])
     assert "slurm_fsm.cli" in loaded  # the measurement works
     assert sorted(set(HEAVY) & loaded - allowed) == []
+
+
+def test_the_fake_backend_never_touches_the_real_salloc_log(tmp_path: Path) -> None:
+    """The fake keeps its own state file and its own salloc log: a real allocation's
+    failure message in ``.salloc.log`` survives a fake run."""
+    spec = write_spec(tmp_path)
+    data = json.loads(spec.read_text())
+    work_dirs = tmp_path / data["repo_root"] / "work_dirs"
+    work_dirs.mkdir(parents=True, exist_ok=True)
+    (work_dirs / ".salloc.log").write_text("salloc: error: the real one\n")
+    assert main(["run", str(spec), "--json", "--quiet", "--backend", "fake"]) == 0
+    assert (work_dirs / ".salloc.log").read_text() == "salloc: error: the real one\n"
+    assert (work_dirs / ".salloc.fake.log").exists()
+    assert not (work_dirs / ".slurm_alloc.json").exists()
