@@ -358,7 +358,9 @@ def _dispatch(args: argparse.Namespace, current: _Run) -> int:
 
     from slurm_fsm.spec import JobSpec
 
-    spec = JobSpec.from_file(Path(args.spec), strict=args.strict)
+    # run: a missing script is a problem of the same pass as the spec's own
+    spec = JobSpec.from_file(Path(args.spec), strict=args.strict,
+                             check_script=args.command == "run")
     if spec.load_warnings:
         lines = "".join(f"\n  {w}" for w in spec.load_warnings)
         _say(f"slurm-fsm: warning: job spec {args.spec}:{lines}")

@@ -441,18 +441,23 @@ class JobSpec:
     # ----------------------------------------------------------------- loading
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, base_dir: Path | None = None,
-                  source: str = "job spec", strict: bool = False) -> JobSpec:
+                  source: str = "job spec", strict: bool = False,
+                  check_script: bool = False) -> JobSpec:
         """Build a spec from parsed JSON. Relative paths resolve against ``base_dir``
         (default: the current directory). ``strict``: an unknown key close to a known
-        one is a problem, not a warning."""
+        one is a problem, not a warning. ``check_script``: a ``script_path`` that is not
+        a file is a problem of the same pass (for a spec about to run; release and
+        status do not need the script)."""
         load = _Load(strict)
         spec = load.obj(cls, data, "")
         problems = [f"{p or '(top)'}: {m}" for p, m in load.problems]
         if strict or problems:  # a refused spec lists its likely typos too, in one pass
             problems += [f"{p}: {m}" for p, m in sorted(load.warnings)]
+        base = (base_dir or Path.cwd()).resolve()
+        if check_script:
+            problems += _script_problems(data, base)
         if problems or not isinstance(spec, JobSpec):
             raise SpecError(source, problems or ["(top): invalid"])
-        base = (base_dir or Path.cwd()).resolve()
         try:
             return attrs.evolve(
                 spec,
@@ -465,12 +470,14 @@ class JobSpec:
             raise SpecError(source, exc.problems) from None
 
     @classmethod
-    def from_file(cls, path: str | Path, *, strict: bool = False) -> JobSpec:
+    def from_file(cls, path: str | Path, *, strict: bool = False,
+                  check_script: bool = False) -> JobSpec:
         """Read ``job_spec.json`` (a regular file of at most MAX_SPEC_BYTES, UTF-8).
         Relative paths in it resolve against its folder."""
         p = Path(path)
         data = _parse(_read_spec_text(p), str(p))
-        return cls.from_dict(data, base_dir=p.resolve().parent, source=str(p), strict=strict)
+        return cls.from_dict(data, base_dir=p.resolve().parent, source=str(p), strict=strict,
+                             check_script=check_script)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = converter.unstructure(self)
@@ -717,6 +724,18 @@ def _parse(text: str, source: str) -> Any:
         raise bad("not a job spec: nested too deeply") from None
     except ValueError as exc:
         raise bad(f"not valid JSON: {exc}") from None
+
+
+def _script_problems(data: Mapping[str, Any], base: Path) -> list[str]:
+    """``script_path: no such file: ...`` when the raw ``script_path`` names no file (a
+    value that is not a usable path is the field rules' problem, not this one's)."""
+    raw = data.get("script_path") if isinstance(data, Mapping) else None
+    if not isinstance(raw, str) or not raw or "\0" in raw or len(raw) > MAX_PATH_BYTES:
+        return []
+    script = _absolute(Path(raw), base)
+    if script.is_file():
+        return []
+    return [f"script_path: {'is a directory' if script.is_dir() else 'no such file'}: {script}"]
 
 
 def _absolute(p: Path, base: Path) -> Path:

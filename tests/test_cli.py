@@ -347,3 +347,16 @@ def test_the_fake_backend_never_touches_the_real_salloc_log(tmp_path: Path) -> N
     assert (work_dirs / ".salloc.log").read_text() == "salloc: error: the real one\n"
     assert (work_dirs / ".salloc.fake.log").exists()
     assert not (work_dirs / ".slurm_alloc.json").exists()
+
+
+def test_run_reports_a_missing_script_with_the_other_problems_in_one_pass(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = write_spec(tmp_path, script_path="nope.slurm", model_name="a/b")
+    assert main(["run", str(spec), "--json"]) == 2
+    doc = json.loads(capsys.readouterr().out)
+    problems = "\n".join(doc["problems"])
+    assert "model_name:" in problems
+    assert f"script_path: no such file: {tmp_path / 'nope.slurm'}" in problems
+    # release and status do not need the script
+    assert main(["status", str(write_spec(tmp_path, script_path="nope.slurm")), "--json",
+                 "--backend", "fake"]) == 0
