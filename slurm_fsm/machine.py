@@ -248,6 +248,7 @@ class AllocationMachine:
         self._pending_polls = 0
         self._cancelled: set[str] = set()
         self._taken: Edge | None = None
+        self._applied: list[Effect] = []  # the effects of the last edge that did something
         self._model = _Model()
         self.machine = Machine(
             model=self._model,
@@ -433,10 +434,11 @@ class AllocationMachine:
     def _take(self, edge: Edge, _event: EventData) -> None:
         """The edge is chosen: execute its effects (before the state changes)."""
         self._taken = edge
-        for effect in edge.effects:
-            self._effect(effect)
+        self._applied = [effect for effect in edge.effects if self._effect(effect)]
 
-    def _effect(self, effect: Effect) -> None:
+    def _effect(self, effect: Effect) -> bool:
+        """Carry out one effect of the chosen edge; False when there was nothing to do
+        (no allocation to cancel, a nodelist already complete, no job to warn about)."""
         obs = self.observation
         alloc = self.alloc
         if effect is Effect.DROP_STATE_FILE:
@@ -453,7 +455,7 @@ class AllocationMachine:
             self.alloc = None
         elif effect is Effect.CANCEL:
             if alloc is None:  # nothing the state file names: nothing to cancel
-                return
+                return False
             self._log(f"Cancelling allocation {alloc.job_id} ({self.state.value}).")
             self.backend.cancel(alloc.job_id)
             self._cancelled.add(alloc.job_id)
@@ -462,14 +464,15 @@ class AllocationMachine:
                                    state_file_kept=self.store.exists())
         elif effect is Effect.COMPLETE_NODELIST:
             info = obs.info
-            if (alloc is not None and not alloc.nodelist and info is not None
+            if not (alloc is not None and not alloc.nodelist and info is not None
                     and info.nodelist):
-                # written while PENDING by a run that was interrupted: complete it
-                self.alloc = attrs.evolve(alloc, nodelist=info.nodelist)
-                self.store.write(self.alloc)
+                return False
+            # written while PENDING by a run that was interrupted: complete it
+            self.alloc = attrs.evolve(alloc, nodelist=info.nodelist)
+            self.store.write(self.alloc)
         elif effect is Effect.WARN_NOT_OURS:
             if obs.info is None:  # no job row: nobody's job to describe
-                return
+                return False
             owner = owner_of(obs.info, obs.user, self.spec, state_job_names(alloc, self.spec))
             self._warn(
                 f"state file names job {obs.info.job_id}, but it is not ours: it is "
@@ -477,13 +480,17 @@ class AllocationMachine:
                 f"user {obs.user!r}; it is left alone (never reused, never cancelled) and the "
                 "state file is dropped"
             )
-        elif effect is Effect.WARN_EXPIRING and obs.info is not None:
+        elif effect is Effect.WARN_EXPIRING:
+            if obs.info is None:
+                return False
             self._warn(f"Allocation expiring soon: {obs.info.job_id} has "
                        f"{obs.info.time_left} left.")
+        return True
 
     # The work of each trigger -------------------------------------------------------
     def _observe(self, trigger: str, kwargs: dict[str, Any]) -> Observation:
         self._taken = None
+        self._applied = []
         state = self.state
         if trigger == "start":
             return self._read_state_file()
@@ -860,7 +867,7 @@ class AllocationMachine:
             reason = self.failure.message
         else:
             reason = "; ".join([self.observation.summary,
-                                *(e.value for e in (edge.effects if edge else ()))])
+                                *(e.value for e in self._applied)])
         self.history.append(Transition(
             clock=self.clock.now(), at=_now_iso(), trigger=event.event.name,
             source=str(source), dest=str(dest), reason=reason, edge=edge,
@@ -889,4 +896,5 @@ class AllocationMachine:
             message = f"{type(error).__name__}: {error}"
         self.failure = Failure(step, message, error, state_file_kept=kept)
         self._taken = None
+        self._applied = []
         self._model.fail()  # type: ignore[attr-defined]  # bound by transitions

@@ -494,6 +494,12 @@ def test_run_interrupted_while_pending_leaves_a_tracked_allocation(
     again = state_file(spec)
     assert again is not None and again["job_id"] == s["job_id"]
     assert again["nodelist"] == "node01"
+    assert m.history[-1].reason.endswith("nodelist completed")  # the effect did something
+    reused = machine(spec, fake)
+    assert reused.prepare() is State.Ready
+    # the same edge again: the nodelist is complete, so the history does not claim it
+    assert reused.history[-1].edge == m.history[-1].edge
+    assert "nodelist completed" not in reused.history[-1].reason
 
 
 def test_validation_of_a_pending_allocation_backs_off(make_spec: SpecFactory,
