@@ -52,7 +52,7 @@ from slurm_fsm.results import (
     setup_error_lines,
     summarize,
 )
-from slurm_fsm.spec import JobSpec, WorkflowType
+from slurm_fsm.spec import JobSpec, WorkflowType, script_problems
 from slurm_fsm.state import StateStore
 
 __all__ = [
@@ -123,9 +123,12 @@ def point_latest(link: Path, target: Path) -> str:
     return ""
 
 
-def run_record_path(spec: JobSpec) -> Path:
-    """Beside the state file: the running persistent job of this repo_root, if any."""
-    return spec.state_path.with_name(".slurm_run.json")
+def run_record_path(spec: JobSpec, state_path: Path | None = None) -> Path:
+    """Beside the state file (``spec.state_path`` unless given): the running persistent
+    job of this repo_root, if any (``.slurm_run.json``; ``.slurm_run.fake.json`` beside
+    the fake backend's ``.slurm_alloc.fake.json``)."""
+    path = state_path or spec.state_path
+    return path.with_name(_beside(path.name, ".slurm_run", "run"))
 
 
 class RunRecord:
@@ -208,7 +211,7 @@ class Executor:
         #: lives beside it and is named after it
         self.state_path = state_path or spec.state_path
         name = self.state_path.name
-        self._run_record = self.state_path.with_name(_beside(name, ".slurm_run", "run"))
+        self._run_record = run_record_path(spec, self.state_path)
         #: salloc's output, beside the state file (the fake's own: ``.salloc.fake.log``)
         self.salloc_log = (spec.salloc_log if self.state_path == spec.state_path else
                            self.state_path.with_name(
@@ -296,11 +299,7 @@ class Executor:
     def _check_inputs(self) -> None:
         """Input problems found before any Slurm command: a missing script, a work_dir
         that cannot be made or written."""
-        problems = []
-        script = self.spec.script_path
-        if not script.is_file():
-            what = "is a directory" if script.is_dir() else "no such file"
-            problems.append(f"script_path: {what}: {script}")
+        problems = script_problems(self.spec.script_path)
         work = self.spec.work_dir
         try:
             work.mkdir(parents=True, exist_ok=True)

@@ -51,6 +51,7 @@ __all__ = [
     "SlurmEnv",
     "SlurmParams",
     "WorkflowType",
+    "script_problems",
 ]
 
 
@@ -732,7 +733,12 @@ def _script_problems(data: Mapping[str, Any], base: Path) -> list[str]:
     raw = data.get("script_path") if isinstance(data, Mapping) else None
     if not isinstance(raw, str) or not raw or "\0" in raw or len(raw) > MAX_PATH_BYTES:
         return []
-    script = _absolute(Path(raw), base)
+    return script_problems(_absolute(Path(raw), base))
+
+
+def script_problems(script: Path) -> list[str]:
+    """``script_path: no such file: ...`` (or ``is a directory``) when ``script`` is not
+    a file; the one wording of this check, for the spec pass and the executor."""
     if script.is_file():
         return []
     return [f"script_path: {'is a directory' if script.is_dir() else 'no such file'}: {script}"]
