@@ -175,6 +175,8 @@ class Problem(Enum):
     UNREADABLE = "unreadable"  # open or read failed (permissions, I/O)
     NOT_REGULAR = "not regular"  # a directory, FIFO, device or socket
     TOO_BIG = "too big"
+    LINK = "a symbolic link"  # refused where links are not followed (shared folders)
+    NOT_OURS = "owned by another user"  # refused where the owner must be us
 
 
 class FileProblem(OSError):
