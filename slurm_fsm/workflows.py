@@ -42,6 +42,7 @@ __all__ = [
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _SRUN_LABEL = re.compile(r"^\s*\d+:\s")  # srun --label prefix "0: "
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+_LOG_PREFIX = re.compile(r"^(?:\[[^\]]*\]\s*)+")
 
 
 def _clean(line: str) -> str:
@@ -66,13 +67,18 @@ _PYTEST_WORDS = {
     "warnings": "warnings",
     "deselected": "deselected",
     "rerun": "rerun",
+    # pytest 9's built-in subtests (``3 subtests passed``; category words of
+    # _pytest/subtests.py pytest_report_teststatus)
+    "subtests passed": "subtests_passed",
+    "subtests failed": "subtests_failed",
 }
-_PYTEST_COUNT = r"\d+ (?:passed|failed|errors?|skipped|xfailed|xpassed|warnings?|deselected|rerun)"
+_PYTEST_COUNT = (r"\d+ (?:subtests (?:passed|failed)|passed|failed|errors?|skipped|xfailed"
+                 r"|xpassed|warnings?|deselected|rerun)")
 _PYTEST_SUMMARY = re.compile(
     rf"(?P<body>{_PYTEST_COUNT}(?:, {_PYTEST_COUNT})*|no tests ran)"
     rf" in (?P<time>\d+(?:\.\d+)?s|\d+(?::\d+){{1,2}}(?:\.\d+)?)(?![\w:])"
 )
-_PYTEST_ITEM = re.compile(r"(\d+) (\w+)")
+_PYTEST_ITEM = re.compile(r"(\d+) (subtests \w+|\w+)")
 
 
 def _seconds(text: str) -> float:
@@ -91,7 +97,8 @@ def parse_pytest(lines: Sequence[str]) -> dict[str, int | float]:
     ``==== 3 passed, 1 failed, 2 skipped, 1 error in 12.34s ====`` ->
     ``{"passed": 3, "failed": 1, "skipped": 2, "errors": 1, "seconds": 12.34}``.
     Keys are among passed, failed, errors, skipped, xfailed, xpassed,
-    warnings, deselected, rerun and seconds; only those printed appear.
+    warnings, deselected, rerun, subtests_passed, subtests_failed (pytest 9) and
+    seconds; only those printed appear.
     ``in 1:02:03`` is read as hh:mm:ss. No summary line gives ``{}``.
     """
     for raw in reversed(lines):
@@ -160,31 +167,58 @@ def _threshold_not_met(lines: Sequence[str]) -> bool:
     return False
 
 
+#: TensorRT-LLM's hypothesis-testing report (tests/integration/defs/accuracy/
+#: accuracy_core.py ``HypothesisTestingParams.report``): ``Reference accuracy: 74.450``,
+#: ``Threshold: 71.247``, ``Evaluated accuracy: 73.880``, also inside pytest's ``E`` lines.
+_REPORT_FIGURE = re.compile(
+    r"^(?:E\s+)?(?P<what>Reference accuracy|Evaluated accuracy|Threshold)\s*:\s*"
+    rf"(?P<value>{_NUMBER})\s*$")
+_REPORT_KEYS = {"Reference accuracy": "reference_accuracy",
+                "Evaluated accuracy": "evaluated_accuracy", "Threshold": "threshold"}
+#: ``lm-eval {task} [{scores_filter}] accuracy:`` (tensorrt_llm/evaluate/lm_eval.py)
+_LM_EVAL_TASK = re.compile(r"\blm-eval\s+(?P<task>[A-Za-z][\w.\-/]*)\s")
+
+
 def parse_eval(lines: Sequence[str]) -> dict[str, Any]:
     """Accuracy figures of an eval run.
 
     Every ``accuracy: <number>`` (any case, ``=`` too, several per line) goes
     into ``"accuracy"`` in order; when a task name precedes it
-    (``gsm8k accuracy: 71.2``, ``MMLU weighted average accuracy: 68.6``)
+    (``gsm8k accuracy: 71.2``, ``MMLU weighted average accuracy: 68.6``,
+    ``lm-eval gpqa_diamond exact_match,flexible-extract accuracy: 45.96``)
     it also goes into ``"accuracy_by_task"`` (the last value per task).
+    TensorRT-LLM's hypothesis-testing report is read as what it is:
+    ``Reference accuracy:`` -> ``"reference_accuracy"`` (never a measured figure),
+    ``Threshold:`` -> ``"threshold"``, ``Evaluated accuracy:`` ->
+    ``"evaluated_accuracy"`` (measured, so also in ``"accuracy"``; no task of that name).
     ``"threshold_not_met": True`` when a ``--check_accuracy`` assertion
     failed. Lines of an AssertionError are not read as figures.
     """
     values: list[float] = []
     by_task: dict[str, float] = {}
+    report: dict[str, float] = {}
     for raw in lines:
-        line = _clean(raw)
+        line = _unlabel(_clean(raw))
         if "AssertionError" in line:
+            continue
+        rep = _REPORT_FIGURE.match(_LOG_PREFIX.sub("", line).strip())
+        if rep:
+            key = _REPORT_KEYS[rep.group("what")]
+            report[key] = float(rep.group("value"))
+            if key == "evaluated_accuracy":
+                values.append(report[key])
             continue
         for m in _ACCURACY.finditer(line):
             value = float(m.group("value"))
             values.append(value)
-            name = _task_name(m.group("pre"))
+            lm = _LM_EVAL_TASK.search(line, 0, m.start("value"))
+            name = lm.group("task") if lm else _task_name(m.group("pre"))
             if name:
                 by_task[name] = value
     out: dict[str, Any] = {"accuracy": values}
     if by_task:
         out["accuracy_by_task"] = by_task
+    out.update(report)
     if _threshold_not_met(lines):
         out["threshold_not_met"] = True
     return out
@@ -197,7 +231,6 @@ _LATENCY_WORD = re.compile(
     re.I,
 )
 _THROUGHPUT_WORD = re.compile(r"throughput", re.I)
-_LOG_PREFIX = re.compile(r"^(?:\[[^\]]*\]\s*)+")
 _MAX_LABEL = 100
 #: The completion marker a benchmark script leaves in its work dir.
 DONE_MARKER_GLOB = "8_done_*.txt"
@@ -320,11 +353,15 @@ def workflow(workflow_type: WorkflowType) -> Workflow:
 
 
 _PYTEST_KEYS = ("passed", "failed", "errors", "skipped", "xfailed", "xpassed",
-                "warnings", "deselected", "rerun")
+                "warnings", "deselected", "rerun", "subtests_passed", "subtests_failed")
 
 
 def _pytest_failures(metrics: Mapping[str, Any]) -> tuple[int, int]:
-    return int(metrics.get("failed", 0) or 0), int(metrics.get("errors", 0) or 0)
+    """(failed, errors); a failed subtest counts as a failure (pytest 9 also fails its
+    test, so ``failed`` is at least 1 then)."""
+    failed = max(int(metrics.get("failed", 0) or 0),
+                 1 if int(metrics.get("subtests_failed", 0) or 0) else 0)
+    return failed, int(metrics.get("errors", 0) or 0)
 
 
 @register
@@ -374,7 +411,7 @@ class PytestWorkflow(Workflow):
         return dict(parse_pytest(lines))
 
     def summarize(self, metrics: Mapping[str, Any]) -> str:
-        parts = [f"{metrics[k]} {k}" for k in _PYTEST_KEYS if k in metrics]
+        parts = [f"{metrics[k]} {k.replace('_', ' ')}" for k in _PYTEST_KEYS if k in metrics]
         if not parts:
             return "no pytest summary line found"
         secs = metrics.get("seconds")

@@ -1,0 +1,43 @@
+"""Issue 17's parser items: pytest 9 subtests (3), TensorRT-LLM's accuracy report (16),
+failing tests named first (18). The real texts themselves are in tests/data/real/
+(test_golden_corpus.py); these pin the single behaviours."""
+
+from __future__ import annotations
+
+from slurm_fsm.results import Status, decide, parse_eval, parse_pytest
+from slurm_fsm.spec import WorkflowType
+from slurm_fsm.workflows import workflow
+
+
+def test_pytest9_subtests_summary() -> None:
+    line = "========= 1 failed, 1401 passed, 10 skipped, 1 xfailed, 3 subtests passed in 11.13s ="
+    assert parse_pytest([line]) == {"failed": 1, "passed": 1401, "skipped": 10, "xfailed": 1,
+                                    "subtests_passed": 3, "seconds": 11.13}
+
+
+def test_pytest9_failed_subtests_fail_the_run() -> None:
+    metrics = parse_pytest(["3 passed, 2 subtests failed, 5 subtests passed in 0.20s"])
+    assert metrics["subtests_failed"] == 2
+    decision = decide(exit_code=1, slurm_state="FAILED", hang=False, timed_out=False,
+                      success_hits={}, failure_hits={}, success_patterns=[],
+                      workflow_type=WorkflowType.PYTEST, metrics=metrics)
+    assert decision.status is Status.FAILED and "pytest: 1 failed" in decision.reason
+    assert "2 subtests failed" in workflow(WorkflowType.PYTEST).summarize(metrics)
+
+
+def test_reference_accuracy_is_not_a_measured_figure() -> None:
+    lines = ["[12/03/2026-11:00:00] [TRT-LLM] [I] lm-eval gsm8k average accuracy: 73.88",
+             "Reference accuracy: 74.450", "Threshold: 71.247",
+             "===========================================================",
+             "Evaluated accuracy: 73.880"]
+    m = parse_eval(lines)
+    assert m["accuracy_by_task"] == {"gsm8k": 73.88}
+    assert 74.45 not in m["accuracy"]
+    assert m["reference_accuracy"] == 74.45 and m["threshold"] == 71.247
+    assert m["evaluated_accuracy"] == 73.88
+
+
+def test_lm_eval_task_with_a_scores_filter() -> None:
+    m = parse_eval(["[TRT-LLM] [I] lm-eval gpqa_diamond_cot_zeroshot_aa "
+                    "exact_match,flexible-extract accuracy: 45.96"])
+    assert m["accuracy_by_task"] == {"gpqa_diamond_cot_zeroshot_aa": 45.96}
