@@ -30,8 +30,9 @@ from slurm_fsm.errors import (
 # build, which needs them too); importable from here as before
 from slurm_fsm.events import Events, GuardedEvents, PreStep
 from slurm_fsm.events import PreStepResult as PreStepResult  # re-exported
+from slurm_fsm.joboutput import output_for_spec
 from slurm_fsm.jobstate import JobState
-from slurm_fsm.logs import DEFAULT_HANG_MARKER, grep, head_lines, tail_lines
+from slurm_fsm.logs import DEFAULT_HANG_MARKER, grep, tail_lines
 from slurm_fsm.machine import AllocationMachine, SetupFailed, State
 from slurm_fsm.monitor import (
     PollPolicy,
@@ -401,6 +402,7 @@ class Executor:
                 timeout_s=float(spec.monitor_timeout_seconds), clock=self.clock,
                 policy=self.policy, on_output=self.events.output,
                 on_message=self.events.message, on_tick=self.events.tick,
+                output=output_for_spec(spec, [log], on_text=self.events.output),
             )
         finally:
             if script.poll() is not None:  # ended (or stopped on the way out): nothing left
@@ -529,6 +531,7 @@ class Executor:
             timeout_s=float(spec.monitor_timeout_seconds), clock=self.clock, policy=self.policy,
             on_output=self.events.output, on_message=self.events.message,
             on_tick=self.events.tick, on_state=self.events.job_state,
+            output=output_for_spec(spec, [out, err], on_text=self.events.output),
         )
         if watch.never_starts:
             msg = (f"job {job_id} can never start: Slurm keeps it PENDING with reason "
@@ -585,30 +588,29 @@ class Executor:
         ``extra_metrics`` (accounting's figures) add to the parser's metrics where those
         have no such key (``cancelled_by`` always)."""
         spec = self.spec
-        tail = tail_lines(out, 100)
-        patterns = list(spec.success_patterns) + list(spec.failure_patterns)
-        hits = grep(out, patterns) if patterns else {}
-        if err is not None and err.exists() and err != out and patterns:
-            for k, v in grep(err, patterns).items():
-                hits[k] = hits.get(k, 0) + v
+        output = watch.output
+        if output is None:  # a Watch built by hand: read the files now, the same way
+            output = output_for_spec(spec, [out] if err is None else [out, err])
+            output.finish()
+        hits = output.pattern_hits
         success_hits = {p: hits.get(p, 0) for p in spec.success_patterns}
         failure_hits = {p: hits.get(p, 0) for p in spec.failure_patterns}
-        metrics = parse_output(spec.workflow_type, tail, spec.work_dir)
+        relevant = output.parser_lines(100)
+        metrics = parse_output(spec.workflow_type, relevant, spec.work_dir)
         decision = decide(
             exit_code=exit_code, slurm_state=slurm_state, hang=watch.hang,
             timed_out=watch.timed_out, success_hits=success_hits, failure_hits=failure_hits,
             success_patterns=list(spec.success_patterns), workflow_type=spec.workflow_type,
             metrics=metrics, timeout_s=float(spec.monitor_timeout_seconds),
-            hang_line=_hang_line(tail_lines(out, 200)) if watch.hang else None,
+            hang_line=(output.hang_line or _hang_line(output.tail())) if watch.hang else None,
         )
         status = decision.status
         failed = status is not Status.PASSED
-        head = head_lines(out, 50) if failed else []
-        err_tail = tail_lines(err, 50) if err is not None and err != out else []
-        if status is Status.HANG_DETECTED:
-            tail = tail_lines(out, 200)
-        log_empty = not out.exists() or out.stat().st_size == 0
-        errors = errors_from(head + tail + err_tail) if failed else []
+        head = list(output.head) if failed else []
+        err_tail = output.file_tail(err) if err is not None and err != out else []
+        tail = output.tail(200 if status is Status.HANG_DETECTED else 100)
+        log_empty = output.empty
+        errors = errors_from(head + relevant + err_tail) if failed else []
         errors += [f"failure pattern found: {p!r} ({n} line(s))"
                    for p, n in failure_hits.items() if n]
         success_missing = bool(spec.success_patterns) and not any(success_hits.values())
@@ -658,7 +660,9 @@ class Executor:
         where = f"step on allocation {allocation_id}" if allocation_id else f"job {job_id}"
         lead = f"{status.value}: " if status is Status.PASSED else f"{status.value}: {reason}; "
         text = f"{lead}{where}, exit code {exit_code}"
-        if watch.hang:
+        if watch.hang_after_end:
+            text += "; hang reported in the output, the job then ended by itself"
+        elif watch.hang:
             if watch.cancelled_steps:
                 text += f"; hang detected, cancelled {', '.join(watch.cancelled_steps)}"
             elif allocation_id:

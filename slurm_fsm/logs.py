@@ -24,6 +24,8 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from slurm_fsm.files import FileProblem, Problem, open_for_reading
+
 __all__ = [
     "DEFAULT_HANG_MARKER",
     "MAX_LINE_CHARS",
@@ -240,6 +242,8 @@ class LogFollower:
         self.offset = 0
         #: How many times the file was found truncated or replaced.
         self.restarts = 0
+        #: Why the last poll could not read the file (a link, another user's file), or "".
+        self.problem = ""
         self._marker = hang_marker.lower()
         self._tail = ""  # last len(marker)-1 lowercased characters seen
         self._partial = ""  # the unfinished last line (bounded)
@@ -269,11 +273,21 @@ class LogFollower:
         return "".join(parts)
 
     def advance(self, collect: Callable[[str], None] | None = None) -> int:
-        """Read the new bytes chunk by chunk; return how many were read."""
+        """Read the new bytes chunk by chunk; return how many were read.
+
+        The log is opened with :func:`slurm_fsm.files.open_for_reading`: a symbolic link
+        planted at its path, a FIFO or another user's file is never read; ``problem``
+        then says why (a missing file is no problem: it may not exist yet)."""
         try:
-            f = open(self.path, "rb")  # noqa: SIM115
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            f = open_for_reading(self.path)
+        except FileProblem as exc:
+            if exc.kind is not Problem.MISSING:
+                self.problem = str(exc)
             return 0
+        except OSError as exc:
+            self.problem = f"{self.path}: {exc.strerror or exc}"
+            return 0
+        self.problem = ""
         total = 0
         with f:
             st = os.fstat(f.fileno())

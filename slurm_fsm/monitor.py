@@ -9,6 +9,13 @@ Two loops share one policy:
   at most once per poll, starting at 0.5 s and backing off to one query
   every 30 s for long jobs.
 
+Both loops follow every file of the job through one
+:class:`~slurm_fsm.joboutput.JobOutput` (persistent: the run's log; one-shot: ``.out``
+and ``.err``) and, once the job has ended, read those files to their last byte
+(:meth:`~slurm_fsm.joboutput.JobOutput.finish`) before the hang marker is judged: a
+job that printed ``Hang detected after N seconds.`` and killed itself in the last poll
+gap is a hang, not a failure.
+
 The monitor never decides a job's status; it returns what it saw in a
 :class:`Watch` and the results module decides.
 """
@@ -23,8 +30,8 @@ import attrs
 from slurm_fsm.backend import JobInfo, JobOutcome, RunningScript, SlurmBackend, StepInfo
 from slurm_fsm.clock import Clock, backoff
 from slurm_fsm.errors import BackendError, CommandTimedOut, ControllerUnreachable, JobNotFound
+from slurm_fsm.joboutput import JobOutput
 from slurm_fsm.jobstate import JobState
-from slurm_fsm.logs import LogFollower
 
 __all__ = ["PollPolicy", "Watch", "final_outcome", "stop_steps", "watch_batch_job",
            "watch_script"]
@@ -59,6 +66,21 @@ class Watch:
     messages: list[str] = attrs.field(factory=list)
     bytes_read: int = 0
     never_starts: str = ""  # one-shot: the pending reason that can never clear (job cancelled)
+    #: the hang marker was first read after the job had ended (it killed itself)
+    hang_after_end: bool = False
+    #: everything the job wrote, read to the end (None only for a Watch built by hand)
+    output: JobOutput | None = None
+
+
+def _finish(output: JobOutput, watch: Watch) -> None:
+    """The job has ended: read its files to the last byte, then judge the marker."""
+    output.finish()
+    watch.bytes_read = output.bytes_read
+    watch.output = output
+    if output.hang_detected and not watch.hang:
+        watch.hang = True
+        watch.hang_after_end = True
+    watch.messages.extend(p for p in output.problems if p not in watch.messages)
 
 
 Notify = Callable[[str], None]
@@ -100,14 +122,16 @@ def watch_script(
     on_output: Notify | None = None,
     on_message: Notify | None = None,
     on_tick: Callable[[float, str], None] | None = None,
+    output: JobOutput | None = None,
 ) -> Watch:
     """Persistent path: wait for ``bash <script>`` on the allocation ``job_id``.
 
     On a hang marker, cancel only the running steps (``squeue -s``, ``scancel ID.STEP``),
     then stop the local script; past ``timeout_s`` do the same and report a timeout.
+    ``output`` follows the script's log (built here when not given).
     """
     watch = Watch()
-    follower = LogFollower(script.log_path, on_text=on_output)
+    follower = output or JobOutput([script.log_path], on_text=on_output)
     started = clock.now()
     say = on_message or (lambda _m: None)
     try:
@@ -124,13 +148,12 @@ def watch_script(
             finally:
                 script.terminate()
         raise
-    follower.advance()
-    watch.bytes_read = follower.bytes_read
+    _finish(follower, watch)
     watch.elapsed_s = clock.now() - started
     return watch
 
 
-def _script_loop(script: RunningScript, follower: LogFollower, watch: Watch, *,
+def _script_loop(script: RunningScript, follower: JobOutput, watch: Watch, *,
                  backend: SlurmBackend, job_id: str, timeout_s: float, clock: Clock,
                  policy: PollPolicy, say: Notify,
                  on_tick: Callable[[float, str], None] | None, started: float) -> None:
@@ -186,8 +209,12 @@ def watch_batch_job(
     on_message: Notify | None = None,
     on_tick: Callable[[float, str], None] | None = None,
     on_state: Notify | None = None,
+    output: JobOutput | None = None,
 ) -> Watch:
     """One-shot path: poll ``squeue`` (adaptively) until the job has no row.
+
+    ``output`` follows the job's files (``.out`` and ``.err``); without it, ``log_path``
+    alone is followed.
 
     State changes are reported; PENDING for longer than ``policy.pending_report_s``
     reports the reason and expected start once. A hang marker or the timeout
@@ -196,7 +223,7 @@ def watch_batch_job(
     """
     watch = Watch()
     say = on_message or (lambda _m: None)
-    follower = LogFollower(log_path, on_text=on_output)
+    follower = output or JobOutput([log_path], on_text=on_output)
     started = clock.now()
     try:
         _batch_loop(job_id, watch, follower, backend=backend, timeout_s=timeout_s,
@@ -206,13 +233,12 @@ def watch_batch_job(
         say(f"interrupted: cancelling job {job_id}")
         _cancel_job(backend, job_id, watch)
         raise
-    follower.advance()
-    watch.bytes_read = follower.bytes_read
+    _finish(follower, watch)
     watch.elapsed_s = clock.now() - started
     return watch
 
 
-def _batch_loop(job_id: str, watch: Watch, follower: LogFollower, *, backend: SlurmBackend,
+def _batch_loop(job_id: str, watch: Watch, follower: JobOutput, *, backend: SlurmBackend,
                 timeout_s: float, clock: Clock, policy: PollPolicy, say: Notify,
                 on_tick: Callable[[float, str], None] | None, started: float,
                 on_state: Notify) -> None:

@@ -447,13 +447,20 @@ _ERROR_LINE: list[re.Pattern[str]] = [
 ]
 
 
+#: pytest's short summary line of a failing test: ``FAILED tests/a.py::test_x - ...``
+_FAILING_TEST = re.compile(r"^(?:FAILED|ERROR|SUBFAILED\S*) \S+::\S")
+
+
 def errors_from(lines: Sequence[str]) -> list[str]:
-    """The error-looking lines, in order, without repeats, at most 20.
+    """The error-looking lines, without repeats, at most 20: the failing tests first
+    (pytest's ``FAILED path::test`` / ``ERROR path::test`` lines, so 41 failures are
+    named before any traceback line takes the room), then the rest in order.
 
     The last line of each Python traceback (the exception), Slurm/pyxis
     ``error:`` lines, ``XxxError:``/``Exception`` lines, logging ``ERROR``,
     pytest ``FAILED`` lines, CUDA OOM, segfaults, the hang marker.
     """
+    named: list[str] = []
     out: list[str] = []
     seen: set[str] = set()
 
@@ -461,7 +468,7 @@ def errors_from(lines: Sequence[str]) -> list[str]:
         text = line[:_MAX_ERROR_CHARS]
         if text and text not in seen:
             seen.add(text)
-            out.append(text)
+            (named if _FAILING_TEST.match(text) else out).append(text)
 
     in_traceback = False
     for raw in lines:
@@ -480,9 +487,9 @@ def errors_from(lines: Sequence[str]) -> list[str]:
             continue
         if any(rx.search(line) for rx in _ERROR_LINE):
             add(line)
-        if len(out) >= MAX_ERRORS:
+        if len(named) >= MAX_ERRORS:
             break
-    return out[:MAX_ERRORS]
+    return (named + out)[:MAX_ERRORS]
 
 
 # --------------------------------------------------------------------- summary

@@ -313,8 +313,15 @@ class Workflow:
     type: ClassVar[WorkflowType]
 
     def parse(self, lines: Sequence[str], work_dir: Path) -> dict[str, Any]:
-        """The metrics of the log's last lines (``work_dir`` for marker files)."""
+        """The metrics of the log's relevant lines and last lines (``work_dir`` for
+        marker files)."""
         return parse_custom(lines)
+
+    def relevant(self, line: str) -> bool:
+        """Does the parser need this line even when it is far from the end of the
+        output? (:class:`~slurm_fsm.joboutput.JobOutput` keeps such lines while it
+        follows the job, bounded; the last lines are always kept.)"""
+        return False
 
     def summarize(self, metrics: Mapping[str, Any]) -> str:
         """One line on what the parser found, for the report's ``summary``."""
@@ -373,6 +380,11 @@ class EvalWorkflow(Workflow):
     def parse(self, lines: Sequence[str], work_dir: Path) -> dict[str, Any]:
         return parse_eval(lines)
 
+    def relevant(self, line: str) -> bool:
+        low = line.lower()
+        return ("accuracy" in low or "threshold" in low or "assertionerror" in low
+                or _TRACEBACK in line)
+
     def summarize(self, metrics: Mapping[str, Any]) -> str:
         by_task: Mapping[str, float] = metrics.get("accuracy_by_task") or {}
         values: Sequence[float] = metrics.get("accuracy") or []
@@ -410,6 +422,11 @@ class PytestWorkflow(Workflow):
     def parse(self, lines: Sequence[str], work_dir: Path) -> dict[str, Any]:
         return dict(parse_pytest(lines))
 
+    def relevant(self, line: str) -> bool:
+        clean = _unlabel(_clean(line))
+        return (clean.startswith(("FAILED ", "ERROR ", "SUBFAILED"))
+                or (" in " in clean and _PYTEST_SUMMARY.search(clean) is not None))
+
     def summarize(self, metrics: Mapping[str, Any]) -> str:
         parts = [f"{metrics[k]} {k.replace('_', ' ')}" for k in _PYTEST_KEYS if k in metrics]
         if not parts:
@@ -440,6 +457,10 @@ class BenchmarkWorkflow(Workflow):
 
     def parse(self, lines: Sequence[str], work_dir: Path) -> dict[str, Any]:
         return parse_benchmark(lines, work_dir)
+
+    def relevant(self, line: str) -> bool:
+        m = _FIGURE.match(_clean(line))
+        return m is not None and _figure_kind(_figure_label(m.group("label"))) is not None
 
     def summarize(self, metrics: Mapping[str, Any]) -> str:
         figures = {**(metrics.get("throughput") or {}), **(metrics.get("latency") or {})}

@@ -49,7 +49,14 @@ def read_counter(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, int]]:
         counter["opens"] += 1
         return CountingFile(open(path, mode, *args, **kwargs), counter)
 
+    real_open_for_reading = logs.open_for_reading
+
+    def spy_open_for_reading(path: Any, **kwargs: Any) -> CountingFile:
+        counter["opens"] += 1
+        return CountingFile(real_open_for_reading(path, **kwargs), counter)
+
     monkeypatch.setattr(logs, "open", spy_open, raising=False)
+    monkeypatch.setattr(logs, "open_for_reading", spy_open_for_reading)
     yield counter
 
 
@@ -403,3 +410,14 @@ def test_follower_reads_a_burst_in_bounded_chunks(tmp_path: Path) -> None:
     assert follower.hang_detected
     assert follower.last_line == "tail: Hang Detected"
     assert follower.advance() == 0
+
+
+def test_follower_never_reads_through_a_planted_link(tmp_path: Path) -> None:
+    """Issue 20 item 10: a link planted at a job's .err is refused, and said so."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("hang detected: not the job's words\n")
+    err = tmp_path / "job_1.err"
+    err.symlink_to(secret)
+    fol = LogFollower(err)
+    assert fol.poll() == "" and not fol.hang_detected
+    assert "symbolic link" in fol.problem

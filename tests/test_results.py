@@ -442,15 +442,15 @@ def test_diagnose_patterns_and_metrics() -> None:
 # ---------------------------------------------------------------------- errors
 def test_errors_from_fixture() -> None:
     got = errors_from(lines_of("pytest_failed.log"))
-    assert got == [
-        "_________________ ERROR at setup of test_llama_tp2[float16] _________________",
-        "E       RuntimeError: CUDA error: no kernel image is available for execution on the "
-        "device",
-        "E       AssertionError: assert 'abc' == 'abd'",
+    assert got == [  # the failing tests first (issue 17 item 18), then the rest in order
         "FAILED tests/unittest/test_llama.py::test_llama_accuracy - AssertionError: assert "
         "'abc' == 'abd'",
         "ERROR tests/unittest/test_llama.py::test_llama_tp2[float16] - RuntimeError: CUDA "
         "error: no kernel image is available for execution on the device",
+        "_________________ ERROR at setup of test_llama_tp2[float16] _________________",
+        "E       RuntimeError: CUDA error: no kernel image is available for execution on the "
+        "device",
+        "E       AssertionError: assert 'abc' == 'abd'",
     ]
 
 

@@ -41,3 +41,17 @@ def test_lm_eval_task_with_a_scores_filter() -> None:
     m = parse_eval(["[TRT-LLM] [I] lm-eval gpqa_diamond_cot_zeroshot_aa "
                     "exact_match,flexible-extract accuracy: 45.96"])
     assert m["accuracy_by_task"] == {"gpqa_diamond_cot_zeroshot_aa": 45.96}
+
+
+def test_failing_tests_are_named_before_traceback_lines() -> None:
+    """Item 18: 41 failures, each with its traceback: the 20 lines name 20 tests."""
+    from slurm_fsm.results import MAX_ERRORS, errors_from
+    lines: list[str] = []
+    for i in range(41):
+        lines += ["Traceback (most recent call last):", '  File "t.py", line 1',
+                  f"ValueError: bad value {i}", f"E   AssertionError: case {i}"]
+    lines += [f"FAILED tests/test_a.py::test_{i} - AssertionError: case {i}" for i in range(41)]
+    lines.append("==== 41 failed, 3 passed in 1.00s ====")
+    errors = errors_from(lines)
+    assert len(errors) == MAX_ERRORS
+    assert all(e.startswith("FAILED tests/test_a.py::test_") for e in errors)
