@@ -46,6 +46,7 @@ import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 
+import attrs
 import hostlist
 
 from slurm_fsm.backend import (
@@ -112,6 +113,7 @@ __all__ = [
     "srun_help_argv",
     "srun_step_argv",
     "stderr_tail",
+    "with_true_exit_code",
 ]
 
 #: Field separator of every ``squeue -o`` format here.
@@ -586,6 +588,26 @@ def parse_sacct(text: str, job_id: str) -> JobOutcome | None:
         source="sacct",
         steps=tuple(rows),
     )
+
+
+def with_true_exit_code(sacct: JobOutcome, controller: JobOutcome | None) -> JobOutcome:
+    """sacct's outcome with the batch script's real exit status.
+
+    Slurm 22.05's sacct prints an exit status above 127 modulo 128: a script whose
+    ``srun`` step was SIGKILLed exits 137 (as a persistent run reports it), and sacct
+    prints ``9:0``, as it does for ``exit 9`` (``exit 200`` -> ``72:0``). ``scontrol show
+    job`` prints the status itself (``ExitCode=137:0``) while the controller still holds
+    the job (``MinJobAge``): then its code and signal win. Without it, a code N in 1-64
+    whose job has a step ended by signal N is read as 128 + N (the shell's status of a
+    process killed by N, which a script ending with that step exits with)."""
+    if controller is not None and controller.state.is_final:
+        return attrs.evolve(sacct, exit_code=controller.exit_code, signal=controller.signal)
+    code = sacct.exit_code
+    if sacct.signal == 0 and 1 <= code <= 64 and any(
+            step.signal == code for step in sacct.steps
+            if step.job_id.rpartition(".")[2].split("+")[0].isdigit()):
+        return attrs.evolve(sacct, exit_code=128 + code)
+    return sacct
 
 
 def _field(text: str, key: str) -> str | None:

@@ -679,7 +679,7 @@ class SubprocessBackend:
             result = self._run(slurmcli.sacct_argv(job_id))
             outcome = self._parse(result, lambda text: slurmcli.parse_sacct(text, job_id))
             if outcome is not None:
-                return outcome
+                return slurmcli.with_true_exit_code(outcome, self._controller_outcome(outcome))
             sacct_error = JobNotFound(job_id, "sacct has no row for it")
         except JobNotFound as exc:
             sacct_error = exc
@@ -694,6 +694,16 @@ class SubprocessBackend:
             return self.job_outcome_from_scontrol(job_id)
         except JobNotFound:
             raise sacct_error from None
+
+    def _controller_outcome(self, outcome: JobOutcome) -> JobOutcome | None:
+        """scontrol's record of a job sacct says ended non-zero (its ExitCode is the real
+        status, sacct's is modulo 128), or None when it has none."""
+        if not outcome.state.is_final or (outcome.exit_code == 0 and outcome.signal == 0):
+            return None
+        try:
+            return self.job_outcome_from_scontrol(outcome.job_id)
+        except (BackendError, ValueError):
+            return None
 
     def job_outcome_from_scontrol(self, job_id: str) -> JobOutcome:
         """``scontrol show job ID`` alone (known only until MinJobAge has passed)."""

@@ -55,3 +55,31 @@ def test_failing_tests_are_named_before_traceback_lines() -> None:
     errors = errors_from(lines)
     assert len(errors) == MAX_ERRORS
     assert all(e.startswith("FAILED tests/test_a.py::test_") for e in errors)
+
+
+# --------------------------------------------------------------------- item 17
+# Recorded on the local Slurm 22.05.8 cluster: a batch script whose last command is
+# `srun bash -c 'kill -9 $$'` (scontrol: ExitCode=137:0), and one ending `exit 9`
+# after such a step (scontrol: ExitCode=9:0); sacct prints both as 9:0.
+SACCT_SRUN_KILLED = "3|FAILED|9:0|00:00:01|\n3.batch|FAILED|9:0|00:00:01|1K\n" \
+                    "3.0|CANCELLED|0:9|00:00:01|1K\n"
+
+
+def test_sacct_modulo_128_exit_code_is_corrected_by_scontrol() -> None:
+    from slurm_fsm.slurmcli import parse_sacct, parse_scontrol_job, with_true_exit_code
+    sacct = parse_sacct(SACCT_SRUN_KILLED, "3")
+    assert sacct is not None and sacct.exit_code == 9  # what sacct says
+    killed = parse_scontrol_job("JobId=3 JobName=x\n   JobState=FAILED Reason=NonZeroExitCode"
+                                " ExitCode=137:0\n", "3")
+    assert with_true_exit_code(sacct, killed).exit_code == 137
+    exit9 = parse_scontrol_job("JobId=3 JobName=x\n   JobState=FAILED ExitCode=9:0\n", "3")
+    assert with_true_exit_code(sacct, exit9).exit_code == 9
+
+
+def test_without_scontrol_a_step_killed_by_the_same_signal_gives_128_plus_n() -> None:
+    from slurm_fsm.slurmcli import parse_sacct, with_true_exit_code
+    sacct = parse_sacct(SACCT_SRUN_KILLED, "3")
+    assert sacct is not None
+    assert with_true_exit_code(sacct, None).exit_code == 137
+    plain = parse_sacct("4|FAILED|3:0|00:00:01|\n4.batch|FAILED|3:0|00:00:01|1K\n", "4")
+    assert plain is not None and with_true_exit_code(plain, None).exit_code == 3
