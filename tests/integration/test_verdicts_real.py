@@ -27,11 +27,12 @@ pytestmark = pytest.mark.slurm
 
 HANG = """
     echo "[TRT-LLM] [I] executor loop started"
-    srun bash -c 'echo "[12/03/2026-11:00:00] [TRT-LLM] [E] Hang detected after 3 seconds." >&2; kill -9 $$'
+    srun bash -c 'echo "[12/03/2026-11:00:00] [TRT-LLM] [E] Hang detected after 3 seconds." >&2
+                  kill -9 $$'
 """
 
 EVAL_ON_STDERR = """
-    srun bash -c 'echo "[12/03/2026-11:00:00] [TRT-LLM] [I] lm-eval gsm8k average accuracy: 73.88" >&2
+    srun bash -c 'echo "[TRT-LLM] [I] lm-eval gsm8k average accuracy: 73.88" >&2
                   echo "Reference accuracy: 74.450" >&2
                   echo "Evaluated accuracy: 73.880" >&2'
     echo "done"
