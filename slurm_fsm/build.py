@@ -50,6 +50,7 @@ from slurm_fsm.events import Events, PreStep, PreStepResult
 from slurm_fsm.jobstate import JobState
 from slurm_fsm.logs import tail_lines
 from slurm_fsm.monitor import PollPolicy, final_outcome, watch_batch_job
+from slurm_fsm.nvsmi import arch_of_compute_cap
 from slurm_fsm.project import (  # TensorRT-LLM's arch table and image tags file
     ARCH_TABLE,
     DEFAULT_BUILD_ARCH,
@@ -114,13 +115,15 @@ def build_arch(gpu_name: str) -> str:
     """The build arch (``-a``) for a GPU name as nvidia-smi prints it, or a bare model.
 
     H100/H200 -> ``90-real``; B200/GB200/B300/GB300 -> ``100-real``; A100 ->
-    ``80-real``; L40S -> ``89-real``; anything else ``100-real``. The first
-    word of the name that is in :data:`ARCH_TABLE` decides.
+    ``80-real``; L40S -> ``89-real``. The first word of the name that is in
+    :data:`ARCH_TABLE` decides; a name not in the table decides by its compute
+    capability when it carries one (the probe asks nvidia-smi for it:
+    ``NVIDIA GH200 480GB (sm_90)`` -> ``90-real``); anything else ``100-real``.
     """
     for token in gpu_tokens(gpu_name):
         if token in ARCH_TABLE:
             return ARCH_TABLE[token]
-    return DEFAULT_BUILD_ARCH
+    return arch_of_compute_cap(gpu_name) or DEFAULT_BUILD_ARCH
 
 
 def _partition_arch(spec: JobSpec, gpu_name: str) -> tuple[str, str]:

@@ -93,6 +93,7 @@ from slurm_fsm.errors import (
     SlurmFsmError,
     StateFileError,
 )
+from slurm_fsm.nvsmi import NvidiaSmiFailed
 from slurm_fsm.ownership import Ownership, describe
 from slurm_fsm.project import install_commands
 from slurm_fsm.spec import JobSpec
@@ -793,7 +794,12 @@ class AllocationMachine:
 
     def _gpu_check(self) -> list[GpuProcess]:
         assert self.alloc is not None
-        procs = self.backend.gpu_processes(self.alloc.job_id, self.alloc.nodes)
+        try:
+            procs = self.backend.gpu_processes(self.alloc.job_id, self.alloc.nodes)
+        except NvidiaSmiFailed as exc:  # a node whose GPUs nobody can see is not clean
+            procs = exc.processes
+            for failure in exc.failures:
+                self._warn(f"GPU check: {failure.describe()}")
         by_node: dict[str, list[str]] = {}
         for p in procs:
             by_node.setdefault(p.node, []).append(f"{p.pid} {p.name} ({p.used_memory})")

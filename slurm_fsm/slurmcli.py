@@ -43,12 +43,12 @@ not as ``ControllerUnreachable``: the tool may be slow for reasons of its own
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
 import hostlist
 
+from slurm_fsm import nvsmi
 from slurm_fsm.backend import (
     AllocationRequest,
     BatchRequest,
@@ -132,7 +132,7 @@ STEP_FORMAT = f"StepId:64{SEP},StepState:24{SEP},StepName:0"
 SACCT_FIELDS = ("JobID", "State", "ExitCode", "Elapsed", "MaxRSS")
 
 #: The line each node prints before its nvidia-smi rows in :func:`gpu_processes_script`.
-GPU_NODE_MARKER = "@@slurm_fsm-node"
+GPU_NODE_MARKER = nvsmi.NODE_MARKER
 
 #: How nvidia-smi lists compute processes (procedure step 0E.3).
 GPU_QUERY_ARGV = (
@@ -336,16 +336,10 @@ def container_remove_argv(job_id: str, nodes: int, name: str) -> list[str]:
 
 
 def gpu_processes_script() -> str:
-    """The ``bash -c`` text run once per node by :func:`gpu_processes_argv`.
-
-    It prints ``@@slurm_fsm-node <node name>``, then nvidia-smi's compute
-    processes when nvidia-smi exists (a node without it lists nothing).
-    """
-    query = shlex.join(GPU_QUERY_ARGV)
-    return (
-        f'echo "{GPU_NODE_MARKER} ${{SLURMD_NODENAME:-$(hostname)}}"; '
-        f"if command -v nvidia-smi >/dev/null 2>&1; then {query} || true; fi"
-    )
+    """The ``bash -c`` text run once per node by :func:`gpu_processes_argv`
+    (:func:`slurm_fsm.nvsmi.gpu_processes_script`): the node's name, nvidia-smi's
+    compute processes and its exit status (a node without nvidia-smi lists nothing)."""
+    return nvsmi.gpu_processes_script()
 
 
 def gpu_processes_argv(job_id: str, nodes: int) -> list[str]:
@@ -368,11 +362,11 @@ def gpu_processes_argv(job_id: str, nodes: int) -> list[str]:
 
 
 def probe_gpu_argv(partition: str, account: str | None = None) -> list[str]:
-    """srun on one node of ``partition`` printing its GPU names (pre-step, step 1)."""
+    """srun on one node of ``partition`` printing its GPU names and compute capability
+    (pre-step, step 1; :func:`slurm_fsm.nvsmi.probe_script`)."""
     argv = ["srun", f"--partition={partition}"]
     if account:
         argv.append(f"--account={account}")
-    query = shlex.join(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"])
     argv += [
         "-N",
         "1",
@@ -380,7 +374,7 @@ def probe_gpu_argv(partition: str, account: str | None = None) -> list[str]:
         "--job-name=slurm_fsm-gpu-probe",
         "bash",
         "-c",
-        f"if command -v nvidia-smi >/dev/null 2>&1; then {query} || true; fi",
+        nvsmi.probe_script(),
     ]
     return argv
 
@@ -663,49 +657,18 @@ def has_container_option(help_text: str) -> bool:
     return "--container-image" in help_text
 
 
-_LABELLED = re.compile(r"^\s*(\d+):\s?(.*)$")
-
-
 def parse_gpu_processes(text: str) -> list[GpuProcess]:
-    """Output of :func:`gpu_processes_argv` (``srun -l``) -> GpuProcess per row.
-
-    Each task first names its node (``N: @@slurm_fsm-node n1``); its later
-    ``pid, name, used_memory`` rows belong to that node. Lines that are not
-    such rows (nvidia-smi's own complaints) are ignored.
-    """
-    node_of: dict[str, str] = {}
-    rows: list[tuple[str, str]] = []
-    for line in text.splitlines():
-        m = _LABELLED.match(line)
-        if not m:
-            continue
-        task, body = m.group(1), m.group(2).strip()
-        if body.startswith(GPU_NODE_MARKER):
-            node_of[task] = body[len(GPU_NODE_MARKER) :].strip()
-        elif body:
-            rows.append((task, body))
-    found = []
-    for task, body in rows:
-        pid, _, rest = body.partition(",")
-        name, _, memory = rest.rpartition(",")
-        if not pid.strip().isdigit() or not name.strip():
-            continue
-        found.append(
-            GpuProcess(
-                node=node_of.get(task, f"task{task}"),
-                pid=int(pid),
-                name=name.strip(),
-                used_memory=memory.strip(),
-            )
-        )
-    return found
+    """Output of :func:`gpu_processes_argv` (``srun -l``) -> GpuProcess per row
+    (:func:`slurm_fsm.nvsmi.parse_gpu_processes` without the failures)."""
+    return nvsmi.parse_gpu_processes(text)[0]
 
 
 def parse_gpu_name(text: str) -> str | None:
-    """First line of ``nvidia-smi --query-gpu=name`` output, or None when empty."""
-    for line in _lines(text):
-        return line.strip()
-    return None
+    """The probe's output (:func:`probe_gpu_argv`) -> the first GPU's name, with its
+    compute capability when known (``NVIDIA GH200 480GB (sm_90)``); None when the node
+    has no nvidia-smi. :class:`slurm_fsm.nvsmi.NvidiaSmiFailed` (a BackendError naming
+    the node and nvidia-smi's words) when nvidia-smi failed there."""
+    return nvsmi.parse_gpu_probe(text)
 
 
 def expand_nodelist(nodelist: str) -> list[str]:

@@ -35,7 +35,7 @@ from typing import IO, TypeVar
 
 import attrs
 
-from slurm_fsm import scriptguard, slurmcli
+from slurm_fsm import nvsmi, scriptguard, slurmcli
 from slurm_fsm.backend import (
     AllocationRequest,
     BatchRequest,
@@ -603,7 +603,10 @@ class SubprocessBackend:
         """nvidia-smi's compute processes on every node of the allocation (host side)."""
         result = self._run(slurmcli.gpu_processes_argv(check_job_id(job_id), nodes),
                            self.probe_timeout_s)
-        return self._parse(result, slurmcli.parse_gpu_processes)
+        procs, failures = self._parse(result, nvsmi.parse_gpu_processes)
+        if failures:  # the machine warns, naming each node and nvidia-smi's words
+            raise nvsmi.NvidiaSmiFailed(failures, procs)
+        return procs
 
     def probe_gpu_name(self, partition: str, account: str | None = None) -> str | None:
         """The GPU name of one node of ``partition``; None when it has no nvidia-smi."""

@@ -250,10 +250,12 @@ def test_gpu_processes_script_with_a_fake_nvidia_smi(tmp_path: Path) -> None:
         env=env,
         check=True,
     )
-    assert done.stdout == "@@slurm_fsm-node n1\n4242, /usr/bin/python3, 1024 MiB\n"
-    assert done.stderr.strip() == (
-        "--query-compute-apps=pid,name,used_memory --format=csv,noheader"
-    )
+    # nvidia-smi's stderr is kept (a failure's words), then its exit status
+    assert done.stdout == ("@@slurm_fsm-node n1\n"
+                           "--query-compute-apps=pid,name,used_memory --format=csv,noheader\n"
+                           "4242, /usr/bin/python3, 1024 MiB\n@@slurm_fsm-nvidia-smi-exit 0\n")
+    labelled = "".join(f"0: {line}\n" for line in done.stdout.splitlines())
+    assert [p.pid for p in slurmcli.parse_gpu_processes(labelled)] == [4242]
 
 
 def test_probe_gpu_argv() -> None:
@@ -268,7 +270,8 @@ def test_probe_gpu_argv() -> None:
         "--job-name=slurm_fsm-gpu-probe",
     ]
     assert argv[7:9] == ["bash", "-c"]
-    assert "nvidia-smi --query-gpu=name --format=csv,noheader" in argv[9]
+    assert "nvidia-smi --query-gpu=name,compute_cap --format=csv,noheader" in argv[9]
+    assert "nvidia-smi --query-gpu=name --format=csv,noheader" in argv[9]  # older drivers
     assert "--account=acct" not in slurmcli.probe_gpu_argv("gpu")
 
 

@@ -11,6 +11,7 @@ verdict in both modes.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -112,3 +113,26 @@ def test_a_killed_step_exits_128_plus_9_in_both_modes(
     for report in (kept, batch):
         assert report.status is Status.FAILED, report.render_text()
         assert report.exit_code == 137, report.render_text()
+
+
+DRIVER_FAILED = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA "
+                 "driver. Make sure that the latest NVIDIA driver is installed and running.")
+
+
+def test_preflight_warns_when_nvidia_smi_fails_on_a_node(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Item 10: srun passes the caller's PATH to the step, so the pre-flight's step finds
+    this stand-in, which fails as a node without a working driver does (exit 9)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    stand_in = bin_dir / "nvidia-smi"
+    stand_in.write_text(f'#!/bin/sh\necho "{DRIVER_FAILED}"\nexit 9\n')
+    stand_in.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    spec = persistent(local_cluster, tmp_path, names.new("nvsmi"), "srun true\n")
+    report = run(spec)
+    assert report.status is Status.PASSED, report.render_text()
+    warned = [w for w in report.warnings if w.startswith("GPU check: nvidia-smi failed on n")]
+    assert warned and all(w.endswith(f"(exit 9): {DRIVER_FAILED}") for w in warned), \
+        report.warnings
