@@ -97,6 +97,7 @@ EXIT_MARKER = "[slurm_fsm] build command exited with status"
 PROGRESS_LINE = re.compile(r"^\s*\[\s*(?:\d{1,3}%|\d+/\d+)\]")
 
 _GRACE = re.compile(r"^G[BH]\d")
+_CONFLICT_MARKER = re.compile(r"^(?:<{7}(?:\s|$)|={7}\s*$|>{7}(?:\s|$))")
 _EXIT_LINE = re.compile(re.escape(EXIT_MARKER) + r" (\d+)\s*$")
 
 
@@ -176,8 +177,15 @@ def parse_properties(text: str) -> dict[str, str]:
     """Parse Java properties text into a dict (a later key wins), with ``javaproperties``
     (comments, ``=``/``:``/blank separators, continuation lines, escapes and
     ``\\uXXXX`` as Java reads them). One difference from Java: values are stripped
-    of surrounding whitespace. Raises ValueError on a malformed ``\\u`` escape.
+    of surrounding whitespace. Raises ValueError on a malformed ``\\u`` escape, and on
+    git merge-conflict markers (``<<<<<<<``, ``=======``, ``>>>>>>>``: a file committed
+    mid-merge holds two images per key, and which one is meant nobody can say).
     """
+    for number, line in enumerate(text.splitlines(), 1):
+        if _CONFLICT_MARKER.match(line):
+            raise ValueError(
+                f"line {number}: git merge-conflict marker {line.strip()[:40]!r}; the file "
+                "holds both sides of a merge: resolve it, or set docker_image in the job spec")
     return {key: value.strip() for key, value in javaproperties.loads(text).items()}
 
 

@@ -51,6 +51,7 @@ def install_commands(repo_root: Path) -> list[tuple[str, tuple[str, ...]]]:
 ARCH_TABLE: dict[str, str] = {
     "H100": "90-real",
     "H200": "90-real",
+    "GH200": "90-real",  # Grace Hopper (sm_90)
     "B200": "100-real",
     "GB200": "100-real",
     "B300": "100-real",

@@ -438,6 +438,7 @@ _ERROR_LINE: list[re.Pattern[str]] = [
     re.compile(r"\bError:"),
     re.compile(r"\bERROR\b"),
     re.compile(r"(?:^|\s)FAILED(?:\s|$)"),
+    re.compile(r"^SUBFAILED\S* \S+::"),  # pytest 9: a failed subtest
     re.compile(r"CUDA out of memory|Segmentation fault|core dumped|oom[-_]kill", re.I),
     re.compile(r"hang detected", re.I),
     # compilers and build tools: a.cpp:1:1: error: ..., a.cu(12): error: ..., CMake Error at

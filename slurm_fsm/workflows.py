@@ -230,7 +230,9 @@ _LATENCY_WORD = re.compile(
     r"latency|\bTTFT\b|\bTPOT\b|\bITL\b|\bE2EL\b|time to first token|time per output token",
     re.I,
 )
-_THROUGHPUT_WORD = re.compile(r"throughput", re.I)
+#: ``Per User Output Speed (tps/user)`` and the ``[GTPS]`` (generation tokens per second)
+#: breakdown of trtllm-bench 0.21's streaming report are throughput figures too.
+_THROUGHPUT_WORD = re.compile(r"throughput|\bGTPS\b|output speed", re.I)
 _MAX_LABEL = 100
 #: The completion marker a benchmark script leaves in its work dir.
 DONE_MARKER_GLOB = "8_done_*.txt"

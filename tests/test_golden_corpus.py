@@ -1,0 +1,174 @@
+"""The golden corpus: every parser over every real output in tests/data/real/.
+
+Each file there is real output of a tool nobody here wrote (TensorRT-LLM's eval and
+bench, pytest 8 and 9, sacct, scontrol, nvidia-smi, TensorRT-LLM's tags files), with its
+source in tests/data/real/SOURCES.md. Beside each one, ``<name>.expected.json`` holds
+what the parsers must make of it; this test runs them all and compares. A surprise from a
+real tool is added here first (file, source, expected), then fixed.
+
+``SLURM_FSM_REGEN_GOLDEN=1`` writes the expected files from today's parsers: read every
+changed one before committing it (an expected file is a claim about the real tool).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slurm_fsm.build import BuildError, build_arch, image_key, partition_arch, read_properties
+from slurm_fsm.jobstate import JobState
+from slurm_fsm.results import errors_from, parse_benchmark, parse_eval, parse_pytest
+from slurm_fsm.slurmcli import (
+    SACCT_FIELDS,
+    parse_gpu_processes,
+    parse_sacct,
+    parse_scontrol_job,
+    with_true_exit_code,
+)
+from slurm_fsm.spec import JobSpec
+
+REAL = Path(__file__).resolve().parent / "data" / "real"
+REGEN = os.environ.get("SLURM_FSM_REGEN_GOLDEN") == "1"
+
+
+def _blocks(path: Path) -> dict[str, list[str]]:
+    """``## <name> | ...`` headed blocks (comment lines ``#`` dropped); one block
+    ``all`` when the file has none."""
+    blocks: dict[str, list[str]] = {}
+    current = "all"
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("## "):
+            current = line[3:].split("|")[0].split(" (")[0].strip()
+            blocks[current] = [line]
+        elif line.startswith("# ") and current == "all" and not blocks:
+            continue
+        else:
+            blocks.setdefault(current, []).append(line)
+    return blocks
+
+
+def _text_parsers(lines: list[str], tmp: Path) -> dict[str, Any]:
+    bench = parse_benchmark(lines, tmp)
+    return {
+        "pytest": parse_pytest(lines),
+        "eval": parse_eval(lines),
+        "benchmark": {"throughput": bench["throughput"], "latency": bench["latency"]},
+        "errors": errors_from(lines),
+    }
+
+
+def _text_file(path: Path, tmp: Path) -> dict[str, Any]:
+    return {name: _text_parsers(lines, tmp) for name, lines in _blocks(path).items()}
+
+
+def _sacct_row(header: list[str], fields: list[str]) -> str:
+    by_name = dict(zip(header, fields, strict=False))
+    return "|".join(by_name.get(name.lower(), "") for name in SACCT_FIELDS)
+
+
+def _sacct_file(path: Path, _tmp: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    columns = ""
+    for name, lines in _blocks(path).items():
+        head = lines[0].split(" | ", 2)
+        if len(head) == 3 and head[2].strip() != "same":  # the block's column order
+            columns = head[2].strip()
+        rows = [line for line in lines[1:] if line.strip() and not line.startswith("scontrol:")]
+        if rows and rows[0].startswith("JobID|"):
+            columns, rows = rows[0], rows[1:]
+        header = [c.strip().lower() for c in columns.split("|")]
+        text = "\n".join(_sacct_row(header, r.split("|")) for r in rows) + "\n"
+        job_id = rows[0].split("|")[header.index("jobid")]
+        outcome = parse_sacct(text, job_id)
+        assert outcome is not None, name
+        controller = None
+        for line in lines:
+            if line.startswith("scontrol: "):
+                controller = parse_scontrol_job(
+                    f"JobId={job_id} JobState={outcome.state} {line.split(': ', 1)[1]}", job_id)
+        true = with_true_exit_code(outcome, controller)
+        out[name] = {
+            "state": str(outcome.state), "exit_code": outcome.exit_code,
+            "signal": outcome.signal, "true_exit_code": true.exit_code,
+            "steps": {s.job_id: str(s.state) for s in outcome.steps},
+            "states_known": all(JobState.parse(r.split("|")[header.index("state")])
+                                is not JobState.UNKNOWN for r in rows),
+        }
+    return out
+
+
+def _nvidia_smi_file(path: Path, _tmp: Path) -> dict[str, Any]:
+    blocks = _blocks(path)
+    apps = [line for line in blocks["apps"][1:] if line.strip()]
+    procs = parse_gpu_processes("0: @@slurm_fsm-node n1\n"
+                                + "".join(f"0: {line}\n" for line in apps))
+    names = [line for line in blocks["names"][1:] if line.strip()]
+    return {
+        "apps": [[p.node, p.pid, p.name, p.used_memory] for p in procs],
+        "names": {line: build_arch(line) for line in names if line.startswith("NVIDIA ")
+                  and "failed" not in line},
+    }
+
+
+def _tags_file(path: Path, tmp: Path) -> dict[str, Any]:
+    spec = JobSpec.from_dict({
+        "script_path": str(tmp / "job.sh"), "work_dir": str(tmp), "model_name": "m",
+        "workflow_type": "custom", "repo_root": str(tmp), "persistent_mode": False,
+        "log_file_pattern": "x_%j.out",
+        "slurm_params": {"partition": "p", "account": "a", "nodes": 1},
+    })
+    try:
+        props = read_properties(path)
+    except BuildError as exc:
+        return {"error": str(exc).replace(str(path), "<file>")}
+    out: dict[str, Any] = {}
+    for gpu in ("NVIDIA H100 80GB HBM3", "NVIDIA GH200 480GB"):
+        arch = partition_arch(spec, gpu)
+        try:
+            key = image_key(props, arch, source="<file>")
+            out[arch] = {"key": key, "image": props[key]}
+        except BuildError as exc:
+            out[arch] = {"error": str(exc)}
+    return out
+
+
+def _reader(path: Path) -> Any:
+    rel = path.relative_to(REAL).as_posix()
+    if rel.endswith(".properties"):
+        return _tags_file
+    if rel in ("slurm/sacct_fixtures.txt", "local/sacct_scontrol_killed.txt"):
+        return _sacct_file
+    if rel == "slurm/nvidia_smi_fixtures.txt":
+        return _nvidia_smi_file
+    return _text_file
+
+
+CORPUS = sorted(p for p in REAL.rglob("*") if p.is_file() and p.name != "SOURCES.md"
+                and not p.name.endswith(".expected.json") and not p.name.endswith(".py.txt"))
+
+
+def test_the_corpus_holds_the_shared_real_material() -> None:
+    names = {p.relative_to(REAL).as_posix() for p in CORPUS}
+    assert {"trtllm/bench_blog_0.21.0rc0_pytorch_streaming.txt",
+            "trtllm/bench_docs_0.17.0_throughput_run.txt",
+            "trtllm/bench_docs_multimodal_sample.txt", "trtllm/eval_accuracy_readme_lines.txt",
+            "trtllm/eval_lines_from_code.txt", "slurm/sacct_fixtures.txt",
+            "slurm/nvidia_smi_fixtures.txt"} <= names
+    assert len([n for n in names if n.endswith(".properties")]) == 5
+    sources = (REAL / "SOURCES.md").read_text(encoding="utf-8")
+    for name in names:
+        assert Path(name).parent.name in sources or Path(name).name in sources, name
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=[p.relative_to(REAL).as_posix() for p in CORPUS])
+def test_every_parser_over_every_real_output(path: Path, tmp_path: Path) -> None:
+    got = json.loads(json.dumps(_reader(path)(path, tmp_path)))
+    expected_path = path.with_name(path.name + ".expected.json")
+    if REGEN:
+        expected_path.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
+    assert expected_path.exists(), f"no {expected_path.name}: run with SLURM_FSM_REGEN_GOLDEN=1"
+    assert got == json.loads(expected_path.read_text(encoding="utf-8"))
