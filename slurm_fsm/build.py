@@ -477,7 +477,7 @@ class SlurmBuilder:
             return BuildOutcome(ok=False, job_id=job_id, log_path=log_path, log_tail=tail,
                                 summary=f"build job {job_id}: not done after "
                                 f"{request.timeout_s:g} s "
-                                "(monitor_timeout_seconds); job cancelled")
+                                "(build_timeout_seconds); job cancelled")
         outcome, why = final_outcome(backend, job_id, clock)
         if outcome is not None:
             ok = outcome.state is JobState.COMPLETED and outcome.exit_code == 0
@@ -553,7 +553,7 @@ def run_pre_step(spec: JobSpec, backend: SlurmBackend, events: Events,
         repo_root=spec.repo_root, partition=spec.slurm_params.partition,
         account=spec.slurm_params.account, image=image, user_root_dir=spec.user_root_dir,
         arch=arch, work_dir=spec.work_dir, cpu_arch=cpu_arch, gpu_name=gpu,
-        job_name=build_job_name(spec), timeout_s=float(spec.monitor_timeout_seconds),
+        job_name=build_job_name(spec), timeout_s=float(spec.build_timeout_seconds),
     )
     try:
         outcome = builder.build(request, backend, events)

@@ -400,6 +400,8 @@ class JobSpec:
     container_name: str | None = None
     container_mounts: Mounts = Mounts(())
     build_project: bool = False
+    #: the pre-step build's own wall-clock limit (a build takes far longer than a test)
+    build_timeout_seconds: PositiveInt = PositiveInt(10800)
     device_type: str | None = None
     slurm_env: SlurmEnv = SlurmEnv()
     user_root_dir: str | None = None
@@ -518,6 +520,7 @@ _RULES.update({
         "container_name": _optional(_slurm_name),
         "container_mounts": _mount_list,
         "build_project": _bool,
+        "build_timeout_seconds": _integer(1, MAX_SECONDS),
         "device_type": _optional(_short_text),
         "slurm_env": _instance(SlurmEnv, "a SlurmEnv"),
         "user_root_dir": _optional(_text),

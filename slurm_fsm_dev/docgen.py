@@ -50,6 +50,8 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "slurm_fsm.results",
     "slurm_fsm.workflows",
     "slurm_fsm.jobstate",
+    "slurm_fsm.joboutput",
+    "slurm_fsm.nvsmi",
     "slurm_fsm.testing",
     "slurm_fsm.errors",
 )

@@ -501,7 +501,9 @@ def test_sbatch_refusing_the_build_is_build_failed(make_spec: SpecFactory,
 
 def test_build_hang_and_timeout_cancel_the_build(make_spec: SpecFactory,
                                                  fake: FakeCluster) -> None:
-    spec = build_spec(make_spec, device_type="H100", monitor_timeout_seconds=120)
+    # the build's own limit (issue 17 item 13), not the test's monitor_timeout_seconds
+    spec = build_spec(make_spec, device_type="H100", build_timeout_seconds=120,
+                      monitor_timeout_seconds=60)
     fake.script(BUILD_SCRIPT_NAME, FakeScript(lines=("[ 1%] a", "NCCL: hang detected"),
                                               hang=True))
     report, _ = run(spec, fake)
@@ -511,7 +513,7 @@ def test_build_hang_and_timeout_cancel_the_build(make_spec: SpecFactory,
     fake.script(BUILD_SCRIPT_NAME, FakeScript(lines=("[ 1%] slow",), hang=True))
     report2, _ = run(spec, fake)
     assert report2.status is Status.BUILD_FAILED
-    assert "not done after 120 s" in report2.summary
+    assert "not done after 120 s (build_timeout_seconds)" in report2.summary
     assert fake.jobs[report2.job_id or ""].state == "CANCELLED"
     assert "allocate" not in fake.ops()
 
@@ -555,7 +557,7 @@ def test_a_plugged_builder(make_spec: SpecFactory, fake: FakeCluster) -> None:
                                 log_tail=("make: *** [all] Error 2",), summary="make failed")
 
     spec = build_spec(make_spec, device_type="NVIDIA L40S", user_root_dir="/home/u",
-                      monitor_timeout_seconds=900)
+                      build_timeout_seconds=900, monitor_timeout_seconds=60)
     report, _ = run(spec, fake, pre_step=make_pre_step(Local()))
     assert report.status is Status.BUILD_FAILED
     assert report.summary == "make failed"

@@ -272,6 +272,7 @@ SPEC_BAD: dict[str, st.SearchStrategy[object]] = {
     "success_patterns": PATTERNS_BAD,
     "failure_patterns": PATTERNS_BAD,
     "monitor_timeout_seconds": bad_ints(1, MAX_SECONDS),
+    "build_timeout_seconds": bad_ints(1, MAX_SECONDS),
     "persistent_mode": BOOL_BAD,
     "release_allocation": BOOL_BAD,
     "build_project": BOOL_BAD,
