@@ -4,9 +4,13 @@ failing tests named first (18). The real texts themselves are in tests/data/real
 
 from __future__ import annotations
 
+import pytest
+
 from slurm_fsm.results import Status, decide, parse_eval, parse_pytest
 from slurm_fsm.spec import WorkflowType
 from slurm_fsm.workflows import workflow
+
+from conftest import SpecFactory
 
 
 def test_pytest9_subtests_summary() -> None:
@@ -83,3 +87,43 @@ def test_without_scontrol_a_step_killed_by_the_same_signal_gives_128_plus_n() ->
     assert with_true_exit_code(sacct, None).exit_code == 137
     plain = parse_sacct("4|FAILED|3:0|00:00:01|\n4.batch|FAILED|3:0|00:00:01|1K\n", "4")
     assert plain is not None and with_true_exit_code(plain, None).exit_code == 3
+
+
+# --------------------------------------------------------------------- item 12
+@pytest.mark.parametrize("held", ["REQUEUE_HOLD", "RESV_DEL_HOLD", "SPECIAL_EXIT",
+                                  "REQUEUE_FED"])
+def test_a_held_allocation_keeps_its_state_file(make_spec: SpecFactory, held: str) -> None:
+    """Step 0C: a held allocation is still there: waited for, then reported with its
+    state file kept; never dropped while a new one is allocated beside it."""
+    from test_machine import machine, ready_allocation, slurm_ops
+
+    from slurm_fsm.machine import State
+    from slurm_fsm.testing import FakeCluster
+    fake = FakeCluster()
+    spec = make_spec()
+    old = ready_allocation(spec, fake)
+    fake.jobs[old.job_id].state = held
+    m = machine(spec, fake, pending_wait_s=60)
+    assert m.prepare() is State.Failed
+    assert m.failure is not None and f"still {held}" in m.failure.message
+    assert "allocate" not in slurm_ops(fake) and "cancel" not in slurm_ops(fake)
+    assert spec.state_path.exists()
+
+
+@pytest.mark.parametrize("stopped", ["STOPPED", "SIGNALING"])
+def test_a_stopped_allocation_is_replaced_not_left_behind(make_spec: SpecFactory,
+                                                          stopped: str) -> None:
+    """Like SUSPENDED: it holds its nodes but cannot run a step now: cancelled, then a
+    new one is allocated (the old one is never left running beside it)."""
+    from test_machine import machine, ready_allocation
+
+    from slurm_fsm.machine import State
+    from slurm_fsm.testing import FakeCluster
+    fake = FakeCluster()
+    spec = make_spec()
+    old = ready_allocation(spec, fake)
+    fake.jobs[old.job_id].state = stopped
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready
+    assert m.path[:3] == ["NoState", "Validating", "Incompatible"]
+    assert fake.jobs[old.job_id].state == "CANCELLED"
