@@ -136,3 +136,19 @@ def test_preflight_warns_when_nvidia_smi_fails_on_a_node(
     warned = [w for w in report.warnings if w.startswith("GPU check: nvidia-smi failed on n")]
     assert warned and all(w.endswith(f"(exit 9): {DRIVER_FAILED}") for w in warned), \
         report.warnings
+
+
+HANG_STILL_RUNNING = """
+    srun bash -c 'echo "[TRT-LLM] [E] Hang detected after 3 seconds." >&2; sleep 120'
+"""
+
+
+def test_a_hang_line_on_stderr_of_a_running_job_is_watched_in_both_modes(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    """Item 2: the hang line lands in the one-shot .err while the job still runs: the
+    monitor cancels it as a hang (before monitor_timeout_seconds: not TIMEOUT)."""
+    kept, batch = both(local_cluster, tmp_path, names, "hangrun", HANG_STILL_RUNNING,
+                       monitor_timeout_seconds=90)
+    for report in (kept, batch):
+        assert report.status is Status.HANG_DETECTED, report.render_text()
+        assert "hang reported in the output, the job then ended" not in report.summary
