@@ -57,45 +57,52 @@ RELEVANT_LINES = 5000
 LINE_BUFFER_CHARS = 65536
 
 
-class _Lines:
-    """Splits one file's text into lines (bounded: an endless line is cut)."""
+def _hinted(text: str, words: tuple[str, ...]) -> Iterable[tuple[int, str]]:
+    """(index, line) of each line of ``text`` that contains one of ``words`` (lower
+    case; matched in any case), once each, in order; found with ``str.find``."""
+    low = text.lower()
+    if len(low) != len(text):  # a character whose lower case is longer: no shortcut
+        return enumerate(text.split("\n"))
+    starts: set[int] = set()
+    for word in words:
+        pos = 0
+        while (i := low.find(word, pos)) >= 0:
+            starts.add(low.rfind("\n", 0, i) + 1)
+            end = low.find("\n", i + len(word))
+            if end < 0:
+                break
+            pos = end + 1
+    found: list[tuple[int, str]] = []
+    index = counted_to = 0
+    for start in sorted(starts):
+        index += text.count("\n", counted_to, start)
+        counted_to = start
+        end = text.find("\n", start)
+        found.append((index, text[start:len(text) if end < 0 else end].removesuffix("\r")))
+    return found
 
-    def __init__(self, emit: Callable[[str], None]) -> None:
-        self._emit = emit
-        self._partial: list[str] = []
-        self._size = 0
 
-    def feed(self, text: str) -> None:
-        while text:
-            nl = text.find("\n")
-            if nl < 0:
-                self._keep(text)
-                return
-            self._keep(text[:nl])
-            self.flush()
-            text = text[nl + 1:]
-
-    def _keep(self, piece: str) -> None:
-        room = LINE_BUFFER_CHARS - self._size
-        if room > 0:
-            piece = piece[:room]
-            self._partial.append(piece)
-            self._size += len(piece)
-
-    def flush(self) -> None:
-        line = "".join(self._partial)
-        self._partial, self._size = [], 0
-        self._emit(line.rstrip("\r"))
-
-    @property
-    def pending(self) -> bool:
-        return bool(self._partial)
+def _count_lines(text: str, pattern: str) -> int:
+    """How many lines of ``text`` contain ``pattern`` (each line once; ``""`` matches
+    every line), with ``str.find`` only."""
+    if not pattern:
+        return text.count("\n") + 1
+    count = pos = 0
+    while (i := text.find(pattern, pos)) >= 0:
+        count += 1
+        nl = text.find("\n", i + len(pattern))
+        if nl < 0:
+            break
+        pos = nl + 1
+    return count
 
 
 class JobOutput:
     """Follows every file of one job; keeps what the verdict needs (module docstring).
 
-    ``relevant`` says which lines a workflow's parser needs beyond the tail;
+    ``relevant`` says which lines a workflow's parser needs beyond the tail (asked only
+    of the lines holding one of the lower-case words of ``hint``, when given: a
+    superset, found with ``str.find`` over a whole chunk);
     ``patterns`` are counted per line (``pattern in line``, as :func:`slurm_fsm.logs.grep`
     counts them); ``on_text`` gets every new piece of text (progress display).
     """
@@ -108,6 +115,7 @@ class JobOutput:
         relevant: Callable[[str], bool] | None = None,
         patterns: Iterable[str] = (),
         on_text: Callable[[str], None] | None = None,
+        hint: tuple[str, ...] | None = None,
     ) -> None:
         unique: list[Path] = []
         for path in paths:
@@ -115,6 +123,7 @@ class JobOutput:
                 unique.append(Path(path))
         self.paths: tuple[Path, ...] = tuple(unique)
         self._relevant = relevant
+        self._hint = hint
         self._on_text = on_text
         self._marker = hang_marker.lower()
         self.pattern_hits: dict[str, int] = {p: 0 for p in patterns}
@@ -128,40 +137,64 @@ class JobOutput:
         self.hang_line = ""
         self.finished = False
         self._followers: dict[Path, LogFollower] = {}
-        self._splitters: dict[Path, _Lines] = {}
+        self._partial: dict[Path, str] = {}  # each file's unfinished last line (bounded)
+        self._open: dict[Path, bool] = {}  # an unfinished line is open (perhaps empty)
         for path in self.paths:
-            splitter = _Lines(self._emitter(path))
-            self._splitters[path] = splitter
+            self._partial[path] = ""
+            self._open[path] = False
             self._followers[path] = LogFollower(
-                path, hang_marker=hang_marker, on_text=self._text(splitter))
+                path, hang_marker=hang_marker, on_text=self._taker(path))
 
-    def _emitter(self, path: Path) -> Callable[[str], None]:
-        def emit(line: str) -> None:
-            self._line(path, line)
-        return emit
-
-    def _text(self, splitter: _Lines) -> Callable[[str], None]:
+    def _taker(self, path: Path) -> Callable[[str], None]:
         def take(text: str) -> None:
-            splitter.feed(text)
+            self._take(path, text)
             if self._on_text is not None:
                 self._on_text(text)
         return take
 
-    def _line(self, path: Path, line: str) -> None:
-        self._seq += 1
-        self.lines_seen += 1
-        cut = line[:MAX_LINE_CHARS]
-        if len(self.head) < HEAD_LINES:
-            self.head.append(cut)
-        self._tail.append((self._seq, cut))
-        self._file_tails[path].append(cut)
-        if self._relevant is not None and self._relevant(line):
-            self._kept.append((self._seq, cut))
+    def _take(self, path: Path, text: str) -> None:
+        """A piece of one file's text: its complete lines are taken in bulk (no Python
+        call per line but the workflow's ``relevant``); the unfinished last one waits,
+        cut at :data:`LINE_BUFFER_CHARS`."""
+        if not text:
+            return
+        buf = self._partial[path] + text
+        complete, newline, last = buf.rpartition("\n")
+        if not newline:
+            complete, last = "", buf
+        self._partial[path] = last[:LINE_BUFFER_CHARS]
+        self._open[path] = bool(last) or (self._open[path] and not newline)
+        if newline:
+            self._lines(path, complete)
+
+    def _lines(self, path: Path, complete: str) -> None:
+        """``complete``: whole lines, without the newline of the last one."""
+        lines = complete.split("\n")
+        if "\r" in complete:
+            lines = [line[:-1] if line.endswith("\r") else line for line in lines]
+        base = self._seq
+        self._seq += len(lines)
+        self.lines_seen += len(lines)
+        room = HEAD_LINES - len(self.head)
+        if room > 0:
+            self.head.extend(line[:MAX_LINE_CHARS] for line in lines[:room])
+        first = max(0, len(lines) - TAIL_LINES)
+        self._tail.extend((base + 1 + i, lines[i][:MAX_LINE_CHARS])
+                          for i in range(first, len(lines)))
+        self._file_tails[path].extend(line[:MAX_LINE_CHARS]
+                                      for line in lines[-ERR_TAIL_LINES:])
+        relevant = self._relevant
+        if relevant is not None:
+            candidates = (enumerate(lines) if self._hint is None
+                          else _hinted(complete, self._hint))
+            self._kept.extend((base + 1 + i, line[:MAX_LINE_CHARS])
+                              for i, line in candidates if relevant(line))
         for pattern in self.pattern_hits:
-            if pattern in line:
-                self.pattern_hits[pattern] += 1
-        if self._marker and not self.hang_line and self._marker in line.lower():
-            self.hang_line = cut
+            self.pattern_hits[pattern] += _count_lines(complete, pattern)
+        if self._marker and not self.hang_line and self._followers[path].hang_detected:
+            marker = self._marker
+            self.hang_line = next((line[:MAX_LINE_CHARS] for line in lines
+                                   if marker in line.lower()), "")
 
     # ------------------------------------------------------------------ following
     def advance(self) -> int:
@@ -173,9 +206,10 @@ class JobOutput:
         unfinished last line. Call it before anything is judged; later calls do
         nothing more than read what may still have been appended."""
         self.advance()
-        for splitter in self._splitters.values():
-            if splitter.pending:
-                splitter.flush()
+        for path in self.paths:
+            if self._open[path] or self._partial[path]:
+                last, self._partial[path], self._open[path] = self._partial[path], "", False
+                self._lines(path, last)
         self.finished = True
 
     # ------------------------------------------------------------------ what it saw
@@ -233,5 +267,6 @@ def output_for_spec(
     """The :class:`JobOutput` of a job of ``spec``: its workflow's relevant lines, its
     success and failure patterns (and ``extra_patterns``) counted."""
     patterns = [*spec.success_patterns, *spec.failure_patterns, *extra_patterns]
-    return JobOutput(paths, relevant=workflow(spec.workflow_type).relevant,
+    wf = workflow(spec.workflow_type)
+    return JobOutput(paths, relevant=wf.relevant, hint=wf.relevant_hint,
                      patterns=dict.fromkeys(patterns), on_text=on_text)

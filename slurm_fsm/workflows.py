@@ -233,6 +233,9 @@ _LATENCY_WORD = re.compile(
 #: ``Per User Output Speed (tps/user)`` and the ``[GTPS]`` (generation tokens per second)
 #: breakdown of trtllm-bench 0.21's streaming report are throughput figures too.
 _THROUGHPUT_WORD = re.compile(r"throughput|\bGTPS\b|output speed", re.I)
+#: A line that may hold a figure names one of these (a superset of both kinds' words).
+_FIGURE_HINT = re.compile(r"throughput|latency|TTFT|TPOT|ITL|E2EL|time to first|"
+                          r"time per output|GTPS|output speed", re.I)
 _MAX_LABEL = 100
 #: The completion marker a benchmark script leaves in its work dir.
 DONE_MARKER_GLOB = "8_done_*.txt"
@@ -313,6 +316,10 @@ class Workflow:
 
     #: The ``workflow_type`` of the spec this class reads.
     type: ClassVar[WorkflowType]
+    #: Every line :meth:`relevant` keeps holds one of these lower-case words, in any case
+    #: (a cheap superset, searched over a whole chunk of output at once); None:
+    #: :meth:`relevant` is asked of every line.
+    relevant_hint: ClassVar[tuple[str, ...] | None] = None
 
     def parse(self, lines: Sequence[str], work_dir: Path) -> dict[str, Any]:
         """The metrics of the log's relevant lines and last lines (``work_dir`` for
@@ -378,6 +385,7 @@ class EvalWorkflow(Workflow):
     """An accuracy eval: the accuracy figures; a ``--check_accuracy`` assertion fails it."""
 
     type = WorkflowType.EVAL
+    relevant_hint = ("accuracy", "threshold", "assertionerror", "traceback")
 
     def parse(self, lines: Sequence[str], work_dir: Path) -> dict[str, Any]:
         return parse_eval(lines)
@@ -420,11 +428,14 @@ class PytestWorkflow(Workflow):
     """pytest: the counts of the last summary line; failed tests or errors fail the run."""
 
     type = WorkflowType.PYTEST
+    relevant_hint = ("failed", "error", " in ")
 
     def parse(self, lines: Sequence[str], work_dir: Path) -> dict[str, Any]:
         return dict(parse_pytest(lines))
 
     def relevant(self, line: str) -> bool:
+        if "FAILED" not in line and "ERROR" not in line and " in " not in line:
+            return False  # the cheap test first: most lines are none of these
         clean = _unlabel(_clean(line))
         return (clean.startswith(("FAILED ", "ERROR ", "SUBFAILED"))
                 or (" in " in clean and _PYTEST_SUMMARY.search(clean) is not None))
@@ -456,11 +467,15 @@ class BenchmarkWorkflow(Workflow):
     """A benchmark: throughput and latency figures, and the ``8_done_*.txt`` marker."""
 
     type = WorkflowType.BENCHMARK
+    relevant_hint = ("throughput", "latency", "ttft", "tpot", "itl", "e2el", "time to first",
+                     "time per output", "gtps", "output speed")
 
     def parse(self, lines: Sequence[str], work_dir: Path) -> dict[str, Any]:
         return parse_benchmark(lines, work_dir)
 
     def relevant(self, line: str) -> bool:
+        if ":" not in line or not _FIGURE_HINT.search(line):
+            return False  # the cheap test first: most lines name no figure
         m = _FIGURE.match(_clean(line))
         return m is not None and _figure_kind(_figure_label(m.group("label"))) is not None
 

@@ -75,3 +75,20 @@ def test_a_link_planted_at_the_err_is_not_read(tmp_path: Path) -> None:
     out.finish()
     assert out.tail() == ["done"]
     assert any("symbolic link" in p for p in out.problems)
+
+
+def test_the_hint_finds_every_line_relevant_would_keep(tmp_path: Path) -> None:
+    """Each workflow's relevant_hint is a superset: with it, the same lines are kept as
+    when relevant() is asked of every line (over every real output of the corpus)."""
+    real = Path(__file__).resolve().parent / "data" / "real"
+    texts = [p for p in real.rglob("*.txt") if not p.name.endswith(".expected.json")]
+    assert texts
+    for wf_type in (WorkflowType.PYTEST, WorkflowType.EVAL, WorkflowType.BENCHMARK):
+        wf = workflow(wf_type)
+        assert wf.relevant_hint is not None
+        for path in texts:
+            full = JobOutput([path], relevant=wf.relevant)
+            hinted = JobOutput([path], relevant=wf.relevant, hint=wf.relevant_hint)
+            full.finish()
+            hinted.finish()
+            assert hinted.parser_lines(0) == full.parser_lines(0), (wf_type, path.name)
