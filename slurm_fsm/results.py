@@ -1,7 +1,8 @@
 """What a finished job's output means (procedure.md steps 4 and 5).
 
-Pure functions over lines that :mod:`slurm_fsm.logs` read (the last 100, the
-first 50 on failure): nothing here opens a log.
+Pure functions over lines that :class:`slurm_fsm.joboutput.JobOutput` kept while it
+followed the job (the workflow's relevant lines and the last 100, the first 50 on
+failure): nothing here opens a log.
 
 * per-workflow parsers - :func:`parse_pytest`, :func:`parse_eval`,
   :func:`parse_benchmark`, :func:`parse_custom`, dispatched by

@@ -1,7 +1,8 @@
 """Workflow types, one class each: how a workflow's log is read and judged.
 
-A :class:`Workflow` knows five things about its kind of job, each from the lines
-that :mod:`slurm_fsm.logs` read (the last 100): how to **parse** them into
+A :class:`Workflow` knows six things about its kind of job: which lines it needs
+(:meth:`~Workflow.relevant`, kept by :class:`~slurm_fsm.joboutput.JobOutput` wherever
+they are in the output, with the last 100), how to **parse** them into
 metrics, a one-line **summary** of those metrics, the **warnings** (what it
 expected and did not find), its **verdict** (why the metrics alone make the run
 FAILED, or None) and its rows of the failure **diagnosis**. :data:`WORKFLOWS`
