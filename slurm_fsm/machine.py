@@ -676,8 +676,7 @@ class AllocationMachine:
             raise
         # the state file holds what Slurm GRANTED (it may differ from the request)
         self.alloc = with_grant(attrs.evolve(pending, nodelist=info.nodelist,
-                                             installed=spec.docker_image is None
-                                             or not spec.installs),
+                                             installed=spec.docker_image is None),
                                 self.backend.granted(job_id))
         self.store.write(self.alloc)
         short = capacity_problems(self.alloc, spec)
@@ -788,8 +787,9 @@ class AllocationMachine:
                 ContainerOptions(name=name, mounts=spec.mounts_text),
             )
         self._gpu_check()
-        self.alloc = attrs.evolve(self.alloc, container_name=name,
-                                  installed=not spec.installs)
+        # not installed yet, also when this job skips the install (skip_install): the
+        # next job in this container that installs must find it not done
+        self.alloc = attrs.evolve(self.alloc, container_name=name, installed=False)
         self.store.write(self.alloc)
         return f"container {name!r} imported on {self.alloc.nodelist}"
 
