@@ -52,6 +52,7 @@ from slurm_fsm.results import (
     setup_error_lines,
     summarize,
 )
+from slurm_fsm.scriptcheck import container_name_problems
 from slurm_fsm.spec import JobSpec, WorkflowType, script_problems
 from slurm_fsm.state import StateStore
 
@@ -300,6 +301,7 @@ class Executor:
         """Input problems found before any Slurm command: a missing script, a work_dir
         that cannot be made or written."""
         problems = script_problems(self.spec.script_path)
+        problems += container_name_problems(self.spec)  # the script's own --container-name
         work = self.spec.work_dir
         try:
             work.mkdir(parents=True, exist_ok=True)

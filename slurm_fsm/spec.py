@@ -454,7 +454,8 @@ class JobSpec:
         (default: the current directory). ``strict``: an unknown key close to a known
         one is a problem, not a warning. ``check_script``: a ``script_path`` that is not
         a file is a problem of the same pass (for a spec about to run; release and
-        status do not need the script)."""
+        status do not need the script); so is a script whose ``--container-name`` is not
+        ``container_name`` (:func:`slurm_fsm.scriptcheck.container_name_problems`)."""
         load = _Load(strict)
         spec = load.obj(cls, data, "")
         problems = [f"{p or '(top)'}: {m}" for p, m in load.problems]
@@ -466,7 +467,7 @@ class JobSpec:
         if problems or not isinstance(spec, JobSpec):
             raise SpecError(source, problems or ["(top): invalid"])
         try:
-            return attrs.evolve(
+            spec = attrs.evolve(
                 spec,
                 script_path=_absolute(spec.script_path, base),
                 work_dir=_absolute(spec.work_dir, base),
@@ -475,6 +476,12 @@ class JobSpec:
             )
         except SpecError as exc:  # a path too long once made absolute
             raise SpecError(source, exc.problems) from None
+        if check_script:  # the script's own --container-name against container_name
+            from slurm_fsm.scriptcheck import container_name_problems
+
+            if problems := container_name_problems(spec):
+                raise SpecError(source, problems)
+        return spec
 
     @classmethod
     def from_file(cls, path: str | Path, *, strict: bool = False,
