@@ -26,7 +26,8 @@ from slurm_fsm.files import FileProblem, read_bounded
 if TYPE_CHECKING:  # spec.py calls this module while loading a spec
     from slurm_fsm.spec import JobSpec
 
-__all__ = ["MAX_SCRIPT_BYTES", "container_name_problems", "script_container_names"]
+__all__ = ["MAX_SCRIPT_BYTES", "batch_placement", "container_name_problems",
+           "script_container_names"]
 
 #: A job script is a few kilobytes; a larger one is not read for this check.
 MAX_SCRIPT_BYTES = 1 << 20
@@ -102,3 +103,33 @@ def container_name_problems(spec: JobSpec) -> list[str]:
                    "match exactly, or the job runs in another container than the one "
                    "imported and installed into")
     return out
+
+
+def batch_placement(spec: JobSpec) -> tuple[str | None, str | None, list[str]]:
+    """The ``--partition`` and ``--account`` the one-shot ``sbatch`` passes, and warnings.
+
+    The script's own ``#SBATCH --partition`` / ``--account`` (``-p`` / ``-A``) win:
+    for each the script sets, nothing is passed on the command line (where it would
+    override the script's line without a word), and a warning says so when it differs
+    from ``slurm_params``. Where the script sets none, the spec's is passed."""
+    from slurm_fsm.slurmcli import sbatch_directives
+
+    p = spec.slurm_params
+    try:
+        text = read_bounded(spec.script_path, MAX_SCRIPT_BYTES).decode("utf-8", "replace")
+    except FileProblem:
+        return p.partition, p.account, []
+    own = sbatch_directives(text)
+    warnings = []
+    chosen: list[str | None] = []
+    for key, wanted in (("partition", p.partition), ("account", p.account)):
+        mine = own.get(key)
+        if not mine:
+            chosen.append(wanted)
+            continue
+        chosen.append(None)
+        if mine != wanted:
+            warnings.append(f"the script's own #SBATCH --{key}={mine} is used, not "
+                            f"slurm_params.{key} {wanted!r} (a script's #SBATCH lines win "
+                            "in one-shot mode)")
+    return chosen[0], chosen[1], warnings

@@ -92,3 +92,43 @@ def test_the_cli_refuses_it_with_exit_2(tmp_path: Path,
     doc = json.loads(capsys.readouterr().out)
     assert doc["status"] == "BAD_INPUT"
     assert any("--container-name=old" in p and "'new'" in p for p in doc["problems"])
+
+
+# --------------------------------------------------------- 17.15: one-shot #SBATCH lines
+
+
+@pytest.mark.parametrize(("header", "want", "warned"), [
+    ("", ("batch", "acct"), []),
+    ("#SBATCH --account=other\n", ("batch", None), ["account=other"]),
+    ("#SBATCH -p gpu\n#SBATCH -A acct\n", (None, None), ["partition=gpu"]),
+    ("#SBATCH --partition=batch\n", (None, "acct"), []),
+])
+def test_the_scripts_own_partition_and_account_win(
+        make_spec: SpecFactory, tmp_path: Path, header: str,
+        want: tuple[str | None, str | None], warned: list[str]) -> None:
+    from slurm_fsm.scriptcheck import batch_placement
+
+    script = tmp_path / "one.sh"
+    script.write_text("#!/bin/bash\n" + header + "echo done\n")
+    spec = make_spec(script_path=str(script), persistent_mode=False,
+                     log_file_pattern="one_%j.out")
+    partition, account, warnings = batch_placement(spec)
+    assert (partition, account) == want
+    assert len(warnings) == len(warned)
+    for needle, warning in zip(warned, warnings, strict=True):
+        assert f"#SBATCH --{needle} is used, not slurm_params." in warning
+
+
+def test_the_one_shot_submission_leaves_the_scripts_account(
+        make_spec: SpecFactory, tmp_path: Path) -> None:
+    fake = FakeCluster(accounts=("acct", "other"))
+    script = tmp_path / "one.sh"
+    script.write_text("#!/bin/bash\n#SBATCH --account=other\n"
+                      f"#SBATCH --output={tmp_path}/work/one_%j.out\necho done\n")
+    spec = make_spec(script_path=str(script), persistent_mode=False,
+                     log_file_pattern="one_%j.out")
+    report = Executor(spec, fake, clock=fake.clock).run()  # type: ignore[arg-type]
+    request = next(c.args["request"] for c in fake.calls if c.op == "submit")
+    assert request.account is None and request.partition == "batch"
+    assert fake.jobs[report.job_id or ""].account == "other"
+    assert any("--account=other is used" in w for w in report.warnings)
