@@ -250,3 +250,30 @@ def _request(size):  # type: ignore[no-untyped-def]
                              time_limit=Duration.parse("01:00:00"), job_name="j",
                              log_path=Path("/tmp/x"), gpus_per_node=size.gpus_per_node,
                              ntasks_per_node=size.ntasks_per_node)
+
+
+def test_a_pytest_allocation_on_gpus_holds_the_next_one_rank_per_gpu_job(
+        make_spec: SpecFactory) -> None:
+    """17.7's normal TensorRT-LLM sequence: a 1-task pytest job on 4 GPUs, then an eval
+    job with one rank per GPU. The allocation holds one task per GPU, so it is reused;
+    an 8-rank job does not fit and is replaced, saying why."""
+    fake = FakeCluster()
+    pytest_spec = make_spec(slurm_params={"gpus_per_node": 4})
+    first = Executor(pytest_spec, fake, clock=fake.clock).run()  # type: ignore[arg-type]
+    assert first.status is Status.PASSED
+    request = next(c.args["request"] for c in fake.calls if c.op == "allocate")
+    assert (request.ntasks_per_node, request.gpus_per_node, request.ntasks) == (4, 4, None)
+    state = json.loads(pytest_spec.state_path.read_text())
+    assert (state["gpus_per_node"], state["cpus_per_node"]) == (4, 4)
+    eval_spec = make_spec(workflow_type="eval",
+                          slurm_params={"gpus_per_node": 4, "ntasks_per_node": 4})
+    alloc = Allocation(pytest_spec.repo_root, fake)  # type: ignore[arg-type]
+    assert alloc.reuse_problems(eval_spec) == []
+    second = Executor(eval_spec, fake, clock=fake.clock).run()  # type: ignore[arg-type]
+    assert second.status is Status.PASSED
+    assert second.allocation_id == first.allocation_id
+    wide = make_spec(slurm_params={"gpus_per_node": 8, "ntasks_per_node": 8})
+    assert alloc.reuse_problems(wide) == [
+        "8 task(s) per node need 8 CPU(s) per node, the allocation has 4 (as granted by "
+        "Slurm)",
+        "gpus_per_node 8 is more than the allocation's 4 (as granted by Slurm)"]
