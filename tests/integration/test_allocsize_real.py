@@ -18,7 +18,7 @@ from slurm_fsm.spec import JobSpec
 from slurm_fsm.subprocess_backend import SubprocessBackend
 from slurm_fsm_dev.localcluster import ClusterInfo
 
-from .helpers import JobNames, job_state, slurm, spec_dict
+from .helpers import JobNames, RecordingBackend, job_state, slurm, spec_dict
 
 pytestmark = pytest.mark.slurm
 
@@ -57,10 +57,12 @@ def test_more_nodes_than_tasks_gets_the_nodes_and_every_run_reuses_them(
     assert (state["nodes"], state["cpus_per_node"] * state["nodes"]) == granted(job_id)
     assert state["nodes"] == 2
     for _ in range(2):
-        again = Executor(spec, SubprocessBackend()).run()
+        backend = RecordingBackend()
+        again = Executor(spec, backend).run()
         assert again.status is Status.PASSED, again.render_text()
         assert again.allocation_id == job_id
         assert again.path == ["NoState", "Validating", "Ready", "Running", "Ready"]
+        assert "scontrol" not in backend.tools()  # the grant is in the state file
 
 
 def test_a_state_file_that_records_the_request_is_judged_on_the_grant(
