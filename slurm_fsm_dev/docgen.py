@@ -41,6 +41,8 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "slurm_fsm.allocation",
     "slurm_fsm.plan",
     "slurm_fsm.state",
+    "slurm_fsm.capacity",
+    "slurm_fsm.scriptcheck",
     "slurm_fsm.machine",
     "slurm_fsm.edges",
     "slurm_fsm.backend",
