@@ -674,10 +674,12 @@ class AllocationMachine:
         except AllocationFailed:
             self.store.delete()  # the job is gone or was cancelled: nothing to track
             raise
-        # the state file holds what Slurm GRANTED (it may differ from the request)
-        self.alloc = with_grant(attrs.evolve(pending, nodelist=info.nodelist,
-                                             installed=spec.docker_image is None),
-                                self.backend.granted(job_id))
+        # the state file holds what Slurm GRANTED (it may differ from the request); when
+        # it cannot be read now, the next run's validation reads it
+        self.alloc = self._complete_grant(
+            attrs.evolve(pending, nodelist=info.nodelist, installed=spec.docker_image is None),
+            info)
+        self._grant_unsaved = False
         self.store.write(self.alloc)
         short = capacity_problems(self.alloc, spec)
         if short:

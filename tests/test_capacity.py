@@ -277,3 +277,19 @@ def test_a_pytest_allocation_on_gpus_holds_the_next_one_rank_per_gpu_job(
         "8 task(s) per node need 8 CPU(s) per node, the allocation has 4 (as granted by "
         "Slurm)",
         "gpus_per_node 8 is more than the allocation's 4 (as granted by Slurm)"]
+
+
+def test_a_grant_that_cannot_be_read_is_read_by_the_next_run(make_spec: SpecFactory) -> None:
+    from slurm_fsm.errors import CommandFailed
+
+    fake = FakeCluster()
+    spec = make_spec()
+    fake.fail_next("granted", CommandFailed(["scontrol"], 1, "boom"))
+    m = AllocationMachine(spec, fake, clock=fake.clock)  # type: ignore[arg-type]
+    assert m.prepare() is State.Ready
+    assert any("could not be read" in n for n in m.notes)
+    assert "cpus_per_node" not in json.loads(spec.state_path.read_text())
+    again = AllocationMachine(spec, fake, clock=fake.clock)  # type: ignore[arg-type]
+    assert again.prepare() is State.Ready
+    assert again.path == ["NoState", "Validating", "Ready"]
+    assert json.loads(spec.state_path.read_text())["cpus_per_node"] == 1
