@@ -48,8 +48,8 @@ SHARING_RULES: tuple[str, ...] = (
     "checkout's tag",
     "more than 5 minutes left (otherwise it is cancelled as expiring and replaced)",
     "same partition and same account",
-    "at least as many nodes as the spec asks for",
-    "at least as many GPUs per node, when the spec asks for GPUs",
+    "the allocation, as Slurm granted it, can hold the job: at least its nodes, as many "
+    "CPUs per node as its tasks per node, and its GPUs per node",
     "same docker_image (a different image replaces the allocation)",
     "a different container_name reuses the allocation but imports and installs that "
     "container first (step 0F)",
@@ -178,14 +178,18 @@ class Allocation:
     def run(self, spec: JobSpec) -> Report:
         """Run one spec in this allocation (allocating it first when there is none).
 
+        A spec with ``release_allocation: true`` is what it says (step 0A, as for the
+        Executor and the CLI): the allocation is released (:meth:`release`) and nothing
+        is run; the report is ``RELEASED``.
+
         Raises :class:`SpecError` (no Slurm call) when the spec belongs to another
         checkout or is one-shot.
         """
         from slurm_fsm.executor import Executor
 
-        self._check(spec)
         if spec.release_allocation:
-            spec = attrs.evolve(spec, release_allocation=False)
+            return self.release(spec)
+        self._check(spec)
         report = Executor(spec, self.backend, clock=self.clock, events=self.events,
                           policy=self.policy, state_path=self._state_path).run()
         self._last_spec = spec

@@ -34,6 +34,7 @@ __all__ = [
     "BatchRequest",
     "ContainerOptions",
     "GpuProcess",
+    "Granted",
     "JobInfo",
     "JobOutcome",
     "RunningScript",
@@ -117,6 +118,24 @@ class JobInfo:
     def never_starts(self) -> bool:
         """PENDING for a reason of :data:`NEVER_STARTS_REASONS`: waiting will not help."""
         return self.state is JobState.PENDING and self.reason in NEVER_STARTS_REASONS
+
+
+@attrs.frozen(kw_only=True)
+class Granted:
+    """What Slurm granted a job (``scontrol show job -d -o``), not what was asked: Slurm
+    may give fewer nodes (``--nodes=2 --ntasks=1`` gets one) or more CPUs (whole cores,
+    memory) than the request named."""
+
+    job_id: str
+    nodes: int  # NumNodes
+    nodelist: str  # NodeList (compressed form)
+    cpus: int  # NumCPUs: on all nodes together
+    #: the fewest CPUs any node of the job has (the per-node lines of ``-d``; without
+    #: them NumCPUs spread evenly)
+    cpus_per_node: int
+    #: the fewest GPUs any node has: ``gres/gpu`` of AllocTRES (TRES before 19.05)
+    #: spread over the nodes, 0 without GPUs
+    gpus_per_node: int = 0
 
 
 @attrs.frozen(kw_only=True)
@@ -293,6 +312,11 @@ class SlurmBackend(Protocol):
     def find_jobs(self, name: str | None, user: str) -> list[JobInfo]:
         """Jobs of ``user`` named ``name``, or all of ``user``'s jobs when ``name`` is
         None (never all users)."""
+        ...
+
+    def granted(self, job_id: str) -> Granted:
+        """What Slurm granted a RUNNING job (nodes, CPUs, GPUs). Raises JobNotFound
+        when Slurm has no record of it."""
         ...
 
     def allocate(self, request: AllocationRequest, wait_s: float = 10.0) -> str:

@@ -39,6 +39,7 @@ from typing import Literal
 import attrs
 
 from slurm_fsm.backend import JobInfo
+from slurm_fsm.capacity import capacity_problems
 from slurm_fsm.duration import Duration
 from slurm_fsm.ownership import Ownership, checkout_tag, ownership
 from slurm_fsm.project import DEFAULT_JOB_NAME_SUFFIX
@@ -160,23 +161,20 @@ def job_expiring(info: JobInfo, margin_s: int | None = None) -> bool:
 
 def incompatibilities(alloc: AllocState, spec: JobSpec) -> list[str]:
     """Why the allocation cannot serve the spec, one line per rule broken: same
-    partition, at least as many nodes, same image (procedure 0C); also the same account
-    (hours are charged to it) and, when the spec asks for GPUs per node, at least as
-    many. ``[]`` means compatible."""
+    partition, same image (procedure 0C); also the same account (hours are charged to
+    it); and the allocation, as Slurm granted it, can hold the job: nodes, CPUs per node
+    for its tasks per node, GPUs per node (:func:`slurm_fsm.capacity.capacity_problems`).
+    ``[]`` means compatible."""
     p = spec.slurm_params
     out = []
     if alloc.partition != p.partition:
         out.append(f"partition {p.partition!r} is not the allocation's {alloc.partition!r}")
     if alloc.account != p.account:
         out.append(f"account {p.account!r} is not the allocation's {alloc.account!r}")
-    if alloc.nodes < p.nodes:
-        out.append(f"nodes {p.nodes} is more than the allocation's {alloc.nodes}")
     if (alloc.docker_image or None) != (spec.docker_image or None):
         out.append(f"docker_image {spec.docker_image!r} is not the allocation's "
                    f"{alloc.docker_image!r}")
-    if p.gpus_per_node is not None and (alloc.gpus_per_node or 0) < p.gpus_per_node:
-        out.append(f"gpus_per_node {p.gpus_per_node} is more than the allocation's "
-                   f"{alloc.gpus_per_node or 0}")
+    out += capacity_problems(alloc, spec)
     return out
 
 

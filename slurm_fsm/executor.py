@@ -53,6 +53,7 @@ from slurm_fsm.results import (
     setup_error_lines,
     summarize,
 )
+from slurm_fsm.scriptcheck import batch_placement, container_name_problems
 from slurm_fsm.spec import JobSpec, WorkflowType, script_problems
 from slurm_fsm.state import StateStore
 
@@ -301,6 +302,7 @@ class Executor:
         """Input problems found before any Slurm command: a missing script, a work_dir
         that cannot be made or written."""
         problems = script_problems(self.spec.script_path)
+        problems += container_name_problems(self.spec)  # the script's own --container-name
         work = self.spec.work_dir
         try:
             work.mkdir(parents=True, exist_ok=True)
@@ -505,10 +507,13 @@ class Executor:
         spec.work_dir.mkdir(parents=True, exist_ok=True)
         self.events.state("Submitting", f"sbatch {spec.script_path}")
         path = ["Submitting"]
+        # the script's own #SBATCH --partition/--account win (said when they differ)
+        partition, account, notes = batch_placement(spec)
+        warnings.extend(notes)
         try:
             job_id = self.backend.submit(BatchRequest(
                 script_path=spec.script_path, work_dir=spec.work_dir,
-                partition=spec.slurm_params.partition, account=spec.slurm_params.account,
+                partition=partition, account=account,
             ))
         except BackendError as exc:
             return Report(

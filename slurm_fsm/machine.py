@@ -57,6 +57,7 @@ from slurm_fsm.backend import (
     StepRequest,
     StepResult,
 )
+from slurm_fsm.capacity import allocation_request_size, capacity_problems, with_grant
 from slurm_fsm.clock import Clock, SystemClock, backoff
 from slurm_fsm.duration import Duration
 from slurm_fsm.edges import (
@@ -248,6 +249,7 @@ class AllocationMachine:
         self._pending_since: float | None = None
         self._pending_polls = 0
         self._cancelled: set[str] = set()
+        self._grant_unsaved = False  # the grant was read into alloc, not yet written
         self._taken: Edge | None = None
         self._applied: list[Effect] = []  # the effects of the last edge that did something
         self._model = _Model()
@@ -465,12 +467,15 @@ class AllocationMachine:
                                    state_file_kept=self.store.exists())
         elif effect is Effect.COMPLETE_NODELIST:
             info = obs.info
-            if not (alloc is not None and not alloc.nodelist and info is not None
-                    and info.nodelist):
+            if alloc is None or not (self._grant_unsaved or (
+                    not alloc.nodelist and info is not None and info.nodelist)):
                 return False
-            # written while PENDING by a run that was interrupted: complete it
-            self.alloc = attrs.evolve(alloc, nodelist=info.nodelist)
-            self.store.write(self.alloc)
+            # written while PENDING by a run that was interrupted (or by an older version
+            # without the grant): complete it
+            if not alloc.nodelist and info is not None:
+                alloc = self.alloc = attrs.evolve(alloc, nodelist=info.nodelist)
+            self._grant_unsaved = False
+            self.store.write(alloc)
         elif effect is Effect.WARN_NOT_OURS:
             if obs.info is None:  # no job row: nobody's job to describe
                 return False
@@ -570,6 +575,12 @@ class AllocationMachine:
         now = self.clock.now()  # the one reading every time of this observation uses
         self._attempt = 0
         self._job = (info, now)
+        if info.state.is_running and info.nodelist and (
+                not self.alloc.nodelist or self.alloc.cpus_per_node is None):
+            # written while PENDING, or by an older version: complete it with what Slurm
+            # granted before anything is judged on it (the COMPLETE_NODELIST effect saves it)
+            self.alloc = self._complete_grant(self.alloc, info)
+            base = attrs.evolve(base, alloc=self.alloc)
         user = self.user
         if info.state.is_pending:
             if self._pending_since is None:
@@ -589,6 +600,17 @@ class AllocationMachine:
             failure=f"allocation {job_id} still {info.state} after {self.pending_wait_s:g} s "
                     f"(reason {info.reason or 'unknown'}); state file kept, not cancelled",
         )
+
+    def _complete_grant(self, alloc: AllocState, info: JobInfo) -> AllocState:
+        alloc = attrs.evolve(alloc, nodelist=alloc.nodelist or info.nodelist)
+        try:
+            granted = self.backend.granted(alloc.job_id)
+        except (BackendError, ValueError) as exc:
+            self.notes.append(f"what Slurm granted allocation {alloc.job_id} could not be "
+                              f"read ({exc}); judged on the state file")
+            return alloc
+        self._grant_unsaved = True
+        return with_grant(alloc, granted)
 
     def _replacing(self) -> str:
         """Expiring / Incompatible: the work is the edge's (scancel, drop the state file)."""
@@ -619,8 +641,9 @@ class AllocationMachine:
             self._cancelled.add(job.job_id)
             self._log(f"Released orphaned allocation {job.job_id} - state file was missing.")
             self._warn(f"Released orphaned allocation {job.job_id} - state file was missing.")
+        size = allocation_request_size(spec)
         self._log(
-            f"No reusable allocation found. Allocating {params.nodes} node(s) on partition "
+            f"No reusable allocation found. Allocating {size.nodes} node(s) on partition "
             f"{params.partition} for {spec.alloc_time_limit}."
         )
         # 0E
@@ -628,14 +651,13 @@ class AllocationMachine:
         request = AllocationRequest(
             partition=params.partition,
             account=params.account,
-            nodes=params.nodes,
+            nodes=size.nodes,
             time_limit=spec.alloc_time_limit,
             job_name=spec.job_name,
             log_path=self.salloc_log,
-            gpus_per_node=params.gpus_per_node,
+            gpus_per_node=size.gpus_per_node,
             user=self.user,
-            ntasks_per_node=params.ntasks_per_node,
-            ntasks=params.ntasks,
+            ntasks_per_node=size.ntasks_per_node,
             comment=repo_tag(spec),
         )
         job_id = self.backend.allocate(request)
@@ -643,7 +665,7 @@ class AllocationMachine:
         # a state file, and the next run waits for it (0C) instead of leaking it
         pending = AllocState(
             job_id=job_id, nodelist="", partition=params.partition, account=params.account,
-            nodes=params.nodes, gpus_per_node=params.gpus_per_node,
+            nodes=size.nodes, gpus_per_node=size.gpus_per_node,
             docker_image=spec.docker_image, container_mounts=spec.mounts_text,
             time_limit=spec.alloc_time_limit.as_slurm(), installed=False,
         )
@@ -653,21 +675,17 @@ class AllocationMachine:
         except AllocationFailed:
             self.store.delete()  # the job is gone or was cancelled: nothing to track
             raise
-        self.alloc = AllocState(
-            job_id=job_id,
-            nodelist=info.nodelist,
-            allocated_at=pending.allocated_at,
-            partition=params.partition,
-            account=params.account,
-            nodes=params.nodes,
-            container_name=None,
-            gpus_per_node=params.gpus_per_node,
-            docker_image=spec.docker_image,
-            container_mounts=spec.mounts_text,
-            time_limit=spec.alloc_time_limit.as_slurm(),
-            installed=spec.docker_image is None or not spec.installs,
-        )
+        # the state file holds what Slurm GRANTED (it may differ from the request); when
+        # it cannot be read now, the next run's validation reads it
+        self.alloc = self._complete_grant(
+            attrs.evolve(pending, nodelist=info.nodelist, installed=spec.docker_image is None),
+            info)
+        self._grant_unsaved = False
         self.store.write(self.alloc)
+        short = capacity_problems(self.alloc, spec)
+        if short:
+            self._warn(f"Slurm granted allocation {job_id} less than the job needs: "
+                       f"{'; '.join(short)}")
         if spec.docker_image is None:
             self.notes.append(
                 "no docker_image: container import, mount warm-up and install skipped"
@@ -772,8 +790,9 @@ class AllocationMachine:
                 ContainerOptions(name=name, mounts=spec.mounts_text),
             )
         self._gpu_check()
-        self.alloc = attrs.evolve(self.alloc, container_name=name,
-                                  installed=not spec.installs)
+        # not installed yet, also when this job skips the install (skip_install): the
+        # next job in this container that installs must find it not done
+        self.alloc = attrs.evolve(self.alloc, container_name=name, installed=False)
         self.store.write(self.alloc)
         return f"container {name!r} imported on {self.alloc.nodelist}"
 

@@ -20,6 +20,7 @@ from slurm_fsm.backend import (
     AllocationRequest,
     BatchRequest,
     GpuProcess,
+    Granted,
     JobInfo,
     JobOutcome,
     RunningScript,
@@ -109,6 +110,7 @@ class PlanBackend:
     def __init__(self, real: SlurmBackend) -> None:
         self.real = real
         self.commands: list[PlanCommand] = []
+        self._planned: AllocationRequest | None = None  # the salloc it would run
 
     @property
     def clock(self) -> Clock:
@@ -135,7 +137,19 @@ class PlanBackend:
         self._ask(slurmcli.squeue_find_argv(name, user))
         return self.real.find_jobs(name, user)
 
+    def granted(self, job_id: str) -> Granted:
+        self._ask(slurmcli.scontrol_granted_argv(job_id))
+        if job_id == PLANNED_JOB:  # as asked: the plan assumes Slurm grants the request
+            asked = self._planned
+            nodes = asked.nodes if asked else 1
+            tpn = (asked.ntasks_per_node if asked else None) or 1
+            return Granted(job_id=job_id, nodes=nodes, nodelist="<nodes>", cpus=nodes * tpn,
+                           cpus_per_node=tpn,
+                           gpus_per_node=(asked.gpus_per_node if asked else None) or 0)
+        return self.real.granted(job_id)
+
     def allocate(self, request: AllocationRequest, wait_s: float = 10.0) -> str:
+        self._planned = request
         self._would(slurmcli.salloc_argv(request))
         return PLANNED_JOB
 

@@ -54,6 +54,7 @@ from slurm_fsm.backend import (
     BatchRequest,
     ContainerOptions,
     GpuProcess,
+    Granted,
     JobInfo,
     JobOutcome,
     StepInfo,
@@ -95,6 +96,7 @@ __all__ = [
     "parse_jobs",
     "parse_sacct",
     "parse_sbatch",
+    "parse_scontrol_granted",
     "parse_scontrol_job",
     "parse_steps",
     "probe_gpu_argv",
@@ -106,6 +108,7 @@ __all__ = [
     "sbatch_argv",
     "sbatch_directives",
     "scancel_argv",
+    "scontrol_granted_argv",
     "scontrol_show_job_argv",
     "squeue_find_argv",
     "squeue_job_argv",
@@ -410,6 +413,12 @@ def scontrol_show_job_argv(job_id: str) -> list[str]:
     return ["scontrol", "show", "job", str(job_id)]
 
 
+def scontrol_granted_argv(job_id: str) -> list[str]:
+    """``scontrol show job -d -o ID``: what a job was granted, one line with the per-node
+    details (``Nodes=n1 CPU_IDs=0-3 Mem=.. GRES=gpu:4(IDX:0-3)``)."""
+    return ["scontrol", "show", "job", "-d", "-o", str(job_id)]
+
+
 def srun_help_argv() -> list[str]:
     """``srun --help``: lists ``--container-image`` when pyxis is installed."""
     return ["srun", "--help"]
@@ -636,6 +645,71 @@ def parse_scontrol_job(text: str, job_id: str) -> JobOutcome:
     )
 
 
+#: A per-node line of ``scontrol show job -d``: nodes, their CPU ids, their GRES.
+_NODE_DETAIL = re.compile(r"(?<!\S)Nodes=(\S+)\s+CPU_IDs=(\S*)(?:\s+Mem=\S*)?"
+                          r"(?:\s+GRES=(\S*))?")
+#: ``gres/gpu=N`` (any type) in a TRES list.
+_TRES_GPU = re.compile(r"(?:^|,)gres/gpu=(\d+)")
+#: ``gpu:4(IDX:0-3)``, ``gpu:a100:4(IDX:0-3)``, ``gpu(IDX:0-3)`` in a per-node GRES.
+_GRES_GPU = re.compile(r"(?:^|,)gpu(?::[^:,(]+)?(?::(\d+))?(?:\(IDX:([^)]*)\))?")
+
+
+def _count_ids(text: str) -> int:
+    """How many ids a Slurm id list holds: ``0-3,8`` -> 5 (``N/A`` and empty: 0)."""
+    total = 0
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        if lo.isdigit() and (not hi or hi.isdigit()):
+            total += (int(hi) - int(lo) + 1) if hi else 1
+    return total
+
+
+def _node_gpus(gres: str) -> int:
+    total = 0
+    for m in _GRES_GPU.finditer(gres):
+        total += int(m.group(1)) if m.group(1) else _count_ids(m.group(2) or "")
+    return total
+
+
+def parse_scontrol_granted(text: str, job_id: str) -> Granted:
+    """``scontrol show job -d [-o] ID`` -> what the job was granted.
+
+    Nodes and nodelist from ``NumNodes``/``NodeList``; CPUs per node: the fewest of
+    the per-node ``CPU_IDs`` lines when they account for all of ``NumCPUs``, else
+    ``NumCPUs`` spread evenly; GPUs per node: the fewest of the per-node ``GRES`` when
+    they name GPUs, else ``gres/gpu`` of ``AllocTRES`` (``TRES`` in Slurm 22.05)
+    spread evenly. Raises JobNotFound when the text holds no ``JobId=<job_id>``,
+    ValueError when it lacks ``NumNodes``/``NumCPUs`` (e.g. a job still PENDING)."""
+    job_id = str(job_id)
+    jid = _field(text, "JobId")
+    if jid is None or jid != job_id:
+        raise JobNotFound(job_id, "scontrol show job has no record of it")
+    nodes = _int(_field(text, "NumNodes") or "", 0)
+    cpus = _int(_field(text, "NumCPUs") or "", 0)
+    nodelist = _field(text, "NodeList") or ""
+    if nodes < 1 or cpus < 1 or nodelist in ("", "(null)"):
+        raise ValueError(f"scontrol show job {job_id}: no granted NumNodes/NumCPUs/NodeList "
+                         f"(not running yet?) in {text[:200]!r}")
+    per_node_cpus: list[int] = []
+    per_node_gpus: list[int] = []
+    for m in _NODE_DETAIL.finditer(text):
+        count = len(expand_nodelist(m.group(1)))
+        per_node_cpus += [_count_ids(m.group(2))] * count
+        per_node_gpus += [_node_gpus(m.group(3) or "")] * count
+    if len(per_node_cpus) == nodes and sum(per_node_cpus) == cpus:
+        cpus_per_node = min(per_node_cpus)
+    else:
+        cpus_per_node = cpus // nodes
+    if len(per_node_gpus) == nodes and any(per_node_gpus):
+        gpus_per_node = min(per_node_gpus)
+    else:
+        tres = _field(text, "AllocTRES") or _field(text, "TRES") or ""
+        m_gpu = _TRES_GPU.search(tres)
+        gpus_per_node = int(m_gpu.group(1)) // nodes if m_gpu else 0
+    return Granted(job_id=job_id, nodes=nodes, nodelist=nodelist, cpus=cpus,
+                   cpus_per_node=cpus_per_node, gpus_per_node=gpus_per_node)
+
+
 _SBATCH_ID = re.compile(r"^(\d+)(?:;(\S+))?$")
 
 
@@ -747,8 +821,9 @@ def _is_single_job_query(argv: Sequence[str]) -> str | None:
         return None
     tool = argv[0].rsplit("/", 1)[-1]
     args = list(argv[1:])
-    if tool == "scontrol" and args[:2] == ["show", "job"] and len(args) >= 3:
-        return args[2]
+    if tool == "scontrol" and args[:2] == ["show", "job"]:
+        ids = [a for a in args[2:] if not a.startswith("-")]  # -d, -o are options
+        return ids[0] if ids else None
     if tool in ("squeue", "sacct") and "-s" not in args and "--steps" not in args:
         for i, a in enumerate(args):
             if a == "-j" and i + 1 < len(args) and "," not in args[i + 1]:

@@ -408,6 +408,12 @@ class JobSpec:
     skip_install: bool = False
     #: Job name of the persistent allocation; how orphans are found.
     alloc_job_name: str | None = None
+    #: Nodes of the persistent allocation to make (default: ``slurm_params.nodes``); at
+    #: least the job's own. A bigger allocation can hold several jobs.
+    alloc_nodes: PositiveInt | None = None
+    #: GPUs per node of the persistent allocation to make (default:
+    #: ``slurm_params.gpus_per_node``); at least the job's own.
+    alloc_gpus_per_node: NonNegativeInt | None = None
     #: What loading noticed but let pass (an unknown key close to a known one). Not a
     #: key of the document; the report and the CLI show them.
     load_warnings: tuple[str, ...] = attrs.field(default=(), kw_only=True, eq=False,
@@ -450,7 +456,8 @@ class JobSpec:
         (default: the current directory). ``strict``: an unknown key close to a known
         one is a problem, not a warning. ``check_script``: a ``script_path`` that is not
         a file is a problem of the same pass (for a spec about to run; release and
-        status do not need the script)."""
+        status do not need the script); so is a script whose ``--container-name`` is not
+        ``container_name`` (:func:`slurm_fsm.scriptcheck.container_name_problems`)."""
         load = _Load(strict)
         spec = load.obj(cls, data, "")
         problems = [f"{p or '(top)'}: {m}" for p, m in load.problems]
@@ -462,7 +469,7 @@ class JobSpec:
         if problems or not isinstance(spec, JobSpec):
             raise SpecError(source, problems or ["(top): invalid"])
         try:
-            return attrs.evolve(
+            spec = attrs.evolve(
                 spec,
                 script_path=_absolute(spec.script_path, base),
                 work_dir=_absolute(spec.work_dir, base),
@@ -471,6 +478,12 @@ class JobSpec:
             )
         except SpecError as exc:  # a path too long once made absolute
             raise SpecError(source, exc.problems) from None
+        if check_script:  # the script's own --container-name against container_name
+            from slurm_fsm.scriptcheck import container_name_problems
+
+            if problems := container_name_problems(spec):
+                raise SpecError(source, problems)
+        return spec
 
     @classmethod
     def from_file(cls, path: str | Path, *, strict: bool = False,
@@ -526,6 +539,8 @@ _RULES.update({
         "user_root_dir": _optional(_text),
         "skip_install": _bool,
         "alloc_job_name": _optional(_slurm_name),
+        "alloc_nodes": _optional(_integer(1, MAX_NODES)),
+        "alloc_gpus_per_node": _optional(_integer(0, MAX_GPUS_PER_NODE)),
         "load_warnings": _instance(tuple, "a tuple"),
     },
 })
@@ -548,6 +563,26 @@ def _jobspec_cross(v: Mapping[str, Any]) -> list[tuple[str, str]]:
             and v.get("container_name", _not_set) is None):
         out.append(("container_name", "required when docker_image is set "
                                       "(it must equal the script's --container-name)"))
+    out += _alloc_size_problems(v)
+    return out
+
+
+def _alloc_size_problems(v: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``alloc_nodes`` / ``alloc_gpus_per_node``: the allocation must hold the job."""
+    params = v.get("slurm_params")
+    if not isinstance(params, SlurmParams):
+        return []
+    out = []
+    nodes = v.get("alloc_nodes")
+    if isinstance(nodes, int) and nodes < params.nodes:
+        out.append(("alloc_nodes", f"must be >= slurm_params.nodes ({params.nodes}): the "
+                                   f"allocation must hold the job, got {nodes}"))
+    gpus = v.get("alloc_gpus_per_node")
+    wanted = params.gpus_per_node or 0
+    if isinstance(gpus, int) and gpus < wanted:
+        out.append(("alloc_gpus_per_node", f"must be >= slurm_params.gpus_per_node "
+                                           f"({wanted}): the allocation must hold the job, "
+                                           f"got {gpus}"))
     return out
 
 

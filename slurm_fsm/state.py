@@ -34,23 +34,33 @@ from slurm_fsm.convert import converter, problems_of
 from slurm_fsm.errors import StateFileError, StateLockTimeout
 from slurm_fsm.files import FileProblem, Problem, read_bounded
 
-__all__ = ["KEYS", "MAX_STATE_BYTES", "AllocState", "StateLockTimeout", "StateStore",
-           "read_regular_file"]
+__all__ = ["KEYS", "MAX_STATE_BYTES", "ORIGINAL_KEYS", "AllocState", "StateLockTimeout",
+           "StateStore", "read_regular_file"]
 
 #: A state file is a few hundred bytes; anything larger is not one.
 MAX_STATE_BYTES = 64 * 1024
 
 
-#: The keys of the state file, in the order procedure.md writes them.
+#: The keys of the state file, in the order procedure.md writes them, then the keys
+#: slurm_fsm adds (a file without them still loads: they have defaults).
 KEYS = (
     "job_id", "container_name", "nodelist", "partition", "account", "nodes", "gpus_per_node",
     "docker_image", "container_mounts", "allocated_at", "time_limit", "installed",
+    "cpus_per_node",
 )
+#: The keys procedure.md lists (always written).
+ORIGINAL_KEYS = KEYS[:12]
 
 
 @attrs.frozen(kw_only=True)
 class AllocState:
-    """What is known about the persistent allocation. Keys match procedure.md."""
+    """What is known about the persistent allocation. Keys match procedure.md.
+
+    ``nodes``, ``nodelist``, ``gpus_per_node`` and ``cpus_per_node`` are what Slurm
+    GRANTED (:func:`slurm_fsm.capacity.with_grant`), not what was asked; only a file
+    written while the allocation was still PENDING holds the request (it is completed
+    when the allocation runs). ``cpus_per_node`` is None in files written before it
+    was recorded (and by the original agent procedure)."""
 
     job_id: str
     nodelist: str
@@ -64,10 +74,13 @@ class AllocState:
     allocated_at: str = attrs.field(factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
     time_limit: str = "04:00:00"
     installed: bool = False
+    cpus_per_node: int | None = None
 
     def to_json(self) -> str:
         data: dict[str, Any] = converter.unstructure(self)
-        return json.dumps({k: data[k] for k in KEYS}, indent=2) + "\n"
+        # an added key is written only when known: an original file round-trips as it was
+        return json.dumps({k: data[k] for k in KEYS
+                           if k in ORIGINAL_KEYS or data[k] is not None}, indent=2) + "\n"
 
 
 class StateStore:

@@ -40,6 +40,7 @@ from slurm_fsm.backend import (
     AllocationRequest,
     BatchRequest,
     GpuProcess,
+    Granted,
     JobInfo,
     JobOutcome,
     ScriptRequest,
@@ -446,6 +447,11 @@ class SubprocessBackend:
         result = self._run(slurmcli.squeue_find_argv(name, user))
         jobs = self._parse(result, slurmcli.parse_jobs)
         return [j for j in jobs if (name is None or j.name == name) and j.user == user]
+
+    def granted(self, job_id: str) -> Granted:
+        """``scontrol show job -d -o ID``: what Slurm granted the job."""
+        result = self._run(slurmcli.scontrol_granted_argv(check_job_id(job_id)))
+        return self._parse(result, lambda text: slurmcli.parse_scontrol_granted(text, job_id))
 
     def allocate(self, request: AllocationRequest, wait_s: float = 10.0) -> str:
         """Start ``salloc --no-shell`` detached and return the job id it creates.

@@ -41,6 +41,8 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "slurm_fsm.allocation",
     "slurm_fsm.plan",
     "slurm_fsm.state",
+    "slurm_fsm.capacity",
+    "slurm_fsm.scriptcheck",
     "slurm_fsm.machine",
     "slurm_fsm.edges",
     "slurm_fsm.backend",
@@ -64,12 +66,14 @@ DIAGRAM_MARKER = "<!-- slurm_fsm:state-diagram -->"
 WORK_COMMANDS: dict[str, str] = {
     "start": "none (checks the state file can be written, then reads it)",
     "release": "`squeue -j ID` (owner check), `scancel ID`",
-    "Validating": "`squeue -j ID -h -o ...` (one query)",
+    "Validating": "`squeue -j ID -h -o ...` (one query; `scontrol show job -d -o ID` too "
+                  "for a state file without the grant)",
     "Expiring": "`scancel ID`",
     "Incompatible": "`scancel ID`",
     "Allocating": "`srun --help` (only with an image), `squeue -u USER` (orphans: this "
                   "checkout's tag, or untagged under the job name), `scancel` per orphan, "
-                  "`salloc --no-shell ...`, `squeue -j ID` until RUNNING",
+                  "`salloc --no-shell ...`, `squeue -j ID` until RUNNING, "
+                  "`scontrol show job -d -o ID` (what was granted)",
     "Importing": "`srun --jobid=ID -N n --ntasks-per-node=1 bash -c '...enroot remove "
                  "-f...' pyxis_NAME pyxis_ID_NAME` (host: an old container of that name "
                  "goes), `srun ... --container-image=IMG --container-name=NAME:create true`, "
@@ -170,7 +174,9 @@ _CONDITION_DOCS: dict[str, str] = {
                          "(`pending_wait_s` from the first pending observation)",
     "job_running": "the job is RUNNING",
     "job_expiring": "5 minutes or less left (`EXPIRY_MARGIN_S`)",
-    "is_compatible": "same partition and account, enough nodes and GPUs, same image",
+    "is_compatible": "same partition and account, same image, and the allocation as Slurm "
+                     "granted it holds the job: nodes, CPUs per node for its tasks per node, "
+                     "GPUs per node",
     "same_job_name": "the job carries the spec's job name",
     "same_container": "the state file names the spec's container (or no image)",
     "setup_complete": "the install finished (or there is none to do)",

@@ -174,7 +174,8 @@ def test_larger_request_is_incompatible(make_spec: SpecFactory, fake: FakeCluste
     m = machine(spec, fake)
     assert m.prepare() is State.Ready
     assert m.path == ["NoState", "Validating", "Incompatible", "Allocating", "Ready"]
-    assert slurm_ops(fake) == ["query_job", "cancel", "find_jobs", "allocate", "query_job"]
+    assert slurm_ops(fake) == ["query_job", "cancel", "find_jobs", "allocate", "query_job",
+                              "granted"]
     assert fake.jobs[old.job_id].state == "CANCELLED"
     new = state_file(spec)
     assert new is not None and new["nodes"] == 2 and new["job_id"] != old.job_id
@@ -242,7 +243,8 @@ def test_expiring_allocation_is_cancelled_and_replaced(make_spec: SpecFactory,
     m = machine(spec, fake)
     assert m.prepare() is State.Ready
     assert m.path == ["NoState", "Validating", "Expiring", "Allocating", "Ready"]
-    assert slurm_ops(fake) == ["query_job", "cancel", "find_jobs", "allocate", "query_job"]
+    assert slurm_ops(fake) == ["query_job", "cancel", "find_jobs", "allocate", "query_job",
+                              "granted"]
     assert any(w.startswith("Allocation expiring soon") for w in m.warnings)
     assert fake.jobs[old.job_id].state == "CANCELLED"
     new = state_file(spec)
@@ -385,8 +387,8 @@ def test_allocation_with_image_imports_warms_checks_installs(make_spec: SpecFact
     m = machine(spec, fake)
     assert m.prepare() is State.Ready
     assert m.path == ["NoState", "Allocating", "Importing", "Installing", "Ready"]
-    assert slurm_ops(fake) == ["find_jobs", "allocate", "query_job", "run_step", "run_step",
-                               "run_step", "gpu_processes", "run_step", "run_step"]
+    assert slurm_ops(fake) == ["find_jobs", "allocate", "query_job", "granted", "run_step",
+                               "run_step", "run_step", "gpu_processes", "run_step", "run_step"]
     steps = [c.args["request"] for c in fake.calls if c.op == "run_step"]
     assert steps[0].argv == ("true",) and steps[0].container.image == IMAGE
     assert steps[0].container.name == "llama" and steps[0].nodes == 2
@@ -422,7 +424,8 @@ def test_allocation_without_image_skips_container_steps(make_spec: SpecFactory,
     m = machine(spec, fake)
     assert m.prepare() is State.Ready
     assert m.path == ["NoState", "Allocating", "Ready"]
-    assert slurm_ops(fake) == ["find_jobs", "allocate", "query_job"]
+    assert slurm_ops(fake) == ["find_jobs", "allocate", "query_job",
+                              "granted"]
     assert any("import, mount warm-up and install skipped" in n for n in m.notes)
     s = state_file(spec)
     assert s is not None and s["installed"] is True and s["container_name"] is None

@@ -288,6 +288,8 @@ SPEC_BAD: dict[str, st.SearchStrategy[object]] = {
     "user_root_dir": st.one_of(NOT_STR_NOT_NONE, WITH_NUL, too_long(4096)),
     "alloc_job_name": st.one_of(NOT_STR_NOT_NONE, SLURM_NAME_BAD.filter(
         lambda v: v is not None)),
+    "alloc_nodes": bad_ints(1, MAX_NODES),
+    "alloc_gpus_per_node": bad_ints(0, MAX_GPUS_PER_NODE),
     "slurm_env": st.one_of(
         NOT_TEXT.filter(lambda v: not isinstance(v, dict)), SAFE,
         st.fixed_dictionaries({"partitions": st.one_of(SAFE, st.integers(),

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from slurm_fsm.errors import StateFileError
-from slurm_fsm.state import KEYS, MAX_STATE_BYTES, AllocState, StateStore
+from slurm_fsm.state import MAX_STATE_BYTES, ORIGINAL_KEYS, AllocState, StateStore
 
 #: A state file as the original agent procedure writes it (procedure.md).
 ORIGINAL = """{"job_id": "123", "container_name": "llama_auto_test", "nodelist": "node[01-02]",
@@ -42,7 +42,7 @@ def test_writes_exactly_the_original_keys(tmp_path: Path) -> None:
     store.write(loaded)
     written = json.loads(store.path.read_text())
     assert written == original
-    assert list(written) == list(original) == list(KEYS)
+    assert list(written) == list(original) == list(ORIGINAL_KEYS)
     assert isinstance(written["job_id"], str)
 
 

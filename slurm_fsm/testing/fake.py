@@ -38,6 +38,7 @@ from slurm_fsm.backend import (
     BatchRequest,
     ContainerOptions,
     GpuProcess,
+    Granted,
     JobInfo,
     JobOutcome,
     ScriptRequest,
@@ -71,7 +72,7 @@ __all__ = [
 #: Operations that talk to the controller (a down controller fails them).
 CONTROLLER_OPS = frozenset({
     "query_job", "find_jobs", "allocate", "run_step", "gpu_processes", "probe_gpu_name",
-    "list_steps", "cancel", "submit", "job_outcome",
+    "list_steps", "cancel", "submit", "job_outcome", "granted",
 })
 
 
@@ -205,6 +206,9 @@ class FakeJob:
     comment: str = ""
     #: the batch script's process, when the cluster runs scripts (``run_scripts=True``)
     process: subprocess.Popen[bytes] | None = None
+    #: what each node of the job was granted (one CPU per task asked, as CR_Core gives)
+    cpus_per_node: int = 1
+    gpus_per_node: int = 0
 
     @property
     def active(self) -> bool:
@@ -447,7 +451,8 @@ class FakeCluster:
     def make_job(self, name: str, user: str, *, partition: str | None = None,
                  nodes: int = 1, time_limit_s: int | None = 3600,
                  state: JobState | str = JobState.RUNNING,
-                 account: str = "acct", comment: str = "") -> FakeJob:
+                 account: str = "acct", comment: str = "", cpus_per_node: int = 1,
+                 gpus_per_node: int = 0) -> FakeJob:
         """Put a job on the cluster directly (someone else's, an orphan, ...)."""
         part = partition or next(iter(self.partitions))
         job = FakeJob(
@@ -456,6 +461,7 @@ class FakeCluster:
             time_limit_s=time_limit_s, submitted_at=self.clock.now(), kind="alloc",
             pending_until=self.clock.now(), state=state,
             started_at=self.clock.now() if state == JobState.RUNNING else None, comment=comment,
+            cpus_per_node=cpus_per_node, gpus_per_node=gpus_per_node,
         )
         self.jobs[job.job_id] = job
         return job
@@ -623,6 +629,16 @@ class FakeCluster:
         return [self._info(j) for j in self.jobs.values()
                 if j.active and (name is None or j.name == name) and j.user == user]
 
+    def granted(self, job_id: str) -> Granted:
+        self._call("granted", job_id=job_id)
+        job = self._job(job_id)
+        if job.state is JobState.PENDING:
+            raise ValueError(f"job {job_id} is PENDING: nothing granted yet")
+        return Granted(job_id=job.job_id, nodes=job.num_nodes,
+                       nodelist=hostlist.collect_hostlist(job.nodes),
+                       cpus=job.num_nodes * job.cpus_per_node, cpus_per_node=job.cpus_per_node,
+                       gpus_per_node=job.gpus_per_node)
+
     def allocate(self, request: AllocationRequest, wait_s: float = 10.0) -> str:
         self._call("allocate", request=request)
         log = request.log_path
@@ -632,10 +648,15 @@ class FakeCluster:
             log.write_text(error, encoding="utf-8")
             raise AllocationFailed(["salloc"], 1, error,
                                    "salloc did not create an allocation")
+        # as salloc does: --nodes=2 --ntasks=1 "can't run 1 processes on 2 nodes, setting
+        # nnodes to 1"; one CPU per task of a node
+        nodes = min(request.nodes, request.ntasks) if request.ntasks else request.nodes
+        tpn = request.ntasks_per_node or (-(-request.ntasks // nodes) if request.ntasks else 1)
         job = FakeJob(
             job_id=str(next(self._ids)), name=request.job_name, user=self.user,
-            partition=request.partition, account=request.account, num_nodes=request.nodes,
-            nodes=self.partitions[request.partition][: request.nodes],
+            partition=request.partition, account=request.account, num_nodes=nodes,
+            nodes=self.partitions[request.partition][:nodes],
+            cpus_per_node=tpn, gpus_per_node=request.gpus_per_node or 0,
             time_limit_s=request.time_limit.seconds, submitted_at=self.clock.now(),
             kind="alloc", pending_until=self.clock.now() + self.pending_s,
             reason=(self.pending_reason or "Resources") if self.pending_s else "None",
@@ -666,7 +687,7 @@ class FakeCluster:
         job = self._job(request.job_id)
         if job.state is not JobState.RUNNING:
             return StepResult(1, "", f"srun: error: Unable to create step for job {job.job_id}")
-        if request.nodes > job.num_nodes:
+        if request.nodes > job.num_nodes or request.ntasks_per_node > job.cpus_per_node:
             return StepResult(1, "", "srun: error: Unable to create step for job "
                               f"{job.job_id}: More processors requested than permitted")
         nodes = job.nodes[: request.nodes]

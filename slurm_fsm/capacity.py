@@ -1,0 +1,107 @@
+"""The size of the persistent allocation: what to ask Slurm for, and whether what Slurm
+granted can hold a job. No I/O.
+
+* :func:`job_needs`: what one job takes of an allocation (nodes, tasks per node, CPUs
+  per node, GPUs per node), from its ``slurm_params``.
+* :func:`allocation_request_size`: what ``salloc`` asks for (step 0E): ``alloc_nodes``
+  nodes (default the job's ``nodes``), ``alloc_gpus_per_node`` GPUs per node (default
+  the job's ``gpus_per_node``) and, per node, enough tasks (so CPUs) for the job and
+  one task per GPU (the next job of the same allocation is often one rank per GPU).
+  Never ``--ntasks`` alone: ``--nodes=2 --ntasks=1`` makes salloc shrink the
+  allocation to one node (``can't run 1 processes on 2 nodes, setting nnodes to 1``).
+* :func:`with_grant`: the state file's view of an allocation, set to what Slurm
+  GRANTED (``scontrol show job``), never to what was asked.
+* :func:`capacity_problems`: why a granted allocation cannot hold a job (the reuse
+  rules of :func:`slurm_fsm.edges.incompatibilities` for the size).
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from slurm_fsm.backend import Granted
+from slurm_fsm.spec import JobSpec
+from slurm_fsm.state import AllocState
+
+__all__ = ["JobNeeds", "RequestSize", "allocation_request_size", "capacity_problems",
+           "job_needs", "with_grant"]
+
+
+@attrs.frozen(kw_only=True)
+class JobNeeds:
+    """What one job takes of an allocation. A task takes one CPU (the spec has no
+    ``cpus_per_task``)."""
+
+    nodes: int
+    tasks_per_node: int
+    tasks: int
+    gpus_per_node: int
+
+    @property
+    def cpus_per_node(self) -> int:
+        return self.tasks_per_node
+
+
+@attrs.frozen(kw_only=True)
+class RequestSize:
+    """What ``salloc`` asks for."""
+
+    nodes: int
+    ntasks_per_node: int
+    gpus_per_node: int | None  # None: no ``--gpus-per-node``
+
+
+def job_needs(spec: JobSpec) -> JobNeeds:
+    """Nodes, tasks per node (``ntasks_per_node``, else ``ntasks`` spread over the nodes,
+    else 1), total tasks and GPUs per node of ``spec``'s job."""
+    p = spec.slurm_params
+    tpn: int
+    tasks: int
+    if p.ntasks_per_node is not None:
+        tpn = p.ntasks_per_node
+        tasks = p.ntasks if p.ntasks is not None else p.nodes * tpn
+    elif p.ntasks is not None:
+        tpn = -(-p.ntasks // p.nodes)
+        tasks = p.ntasks
+    else:
+        tpn, tasks = 1, p.nodes
+    return JobNeeds(nodes=p.nodes, tasks_per_node=tpn, tasks=tasks,
+                    gpus_per_node=p.gpus_per_node or 0)
+
+
+def allocation_request_size(spec: JobSpec) -> RequestSize:
+    """The allocation to make for ``spec`` (see the module docstring)."""
+    needs = job_needs(spec)
+    nodes = spec.alloc_nodes if spec.alloc_nodes is not None else needs.nodes
+    gpus = (spec.alloc_gpus_per_node if spec.alloc_gpus_per_node is not None
+            else spec.slurm_params.gpus_per_node)
+    return RequestSize(nodes=nodes, ntasks_per_node=max(needs.tasks_per_node, gpus or 0),
+                       gpus_per_node=gpus if gpus else None)
+
+
+def with_grant(alloc: AllocState, granted: Granted) -> AllocState:
+    """``alloc`` with what Slurm granted: nodes, nodelist, CPUs and GPUs per node."""
+    return attrs.evolve(alloc, nodes=granted.nodes,
+                        nodelist=granted.nodelist or alloc.nodelist,
+                        cpus_per_node=granted.cpus_per_node,
+                        gpus_per_node=granted.gpus_per_node)
+
+
+def capacity_problems(alloc: AllocState, spec: JobSpec) -> list[str]:
+    """Why the allocation, as granted, cannot hold ``spec``'s job: too few nodes, too
+    few CPUs per node for its tasks per node, too few GPUs per node. ``[]`` when it
+    can. A state file written before CPUs were recorded (no ``cpus_per_node``) is not
+    judged on CPUs."""
+    needs = job_needs(spec)
+    out = []
+    if alloc.nodes < needs.nodes:
+        out.append(f"nodes {needs.nodes} is more than the allocation's {alloc.nodes} "
+                   "(as granted by Slurm)")
+    if alloc.cpus_per_node is not None and alloc.cpus_per_node < needs.cpus_per_node:
+        out.append(f"{needs.tasks_per_node} task(s) per node need {needs.cpus_per_node} "
+                   f"CPU(s) per node, the allocation has {alloc.cpus_per_node} (as granted "
+                   "by Slurm)")
+    if needs.gpus_per_node and (alloc.gpus_per_node or 0) < needs.gpus_per_node:
+        out.append(f"gpus_per_node {needs.gpus_per_node} is more than the allocation's "
+                   f"{alloc.gpus_per_node or 0} (as granted by Slurm)")
+    return out

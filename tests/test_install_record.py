@@ -1,0 +1,46 @@
+"""Issue 17 item 8 on the fake: ``skip_install: true`` does not record the container as
+installed (the real-cluster test is tests/integration/test_skip_install_real.py)."""
+
+from __future__ import annotations
+
+import json
+
+from slurm_fsm.machine import AllocationMachine, State
+from slurm_fsm.testing import FakeCluster
+
+from conftest import SpecFactory
+
+IMAGE = "nvcr.io/nvidia/pytorch:24.05-py3"
+
+
+def test_skip_install_then_pytest_installs_then_nothing_more(make_spec: SpecFactory) -> None:
+    fake = FakeCluster()
+    custom = make_spec(workflow_type="custom", skip_install=True, docker_image=IMAGE,
+                       container_name="llama")
+    m = AllocationMachine(custom, fake, clock=fake.clock)  # type: ignore[arg-type]
+    assert m.prepare() is State.Ready
+    assert m.path == ["NoState", "Allocating", "Importing", "Ready"]
+    assert json.loads(custom.state_path.read_text())["installed"] is False
+    tests = make_spec(docker_image=IMAGE, container_name="llama")  # pytest: installs
+    m = AllocationMachine(tests, fake, clock=fake.clock)  # type: ignore[arg-type]
+    assert m.prepare() is State.Ready
+    assert m.path == ["NoState", "Validating", "Installing", "Ready"]
+    node = fake.nodes["node01"]
+    assert any("pip install" in p for p in node.containers["llama"].packages)
+    again = AllocationMachine(custom, fake, clock=fake.clock)  # type: ignore[arg-type]
+    assert again.prepare() is State.Ready
+    assert again.path == ["NoState", "Validating", "Ready"]
+
+
+def test_a_switch_to_a_skip_install_container_is_not_recorded_installed(
+        make_spec: SpecFactory) -> None:
+    fake = FakeCluster()
+    first = make_spec(docker_image=IMAGE, container_name="one")
+    assert AllocationMachine(first, fake, clock=fake.clock).prepare() is State.Ready  # type: ignore[arg-type]
+    custom = make_spec(workflow_type="custom", skip_install=True, docker_image=IMAGE,
+                       container_name="two")
+    m = AllocationMachine(custom, fake, clock=fake.clock)  # type: ignore[arg-type]
+    assert m.prepare() is State.Ready
+    assert m.path == ["NoState", "Validating", "Importing", "Ready"]
+    state = json.loads(custom.state_path.read_text())
+    assert (state["container_name"], state["installed"]) == ("two", False)
