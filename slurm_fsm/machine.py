@@ -48,6 +48,7 @@ from typing import Any
 import attrs
 from transitions import EventData, Machine, MachineError
 
+from slurm_fsm import files
 from slurm_fsm.backend import (
     AllocationRequest,
     ContainerOptions,
@@ -646,7 +647,13 @@ class AllocationMachine:
             docker_image=spec.docker_image, container_mounts=spec.mounts_text,
             time_limit=spec.alloc_time_limit.as_slurm(), installed=False,
         )
-        self.store.write(pending)
+        try:
+            self.store.write(pending)
+        except OSError as exc:  # nothing may stay allocated that no file records
+            self.backend.cancel(job_id)
+            raise StateFileError(str(self.store.path), f"cannot be written "
+                                 f"({exc.strerror or exc}); allocation {job_id} was "
+                                 "cancelled so that it is not leaked") from exc
         try:
             info = self._wait_running(job_id)
         except AllocationFailed:
@@ -726,8 +733,8 @@ class AllocationMachine:
             attempt += 1
 
     def _salloc_log_tail(self) -> str:
-        try:
-            with open(self.salloc_log, "rb") as fh:
+        try:  # never through a link planted in the shared work_dirs
+            with files.open_for_reading(self.salloc_log) as fh:
                 fh.seek(0, os.SEEK_END)
                 fh.seek(max(0, fh.tell() - 4000))
                 return fh.read().decode("utf-8", "replace")

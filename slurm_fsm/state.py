@@ -19,7 +19,6 @@ import contextlib
 import json
 import os
 import stat
-import tempfile
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,7 +31,7 @@ from cattrs.errors import BaseValidationError
 from slurm_fsm.backend import is_job_id
 from slurm_fsm.convert import converter, problems_of
 from slurm_fsm.errors import StateFileError, StateLockTimeout
-from slurm_fsm.files import FileProblem, Problem, read_bounded
+from slurm_fsm.files import FileProblem, Problem, prove_writable, read_bounded, write_atomic
 
 __all__ = ["KEYS", "MAX_STATE_BYTES", "AllocState", "StateLockTimeout", "StateStore",
            "read_regular_file"]
@@ -40,6 +39,9 @@ __all__ = ["KEYS", "MAX_STATE_BYTES", "AllocState", "StateLockTimeout", "StateSt
 #: A state file is a few hundred bytes; anything larger is not one.
 MAX_STATE_BYTES = 64 * 1024
 
+
+#: The probe of :meth:`StateStore.writable_problem`: more bytes than any state file.
+PROBE_BYTES = 4096
 
 #: The keys of the state file, in the order procedure.md writes them.
 KEYS = (
@@ -134,35 +136,14 @@ class StateStore:
             return f"cannot be inspected ({exc.strerror or exc})"
         if mode is not None and stat.S_ISDIR(mode):
             return "is a directory, not a file"
-        try:
-            fd, probe = tempfile.mkstemp(prefix=".slurm_alloc.", suffix=".probe", dir=where)
-        except OSError as exc:
-            return f"its folder {where} is not writable ({exc.strerror or exc})"
-        os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(probe)
-        return None
+        return prove_writable(where, PROBE_BYTES)
 
     def write(self, state: AllocState) -> None:
-        """Atomically replace the file with ``state`` (mode 0600)."""
+        """Atomically replace the file with ``state`` (mode 0600), through an ``O_EXCL``
+        temp file (:func:`slurm_fsm.files.write_atomic`): a link planted at the state path
+        is replaced, never written through. ``OSError`` (ENOSPC) leaves the old file."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".slurm_alloc.", suffix=".tmp", dir=self.path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                os.fchmod(fh.fileno(), 0o600)
-                fh.write(state.to_json())
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
-        dir_fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        write_atomic(self.path, state.to_json().encode("utf-8"))
 
     def delete(self) -> bool:
         """Remove the file (or whatever unusable thing is at its path, not a directory);

@@ -35,7 +35,7 @@ from typing import IO, TypeVar
 
 import attrs
 
-from slurm_fsm import scriptguard, slurmcli
+from slurm_fsm import files, scriptguard, slurmcli
 from slurm_fsm.backend import (
     AllocationRequest,
     BatchRequest,
@@ -56,6 +56,7 @@ from slurm_fsm.errors import (
     CommandFailed,
     CommandTimedOut,
     ControllerUnreachable,
+    FileProblem,
     JobNotFound,
 )
 from slurm_fsm.ownership import Ownership, ownership
@@ -155,11 +156,16 @@ def _default_runner(argv: Sequence[str], timeout_s: float, env: Mapping[str, str
     return run_command(argv, timeout_s, env)
 
 
-def _read_text(path: Path, limit: int = 65536) -> str:
-    """The first ``limit`` bytes of a small log, or "" when it cannot be read."""
+def _read_text(path: Path, limit: int = 65536, *, shared: bool = False) -> str:
+    """The first ``limit`` bytes of a small file, or "" when it cannot be read.
+
+    ``shared``: a file under a shared folder (``.salloc.log``): a link, a non-regular
+    file or another user's file is not read (:func:`slurm_fsm.files.open_for_reading`)."""
     try:
-        with open(path, "rb") as fh:
-            return fh.read(limit).decode("utf-8", "replace")
+        if shared:
+            with files.open_for_reading(path) as fh:
+                return fh.read(limit).decode("utf-8", "replace")
+        return files.read_bounded(path, 1 << 20).decode("utf-8", "replace")[:limit]
     except OSError:
         return ""
 
@@ -468,7 +474,12 @@ class SubprocessBackend:
 
         argv = slurmcli.salloc_argv(request)
         request.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(request.log_path, "wb") as log_file:
+        try:  # never through a link planted in the shared work_dirs
+            log_file = files.open_private(request.log_path)
+        except FileProblem as problem:
+            raise AllocationFailed(argv, 1, "", f"the salloc log cannot be written: "
+                                   f"{problem}; nothing was allocated") from None
+        with log_file:
             try:
                 proc = subprocess.Popen(  # noqa: S603 - an argument list, never a shell
                     argv,
@@ -505,7 +516,7 @@ class SubprocessBackend:
         if proc.poll() is None:
             self._stop(proc)
         late: set[str] = set()
-        announced = slurmcli.salloc_job_id(_read_text(request.log_path))
+        announced = slurmcli.salloc_job_id(_read_text(request.log_path, shared=True))
         if announced:
             late.add(announced)  # salloc said so even if squeue did not answer
         try:
@@ -554,10 +565,7 @@ class SubprocessBackend:
     def _allocation_failed(
         argv: Sequence[str], rc: int, log_path: Path, why: str = ""
     ) -> AllocationFailed:
-        try:
-            text = log_path.read_text(errors="replace")
-        except OSError:
-            text = ""
+        text = _read_text(log_path, shared=True)
         detail = slurmcli.salloc_error(text)
         message = why or f"salloc exited {rc}"
         return AllocationFailed(argv, rc, detail, f"{message} (log: {log_path})")

@@ -1,0 +1,100 @@
+"""Round 2 of the fault campaign on the real local Slurm cluster (issue 20): files,
+containers, nodes and environment. Each test failed on the code before its fix and
+leaves no job behind (the ``names`` fixture cancels what is left of its job names).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from slurm_fsm.errors import AllocationFailed, StateFileError
+from slurm_fsm.machine import AllocationMachine, State
+from slurm_fsm.subprocess_backend import SubprocessBackend
+from slurm_fsm_dev.localcluster import ClusterInfo
+
+from .helpers import JobNames, RecordingBackend, jobs_named, make_spec, until
+
+pytestmark = pytest.mark.slurm
+
+
+@contextlib.contextmanager
+def full_tmpfs(where: Path, size_kib: int = 64) -> Iterator[Path]:
+    """A tiny tmpfs mounted at ``where`` and filled up: every write there fails with
+    ENOSPC, while creating an empty file still works (as on a real full disk)."""
+    where.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kib}k", "tmpfs", str(where)],
+                   check=True, timeout=30)
+    try:
+        for i, chunk in enumerate((b"x" * 4096, b"x")):  # whole blocks, then the rest
+            with open(where / f"filler{i}", "wb", buffering=0) as fh, \
+                    contextlib.suppress(OSError):
+                while True:
+                    fh.write(chunk)
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False, timeout=30)
+
+
+def test_salloc_log_is_never_written_through_a_planted_link(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    """Item 1: ``work_dirs/.salloc.log`` planted as a link to a file of the running user
+    (root here): the file is neither truncated nor written, and nothing is allocated."""
+    name = names.new("salloclink")
+    spec = make_spec(local_cluster, tmp_path, name)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    spec.salloc_log.parent.mkdir(parents=True)
+    spec.salloc_log.symlink_to(victim)
+    backend = RecordingBackend()
+    m = AllocationMachine(spec, backend)
+    assert m.prepare() is State.Failed
+    assert victim.read_text() == "precious\n"
+    assert m.failure is not None and ".salloc.log" in m.failure.message
+    assert "symbolic link" in m.failure.message
+    assert "salloc" not in backend.tools()
+    assert jobs_named(name, local_cluster.user) == []
+
+
+def test_a_full_disk_under_work_dirs_allocates_nothing(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    """Item 4: ``work_dirs`` on a full tmpfs: the run fails before salloc, every time,
+    with a message naming the state file, and no allocation is leaked."""
+    name = names.new("fulldisk")
+    spec = make_spec(local_cluster, tmp_path, name)
+    with full_tmpfs(spec.state_path.parent):
+        backend = RecordingBackend()
+        for _ in range(2):
+            m = AllocationMachine(spec, backend)
+            assert m.prepare() is State.Failed
+            assert m.failure is not None
+            assert isinstance(m.failure.error, StateFileError | AllocationFailed)
+            assert str(spec.state_path) in m.failure.message
+            assert jobs_named(name, local_cluster.user) == []
+        assert "salloc" not in backend.tools()
+        assert not spec.state_path.exists()
+
+
+def test_a_state_write_that_fails_after_salloc_cancels_the_allocation(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Item 4, the other half: the disk fills between the check and the write of the
+    pending state (ENOSPC on the write after salloc): the new job is cancelled."""
+    name = names.new("fulllate")
+    spec = make_spec(local_cluster, tmp_path, name)
+    m = AllocationMachine(spec, SubprocessBackend())
+
+    def full(state: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(m.store, "writable_problem", lambda: None)
+    monkeypatch.setattr(m.store, "write", full)
+    assert m.prepare() is State.Failed
+    assert m.failure is not None and "No space left on device" in m.failure.message
+    assert "cancelled" in m.failure.message
+    until("the new allocation gone",
+          lambda: True if not jobs_named(name, local_cluster.user) else None, 15.0)
