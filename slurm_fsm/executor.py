@@ -457,9 +457,12 @@ class Executor:
             self.events.message(f"WARNING: {text}")
 
     def _allocation_end(self, alloc_id: str, watch: Watch, log: Path) -> _AllocationEnd | None:
-        """After a step that did not exit 0: did the allocation itself end under it
-        (scancel of the allocation, its time limit)? None when it still runs."""
-        if watch.exit_code == 0 or watch.hang or watch.timed_out:
+        """After every job: did the allocation itself end under it (scancel of the
+        allocation, its time limit, a node failure)? None when it still runs.
+
+        Asked whatever the script's exit code: srun exits 0 when the one node of its
+        allocation fails (``srun: error: Node failure on n1``, Slurm 22.05)."""
+        if watch.hang or watch.timed_out:
             return None
         try:
             info = self.backend.query_job(alloc_id)

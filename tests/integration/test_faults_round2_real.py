@@ -17,7 +17,8 @@ from slurm_fsm.machine import AllocationMachine, State
 from slurm_fsm.subprocess_backend import SubprocessBackend
 from slurm_fsm_dev.localcluster import ClusterInfo
 
-from .helpers import JobNames, RecordingBackend, jobs_named, make_spec, until
+from .helpers import JobNames, RecordingBackend, jobs_named, make_spec, slurm, steps, until
+from .test_faults_runtime_real import allocation_of, finish, one_report, spec_file, start_cli
 
 pytestmark = pytest.mark.slurm
 
@@ -98,3 +99,41 @@ def test_a_state_write_that_fails_after_salloc_cancels_the_allocation(
     assert "cancelled" in m.failure.message
     until("the new allocation gone",
           lambda: True if not jobs_named(name, local_cluster.user) else None, 15.0)
+
+
+def node_of(job_id: str) -> str:
+    return slurm("squeue", "-j", job_id, "-h", "-o", "%N").stdout.strip()
+
+
+@contextlib.contextmanager
+def node_downed(node: str) -> Iterator[None]:
+    """``scontrol update nodename=NODE state=down``; resumed on the way out."""
+    try:
+        assert slurm("scontrol", "update", f"nodename={node}", "state=down",
+                     "reason=slurm_fsm-test").returncode == 0
+        yield
+    finally:
+        slurm("scontrol", "update", f"nodename={node}", "state=resume")
+        until(f"{node} back", lambda: True if slurm(
+            "sinfo", "-h", "-n", node, "-o", "%T").stdout.strip() in ("idle", "mixed",
+                                                                      "allocated") else None,
+              30.0)
+
+
+def test_a_node_failure_under_a_one_node_allocation_is_not_passed(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    """Item 5: Slurm 22.05's srun prints ``srun: error: Node failure on NODE`` and exits
+    0 when the one node of its allocation fails; the script then exits 0. The run asks
+    Slurm about the allocation after every job: not PASSED, the allocation's fate named."""
+    name = names.new("nodefail")
+    spec = spec_file(local_cluster, tmp_path, name, "srun sleep 300\n", "job")
+    proc = start_cli(spec, tmp_path / "report.json", "--quiet")
+    job_id = allocation_of(name, local_cluster)
+    until("the script's step", lambda: "sleep" in steps(job_id).values() or None, 60)
+    with node_downed(node_of(job_id)):
+        rc, _ = finish(proc, 120)
+    report = one_report(tmp_path / "report.json")
+    assert report["status"] != "PASSED", report
+    assert rc != 0
+    assert "NODE_FAIL" in report["summary"] or "node" in report["summary"].lower(), report
+    assert not (tmp_path / "repo" / "work_dirs" / ".slurm_alloc.json").exists()
