@@ -78,6 +78,7 @@ __all__ = [
     "SEP",
     "STDERR_TAIL_LINES",
     "STEP_FORMAT",
+    "TOOL_ENV_PREFIXES",
     "accounting_disabled",
     "classify",
     "clean_env",
@@ -159,10 +160,18 @@ JOB_GONE_MARKERS = (
 _RUNS_USER_COMMANDS = frozenset({"srun", "salloc"})
 _EXPIRED = re.compile(r"Slurm job \d+\S* has expired")
 
-# SLURM_* variables kept from the caller's environment. Every other SLURM_*
-# describes a job the caller may itself be running in (SLURM_JOB_ID,
-# SLURM_NTASKS, ...) and would silently change what srun/sbatch/salloc do.
-_KEPT_SLURM_VARS = frozenset({"SLURM_CONF", "SLURM_TIME_FORMAT", "SLURM_BITSTR_LEN"})
+#: SLURM_* variables kept from the caller's environment: the cluster to talk to. Every
+#: other SLURM_* describes a job the caller may itself be running in (SLURM_JOB_ID,
+#: SLURM_NTASKS, ...) or changes what the tools print (SLURM_TIME_FORMAT with a ``|``
+#: breaks the parsers) and would silently change what srun/sbatch/salloc do.
+_KEPT_SLURM_VARS = frozenset({"SLURM_CONF"})
+
+#: Prefixes of the tools' own input variables, all dropped: SQUEUE_NAMES or
+#: SQUEUE_ACCOUNT hide our own allocation from ``squeue -u``, SQUEUE_FORMAT,
+#: SACCT_FORMAT, SINFO_FORMAT change the columns, SALLOC_*/SBATCH_* change the request.
+TOOL_ENV_PREFIXES = ("SLURM_", "SQUEUE_", "SACCT_", "SACCTMGR_", "SINFO_", "SCONTROL_",
+                     "SALLOC_", "SBATCH_", "SRUN_", "SCANCEL_", "SSTAT_", "SPRIO_", "SSHARE_",
+                     "SREPORT_", "STRIGGER_", "SBCAST_", "SATTACH_")
 
 
 # --------------------------------------------------------------------------- env
@@ -171,15 +180,19 @@ _KEPT_SLURM_VARS = frozenset({"SLURM_CONF", "SLURM_TIME_FORMAT", "SLURM_BITSTR_L
 def clean_env(
     environ: Mapping[str, str], overrides: Mapping[str, str] | None = None
 ) -> dict[str, str]:
-    """The environment for a Slurm tool: ``environ`` without job-context ``SLURM_*``.
+    """The environment for a Slurm tool: ``environ`` without the variables Slurm's
+    tools read as input (:data:`TOOL_ENV_PREFIXES`).
 
-    ``SLURM_CONF``, ``SLURM_TIME_FORMAT`` and ``SLURM_BITSTR_LEN`` are kept
-    (they choose the cluster and the output format); every other ``SLURM_*``
-    is dropped, because it would make an ``srun`` or ``sbatch`` of ours inherit
-    the sizes of a job the caller happens to run inside. ``overrides`` are
-    applied last and always win (that is how a script gets its SLURM_*).
+    Only ``SLURM_CONF`` (which cluster) is kept. Every other ``SLURM_*`` is dropped,
+    because it would make an ``srun`` or ``sbatch`` of ours inherit the sizes of a job
+    the caller happens to run inside, or change the output format; ``SQUEUE_*``,
+    ``SACCT_*``, ``SINFO_*``, ``SCONTROL_*``, ``SALLOC_*``, ``SBATCH_*`` ... are dropped
+    because they filter or reshape what the tools print, or change what they ask for.
+    ``overrides`` are applied last and always win (that is how a script gets its
+    SLURM_*).
     """
-    env = {k: v for k, v in environ.items() if not k.startswith("SLURM_") or k in _KEPT_SLURM_VARS}
+    env = {k: v for k, v in environ.items()
+           if not k.startswith(TOOL_ENV_PREFIXES) or k in _KEPT_SLURM_VARS}
     if overrides:
         env.update(overrides)
     return env

@@ -6,7 +6,9 @@ leaves no job behind (the ``names`` fixture cancels what is left of its job name
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -137,3 +139,45 @@ def test_a_node_failure_under_a_one_node_allocation_is_not_passed(
     assert rc != 0
     assert "NODE_FAIL" in report["summary"] or "node" in report["summary"].lower(), report
     assert not (tmp_path / "repo" / "work_dirs" / ".slurm_alloc.json").exists()
+
+
+#: Variables of the caller's shell that change what Slurm's tools print or do.
+OUTPUT_CHANGING_ENV = {
+    "SQUEUE_NAMES": "someone-elses-job",
+    "SQUEUE_ACCOUNT": "other",
+    "SQUEUE_FORMAT": "%i %j",
+    "SQUEUE_SORT": "-i",
+    "SQUEUE_STATES": "PENDING",
+    "SLURM_TIME_FORMAT": "%s|%H",
+    "SACCT_FORMAT": "JobID,State",
+    "SINFO_FORMAT": "%N",
+    "SCONTROL_ALL": "1",
+    "SALLOC_PARTITION": "nosuchpartition",
+    "SBATCH_PARTITION": "nosuchpartition",
+}
+
+
+def test_the_callers_slurm_output_variables_change_nothing(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    """Item 14: with squeue/sacct/salloc variables in the caller's environment a run
+    still finds (and reuses) its own allocation instead of leaking it; the script's
+    own srun still gets the allocation's SLURM_* exports."""
+    name = names.new("env")
+    body = "env | grep -E '^(SQUEUE|SACCT|SALLOC|SBATCH)_' || true\nsrun hostname\n"
+    spec = spec_file(local_cluster, tmp_path, name, body, "job")
+    reports = []
+    for _ in range(2):
+        out = tmp_path / "report.json"
+        with open(out, "w", encoding="utf-8") as fh:
+            proc = subprocess.run(
+                [sys.executable, "-m", "slurm_fsm", "run", str(spec), "--json", "--quiet"],
+                stdout=fh, stderr=subprocess.PIPE, text=True, timeout=120, check=False,
+                env={**os.environ, **OUTPUT_CHANGING_ENV})
+        reports.append(one_report(out))
+        assert proc.returncode == 0, (reports[-1], proc.stderr)
+    cold, warm = reports
+    assert warm["path"][:3] == ["NoState", "Validating", "Ready"], warm
+    assert warm["allocation_id"] == cold["allocation_id"]
+    assert len(jobs_named(name, local_cluster.user)) == 1
+    assert not any(line.startswith(("SQUEUE_", "SALLOC_")) for line in warm["log_tail"])
+    assert warm["log_tail"][-1].startswith("n")  # hostname of a node: srun ran in it
