@@ -770,7 +770,8 @@ class AllocationMachine:
         # maybe of another image): ask for a fresh one.
         self._setup_step(
             f"container import of {image}", ("true",),
-            ContainerOptions(name=name, image=image, mounts=spec.mounts_text, fresh=True),
+            ContainerOptions(name=name, image=image, mounts=spec.mounts_text, fresh=True,
+                             owner=f"{repo_tag(spec)} {spec.repo_root}"),
         )
         for mount in spec.container_mounts:
             self._setup_step(

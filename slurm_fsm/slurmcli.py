@@ -69,7 +69,10 @@ from slurm_fsm.errors import (
 from slurm_fsm.jobstate import JobState
 
 __all__ = [
+    "CONTAINER_MARKS_DIR",
+    "CONTAINER_REMOVE_SCRIPT",
     "CONTROLLER_UNREACHABLE_MARKERS",
+    "FOREIGN_CONTAINER_MARKER",
     "GPU_NODE_MARKER",
     "GPU_QUERY_ARGV",
     "JOB_FORMAT",
@@ -86,6 +89,8 @@ __all__ = [
     "container_remove_argv",
     "enroot_image",
     "expand_nodelist",
+    "foreign_container",
+    "foreign_container_message",
     "gpu_processes_argv",
     "gpu_processes_script",
     "has_container_option",
@@ -315,23 +320,50 @@ def pyxis_container_names(job_id: str, name: str) -> list[str]:
     return [f"pyxis_{name}", f"pyxis_{job_id}_{name}"]
 
 
-#: Run once per node on the host: removes the named enroot containers that exist.
-#: pyxis hides the job's ENROOT_* path variables from enroot, so this does too.
+#: The first word of the line the removal prints, on stderr, when a container of the
+#: name is another checkout's: ``@@slurm_fsm-foreign NODE ENROOT_NAME OWNER...``.
+FOREIGN_CONTAINER_MARKER = "@@slurm_fsm-foreign"
+
+#: Where each node keeps the owner marks of the containers slurm_fsm made (host side,
+#: per user and node): one file per enroot name, ``<checkout tag> <repo_root>``.
+CONTAINER_MARKS_DIR = '${XDG_STATE_HOME:-$HOME/.local/state}/slurm_fsm/containers/$host'
+
+#: Run once per node on the host (``bash -c SCRIPT bash TAG DESC NAME...``): for each
+#: enroot name that exists, refuse (exit 3, :data:`FOREIGN_CONTAINER_MARKER`) when its
+#: owner mark names another checkout, else remove it; then mark the name as this
+#: checkout's (before the import creates it, so an interrupted import leaves no
+#: unmarked container of ours). A container without a mark (made by hand or by an
+#: older slurm_fsm) is removed as before. pyxis hides the job's ENROOT_* path
+#: variables from enroot, so this does too.
 CONTAINER_REMOVE_SCRIPT = (
     "unset ENROOT_LIBRARY_PATH ENROOT_SYSCONF_PATH ENROOT_RUNTIME_PATH ENROOT_CACHE_PATH "
     "ENROOT_DATA_PATH ENROOT_TEMP_PATH; "
     'PATH="$PATH:/usr/local/bin:/usr/bin:/bin"; '
+    'tag=$1; desc=$2; shift 2; host=${SLURMD_NODENAME:-$(hostname)}; '
+    f'marks="{CONTAINER_MARKS_DIR}"; '
     'names=$(enroot list) || exit; '
     'for n in "$@"; do '
     'if printf "%s\\n" "$names" | grep -qxF -- "$n"; then '
+    'owner=$(head -c 4096 -- "$marks/$n" 2>/dev/null); '
+    'if [ -n "$tag" ] && [ -n "$owner" ] && [ "${owner%% *}" != "$tag" ]; then '
+    f'echo "{FOREIGN_CONTAINER_MARKER} $host $n $owner" >&2; exit 3; fi; '
     'enroot remove -f -- "$n" || exit; echo "removed $n on $(hostname)"; fi; '
+    'if [ -n "$tag" ]; then mkdir -p -- "$marks" && '
+    'printf "%s %s\\n" "$tag" "$desc" > "$marks/.$n.$$" && mv -f -- "$marks/.$n.$$" "$marks/$n" '
+    "|| exit; fi; "
     "done"
 )
 
 
-def container_remove_argv(job_id: str, nodes: int, name: str) -> list[str]:
+def container_remove_argv(job_id: str, nodes: int, name: str, owner: str = "",
+                          owner_desc: str = "") -> list[str]:
     """srun on every node of the allocation (host, no container) removing pyxis'
-    container ``name`` where it exists: the first half of a fresh import."""
+    container ``name`` where it exists: the first half of a fresh import.
+
+    With ``owner`` (a checkout's tag; ``owner_desc`` its repo_root, for messages) a
+    container that another checkout marked is not removed (the step exits 3 with a
+    :data:`FOREIGN_CONTAINER_MARKER` line, see :func:`foreign_container`), and the
+    name is marked as ``owner``'s before the import makes it."""
     return [
         "srun",
         f"--jobid={job_id}",
@@ -342,8 +374,30 @@ def container_remove_argv(job_id: str, nodes: int, name: str) -> list[str]:
         "-c",
         CONTAINER_REMOVE_SCRIPT,
         "bash",
+        owner,
+        owner_desc,
         *pyxis_container_names(job_id, name),
     ]
+
+
+def foreign_container_message(name: str, node: str, enroot_name: str, mark: str) -> str:
+    """Why a fresh import of container ``name`` stopped: ``enroot_name`` on ``node``
+    carries another checkout's owner ``mark`` (``<tag> <repo_root>``)."""
+    tag, _, root = mark.partition(" ")
+    return (f"container {name!r} ({enroot_name} on {node}) belongs to another checkout: "
+            f"{root or '?'} ({tag}); it is neither removed nor reused. Use another "
+            f"container_name, or remove it there (enroot remove {enroot_name} on {node}) "
+            "once that checkout no longer needs it")
+
+
+def foreign_container(text: str) -> tuple[str, str, str] | None:
+    """``(node, enroot name, owner mark)`` of the first container the removal refused
+    as another checkout's (see :func:`container_remove_argv`), or None."""
+    for line in text.splitlines():
+        words = line.split(" ", 3)
+        if len(words) == 4 and words[0] == FOREIGN_CONTAINER_MARKER:
+            return words[1], words[2], words[3].strip()
+    return None
 
 
 def gpu_processes_script() -> str:

@@ -586,14 +586,20 @@ class SubprocessBackend:
         check_job_id(request.job_id)
         container = request.container
         if container is not None and container.fresh:
+            tag, _, desc = container.owner.partition(" ")
             removal = self._exec(
-                slurmcli.container_remove_argv(request.job_id, request.nodes, container.name),
+                slurmcli.container_remove_argv(request.job_id, request.nodes, container.name,
+                                               tag, " ".join(desc.split())),
                 request.timeout_s,
             )
             err = self._classify(removal)
             if isinstance(err, JobNotFound | ControllerUnreachable | CommandTimedOut):
                 raise err
             assert removal.returncode is not None
+            foreign = slurmcli.foreign_container(removal.stderr)
+            if removal.returncode != 0 and foreign is not None:
+                return StepResult(removal.returncode, removal.stdout,
+                                  slurmcli.foreign_container_message(container.name, *foreign))
             if removal.returncode != 0:
                 return StepResult(
                     removal.returncode, removal.stdout,

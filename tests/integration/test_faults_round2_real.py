@@ -17,12 +17,28 @@ import pytest
 from slurm_fsm.errors import AllocationFailed, StateFileError
 from slurm_fsm.machine import AllocationMachine, State
 from slurm_fsm.subprocess_backend import SubprocessBackend
-from slurm_fsm_dev.localcluster import ClusterInfo
+from slurm_fsm_dev.localcluster import ClusterInfo, ContainerInfo
 
+from .containers import ContainerNames, pyxis_or_skip
 from .helpers import JobNames, RecordingBackend, jobs_named, make_spec, slurm, steps, until
+from .test_containers_real import NODES, container_spec, image_ids, prepared
 from .test_faults_runtime_real import allocation_of, finish, one_report, spec_file, start_cli
 
 pytestmark = pytest.mark.slurm
+
+
+@pytest.fixture
+def pyxis(local_cluster: ClusterInfo) -> ContainerInfo:
+    return pyxis_or_skip(local_cluster)
+
+
+@pytest.fixture
+def cnames(pyxis: ContainerInfo, names: JobNames) -> Iterator[ContainerNames]:
+    c = ContainerNames(pyxis)
+    try:
+        yield c
+    finally:
+        c.cleanup()  # after the jobs (``names`` is torn down later: it was asked first)
 
 
 @contextlib.contextmanager
@@ -181,3 +197,27 @@ def test_the_callers_slurm_output_variables_change_nothing(
     assert len(jobs_named(name, local_cluster.user)) == 1
     assert not any(line.startswith(("SQUEUE_", "SALLOC_")) for line in warm["log_tail"])
     assert warm["log_tail"][-1].startswith("n")  # hostname of a node: srun ran in it
+
+
+def test_two_checkouts_with_one_container_name_never_share_a_container(
+        local_cluster: ClusterInfo, pyxis: ContainerInfo, names: JobNames,
+        cnames: ContainerNames, tmp_path: Path) -> None:
+    """Item 3: checkout A imports ``busybox`` as NAME; checkout B (another repo_root,
+    same user, same nodes, same container_name) asks for ``busybox2`` as NAME. B's
+    import neither removes nor reuses A's container: it fails naming checkout A, and
+    A's next run still runs in its own image."""
+    name = cnames.new("shared")
+    spec_a = container_spec(local_cluster, tmp_path / "a", names.new("ct-a"),
+                            image=pyxis.images["busybox"], name=name)
+    first, backend = prepared(spec_a)
+    assert image_ids(first, backend, name) == ["hello from image"] * NODES
+    spec_b = container_spec(local_cluster, tmp_path / "b", names.new("ct-b"),
+                            image=pyxis.images["busybox2"], name=name)
+    b = AllocationMachine(spec_b, RecordingBackend())
+    assert b.prepare() is State.Failed
+    assert b.failure is not None
+    assert str(spec_a.repo_root) in b.failure.message, b.failure.message
+    assert "another checkout" in b.failure.message
+    again, backend = prepared(spec_a)
+    assert again.path == ["NoState", "Validating", "Ready"]
+    assert image_ids(again, backend, name) == ["hello from image"] * NODES
