@@ -835,10 +835,20 @@ class AllocationMachine:
                 self.alloc = None
         alloc = self.alloc
         if alloc is None:
-            self.store.delete()
-            self.salloc_log.unlink(missing_ok=True)
-            self._log("No allocation to release.")
-            return "no allocation to release"
+            # a lost or corrupt state file: this checkout's allocation by its tag, as 0D
+            found = [j.job_id for j in self.backend.find_jobs(None, self.user)
+                     if j.state.is_live and owner_of(j, self.user, self.spec).ours]
+            for job_id in found:
+                self.backend.cancel(job_id)
+            self._drop_files(found)
+            if not found:
+                self._log("No allocation to release.")
+                return "no allocation to release"
+            self.released_job_id = found[0]
+            text = (f"Allocation {', '.join(found)} released (found by this checkout's tag; "
+                    "the state file was missing or unreadable).")
+            self._log(text)
+            return text
         job_id = alloc.job_id
         try:
             info = self.backend.query_job(job_id)
@@ -854,12 +864,24 @@ class AllocationMachine:
                     f"{self.store.path} is kept",
                 )
             self.backend.cancel(job_id)
-        self.store.delete()
-        self.salloc_log.unlink(missing_ok=True)
+        self._drop_files([job_id] if info is not None else [])
         self.alloc = None
         self.released_job_id = job_id
         self._log(f"Allocation {job_id} released.")
         return f"Allocation {job_id} released."
+
+    def _drop_files(self, cancelled: Sequence[str]) -> None:
+        """Remove the state file and salloc log after a release; a failure says what was
+        already cancelled (the allocation is gone even though its file is not)."""
+        try:
+            self.store.delete()
+            self.salloc_log.unlink(missing_ok=True)
+        except OSError as exc:
+            done = (f"allocation {', '.join(cancelled)} was cancelled, but "
+                    if cancelled else "")
+            raise StateFileError(str(self.store.path), f"{done}the state file cannot be "
+                                 f"deleted ({exc.strerror or exc}); delete it by hand") \
+                from exc
 
     # Bookkeeping ----------------------------------------------------------------------
     def _warn(self, text: str) -> None:

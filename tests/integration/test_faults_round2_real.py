@@ -12,16 +12,29 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import attrs
 import pytest
 
 from slurm_fsm.errors import AllocationFailed, StateFileError
 from slurm_fsm.machine import AllocationMachine, State
+from slurm_fsm.spec import JobSpec
 from slurm_fsm.subprocess_backend import SubprocessBackend
 from slurm_fsm_dev.localcluster import ClusterInfo, ContainerInfo
 
 from .containers import ContainerNames, pyxis_or_skip
-from .helpers import JobNames, RecordingBackend, jobs_named, make_spec, slurm, steps, until
+from .helpers import (
+    JobNames,
+    RecordingBackend,
+    job_state,
+    jobs_named,
+    make_spec,
+    slurm,
+    steps,
+    until,
+    wait_gone,
+)
 from .test_containers_real import NODES, container_spec, image_ids, prepared
+from .test_faults_ownership_real import ready
 from .test_faults_runtime_real import allocation_of, finish, one_report, spec_file, start_cli
 
 pytestmark = pytest.mark.slurm
@@ -221,3 +234,57 @@ def test_two_checkouts_with_one_container_name_never_share_a_container(
     again, backend = prepared(spec_a)
     assert again.path == ["NoState", "Validating", "Ready"]
     assert image_ids(again, backend, name) == ["hello from image"] * NODES
+
+
+def released(spec: JobSpec) -> AllocationMachine:
+    m = AllocationMachine(attrs.evolve(spec, release_allocation=True), SubprocessBackend())
+    m.prepare()
+    return m
+
+
+@pytest.mark.parametrize("state_file", ["lost", "corrupt"])
+def test_release_without_a_good_state_file_finds_the_allocation_by_its_tag(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path, state_file: str) -> None:
+    """Item 13: ``release`` with a lost or corrupt state file finds this checkout's
+    tagged allocation as ``run`` does, and cancels it; another checkout's stays."""
+    name = names.new(f"rel{state_file}")
+    spec = make_spec(local_cluster, tmp_path / "a", name)
+    other = make_spec(local_cluster, tmp_path / "b", name)
+    mine, theirs = (ready(AllocationMachine(s, SubprocessBackend())) for s in (spec, other))
+    if state_file == "lost":
+        spec.state_path.unlink()
+    else:
+        spec.state_path.write_text('{"job_id": ')
+    m = released(spec)
+    assert m.state is State.Released, m.failure
+    assert m.released_job_id == mine
+    wait_gone(mine)
+    assert job_state(theirs) == "RUNNING"
+    assert not spec.state_path.exists()
+
+
+@contextlib.contextmanager
+def immutable(path: Path) -> Iterator[None]:
+    """``chattr +i path``: nobody, root included, can delete or replace it."""
+    subprocess.run(["chattr", "+i", str(path)], check=True, timeout=30)
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=False, timeout=30)
+
+
+def test_release_that_cannot_delete_the_state_file_says_it_cancelled(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    """Item 15: the allocation is cancelled, the state file cannot be removed (a
+    state file that cannot be deleted, ``chattr +i``): the error says both."""
+    name = names.new("relro")
+    spec = make_spec(local_cluster, tmp_path, name)
+    job_id = ready(AllocationMachine(spec, SubprocessBackend()))
+    with immutable(spec.state_path):
+        m = released(spec)
+    assert m.state is State.Failed
+    assert m.failure is not None
+    assert f"allocation {job_id} was cancelled" in m.failure.message.lower()
+    assert str(spec.state_path) in m.failure.message
+    wait_gone(job_id)
+    spec.state_path.unlink()
