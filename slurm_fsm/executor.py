@@ -544,7 +544,8 @@ class Executor:
                 timings=dict(self._timings),
             )
         outcome, why = final_outcome(self.backend, job_id, self.clock)
-        note = f"{why}; status decided from the log alone" if why else ""
+        note = (f"{why}; the exit code is unknown: FAILED if the log shows a failure, "
+                "otherwise ERROR" if why else "")
         path.append("Collected")
         notes = [note] if note else []
         elapsed = float(outcome.elapsed.seconds) if outcome and outcome.elapsed.seconds \
