@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pwd
 import stat
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -136,7 +137,26 @@ class StateStore:
             return f"cannot be inspected ({exc.strerror or exc})"
         if mode is not None and stat.S_ISDIR(mode):
             return "is a directory, not a file"
-        return prove_writable(where, PROBE_BYTES)
+        return self.owner_problem() or prove_writable(where, PROBE_BYTES)
+
+    def owner_problem(self) -> str | None:
+        """Why this user must not use this state file: it (or its lock) belongs to
+        another user. Two users sharing one repo_root would each take the other's
+        allocation for a lost one (replace the state file, cancel their own previous
+        allocation as an orphan): refused, with the owner named."""
+        me = os.geteuid()
+        for path in (self.path, self.lock_path):
+            try:
+                uid = os.lstat(path).st_uid
+            except OSError:
+                continue
+            if uid != me:
+                return (f"{path.name} belongs to user {_user_name(uid)} (uid {uid}), not to "
+                        f"{_user_name(me)} (uid {me}) who runs slurm_fsm: two users cannot "
+                        "share one repo_root's work_dirs (each would take the other's "
+                        "allocation for a lost one); use a checkout of your own. Nothing "
+                        "was allocated or cancelled")
+        return None
 
     def write(self, state: AllocState) -> None:
         """Atomically replace the file with ``state`` (mode 0600), through an ``O_EXCL``
@@ -158,8 +178,13 @@ class StateStore:
     def locked(self, on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
         """Hold the inter-process lock of this state file (re-entrant in a process).
 
-        ``on_wait`` hears once when another process holds it and this one waits."""
+        ``on_wait`` hears once when another process holds it and this one waits.
+        StateFileError at once when the state file or the lock is another user's
+        (:meth:`owner_problem`)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        problem = self.owner_problem()
+        if problem is not None:
+            raise StateFileError(str(self.path), problem)
         try:
             try:
                 self._lock.acquire(timeout=0)
@@ -178,6 +203,13 @@ class StateStore:
             yield
         finally:
             self._lock.release()
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
 
 
 def read_regular_file(path: Path, limit: int) -> bytes | None:

@@ -6,9 +6,12 @@ leaves no job behind (the ``names`` fixture cancels what is left of its job name
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,6 +32,7 @@ from .helpers import (
     jobs_named,
     make_spec,
     slurm,
+    spec_dict,
     steps,
     until,
     wait_gone,
@@ -288,3 +292,76 @@ def test_release_that_cannot_delete_the_state_file_says_it_cancelled(
     assert str(spec.state_path) in m.failure.message
     wait_gone(job_id)
     spec.state_path.unlink()
+
+
+OTHER_USER = "sfm-rel2b"
+
+
+@pytest.fixture
+def other_user(local_cluster: ClusterInfo) -> str:
+    """A second unix user (created here, as root) with an association on the cluster."""
+    if subprocess.run(["id", OTHER_USER], capture_output=True, timeout=30,
+                      check=False).returncode != 0:
+        subprocess.run(["useradd", "-M", "-s", "/bin/bash", OTHER_USER], check=True,
+                       timeout=30)
+    slurm("sacctmgr", "-i", "add", "user", OTHER_USER, f"Account={local_cluster.account}",
+          f"DefaultAccount={local_cluster.account}")
+    return OTHER_USER
+
+
+def as_other_user_python() -> list[str]:
+    """A Python the other user may run: the venv's may live under root's own home
+    (pyenv); the system's of the same minor version then runs with the venv's packages."""
+    if subprocess.run(["runuser", "-u", OTHER_USER, "--", sys.executable, "-c", ""],
+                      capture_output=True, timeout=30, check=False).returncode == 0:
+        return [sys.executable]
+    return [f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"]
+
+
+def other_user_pythonpath() -> str:
+    import slurm_fsm
+
+    repo = Path(slurm_fsm.__file__).resolve().parent.parent
+    return os.pathsep.join([str(repo), *(p for p in sys.path if p.endswith("site-packages"))])
+
+
+def test_a_second_user_on_the_same_repo_root_refuses_instead_of_taking_over(
+        local_cluster: ClusterInfo, names: JobNames, other_user: str) -> None:
+    """Item 11: two unix users share one repo_root (a group-shared checkout, here a
+    world-writable one). The second user's run does not overwrite the first's state
+    file nor allocate its own: it fails naming the owner, allocates nothing, and the
+    first user's next run reuses its allocation (no "orphan" cancelled)."""
+    base = Path(tempfile.mkdtemp(prefix="sfm-rel2-shared-", dir="/tmp"))
+    try:
+        name = names.new("twousers")
+        data = spec_dict(local_cluster, base, name)
+        for d in (base, base / "repo", base / "repo" / "work_dirs", base / "work"):
+            d.mkdir(exist_ok=True)
+            d.chmod(0o777)
+        spec_path = base / "job.json"
+        spec_path.write_text(json.dumps(data))
+        spec = JobSpec.from_dict(data)
+        first = ready(AllocationMachine(spec, SubprocessBackend()))
+        before = spec.state_path.read_bytes()
+        lock = spec.state_path.with_name(spec.state_path.name + ".lock")
+        if lock.exists():  # as in a group-shared checkout: the lock lets the other in
+            lock.chmod(0o666)
+        proc = subprocess.run(
+            ["runuser", "-u", other_user, "--", *as_other_user_python(), "-m", "slurm_fsm",
+             "run", str(spec_path), "--json", "--quiet"],
+            capture_output=True, text=True, timeout=120, check=False,
+            env={**os.environ, "HOME": str(base), "PYTHONPATH": other_user_pythonpath()})
+        assert proc.returncode != 0, proc.stdout
+        assert proc.stdout.strip(), proc.stderr
+        report = json.loads(proc.stdout)
+        assert report["status"] == "BAD_INPUT" and proc.returncode == 2, report
+        assert "root" in report["summary"] and str(spec.state_path) in report["summary"], \
+            report["summary"]
+        assert jobs_named(name, other_user) == []
+        assert spec.state_path.read_bytes() == before
+        m = AllocationMachine(spec, SubprocessBackend())
+        assert ready(m) == first
+        assert m.path == ["NoState", "Validating", "Ready"]
+    finally:
+        slurm("scancel", "-u", other_user)
+        shutil.rmtree(base, ignore_errors=True)
