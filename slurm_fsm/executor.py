@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import stat
 from datetime import UTC, datetime
 from pathlib import Path
@@ -114,8 +115,8 @@ def point_latest(link: Path, target: Path) -> str:
             stamp = datetime.fromtimestamp(link.stat().st_mtime, UTC).strftime(
                 "%Y%m%dT%H%M%S")
             link.rename(link.with_name(f"{link.stem}.{stamp}Z-old{link.suffix}"))
-        tmp = link.with_name(f".{link.name}.{os.getpid()}.tmp")
-        tmp.unlink(missing_ok=True)
+        # an unguessable name: os.symlink never replaces what someone planted there
+        tmp = link.with_name(f".{link.name}.{secrets.token_hex(8)}.tmp")
         os.symlink(target.name, tmp)
         os.replace(tmp, link)
     except OSError as exc:

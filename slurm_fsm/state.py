@@ -215,12 +215,12 @@ def _user_name(uid: int) -> str:
 def read_regular_file(path: Path, limit: int) -> bytes | None:
     """The bytes of ``path``, or None when nothing is there.
 
-    Only a regular file (a symlink to one is fine) of at most ``limit`` bytes is
-    read; anything else raises StateFileError at once
-    (:func:`slurm_fsm.files.read_bounded`: the open never blocks, the read is
-    bounded)."""
+    Only a regular file of this user of at most ``limit`` bytes is read, never through
+    a symbolic link (the state file lives in the shared ``work_dirs``); anything else
+    raises StateFileError at once (:func:`slurm_fsm.files.read_bounded` with
+    ``follow=False, owned=True``: the open never blocks, the read is bounded)."""
     try:
-        return read_bounded(path, limit)
+        return read_bounded(path, limit, follow=False, owned=True)
     except FileProblem as problem:
         if problem.kind is Problem.MISSING:
             return None

@@ -737,7 +737,8 @@ class SubprocessBackend:
         orchestrator leaves no script, ``srun`` or step running behind it.
         """
         request.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log_file = open(request.log_path, "wb")  # noqa: SIM115 - owned by LocalScript
+        # the run's log sits in the shared work_dir: never opened through a planted link
+        log_file = files.open_private(request.log_path, mode=0o644)
         guard = ([sys.executable, "-I", "-S", scriptguard.__file__, str(os.getpid())]
                  if sys.executable else [])  # embedded Python: bash alone, no tie
         try:
