@@ -189,7 +189,7 @@ def write_atomic(path: Path, data: bytes, *, mode: int = 0o600, fsync: bool = Tr
         raise
     if fsync:
         with contextlib.suppress(OSError):
-            dir_fd = os.open(path.parent, os.O_RDONLY | os.O_CLOEXEC)
+            dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             try:
                 os.fsync(dir_fd)
             finally:

@@ -199,6 +199,9 @@ class StateStore:
                 f"another orchestrator has held this lock for {self.lock_timeout_s:g} s "
                 "(step 0 of another run on the same repo_root); nothing was done",
             ) from None
+        except OSError as exc:  # not a Timeout (an OSError too): a planted link (ELOOP)
+            raise StateFileError(str(self.path), f"its lock {self.lock_path} cannot be "
+                                 f"taken ({exc.strerror or exc}); nothing was done") from None
         try:
             yield
         finally:
