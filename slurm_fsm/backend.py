@@ -187,6 +187,10 @@ class ContainerOptions:
     writable: bool = False
     workdir: str | None = None
     fresh: bool = False
+    #: With ``fresh``: who makes it, ``"<checkout tag> <repo_root>"``. A container of
+    #: that name that another checkout made is then neither removed nor reused: the
+    #: step fails naming that checkout. Empty: no owner check (as before).
+    owner: str = ""
 
     def __attrs_post_init__(self) -> None:
         if self.fresh and not self.image:

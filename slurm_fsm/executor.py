@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import stat
 from datetime import UTC, datetime
 from pathlib import Path
@@ -116,8 +117,8 @@ def point_latest(link: Path, target: Path) -> str:
             stamp = datetime.fromtimestamp(link.stat().st_mtime, UTC).strftime(
                 "%Y%m%dT%H%M%S")
             link.rename(link.with_name(f"{link.stem}.{stamp}Z-old{link.suffix}"))
-        tmp = link.with_name(f".{link.name}.{os.getpid()}.tmp")
-        tmp.unlink(missing_ok=True)
+        # an unguessable name: os.symlink never replaces what someone planted there
+        tmp = link.with_name(f".{link.name}.{secrets.token_hex(8)}.tmp")
         os.symlink(target.name, tmp)
         os.replace(tmp, link)
     except OSError as exc:
@@ -461,9 +462,12 @@ class Executor:
             self.events.message(f"WARNING: {text}")
 
     def _allocation_end(self, alloc_id: str, watch: Watch, log: Path) -> _AllocationEnd | None:
-        """After a step that did not exit 0: did the allocation itself end under it
-        (scancel of the allocation, its time limit)? None when it still runs."""
-        if watch.exit_code == 0 or watch.hang or watch.timed_out:
+        """After every job: did the allocation itself end under it (scancel of the
+        allocation, its time limit, a node failure)? None when it still runs.
+
+        Asked whatever the script's exit code: srun exits 0 when the one node of its
+        allocation fails (``srun: error: Node failure on n1``, Slurm 22.05)."""
+        if watch.hang or watch.timed_out:
             return None
         try:
             info = self.backend.query_job(alloc_id)
@@ -549,7 +553,8 @@ class Executor:
                 timings=dict(self._timings),
             )
         outcome, why = final_outcome(self.backend, job_id, self.clock)
-        note = f"{why}; status decided from the log alone" if why else ""
+        note = (f"{why}; the exit code is unknown: FAILED if the log shows a failure, "
+                "otherwise ERROR" if why else "")
         path.append("Collected")
         notes = [note] if note else []
         elapsed = float(outcome.elapsed.seconds) if outcome and outcome.elapsed.seconds \

@@ -37,6 +37,7 @@ __all__ = [
     "file_kind",
     "open_for_reading",
     "open_private",
+    "prove_writable",
     "read_bounded",
     "write_atomic",
 ]
@@ -188,8 +189,35 @@ def write_atomic(path: Path, data: bytes, *, mode: int = 0o600, fsync: bool = Tr
         raise
     if fsync:
         with contextlib.suppress(OSError):
-            dir_fd = os.open(path.parent, os.O_RDONLY | os.O_CLOEXEC)
+            dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             try:
                 os.fsync(dir_fd)
             finally:
                 os.close(dir_fd)
+
+
+def prove_writable(folder: Path, size: int) -> str | None:
+    """None when ``size`` bytes can really be written and synced in ``folder``; else
+    why not, in the OS's words.
+
+    Creating an empty file proves little (it works on a full disk, which refuses the
+    first byte): the probe, an ``O_EXCL`` temp file with a random name, gets ``size``
+    bytes and an ``fsync`` before it is removed."""
+    probe = folder / f".probe.{secrets.token_hex(8)}.tmp"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
+    except OSError as exc:
+        return f"its folder {folder} is not writable ({exc.strerror or exc})"
+    try:
+        view = memoryview(b"\0" * size)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    except OSError as exc:
+        return f"{size} bytes cannot be written in its folder {folder} ({exc.strerror or exc})"
+    finally:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(probe)
+    return None

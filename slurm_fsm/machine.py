@@ -48,6 +48,7 @@ from typing import Any
 import attrs
 from transitions import EventData, Machine, MachineError
 
+from slurm_fsm import files
 from slurm_fsm.backend import (
     AllocationRequest,
     ContainerOptions,
@@ -669,7 +670,13 @@ class AllocationMachine:
             docker_image=spec.docker_image, container_mounts=spec.mounts_text,
             time_limit=spec.alloc_time_limit.as_slurm(), installed=False,
         )
-        self.store.write(pending)
+        try:
+            self.store.write(pending)
+        except OSError as exc:  # nothing may stay allocated that no file records
+            self.backend.cancel(job_id)
+            raise StateFileError(str(self.store.path), f"cannot be written "
+                                 f"({exc.strerror or exc}); allocation {job_id} was "
+                                 "cancelled so that it is not leaked") from exc
         try:
             info = self._wait_running(job_id)
         except AllocationFailed:
@@ -745,8 +752,8 @@ class AllocationMachine:
             attempt += 1
 
     def _salloc_log_tail(self) -> str:
-        try:
-            with open(self.salloc_log, "rb") as fh:
+        try:  # never through a link planted in the shared work_dirs
+            with files.open_for_reading(self.salloc_log) as fh:
                 fh.seek(0, os.SEEK_END)
                 fh.seek(max(0, fh.tell() - 4000))
                 return fh.read().decode("utf-8", "replace")
@@ -782,7 +789,8 @@ class AllocationMachine:
         # maybe of another image): ask for a fresh one.
         self._setup_step(
             f"container import of {image}", ("true",),
-            ContainerOptions(name=name, image=image, mounts=spec.mounts_text, fresh=True),
+            ContainerOptions(name=name, image=image, mounts=spec.mounts_text, fresh=True,
+                             owner=f"{repo_tag(spec)} {spec.repo_root}"),
         )
         for mount in spec.container_mounts:
             self._setup_step(
@@ -852,10 +860,20 @@ class AllocationMachine:
                 self.alloc = None
         alloc = self.alloc
         if alloc is None:
-            self.store.delete()
-            self.salloc_log.unlink(missing_ok=True)
-            self._log("No allocation to release.")
-            return "no allocation to release"
+            # a lost or corrupt state file: this checkout's allocation by its tag, as 0D
+            found = [j.job_id for j in self.backend.find_jobs(None, self.user)
+                     if j.state.is_live and owner_of(j, self.user, self.spec).ours]
+            for job_id in found:
+                self.backend.cancel(job_id)
+            self._drop_files(found)
+            if not found:
+                self._log("No allocation to release.")
+                return "no allocation to release"
+            self.released_job_id = found[0]
+            text = (f"Allocation {', '.join(found)} released (found by this checkout's tag; "
+                    "the state file was missing or unreadable).")
+            self._log(text)
+            return text
         job_id = alloc.job_id
         try:
             info = self.backend.query_job(job_id)
@@ -871,12 +889,24 @@ class AllocationMachine:
                     f"{self.store.path} is kept",
                 )
             self.backend.cancel(job_id)
-        self.store.delete()
-        self.salloc_log.unlink(missing_ok=True)
+        self._drop_files([job_id] if info is not None else [])
         self.alloc = None
         self.released_job_id = job_id
         self._log(f"Allocation {job_id} released.")
         return f"Allocation {job_id} released."
+
+    def _drop_files(self, cancelled: Sequence[str]) -> None:
+        """Remove the state file and salloc log after a release; a failure says what was
+        already cancelled (the allocation is gone even though its file is not)."""
+        try:
+            self.store.delete()
+            self.salloc_log.unlink(missing_ok=True)
+        except OSError as exc:
+            done = (f"allocation {', '.join(cancelled)} was cancelled, but "
+                    if cancelled else "")
+            raise StateFileError(str(self.store.path), f"{done}the state file cannot be "
+                                 f"deleted ({exc.strerror or exc}); delete it by hand") \
+                from exc
 
     # Bookkeeping ----------------------------------------------------------------------
     def _warn(self, text: str) -> None:

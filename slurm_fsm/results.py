@@ -22,11 +22,12 @@ The decision order of :func:`decide` (first match wins):
 3. Slurm's final state (:func:`status_of_state`): TIMEOUT/DEADLINE -> TIMEOUT,
    OUT_OF_MEMORY -> OUT_OF_MEMORY, CANCELLED/PREEMPTED/REVOKED -> CANCELLED,
    NODE_FAIL/BOOT_FAIL -> FAILED
-4. exit code unknown -> FAILED (a COMPLETED state counts as exit 0)
-5. a failure pattern matched -> FAILED
-6. the workflow's verdict (:meth:`~slurm_fsm.workflows.Workflow.verdict`) ->
+4. a failure pattern matched -> FAILED
+5. the workflow's verdict (:meth:`~slurm_fsm.workflows.Workflow.verdict`) ->
    FAILED: eval, a ``--check_accuracy`` assertion; pytest, failed or errors in
    the summary
+6. exit code unknown (and no failure in the log) -> ERROR: nobody can say it passed
+   (a COMPLETED state counts as exit 0)
 7. exit code non-zero -> FAILED
 8. success patterns given and none matched -> FAILED
 9. PASSED
@@ -211,14 +212,15 @@ def decide(
         return Decision(by_state, f"the job {state.ended_how} (Slurm state {state})")
     if exit_code is None and state is JobState.COMPLETED:
         exit_code = 0
-    if exit_code is None:
-        return Decision(Status.FAILED, "the exit code is unknown")
     hits = [f"{p!r} ({n} lines)" for p, n in failure_hits.items() if n > 0]
     if hits:
         return Decision(Status.FAILED, f"failure pattern matched: {', '.join(hits)}")
     verdict = workflow(workflow_type).verdict(metrics)
     if verdict:
         return Decision(Status.FAILED, verdict)
+    if exit_code is None:  # nobody can say how it ended, and the log shows no failure
+        return Decision(Status.ERROR, "the exit code is unknown (Slurm could not say how "
+                        "the job ended) and the log shows no failure")
     if exit_code != 0:
         return Decision(Status.FAILED, f"exit code {exit_code}")
     if success_patterns and not any(success_hits.get(p, 0) > 0 for p in success_patterns):

@@ -71,7 +71,10 @@ from slurm_fsm.errors import (
 from slurm_fsm.jobstate import JobState
 
 __all__ = [
+    "CONTAINER_MARKS_DIR",
+    "CONTAINER_REMOVE_SCRIPT",
     "CONTROLLER_UNREACHABLE_MARKERS",
+    "FOREIGN_CONTAINER_MARKER",
     "GPU_NODE_MARKER",
     "GPU_QUERY_ARGV",
     "JOB_FORMAT",
@@ -80,6 +83,7 @@ __all__ = [
     "SEP",
     "STDERR_TAIL_LINES",
     "STEP_FORMAT",
+    "TOOL_ENV_PREFIXES",
     "accounting_disabled",
     "classify",
     "clean_env",
@@ -87,6 +91,8 @@ __all__ = [
     "container_remove_argv",
     "enroot_image",
     "expand_nodelist",
+    "foreign_container",
+    "foreign_container_message",
     "gpu_processes_argv",
     "gpu_processes_script",
     "has_container_option",
@@ -164,10 +170,18 @@ JOB_GONE_MARKERS = (
 _RUNS_USER_COMMANDS = frozenset({"srun", "salloc"})
 _EXPIRED = re.compile(r"Slurm job \d+\S* has expired")
 
-# SLURM_* variables kept from the caller's environment. Every other SLURM_*
-# describes a job the caller may itself be running in (SLURM_JOB_ID,
-# SLURM_NTASKS, ...) and would silently change what srun/sbatch/salloc do.
-_KEPT_SLURM_VARS = frozenset({"SLURM_CONF", "SLURM_TIME_FORMAT", "SLURM_BITSTR_LEN"})
+#: SLURM_* variables kept from the caller's environment: the cluster to talk to. Every
+#: other SLURM_* describes a job the caller may itself be running in (SLURM_JOB_ID,
+#: SLURM_NTASKS, ...) or changes what the tools print (SLURM_TIME_FORMAT with a ``|``
+#: breaks the parsers) and would silently change what srun/sbatch/salloc do.
+_KEPT_SLURM_VARS = frozenset({"SLURM_CONF"})
+
+#: Prefixes of the tools' own input variables, all dropped: SQUEUE_NAMES or
+#: SQUEUE_ACCOUNT hide our own allocation from ``squeue -u``, SQUEUE_FORMAT,
+#: SACCT_FORMAT, SINFO_FORMAT change the columns, SALLOC_*/SBATCH_* change the request.
+TOOL_ENV_PREFIXES = ("SLURM_", "SQUEUE_", "SACCT_", "SACCTMGR_", "SINFO_", "SCONTROL_",
+                     "SALLOC_", "SBATCH_", "SRUN_", "SCANCEL_", "SSTAT_", "SPRIO_", "SSHARE_",
+                     "SREPORT_", "STRIGGER_", "SBCAST_", "SATTACH_")
 
 
 # --------------------------------------------------------------------------- env
@@ -176,15 +190,19 @@ _KEPT_SLURM_VARS = frozenset({"SLURM_CONF", "SLURM_TIME_FORMAT", "SLURM_BITSTR_L
 def clean_env(
     environ: Mapping[str, str], overrides: Mapping[str, str] | None = None
 ) -> dict[str, str]:
-    """The environment for a Slurm tool: ``environ`` without job-context ``SLURM_*``.
+    """The environment for a Slurm tool: ``environ`` without the variables Slurm's
+    tools read as input (:data:`TOOL_ENV_PREFIXES`).
 
-    ``SLURM_CONF``, ``SLURM_TIME_FORMAT`` and ``SLURM_BITSTR_LEN`` are kept
-    (they choose the cluster and the output format); every other ``SLURM_*``
-    is dropped, because it would make an ``srun`` or ``sbatch`` of ours inherit
-    the sizes of a job the caller happens to run inside. ``overrides`` are
-    applied last and always win (that is how a script gets its SLURM_*).
+    Only ``SLURM_CONF`` (which cluster) is kept. Every other ``SLURM_*`` is dropped,
+    because it would make an ``srun`` or ``sbatch`` of ours inherit the sizes of a job
+    the caller happens to run inside, or change the output format; ``SQUEUE_*``,
+    ``SACCT_*``, ``SINFO_*``, ``SCONTROL_*``, ``SALLOC_*``, ``SBATCH_*`` ... are dropped
+    because they filter or reshape what the tools print, or change what they ask for.
+    ``overrides`` are applied last and always win (that is how a script gets its
+    SLURM_*).
     """
-    env = {k: v for k, v in environ.items() if not k.startswith("SLURM_") or k in _KEPT_SLURM_VARS}
+    env = {k: v for k, v in environ.items()
+           if not k.startswith(TOOL_ENV_PREFIXES) or k in _KEPT_SLURM_VARS}
     if overrides:
         env.update(overrides)
     return env
@@ -307,23 +325,50 @@ def pyxis_container_names(job_id: str, name: str) -> list[str]:
     return [f"pyxis_{name}", f"pyxis_{job_id}_{name}"]
 
 
-#: Run once per node on the host: removes the named enroot containers that exist.
-#: pyxis hides the job's ENROOT_* path variables from enroot, so this does too.
+#: The first word of the line the removal prints, on stderr, when a container of the
+#: name is another checkout's: ``@@slurm_fsm-foreign NODE ENROOT_NAME OWNER...``.
+FOREIGN_CONTAINER_MARKER = "@@slurm_fsm-foreign"
+
+#: Where each node keeps the owner marks of the containers slurm_fsm made (host side,
+#: per user and node): one file per enroot name, ``<checkout tag> <repo_root>``.
+CONTAINER_MARKS_DIR = '${XDG_STATE_HOME:-$HOME/.local/state}/slurm_fsm/containers/$host'
+
+#: Run once per node on the host (``bash -c SCRIPT bash TAG DESC NAME...``): for each
+#: enroot name that exists, refuse (exit 3, :data:`FOREIGN_CONTAINER_MARKER`) when its
+#: owner mark names another checkout, else remove it; then mark the name as this
+#: checkout's (before the import creates it, so an interrupted import leaves no
+#: unmarked container of ours). A container without a mark (made by hand or by an
+#: older slurm_fsm) is removed as before. pyxis hides the job's ENROOT_* path
+#: variables from enroot, so this does too.
 CONTAINER_REMOVE_SCRIPT = (
     "unset ENROOT_LIBRARY_PATH ENROOT_SYSCONF_PATH ENROOT_RUNTIME_PATH ENROOT_CACHE_PATH "
     "ENROOT_DATA_PATH ENROOT_TEMP_PATH; "
     'PATH="$PATH:/usr/local/bin:/usr/bin:/bin"; '
+    'tag=$1; desc=$2; shift 2; host=${SLURMD_NODENAME:-$(hostname)}; '
+    f'marks="{CONTAINER_MARKS_DIR}"; '
     'names=$(enroot list) || exit; '
     'for n in "$@"; do '
     'if printf "%s\\n" "$names" | grep -qxF -- "$n"; then '
+    'owner=$(head -c 4096 -- "$marks/$n" 2>/dev/null); '
+    'if [ -n "$tag" ] && [ -n "$owner" ] && [ "${owner%% *}" != "$tag" ]; then '
+    f'echo "{FOREIGN_CONTAINER_MARKER} $host $n $owner" >&2; exit 3; fi; '
     'enroot remove -f -- "$n" || exit; echo "removed $n on $(hostname)"; fi; '
+    'if [ -n "$tag" ]; then mkdir -p -- "$marks" && '
+    'printf "%s %s\\n" "$tag" "$desc" > "$marks/.$n.$$" && mv -f -- "$marks/.$n.$$" "$marks/$n" '
+    "|| exit; fi; "
     "done"
 )
 
 
-def container_remove_argv(job_id: str, nodes: int, name: str) -> list[str]:
+def container_remove_argv(job_id: str, nodes: int, name: str, owner: str = "",
+                          owner_desc: str = "") -> list[str]:
     """srun on every node of the allocation (host, no container) removing pyxis'
-    container ``name`` where it exists: the first half of a fresh import."""
+    container ``name`` where it exists: the first half of a fresh import.
+
+    With ``owner`` (a checkout's tag; ``owner_desc`` its repo_root, for messages) a
+    container that another checkout marked is not removed (the step exits 3 with a
+    :data:`FOREIGN_CONTAINER_MARKER` line, see :func:`foreign_container`), and the
+    name is marked as ``owner``'s before the import makes it."""
     return [
         "srun",
         f"--jobid={job_id}",
@@ -334,8 +379,30 @@ def container_remove_argv(job_id: str, nodes: int, name: str) -> list[str]:
         "-c",
         CONTAINER_REMOVE_SCRIPT,
         "bash",
+        owner,
+        owner_desc,
         *pyxis_container_names(job_id, name),
     ]
+
+
+def foreign_container_message(name: str, node: str, enroot_name: str, mark: str) -> str:
+    """Why a fresh import of container ``name`` stopped: ``enroot_name`` on ``node``
+    carries another checkout's owner ``mark`` (``<tag> <repo_root>``)."""
+    tag, _, root = mark.partition(" ")
+    return (f"container {name!r} ({enroot_name} on {node}) belongs to another checkout: "
+            f"{root or '?'} ({tag}); it is neither removed nor reused. Use another "
+            f"container_name, or remove it there (enroot remove {enroot_name} on {node}) "
+            "once that checkout no longer needs it")
+
+
+def foreign_container(text: str) -> tuple[str, str, str] | None:
+    """``(node, enroot name, owner mark)`` of the first container the removal refused
+    as another checkout's (see :func:`container_remove_argv`), or None."""
+    for line in text.splitlines():
+        words = line.split(" ", 3)
+        if len(words) == 4 and words[0] == FOREIGN_CONTAINER_MARKER:
+            return words[1], words[2], words[3].strip()
+    return None
 
 
 def gpu_processes_script() -> str:

@@ -18,8 +18,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pwd
 import stat
-import tempfile
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,7 +32,7 @@ from cattrs.errors import BaseValidationError
 from slurm_fsm.backend import is_job_id
 from slurm_fsm.convert import converter, problems_of
 from slurm_fsm.errors import StateFileError, StateLockTimeout
-from slurm_fsm.files import FileProblem, Problem, read_bounded
+from slurm_fsm.files import FileProblem, Problem, prove_writable, read_bounded, write_atomic
 
 __all__ = ["KEYS", "MAX_STATE_BYTES", "ORIGINAL_KEYS", "AllocState", "StateLockTimeout",
            "StateStore", "read_regular_file"]
@@ -40,6 +40,9 @@ __all__ = ["KEYS", "MAX_STATE_BYTES", "ORIGINAL_KEYS", "AllocState", "StateLockT
 #: A state file is a few hundred bytes; anything larger is not one.
 MAX_STATE_BYTES = 64 * 1024
 
+
+#: The probe of :meth:`StateStore.writable_problem`: more bytes than any state file.
+PROBE_BYTES = 4096
 
 #: The keys of the state file, in the order procedure.md writes them, then the keys
 #: slurm_fsm adds (a file without them still loads: they have defaults).
@@ -147,35 +150,33 @@ class StateStore:
             return f"cannot be inspected ({exc.strerror or exc})"
         if mode is not None and stat.S_ISDIR(mode):
             return "is a directory, not a file"
-        try:
-            fd, probe = tempfile.mkstemp(prefix=".slurm_alloc.", suffix=".probe", dir=where)
-        except OSError as exc:
-            return f"its folder {where} is not writable ({exc.strerror or exc})"
-        os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(probe)
+        return self.owner_problem() or prove_writable(where, PROBE_BYTES)
+
+    def owner_problem(self) -> str | None:
+        """Why this user must not use this state file: it (or its lock) belongs to
+        another user. Two users sharing one repo_root would each take the other's
+        allocation for a lost one (replace the state file, cancel their own previous
+        allocation as an orphan): refused, with the owner named."""
+        me = os.geteuid()
+        for path in (self.path, self.lock_path):
+            try:
+                uid = os.lstat(path).st_uid
+            except OSError:
+                continue
+            if uid != me:
+                return (f"{path.name} belongs to user {_user_name(uid)} (uid {uid}), not to "
+                        f"{_user_name(me)} (uid {me}) who runs slurm_fsm: two users cannot "
+                        "share one repo_root's work_dirs (each would take the other's "
+                        "allocation for a lost one); use a checkout of your own. Nothing "
+                        "was allocated or cancelled")
         return None
 
     def write(self, state: AllocState) -> None:
-        """Atomically replace the file with ``state`` (mode 0600)."""
+        """Atomically replace the file with ``state`` (mode 0600), through an ``O_EXCL``
+        temp file (:func:`slurm_fsm.files.write_atomic`): a link planted at the state path
+        is replaced, never written through. ``OSError`` (ENOSPC) leaves the old file."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".slurm_alloc.", suffix=".tmp", dir=self.path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                os.fchmod(fh.fileno(), 0o600)
-                fh.write(state.to_json())
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
-        dir_fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        write_atomic(self.path, state.to_json().encode("utf-8"))
 
     def delete(self) -> bool:
         """Remove the file (or whatever unusable thing is at its path, not a directory);
@@ -190,8 +191,13 @@ class StateStore:
     def locked(self, on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
         """Hold the inter-process lock of this state file (re-entrant in a process).
 
-        ``on_wait`` hears once when another process holds it and this one waits."""
+        ``on_wait`` hears once when another process holds it and this one waits.
+        StateFileError at once when the state file or the lock is another user's
+        (:meth:`owner_problem`)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        problem = self.owner_problem()
+        if problem is not None:
+            raise StateFileError(str(self.path), problem)
         try:
             try:
                 self._lock.acquire(timeout=0)
@@ -206,21 +212,31 @@ class StateStore:
                 f"another orchestrator has held this lock for {self.lock_timeout_s:g} s "
                 "(step 0 of another run on the same repo_root); nothing was done",
             ) from None
+        except OSError as exc:  # not a Timeout (an OSError too): a planted link (ELOOP)
+            raise StateFileError(str(self.path), f"its lock {self.lock_path} cannot be "
+                                 f"taken ({exc.strerror or exc}); nothing was done") from None
         try:
             yield
         finally:
             self._lock.release()
 
 
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
 def read_regular_file(path: Path, limit: int) -> bytes | None:
     """The bytes of ``path``, or None when nothing is there.
 
-    Only a regular file (a symlink to one is fine) of at most ``limit`` bytes is
-    read; anything else raises StateFileError at once
-    (:func:`slurm_fsm.files.read_bounded`: the open never blocks, the read is
-    bounded)."""
+    Only a regular file of this user of at most ``limit`` bytes is read, never through
+    a symbolic link (the state file lives in the shared ``work_dirs``); anything else
+    raises StateFileError at once (:func:`slurm_fsm.files.read_bounded` with
+    ``follow=False, owned=True``: the open never blocks, the read is bounded)."""
     try:
-        return read_bounded(path, limit)
+        return read_bounded(path, limit, follow=False, owned=True)
     except FileProblem as problem:
         if problem.kind is Problem.MISSING:
             return None

@@ -35,7 +35,7 @@ from typing import IO, TypeVar
 
 import attrs
 
-from slurm_fsm import nvsmi, scriptguard, slurmcli
+from slurm_fsm import files, nvsmi, scriptguard, slurmcli
 from slurm_fsm.backend import (
     AllocationRequest,
     BatchRequest,
@@ -57,6 +57,7 @@ from slurm_fsm.errors import (
     CommandFailed,
     CommandTimedOut,
     ControllerUnreachable,
+    FileProblem,
     JobNotFound,
 )
 from slurm_fsm.ownership import Ownership, ownership
@@ -156,11 +157,16 @@ def _default_runner(argv: Sequence[str], timeout_s: float, env: Mapping[str, str
     return run_command(argv, timeout_s, env)
 
 
-def _read_text(path: Path, limit: int = 65536) -> str:
-    """The first ``limit`` bytes of a small log, or "" when it cannot be read."""
+def _read_text(path: Path, limit: int = 65536, *, shared: bool = False) -> str:
+    """The first ``limit`` bytes of a small file, or "" when it cannot be read.
+
+    ``shared``: a file under a shared folder (``.salloc.log``): a link, a non-regular
+    file or another user's file is not read (:func:`slurm_fsm.files.open_for_reading`)."""
     try:
-        with open(path, "rb") as fh:
-            return fh.read(limit).decode("utf-8", "replace")
+        if shared:
+            with files.open_for_reading(path) as fh:
+                return fh.read(limit).decode("utf-8", "replace")
+        return files.read_bounded(path, 1 << 20).decode("utf-8", "replace")[:limit]
     except OSError:
         return ""
 
@@ -474,7 +480,12 @@ class SubprocessBackend:
 
         argv = slurmcli.salloc_argv(request)
         request.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(request.log_path, "wb") as log_file:
+        try:  # never through a link planted in the shared work_dirs
+            log_file = files.open_private(request.log_path)
+        except FileProblem as problem:
+            raise AllocationFailed(argv, 1, "", f"the salloc log cannot be written: "
+                                   f"{problem}; nothing was allocated") from None
+        with log_file:
             try:
                 proc = subprocess.Popen(  # noqa: S603 - an argument list, never a shell
                     argv,
@@ -511,7 +522,7 @@ class SubprocessBackend:
         if proc.poll() is None:
             self._stop(proc)
         late: set[str] = set()
-        announced = slurmcli.salloc_job_id(_read_text(request.log_path))
+        announced = slurmcli.salloc_job_id(_read_text(request.log_path, shared=True))
         if announced:
             late.add(announced)  # salloc said so even if squeue did not answer
         try:
@@ -560,10 +571,7 @@ class SubprocessBackend:
     def _allocation_failed(
         argv: Sequence[str], rc: int, log_path: Path, why: str = ""
     ) -> AllocationFailed:
-        try:
-            text = log_path.read_text(errors="replace")
-        except OSError:
-            text = ""
+        text = _read_text(log_path, shared=True)
         detail = slurmcli.salloc_error(text)
         message = why or f"salloc exited {rc}"
         return AllocationFailed(argv, rc, detail, f"{message} (log: {log_path})")
@@ -584,14 +592,20 @@ class SubprocessBackend:
         check_job_id(request.job_id)
         container = request.container
         if container is not None and container.fresh:
+            tag, _, desc = container.owner.partition(" ")
             removal = self._exec(
-                slurmcli.container_remove_argv(request.job_id, request.nodes, container.name),
+                slurmcli.container_remove_argv(request.job_id, request.nodes, container.name,
+                                               tag, " ".join(desc.split())),
                 request.timeout_s,
             )
             err = self._classify(removal)
             if isinstance(err, JobNotFound | ControllerUnreachable | CommandTimedOut):
                 raise err
             assert removal.returncode is not None
+            foreign = slurmcli.foreign_container(removal.stderr)
+            if removal.returncode != 0 and foreign is not None:
+                return StepResult(removal.returncode, removal.stdout,
+                                  slurmcli.foreign_container_message(container.name, *foreign))
             if removal.returncode != 0:
                 return StepResult(
                     removal.returncode, removal.stdout,
@@ -742,7 +756,8 @@ class SubprocessBackend:
         orchestrator leaves no script, ``srun`` or step running behind it.
         """
         request.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log_file = open(request.log_path, "wb")  # noqa: SIM115 - owned by LocalScript
+        # the run's log sits in the shared work_dir: never opened through a planted link
+        log_file = files.open_private(request.log_path, mode=0o644)
         guard = ([sys.executable, "-I", "-S", scriptguard.__file__, str(os.getpid())]
                  if sys.executable else [])  # embedded Python: bash alone, no tie
         try:

@@ -228,13 +228,22 @@ def test_sbatch_error_is_reported_at_once(make_spec: SpecFactory, fake: FakeClus
     assert fake.ops().count("query_job") == 0
 
 
-def test_accounting_off_and_job_forgotten(make_spec: SpecFactory) -> None:
+@pytest.mark.parametrize(("lines", "status"), [(("ok",), Status.ERROR),
+                                                (("==== 1 failed, 2 passed in 0.50s ====",),
+                                                 Status.FAILED)])
+def test_accounting_off_and_job_forgotten(make_spec: SpecFactory, lines: tuple[str, ...],
+                                          status: Status) -> None:
+    """Issue 20 item 12: nobody knows the exit code: ERROR (not FAILED "exit code
+    unknown" under a note saying the log decided), unless the log shows a failure."""
     fake = FakeCluster(accounting=False, min_job_age_s=0)
     spec = one_shot(make_spec)
-    fake.script(spec.script_path, FakeScript(lines=("ok",)))
+    fake.script(spec.script_path, FakeScript(lines=lines))
     report = run(spec, fake)
-    assert any("accounting does not know how job" in n and "from the log alone" in n
-               for n in report.notes)
+    assert report.status is status, report.summary
+    assert any("accounting does not know how job" in n and "exit code is unknown" in n
+               for n in report.notes), report.notes
+    if status is Status.ERROR:
+        assert "exit code is unknown" in report.summary
 
 
 def test_long_job_polls_back_off_to_30s(make_spec: SpecFactory, fake: FakeCluster) -> None:

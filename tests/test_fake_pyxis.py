@@ -48,6 +48,22 @@ def test_name_reused_with_another_image_keeps_the_old_container() -> None:
     assert fake.nodes["node01"].containers["c"].image == "/img/b.sqsh"
 
 
+def test_a_fresh_import_never_removes_another_checkouts_container() -> None:
+    """Issue 20 item 3, as SubprocessBackend's removal step does it on real enroot."""
+    fake = FakeCluster()
+    job = alloc(fake)
+    mine = "slurm_fsm:repo=aaaa /home/u/a"
+    assert step(fake, job, name="c", image="/img/a.sqsh", fresh=True, owner=mine).exit_code == 0
+    theirs = step(fake, job, name="c", image="/img/b.sqsh", fresh=True,
+                  owner="slurm_fsm:repo=bbbb /home/u/b")
+    assert theirs.exit_code == 3
+    assert "belongs to another checkout: /home/u/a (slurm_fsm:repo=aaaa)" in theirs.stderr
+    assert fake.nodes["node01"].containers["c"].image == "/img/a.sqsh"
+    again = step(fake, job, name="c", image="/img/b.sqsh", fresh=True, owner=mine)
+    assert again.exit_code == 0  # its own: replaced
+    assert fake.nodes["node01"].containers["c"].image == "/img/b.sqsh"
+
+
 def test_read_only_without_writable() -> None:
     fake = FakeCluster()
     job = alloc(fake)

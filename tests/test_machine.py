@@ -74,12 +74,31 @@ def test_release_with_state_file_cancels_our_job(make_spec: SpecFactory,
     assert m.history[-1].reason == f"Allocation {alloc.job_id} released."
 
 
-def test_release_without_state_file_does_nothing(make_spec: SpecFactory,
-                                                 fake: FakeCluster) -> None:
-    m = machine(make_spec(release_allocation=True), fake)
+def test_release_without_state_file_cancels_nothing_of_others(make_spec: SpecFactory,
+                                                               fake: FakeCluster) -> None:
+    spec = make_spec(release_allocation=True)
+    theirs = fake.make_job(spec.job_name, fake.user, comment="slurm_fsm:repo=elsewhere")
+    m = machine(spec, fake)
     assert m.prepare() is State.Released
-    assert slurm_ops(fake) == []
+    assert slurm_ops(fake) == ["find_jobs"]  # one look for this checkout's tag
+    assert theirs.state == "RUNNING"
     assert m.history[-1].reason == "no allocation to release"
+
+
+@pytest.mark.parametrize("state_file", ["lost", "corrupt"])
+def test_release_finds_this_checkouts_allocation_by_its_tag(
+        make_spec: SpecFactory, fake: FakeCluster, state_file: str) -> None:
+    """Issue 20 item 13 (the real-cluster test is in test_faults_round2_real.py)."""
+    spec = make_spec(release_allocation=True)
+    ours = fake.make_job("an-older-name", fake.user, comment=repo_tag(spec))
+    if state_file == "corrupt":
+        spec.state_path.parent.mkdir(parents=True)
+        spec.state_path.write_text("{")
+    m = machine(spec, fake)
+    assert m.prepare() is State.Released
+    assert ours.state == "CANCELLED" and m.released_job_id == ours.job_id
+    assert "found by this checkout's tag" in m.history[-1].reason
+    assert not spec.state_path.exists()
 
 
 @pytest.mark.parametrize(("name", "user"), [("acct-trtllm.persistent", "bob"),

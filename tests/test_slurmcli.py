@@ -325,13 +325,21 @@ def test_clean_env_drops_job_context_keeps_config() -> None:
     assert slurmcli.clean_env(environ) == {
         "PATH": "/bin",
         "SLURM_CONF": "/etc/x.conf",
-        "SLURM_TIME_FORMAT": "standard",
-        "SBATCH_PARTITION": "p",
     }
     env = slurmcli.clean_env(environ, {"SLURM_JOB_ID": "9", "PATH": "/x"})
     assert env["SLURM_JOB_ID"] == "9"
     assert env["PATH"] == "/x"
     assert "SLURM_NTASKS" not in env
+
+
+@pytest.mark.parametrize("key", ["SQUEUE_NAMES", "SQUEUE_ACCOUNT", "SQUEUE_FORMAT",
+                                 "SLURM_TIME_FORMAT", "SLURM_BITSTR_LEN", "SACCT_FORMAT",
+                                 "SINFO_FORMAT", "SCONTROL_ALL", "SALLOC_PARTITION",
+                                 "SBATCH_ACCOUNT", "SRUN_CPUS_PER_TASK"])
+def test_clean_env_drops_what_changes_the_tools_output_or_request(key: str) -> None:
+    """Issue 20 item 14: these made a run lose its own allocation."""
+    assert key not in slurmcli.clean_env({key: "x|y", "HOME": "/h"})
+    assert slurmcli.clean_env({key: "x"}, {key: "ours"})[key] == "ours"  # overrides win
 
 
 def test_nodelists() -> None:

@@ -170,9 +170,26 @@ def test_fifo_is_refused_at_once(tmp_path: Path) -> None:
 @pytest.mark.parametrize("target", ["/dev/zero", "/dev/null", "/dev/urandom"])
 def test_devices_are_refused_without_reading_them(tmp_path: Path, target: str) -> None:
     store = StateStore(tmp_path / ".slurm_alloc.json")
-    store.path.symlink_to(target)
+    store.path.symlink_to(target)  # a link in the shared work_dirs is never followed
+    with pytest.raises(StateFileError, match="a symbolic link"):
+        store.read()
+    store.path.unlink()
+    os.mknod(store.path, 0o600 | stat.S_IFCHR, os.stat(target).st_rdev)  # the device itself
     with pytest.raises(StateFileError, match="a character device, not a regular file"):
         store.read()
+
+
+def test_a_planted_link_is_neither_read_nor_written_through(tmp_path: Path) -> None:
+    """Issue 20: the state file is read with O_NOFOLLOW and written by rename."""
+    victim = tmp_path / "victim.json"
+    victim.write_text('{"job_id": "1"}')
+    store = StateStore(tmp_path / ".slurm_alloc.json")
+    store.path.symlink_to(victim)
+    with pytest.raises(StateFileError, match="a symbolic link"):
+        store.read()
+    store.write(AllocState(job_id="7", nodelist="n1", partition="p", account="a", nodes=1))
+    assert victim.read_text() == '{"job_id": "1"}'
+    assert not store.path.is_symlink()
 
 
 def test_directory_and_oversized_files_are_refused(tmp_path: Path) -> None:
@@ -271,4 +288,4 @@ def test_plan_does_not_copy_what_is_not_a_state_file(tmp_path: Path, kind: str) 
     assert out.returncode == 0, out.stderr
     plan = json.loads(out.stdout)
     assert plan["path"] == ["NoState", "Allocating", "Ready"]
-    assert any("not a regular file" in w for w in plan["warnings"])
+    assert any("not a regular file" in w or "symbolic link" in w for w in plan["warnings"])

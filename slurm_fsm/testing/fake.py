@@ -56,7 +56,7 @@ from slurm_fsm.errors import (
     JobNotFound,
 )
 from slurm_fsm.jobstate import JobState, to_job_state
-from slurm_fsm.slurmcli import enroot_image, sbatch_directives
+from slurm_fsm.slurmcli import enroot_image, foreign_container_message, sbatch_directives
 
 __all__ = [
     "Call",
@@ -136,6 +136,7 @@ class _WallClock(FakeClock):
 class FakeContainer:
     image: str
     packages: list[str] = attrs.field(factory=list)  # what writable installs left
+    owner: str = ""  # the owner mark of a fresh import: "<checkout tag> <repo_root>"
 
 
 @attrs.define
@@ -744,12 +745,19 @@ class FakeCluster:
                 "pyxis:     [INFO] Querying registry for permission grant",
                 f"pyxis:     curl: (6) Could not resolve host: {host}",
             ], child_rc=6)
+        for n in nodes:  # SubprocessBackend's removal refuses another checkout's
+            old = self.nodes[n].containers.get(c.name)
+            if (c.fresh and c.owner and old is not None and old.owner
+                    and old.owner.split(" ")[0] != c.owner.split(" ")[0]):
+                return StepResult(3, "", foreign_container_message(
+                    c.name, n, f"pyxis_{c.name}", old.owner) + "\n")
         for n in nodes:
             node = self.nodes[n]
             if c.fresh:
                 node.containers.pop(c.name, None)  # SubprocessBackend's enroot remove
             if c.image is not None:
-                node.containers.setdefault(c.name, FakeContainer(c.image))
+                node.containers.setdefault(c.name, FakeContainer(c.image, owner=c.owner
+                                                                 if c.fresh else ""))
             elif c.name not in node.containers:
                 return _pyxis_failure(nodes, [
                     f'pyxis: error: a container with name "pyxis_{c.name}" does not exist, '
