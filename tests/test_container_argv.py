@@ -6,7 +6,10 @@ real backend's pure builder (what SubprocessBackend would run).
 
 from __future__ import annotations
 
+import shlex
+import subprocess
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import pytest
 
@@ -127,3 +130,66 @@ def test_reuse_is_plain_name() -> None:
     argv = slurmcli.srun_step_argv(StepRequest(job_id="1", argv=("ls",), nodes=1,
                                                container=ContainerOptions(name="llama")))
     assert "--container-name=llama" in argv and not any(":create" in a for a in argv)
+
+
+# ------------------------------------------------- the owner marks of the removal step
+
+
+def _removal(tmp_path: Path, tag: str, existing: list[str]) -> subprocess.CompletedProcess[str]:
+    """The removal script of a fresh import, run by bash against a stand-in ``enroot``
+    (``list`` prints the names in ``containers``, ``remove -f -- NAME`` drops one)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    listing = tmp_path / "containers"
+    listing.write_text("".join(f"{n}\n" for n in existing))
+    enroot = bin_dir / "enroot"
+    enroot.write_text(f"""#!/bin/bash
+list={shlex.quote(str(listing))}
+case "$1" in
+  list) cat "$list" ;;
+  remove) grep -vxF -- "$4" "$list" > "$list.new"; mv "$list.new" "$list" ;;
+esac
+""")
+    enroot.chmod(0o755)
+    argv = slurmcli.container_remove_argv("7", 1, "c", tag, "/home/u/repo")
+    script_args = argv[argv.index("-c") + 1:]
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path / "home"),
+           "SLURMD_NODENAME": "n1"}
+    return subprocess.run(["bash", "-c", *script_args], capture_output=True, text=True,
+                          timeout=30, env=env, check=False)
+
+
+def _mark(tmp_path: Path, name: str = "pyxis_c") -> Path:
+    return tmp_path / "home/.local/state/slurm_fsm/containers/n1" / name
+
+
+def test_removal_marks_the_name_before_the_import(tmp_path: Path) -> None:
+    done = _removal(tmp_path, "slurm_fsm:repo=aaaa", [])
+    assert done.returncode == 0, done.stderr
+    assert _mark(tmp_path).read_text() == "slurm_fsm:repo=aaaa /home/u/repo\n"
+
+
+def test_removal_refuses_another_checkouts_container(tmp_path: Path) -> None:
+    _mark(tmp_path).parent.mkdir(parents=True)
+    _mark(tmp_path).write_text("slurm_fsm:repo=bbbb /home/u/other\n")
+    done = _removal(tmp_path, "slurm_fsm:repo=aaaa", ["pyxis_c"])
+    assert done.returncode == 3
+    assert slurmcli.foreign_container(done.stderr) == (
+        "n1", "pyxis_c", "slurm_fsm:repo=bbbb /home/u/other")
+    assert (tmp_path / "containers").read_text() == "pyxis_c\n"  # not removed
+    assert _mark(tmp_path).read_text() == "slurm_fsm:repo=bbbb /home/u/other\n"
+    message = slurmcli.foreign_container_message("c", *slurmcli.foreign_container(
+        done.stderr) or ("", "", ""))
+    assert "belongs to another checkout: /home/u/other (slurm_fsm:repo=bbbb)" in message
+
+
+@pytest.mark.parametrize("mark", ["slurm_fsm:repo=aaaa /home/u/repo\n", None])
+def test_removal_replaces_its_own_or_an_unmarked_container(tmp_path: Path,
+                                                           mark: str | None) -> None:
+    if mark is not None:
+        _mark(tmp_path).parent.mkdir(parents=True)
+        _mark(tmp_path).write_text(mark)
+    done = _removal(tmp_path, "slurm_fsm:repo=aaaa", ["pyxis_c", "other"])
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "containers").read_text() == "other\n"
+    assert _mark(tmp_path).read_text() == "slurm_fsm:repo=aaaa /home/u/repo\n"
