@@ -127,12 +127,15 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _backend(kind: str) -> SlurmBackend:
+def _backend(needs_slurm: bool) -> SlurmBackend:
+    """The real backend; when the command will ask Slurm anything, a Slurm configuration
+    must be there first (one message saying how to point the shell at a cluster)."""
+    from slurm_fsm.preflight import NoSlurmConfig, slurm_config_problem
     from slurm_fsm.subprocess_backend import SubprocessBackend
 
-    if not os.environ.get("SLURM_CONF") and not os.path.exists("/etc/slurm/slurm.conf"):
-        _say("slurm-fsm: no SLURM_CONF set and no /etc/slurm/slurm.conf: Slurm's tools may "
-             "not find a cluster")
+    problem = slurm_config_problem() if needs_slurm else None  # on disk, no Slurm tool
+    if problem is not None:
+        raise NoSlurmConfig(problem)
     return SubprocessBackend()
 
 
@@ -151,7 +154,8 @@ def _fake_for(args: argparse.Namespace) -> SlurmBackend:
     parts = args.fake_partition or list(FAKE_PARTITIONS)
     nodes = [f"node{i:02d}" for i in range(1, FAKE_NODES + 1)]
     return FakeCluster(partitions={p: nodes for p in parts},
-                       accounts=args.fake_account or list(FAKE_ACCOUNTS), run_scripts=True)
+                       accounts=args.fake_account or list(FAKE_ACCOUNTS), run_scripts=True,
+                       preflight=True)
 
 
 def _say(text: str) -> None:
@@ -370,7 +374,9 @@ def _dispatch(args: argparse.Namespace, current: _Run) -> int:
 
         raise SpecError(str(args.spec), ["--fake-partition/--fake-account: only with "
                                          "--backend fake"])
-    backend = _fake_for(args) if fake else _backend("slurm")
+    # status with no state file asks Slurm nothing
+    needs_slurm = args.command != "status" or spec.state_path.exists()
+    backend = _fake_for(args) if fake else _backend(needs_slurm)
     state_path = fake_state_path(spec) if fake else None
     if fake and not getattr(args, "quiet", False):
         _say("slurm-fsm: fake cluster: the script runs on this machine (srun runs each task "
@@ -392,7 +398,8 @@ def _dispatch(args: argparse.Namespace, current: _Run) -> int:
         import attrs
 
         spec = attrs.evolve(spec, release_allocation=True)
-    events = StderrEvents(quiet=args.quiet, stream_output=not args.json)
+    events = StderrEvents(quiet=args.quiet, stream_output=not args.json,
+                          report_follows=True)
     # the clock is the backend's own (SlurmBackend.clock)
     current.executor = Executor(spec, backend, events=events, state_path=state_path)
     report = current.executor.run()

@@ -94,6 +94,7 @@ from slurm_fsm.errors import (
     StateFileError,
 )
 from slurm_fsm.ownership import Ownership, describe
+from slurm_fsm.preflight import PreflightFailed, require
 from slurm_fsm.project import install_commands
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState, StateStore
@@ -602,6 +603,7 @@ class AllocationMachine:
                 f"docker_image {spec.docker_image!r} is set but this Slurm has no pyxis "
                 "(srun --help lacks --container-image); nothing was allocated"
             )
+        require(spec, self.backend, self.user)  # partition, nodes, account: before salloc
         # 0D: orphans: this user's jobs with this checkout's tag (whatever their name, an
         # earlier alloc_job_name included) or untagged under our job name. One squeue of
         # this user's jobs; the name is not a filter, the tag decides.
@@ -890,7 +892,7 @@ class AllocationMachine:
         kept = self.store.exists()
         if isinstance(error, AllocationFailed) and error.stderr_tail:
             message = f"{error}"
-        elif isinstance(error, BackendError | SetupFailed | NotOurJobError):
+        elif isinstance(error, BackendError | SetupFailed | NotOurJobError | PreflightFailed):
             message = str(error)
         else:
             message = f"{type(error).__name__}: {error}"

@@ -427,7 +427,7 @@ def diagnose(
         rows += wf.diagnosis(metrics or {})
     if status is Status.ERROR and not rows:
         rows.append(_row("ERROR", "a Slurm command or a setup step failed",
-                         "see errors; the state file says what was done"))
+                         "the summary names the command or step and its message"))
     return rows
 
 
