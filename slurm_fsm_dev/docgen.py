@@ -205,6 +205,10 @@ def _and(conds: Sequence[str]) -> list[str]:
     return [c if k == 0 else f"and {c}" for k, c in enumerate(conds)]
 
 
+def _html(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def states_dot(edges: Sequence[Edge] = EDGES) -> str:
     """The state diagram in Graphviz dot: every :class:`State`, and one arrow per edge.
 
@@ -221,9 +225,22 @@ def states_dot(edges: Sequence[Edge] = EDGES) -> str:
         '  edge [fontname="Helvetica", fontsize=10, arrowsize=0.7];',
         '  "__initial__" [shape=point, width=0.14, label="", id="state-initial", tooltip="start"];',
     ]
+    # a self-loop's label is written in its state's box (under the name): beside a busy
+    # state (Validating has a dozen arrows) Graphviz lays it over other labels
+    loop_labels: dict[str, list[str]] = {}
+    for e in edges:
+        if e.source != "*" and e.source == e.dest:
+            conds = [*e.conditions, *(f"not {u}" for u in e.unless)]
+            loop_labels.setdefault(e.dest.value, []).append(
+                f"\u21bb {e.trigger}" + (f" [{' and '.join(conds)}]" if conds else ""))
     for state in State:
         fill = _FILL.get(state, _NEUTRAL_FILL)
-        lines.append(f"  {_dot_str(state.value)} [id={_dot_str('state-' + state.value)}, "
+        label = ""
+        if state.value in loop_labels:
+            rows = "<BR/>".join(_html(t) for t in loop_labels[state.value])
+            label = (f"label=<{_html(state.value)}<BR/><FONT POINT-SIZE=\"9\">{rows}</FONT>>, "
+                     'margin="0.2,0.1", ')
+        lines.append(f"  {_dot_str(state.value)} [{label}id={_dot_str('state-' + state.value)}, "
                      f"class=\"state\", fillcolor={_dot_str(fill)}, "
                      f"tooltip={_dot_str(state.value)}];")
     if any(e.source == "*" for e in edges):
@@ -237,9 +254,10 @@ def states_dot(edges: Sequence[Edge] = EDGES) -> str:
         label = e.trigger + (f"\n[{chr(10).join(_and(conds))}]" if conds else "")
         tip = f"{e.step}: {e.doc}" if e.step else e.doc
         ports = ""
-        if src == e.dest.value:  # self-loops alternate sides, so that their labels do not overlap
+        if src == e.dest.value:  # self-loops alternate sides; their label is in the box
             loops[src] = loops.get(src, 0) + 1
             ports = "tailport=w, headport=w, " if loops[src] % 2 == 0 else ""
+            label = ""
         lines.append(f"  {_dot_str(src)} -> {_dot_str(e.dest.value)} [{ports}id=\"edge-{i}\", "
                      f"class={_dot_str('edge-' + e.trigger)}, label={_dot_str(label)}, "
                      f"tooltip={_dot_str(tip or e.trigger)}];")
