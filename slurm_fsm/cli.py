@@ -383,12 +383,12 @@ def _dispatch(args: argparse.Namespace, current: _Run) -> int:
              f"here); its allocation is kept in {fake_state_path(spec)}, never in the real "
              "state file")
     if args.command == "status":
-        return _status(spec, backend, args.json, state_path)
+        return _status(spec, backend, args.json, state_path, fake)
     if args.command == "plan":
         from slurm_fsm.plan import make_plan
 
         plan = make_plan(spec, backend)
-        _emit(plan.to_dict(), plan.render_text(), args.json, sys.stdout)
+        _emit(*_labelled(plan.to_dict(), plan.render_text(), fake), args.json, sys.stdout)
         return 0 if plan.final_state != "Failed" else EXIT_ERROR
 
     from slurm_fsm.executor import Executor
@@ -404,16 +404,29 @@ def _dispatch(args: argparse.Namespace, current: _Run) -> int:
     current.executor = Executor(spec, backend, events=events, state_path=state_path)
     report = current.executor.run()
     events.close()
-    _emit(report.to_dict(), report.render_text(), args.json, sys.stdout)
+    _emit(*_labelled(report.to_dict(), report.render_text(), fake), args.json, sys.stdout)
     return report.exit_code_for_cli
 
 
+#: The first line of every ``--backend fake`` result on stdout: nothing ran on Slurm.
+FAKE_BANNER = ("FAKE CLUSTER (--backend fake): in memory, nothing was sent to Slurm; the "
+               "script ran on this machine")
+
+
+def _labelled(doc: dict[str, Any], text: str, fake: bool) -> tuple[dict[str, Any], str]:
+    """A ``--backend fake`` result says so: a first line of the text, ``"backend":
+    "fake"`` in the document (a real one is unchanged)."""
+    if not fake:
+        return doc, text
+    return {**doc, "backend": "fake"}, f"{FAKE_BANNER}\n{text}"
+
+
 def _status(spec: JobSpec, backend: SlurmBackend, as_json: bool,
-            state_path: Path | None) -> int:
+            state_path: Path | None, fake: bool = False) -> int:
     from slurm_fsm.allocation import Allocation
 
     status = Allocation.for_spec(spec, backend, state_path=state_path).status()
-    _emit(status.to_dict(), status.render_text(), as_json, sys.stdout)
+    _emit(*_labelled(status.to_dict(), status.render_text(), fake), as_json, sys.stdout)
     return 0
 
 

@@ -427,3 +427,30 @@ def test_run_reports_a_missing_script_with_the_other_problems_in_one_pass(
     # release and status do not need the script
     assert main(["status", str(write_spec(tmp_path, script_path="nope.slurm")), "--json",
                  "--backend", "fake"]) == 0
+
+
+def test_fake_backend_results_say_they_are_fake_and_status_names_no_container(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = write_spec(tmp_path)
+    assert main(["run", str(spec), "--backend", "fake", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(cli.FAKE_BANNER + "\n")
+    assert main(["run", str(spec), "--backend", "fake", "--quiet", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["backend"] == "fake"
+    assert main(["status", str(spec), "--backend", "fake"]) == 0
+    assert capsys.readouterr().out.startswith(cli.FAKE_BANNER)
+
+
+def test_status_of_an_allocation_without_container_says_no_container(tmp_path: Path) -> None:
+    from slurm_fsm.allocation import AllocationStatus
+    from slurm_fsm.duration import Duration
+
+    common = {"state_file": tmp_path / "s.json", "job_id": "7", "nodelist": "n1",
+              "partition": "debug", "nodes": 1, "slurm_state": "RUNNING",
+              "time_left": Duration.parse("10:00")}
+    bare = AllocationStatus(**common, installed=True).render_text()
+    assert "no container (nothing to import or install)" in bare
+    assert "installed" not in bare.replace("nothing to import or install", "")
+    boxed = AllocationStatus(**common, container_name="c1", docker_image="img",
+                             installed=False).render_text()
+    assert "container c1, not installed yet" in boxed
