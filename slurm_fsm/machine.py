@@ -175,13 +175,25 @@ class PossibleEdge:
     stale: bool = False
 
     def __str__(self) -> str:
+        """``=> advance: Validating -> Ready  [same_container=yes, ...]``: ``=>`` marks
+        the chosen edge; a condition the edge needs false reads ``x=no (needs no)``.
+        Judged on an older observation (:attr:`stale`), every value is ``?``: the
+        trigger looks first, nothing is chosen yet."""
         e = self.edge
         src = "any" if e.source == "*" else e.source.value
-        checks = ", ".join(f"{n}={'yes' if v else 'no'}" for n, v in self.checks)
-        mark = ("~>" if self.stale else "=>") if self.chosen else "  "
+        checks = ", ".join(_check_text(n, None if self.stale else v) for n, v in self.checks)
+        mark = "=>" if self.chosen and not self.stale else "  "
         return (f"{mark} {e.trigger}: {src} -> {e.dest.value}"
                 + (f"  [{checks}]" if checks else "")
-                + ("" if self.holds else "  (does not hold)"))
+                + ("" if self.holds or self.stale else "  (does not hold)"))
+
+
+def _check_text(name: str, holds: bool | None) -> str:
+    """One check as a reader takes it: the condition's own value, not its negation."""
+    negated = name.startswith("not ")
+    cond = name[4:] if negated else name
+    value = "?" if holds is None else ("yes" if holds != negated else "no")
+    return f"{cond}={value}" + (" (needs no)" if negated else "")
 
 
 class _Model:
@@ -333,8 +345,8 @@ class AllocationMachine:
         the internal ``fail``), in table order, each judged on the last observation.
 
         A trigger observes afresh before the table chooses: an edge whose trigger did not
-        make the last observation in this state is marked ``stale`` (printed ``~>``
-        instead of ``=>`` when chosen). No Slurm call.
+        make the last observation in this state is marked ``stale`` (printed with ``?`` for
+        every value and no ``=>``). No Slurm call.
         """
         out = []
         chosen: set[str] = set()

@@ -209,12 +209,13 @@ def _html(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def states_dot(edges: Sequence[Edge] = EDGES) -> str:
+def states_dot(edges: Sequence[Edge] = EDGES, current: State | None = None) -> str:
     """The state diagram in Graphviz dot: every :class:`State`, and one arrow per edge.
 
     Each arrow's SVG element gets the id ``edge-<i>`` (``i`` its index in ``edges``),
     each state's ``state-<name>``; the ``fail`` fan-in (source ``*``) comes from one
     "any state" box. The arrow's tooltip is the edge's step and what happens.
+    ``current`` (a notebook's machine state) is drawn highlighted.
     """
     lines = [
         "digraph slurm_fsm {",
@@ -235,10 +236,14 @@ def states_dot(edges: Sequence[Edge] = EDGES) -> str:
                 f"\u21bb {e.trigger}" + (f" [{' and '.join(conds)}]" if conds else ""))
     for state in State:
         fill = _FILL.get(state, _NEUTRAL_FILL)
-        label = ""
+        if state is current:
+            fill = "#ffd54f"
+            label = 'penwidth=3, color="#e65100", '
+        else:
+            label = ""
         if state.value in loop_labels:
             rows = "<BR/>".join(_html(t) for t in loop_labels[state.value])
-            label = (f"label=<{_html(state.value)}<BR/><FONT POINT-SIZE=\"9\">{rows}</FONT>>, "
+            label += (f"label=<{_html(state.value)}<BR/><FONT POINT-SIZE=\"9\">{rows}</FONT>>, "
                      'margin="0.2,0.1", ')
         lines.append(f"  {_dot_str(state.value)} [{label}id={_dot_str('state-' + state.value)}, "
                      f"class=\"state\", fillcolor={_dot_str(fill)}, "
@@ -269,7 +274,8 @@ _SVG_PREAMBLE = re.compile(r"\A.*?(?=<svg\b)", re.S)
 _SVG_COMMENT = re.compile(r"<!--.*?-->\s*", re.S)
 
 
-def states_svg(dot: str = "dot", *, timeout_s: float = 60.0) -> str:
+def states_svg(dot: str = "dot", *, timeout_s: float = 60.0,
+               current: State | None = None) -> str:
     """The state diagram as an SVG element to inline in a page (Graphviz's ``dot``).
 
     Raises :class:`DiagramError` when ``dot`` is missing or fails: the site is
@@ -281,7 +287,7 @@ def states_svg(dot: str = "dot", *, timeout_s: float = 60.0) -> str:
                            "graphviz (`make docs-deps`, or `apt-get install graphviz`)")
     try:
         proc = subprocess.run(  # noqa: S603 - an argument list, never a shell
-            [exe, "-Tsvg"], input=states_dot(), capture_output=True, text=True,
+            [exe, "-Tsvg"], input=states_dot(current=current), capture_output=True, text=True,
             timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired as exc:
         raise DiagramError(f"`{exe} -Tsvg` did not finish in {timeout_s:g} s") from exc

@@ -410,10 +410,18 @@ def test_notebook_page_shows_its_outputs(visit: Visit) -> None:
     outputs = page.locator(".jp-OutputArea-output")
     assert outputs.count() >= 8
     text = " ".join(outputs.all_text_contents())
-    assert "stateDiagram-v2" in text
+    assert "stateDiagram-v2" not in text  # the diagram is a picture, not mermaid text
+    pictures = page.locator(".jp-OutputArea-output svg, .jp-OutputArea-output img")
+    assert pictures.count() >= 1
+    assert pictures.first.bounding_box()["width"] > 300
     assert "Unable to contact slurm controller" in text
     assert "State.Ready" in text
     assert "Traceback" not in text
+    # no code or output line is clipped at its cell's edge
+    clipped = page.locator("article pre").evaluate_all(
+        "ps => ps.filter(p => p.scrollWidth > p.clientWidth + 1)"
+        ".map(p => p.textContent.slice(0, 60))")
+    assert clipped == [], clipped
     visit.shot("notebook")
 
 
