@@ -27,7 +27,7 @@ from typing import Protocol, runtime_checkable
 
 import attrs
 
-from slurm_fsm.errors import SlurmFsmError
+from slurm_fsm.errors import CommandFailed, SlurmFsmError
 from slurm_fsm.spec import JobSpec
 
 __all__ = [
@@ -192,7 +192,10 @@ def check_request(spec: JobSpec, cluster: ClusterQueries, user: str) -> list[str
     """What the cluster lacks for ``spec``: one line per failed check, naming what the
     cluster has; empty when every check passes."""
     params = spec.slurm_params
-    parts = {p.name: p for p in cluster.cluster_partitions()}
+    try:
+        parts = {p.name: p for p in cluster.cluster_partitions()}
+    except CommandFailed:  # sinfo failed or printed what we cannot read: no verdict
+        return []  # (an unreachable controller or a timeout is raised: salloc would fail)
     if not parts:
         return []
     part = parts.get(params.partition)

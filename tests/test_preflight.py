@@ -95,3 +95,13 @@ def test_config_problem(tmp_path: Path) -> None:
     assert slurm_config_problem({}, [str(conf)]) is None
     missing = slurm_config_problem({}, [str(tmp_path / "none")]) or ""
     assert "SLURM_CONF is not set" in missing and "scripts/local-slurm env" in missing
+
+
+def test_a_sinfo_that_fails_gives_no_verdict(tmp_path: Path) -> None:
+    from slurm_fsm.errors import CommandFailed
+
+    class Broken(Cluster):
+        def cluster_partitions(self) -> list[ClusterPartition]:
+            raise CommandFailed(["sinfo"], 1, "sinfo: error: something odd")
+
+    assert check_request(_spec(tmp_path), Broken([], None), "u") == []
