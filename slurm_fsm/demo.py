@@ -117,15 +117,11 @@ def _side_by_side(first: list[str], second: list[str], width: int = 44) -> list[
     return lines
 
 
-def _skipped(first: list[str], second: list[str], spec: JobSpec) -> list[str]:
+def _skipped(first: list[str], second: list[str]) -> list[str]:
     """What the second run did not do, by name."""
     fewer = Counter(_tool(c) for c in first) - Counter(_tool(c) for c in second)
-    out = [f"{n} x {tool}" if n > 1 else tool for tool, n in sorted(fewer.items())]
-    if spec.docker_image is None:
-        out.append("(no image import and no install either way: this job asks for none; "
-                   "with a docker_image the first run imports it and installs, the second "
-                   "does neither)")
-    return out
+    order = sorted(fewer.items(), key=lambda kv: (kv[0] not in ("salloc", "allocate"), kv[0]))
+    return [f"{n} x {tool}" if n > 1 else tool for tool, n in order]
 
 
 def _fake_commands(backend: object, since: int) -> list[str]:
@@ -198,7 +194,11 @@ def run_demo(*, fake: bool = False, keep: bool = False, quiet: bool = False) -> 
             _say(line)
         if reused:
             _say(f"[demo] the second reused allocation {r2.allocation_id}; it did not run: "
-                 + "; ".join(_skipped(c1, c2, spec) or ["(nothing fewer)"]))
+                 + ", ".join(_skipped(c1, c2) or ["(nothing fewer)"]))
+            if spec.docker_image is None:
+                _say("[demo] no image import and no install either way: this job asks for "
+                     "none (with a docker_image the first run imports and installs, the "
+                     "second does neither)")
         else:
             _say("[demo] the second did NOT reuse the allocation")
             code = code or 1
