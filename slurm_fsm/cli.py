@@ -127,15 +127,23 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _backend(needs_slurm: bool) -> SlurmBackend:
-    """The real backend; when the command will ask Slurm anything, a Slurm configuration
-    must be there first (one message saying how to point the shell at a cluster)."""
+def _backend(kind: str) -> SlurmBackend:
+    """The real backend, once a Slurm configuration is there to read (checked on disk,
+    before any Slurm tool runs: one message saying how to point the shell at a
+    cluster)."""
     from slurm_fsm.preflight import NoSlurmConfig, slurm_config_problem
-    from slurm_fsm.subprocess_backend import SubprocessBackend
 
-    problem = slurm_config_problem() if needs_slurm else None  # on disk, no Slurm tool
+    problem = slurm_config_problem()
     if problem is not None:
         raise NoSlurmConfig(problem)
+    return _unchecked_backend()
+
+
+def _unchecked_backend() -> SlurmBackend:
+    """The real backend for a command that will ask Slurm nothing (status, no state
+    file): no configuration needed."""
+    from slurm_fsm.subprocess_backend import SubprocessBackend
+
     return SubprocessBackend()
 
 
@@ -376,7 +384,8 @@ def _dispatch(args: argparse.Namespace, current: _Run) -> int:
                                          "--backend fake"])
     # status with no state file asks Slurm nothing
     needs_slurm = args.command != "status" or spec.state_path.exists()
-    backend = _fake_for(args) if fake else _backend(needs_slurm)
+    backend = (_fake_for(args) if fake
+               else _backend("slurm") if needs_slurm else _unchecked_backend())
     state_path = fake_state_path(spec) if fake else None
     if fake and not getattr(args, "quiet", False):
         _say("slurm-fsm: fake cluster: the script runs on this machine (srun runs each task "
