@@ -362,6 +362,26 @@ def test_states_page_shows_the_diagram(visit: Visit) -> None:
         return out;
     }""")
     assert overlaps == [], overlaps
+    # and no arrow runs through another edge's label (sampled every 2 px along each path;
+    # the self-loop labels beside Validating used to sit on six arrows)
+    crossings = svg.evaluate("""svg => {
+        const box = el => {
+            const b = el.getBBox(); return [b.x, b.y, b.x + b.width, b.y + b.height]; };
+        const inside = (p, b) =>
+            p.x > b[0] + 1 && p.x < b[2] - 1 && p.y > b[1] + 1 && p.y < b[3] - 1;
+        const labels = [...svg.querySelectorAll("g.edge")].flatMap(g =>
+            [...g.querySelectorAll("text")].map(t => [g.id, t.textContent, box(t)]));
+        const out = new Set();
+        for (const g of svg.querySelectorAll("g.edge"))
+            for (const path of g.querySelectorAll("path"))
+                for (let d = 0; d <= path.getTotalLength(); d += 2) {
+                    const p = path.getPointAtLength(d);
+                    for (const [id, t, b] of labels)
+                        if (id !== g.id && inside(p, b)) out.add(`${g.id} crosses ${id} "${t}"`);
+                }
+        return [...out];
+    }""")
+    assert crossings == [], crossings
     visit.shot("states")
     # dark mode: the toggle switches the palette, the diagram's text follows the page
     light = svg.locator("text").first.evaluate("t => getComputedStyle(t).fill")
