@@ -20,8 +20,9 @@ cluster: setup            ## bring the local Slurm cluster up (installs Debian p
 cluster-down:
 	$(PY) -m slurm_fsm_dev.localcluster down
 
+# the demo's job needs no container: pyxis + enroot are used when built, not built now
 demo: setup               ## the main job: an example job twice through one persistent allocation
-	@eval "$$(scripts/local-slurm up)"; $(PY) -m slurm_fsm demo
+	@eval "$$(SLURM_FSM_LOCAL_CONTAINERS=if-built scripts/local-slurm up)"; $(PY) -m slurm_fsm demo
 
 lint: setup
 	$(VENV)/bin/ruff check slurm_fsm slurm_fsm_dev tests scripts benchmarks examples

@@ -7,6 +7,8 @@
   (``benchmarks/charts.py``) into ``charts/NAME.svg`` of the site.
 - every page: no script, style sheet, image or font from another host (the site is
   read offline); a page that would load one fails the build.
+- every page: a ``\\|`` in code in a table row (what a code host needs there) shows as
+  ``|`` (Python-Markdown's tables would print the backslash).
 
 A missing tool (Graphviz, matplotlib) fails the build with the package to install.
 """
@@ -32,6 +34,8 @@ from slurm_fsm_dev.docgen import DIAGRAM_MARKER, DiagramError, states_svg  # noq
 RESULTS = REPO / "benchmarks" / "results.json"
 _MERMAID = re.compile(r"^```mermaid\n.*?^```\n", re.S | re.M)
 _CHART_MARKER = re.compile(r"<!-- bench-chart:([\w-]+) -->")
+_TABLE_ROW = re.compile(r"^ {0,3}\|.*$", re.M)
+_CODE_SPAN = re.compile(r"(`+)(.+?)\1")
 #: Attributes that make the browser fetch something; any absolute http(s) URL in
 #: them is a request to another host.
 _EXTERNAL = re.compile(
@@ -62,8 +66,20 @@ def on_files(files: Files, config: Any) -> Files:
     return files
 
 
+def unescape_table_code(markdown: str) -> str:
+    """``\\|`` inside code spans of table rows -> ``|``: GitHub needs the escape there,
+    Python-Markdown keeps code spans whole and would show the backslash."""
+
+    def row(m: re.Match[str]) -> str:
+        return _CODE_SPAN.sub(lambda c: c.group(1) + c.group(2).replace("\\|", "|")
+                              + c.group(1), m.group(0))
+
+    return _TABLE_ROW.sub(row, markdown)
+
+
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str:
     src = page.file.src_uri
+    markdown = unescape_table_code(markdown)
     if src == "states.md":
         markdown, n = _MERMAID.subn(DIAGRAM_MARKER + "\n", markdown, count=1)
         if n != 1:
@@ -79,6 +95,10 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
             return f"![{charts.CHARTS[name][1]}](charts/{name}.svg){{ .bench-chart }}"
 
         markdown = _CHART_MARKER.sub(chart, markdown)
+        # a target the run printed as not met points at the paragraph that says why
+        markdown = re.sub(r"^(- Target .*\*\*not met\*\*\.?)$",
+                          r"\1 Why: [What the figures say](#what-the-figures-say).",
+                          markdown, flags=re.M)
     return markdown
 
 

@@ -103,9 +103,13 @@ class AllocationStatus:
         if self.slurm_state is None:
             return (f"allocation {self.job_id}: gone from Slurm (the state file is stale; "
                     "the next run drops it)")
+        if self.container_name is None and self.docker_image is None:
+            container = "no container (nothing to import or install)"
+        else:  # imports and installs happen only in a container (steps 0E-0F)
+            container = (f"container {self.container_name or '-'}, "
+                         f"{'installed' if self.installed else 'not installed yet'}")
         return (f"allocation {self.job_id}: {self.slurm_state}, {self.time_left} left, "
-                f"{self.nodes} node(s) {self.nodelist} on {self.partition}, container "
-                f"{self.container_name or '-'}, installed {self.installed}")
+                f"{self.nodes} node(s) {self.nodelist} on {self.partition}, {container}")
 
 
 class Allocation:

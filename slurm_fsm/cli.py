@@ -128,11 +128,22 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _backend(kind: str) -> SlurmBackend:
+    """The real backend, once a Slurm configuration is there to read (checked on disk,
+    before any Slurm tool runs: one message saying how to point the shell at a
+    cluster)."""
+    from slurm_fsm.preflight import NoSlurmConfig, slurm_config_problem
+
+    problem = slurm_config_problem()
+    if problem is not None:
+        raise NoSlurmConfig(problem)
+    return _unchecked_backend()
+
+
+def _unchecked_backend() -> SlurmBackend:
+    """The real backend for a command that will ask Slurm nothing (status, no state
+    file): no configuration needed."""
     from slurm_fsm.subprocess_backend import SubprocessBackend
 
-    if not os.environ.get("SLURM_CONF") and not os.path.exists("/etc/slurm/slurm.conf"):
-        _say("slurm-fsm: no SLURM_CONF set and no /etc/slurm/slurm.conf: Slurm's tools may "
-             "not find a cluster")
     return SubprocessBackend()
 
 
@@ -151,7 +162,8 @@ def _fake_for(args: argparse.Namespace) -> SlurmBackend:
     parts = args.fake_partition or list(FAKE_PARTITIONS)
     nodes = [f"node{i:02d}" for i in range(1, FAKE_NODES + 1)]
     return FakeCluster(partitions={p: nodes for p in parts},
-                       accounts=args.fake_account or list(FAKE_ACCOUNTS), run_scripts=True)
+                       accounts=args.fake_account or list(FAKE_ACCOUNTS), run_scripts=True,
+                       preflight=True)
 
 
 def _say(text: str) -> None:
@@ -370,19 +382,22 @@ def _dispatch(args: argparse.Namespace, current: _Run) -> int:
 
         raise SpecError(str(args.spec), ["--fake-partition/--fake-account: only with "
                                          "--backend fake"])
-    backend = _fake_for(args) if fake else _backend("slurm")
+    # status with no state file asks Slurm nothing
+    needs_slurm = args.command != "status" or spec.state_path.exists()
+    backend = (_fake_for(args) if fake
+               else _backend("slurm") if needs_slurm else _unchecked_backend())
     state_path = fake_state_path(spec) if fake else None
     if fake and not getattr(args, "quiet", False):
         _say("slurm-fsm: fake cluster: the script runs on this machine (srun runs each task "
              f"here); its allocation is kept in {fake_state_path(spec)}, never in the real "
              "state file")
     if args.command == "status":
-        return _status(spec, backend, args.json, state_path)
+        return _status(spec, backend, args.json, state_path, fake)
     if args.command == "plan":
         from slurm_fsm.plan import make_plan
 
         plan = make_plan(spec, backend)
-        _emit(plan.to_dict(), plan.render_text(), args.json, sys.stdout)
+        _emit(*_labelled(plan.to_dict(), plan.render_text(), fake), args.json, sys.stdout)
         return 0 if plan.final_state != "Failed" else EXIT_ERROR
 
     from slurm_fsm.executor import Executor
@@ -392,21 +407,35 @@ def _dispatch(args: argparse.Namespace, current: _Run) -> int:
         import attrs
 
         spec = attrs.evolve(spec, release_allocation=True)
-    events = StderrEvents(quiet=args.quiet, stream_output=not args.json)
+    events = StderrEvents(quiet=args.quiet, stream_output=not args.json,
+                          report_follows=True)
     # the clock is the backend's own (SlurmBackend.clock)
     current.executor = Executor(spec, backend, events=events, state_path=state_path)
     report = current.executor.run()
     events.close()
-    _emit(report.to_dict(), report.render_text(), args.json, sys.stdout)
+    _emit(*_labelled(report.to_dict(), report.render_text(), fake), args.json, sys.stdout)
     return report.exit_code_for_cli
 
 
+#: The first line of every ``--backend fake`` result on stdout: nothing ran on Slurm.
+FAKE_BANNER = ("FAKE CLUSTER (--backend fake): in memory, nothing was sent to Slurm; the "
+               "script ran on this machine")
+
+
+def _labelled(doc: dict[str, Any], text: str, fake: bool) -> tuple[dict[str, Any], str]:
+    """A ``--backend fake`` result says so: a first line of the text, ``"backend":
+    "fake"`` in the document (a real one is unchanged)."""
+    if not fake:
+        return doc, text
+    return {**doc, "backend": "fake"}, f"{FAKE_BANNER}\n{text}"
+
+
 def _status(spec: JobSpec, backend: SlurmBackend, as_json: bool,
-            state_path: Path | None) -> int:
+            state_path: Path | None, fake: bool = False) -> int:
     from slurm_fsm.allocation import Allocation
 
     status = Allocation.for_spec(spec, backend, state_path=state_path).status()
-    _emit(status.to_dict(), status.render_text(), as_json, sys.stdout)
+    _emit(*_labelled(status.to_dict(), status.render_text(), fake), as_json, sys.stdout)
     return 0
 
 

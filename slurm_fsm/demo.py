@@ -2,10 +2,12 @@
 
 Runs the example pytest-style job twice through one persistent allocation on the
 Slurm this machine is configured for (``SLURM_CONF`` or ``/etc/slurm/slurm.conf``),
-prints both reports and how long each took (the second shows the reuse:
-``Validating -> Ready``, no ``salloc``), then releases the allocation. Where no
-Slurm is configured it says so and runs on the fake cluster instead, clearly
-labelled. ``make demo`` starts the project's local cluster first (that is
+prints both reports, then side by side the Slurm commands each run issued and what
+the second did not have to do (``salloc``, an image import, installs), then
+releases the allocation and says what is left running and how to go on. On a small
+local cluster the seconds hardly differ (salloc is free there); the commands show
+the saving. Where no Slurm is configured it says so and runs on the fake cluster
+instead, clearly labelled. ``make demo`` starts the project's local cluster first (that is
 development tooling, not part of the package). The example job ships inside the
 package, so the demo works from an installed wheel.
 """
@@ -14,9 +16,12 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import sys
 import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import attrs
@@ -24,6 +29,7 @@ import attrs
 from slurm_fsm.backend import SlurmBackend
 from slurm_fsm.clock import Clock
 from slurm_fsm.executor import Executor
+from slurm_fsm.preflight import slurm_config_problem
 from slurm_fsm.progress import StderrEvents
 from slurm_fsm.report import Report
 from slurm_fsm.spec import JobSpec
@@ -49,20 +55,78 @@ def _say(text: str) -> None:
 
 
 def _slurm_configured() -> bool:
-    return bool(os.environ.get("SLURM_CONF")) or Path("/etc/slurm/slurm.conf").exists()
+    return slurm_config_problem() is None
 
 
-def _real_backend() -> tuple[SlurmBackend | None, str, str, str]:
+class _Recorder:
+    """The Slurm commands a run issued, in order (the real backend's runner and its
+    detached ``salloc``; the fake cluster's calls)."""
+
+    def __init__(self) -> None:
+        self.commands: list[str] = []
+
+    def runner(self) -> object:
+        from slurm_fsm.subprocess_backend import CommandResult, run_command
+
+        def record(argv: Sequence[str], timeout_s: float,
+                   env: Mapping[str, str]) -> CommandResult:
+            self.commands.append(shlex.join(argv))
+            return run_command(argv, timeout_s, env)
+
+        return record
+
+
+def _real_backend(recorder: _Recorder) -> tuple[SlurmBackend | None, str, str, str]:
     """The real backend over the configured Slurm, or None when none is configured."""
-    from slurm_fsm.subprocess_backend import SubprocessBackend
+    from slurm_fsm import slurmcli
+    from slurm_fsm.backend import AllocationRequest
+    from slurm_fsm.subprocess_backend import Runner, SubprocessBackend
 
     if not _slurm_configured():
         _say("[demo] no Slurm configured here (SLURM_CONF unset, no /etc/slurm/slurm.conf); "
              "`make demo` starts the project's local cluster first")
         return None, "", "", ""
+
+    class Recording(SubprocessBackend):
+        def allocate(self, request: AllocationRequest, wait_s: float = 10.0) -> str:
+            recorder.commands.append(shlex.join(slurmcli.salloc_argv(request)))
+            return super().allocate(request, wait_s)
+
+    runner: Runner = recorder.runner()  # type: ignore[assignment]
     label = f"this machine's Slurm (SLURM_CONF={os.environ.get('SLURM_CONF', '/etc/slurm')})"
-    return SubprocessBackend(), label, os.environ.get("SLURM_FSM_DEMO_PARTITION", "debug"), \
+    return Recording(runner=runner), label, \
+        os.environ.get("SLURM_FSM_DEMO_PARTITION", "debug"), \
         os.environ.get("SLURM_FSM_DEMO_ACCOUNT", "acct")
+
+
+def _tool(command: str) -> str:
+    return command.split(" ", 1)[0]
+
+
+def _short(command: str, width: int) -> str:
+    return command if len(command) <= width else command[: width - 3] + "..."
+
+
+def _side_by_side(first: list[str], second: list[str], width: int = 44) -> list[str]:
+    lines = [f"  {'run 1 (' + str(len(first)) + ' commands)':<{width}}  "
+             f"run 2 ({len(second)} commands)"]
+    for i in range(max(len(first), len(second))):
+        left = _short(first[i], width) if i < len(first) else ""
+        right = _short(second[i], width) if i < len(second) else ""
+        lines.append(f"  {left:<{width}}  {right}")
+    return lines
+
+
+def _skipped(first: list[str], second: list[str]) -> list[str]:
+    """What the second run did not do, by name."""
+    fewer = Counter(_tool(c) for c in first) - Counter(_tool(c) for c in second)
+    order = sorted(fewer.items(), key=lambda kv: (kv[0] not in ("salloc", "allocate"), kv[0]))
+    return [f"{n} x {tool}" if n > 1 else tool for tool, n in order]
+
+
+def _fake_commands(backend: object, since: int) -> list[str]:
+    calls = getattr(backend, "calls", [])
+    return [c.op for c in calls[since:] if c.op != "current_user"]
 
 
 def _spec(root: Path, partition: str, account: str, release: bool = False) -> JobSpec:
@@ -83,15 +147,17 @@ def _spec(root: Path, partition: str, account: str, release: bool = False) -> Jo
 def run_demo(*, fake: bool = False, keep: bool = False, quiet: bool = False) -> int:
     clock: Clock | None = None
     backend: SlurmBackend | None = None
+    recorder = _Recorder()
     partition, account = "debug", "acct"
     if not fake:
-        backend, label, real_partition, real_account = _real_backend()
+        backend, label, real_partition, real_account = _real_backend(recorder)
         if backend is not None:
             partition, account = real_partition, real_account
     if backend is None:
         from slurm_fsm.testing import FakeCluster, FakeScript
 
-        fc = FakeCluster(partitions={"debug": ["n1", "n2"]}, accounts=["acct"])
+        fc = FakeCluster(partitions={"debug": ["n1", "n2"]}, accounts=["acct"],
+                         preflight=True)
         fc.script("job.slurm", FakeScript(lines=(
             "tests/test_model.py::test_forward PASSED",
             "=================== 2 passed, 1 skipped in 0.12s ===================")))
@@ -101,34 +167,79 @@ def run_demo(*, fake: bool = False, keep: bool = False, quiet: bool = False) -> 
     _say(f"[demo] running on {label}")
     _say(f"[demo] repo root {root}; state file {root / 'work_dirs' / '.slurm_alloc.json'}")
     spec = _spec(root, partition, account)
-    reports: list[tuple[Report, float]] = []
+    reports: list[tuple[Report, float, list[str]]] = []
     code = 0
     for n in (1, 2):
         _say(f"\n[demo] run {n} of 2: slurm-fsm run (persistent allocation)")
-        events = StderrEvents(quiet=quiet, stream_output=True)
+        events = StderrEvents(quiet=quiet, stream_output=True, report_follows=True)
+        since = len(getattr(backend, "calls", []))
+        recorder.commands.clear()
         t0 = time.monotonic()
         report = Executor(spec, backend, clock=clock, events=events).run()
         took = time.monotonic() - t0
         events.close()
-        reports.append((report, took))
+        commands = (_fake_commands(backend, since) if clock is not None
+                    else list(recorder.commands))
+        reports.append((report, took, commands))
         sys.stdout.write(report.render_text().rstrip("\n") + "\n")
         _say(f"  path:        {' -> '.join(report.path)}")
         _say(f"  took:        {took:.3f} s")
         code = code or report.exit_code_for_cli
     if len(reports) == 2:
-        (r1, t1), (r2, t2) = reports
+        (r1, t1, c1), (r2, t2, c2) = reports
         reused = r1.allocation_id == r2.allocation_id and "Allocating" not in r2.path
-        _say(f"\n[demo] first run {t1:.3f} s, second run {t2:.3f} s: "
-             + (f"the second reused allocation {r2.allocation_id} (no salloc, no import, "
-                "no install)" if reused else "the second did NOT reuse the allocation"))
-        if not reused:
+        what = "calls to the fake cluster" if clock is not None else "Slurm commands"
+        _say(f"\n[demo] the {what} each run issued (the job's own srun lines not counted):")
+        for line in _side_by_side(c1, c2):
+            _say(line)
+        if reused:
+            _say(f"[demo] the second reused allocation {r2.allocation_id}; it did not run: "
+                 + ", ".join(_skipped(c1, c2) or ["(nothing fewer)"]))
+            if spec.docker_image is None:
+                _say("[demo] no image import and no install either way: this job asks for "
+                     "none (with a docker_image the first run imports and installs, the "
+                     "second does neither)")
+        else:
+            _say("[demo] the second did NOT reuse the allocation")
             code = code or 1
+        _say(f"[demo] seconds: first {t1:.3f}, second {t2:.3f} (on a local cluster salloc "
+             "is free; on a busy one the first also waits in the queue)")
     if keep:
-        _say(f"[demo] allocation kept (--keep); release it with: slurm-fsm release "
+        _say(f"\n[demo] allocation kept (--keep); release it with: slurm-fsm release "
              f"{root / 'job_spec.json'}")
     else:
         rel = Executor(_spec(root, partition, account, release=True), backend,
                        clock=clock).run()
         _say(f"\n[demo] {rel.summary}")
         code = code or rel.exit_code_for_cli
+    _ending(fake=clock is not None, kept=keep, spec_path=root / "job_spec.json")
     return code
+
+
+def _ending(*, fake: bool, kept: bool, spec_path: Path) -> None:
+    """What is left running and three lines to go on."""
+    source_tree = (Path(__file__).resolve().parent.parent / "Makefile").is_file()
+    conf = os.environ.get("SLURM_CONF", "")
+    if fake:
+        _say("\n[demo] nothing is left running (the fake cluster lived in this process).")
+    else:
+        left = [f"the local Slurm cluster (SLURM_CONF={conf})"] if source_tree and conf else []
+        if kept:
+            left.append(f"the allocation of {spec_path}")
+        _say("\n[demo] left running: " + (", and ".join(left) or "nothing of the demo") + ".")
+    _say("[demo] to go on:")
+    cli = ".venv/bin/slurm-fsm" if source_tree else "slurm-fsm"
+    example = "examples/pytest/job_spec.json" if source_tree else str(spec_path)
+    if fake:
+        use = f"{cli} run {example} --backend fake"
+    else:
+        use = f"export SLURM_CONF={conf or '/etc/slurm/slurm.conf'}; {cli} run {example}"
+    _say(f"  use the CLI in this shell:  {use}"
+         + ("   (or: source .venv/bin/activate, then slurm-fsm ...)" if source_tree else ""))
+    _say("  see the docs:               "
+         + ("make docs && python3 -m http.server -d site   (or docs/index.md)"
+            if source_tree else "the project's docs/ (index.md)"))
+    if source_tree and not fake:
+        _say("  stop the cluster:           make cluster-down")
+    elif not fake:
+        _say("  stop the cluster:           as it was started")

@@ -97,6 +97,7 @@ from slurm_fsm.errors import (
 )
 from slurm_fsm.nvsmi import NvidiaSmiFailed
 from slurm_fsm.ownership import Ownership, describe
+from slurm_fsm.preflight import PreflightFailed, require
 from slurm_fsm.project import install_commands
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState, StateStore
@@ -177,13 +178,25 @@ class PossibleEdge:
     stale: bool = False
 
     def __str__(self) -> str:
+        """``=> advance: Validating -> Ready  [same_container=yes, ...]``: ``=>`` marks
+        the chosen edge; a condition the edge needs false reads ``x=no (needs no)``.
+        Judged on an older observation (:attr:`stale`), every value is ``?``: the
+        trigger looks first, nothing is chosen yet."""
         e = self.edge
         src = "any" if e.source == "*" else e.source.value
-        checks = ", ".join(f"{n}={'yes' if v else 'no'}" for n, v in self.checks)
-        mark = ("~>" if self.stale else "=>") if self.chosen else "  "
+        checks = ", ".join(_check_text(n, None if self.stale else v) for n, v in self.checks)
+        mark = "=>" if self.chosen and not self.stale else "  "
         return (f"{mark} {e.trigger}: {src} -> {e.dest.value}"
                 + (f"  [{checks}]" if checks else "")
-                + ("" if self.holds else "  (does not hold)"))
+                + ("" if self.holds or self.stale else "  (does not hold)"))
+
+
+def _check_text(name: str, holds: bool | None) -> str:
+    """One check as a reader takes it: the condition's own value, not its negation."""
+    negated = name.startswith("not ")
+    cond = name[4:] if negated else name
+    value = "?" if holds is None else ("yes" if holds != negated else "no")
+    return f"{cond}={value}" + (" (needs no)" if negated else "")
 
 
 class _Model:
@@ -336,8 +349,8 @@ class AllocationMachine:
         the internal ``fail``), in table order, each judged on the last observation.
 
         A trigger observes afresh before the table chooses: an edge whose trigger did not
-        make the last observation in this state is marked ``stale`` (printed ``~>``
-        instead of ``=>`` when chosen). No Slurm call.
+        make the last observation in this state is marked ``stale`` (printed with ``?`` for
+        every value and no ``=>``). No Slurm call.
         """
         out = []
         chosen: set[str] = set()
@@ -626,6 +639,7 @@ class AllocationMachine:
                 f"docker_image {spec.docker_image!r} is set but this Slurm has no pyxis "
                 "(srun --help lacks --container-image); nothing was allocated"
             )
+        require(spec, self.backend, self.user)  # partition, nodes, account: before salloc
         # 0D: orphans: this user's jobs with this checkout's tag (whatever their name, an
         # earlier alloc_job_name included) or untagged under our job name. One squeue of
         # this user's jobs; the name is not a filter, the tag decides.
@@ -945,7 +959,7 @@ class AllocationMachine:
         kept = self.store.exists()
         if isinstance(error, AllocationFailed) and error.stderr_tail:
             message = f"{error}"
-        elif isinstance(error, BackendError | SetupFailed | NotOurJobError):
+        elif isinstance(error, BackendError | SetupFailed | NotOurJobError | PreflightFailed):
             message = str(error)
         else:
             message = f"{type(error).__name__}: {error}"

@@ -36,6 +36,12 @@ from slurm_fsm.edges import CONDITIONS, IN_PROGRESS, State
 from slurm_fsm.errors import StateFileError
 from slurm_fsm.jobstate import JobState
 from slurm_fsm.machine import AllocationMachine
+from slurm_fsm.preflight import (
+    ClusterPartition,
+    ClusterQueries,
+    sacctmgr_assoc_argv,
+    sinfo_partitions_argv,
+)
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import MAX_STATE_BYTES, StateStore, read_regular_file
 
@@ -182,6 +188,18 @@ class PlanBackend:
     def has_container_support(self) -> bool:
         self._ask(slurmcli.srun_help_argv())
         return self.real.has_container_support()
+
+    def cluster_partitions(self) -> list[ClusterPartition]:
+        if not isinstance(self.real, ClusterQueries):
+            return []
+        self._ask(sinfo_partitions_argv())
+        return self.real.cluster_partitions()
+
+    def user_associations(self, user: str) -> list[tuple[str, str]] | None:
+        if not isinstance(self.real, ClusterQueries):
+            return None
+        self._ask(sacctmgr_assoc_argv(user))
+        return self.real.user_associations(user)
 
     def expand_nodelist(self, nodelist: str) -> list[str]:
         return self.real.expand_nodelist(nodelist)

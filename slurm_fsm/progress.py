@@ -12,6 +12,7 @@ rest of the run (:attr:`StderrEvents.silenced` says why) and the job goes on.
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from typing import TextIO
@@ -20,11 +21,17 @@ from slurm_fsm.events import Events
 
 __all__ = ["StderrEvents"]
 
+_FAILED = re.compile(r"^(\[\w+ -> Failed\]) ", re.S)
+
 
 class StderrEvents(Events):
     def __init__(self, *, quiet: bool = False, stream_output: bool = False,
-                 stream: TextIO | None = None, plain_interval_s: float = 30.0) -> None:
+                 stream: TextIO | None = None, plain_interval_s: float = 30.0,
+                 report_follows: bool = False) -> None:
         self.quiet = quiet
+        #: a report that says why a run failed is printed after the run (the CLI, the
+        #: demo): the failing transition is shown without its reason, once is enough
+        self.report_follows = report_follows
         self.stream_output = stream_output
         self.out = stream or sys.stderr
         self.tty = bool(getattr(self.out, "isatty", lambda: False)())
@@ -35,6 +42,8 @@ class StderrEvents(Events):
         self._status_shown = False
         self._last_plain = 0.0
         self._started = time.monotonic()
+        #: the messages printed so far (bounded): a detail already shown is not repeated
+        self._shown: list[str] = []
         #: Why the stream stopped being written to (the first OSError), else None.
         self.silenced: str | None = None
 
@@ -62,10 +71,24 @@ class StderrEvents(Events):
 
     def state(self, machine_state: str, detail: str = "") -> None:
         self._state, self._detail = machine_state, detail
+        if detail and any(detail in shown for shown in self._shown):
+            where = "in the report" if self.report_follows else "above"
+            self._line(f"[slurm-fsm] {machine_state} (why: {where})")
+            return
         self._line(f"[slurm-fsm] {machine_state}" + (f": {detail}" if detail else ""))
+        self._remember(detail)
 
     def message(self, text: str) -> None:
-        self._line(f"[slurm-fsm] {text}")
+        failed = _FAILED.match(text)
+        if failed and self.report_follows:
+            self._line(f"[slurm-fsm] {failed.group(1)} (why: in the report)")
+        else:
+            self._line(f"[slurm-fsm] {text}")
+        self._remember(text)
+
+    def _remember(self, text: str) -> None:
+        if text:
+            self._shown = [*self._shown[-49:], text]
 
     def output(self, text: str) -> None:
         if self.quiet or not self.stream_output:

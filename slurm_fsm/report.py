@@ -119,7 +119,8 @@ class Report:
         out = [f"{self.status.name}  ({self.task_type}, {self.mode})"]
 
         def field(name: str, value: object) -> None:
-            out.append(f"  {name + ':':<13}{value}")
+            text = str(value).replace("\n", "\n" + " " * 15)
+            out.append(f"  {name + ':':<13}{text}")
 
         ids = []
         if self.job_id:
@@ -143,7 +144,9 @@ class Report:
             field("work dir", self.work_dir)
         if self.summary:
             field("summary", self.summary)
-        for title, items in (("warnings", self.warnings), ("errors", self.errors)):
+        # an error the summary already says is not printed again
+        errors = [e for e in self.errors if e.strip() not in self.summary]
+        for title, items in (("warnings", self.warnings), ("errors", errors)):
             if items:
                 out.append(f"  {title}:")
                 out.extend(f"    - {item}" for item in items)

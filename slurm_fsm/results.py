@@ -371,8 +371,9 @@ def diagnose(
     if status is Status.OUT_OF_MEMORY:
         rows.append(_row(status.value, "OOM on a node", "lower the batch size"))
     if status is Status.FAILED and exit_code not in (None, 0):
-        rows.append(_row(f"exit {exit_code} and FAILED", "the srun exited non-zero",
-                         "read the .err file (persistent mode: the log)"))
+        rows.append(_row(f"exit {exit_code} and FAILED",
+                         "the job's script (or a step of it) exited non-zero",
+                         "read the log tail (one-shot mode: the .err file)"))
     if status is Status.CANCELLED:
         symptom = (status.value if state in (None, JobState.CANCELLED)
                    else f"{status.value} ({state})")
@@ -421,7 +422,7 @@ def diagnose(
     if hits:
         rows.append(_row(f"failure pattern matched: {', '.join(hits)}",
                          "the job printed a failure pattern", "see errors and the log tail"))
-    if success_missing:
+    if success_missing and exit_code in (None, 0):  # a non-zero exit says more already
         rows.append(_row("no success pattern in the log", "the job did not reach its end",
                          "read the log tail; check success_patterns"))
     workflows = (list(WORKFLOWS.values()) if workflow_type is None
@@ -430,7 +431,7 @@ def diagnose(
         rows += wf.diagnosis(metrics or {})
     if status is Status.ERROR and not rows:
         rows.append(_row("ERROR", "a Slurm command or a setup step failed",
-                         "see errors; the state file says what was done"))
+                         "the summary names the command or step and its message"))
     return rows
 
 

@@ -61,6 +61,13 @@ from slurm_fsm.errors import (
     JobNotFound,
 )
 from slurm_fsm.ownership import Ownership, ownership
+from slurm_fsm.preflight import (
+    ClusterPartition,
+    parse_associations,
+    parse_sinfo_partitions,
+    sacctmgr_assoc_argv,
+    sinfo_partitions_argv,
+)
 
 __all__ = [
     "CommandResult",
@@ -739,6 +746,22 @@ class SubprocessBackend:
             result = self._run(slurmcli.srun_help_argv())
             self._container_support = slurmcli.has_container_option(result.stdout + result.stderr)
         return self._container_support
+
+    # ------------------------------------------- pre-flight (preflight.ClusterQueries)
+
+    def cluster_partitions(self) -> list[ClusterPartition]:
+        """``sinfo``: every partition, its state, nodes and GPUs per node."""
+        result = self._run(sinfo_partitions_argv())
+        return self._parse(result, parse_sinfo_partitions)
+
+    def user_associations(self, user: str) -> list[tuple[str, str]] | None:
+        """``sacctmgr show assoc``: the user's ``(account, partition)`` pairs; None when
+        accounting cannot answer (no slurmdbd, a failure) or lists none."""
+        try:
+            result = self._run(sacctmgr_assoc_argv(user))
+        except BackendError:
+            return None
+        return parse_associations(result.stdout) or None
 
     def expand_nodelist(self, nodelist: str) -> list[str]:
         """``n[1-3]`` -> ``["n1", "n2", "n3"]`` (python-hostlist, no subprocess)."""

@@ -213,12 +213,17 @@ def _and(conds: Sequence[str]) -> list[str]:
     return [c if k == 0 else f"and {c}" for k, c in enumerate(conds)]
 
 
-def states_dot(edges: Sequence[Edge] = EDGES) -> str:
+def _html(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def states_dot(edges: Sequence[Edge] = EDGES, current: State | None = None) -> str:
     """The state diagram in Graphviz dot: every :class:`State`, and one arrow per edge.
 
     Each arrow's SVG element gets the id ``edge-<i>`` (``i`` its index in ``edges``),
     each state's ``state-<name>``; the ``fail`` fan-in (source ``*``) comes from one
     "any state" box. The arrow's tooltip is the edge's step and what happens.
+    ``current`` (a notebook's machine state) is drawn highlighted.
     """
     lines = [
         "digraph slurm_fsm {",
@@ -229,9 +234,26 @@ def states_dot(edges: Sequence[Edge] = EDGES) -> str:
         '  edge [fontname="Helvetica", fontsize=10, arrowsize=0.7];',
         '  "__initial__" [shape=point, width=0.14, label="", id="state-initial", tooltip="start"];',
     ]
+    # a self-loop's label is written in its state's box (under the name): beside a busy
+    # state (Validating has a dozen arrows) Graphviz lays it over other labels
+    loop_labels: dict[str, list[str]] = {}
+    for e in edges:
+        if e.source != "*" and e.source == e.dest:
+            conds = [*e.conditions, *(f"not {u}" for u in e.unless)]
+            loop_labels.setdefault(e.dest.value, []).append(
+                f"\u21bb {e.trigger}" + (f" [{' and '.join(conds)}]" if conds else ""))
     for state in State:
         fill = _FILL.get(state, _NEUTRAL_FILL)
-        lines.append(f"  {_dot_str(state.value)} [id={_dot_str('state-' + state.value)}, "
+        if state is current:
+            fill = "#ffd54f"
+            label = 'penwidth=3, color="#e65100", '
+        else:
+            label = ""
+        if state.value in loop_labels:
+            rows = "<BR/>".join(_html(t) for t in loop_labels[state.value])
+            label += (f"label=<{_html(state.value)}<BR/><FONT POINT-SIZE=\"9\">{rows}</FONT>>, "
+                     'margin="0.2,0.1", ')
+        lines.append(f"  {_dot_str(state.value)} [{label}id={_dot_str('state-' + state.value)}, "
                      f"class=\"state\", fillcolor={_dot_str(fill)}, "
                      f"tooltip={_dot_str(state.value)}];")
     if any(e.source == "*" for e in edges):
@@ -245,9 +267,10 @@ def states_dot(edges: Sequence[Edge] = EDGES) -> str:
         label = e.trigger + (f"\n[{chr(10).join(_and(conds))}]" if conds else "")
         tip = f"{e.step}: {e.doc}" if e.step else e.doc
         ports = ""
-        if src == e.dest.value:  # self-loops alternate sides, so that their labels do not overlap
+        if src == e.dest.value:  # self-loops alternate sides; their label is in the box
             loops[src] = loops.get(src, 0) + 1
             ports = "tailport=w, headport=w, " if loops[src] % 2 == 0 else ""
+            label = ""
         lines.append(f"  {_dot_str(src)} -> {_dot_str(e.dest.value)} [{ports}id=\"edge-{i}\", "
                      f"class={_dot_str('edge-' + e.trigger)}, label={_dot_str(label)}, "
                      f"tooltip={_dot_str(tip or e.trigger)}];")
@@ -259,7 +282,8 @@ _SVG_PREAMBLE = re.compile(r"\A.*?(?=<svg\b)", re.S)
 _SVG_COMMENT = re.compile(r"<!--.*?-->\s*", re.S)
 
 
-def states_svg(dot: str = "dot", *, timeout_s: float = 60.0) -> str:
+def states_svg(dot: str = "dot", *, timeout_s: float = 60.0,
+               current: State | None = None) -> str:
     """The state diagram as an SVG element to inline in a page (Graphviz's ``dot``).
 
     Raises :class:`DiagramError` when ``dot`` is missing or fails: the site is
@@ -271,7 +295,7 @@ def states_svg(dot: str = "dot", *, timeout_s: float = 60.0) -> str:
                            "graphviz (`make docs-deps`, or `apt-get install graphviz`)")
     try:
         proc = subprocess.run(  # noqa: S603 - an argument list, never a shell
-            [exe, "-Tsvg"], input=states_dot(), capture_output=True, text=True,
+            [exe, "-Tsvg"], input=states_dot(current=current), capture_output=True, text=True,
             timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired as exc:
         raise DiagramError(f"`{exe} -Tsvg` did not finish in {timeout_s:g} s") from exc

@@ -1013,7 +1013,9 @@ def _containers_problem(info: ClusterInfo) -> str:
         # "" : started by a version without containers; a failed build is not retried
         # here (that would restart a shared cluster at every look)
         before = info.containers_problem
-        if (not before or before.startswith("no pyxis/enroot sources")) and \
+        not_built = before.startswith(localpyxis.NOT_BUILT) and \
+            os.environ.get(localpyxis.ENV_CONTAINERS, "").strip() != "if-built"
+        if (not before or not_built or before.startswith("no pyxis/enroot sources")) and \
                 not localpyxis.sources_problem():
             return f"started without containers, but the sources are at {localpyxis.sources_dir()}"
         return ""

@@ -5,8 +5,10 @@ sources (``$SLURM_FSM_PYXIS_SRC``, default ``<repo>/../shared/vendor/pyxis-enroo
 which may be read-only), makes the test images, and writes the cluster's
 ``plugstack.conf``. Everything built goes to a machine-wide cache
 (``$SLURM_FSM_PYXIS_CACHE``, default ``/var/cache/slurm_fsm``) under a folder named
-by the sources' hash, so only the first ``up`` of a machine pays for it (about 40 s);
-later ones take well under a second.
+by the sources' hash, so only the first ``up`` of a machine pays for it (about 80 s on
+2 CPUs: :func:`build_estimate_s`); later ones take well under a second. With
+``SLURM_FSM_LOCAL_CONTAINERS=if-built`` (``make demo``) nothing is built: a cached build
+is used, else the cluster comes up without containers until an ``up`` without it.
 
 - The build is the vendored recipe ``setup-pyxis.sh`` (Debian build deps, enroot with
   static musl helpers, pyxis, two busybox+bash images); enroot's commands are linked
@@ -55,6 +57,15 @@ __all__ = [
 
 ENV_SOURCES = "SLURM_FSM_PYXIS_SRC"
 ENV_CACHE = "SLURM_FSM_PYXIS_CACHE"
+#: ``if-built``: use pyxis + enroot when a build is cached, never build them now (the
+#: demo's job needs no container; ``make demo`` sets it). Unset: build when missing.
+ENV_CONTAINERS = "SLURM_FSM_LOCAL_CONTAINERS"
+#: How a cluster started without building says so (``localcluster`` restarts such a
+#: cluster with containers when a later ``up`` may build them).
+NOT_BUILT = "not built yet"
+#: The first build, measured: 83 s on 2 CPUs (a Debian 12 VM, build deps installed);
+#: it is mostly compiling, so it scales with the CPUs.
+_BUILD_CPU_SECONDS = 166.0
 DEFAULT_CACHE = Path("/var/cache/slurm_fsm")
 SOURCE_FILES = ("pyxis-src.tar.gz", "enroot-src.tar.gz", "setup-pyxis.sh")
 LINK_DIR = Path("/usr/local/bin")
@@ -274,13 +285,28 @@ def _python_image(build: Path, image: Path, image_id: str) -> None:
     shutil.rmtree(root, ignore_errors=True)
 
 
+def build_estimate_s() -> float:
+    """How long the first build of enroot + pyxis takes here, from the measured CPU
+    time and this machine's CPUs (at least 40 s)."""
+    return max(40.0, _BUILD_CPU_SECONDS / max(1, os.cpu_count() or 1))
+
+
+def _complete(build: Path) -> bool:
+    """A cached build with the plugin, enroot and every image."""
+    files = [build / "pyxis" / "lib" / "slurm" / "spank_pyxis.so",
+             build / "enroot" / "bin" / "enroot",
+             *(build / f for f, _ in IMAGE_NAMES.values())]
+    return all(p.exists() for p in files)
+
+
 def _build(src: Path, build: Path, say: Callable[[str], None]) -> None:
     """The recipe (idempotent, re-links /usr/local/bin) and the python image."""
     env = dict(os.environ, ROOT=str(build), LINK_DIR=str(LINK_DIR),
                PLUGSTACK=str(build / "plugstack.conf"), DEBIAN_FRONTEND="noninteractive")
     fresh = not (build / "enroot" / "bin" / "enroot").exists()
     if fresh:
-        say(f"building enroot + pyxis from {src} into {build} (about 40 s, once per machine)")
+        say(f"building enroot + pyxis from {src} into {build} (about "
+            f"{build_estimate_s():.0f} s on {os.cpu_count() or 1} CPUs, once per machine)")
     t0 = time.monotonic()
     _run(["bash", str(src / "setup-pyxis.sh"), str(src / "pyxis-src.tar.gz"),
           str(src / "enroot-src.tar.gz")], timeout=_BUILD_TIMEOUT_S, env=env, cwd=build)
@@ -314,6 +340,10 @@ def prepare(base: Path, plugstack: Path, *, say: Callable[[str], None] = print,
         return None, "containers need root (apt-get, enroot in /usr/local/bin)"
     t0 = time.monotonic()
     build = cache_root() / f"pyxis-{_sources_key(src)}"
+    if os.environ.get(ENV_CONTAINERS, "").strip() == "if-built" and not _complete(build):
+        return None, (f"{NOT_BUILT} ({ENV_CONTAINERS}=if-built: nothing here needs a "
+                      f"container); `make cluster` builds them once, about "
+                      f"{build_estimate_s():.0f} s on {os.cpu_count() or 1} CPUs")
     build.mkdir(parents=True, exist_ok=True)
     try:
         with FileLock(str(build) + ".lock", timeout=_BUILD_TIMEOUT_S):

@@ -200,21 +200,88 @@ def test_fake_backend_script_failure_is_the_scripts(tmp_path: Path,
 
 @pytest.mark.parametrize(("params", "extra", "needle"), [
     ({"partition": "batch", "account": "acct"}, [],
-     "salloc: error: invalid partition specified: batch"),
+     "slurm_params.partition: no partition 'batch' on this cluster; it has: debug (up, 4 "
+     "nodes)"),
     ({"partition": "debug", "account": "someone-elses"}, [],
-     "Invalid account or account/partition combination specified"),
+     "slurm_params.account: 'someone-elses' is not an account of user"),
     ({"partition": "gpu", "account": "acct"}, ["--fake-partition", "gpu", "--fake-account",
                                                "other"],
-     "Invalid account or account/partition combination specified"),
+     "slurm_params.account: 'acct' is not an account of user"),
+    ({"partition": "debug", "account": "acct", "nodes": 9}, [],
+     "slurm_params.nodes: 9 nodes asked; partition 'debug' has 4 such nodes"),
 ])
 def test_fake_backend_rejects_partitions_and_accounts_it_was_not_told_about(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], params: dict[str, str],
         extra: list[str], needle: str) -> None:
+    """Caught before salloc (the fake answers the pre-flight questions), named once,
+    with what the cluster has."""
     spec = write_spec(tmp_path, slurm_params=params)
-    assert main(["run", str(spec), "--json", "--quiet", "--backend", "fake", *extra]) == 3
-    report = json.loads(capsys.readouterr().out)
+    assert main(["run", str(spec), "--json", "--backend", "fake", *extra]) == 3
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
     assert report["status"] == "ERROR"
-    assert needle in json.dumps(report)
+    assert needle in report["summary"]
+    assert report["errors"] == [report["summary"]]
+    assert needle not in captured.err  # the progress does not repeat it
+    assert not (tmp_path / "work_dirs" / ".salloc.log").exists()  # no salloc was tried
+
+
+def test_plan_names_a_partition_the_cluster_lacks_and_exits_non_zero(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = write_spec(tmp_path, slurm_params={"partition": "gpu", "account": "acct"})
+    assert main(["plan", str(spec), "--backend", "fake"]) == 3
+    out = capsys.readouterr().out
+    assert "no partition 'gpu' on this cluster; it has: debug (up, 4 nodes)" in out
+    assert "salloc" not in out  # the plan stops at the failed check
+
+
+def test_run_text_report_says_the_reason_once(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    spec = write_spec(tmp_path, slurm_params={"partition": "gpu", "account": "acct"})
+    assert main(["run", str(spec), "--backend", "fake"]) == 3
+    captured = capsys.readouterr()
+    terminal = captured.out + captured.err
+    assert terminal.count("no partition 'gpu'") == 1
+
+
+@pytest.mark.parametrize("command", ["run", "plan", "status", "release"])
+def test_no_slurm_configuration_stops_before_any_slurm_command(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        command: str) -> None:
+    """One message saying how to point the shell at a cluster; no Slurm tool runs."""
+    from slurm_fsm import preflight
+
+    spec = write_spec(tmp_path)
+    (tmp_path / "work_dirs").mkdir(exist_ok=True)  # status with a state file asks Slurm
+    (tmp_path / "work_dirs" / ".slurm_alloc.json").write_text("{}")
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+    monkeypatch.setattr(preflight, "CONFIG_PLACES", (str(tmp_path / "nowhere.conf"),))
+    bin_dir = tmp_path / "bin"  # every Slurm tool, leaving a trace when run
+    bin_dir.mkdir()
+    for tool in ("squeue", "salloc", "srun", "sinfo", "sacctmgr", "scancel", "sacct",
+                 "scontrol", "sbatch"):
+        (bin_dir / tool).write_text(f"#!/bin/sh\ntouch {tmp_path}/ran-{tool}\nexit 1\n")
+        (bin_dir / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    assert main([command, str(spec)]) == 3
+    captured = capsys.readouterr()
+    assert sorted(p.name for p in tmp_path.glob("ran-*")) == []
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, captured.err
+    assert "SLURM_CONF" in lines[0] and "scripts/local-slurm env" in lines[0]
+
+
+def test_slurm_conf_naming_a_missing_file_is_named(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    spec = write_spec(tmp_path)
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "gone.conf"))
+    assert main(["run", str(spec), "--json"]) == 3
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert report["status"] == "ERROR"
+    assert f"SLURM_CONF={tmp_path / 'gone.conf'}: no such file" in report["summary"]
 
 
 def test_fake_backend_takes_declared_partitions(tmp_path: Path,
@@ -360,3 +427,30 @@ def test_run_reports_a_missing_script_with_the_other_problems_in_one_pass(
     # release and status do not need the script
     assert main(["status", str(write_spec(tmp_path, script_path="nope.slurm")), "--json",
                  "--backend", "fake"]) == 0
+
+
+def test_fake_backend_results_say_they_are_fake_and_status_names_no_container(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = write_spec(tmp_path)
+    assert main(["run", str(spec), "--backend", "fake", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(cli.FAKE_BANNER + "\n")
+    assert main(["run", str(spec), "--backend", "fake", "--quiet", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["backend"] == "fake"
+    assert main(["status", str(spec), "--backend", "fake"]) == 0
+    assert capsys.readouterr().out.startswith(cli.FAKE_BANNER)
+
+
+def test_status_of_an_allocation_without_container_says_no_container(tmp_path: Path) -> None:
+    from slurm_fsm.allocation import AllocationStatus
+    from slurm_fsm.duration import Duration
+
+    common = {"state_file": tmp_path / "s.json", "job_id": "7", "nodelist": "n1",
+              "partition": "debug", "nodes": 1, "slurm_state": "RUNNING",
+              "time_left": Duration.parse("10:00")}
+    bare = AllocationStatus(**common, installed=True).render_text()
+    assert "no container (nothing to import or install)" in bare
+    assert "installed" not in bare.replace("nothing to import or install", "")
+    boxed = AllocationStatus(**common, container_name="c1", docker_image="img",
+                             installed=False).render_text()
+    assert "container c1, not installed yet" in boxed

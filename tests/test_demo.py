@@ -19,7 +19,12 @@ def test_fake_demo_reuses_and_releases(tmp_path: Path, monkeypatch: pytest.Monke
     assert "NoState -> Allocating -> Ready -> Running -> Ready" in out
     assert "NoState -> Validating -> Ready -> Running -> Ready" in out
     assert "the second reused allocation" in out
+    assert "run 1 (7 commands)" in out and "run 2 (3 commands)" in out  # side by side
+    skipped = out[out.index("it did not run: "):].splitlines()[0]
+    assert "allocate" in skipped and "find_jobs" in skipped
     assert "released." in out
+    assert "nothing is left running" in out
+    assert "--backend fake" in out  # how to go on
     root = tmp_path / "work_dirs" / "demo" / "fake"
     assert (root / "job_spec.json").exists()
     assert not (root / "work_dirs" / ".slurm_alloc.json").exists()
@@ -48,3 +53,28 @@ def test_the_demo_does_not_start_the_dev_cluster() -> None:
         modules = {node.module for node in ast.walk(tree)
                    if isinstance(node, ast.ImportFrom) and node.module}
         assert "localcluster" not in names and "slurm_fsm_dev.localcluster" not in modules
+
+
+def test_make_demo_does_not_build_containers_its_job_does_not_need(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``make demo`` starts the cluster with SLURM_FSM_LOCAL_CONTAINERS=if-built: with no
+    cached build nothing is built (no 80 s for a job without a container), and the
+    reason carries an estimate made from this machine's CPUs."""
+    import os
+
+    from slurm_fsm_dev import localpyxis
+
+    makefile = (Path(__file__).resolve().parents[1] / "Makefile").read_text()
+    demo_rule = makefile[makefile.index("\ndemo:"):].split("\n\n")[0]
+    assert "SLURM_FSM_LOCAL_CONTAINERS=if-built scripts/local-slurm up" in demo_rule
+    if localpyxis.sources_problem() or os.geteuid() != 0:
+        pytest.fail("this check needs the vendored pyxis sources and root")
+    monkeypatch.setenv(localpyxis.ENV_CACHE, str(tmp_path / "cache"))
+    monkeypatch.setenv(localpyxis.ENV_CONTAINERS, "if-built")
+    said: list[str] = []
+    info, problem = localpyxis.prepare(tmp_path / "base", tmp_path / "plugstack.conf",
+                                       say=said.append)
+    assert info is None and problem.startswith(localpyxis.NOT_BUILT)
+    assert f"about {localpyxis.build_estimate_s():.0f} s" in problem
+    assert said == []  # nothing was built
+    assert (tmp_path / "plugstack.conf").read_text() == ""

@@ -42,6 +42,8 @@ CHROMIUM_ARGS = [
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]
 _ENTRY = re.compile(r"^::: *(\S+)", re.M)
+#: A Sphinx role as a page would show it unrendered (``:class:`` then the name).
+RAW_ROLE = re.compile(r":(?:py:)?(?:class|func|meth|attr|mod|data|exc|obj|const|type):\s*`?\w")
 
 
 def _load_path(name: str, path: Path) -> ModuleType:
@@ -92,6 +94,34 @@ def test_diagram_fails_loudly_without_graphviz() -> None:
 
     with pytest.raises(DiagramError, match="graphviz"):
         states_svg("dot-that-is-not-installed")
+
+
+def test_sphinx_roles_become_links_or_code() -> None:
+    from slurm_fsm_dev.griffe_roles import roles_to_refs
+
+    known = {"JobSpec": "slurm_fsm.spec.JobSpec", "Plan": "slurm_fsm.plan.Plan"}
+    text = ("A :class:`JobSpec`, :attr:`Plan.waits_for`, :meth:`~slurm_fsm.x.Y.z`, "
+            ":func:`nowhere`, :class:`the spec <JobSpec>`.")
+    def resolve(target: str) -> str | None:
+        head, dot, rest = target.partition(".")
+        if head in known:
+            return known[head] + dot + rest
+        return target if "." in target else None
+
+    out = roles_to_refs(text, resolve)
+    assert '<autoref identifier="slurm_fsm.spec.JobSpec" optional><code>JobSpec</code>' in out
+    assert ('<autoref identifier="slurm_fsm.plan.Plan.waits_for" optional>'
+            "<code>Plan.waits_for</code>") in out
+    assert '<autoref identifier="slurm_fsm.x.Y.z" optional><code>z</code>' in out
+    assert ", <code>nowhere</code>," in out  # unresolved: the name in code, no role
+    assert "<code>the spec</code>" in out
+    assert not RAW_ROLE.search(re.sub(r"<[^>]+>", "", out))
+
+
+def test_table_code_pipes_are_unescaped_for_the_site() -> None:
+    hooks = _load_path("docs_hooks", REPO / "scripts" / "docs_hooks.py")
+    md = "| a (`run 2>&1 \\| head -1`) | b |\ntext `x \\| y`\n"
+    assert hooks.unescape_table_code(md) == "| a (`run 2>&1 | head -1`) | b |\ntext `x \\| y`\n"
 
 
 def test_every_public_name_has_an_api_entry() -> None:
@@ -294,6 +324,10 @@ def test_every_page_renders_offline(visit: Visit, site: Path) -> None:
         page = visit.open(path)
         assert page.locator("article h1").count() >= 1, path
         assert page.locator("nav.md-nav--primary").count() == 1, path
+        text = page.locator("article").inner_text()
+        raw = RAW_ROLE.findall(text)
+        assert not raw, f"{path}: raw Sphinx roles on the page: {raw[:5]}"
+        assert "\\|" not in text, f"{path}: a literal \\| on the page"
         name = "home" if rel == "." else rel.replace("/", "-")
         visit.page.screenshot(path=str(visit.shots / f"page-{name}.png"))
 
@@ -309,6 +343,45 @@ def test_states_page_shows_the_diagram(visit: Visit) -> None:
     edges = page.locator("figure.fsm-diagram svg g.edge[id^='edge-']:not(#edge-initial)")
     assert edges.count() == len(EDGES)
     assert page.locator("pre code.language-mermaid, .mermaid").count() == 0  # no raw source
+    # no label lies over another edge's label or over a state's box (as drawn)
+    overlaps = svg.evaluate("""svg => {
+        const box = el => {
+            const b = el.getBBox(); return [b.x, b.y, b.x + b.width, b.y + b.height]; };
+        const hit = (a, b) =>
+            a[0] < b[2] - 1 && b[0] < a[2] - 1 && a[1] < b[3] - 1 && b[1] < a[3] - 1;
+        const labels = [...svg.querySelectorAll("g.edge")].flatMap(g =>
+            [...g.querySelectorAll("text")].map(t => [g.id, t.textContent, box(t)]));
+        const nodes = [...svg.querySelectorAll("g.node")].map(g =>
+            [g.id, box(g.querySelector("path, polygon, ellipse"))]);
+        const out = [];
+        for (const [i, [ga, ta, a]] of labels.entries()) {
+            for (const [gb, tb, b] of labels.slice(i + 1))
+                if (ga !== gb && hit(a, b)) out.push(`${ga} "${ta}" / ${gb} "${tb}"`);
+            for (const [n, b] of nodes) if (hit(a, b)) out.push(`${ga} "${ta}" / box ${n}`);
+        }
+        return out;
+    }""")
+    assert overlaps == [], overlaps
+    # and no arrow runs through another edge's label (sampled every 2 px along each path;
+    # the self-loop labels beside Validating used to sit on six arrows)
+    crossings = svg.evaluate("""svg => {
+        const box = el => {
+            const b = el.getBBox(); return [b.x, b.y, b.x + b.width, b.y + b.height]; };
+        const inside = (p, b) =>
+            p.x > b[0] + 1 && p.x < b[2] - 1 && p.y > b[1] + 1 && p.y < b[3] - 1;
+        const labels = [...svg.querySelectorAll("g.edge")].flatMap(g =>
+            [...g.querySelectorAll("text")].map(t => [g.id, t.textContent, box(t)]));
+        const out = new Set();
+        for (const g of svg.querySelectorAll("g.edge"))
+            for (const path of g.querySelectorAll("path"))
+                for (let d = 0; d <= path.getTotalLength(); d += 2) {
+                    const p = path.getPointAtLength(d);
+                    for (const [id, t, b] of labels)
+                        if (id !== g.id && inside(p, b)) out.add(`${g.id} crosses ${id} "${t}"`);
+                }
+        return [...out];
+    }""")
+    assert crossings == [], crossings
     visit.shot("states")
     # dark mode: the toggle switches the palette, the diagram's text follows the page
     light = svg.locator("text").first.evaluate("t => getComputedStyle(t).fill")
@@ -357,10 +430,18 @@ def test_notebook_page_shows_its_outputs(visit: Visit) -> None:
     outputs = page.locator(".jp-OutputArea-output")
     assert outputs.count() >= 8
     text = " ".join(outputs.all_text_contents())
-    assert "stateDiagram-v2" in text
+    assert "stateDiagram-v2" not in text  # the diagram is a picture, not mermaid text
+    pictures = page.locator(".jp-OutputArea-output svg, .jp-OutputArea-output img")
+    assert pictures.count() >= 1
+    assert pictures.first.bounding_box()["width"] > 300
     assert "Unable to contact slurm controller" in text
     assert "State.Ready" in text
     assert "Traceback" not in text
+    # no code or output line is clipped at its cell's edge
+    clipped = page.locator("article pre").evaluate_all(
+        "ps => ps.filter(p => p.scrollWidth > p.clientWidth + 1)"
+        ".map(p => p.textContent.slice(0, 60))")
+    assert clipped == [], clipped
     visit.shot("notebook")
 
 
@@ -368,6 +449,11 @@ def test_benchmark_page_shows_charts_of_the_results(visit: Visit) -> None:
     figs = json.loads(RESULTS.read_text())["figures"]
     rows = {r["key"]: r for f in figs.values() for r in f.get("rows", ())}
     page = visit.open("benchmarks/")
+    # the first chart is near the top, not under the method (it was 3,400 px down)
+    assert page.locator("article img").first.bounding_box()["y"] < 900
+    for line in page.locator("article li", has_text="not met").all_inner_texts():
+        if line.startswith("Target"):
+            assert "Why: What the figures say" in line, line
     imgs = page.locator("article img.bench-chart")
     assert imgs.count() == 3
     for i in range(imgs.count()):

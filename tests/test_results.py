@@ -365,9 +365,15 @@ def test_diagnose_oom() -> None:
 
 def test_diagnose_exit_nonzero_failed() -> None:
     rows = rows_of(Status.FAILED, exit_code=1, slurm_state="FAILED")
-    assert rows[0] == {"symptom": "exit 1 and FAILED", "cause": "the srun exited non-zero",
-                       "advice": "read the .err file (persistent mode: the log)"}
+    assert rows[0] == {"symptom": "exit 1 and FAILED",
+                       "cause": "the job's script (or a step of it) exited non-zero",
+                       "advice": "read the log tail (one-shot mode: the .err file)"}
     assert rows_of(Status.FAILED, exit_code=0) == []
+    # a script that exits 1 did not fail "to reach its end": the exit row says it
+    both = rows_of(Status.FAILED, exit_code=1, slurm_state="FAILED", success_missing=True)
+    assert symptoms(both) == ["exit 1 and FAILED"]
+    assert "no success pattern in the log" in symptoms(
+        rows_of(Status.FAILED, exit_code=0, success_missing=True))
 
 
 def test_diagnose_cancelled_and_preempted() -> None:

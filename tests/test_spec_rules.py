@@ -307,7 +307,7 @@ def test_cli_warns_on_stderr_and_strict_exits_2(
     code, err = run_cli(f, capsys, "--backend", "fake", "--strict")
     assert code == 2
     assert err.count(str(f)) == 1 and "did you mean success_patterns?" in err
-    assert cli.main(["plan", str(f), "--backend", "fake"]) == 0
+    assert cli.main(["plan", str(f), "--backend", "fake", "--fake-partition", "batch"]) == 0
     assert "did you mean success_patterns?" in capsys.readouterr().err
 
 

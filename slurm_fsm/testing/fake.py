@@ -56,6 +56,7 @@ from slurm_fsm.errors import (
     JobNotFound,
 )
 from slurm_fsm.jobstate import JobState, to_job_state
+from slurm_fsm.preflight import ClusterPartition
 from slurm_fsm.slurmcli import enroot_image, foreign_container_message, sbatch_directives
 
 __all__ = [
@@ -72,7 +73,7 @@ __all__ = [
 #: Operations that talk to the controller (a down controller fails them).
 CONTROLLER_OPS = frozenset({
     "query_job", "find_jobs", "allocate", "run_step", "gpu_processes", "probe_gpu_name",
-    "list_steps", "cancel", "submit", "job_outcome", "granted",
+    "list_steps", "cancel", "submit", "job_outcome", "granted", "cluster_partitions",
 })
 
 
@@ -364,6 +365,12 @@ class FakeCluster:
     the clock is then real time (``clock.advance`` still ages allocations). Steps the
     machine itself runs (:meth:`run_step`: the GPU pre-flight, container setup) stay
     simulated. ``slurm-fsm run --backend fake`` uses this mode.
+
+    With ``preflight=True`` it answers the pre-flight questions
+    (:class:`slurm_fsm.preflight.ClusterQueries`: its partitions, all up, without GPUs,
+    and its accounts), so a wrong partition, account or node count is caught before
+    ``salloc`` as on a real cluster; by default it answers nothing and only its
+    ``salloc`` refuses them.
     """
 
     def __init__(
@@ -382,6 +389,7 @@ class FakeCluster:
         registry: bool = True,
         pending_reason: str | None = None,
         run_scripts: bool = False,
+        preflight: bool = False,
     ) -> None:
         parts = partitions or {"batch": ["node01", "node02", "node03", "node04"]}
         self.partitions: dict[str, list[str]] = {k: list(v) for k, v in parts.items()}
@@ -392,6 +400,8 @@ class FakeCluster:
         self.user = user
         #: run job scripts for real on this machine (see the class docstring)
         self.run_scripts = run_scripts
+        #: answer the pre-flight questions (see the class docstring)
+        self.preflight = preflight
         self.clock = clock or (_WallClock() if run_scripts else FakeClock())
         self.pyxis = pyxis
         #: whether a host path (image file, mount source) exists on the nodes
@@ -639,6 +649,24 @@ class FakeCluster:
                        nodelist=hostlist.collect_hostlist(job.nodes),
                        cpus=job.num_nodes * job.cpus_per_node, cpus_per_node=job.cpus_per_node,
                        gpus_per_node=job.gpus_per_node)
+
+    def cluster_partitions(self) -> list[ClusterPartition]:
+        """The declared partitions, all up, no GPUs (``sinfo``); none unless
+        ``preflight=True``."""
+        if not self.preflight:
+            return []
+        self._call("cluster_partitions")
+        return [ClusterPartition(name=name, state="up", nodes=len(nodes),
+                                 gpus_per_node=(0,) * len(nodes))
+                for name, nodes in self.partitions.items()]
+
+    def user_associations(self, user: str) -> list[tuple[str, str]] | None:
+        """The declared accounts, for any partition (``sacctmgr show assoc``); None
+        unless ``preflight=True``."""
+        if not self.preflight:
+            return None
+        self._call("user_associations", user=user)
+        return [(a, "") for a in sorted(self.accounts)] or None
 
     def allocate(self, request: AllocationRequest, wait_s: float = 10.0) -> str:
         self._call("allocate", request=request)

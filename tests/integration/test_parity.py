@@ -66,7 +66,7 @@ class FakeWorld:
         self.fake = FakeCluster(partitions={cluster.partition: cluster.nodes},
                                 accounts=[cluster.account, cluster.other_account],
                                 user=cluster.user, path_exists=os.path.exists,
-                                registry=False)
+                                registry=False, preflight=True)  # sinfo/sacctmgr too
         self.backend: SlurmBackend = self.fake
 
     def spec(self, **over: Any) -> JobSpec:
@@ -240,7 +240,9 @@ def bad_partition(world: World) -> Outcome:
     spec = world.spec(slurm_params={"partition": "nope"})
     m = world.machine(spec)
     m.prepare()
-    assert m.failure is not None and "Invalid partition name specified" in m.failure.message
+    # caught before salloc, by the same check in both worlds, naming what there is
+    assert m.failure is not None
+    assert "no partition 'nope' on this cluster; it has: " in m.failure.message
     return Outcome(path=tuple(m.path), state=m.state, state_file=spec.state_path.exists(),
                    first_job_running=False, same_job=None, live_jobs=len(world.our_jobs()))
 

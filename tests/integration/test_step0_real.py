@@ -28,6 +28,7 @@ import pytest
 from slurm_fsm.backend import StepRequest
 from slurm_fsm.errors import NotOurJobError
 from slurm_fsm.machine import AllocationMachine, State
+from slurm_fsm.preflight import ClusterPartition
 from slurm_fsm.state import KEYS, AllocState
 from slurm_fsm.subprocess_backend import SubprocessBackend
 from slurm_fsm_dev import localcluster
@@ -258,7 +259,18 @@ def test_salloc_refused_fails_with_slurms_message_and_leaves_nothing(
         params: dict[str, str], message: str) -> None:
     name = names.new("refused")
     spec = make_spec(local_cluster, tmp_path, name, slurm_params=params)
-    m = AllocationMachine(spec, SubprocessBackend())
+
+    class NoPreflight(SubprocessBackend):
+        """What the pre-flight checks cannot see (a QOS limit, a changed cluster):
+        salloc itself refuses. The checks catch these two first (test_preflight_real)."""
+
+        def cluster_partitions(self) -> list[ClusterPartition]:
+            return []
+
+        def user_associations(self, user: str) -> None:
+            return None
+
+    m = AllocationMachine(spec, NoPreflight())
     assert m.prepare() is State.Failed
     assert m.path == ["NoState", "Allocating", "Failed"]
     assert m.failure is not None and m.failure.step == "Allocating"

@@ -1,0 +1,245 @@
+"""Checks made before the first Slurm command that changes anything.
+
+Two kinds, both read-only:
+
+* :func:`slurm_config_problem`: is a Slurm configuration reachable at all
+  (``SLURM_CONF``, or one of the usual places)? Checked on disk, before any Slurm
+  tool runs, so that a shell not pointed at a cluster gets one message that says
+  how to point it at one, not Slurm's own error repeated by every layer.
+* :func:`check_request`: does the cluster have what the spec asks for? The
+  partition exists and is up, the nodes (and GPUs per node) fit it, and the account
+  is one of the user's associations where accounting lists any. It asks a backend
+  that can answer (:class:`ClusterQueries`: ``sinfo`` and ``sacctmgr`` on the real
+  one); a backend that cannot is not checked.
+
+``slurm-fsm plan`` shows the failed checks and exits non-zero; ``slurm-fsm run``
+makes the same checks before ``salloc`` and stops with one error naming what the
+cluster has.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import attrs
+
+from slurm_fsm.capacity import allocation_request_size
+from slurm_fsm.errors import CommandFailed, SlurmFsmError
+from slurm_fsm.spec import JobSpec
+
+__all__ = [
+    "CONFIG_PLACES",
+    "ClusterPartition",
+    "ClusterQueries",
+    "NoSlurmConfig",
+    "PreflightFailed",
+    "check_request",
+    "parse_associations",
+    "parse_sinfo_partitions",
+    "require",
+    "sacctmgr_assoc_argv",
+    "sinfo_partitions_argv",
+    "slurm_config_problem",
+]
+
+#: Where Slurm's tools look for slurm.conf when ``SLURM_CONF`` is unset: Debian's
+#: and the common source builds' compiled-in paths, and the cache of a configless
+#: setup (slurmd's ``conf-cache``, ``/run/slurm/conf``).
+CONFIG_PLACES = (
+    "/etc/slurm/slurm.conf",
+    "/etc/slurm-llnl/slurm.conf",
+    "/usr/local/etc/slurm.conf",
+    "/opt/slurm/etc/slurm.conf",
+    "/run/slurm/conf/slurm.conf",
+    "/var/spool/slurmd/conf-cache/slurm.conf",
+)
+
+#: How to point a shell at the project's own local cluster (docs/local-cluster.md).
+LOCAL_CLUSTER_LINE = 'eval "$(scripts/local-slurm env)"'
+
+
+class NoSlurmConfig(SlurmFsmError):
+    """No Slurm configuration can be found: no Slurm command was run."""
+
+
+class PreflightFailed(SlurmFsmError):
+    """The cluster does not have what the spec asks for: each failed check, naming
+    what the cluster has. Nothing was changed on the cluster."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = list(problems)
+        lines = "\n".join(f"  {p}" for p in self.problems)
+        super().__init__(f"the cluster cannot run this spec as it is:\n{lines}")
+
+
+def slurm_config_problem(environ: Mapping[str, str] | None = None,
+                         places: Iterable[str] | None = None) -> str | None:
+    """None when a Slurm configuration is there to read; else one message saying what
+    is missing and how to point this shell at a cluster. Reads the disk only
+    (``places``: :data:`CONFIG_PLACES` when not given)."""
+    env = os.environ if environ is None else environ
+    places = CONFIG_PLACES if places is None else places
+    conf = env.get("SLURM_CONF", "")
+    how = ("point this shell at a cluster: export SLURM_CONF=/path/to/slurm.conf "
+           f"(the project's local cluster, after `make cluster` or `make demo`: "
+           f"{LOCAL_CLUSTER_LINE})")
+    if conf:
+        if Path(conf).is_file():
+            return None
+        return f"SLURM_CONF={conf}: no such file; {how}"
+    where = list(places)
+    if any(Path(p).is_file() for p in where):
+        return None
+    return (f"no Slurm configuration: SLURM_CONF is not set and there is no "
+            f"{where[0] if where else 'slurm.conf'}; {how}")
+
+
+@attrs.frozen(kw_only=True)
+class ClusterPartition:
+    """A partition as ``sinfo`` reports it."""
+
+    name: str
+    #: up, down, drain, inact (sinfo's %a)
+    state: str
+    #: nodes of the partition
+    nodes: int
+    #: GPUs per node, one entry per node (0 for a node without a gpu GRES; empty when
+    #: not known, read as no GPUs)
+    gpus_per_node: tuple[int, ...] = ()
+
+    @property
+    def is_up(self) -> bool:
+        return self.state == "up"
+
+    def describe(self) -> str:
+        gpus = sorted(set(self.gpus_per_node))
+        gpu_text = "" if gpus in ([], [0]) else \
+            f", {'/'.join(str(g) for g in gpus)} GPUs per node"
+        return f"{self.name} ({self.state}, {self.nodes} node{'s' * (self.nodes != 1)}" \
+               f"{gpu_text})"
+
+
+@runtime_checkable
+class ClusterQueries(Protocol):
+    """What a backend answers for the pre-flight checks (read-only)."""
+
+    def cluster_partitions(self) -> list[ClusterPartition]:
+        """Every partition of the cluster (``sinfo``)."""
+        ...
+
+    def user_associations(self, user: str) -> list[tuple[str, str]] | None:
+        """``(account, partition)`` of each association of ``user`` (partition empty:
+        any); None when accounting cannot say (no slurmdbd, no associations)."""
+        ...
+
+
+def sinfo_partitions_argv() -> list[str]:
+    """``sinfo``: partition, availability, node count and GRES, one row per group."""
+    return ["sinfo", "--noheader", "--all", "--format=%R|%a|%D|%G"]
+
+
+def sacctmgr_assoc_argv(user: str) -> list[str]:
+    """``sacctmgr show assoc``: the user's accounts (and partitions), parsable."""
+    return ["sacctmgr", "--noheader", "--parsable2", "show", "assoc", f"user={user}",
+            "format=account,partition"]
+
+
+_GPU_GRES = re.compile(r"(?:^|,)gpu(?::[^:,(]+)?:(\d+)")
+
+
+def _gpus(gres: str) -> int:
+    return sum(int(m.group(1)) for m in _GPU_GRES.finditer(gres))
+
+
+def parse_sinfo_partitions(text: str) -> list[ClusterPartition]:
+    """Rows of :func:`sinfo_partitions_argv`, merged by partition (sinfo splits one
+    partition into rows of differing GRES or state)."""
+    merged: dict[str, ClusterPartition] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        fields = line.split("|")
+        if len(fields) != 4:
+            raise ValueError(f"sinfo row with {len(fields)} fields, not 4: {line!r}")
+        name, state, count, gres = (f.strip() for f in fields)
+        n = int(count)
+        row = ClusterPartition(name=name, state=state.rstrip("*"), nodes=n,
+                               gpus_per_node=(_gpus(gres),) * n)
+        old = merged.get(name)
+        if old is not None:
+            row = ClusterPartition(name=name, state=old.state if old.is_up else row.state,
+                                   nodes=old.nodes + n,
+                                   gpus_per_node=old.gpus_per_node + row.gpus_per_node)
+        merged[name] = row
+    return list(merged.values())
+
+
+def parse_associations(text: str) -> list[tuple[str, str]]:
+    """Rows of :func:`sacctmgr_assoc_argv`: ``(account, partition)``."""
+    rows = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        account, _, partition = line.partition("|")
+        rows.append((account.strip(), partition.strip().rstrip("|")))
+    return rows
+
+
+def check_request(spec: JobSpec, cluster: ClusterQueries, user: str) -> list[str]:
+    """What the cluster lacks for ``spec``: one line per failed check, naming what the
+    cluster has; empty when every check passes."""
+    params = spec.slurm_params
+    try:
+        parts = {p.name: p for p in cluster.cluster_partitions()}
+    except CommandFailed:  # sinfo failed or printed what we cannot read: no verdict
+        return []  # (an unreachable controller or a timeout is raised: salloc would fail)
+    if not parts:
+        return []
+    part = parts.get(params.partition)
+    have = ", ".join(p.describe() for p in parts.values())
+    problems: list[str] = []
+    if part is None:
+        problems.append(f"slurm_params.partition: no partition {params.partition!r} on "
+                        f"this cluster; it has: {have}")
+    else:
+        if not part.is_up:
+            problems.append(f"slurm_params.partition: partition {part.name!r} is "
+                            f"{part.state}, not up; the cluster has: {have}")
+        # what salloc will ask: the allocation's size (alloc_nodes, alloc_gpus_per_node)
+        if spec.persistent_mode:
+            size = allocation_request_size(spec)
+            nodes, gpus = size.nodes, size.gpus_per_node or 0
+        else:
+            nodes, gpus = params.nodes, params.gpus_per_node or 0
+        field = ("alloc_nodes" if spec.alloc_nodes is not None and spec.persistent_mode
+                 else "slurm_params.nodes")
+        per_node = part.gpus_per_node or (0,) * part.nodes  # GPUs unknown: none
+        fitting = sum(1 for g in per_node if g >= gpus)
+        if nodes > fitting:
+            what = (f"{nodes} node{'s' * (nodes != 1)}" if not gpus else
+                    f"{nodes} node{'s' * (nodes != 1)} with {gpus} GPUs each")
+            problems.append(f"{field}: {what} asked; partition {part.name!r} has "
+                            f"{fitting} such node{'s' * (fitting != 1)}: {part.describe()}")
+    assoc = cluster.user_associations(user)
+    if assoc:
+        usable = {a for a, p in assoc if not p or p == params.partition}
+        if params.account not in usable:
+            accounts = ", ".join(sorted({a for a, _ in assoc}))
+            problems.append(f"slurm_params.account: {params.account!r} is not an account of "
+                            f"user {user} in accounting; theirs: {accounts}")
+    return problems
+
+
+def require(spec: JobSpec, backend: object, user: str) -> None:
+    """Raise :class:`PreflightFailed` when :func:`check_request` finds a problem; a
+    backend that cannot answer (not a :class:`ClusterQueries`) is not checked. The
+    machine calls it before ``salloc``, so ``run`` and ``plan`` check alike."""
+    if not isinstance(backend, ClusterQueries):
+        return
+    problems = check_request(spec, backend, user)
+    if problems:
+        raise PreflightFailed(problems)

@@ -1,0 +1,121 @@
+"""The pre-flight checks: sinfo/sacctmgr parsers, what the cluster lacks, the config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import attrs
+import pytest
+
+from slurm_fsm.preflight import (
+    ClusterPartition,
+    check_request,
+    parse_associations,
+    parse_sinfo_partitions,
+    slurm_config_problem,
+)
+from slurm_fsm.spec import JobSpec
+
+
+def test_sinfo_rows_merge_by_partition_with_gpus_per_node() -> None:
+    text = ("gpu|up|2|gpu:h100:8(S:0-1)\n"
+            "gpu|up|1|gpu:4\n"
+            "debug|up|3|(null)\n"
+            "old|down|1|(null)\n")
+    parts = {p.name: p for p in parse_sinfo_partitions(text)}
+    assert parts["gpu"] == ClusterPartition(name="gpu", state="up", nodes=3,
+                                            gpus_per_node=(8, 8, 4))
+    assert parts["debug"].gpus_per_node == (0, 0, 0)
+    assert not parts["old"].is_up
+    assert parts["gpu"].describe() == "gpu (up, 3 nodes, 4/8 GPUs per node)"
+
+
+def test_sinfo_row_of_the_wrong_shape_is_an_error() -> None:
+    with pytest.raises(ValueError, match="fields"):
+        parse_sinfo_partitions("debug|up|3\n")
+
+
+def test_associations() -> None:
+    assert parse_associations("acct||\nother|gpu|\n\n") == [("acct", ""), ("other", "gpu")]
+
+
+class Cluster:
+    def __init__(self, parts: list[ClusterPartition],
+                 assoc: list[tuple[str, str]] | None) -> None:
+        self.parts, self.assoc = parts, assoc
+
+    def cluster_partitions(self) -> list[ClusterPartition]:
+        return self.parts
+
+    def user_associations(self, user: str) -> list[tuple[str, str]] | None:
+        return self.assoc
+
+
+def _spec(tmp_path: Path, **params: object) -> JobSpec:
+    (tmp_path / "job.slurm").write_text("#!/bin/bash\necho hi\n")
+    base = {"partition": "gpu", "account": "acct", "nodes": 1, **params}
+    return JobSpec.from_dict({"script_path": "job.slurm", "work_dir": "w", "model_name": "m",
+                              "repo_root": ".", "slurm_params": base}, base_dir=tmp_path)
+
+
+GPU = ClusterPartition(name="gpu", state="up", nodes=2, gpus_per_node=(8, 4))
+DEBUG = ClusterPartition(name="debug", state="up", nodes=3, gpus_per_node=(0, 0, 0))
+
+
+@pytest.mark.parametrize(("params", "parts", "assoc", "needle"), [
+    ({"partition": "nope"}, [GPU, DEBUG], None,
+     "no partition 'nope' on this cluster; it has: gpu (up, 2 nodes, 4/8 GPUs per node), "
+     "debug (up, 3 nodes)"),
+    ({}, [ClusterPartition(name="gpu", state="drain", nodes=1)], None,
+     "partition 'gpu' is drain, not up"),
+    ({"nodes": 3}, [GPU], None, "3 nodes asked; partition 'gpu' has 2 such nodes"),
+    ({"nodes": 2, "gpus_per_node": 8}, [GPU], None,
+     "2 nodes with 8 GPUs each asked; partition 'gpu' has 1 such node"),
+    ({"account": "bad"}, [GPU], [("acct", ""), ("other", "")],
+     "'bad' is not an account of user u in accounting; theirs: acct, other"),
+    ({}, [GPU], [("acct", "debug")], "'acct' is not an account of user u"),
+])
+def test_each_failed_check_names_what_the_cluster_has(
+        tmp_path: Path, params: dict[str, object], parts: list[ClusterPartition],
+        assoc: list[tuple[str, str]] | None, needle: str) -> None:
+    problems = check_request(_spec(tmp_path, **params), Cluster(parts, assoc), "u")
+    assert len(problems) == 1 and needle in problems[0], problems
+
+
+def test_a_fitting_request_passes_and_unknowns_are_not_failures(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, nodes=2, gpus_per_node=4)
+    assert check_request(spec, Cluster([GPU], [("acct", "gpu")]), "u") == []
+    assert check_request(spec, Cluster([], None), "u") == []  # nothing known: no verdict
+
+
+def test_config_problem(tmp_path: Path) -> None:
+    conf = tmp_path / "slurm.conf"
+    assert "no such file" in (slurm_config_problem({"SLURM_CONF": str(conf)}, ()) or "")
+    conf.write_text("ClusterName=x\n")
+    assert slurm_config_problem({"SLURM_CONF": str(conf)}, ()) is None
+    assert slurm_config_problem({}, [str(conf)]) is None
+    missing = slurm_config_problem({}, [str(tmp_path / "none")]) or ""
+    assert "SLURM_CONF is not set" in missing and "scripts/local-slurm env" in missing
+
+
+def test_a_sinfo_that_fails_gives_no_verdict(tmp_path: Path) -> None:
+    from slurm_fsm.errors import CommandFailed
+
+    class Broken(Cluster):
+        def cluster_partitions(self) -> list[ClusterPartition]:
+            raise CommandFailed(["sinfo"], 1, "sinfo: error: something odd")
+
+    assert check_request(_spec(tmp_path), Broken([], None), "u") == []
+
+
+def test_the_allocation_size_is_what_is_checked(tmp_path: Path) -> None:
+    """salloc asks alloc_nodes / alloc_gpus_per_node (issue 18), so those must fit."""
+    base = _spec(tmp_path, nodes=1, gpus_per_node=4)
+    cluster = Cluster([GPU], None)
+    assert check_request(base, cluster, "u") == []
+    bigger = attrs.evolve(base, alloc_nodes=2, alloc_gpus_per_node=8)
+    problems = check_request(bigger, cluster, "u")
+    assert len(problems) == 1 and problems[0].startswith(
+        "alloc_nodes: 2 nodes with 8 GPUs each asked; partition 'gpu' has 1 such node"), problems
+    one_shot = attrs.evolve(bigger, persistent_mode=False, log_file_pattern="j_%j.out")
+    assert check_request(one_shot, cluster, "u") == []  # sbatch asks the job's own size
