@@ -435,8 +435,6 @@ class PytestWorkflow(Workflow):
         return dict(parse_pytest(lines))
 
     def relevant(self, line: str) -> bool:
-        if "FAILED" not in line and "ERROR" not in line and " in " not in line:  # not a job state
-            return False  # the cheap test first: most lines are none of these
         clean = _unlabel(_clean(line))
         return (clean.startswith(("FAILED ", "ERROR ", "SUBFAILED"))
                 or (" in " in clean and _PYTEST_SUMMARY.search(clean) is not None))
