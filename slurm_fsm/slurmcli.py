@@ -338,8 +338,9 @@ CONTAINER_MARKS_DIR = '${XDG_STATE_HOME:-$HOME/.local/state}/slurm_fsm/container
 #: owner mark names another checkout, else remove it; then mark the name as this
 #: checkout's (before the import creates it, so an interrupted import leaves no
 #: unmarked container of ours). A container without a mark (made by hand or by an
-#: older slurm_fsm) is removed as before. pyxis hides the job's ENROOT_* path
-#: variables from enroot, so this does too.
+#: older slurm_fsm) is removed as before. A mark that cannot be written (a read-only
+#: home on the nodes) is a warning line, not a failed import. pyxis hides the job's
+#: ENROOT_* path variables from enroot, so this does too.
 CONTAINER_REMOVE_SCRIPT = (
     "unset ENROOT_LIBRARY_PATH ENROOT_SYSCONF_PATH ENROOT_RUNTIME_PATH ENROOT_CACHE_PATH "
     "ENROOT_DATA_PATH ENROOT_TEMP_PATH; "
@@ -355,7 +356,8 @@ CONTAINER_REMOVE_SCRIPT = (
     'enroot remove -f -- "$n" || exit; echo "removed $n on $(hostname)"; fi; '
     'if [ -n "$tag" ]; then mkdir -p -- "$marks" && '
     'printf "%s %s\\n" "$tag" "$desc" > "$marks/.$n.$$" && mv -f -- "$marks/.$n.$$" "$marks/$n" '
-    "|| exit; fi; "
+    '|| echo "slurm_fsm: warning: cannot mark $n on $host as this checkout\'s ($marks)" >&2; '
+    "fi; "
     "done"
 )
 

@@ -193,3 +193,12 @@ def test_removal_replaces_its_own_or_an_unmarked_container(tmp_path: Path,
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "containers").read_text() == "other\n"
     assert _mark(tmp_path).read_text() == "slurm_fsm:repo=aaaa /home/u/repo\n"
+
+
+def test_a_mark_that_cannot_be_written_is_a_warning_not_a_failed_import(
+        tmp_path: Path) -> None:
+    (tmp_path / "home").write_text("not a folder: the marks cannot be made")
+    done = _removal(tmp_path, "slurm_fsm:repo=aaaa", ["pyxis_c"])
+    assert done.returncode == 0, done.stderr
+    assert "cannot mark pyxis_c on n1" in done.stderr
+    assert (tmp_path / "containers").read_text() == ""
