@@ -745,6 +745,9 @@ class AllocationMachine:
             container=container,
             timeout_s=self.setup_timeout_s,
             chdir=chdir,
+            # a helper: no GPU, and beside the allocation's running jobs, not behind them
+            overlap=True,
+            no_gpus=True,
         ))
         if result.exit_code != 0:
             raise SetupFailed(what, result)
@@ -793,6 +796,8 @@ class AllocationMachine:
 
     def _gpu_check(self) -> list[GpuProcess]:
         assert self.alloc is not None
+        if not self.spec.slurm_params.gpus_per_node:
+            return []  # no GPUs asked: nothing to judge, no srun
         procs = self.backend.gpu_processes(self.alloc.job_id, self.alloc.nodes)
         by_node: dict[str, list[str]] = {}
         for p in procs:

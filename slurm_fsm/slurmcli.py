@@ -132,6 +132,10 @@ SACCT_FIELDS = ("JobID", "State", "ExitCode", "Elapsed", "MaxRSS")
 #: The line each node prints before its nvidia-smi rows in :func:`gpu_processes_script`.
 GPU_NODE_MARKER = "@@slurm_fsm-node"
 
+#: The line each node prints, in :func:`gpu_processes_script`, with the pids of the
+#: allocation's own processes there (``scontrol listpids``): its jobs are not intruders.
+GPU_OURS_MARKER = "@@slurm_fsm-ours"
+
 #: How nvidia-smi lists compute processes (procedure step 0E.3).
 GPU_QUERY_ARGV = (
     "nvidia-smi",
@@ -288,6 +292,8 @@ def srun_step_argv(request: StepRequest) -> list[str]:
     ]
     if request.overlap:
         argv.append("--overlap")
+    if request.no_gpus:
+        argv.append("--gres=none")
     if request.chdir:
         argv.append(f"--chdir={request.chdir}")
     if request.container is not None:
@@ -341,8 +347,11 @@ def gpu_processes_script() -> str:
     """
     query = shlex.join(GPU_QUERY_ARGV)
     return (
-        f'echo "{GPU_NODE_MARKER} ${{SLURMD_NODENAME:-$(hostname)}}"; '
-        f"if command -v nvidia-smi >/dev/null 2>&1; then {query} || true; fi"
+        f'node="${{SLURMD_NODENAME:-$(hostname)}}"; echo "{GPU_NODE_MARKER} $node"; '
+        f"if command -v nvidia-smi >/dev/null 2>&1; then {query} || true; "
+        # the allocation's own processes on this node (its other jobs' steps)
+        f'echo "{GPU_OURS_MARKER} $(scontrol listpids "$SLURM_JOB_ID" "$node" 2>/dev/null '
+        "| awk 'NR > 1 && $1 ~ /^[0-9]+$/ {printf \"%s \", $1}')\"; fi"
     )
 
 
@@ -358,6 +367,7 @@ def gpu_processes_argv(job_id: str, nodes: int) -> list[str]:
         str(nodes),
         "--ntasks-per-node=1",
         "--overlap",
+        "--gres=none",
         "-l",
         "bash",
         "-c",
@@ -649,9 +659,11 @@ def parse_gpu_processes(text: str) -> list[GpuProcess]:
 
     Each task first names its node (``N: @@slurm_fsm-node n1``); its later
     ``pid, name, used_memory`` rows belong to that node. Lines that are not
-    such rows (nvidia-smi's own complaints) are ignored.
+    such rows (nvidia-smi's own complaints) are ignored, and so are the processes
+    the node's ``@@slurm_fsm-ours`` line names: the allocation's own jobs.
     """
     node_of: dict[str, str] = {}
+    ours: dict[str, set[str]] = {}
     rows: list[tuple[str, str]] = []
     for line in text.splitlines():
         m = _LABELLED.match(line)
@@ -660,6 +672,8 @@ def parse_gpu_processes(text: str) -> list[GpuProcess]:
         task, body = m.group(1), m.group(2).strip()
         if body.startswith(GPU_NODE_MARKER):
             node_of[task] = body[len(GPU_NODE_MARKER) :].strip()
+        elif body.startswith(GPU_OURS_MARKER):
+            ours[task] = set(body[len(GPU_OURS_MARKER) :].split())
         elif body:
             rows.append((task, body))
     found = []
@@ -668,6 +682,8 @@ def parse_gpu_processes(text: str) -> list[GpuProcess]:
         name, _, memory = rest.rpartition(",")
         if not pid.strip().isdigit() or not name.strip():
             continue
+        if pid.strip() in ours.get(task, ()):
+            continue  # a process of the allocation's own jobs (a sibling job's step)
         found.append(
             GpuProcess(
                 node=node_of.get(task, f"task{task}"),
