@@ -156,7 +156,9 @@ def table(res: dict[str, Any]) -> str:
     lines = [
         f"Median of {res['reps']} on the local cluster (jobs `srun sleep {res['job_s']:g}`, "
         f"warm allocation). Measured with today's lock (a run holds the state file's "
-        "lock from step 0 to its end, so runs of one `repo_root` take turns).",
+        "lock from step 0 to its end, so runs of one `repo_root` take turns). The "
+        "floor is the scripts alone (no step 0, pre-flight or monitor), so it can beat "
+        "one whole run.",
         "",
         "| what | seconds | vs one job / vs taking turns |",
         "|---|---:|---:|",
