@@ -14,8 +14,9 @@ each with a pid file of ours:
 - ``slurmctld`` and several ``slurmd`` (``n1``, ``n2``, ``n3``), each in its own UTS
   namespace so that ``hostname`` differs per node, each with 8 CPUs (more than the
   machine has, so that several steps fit) and 4 emulated GPUs that Slurm schedules
-  for real (``gres/gpu``, ``CUDA_VISIBLE_DEVICES`` per step) with an ``nvidia-smi``
-  stand-in on every task's PATH (:mod:`slurm_fsm_dev.localgpu`).
+  for real (``gres/gpu``, ``CUDA_VISIBLE_DEVICES`` per step) and an ``nvidia-smi``
+  stand-in that :attr:`ClusterInfo.env` puts first on ``PATH`` (srun carries it to
+  every task; :mod:`slurm_fsm_dev.localgpu`).
 
 It then waits until every node is idle and checks that the controller that answers
 is ours (ClusterName, node list): Slurm daemons exit 0 even when they die at once.
@@ -33,6 +34,7 @@ import getpass
 import json
 import os
 import secrets
+import shlex
 import shutil
 import signal
 import socket
@@ -155,12 +157,16 @@ class ClusterInfo:
 
     @property
     def env(self) -> dict[str, str]:
-        """Environment variables that point Slurm clients at this cluster."""
-        return {"SLURM_CONF": str(self.slurm_conf)}
+        """Environment variables that point Slurm clients at this cluster: ``SLURM_CONF``,
+        and ``PATH`` with the nvidia-smi stand-in first (srun carries the caller's
+        ``PATH`` to every task: that is how the stand-in is on the nodes' ``PATH``)."""
+        return {"SLURM_CONF": str(self.slurm_conf),
+                "PATH": localgpu.path_with_stand_in(self.base_dir,
+                                                    os.environ.get("PATH", os.defpath))}
 
     @property
     def export_line(self) -> str:
-        return f"export SLURM_CONF={self.slurm_conf}"
+        return _export_line(self.base_dir)
 
     def to_json(self) -> dict[str, Any]:
         data = {
@@ -644,7 +650,6 @@ def _slurm_conf(layout: _Layout, *, port0: int, nodes: Sequence[str], auth: str)
         # CPUs and GPUs as declared here, not as found: more than the machine has
         "SlurmdParameters=config_overrides",
         "GresTypes=gpu",
-        f"TaskProlog={localgpu.task_prolog_path(b)}",
         "ReturnToService=2",
         "MpiDefault=none",
         "MailProg=/bin/true",
@@ -702,6 +707,12 @@ def _dbd_conf(layout: _Layout, *, port0: int, auth: str, db_password: str) -> st
 
 
 # ---------------------------------------------------------------- start-up steps
+
+
+def _export_line(base: Path) -> str:
+    """``export SLURM_CONF=... PATH=<nvidia-smi stand-in>:$PATH`` for a shell."""
+    conf = shlex.quote(str(_Layout(base).slurm_conf))
+    return f'export SLURM_CONF={conf} PATH={shlex.quote(str(localgpu.bin_dir(base)))}:"$PATH"'
 
 
 def _say(msg: str) -> None:
@@ -1199,7 +1210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             _say(f"down ({time.monotonic() - t0:.2f}s)")
             return 0
         if args.command == "env":
-            print(f"export SLURM_CONF={_Layout(base_dir()).slurm_conf}")
+            print(_export_line(base_dir()))
             return 0
         st = status()
         print(st.state)

@@ -7,8 +7,11 @@ twin; Slurm reads the GPU's index from the digits of the file name), and Slurm
 hands each step its own GPUs and sets ``CUDA_VISIBLE_DEVICES`` for it
 (``task/none`` does not remap: the indices are the node's).
 
-An ``nvidia-smi`` stand-in (:data:`NVIDIA_SMI_NAME` in ``<base>/gpu-bin``) is put
-on every task's ``PATH`` by the cluster's ``TaskProlog``. It answers the queries
+An ``nvidia-smi`` stand-in (:data:`NVIDIA_SMI_NAME` in ``<base>/gpu-bin``) is on every
+task's ``PATH`` because srun carries the caller's ``PATH`` to its tasks and the
+cluster's client environment (``ClusterInfo.env``, the ``up``/``env`` export line)
+puts the folder first (a ``TaskProlog`` cannot: pyxis runs it inside the container,
+where its file is not). It answers the queries
 slurm_fsm makes, in the formats the real one prints (see
 ``real-material/slurm/nvidia_smi_fixtures.txt``), for the GPUs of
 ``CUDA_VISIBLE_DEVICES`` (all of the node's when unset):
@@ -40,12 +43,12 @@ __all__ = [
     "gpu_dir",
     "gres_conf",
     "gres_node_field",
+    "path_with_stand_in",
     "prepare",
     "put_process",
     "reset",
     "set_failure",
     "set_model",
-    "task_prolog_path",
 ]
 
 GPUS_PER_NODE = 4
@@ -64,8 +67,11 @@ def bin_dir(base: Path) -> Path:
     return base / "gpu-bin"
 
 
-def task_prolog_path(base: Path) -> Path:
-    return base / "etc" / "task_prolog.sh"
+def path_with_stand_in(base: Path, path: str) -> str:
+    """``path`` (a ``PATH`` value) with the stand-in's folder first, once."""
+    first = str(bin_dir(base))
+    rest = [p for p in path.split(os.pathsep) if p and p != first]
+    return os.pathsep.join([first, *rest])
 
 
 def _dev_dir(base: Path, node: str) -> Path:
@@ -165,7 +171,7 @@ for i in "${{ok[@]}}"; do echo "GPU $i: $name (UUID: $(uuid "$i"))"; done
 
 
 def prepare(base: Path, nodes: Sequence[str], gpus: int = GPUS_PER_NODE) -> str:
-    """Make the device files, the stand-in and the task prolog; return gres.conf's text.
+    """Make the device files and the stand-in; return gres.conf's text.
 
     Needs root for ``mknod`` (the local cluster runs as root); an OSError says why not.
     """
@@ -182,14 +188,6 @@ def prepare(base: Path, nodes: Sequence[str], gpus: int = GPUS_PER_NODE) -> str:
     smi = bd / NVIDIA_SMI_NAME
     smi.write_text(_stand_in(base, gpus))
     smi.chmod(0o755)
-    prolog = task_prolog_path(base)
-    prolog.parent.mkdir(parents=True, exist_ok=True)
-    # TaskProlog: each "export NAME=value" line it prints is set in the task's environment
-    prolog.write_text(
-        "#!/bin/sh\n# written by slurm_fsm_dev.localgpu: the nvidia-smi stand-in on PATH\n"
-        f'echo "export PATH={bd}:$PATH"\n'
-    )
-    prolog.chmod(0o755)
     return gres_conf(base, nodes, gpus)
 
 
