@@ -15,7 +15,7 @@ import importlib as _importlib
 import typing as _typing
 
 if _typing.TYPE_CHECKING:  # pragma: no cover - what the lazy table below resolves to
-    from slurm_fsm.allocation import SHARING_RULES, Allocation, AllocationStatus
+    from slurm_fsm.allocation import SHARING_RULES, Allocation, AllocationStatus, RunHandle
     from slurm_fsm.backend import (
         AllocationRequest,
         BatchRequest,
@@ -91,6 +91,7 @@ _EXPORTS: dict[str, str] = {
     # the allocation: the object an orchestrator holds, its state file, the machine
     "Allocation": "slurm_fsm.allocation",
     "AllocationStatus": "slurm_fsm.allocation",
+    "RunHandle": "slurm_fsm.allocation",
     "SHARING_RULES": "slurm_fsm.allocation",
     "AllocState": "slurm_fsm.state",
     "StateStore": "slurm_fsm.state",
@@ -196,6 +197,7 @@ __all__ = [
     "PreStep",
     "PreStepResult",
     "Report",
+    "RunHandle",
     "RunningScript",
     "ScriptRequest",
     "SetupFailed",

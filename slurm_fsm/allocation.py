@@ -11,6 +11,14 @@ One checkout (``repo_root``) has at most one persistent allocation; its state fi
             report = alloc.run(JobSpec.from_file(path))          # one allocation for all
         print(alloc.status().time_left)
 
+Several jobs at once, each on its own share of the allocation (see
+:mod:`slurm_fsm.placement`)::
+
+    with Allocation(repo_root, SubprocessBackend()) as alloc:
+        reports = alloc.run_many(specs, max_parallel=4)          # in the order of specs
+        handle = alloc.submit(spec)                               # or one at a time
+        report = handle.result()
+
 Without ``with`` nothing is ever released automatically: call :meth:`release`.
 Whether a spec reuses the allocation or replaces it is decided by the machine's
 conditions; :data:`SHARING_RULES` writes them down and :meth:`Allocation.reuse_problems`
@@ -19,6 +27,9 @@ applies them to a spec, without any Slurm call.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -37,7 +48,7 @@ if TYPE_CHECKING:
     from slurm_fsm.spec import JobSpec
     from slurm_fsm.state import AllocState
 
-__all__ = ["SHARING_RULES", "Allocation", "AllocationStatus"]
+__all__ = ["SHARING_RULES", "Allocation", "AllocationStatus", "RunHandle"]
 
 #: When a spec runs in the allocation that is already there (in this order; the first
 #: that fails decides). Each rule is checked by a pure function of the state file and
@@ -112,6 +123,25 @@ class AllocationStatus:
                 f"{self.nodes} node(s) {self.nodelist} on {self.partition}, {container}")
 
 
+@attrs.frozen
+class RunHandle:
+    """A run started by :meth:`Allocation.submit`: its spec and the future of its report."""
+
+    spec: JobSpec
+    future: Future[Report]
+
+    def result(self, timeout: float | None = None) -> Report:
+        """The report, once the run has ended (raises what the run raised)."""
+        return self.future.result(timeout)
+
+    def done(self) -> bool:
+        return self.future.done()
+
+    def cancel(self) -> bool:
+        """Drop a run that has not started yet (a started run is not stopped here)."""
+        return self.future.cancel()
+
+
 class Allocation:
     """The persistent allocation of one checkout (``repo_root``), held by an orchestrator.
 
@@ -143,6 +173,10 @@ class Allocation:
         self.policy = policy
         self.reports: list[Report] = []
         self._last_spec: JobSpec | None = None
+        self._mutex = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+        #: how many runs :meth:`submit` starts at once (its thread pool's size)
+        self.max_parallel = 8
 
     @classmethod
     def for_spec(cls, spec: JobSpec, backend: SlurmBackend, **kwargs: Any) -> Allocation:
@@ -189,6 +223,10 @@ class Allocation:
         Raises :class:`SpecError` (no Slurm call) when the spec belongs to another
         checkout or is one-shot.
         """
+        self._check(spec)
+        return self._run_checked(spec)
+
+    def _run_checked(self, spec: JobSpec) -> Report:
         from slurm_fsm.executor import Executor
 
         if spec.release_allocation:
@@ -196,9 +234,58 @@ class Allocation:
         self._check(spec)
         report = Executor(spec, self.backend, clock=self.clock, events=self.events,
                           policy=self.policy, state_path=self._state_path).run()
-        self._last_spec = spec
-        self.reports.append(report)
+        with self._mutex:
+            self._last_spec = spec
+            self.reports.append(report)
         return report
+
+    def submit(self, spec: JobSpec) -> RunHandle:
+        """Start ``spec`` in this allocation in a thread of its own and return at once.
+
+        Each run is a whole :class:`~slurm_fsm.executor.Executor` run; runs started
+        together share the allocation, each job on its own share of it (the script's
+        ``srun`` is confined to its ``slurm_params``, Slurm queues it while the
+        allocation is full). At most :attr:`max_parallel` runs go at once; the
+        others wait for a thread. Raises :class:`SpecError` at once (nothing starts)
+        when the spec belongs to another checkout or is one-shot.
+        """
+        self._check(spec)
+        with self._mutex:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=self.max_parallel,
+                                                thread_name_prefix="slurm_fsm-run")
+            pool = self._pool
+        return RunHandle(spec, pool.submit(self._run_checked, spec))
+
+    def run_many(self, specs: Iterable[JobSpec], *, max_parallel: int | None = None,
+                 ) -> list[Report]:
+        """Run ``specs`` at once (at most ``max_parallel`` at a time, default all) and
+        return their reports in the order of ``specs``.
+
+        Every spec is checked first: one that does not belong here raises
+        :class:`SpecError` naming it, and nothing runs. All runs are waited for even
+        when one raises; the first exception is then raised.
+        """
+        specs = list(specs)
+        if max_parallel is not None and max_parallel < 1:
+            raise ValueError(f"max_parallel: must be >= 1, not {max_parallel}")
+        problems = []
+        for i, spec in enumerate(specs):
+            try:
+                self._check(spec)
+            except SpecError as exc:
+                problems += [f"specs[{i}] {p}" for p in exc.problems]
+        if problems:
+            raise SpecError("run_many", problems)
+        if not specs:
+            return []
+        workers = min(len(specs), max_parallel or len(specs))
+        with ThreadPoolExecutor(max_workers=workers,
+                                thread_name_prefix="slurm_fsm-run") as pool:
+            futures = [pool.submit(self._run_checked, spec) for spec in specs]
+            for f in futures:
+                f.exception()  # wait for every run, whatever one of them raised
+        return [f.result() for f in futures]
 
     def reuse_problems(self, spec: JobSpec) -> list[str]:
         """Why ``spec`` would not simply reuse the allocation of the state file, by the
@@ -267,5 +354,9 @@ class Allocation:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
+        with self._mutex:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)  # submitted runs end before the release
         if self._last_spec is not None and self.state() is not None:
             self.release()

@@ -209,6 +209,8 @@ class StepRequest:
     timeout_s: float = 600.0
     overlap: bool = False
     chdir: str | None = None
+    #: ``--gres=none``: the step takes none of the allocation's GPUs (a helper step)
+    no_gpus: bool = False
 
 
 @attrs.frozen

@@ -19,7 +19,8 @@ from typing import Any
 
 import attrs
 
-from slurm_fsm.backend import BatchRequest, JobOutcome, ScriptRequest, SlurmBackend, step_env
+from slurm_fsm import placement
+from slurm_fsm.backend import BatchRequest, JobOutcome, ScriptRequest, SlurmBackend
 from slurm_fsm.clock import Clock
 from slurm_fsm.errors import (
     BackendError,
@@ -379,8 +380,8 @@ class Executor:
             f"Running {spec.script_path} on allocation {alloc.job_id} ({alloc.nodelist}, "
             f"{left} left), container {spec.container_name or '-'}; log {log}"
         )
-        env = step_env(attrs.evolve(info, nodelist=info.nodelist or alloc.nodelist),
-                       spec.slurm_params.nodes, spec.slurm_params.ntasks_per_node)
+        env = placement.script_env(attrs.evolve(info, nodelist=info.nodelist or alloc.nodelist),
+                                   spec.slurm_params, spec.script_path)
         try:
             script = self.backend.start_script(ScriptRequest(
                 script_path=spec.script_path, log_path=log, env=env, cwd=spec.work_dir,
@@ -403,9 +404,10 @@ class Executor:
             watch = watch_script(
                 script, backend=self.backend, job_id=alloc.job_id,
                 timeout_s=float(spec.monitor_timeout_seconds), clock=self.clock,
-                policy=self.policy, on_output=self.events.output,
-                on_message=self.events.message, on_tick=self.events.tick,
-                output=output_for_spec(spec, [log], on_text=self.events.output),
+                policy=self.policy, on_message=self.events.message, on_tick=self.events.tick,
+                output=output_for_spec(spec, [log], on_text=placement.QueueWatch(
+                    self.events.output, self.events.message,
+                    spec.slurm_params.gpus_per_node or 0)),
             )
         finally:
             if script.poll() is not None:  # ended (or stopped on the way out): nothing left

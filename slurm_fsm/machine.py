@@ -785,6 +785,9 @@ class AllocationMachine:
             container=container,
             timeout_s=self.setup_timeout_s,
             chdir=chdir,
+            # a helper: no GPU, and beside the allocation's running jobs, not behind them
+            overlap=True,
+            no_gpus=True,
         ))
         if result.exit_code != 0:
             raise SetupFailed(what, result)
@@ -835,6 +838,8 @@ class AllocationMachine:
 
     def _gpu_check(self) -> list[GpuProcess]:
         assert self.alloc is not None
+        if not self.spec.slurm_params.gpus_per_node:
+            return []  # no GPUs asked: nothing to judge, no srun
         try:
             procs = self.backend.gpu_processes(self.alloc.job_id, self.alloc.nodes)
         except NvidiaSmiFailed as exc:  # a node whose GPUs nobody can see is not clean

@@ -42,6 +42,9 @@ __all__ = [
 NODE_MARKER = "@@slurm_fsm-node"
 #: The line printed after nvidia-smi: its exit status.
 EXIT_MARKER = "@@slurm_fsm-nvidia-smi-exit"
+#: The line each node prints, in :func:`gpu_processes_script`, with the pids of the
+#: allocation's own processes there (``scontrol listpids``): its jobs are not intruders.
+OURS_MARKER = "@@slurm_fsm-ours"
 
 PROCESS_QUERY = ("nvidia-smi", "--query-compute-apps=pid,name,used_memory",
                  "--format=csv,noheader")
@@ -80,7 +83,11 @@ def gpu_processes_script() -> str:
     processes (stderr too) and its exit status, when nvidia-smi exists."""
     query = shlex.join(PROCESS_QUERY)
     return (f"{_NODE}if command -v nvidia-smi >/dev/null 2>&1; then {query} 2>&1; "
-            f'echo "{EXIT_MARKER} $?"; fi')
+            f'echo "{EXIT_MARKER} $?"; '
+            # the allocation's own processes on this node (its other jobs' steps)
+            f'echo "{OURS_MARKER} $(scontrol listpids "$SLURM_JOB_ID" '
+            '"${SLURMD_NODENAME:-$(hostname)}" 2>/dev/null '
+            "| awk 'NR > 1 && $1 ~ /^[0-9]+$/ {printf \"%s \", $1}')\"; fi")
 
 
 def probe_script() -> str:
@@ -97,8 +104,11 @@ def probe_script() -> str:
 _LABELLED = re.compile(r"^\s*(\d+):\s?(.*)$")
 
 
-def _by_node(text: str, labelled: bool) -> dict[str, tuple[str, list[str], int | None]]:
-    """task -> (node, lines, exit status) from the scripts' output."""
+def _by_node(text: str, labelled: bool,
+             ours: dict[str, set[int]] | None = None,
+             ) -> dict[str, tuple[str, list[str], int | None]]:
+    """task -> (node, lines, exit status) from the scripts' output; ``ours`` (when
+    given) gets node -> the pids its ``@@slurm_fsm-ours`` line names."""
     out: dict[str, tuple[str, list[str], int | None]] = {}
     for line in text.splitlines():
         task, body = "0", line.rstrip()
@@ -113,6 +123,10 @@ def _by_node(text: str, labelled: bool) -> dict[str, tuple[str, list[str], int |
         elif body.startswith(EXIT_MARKER):
             word = body[len(EXIT_MARKER):].strip()
             code = int(word) if word.isdigit() else code
+        elif body.startswith(OURS_MARKER):
+            if ours is not None:
+                ours.setdefault(node, set()).update(
+                    int(w) for w in body[len(OURS_MARKER):].split() if w.isdigit())
         elif body.strip():
             lines.append(body.strip())
         out[task] = (node, lines, code)
@@ -129,15 +143,19 @@ def _process_row(node: str, body: str) -> GpuProcess | None:
 
 def parse_gpu_processes(text: str) -> tuple[list[GpuProcess], list[NvidiaSmiFailure]]:
     """Output of :func:`gpu_processes_script` run with ``srun -l`` on each node ->
-    (compute processes, nodes whose nvidia-smi failed with its text)."""
+    (compute processes, nodes whose nvidia-smi failed with its text). The processes
+    a node's ``@@slurm_fsm-ours`` line names are the allocation's own (a sibling job's
+    step) and are left out."""
     procs: list[GpuProcess] = []
     failures: list[NvidiaSmiFailure] = []
-    for node, lines, code in _by_node(text, labelled=True).values():
+    ours: dict[str, set[int]] = {}
+    for node, lines, code in _by_node(text, labelled=True, ours=ours).values():
         if code:
             failures.append(NvidiaSmiFailure(node=node, exit_code=code,
                                              text=" ".join(lines)[:500]))
             continue
-        procs += [p for p in (_process_row(node, body) for body in lines) if p is not None]
+        procs += [p for p in (_process_row(node, body) for body in lines)
+                  if p is not None and p.pid not in ours.get(node, ())]
     return procs, failures
 
 

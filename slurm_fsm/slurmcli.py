@@ -143,6 +143,10 @@ SACCT_FIELDS = ("JobID", "State", "ExitCode", "Elapsed", "MaxRSS")
 #: The line each node prints before its nvidia-smi rows in :func:`gpu_processes_script`.
 GPU_NODE_MARKER = nvsmi.NODE_MARKER
 
+#: The line each node prints, in :func:`gpu_processes_script`, with the pids of the
+#: allocation's own processes there (``scontrol listpids``): its jobs are not intruders.
+GPU_OURS_MARKER = nvsmi.OURS_MARKER
+
 #: How nvidia-smi lists compute processes (procedure step 0E.3).
 GPU_QUERY_ARGV = (
     "nvidia-smi",
@@ -311,6 +315,8 @@ def srun_step_argv(request: StepRequest) -> list[str]:
     ]
     if request.overlap:
         argv.append("--overlap")
+    if request.no_gpus:
+        argv.append("--gres=none")
     if request.chdir:
         argv.append(f"--chdir={request.chdir}")
     if request.container is not None:
@@ -426,6 +432,7 @@ def gpu_processes_argv(job_id: str, nodes: int) -> list[str]:
         str(nodes),
         "--ntasks-per-node=1",
         "--overlap",
+        "--gres=none",
         "-l",
         "bash",
         "-c",

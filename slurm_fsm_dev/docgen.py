@@ -39,6 +39,7 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "slurm_fsm.progress",
     "slurm_fsm.build",
     "slurm_fsm.allocation",
+    "slurm_fsm.placement",
     "slurm_fsm.plan",
     "slurm_fsm.state",
     "slurm_fsm.capacity",

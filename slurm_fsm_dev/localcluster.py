@@ -12,7 +12,11 @@ each with a pid file of ours:
   ``sacct`` works and accounts are enforced (``acct`` and ``other``; anything else
   is refused);
 - ``slurmctld`` and several ``slurmd`` (``n1``, ``n2``, ``n3``), each in its own UTS
-  namespace so that ``hostname`` differs per node.
+  namespace so that ``hostname`` differs per node, each with 8 CPUs (more than the
+  machine has, so that several steps fit) and 4 emulated GPUs that Slurm schedules
+  for real (``gres/gpu``, ``CUDA_VISIBLE_DEVICES`` per step) and an ``nvidia-smi``
+  stand-in that :attr:`ClusterInfo.env` puts first on ``PATH`` (srun carries it to
+  every task; :mod:`slurm_fsm_dev.localgpu`).
 
 It then waits until every node is idle and checks that the controller that answers
 is ours (ClusterName, node list): Slurm daemons exit 0 even when they die at once.
@@ -30,6 +34,7 @@ import getpass
 import json
 import os
 import secrets
+import shlex
 import shutil
 import signal
 import socket
@@ -45,7 +50,7 @@ import attrs
 from filelock import FileLock
 
 from slurm_fsm.errors import SlurmFsmError
-from slurm_fsm_dev import localpyxis
+from slurm_fsm_dev import localgpu, localpyxis
 from slurm_fsm_dev.localpyxis import ContainerInfo
 
 __all__ = [
@@ -55,6 +60,7 @@ __all__ = [
     "DEFAULT_BASE_DIR",
     "ENV_AUTH",
     "ENV_BASE_DIR",
+    "GPUS_PER_NODE",
     "OTHER_ACCOUNT",
     "PACKAGES",
     "PARTITION",
@@ -86,7 +92,9 @@ OTHER_ACCOUNT = "other"
 #: An account that does not exist: jobs under it are refused.
 BAD_ACCOUNT = "nope"
 DEFAULT_NODES = 3
-CPUS_PER_NODE = 4
+CPUS_PER_NODE = 8
+#: emulated GPUs (see slurm_fsm_dev.localgpu): Slurm schedules them for real
+GPUS_PER_NODE = localgpu.GPUS_PER_NODE
 MEMORY_PER_NODE_MB = 8192
 
 PACKAGES = ("slurm-wlm", "slurm-client", "slurmdbd", "mariadb-server", "munge")
@@ -149,12 +157,16 @@ class ClusterInfo:
 
     @property
     def env(self) -> dict[str, str]:
-        """Environment variables that point Slurm clients at this cluster."""
-        return {"SLURM_CONF": str(self.slurm_conf)}
+        """Environment variables that point Slurm clients at this cluster: ``SLURM_CONF``,
+        and ``PATH`` with the nvidia-smi stand-in first (srun carries the caller's
+        ``PATH`` to every task: that is how the stand-in is on the nodes' ``PATH``)."""
+        return {"SLURM_CONF": str(self.slurm_conf),
+                "PATH": localgpu.path_with_stand_in(self.base_dir,
+                                                    os.environ.get("PATH", os.defpath))}
 
     @property
     def export_line(self) -> str:
-        return f"export SLURM_CONF={self.slurm_conf}"
+        return _export_line(self.base_dir)
 
     def to_json(self) -> dict[str, Any]:
         data = {
@@ -635,7 +647,9 @@ def _slurm_conf(layout: _Layout, *, port0: int, nodes: Sequence[str], auth: str)
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_Core_Memory",
         "DefMemPerCPU=512",
+        # CPUs and GPUs as declared here, not as found: more than the machine has
         "SlurmdParameters=config_overrides",
+        "GresTypes=gpu",
         "ReturnToService=2",
         "MpiDefault=none",
         "MailProg=/bin/true",
@@ -657,7 +671,8 @@ def _slurm_conf(layout: _Layout, *, port0: int, nodes: Sequence[str], auth: str)
     for i, node in enumerate(nodes):
         lines.append(
             f"NodeName={node} NodeHostname={node} NodeAddr=127.0.0.1 Port={port0 + 10 + i} "
-            f"CPUs={CPUS_PER_NODE} RealMemory={MEMORY_PER_NODE_MB} State=UNKNOWN"
+            f"CPUs={CPUS_PER_NODE} RealMemory={MEMORY_PER_NODE_MB} "
+            f"{localgpu.gres_node_field(GPUS_PER_NODE)} State=UNKNOWN"
         )
     lines.append(
         f"PartitionName={PARTITION} Nodes={','.join(nodes)} Default=YES MaxTime=INFINITE State=UP"
@@ -692,6 +707,12 @@ def _dbd_conf(layout: _Layout, *, port0: int, auth: str, db_password: str) -> st
 
 
 # ---------------------------------------------------------------- start-up steps
+
+
+def _export_line(base: Path) -> str:
+    """``export SLURM_CONF=... PATH=<nvidia-smi stand-in>:$PATH`` for a shell."""
+    conf = shlex.quote(str(_Layout(base).slurm_conf))
+    return f'export SLURM_CONF={conf} PATH={shlex.quote(str(localgpu.bin_dir(base)))}:"$PATH"'
 
 
 def _say(msg: str) -> None:
@@ -950,6 +971,7 @@ def _start(layout: _Layout, n_nodes: int) -> ClusterInfo:
             containers_problem=containers_problem,
         )
         password = secrets.token_hex(_DB_PASSWORD_BYTES)
+        (layout.etc / "gres.conf").write_text(localgpu.prepare(layout.base, nodes))
         layout.slurm_conf.write_text(_slurm_conf(layout, port0=port0, nodes=nodes, auth=auth))
         layout.dbd_conf.write_text(_dbd_conf(layout, port0=port0, auth=auth, db_password=password))
         os.chmod(layout.dbd_conf, 0o600)
@@ -1030,6 +1052,8 @@ def _check(info: ClusterInfo, daemons: Sequence[_Daemon]) -> list[str]:
     containers = _containers_problem(info)
     if containers:
         problems.append(containers)
+    if not (info.base_dir / "etc" / "gres.conf").exists():
+        problems.append("started without GPUs (by an older `up`)")
     names = {d.name for d in daemons}
     expected = {"mariadbd", "slurmdbd", "slurmctld", *(f"slurmd-{n}" for n in info.nodes)}
     if info.auth == "munge":
@@ -1188,7 +1212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             _say(f"down ({time.monotonic() - t0:.2f}s)")
             return 0
         if args.command == "env":
-            print(f"export SLURM_CONF={_Layout(base_dir()).slurm_conf}")
+            print(_export_line(base_dir()))
             return 0
         st = status()
         print(st.state)

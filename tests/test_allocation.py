@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from slurm_fsm import (
@@ -107,3 +109,49 @@ def test_sharing_rules_are_written_down() -> None:
 def test_the_fake_clock_is_the_default(make_spec: SpecFactory, fake: FakeCluster) -> None:
     alloc = Allocation(make_spec().repo_root, fake)
     assert alloc.clock is fake.clock
+
+
+# ------------------------------------------------------------ several jobs at once
+
+
+def test_run_many_returns_the_reports_in_the_order_of_the_specs(make_spec: SpecFactory,
+                                                                fake: FakeCluster) -> None:
+    specs = [make_spec(model_name=name) for name in ("llama", "mistral", "qwen", "phi")]
+    fake.script(specs[0].script_path, FakeScript(lines=PYTEST_OK))
+    alloc = Allocation(specs[0].repo_root, fake)
+    reports = alloc.run_many(specs, max_parallel=2)
+    assert [r.status for r in reports] == [Status.PASSED] * 4
+    logs = [Path(r.log_files["stdout"] or "").name for r in reports]
+    assert [n.split("_")[0] for n in logs] == ["llama", "mistral", "qwen", "phi"]
+    assert len({r.allocation_id for r in reports}) == 1
+    assert fake.ops().count("allocate") == 1
+    assert len(alloc.reports) == 4
+
+
+def test_run_many_checks_every_spec_before_any_runs(make_spec: SpecFactory,
+                                                    fake: FakeCluster, tmp_path: Path) -> None:
+    good = make_spec()
+    other = make_spec(repo_root=str(tmp_path / "elsewhere"))
+    one_shot = make_spec(persistent_mode=False, log_file_pattern="x_%j.out")
+    alloc = Allocation(good.repo_root, fake)
+    with pytest.raises(SpecError) as err:
+        alloc.run_many([good, other, one_shot])
+    text = str(err.value)
+    assert "specs[1] repo_root" in text and "specs[2] persistent_mode" in text
+    assert fake.ops() == []
+    with pytest.raises(ValueError, match="max_parallel"):
+        alloc.run_many([good], max_parallel=0)
+    assert alloc.run_many([]) == []
+
+
+def test_submit_returns_a_handle_whose_result_is_the_report(make_spec: SpecFactory,
+                                                            fake: FakeCluster) -> None:
+    spec = make_spec()
+    fake.script(spec.script_path, FakeScript(lines=PYTEST_OK))
+    with Allocation(spec.repo_root, fake) as alloc:
+        handles = [alloc.submit(spec), alloc.submit(spec)]
+        reports = [h.result(timeout=60) for h in handles]
+        assert all(h.done() for h in handles) and handles[0].spec is spec
+        assert [r.status for r in reports] == [Status.PASSED] * 2
+        assert reports[0].allocation_id == reports[1].allocation_id
+    assert alloc.reports[-1].status is Status.RELEASED  # released after both ended

@@ -38,7 +38,9 @@ def test_0e_import_warm_install_command_lines(make_spec: SpecFactory) -> None:
     assert m.prepare() is State.Ready
     job = m.alloc.job_id if m.alloc else ""
     mounts = "--container-mounts=/data:/data:ro,/home/u/repo:/workspace"
-    base = ["srun", f"--jobid={job}", "-N", "2", "--ntasks-per-node=1"]
+    # setup steps are helpers: beside the allocation's jobs, with no GPU of theirs
+    base = ["srun", f"--jobid={job}", "-N", "2", "--ntasks-per-node=1", "--overlap",
+            "--gres=none"]
     repo = str(spec.repo_root)
     assert step_argvs(fake) == [
         [*base, f"--container-image={PYXIS_IMAGE}", "--container-name=llama_auto_test:create",
@@ -52,7 +54,7 @@ def test_0e_import_warm_install_command_lines(make_spec: SpecFactory) -> None:
          "pip", "install", "-r", "requirements-dev.txt"],
     ]
     gpu = slurmcli.gpu_processes_argv(job, 2)
-    assert gpu[:5] == base and "--container-name" not in " ".join(gpu)  # on the host
+    assert gpu[:7] == base and "--container-name" not in " ".join(gpu)  # on the host
 
 
 def test_0f_container_switch_imports_the_new_name_only(make_spec: SpecFactory) -> None:
@@ -67,7 +69,7 @@ def test_0f_container_switch_imports_the_new_name_only(make_spec: SpecFactory) -
     assert m.prepare() is State.Ready
     job = m.alloc.job_id if m.alloc else ""
     assert step_argvs(fake) == [
-        ["srun", f"--jobid={job}", "-N", "1", "--ntasks-per-node=1",
+        ["srun", f"--jobid={job}", "-N", "1", "--ntasks-per-node=1", "--overlap", "--gres=none",
          f"--container-image={PYXIS_IMAGE}", "--container-name=mistral:create", "true"],
     ]
 

@@ -57,7 +57,8 @@ def test_persistent_pass_then_reuse_with_one_query(make_spec: SpecFactory,
     assert second.path == ["NoState", "Validating", "Ready", "Running", "Ready"]
     before_start = fake.ops()[: fake.ops().index("start_script")]
     assert [op for op in before_start if op == "query_job"] == ["query_job"]
-    assert [op for op in before_start if op in CONTROLLER_OPS] == ["query_job", "gpu_processes"]
+    # no GPUs asked: no GPU pre-flight srun
+    assert [op for op in before_start if op in CONTROLLER_OPS] == ["query_job"]
     env = next(c for c in fake.calls if c.op == "start_script").args["request"].env
     assert env["SLURM_JOB_ID"] == first.allocation_id
     assert env["SLURM_NNODES"] == env["SLURM_JOB_NUM_NODES"] == "1"

@@ -401,7 +401,7 @@ def test_allocation_with_image_imports_warms_checks_installs(make_spec: SpecFact
                                                              fake: FakeCluster) -> None:
     spec = make_spec(docker_image=IMAGE, container_name="llama",
                      container_mounts="/data:/data,/home:/workspace:ro",
-                     slurm_params={"nodes": 2})
+                     slurm_params={"nodes": 2, "gpus_per_node": 1})
     fake.add_gpu_process("node02", 4242, "python", "30000 MiB")
     m = machine(spec, fake)
     assert m.prepare() is State.Ready
@@ -605,9 +605,24 @@ def test_setup_step_failures_get_their_own_report(make_spec: SpecFactory, fake: 
 # ---------------------------------------------------------------- Ready / Running
 
 
+def test_no_gpus_asked_means_no_gpu_preflight_srun(make_spec: SpecFactory,
+                                                   fake: FakeCluster) -> None:
+    """A job that asks no GPU has none to judge: no nvidia-smi step at all."""
+    spec = make_spec(slurm_params={"gpus_per_node": 0})
+    ready_allocation(spec, fake)
+    fake.add_gpu_process("node01", 77, "stale")
+    m = machine(spec, fake)
+    m.prepare()
+    m.run()
+    assert m.state is State.Running
+    assert slurm_ops(fake) == ["query_job"]
+    assert not any("GPU processes" in w for w in m.warnings)
+
+
 def test_run_preflight_reuses_validation_and_warns(make_spec: SpecFactory,
                                                    fake: FakeCluster) -> None:
-    spec = make_spec(alloc_time_limit="01:00:00", slurm_params={"time_limit": "02:00:00"})
+    spec = make_spec(alloc_time_limit="01:00:00",
+                     slurm_params={"time_limit": "02:00:00", "gpus_per_node": 1})
     ready_allocation(spec, fake)
     fake.add_gpu_process("node01", 77, "stale")
     m = machine(spec, fake)

@@ -217,18 +217,19 @@ def test_srun_step_needs_a_command() -> None:
 
 def test_gpu_processes_argv_and_its_script_runs_without_nvidia_smi(tmp_path: Path) -> None:
     argv = slurmcli.gpu_processes_argv("7", 2)
-    assert argv[:8] == [
+    assert argv[:9] == [
         "srun",
         "--jobid=7",
         "-N",
         "2",
         "--ntasks-per-node=1",
         "--overlap",
+        "--gres=none",  # a helper: takes no GPU, waits behind no job
         "-l",
         "bash",
     ]
-    assert argv[8] == "-c"
-    script = argv[9]
+    assert argv[9] == "-c"
+    script = argv[10]
     assert "nvidia-smi --query-compute-apps=pid,name,used_memory --format=csv,noheader" in script
     # the script itself, on a host with no nvidia-smi: only the marker line
     env = {"PATH": str(tmp_path), "SLURMD_NODENAME": "n7"}
@@ -250,12 +251,16 @@ def test_gpu_processes_script_with_a_fake_nvidia_smi(tmp_path: Path) -> None:
         env=env,
         check=True,
     )
-    # nvidia-smi's stderr is kept (a failure's words), then its exit status
+    # nvidia-smi's stderr is kept (a failure's words), then its exit status; no
+    # scontrol on this PATH: no pid of the allocation's own is known
     assert done.stdout == ("@@slurm_fsm-node n1\n"
                            "--query-compute-apps=pid,name,used_memory --format=csv,noheader\n"
-                           "4242, /usr/bin/python3, 1024 MiB\n@@slurm_fsm-nvidia-smi-exit 0\n")
+                           "4242, /usr/bin/python3, 1024 MiB\n@@slurm_fsm-nvidia-smi-exit 0\n"
+                           "@@slurm_fsm-ours \n")
     labelled = "".join(f"0: {line}\n" for line in done.stdout.splitlines())
     assert [p.pid for p in slurmcli.parse_gpu_processes(labelled)] == [4242]
+    ours = labelled.replace("@@slurm_fsm-ours ", "@@slurm_fsm-ours 17 4242 ")
+    assert slurmcli.parse_gpu_processes(ours) == []  # a sibling job's process: ours
 
 
 def test_probe_gpu_argv() -> None:
@@ -1123,3 +1128,23 @@ def test_salloc_job_id_from_its_log() -> None:
     assert slurmcli.salloc_job_id(granted) == granted.split()[-1]
     assert slurmcli.salloc_job_id("salloc: Pending job allocation 77\n") == "77"
     assert slurmcli.salloc_job_id((DATA / "salloc_bad_partition.log").read_text()) is None
+
+
+def test_gpu_processes_ignore_the_allocations_own_processes() -> None:
+    """A sibling job's process (its pid listed by ``scontrol listpids``) is no intruder."""
+    text = "\n".join([
+        "0: @@slurm_fsm-node n1",
+        "1: @@slurm_fsm-node n2",
+        "0: 4242, /usr/bin/ollama, 5012 MiB",
+        "0: 777, python, 100 MiB",
+        "1: 777, python, 100 MiB",
+        "0: @@slurm_fsm-ours 777 778 ",
+        "1: @@slurm_fsm-ours ",
+    ])
+    found = [(p.node, p.pid) for p in slurmcli.parse_gpu_processes(text)]
+    assert found == [("n1", 4242), ("n2", 777)]
+
+
+def test_helper_steps_take_no_gpu() -> None:
+    step = StepRequest(job_id="7", argv=("ls",), nodes=1, overlap=True, no_gpus=True)
+    assert slurmcli.srun_step_argv(step)[4:7] == ["--ntasks-per-node=1", "--overlap", "--gres=none"]

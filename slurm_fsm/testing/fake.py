@@ -390,6 +390,7 @@ class FakeCluster:
         pending_reason: str | None = None,
         run_scripts: bool = False,
         preflight: bool = False,
+        gpus_per_node: int = 8,
     ) -> None:
         parts = partitions or {"batch": ["node01", "node02", "node03", "node04"]}
         self.partitions: dict[str, list[str]] = {k: list(v) for k, v in parts.items()}
@@ -421,6 +422,9 @@ class FakeCluster:
         self._step_rules: list[StepRule] = []
         self._running: list[_FakeRunningScript | _LocalFakeScript] = []
         self._bin: Path | None = None  # the srun shim's folder (run_scripts=True)
+        #: GPUs of every node: the ``srun`` of a script run for real takes them from a
+        #: ledger (see :meth:`gpus_in_use`) and waits while they are taken
+        self.gpus_per_node = gpus_per_node
 
     # ---------------------------------------------------------------- test controls
     def fail_next(self, op: str, error: BaseException, times: int = 1) -> None:
@@ -611,11 +615,49 @@ class FakeCluster:
             self._bin = folder
         return self._bin
 
+    def _gpu_ledger(self) -> Path:
+        """The GPU ledger of the scripts' ``srun`` (``<node>.gpu<i>`` per GPU taken)."""
+        ledger = self._srun_bin() / "gpus"
+        ledger.mkdir(exist_ok=True)
+        return ledger
+
+    def gpus_in_use(self) -> dict[str, dict[int, str]]:
+        """``{node: {GPU index: job id}}`` of the GPUs that steps of scripts hold now."""
+        out: dict[str, dict[int, str]] = {}
+        if self._bin is None:
+            return out
+        for f in sorted(self._gpu_ledger().iterdir()):
+            node, _, index = f.name.rpartition(".gpu")
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                out.setdefault(node, {})[int(index)] = f.read_text().split()[1]
+        return out
+
+    def _our_pids(self, job_id: str) -> set[int]:
+        """The pids of the steps of ``job_id`` that hold GPUs (srun and its tasks)."""
+        pids: set[int] = set()
+        if self._bin is None:
+            return pids
+        for f in self._gpu_ledger().iterdir():
+            with contextlib.suppress(OSError):
+                words = f.read_text().split()
+                if len(words) > 1 and words[1] == job_id:
+                    pids.update(int(w) for w in words if w.isdigit())
+        return pids
+
     def _script_env(self, job: FakeJob, env: Mapping[str, str]) -> dict[str, str]:
         """What a script of ``job`` run for real gets on top of the caller's SLURM_*."""
         path = os.environ.get("PATH", os.defpath)
         return {**env, "SLURM_FSM_FAKE_NODES": " ".join(job.nodes),
+                "SLURM_FSM_FAKE_GPU_DIR": str(self._gpu_ledger()),
+                "SLURM_FSM_FAKE_GPUS_PER_NODE": str(self.gpus_per_node),
                 "PATH": f"{self._srun_bin()}{os.pathsep}{path}"}
+
+    def srun_env(self, job_id: str) -> dict[str, str]:
+        """The environment in which a command run here (``srun ...``) is a step of
+        ``job_id``, as for a script of that job (with ``run_scripts=True``)."""
+        job = self._job(job_id)
+        return self._script_env(job, {**os.environ, "SLURM_JOB_ID": job_id,
+                                      "SLURM_JOB_NUM_NODES": str(len(job.nodes))})
 
     def _script_for(self, path: Path) -> FakeScript:
         key = str(path)
@@ -651,13 +693,13 @@ class FakeCluster:
                        gpus_per_node=job.gpus_per_node)
 
     def cluster_partitions(self) -> list[ClusterPartition]:
-        """The declared partitions, all up, no GPUs (``sinfo``); none unless
-        ``preflight=True``."""
+        """The declared partitions, all up, each node with ``gpus_per_node`` GPUs
+        (``sinfo``); none unless ``preflight=True``."""
         if not self.preflight:
             return []
         self._call("cluster_partitions")
         return [ClusterPartition(name=name, state="up", nodes=len(nodes),
-                                 gpus_per_node=(0,) * len(nodes))
+                                 gpus_per_node=(self.gpus_per_node,) * len(nodes))
                 for name, nodes in self.partitions.items()]
 
     def user_associations(self, user: str) -> list[tuple[str, str]] | None:
@@ -803,8 +845,10 @@ class FakeCluster:
     def gpu_processes(self, job_id: str, nodes: int) -> list[GpuProcess]:
         self._call("gpu_processes", job_id=job_id, nodes=nodes)
         job = self._job(job_id)
+        ours = self._our_pids(job_id)  # the allocation's own jobs are not intruders
         return [GpuProcess(node=n, pid=pid, name=name, used_memory=mem)
-                for n in job.nodes[:nodes] for pid, name, mem in self.nodes[n].gpu_processes]
+                for n in job.nodes[:nodes] for pid, name, mem in self.nodes[n].gpu_processes
+                if pid not in ours]
 
     def probe_gpu_name(self, partition: str, account: str | None = None) -> str | None:
         self._call("probe_gpu_name", partition=partition, account=account)

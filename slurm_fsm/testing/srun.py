@@ -14,14 +14,25 @@ code 3``). Other options (``--jobid``, ``--overlap``, ``--container-*``, ...) ar
 accepted and ignored; container options are named on stderr, since nothing runs in a
 container here.
 
+GPUs: a step that asks GPUs (``--gpus-per-node`` or ``SLURM_GPUS_PER_NODE``, unless
+``--gres=none``) takes them from the cluster's GPU ledger (``SLURM_FSM_FAKE_GPU_DIR``:
+one file per node and GPU, made with ``O_EXCL``, naming the holder; a dead holder's
+file is taken over), all or none. While they are taken by other steps it waits, saying
+so as srun does (``srun: Job N step creation temporarily disabled, retrying
+(Requested nodes are busy)``, then ``srun: Step created for job N``); each task gets
+``CUDA_VISIBLE_DEVICES`` (its node's GPU indices, as Slurm with ``task/none``).
+
 Standard library only: it runs as ``python -I -S srun.py ARGS`` (no site-packages).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 
 __all__ = ["main"]
@@ -81,6 +92,97 @@ def _env_int(name: str, default: int) -> int:
         return default
 
 
+def _holder(path: str) -> int | None:
+    try:
+        with open(path, encoding="ascii") as fh:
+            return int(fh.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _try_take(ledger: str, nodes: Sequence[str], gpus: int, total: int, job: str,
+              ) -> dict[str, list[int]] | None:
+    """Take ``gpus`` GPUs on each of ``nodes`` (all or none): their indices per node."""
+    taken: dict[str, list[int]] = {n: [] for n in nodes}
+    made: list[str] = []
+    for node in nodes:
+        for i in range(total):
+            if len(taken[node]) == gpus:
+                break
+            path = os.path.join(ledger, f"{node}.gpu{i}")
+            holder = _holder(path)
+            if holder is not None and not _alive(holder):
+                with contextlib.suppress(OSError):
+                    os.unlink(path)  # a dead step's GPU
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                continue
+            with os.fdopen(fd, "w", encoding="ascii") as fh:
+                fh.write(f"{os.getpid()} {job}\n")
+            made.append(path)
+            taken[node].append(i)
+        if len(taken[node]) < gpus:
+            _release(made)
+            return None
+    return taken
+
+
+def _release(paths: Sequence[str]) -> None:
+    for path in paths:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+def _note_tasks(ledger: str, taken: dict[str, list[int]], pids: Sequence[int]) -> None:
+    """Name the tasks' pids in the ledger (the fake's GPU pre-flight knows them as ours)."""
+    for node, indices in taken.items():
+        for i in indices:
+            with contextlib.suppress(OSError), \
+                    open(os.path.join(ledger, f"{node}.gpu{i}"), "a", encoding="ascii") as fh:
+                fh.write(" ".join(str(p) for p in pids) + "\n")
+
+
+def _take_gpus(opts: dict[str, str | None], nodes: Sequence[str]) -> dict[str, list[int]] | None:
+    """The GPUs of this step, waited for; None when it asks none."""
+    if opts.get("--gres") == "none":
+        return None
+    gpus = _int(opts, "--gpus-per-node")
+    if gpus is None:
+        gpus = _env_int("SLURM_GPUS_PER_NODE", 0)
+    ledger = os.environ.get("SLURM_FSM_FAKE_GPU_DIR", "")
+    if gpus <= 0 or not ledger:
+        return None
+    total = _env_int("SLURM_FSM_FAKE_GPUS_PER_NODE", 8)
+    job = os.environ.get("SLURM_JOB_ID", "?")
+    if gpus > total:
+        print(f"srun: error: Unable to create step for job {job}: Requested node "
+              "configuration is not available", file=sys.stderr)
+        raise SystemExit(1)
+    waited = False
+    while True:
+        taken = _try_take(ledger, nodes, gpus, total, job)
+        if taken is not None:
+            if waited:
+                print(f"srun: Step created for job {job}", file=sys.stderr, flush=True)
+            return taken
+        if not waited:
+            print(f"srun: Job {job} step creation temporarily disabled, retrying "
+                  "(Requested nodes are busy)", file=sys.stderr, flush=True)
+            waited = True
+        time.sleep(0.05)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``srun ARGS`` here; the exit code srun would give."""
     opts, command = _parse(list(sys.argv[1:] if argv is None else argv))
@@ -107,14 +209,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     if containers:
         print(f"srun (fake cluster): {', '.join(containers)} ignored: the command runs "
               "on this machine, not in a container", file=sys.stderr)
+    step_nodes = [names[i % len(names)] for i in range(nodes)]
+    # stopped (scancel of the step, the script's end): give the GPUs back on the way out
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    gpus = _take_gpus(opts, step_nodes)
+    try:
+        return _run_tasks(command, step_nodes, ntasks, gpus)
+    finally:
+        if gpus is not None:
+            ledger = os.environ["SLURM_FSM_FAKE_GPU_DIR"]
+            _release([os.path.join(ledger, f"{n}.gpu{i}") for n, idx in gpus.items()
+                      for i in idx])
+
+
+def _run_tasks(command: Sequence[str], step_nodes: Sequence[str], ntasks: int,
+               gpus: dict[str, list[int]] | None) -> int:
+    nodes = len(step_nodes)
     block = -(-ntasks // nodes)  # tasks per node, filled node by node as srun's block
     procs: list[tuple[int, str, subprocess.Popen[bytes]]] = []
     for task in range(ntasks):
         index = min(task // block, nodes - 1)
-        node = names[index % len(names)]
+        node = step_nodes[index]
         env = dict(os.environ, SLURM_PROCID=str(task), SLURM_LOCALID=str(task % block),
                    SLURM_NODEID=str(index), SLURMD_NODENAME=node,
                    SLURM_STEP_NUM_TASKS=str(ntasks), SLURM_STEP_NUM_NODES=str(nodes))
+        if gpus is not None:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpus[node])
         try:
             proc = subprocess.Popen(  # noqa: S603 - the user's argument list, as srun runs it
                 command, env=env, stdin=None if task == 0 else subprocess.DEVNULL)
@@ -127,6 +247,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 p.wait()
             return 2
         procs.append((task, node, proc))
+    if gpus is not None:
+        _note_tasks(os.environ["SLURM_FSM_FAKE_GPU_DIR"], gpus, [p.pid for _t, _n, p in procs])
     worst = 0
     for task, node, proc in procs:
         rc = proc.wait()

@@ -76,7 +76,8 @@ def local_cluster() -> Iterator[ClusterInfo]:
         pytest.fail(f"the local Slurm cluster cannot come up: {text}", pytrace=False)
     info = result.info
     saved_conf = os.environ.get("SLURM_CONF")
-    os.environ["SLURM_CONF"] = str(info.slurm_conf)
+    saved_path = os.environ.get("PATH")
+    os.environ.update(info.env)  # SLURM_CONF, and PATH with the nvidia-smi stand-in
     before = {line.split()[0] for line in _squeue(info)}  # not ours: existed already
     containers_before = set(info.containers.container_dirs()) if info.containers else set()
     problem = ""
@@ -105,6 +106,8 @@ def local_cluster() -> Iterator[ClusterInfo]:
                 os.environ.pop("SLURM_CONF", None)
             else:
                 os.environ["SLURM_CONF"] = saved_conf
+            if saved_path is not None:
+                os.environ["PATH"] = saved_path
             if result.started and os.environ.get("SLURM_FSM_KEEP_CLUSTER") != "1":
                 localcluster.down()
     if problem:

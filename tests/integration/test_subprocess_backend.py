@@ -34,6 +34,7 @@ from slurm_fsm.backend import (
 from slurm_fsm.duration import Duration
 from slurm_fsm.errors import AllocationFailed, CommandTimedOut, JobNotFound
 from slurm_fsm.subprocess_backend import SubprocessBackend
+from slurm_fsm_dev import localgpu
 from slurm_fsm_dev.localcluster import ClusterInfo
 
 from .helpers import until, without_pyxis
@@ -505,7 +506,17 @@ def test_no_pyxis_here(cleanup: Cleanup, local_cluster: ClusterInfo, tmp_path: P
     assert "--container-image" in result.stderr
 
 
-def test_probe_gpu_name_without_gpus(
+def test_probe_gpu_name_reads_the_nodes_nvidia_smi(
     backend: SubprocessBackend, local_cluster: ClusterInfo
 ) -> None:
+    """The local cluster's emulated GPUs answer as the real nvidia-smi does."""
+    name = backend.probe_gpu_name(local_cluster.partition, local_cluster.account)
+    assert name == "NVIDIA H100 80GB HBM3"
+
+
+def test_probe_gpu_name_without_nvidia_smi(local_cluster: ClusterInfo) -> None:
+    """A node with no nvidia-smi on its PATH: no GPU name, no error."""
+    stand_in = str(localgpu.bin_dir(local_cluster.base_dir))
+    path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if p != stand_in)
+    backend = SubprocessBackend(timeout_s=30, env={"PATH": path})
     assert backend.probe_gpu_name(local_cluster.partition, local_cluster.account) is None
