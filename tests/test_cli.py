@@ -201,7 +201,7 @@ def test_fake_backend_script_failure_is_the_scripts(tmp_path: Path,
 @pytest.mark.parametrize(("params", "extra", "needle"), [
     ({"partition": "batch", "account": "acct"}, [],
      "slurm_params.partition: no partition 'batch' on this cluster; it has: debug (up, 4 "
-     "nodes)"),
+     "nodes, 8 GPUs per node)"),
     ({"partition": "debug", "account": "someone-elses"}, [],
      "slurm_params.account: 'someone-elses' is not an account of user"),
     ({"partition": "gpu", "account": "acct"}, ["--fake-partition", "gpu", "--fake-account",
@@ -231,7 +231,8 @@ def test_plan_names_a_partition_the_cluster_lacks_and_exits_non_zero(
     spec = write_spec(tmp_path, slurm_params={"partition": "gpu", "account": "acct"})
     assert main(["plan", str(spec), "--backend", "fake"]) == 3
     out = capsys.readouterr().out
-    assert "no partition 'gpu' on this cluster; it has: debug (up, 4 nodes)" in out
+    assert ("no partition 'gpu' on this cluster; it has: debug (up, 4 nodes, 8 GPUs per node)"
+            in out)
     assert "salloc" not in out  # the plan stops at the failed check
 
 
