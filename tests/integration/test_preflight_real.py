@@ -28,10 +28,11 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize(("params", "needle"), [
-    ({"partition": "gpu"}, "no partition 'gpu' on this cluster; it has: debug (up, 3 nodes)"),
+    ({"partition": "gpu"},
+     "no partition 'gpu' on this cluster; it has: debug (up, 3 nodes, 4 GPUs per node)"),
     ({"account": "nosuch"}, "'nosuch' is not an account of user"),
     ({"nodes": 5}, "5 nodes asked; partition 'debug' has 3 such nodes"),
-    ({"gpus_per_node": 1}, "1 node with 1 GPUs each asked; partition 'debug' has 0 such"),
+    ({"gpus_per_node": 5}, "1 node with 5 GPUs each asked; partition 'debug' has 0 such"),
 ])
 def test_plan_and_run_name_what_the_cluster_has(
         local_cluster: ClusterInfo, names: JobNames, tmp_path: Path,

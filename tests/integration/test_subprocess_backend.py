@@ -509,9 +509,10 @@ def test_no_pyxis_here(cleanup: Cleanup, local_cluster: ClusterInfo, tmp_path: P
 def test_probe_gpu_name_reads_the_nodes_nvidia_smi(
     backend: SubprocessBackend, local_cluster: ClusterInfo
 ) -> None:
-    """The local cluster's emulated GPUs answer as the real nvidia-smi does."""
+    """The local cluster's emulated GPUs answer as the real nvidia-smi does: the name
+    and the compute capability (``--query-gpu=name,compute_cap``)."""
     name = backend.probe_gpu_name(local_cluster.partition, local_cluster.account)
-    assert name == "NVIDIA H100 80GB HBM3"
+    assert name == "NVIDIA H100 80GB HBM3 (sm_90)"
 
 
 def test_probe_gpu_name_without_nvidia_smi(local_cluster: ClusterInfo) -> None:

@@ -130,7 +130,9 @@ def test_preflight_warns_when_nvidia_smi_fails_on_a_node(
     stand_in.write_text(f'#!/bin/sh\necho "{DRIVER_FAILED}"\nexit 9\n')
     stand_in.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    spec = persistent(local_cluster, tmp_path, names.new("nvsmi"), "srun true\n")
+    # the GPU pre-flight runs only for a job that asks for GPUs
+    spec = persistent(local_cluster, tmp_path, names.new("nvsmi"), "srun true\n",
+                      slurm_params={"gpus_per_node": 1})
     report = run(spec)
     assert report.status is Status.PASSED, report.render_text()
     warned = [w for w in report.warnings if w.startswith("GPU check: nvidia-smi failed on n")]
