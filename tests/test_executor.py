@@ -296,7 +296,7 @@ def test_build_project_uses_the_default_pre_step(make_spec: SpecFactory, fake: F
     assert report.notes[0] == "pre-step: built in 3 s (build job 9, log /tmp/build_9.log)"
 
 
-def test_the_state_file_lock_is_held_for_the_whole_persistent_run(
+def test_the_lock_covers_step_0_only_and_a_lease_is_held_while_the_job_runs(
         make_spec: SpecFactory, fake: FakeCluster) -> None:
     import threading
 
@@ -306,8 +306,12 @@ def test_the_state_file_lock_is_held_for_the_whole_persistent_run(
     fake.script(spec.script_path, FakeScript(lines=("a", "b", "c")))
     lock_path = str(spec.state_path) + ".lock"
     held: list[bool] = []
+    leases: list[int] = []
 
     def probe() -> None:
+        from slurm_fsm.executor import run_book
+
+        leases.append(len(run_book(spec).live()))
         other = filelock.FileLock(lock_path)
         try:
             other.acquire(timeout=0)
@@ -325,9 +329,12 @@ def test_the_state_file_lock_is_held_for_the_whole_persistent_run(
 
     report = run(spec, fake, Probe())
     assert report.status is Status.PASSED
-    assert held and all(held)  # another orchestrator could not take it while the job ran
+    # while the job runs another run may take the lock (and overlap); the job's lease
+    # keeps the allocation from a release or a replacement
+    assert held and not any(held)
+    assert leases and all(n == 1 for n in leases)
     probe()
-    assert held[-1] is False  # and it is free afterwards
+    assert leases[-1] == 0  # the lease ends with the run
 
 
 def test_failing_scancel_on_hang_still_stops_the_script(make_spec: SpecFactory,
@@ -419,7 +426,9 @@ def test_each_persistent_run_keeps_its_own_log(make_spec: SpecFactory,
 def test_leftover_steps_of_a_dead_run_are_stopped_before_the_next(
         make_spec: SpecFactory, fake: FakeCluster) -> None:
     from slurm_fsm.backend import StepInfo
-    from slurm_fsm.executor import RunRecord, run_record_path
+    import attrs
+
+    from slurm_fsm.executor import run_book
 
     spec = make_spec()
     first = run(spec, fake)
@@ -427,8 +436,10 @@ def test_leftover_steps_of_a_dead_run_are_stopped_before_the_next(
     # a run killed with -9 left its step running on the allocation, and its record
     alloc.steps["7"] = StepInfo(job_id=alloc.job_id, step_id="7", name="job.slurm",
                                   state=JobState.RUNNING)
-    RunRecord(run_record_path(spec)).write(alloc.job_id, spec.work_dir / "old.log",
-                                           {"pid": 1})
+    book = run_book(spec)
+    dead = attrs.evolve(book.start(alloc.job_id), pid_ticks=-1, log=str(spec.work_dir / "o"),
+                        script={"pid": 1})  # its orchestrator is gone
+    book.save(dead)
     second = run(spec, fake)
     assert second.status is Status.PASSED
     assert {"job_id": alloc.job_id, "step_id": "7"} in [
@@ -436,7 +447,7 @@ def test_leftover_steps_of_a_dead_run_are_stopped_before_the_next(
     assert any(f"{alloc.job_id}.7" in w and "left by an earlier run" in w
                for w in second.warnings)
     assert alloc.state == "RUNNING"
-    assert not run_record_path(spec).exists()  # a run that ended leaves no record
+    assert book.records() == []  # a run that ended leaves no record; the dead one is done
     fake.reset_calls()
     assert run(spec, fake).status is Status.PASSED
     assert "list_steps" not in fake.ops()  # no record, no leftover search: no Slurm call
