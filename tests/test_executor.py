@@ -425,9 +425,9 @@ def test_each_persistent_run_keeps_its_own_log(make_spec: SpecFactory,
 
 def test_leftover_steps_of_a_dead_run_are_stopped_before_the_next(
         make_spec: SpecFactory, fake: FakeCluster) -> None:
-    from slurm_fsm.backend import StepInfo
     import attrs
 
+    from slurm_fsm.backend import StepInfo
     from slurm_fsm.executor import run_book
 
     spec = make_spec()
