@@ -28,6 +28,7 @@ import attrs
 from slurm_fsm.clock import Clock
 from slurm_fsm.duration import Duration
 from slurm_fsm.errors import JobNotFound, SpecError
+from slurm_fsm.runrecord import RunBook
 
 if TYPE_CHECKING:
     from slurm_fsm.backend import SlurmBackend
@@ -73,6 +74,9 @@ class AllocationStatus:
     time_left: Duration | None = None
     job_name: str | None = None
     user: str | None = None
+    #: the jobs running on it now (their leases): run id, pid, host, spec, model,
+    #: since, log, steps and the GPUs each step holds where Slurm says
+    jobs: tuple[dict[str, Any], ...] = ()
 
     @property
     def exists(self) -> bool:
@@ -95,6 +99,7 @@ class AllocationStatus:
                     time_left=self.time_left.as_slurm() if self.time_left else None)
         if self.slurm_state is not None:
             data.update(job_name=self.job_name, user=self.user)
+        data["jobs"] = [dict(j) for j in self.jobs]
         return data
 
     def render_text(self) -> str:
@@ -103,9 +108,20 @@ class AllocationStatus:
         if self.slurm_state is None:
             return (f"allocation {self.job_id}: gone from Slurm (the state file is stale; "
                     "the next run drops it)")
-        return (f"allocation {self.job_id}: {self.slurm_state}, {self.time_left} left, "
+        text = (f"allocation {self.job_id}: {self.slurm_state}, {self.time_left} left, "
                 f"{self.nodes} node(s) {self.nodelist} on {self.partition}, container "
                 f"{self.container_name or '-'}, installed {self.installed}")
+        if not self.jobs:
+            return text + "\nno job running on it"
+        lines = [text, f"{len(self.jobs)} job(s) running on it:"]
+        for j in self.jobs:
+            steps = ", ".join(
+                f"{s['id']}" + (f" ({s['gpus']} GPU(s) on {s['nodes']})" if s.get("gpus")
+                                else f" (on {s['nodes']})" if s.get("nodes") else "")
+                for s in j.get("steps", [])) or "none"
+            lines.append(f"  pid {j['pid']} on {j['host']}: model {j['model'] or '-'}, "
+                         f"{j['spec']}, since {j['since']}; steps: {steps}")
+        return "\n".join(lines)
 
 
 class Allocation:
@@ -226,8 +242,12 @@ class Allocation:
             info = self.backend.query_job(alloc.job_id)
         except JobNotFound:
             return known
+        from slurm_fsm.runsteps import running_jobs
+
         return attrs.evolve(known, slurm_state=info.state, time_left=info.time_left,
-                            job_name=info.name, user=info.user)
+                            job_name=info.name, user=info.user,
+                            jobs=tuple(running_jobs(self.backend, RunBook(self.state_path),
+                                                    alloc.job_id)))
 
     def time_left(self) -> Duration | None:
         """Time left of the allocation, ``None`` when there is none (or it is gone)."""

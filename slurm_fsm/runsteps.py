@@ -245,3 +245,39 @@ def stop_leftovers(backend: SlurmBackend, book: RunBook, alloc_id: str, clock: C
                        f" (left by an earlier run started {old.since}, log {old.log or '?'})")
         out.extend(problems)
     return out
+
+
+def _pgid_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as fh:
+            return int(fh.read().rsplit(")", 1)[-1].split()[2])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def running_jobs(backend: SlurmBackend, book: RunBook, alloc_id: str) -> list[dict[str, object]]:
+    """The jobs running on ``alloc_id`` (live leases), for ``status``: each with its
+    steps and the GPUs each holds (one ``scontrol show step`` when there is a job; a step
+    is a job's when its srun, on this host, is in the job's script group, or when the
+    job's record lists it)."""
+    leases = book.live(alloc_id)
+    if not leases:
+        return []
+    try:
+        steps = _numbered(backend.step_details(alloc_id))
+    except BackendError:
+        steps = []
+    host = socket.gethostname()
+    out: list[dict[str, object]] = []
+    for rec in leases:
+        pgid = rec.script.get("pgid")
+        mine = [s for s in steps if s.step_id in rec.steps or (
+            s.srun_pid is not None and s.srun_host == host == rec.host
+            and isinstance(pgid, int) and _pgid_of(s.srun_pid) == pgid)]
+        if not mine and len(leases) == 1:
+            mine = [s for s in steps if s.srun_pid is None]
+        info = rec.public()
+        info["steps"] = [{"id": s.full_id, "name": s.name, "nodes": s.nodelist,
+                          "gpus": s.gpus, "tres": s.tres} for s in mine]
+        out.append(info)
+    return out

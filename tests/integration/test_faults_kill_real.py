@@ -36,7 +36,8 @@ MOMENTS = {
     "at start": lambda work_dirs, log: True,
     "salloc started": lambda work_dirs, log: (work_dirs / ".salloc.log").exists(),
     "allocation tracked": lambda work_dirs, log: (work_dirs / ".slurm_alloc.json").exists(),
-    "script started": lambda work_dirs, log: (work_dirs / ".slurm_run.json").exists(),
+    "script started": lambda work_dirs, log: any(
+        '"pgid"' in _read(p) for p in work_dirs.glob(".slurm_run.r*.json")),
     "mid-step": lambda work_dirs, log: "FAILED" in _read(log),
     "script done": lambda work_dirs, log: "step done" in _read(log),
 }
