@@ -131,7 +131,7 @@ def test_kill_9_of_one_of_three_runs_leaves_the_others_and_the_allocation(
         procs = [_start(local_cluster, "run", str(p)) for p in specs]
         _running(tmp_path, 3)
         procs[1].send_signal(signal.SIGKILL)
-        procs[1].wait(timeout=10)
+        procs[1].communicate(timeout=10)
         reports = [_report(procs[0]), _report(procs[2])]
         assert [r["status"] for r in reports] == ["PASSED", "PASSED"], reports
         alloc = reports[0]["allocation_id"]
