@@ -87,11 +87,15 @@ class RunRecord:
     log: str = ""
     script: dict[str, str | int] = attrs.field(factory=dict)
     steps: tuple[str, ...] = ()
+    #: the pids of the script's ``srun`` s (on ``host``): Slurm keeps a step's
+    #: ``SrunHost:Pid`` after the srun is gone, so the next run can still tell its steps
+    srun_pids: tuple[int, ...] = ()
     ended: bool = False  # the script has ended; its steps are being stopped
 
     def to_json(self) -> bytes:
         data = attrs.asdict(self)
         data["steps"] = list(self.steps)
+        data["srun_pids"] = list(self.srun_pids)
         return json.dumps(data, indent=1).encode()
 
     @classmethod
@@ -110,6 +114,7 @@ class RunRecord:
                 log=str(data.get("log", "")),
                 script={str(k): v for k, v in script.items() if isinstance(v, str | int)},
                 steps=_steps(data.get("steps")), ended=bool(data.get("ended", False)),
+                srun_pids=tuple(p for p in data.get("srun_pids") or () if isinstance(p, int)),
             )
         except (KeyError, TypeError, ValueError):
             return None
@@ -207,11 +212,12 @@ class RunBook:
         return sorted(found, key=lambda r: (r.since, r.run_id))
 
     def live(self, allocation: str | None = None) -> list[RunRecord]:
-        """The leases: records whose orchestrator lives (on ``allocation`` if given),
-        this process's own included."""
-        return [r for r in self.records() if owner_alive(r)
+        """The leases: records of jobs that have not ended, whose orchestrator lives (on
+        ``allocation`` if given), this process's own included."""
+        return [r for r in self.records() if not r.ended and owner_alive(r)
                 and (allocation is None or r.allocation == allocation)]
 
     def dead(self) -> list[RunRecord]:
-        """Records whose orchestrator is gone: leftovers for the next run to stop."""
-        return [r for r in self.records() if not owner_alive(r)]
+        """Leftovers for the next run to stop: records whose orchestrator is gone, and
+        records of jobs that ended with steps Slurm could not stop (kept, ``ended``)."""
+        return [r for r in self.records() if r.ended or not owner_alive(r)]

@@ -93,6 +93,7 @@ class RunSteps:
         self.script: RunningScript | None = None
         self.finished = False
         self.cancelled: set[str] = set()  # by :meth:`stop`, already
+        self.unsure = False  # Slurm could not list the steps once: the record stays
         self.pids: set[int] = set()
         self._last_sample = float("-inf")
 
@@ -130,7 +131,10 @@ class RunSteps:
         """This run's steps now on the allocation (one ``scontrol show step``)."""
         if self.pgid is not None:
             self.pids.update(scriptguard.group_members(self.pgid))
-        steps = _numbered(self.backend.step_details(self.job_id))
+        try:
+            steps = _numbered(self.backend.step_details(self.job_id))
+        except JobNotFound:
+            return []  # the allocation is gone, and its steps with it
         host = socket.gethostname()
         mine = [s for s in steps if s.srun_pid is not None and s.srun_host == host
                 and s.srun_pid in self.pids]
@@ -149,9 +153,11 @@ class RunSteps:
         try:
             steps = [s.step_id for s in self.ours()]
         except BackendError as exc:
+            self.unsure = True
+            self.save(srun_pids=tuple(sorted(self.pids)))
             watch.messages.append(f"could not list the steps of {self.job_id}: {exc}; "
                                   "the run record is kept for the next run")
-            watch.uncancelled_steps.append("?")
+            watch.uncancelled_steps.append("its steps (Slurm did not answer)")
             return
         self.save(steps=tuple(sorted(set(self.record.steps) | set(steps))))
         problems: list[str] = []
@@ -174,8 +180,10 @@ class RunSteps:
             try:
                 listed |= {s.step_id for s in self.ours()}
             except BackendError as exc:
+                self.unsure = True
                 problems.append(f"could not list the steps of {self.job_id}: {exc}")
-            self.save(steps=tuple(sorted(listed)), ended=True)
+            self.save(steps=tuple(sorted(listed)), ended=True,
+                      srun_pids=tuple(sorted(self.pids | set(members))))
             self.say(f"the script ended with {len(members)} process(es) of its own still "
                      f"running (steps: {', '.join(sorted(listed)) or 'none'}): stopping them")
             script.terminate()
@@ -192,9 +200,16 @@ class RunSteps:
                     f"this run may still run; the run record {self.book.path(self.record.run_id)}"
                     " is kept: the next run on this repo_root stops them")
                 return problems
-            if listed - self.cancelled:
+            if listed - self.cancelled and not problems:
                 problems.append("stopped what the script left running: " + ", ".join(
                     f"step {self.job_id}.{s}" for s in sorted(listed - self.cancelled)))
+        if self.unsure:
+            self.save(ended=True)
+            problems.append(
+                f"Slurm could not say which steps of allocation {self.job_id} this run's "
+                f"script left; the run record {self.book.path(self.record.run_id)} is kept: "
+                "the next run on this repo_root stops them")
+            return problems
         self.book.delete(self.record)
         return problems
 
@@ -214,17 +229,20 @@ def stop_leftovers(backend: SlurmBackend, book: RunBook, alloc_id: str, clock: C
         pgid, token = old.script.get("pgid"), old.script.get("token")
         members = (scriptguard.proven_members(pgid, token)
                    if isinstance(pgid, int) and isinstance(token, str) else [])
-        if members:
+        pids = set(members) | set(old.srun_pids)
+        if pids and old.host == socket.gethostname():
             try:
                 steps |= {s.step_id for s in _numbered(backend.step_details(old.allocation))
-                          if s.srun_pid in members and s.srun_host == socket.gethostname()}
+                          if s.srun_pid in pids and s.srun_host == old.host}
+            except JobNotFound:
+                pass  # the allocation is gone, and its steps with it
             except BackendError as exc:
                 problems.append(f"could not list the steps of {old.allocation}: {exc}")
         if old.script:  # the backend proves the group ours before it stops anything
             stopped = backend.stop_stale_script(old.script)
             if stopped:
                 what.append(f"its script ({stopped})")
-        if not members and not old.ended and old.script and old.allocation == alloc_id \
+        if not pids and not old.ended and old.script and old.allocation == alloc_id \
                 and not book.live(alloc_id):
             # no step listed, no group left to ask: alone on the allocation, every
             # numbered step is that run's (as when one run at a time was the rule)

@@ -351,6 +351,34 @@ def test_failing_scancel_on_hang_still_stops_the_script(make_spec: SpecFactory,
     assert alloc.steps == {}  # the script was terminated, its step is gone
 
 
+def test_a_step_slurm_could_not_cancel_is_said_and_its_record_kept(
+        make_spec: SpecFactory, fake: FakeCluster) -> None:
+    """20.7: the controller does not answer when a hang is detected: the report never
+    says "no step was running", and the run record stays for the next run, which
+    finishes the job and deletes it."""
+    from slurm_fsm.errors import ControllerUnreachable
+    from slurm_fsm.executor import run_book
+
+    spec = make_spec()
+    fake.script(spec.script_path, FakeScript(lines=("x", "hang detected"), hang=True))
+    first = run(spec, fake)  # allocates; then the controller goes away at the hang
+    fake.script(spec.script_path, FakeScript(lines=("y", "hang detected"), hang=True))
+    for _ in range(3):
+        fake.fail_next("step_details", ControllerUnreachable("Unable to contact slurm "
+                                                             "controller"))
+    report = run(spec, fake)
+    assert report.status is Status.HANG_DETECTED
+    assert report.allocation_id == first.allocation_id
+    assert "no step was running" not in report.summary
+    assert "could not be cancelled" in report.summary, report.summary
+    (kept,) = run_book(spec).records()
+    assert any(str(run_book(spec).path(kept.run_id)) in w for w in report.warnings)
+    fake.script(spec.script_path, FakeScript(lines=("ok",)))
+    after = run(spec, fake)
+    assert after.status is Status.PASSED
+    assert run_book(spec).records() == []
+
+
 def test_benchmark_without_figures_warns(make_spec: SpecFactory, fake: FakeCluster) -> None:
     spec = make_spec(workflow_type="benchmark")
     fake.script(spec.script_path, FakeScript(lines=("done",)))
