@@ -217,3 +217,55 @@ def test_kill_9_during_a_setup_step_leaves_nothing_running(
         until("its srun gone", lambda: True if not _sleepers("sleep 331") else None, 15)
     finally:
         subprocess.run(["scancel", alloc], timeout=30, check=False)
+
+
+def test_with_the_controller_away_the_record_stays_and_the_next_run_stops_the_step(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    """20.7: the script leaves ``srun ... &`` behind while slurmctld does not answer
+    (stopped with SIGSTOP): the step cannot be cancelled; the run says so, keeps its
+    record (with the srun's pid), and the next run, the controller back, stops it."""
+    name = names.new("ctldaway")
+    script = tmp_path / "job.slurm"
+    script.write_text("#!/bin/bash\nsrun --overlap -n1 sleep 347 &\n"
+                      "while [ ! -e away ]; do sleep 0.1; done\necho done\n")
+    data = spec_dict(local_cluster, tmp_path, name, success_patterns=["done"])
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(data))
+    ctld = int((local_cluster.base_dir / "run" / "slurmctld.pid").read_text().strip())
+    stopped = False
+    try:
+        run = subprocess.Popen(_cli("run", str(spec), "--json", "--quiet"),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        ((alloc, _),) = until("the allocation", lambda: jobs_named(
+            name, local_cluster.user) or None, 60)
+        (step,) = until("the step", lambda: step_ids(alloc) or None, 60)
+        os.kill(ctld, signal.SIGSTOP)
+        stopped = True
+        (tmp_path / "work" / "away").touch()  # the script ends, its step does not
+        out, _ = run.communicate(timeout=240)
+        os.kill(ctld, signal.SIGCONT)
+        stopped = False
+        report = json.loads(out)
+        assert any("is kept" in w for w in report["warnings"]), report["warnings"]
+        (record,) = _records(tmp_path)
+        kept = json.loads(record.read_text())
+        assert kept["ended"] and kept["srun_pids"]
+        until("the controller back", lambda: True if subprocess.run(
+            ["squeue", "-h"], capture_output=True, timeout=30, check=False).returncode == 0
+            else None, 30)
+        # the srun's own cancel may reach the controller once it is back, or not
+        survived = step_ids(alloc) == [step]
+
+        script.write_text("#!/bin/bash\nsrun true\necho done\n")
+        after = _run_json(spec)
+        assert after["status"] == "PASSED" and after["allocation_id"] == alloc, after
+        if survived:  # the next run stopped it, by the srun pid the record kept
+            assert any("earlier run" in w and f"step {step}" in w
+                       for w in after["warnings"]), after["warnings"]  # type: ignore[union-attr]
+        assert step_ids(alloc) == []
+        assert _records(tmp_path) == []
+    finally:
+        if stopped:
+            os.kill(ctld, signal.SIGCONT)
+        subprocess.run(_cli("release", str(spec), "--quiet"), timeout=60, check=False,
+                       capture_output=True)
