@@ -103,6 +103,19 @@ def test_a_release_while_two_jobs_run_refuses_or_waits_and_never_cancels_them(
     try:
         procs = [_start(local_cluster, "run", str(p)) for p in specs]
         _running(tmp_path, 2)
+        # status lists both jobs, each with its pid and its own step
+        def listed() -> list[dict[str, Any]] | None:
+            out = subprocess.run([sys.executable, "-m", "slurm_fsm", "status", str(specs[0]),
+                                  "--json"], capture_output=True, text=True, timeout=60,
+                                 env=_env(local_cluster), check=False).stdout
+            jobs: list[dict[str, Any]] = json.loads(out)["jobs"]
+            return jobs if len(jobs) == 2 and all(len(j["steps"]) == 1 for j in jobs) \
+                else None
+
+        jobs = until("status to list both jobs and their steps", listed, 30)
+        assert {j["pid"] for j in jobs} == {p.pid for p in procs}
+        assert len({j["steps"][0]["id"] for j in jobs}) == 2
+        assert all(j["steps"][0]["nodes"] for j in jobs)
         # told not to wait: it says whose jobs use it and changes nothing
         refused = _report(_start(local_cluster, "release", str(specs[0]), "--no-wait"))
         assert refused["_rc"] == 3 and refused["status"] == "ERROR", refused
