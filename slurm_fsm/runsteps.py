@@ -30,7 +30,7 @@ from slurm_fsm.errors import BackendError, JobNotFound
 from slurm_fsm.monitor import Watch
 from slurm_fsm.runrecord import RunBook, RunRecord
 
-__all__ = ["RunSteps", "stop_leftovers"]
+__all__ = ["RunSteps", "running_jobs", "stop_leftovers"]
 
 #: How long a cancelled step may take to leave Slurm's list (KillWait and more).
 GONE_WAIT_S = 60.0
