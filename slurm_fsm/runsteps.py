@@ -255,7 +255,10 @@ def stop_leftovers(backend: SlurmBackend, book: RunBook, alloc_id: str, clock: C
         left += [s for s in steps if s not in done]
         what += [f"step {old.allocation}.{s}" for s in sorted(done) if s not in left]
         if left or problems:
-            book.save(attrs.evolve(old, steps=tuple(sorted(left))))
+            try:
+                book.save(attrs.evolve(old, steps=tuple(sorted(left))))
+            except OSError as exc:
+                problems.append(f"could not update the run record of that run: {exc}")
         else:
             book.delete(old)
         if what:
