@@ -39,6 +39,7 @@ import attrs
 from slurm_fsm.clock import Clock
 from slurm_fsm.duration import Duration
 from slurm_fsm.errors import JobNotFound, SpecError
+from slurm_fsm.runrecord import RunBook
 
 if TYPE_CHECKING:
     from slurm_fsm.backend import SlurmBackend
@@ -84,6 +85,9 @@ class AllocationStatus:
     time_left: Duration | None = None
     job_name: str | None = None
     user: str | None = None
+    #: the jobs running on it now (their leases): run id, pid, host, spec, model,
+    #: since, log, steps and the GPUs each step holds where Slurm says
+    jobs: tuple[dict[str, Any], ...] = ()
 
     @property
     def exists(self) -> bool:
@@ -106,6 +110,7 @@ class AllocationStatus:
                     time_left=self.time_left.as_slurm() if self.time_left else None)
         if self.slurm_state is not None:
             data.update(job_name=self.job_name, user=self.user)
+        data["jobs"] = [dict(j) for j in self.jobs]
         return data
 
     def render_text(self) -> str:
@@ -119,8 +124,19 @@ class AllocationStatus:
         else:  # imports and installs happen only in a container (steps 0E-0F)
             container = (f"container {self.container_name or '-'}, "
                          f"{'installed' if self.installed else 'not installed yet'}")
-        return (f"allocation {self.job_id}: {self.slurm_state}, {self.time_left} left, "
+        text = (f"allocation {self.job_id}: {self.slurm_state}, {self.time_left} left, "
                 f"{self.nodes} node(s) {self.nodelist} on {self.partition}, {container}")
+        if not self.jobs:
+            return text + "\nno job running on it"
+        lines = [text, f"{len(self.jobs)} job(s) running on it:"]
+        for j in self.jobs:
+            steps = ", ".join(
+                f"{s['id']}" + (f" ({s['gpus']} GPU(s) on {s['nodes']})" if s.get("gpus")
+                                else f" (on {s['nodes']})" if s.get("nodes") else "")
+                for s in j.get("steps", [])) or "none"
+            lines.append(f"  pid {j['pid']} on {j['host']}: model {j['model'] or '-'}, "
+                         f"{j['spec']}, since {j['since']}; steps: {steps}")
+        return "\n".join(lines)
 
 
 @attrs.frozen
@@ -321,8 +337,12 @@ class Allocation:
             info = self.backend.query_job(alloc.job_id)
         except JobNotFound:
             return known
+        from slurm_fsm.runsteps import running_jobs
+
         return attrs.evolve(known, slurm_state=info.state, time_left=info.time_left,
-                            job_name=info.name, user=info.user)
+                            job_name=info.name, user=info.user,
+                            jobs=tuple(running_jobs(self.backend, RunBook(self.state_path),
+                                                    alloc.job_id)))
 
     def time_left(self) -> Duration | None:
         """Time left of the allocation, ``None`` when there is none (or it is gone)."""

@@ -146,6 +146,22 @@ class StepInfo:
     step_id: str  # "0", "1", "batch", "extern", ...
     name: str = ""
     state: JobState = attrs.field(default=JobState.RUNNING, converter=to_job_state)
+    #: from ``scontrol show step`` (:meth:`SlurmBackend.step_details`) only: where the
+    #: step's ``srun`` runs, and what the step holds (``cpu=1,...,gres/gpu=1``)
+    srun_host: str = ""
+    srun_pid: int | None = None
+    tres: str = ""
+    nodelist: str = ""
+
+    @property
+    def gpus(self) -> int | None:
+        """The GPUs the step holds, from its TRES (``gres/gpu=2`` or
+        ``gres/gpu:a100=2``); None when Slurm did not say."""
+        for item in self.tres.split(","):
+            key, _, value = item.partition("=")
+            if key.startswith("gres/gpu") and value.isdigit():
+                return int(value)
+        return None
 
     @property
     def full_id(self) -> str:
@@ -347,6 +363,11 @@ class SlurmBackend(Protocol):
 
     def list_steps(self, job_id: str) -> list[StepInfo]:
         """Running steps of a job."""
+        ...
+
+    def step_details(self, job_id: str) -> list[StepInfo]:
+        """The numbered steps of a job with the host and pid of the ``srun`` that started
+        each and what each holds (``scontrol show step``); ``[]`` when it has none."""
         ...
 
     def cancel(self, job_id: str, step_id: str | None = None) -> None:

@@ -111,9 +111,15 @@ def _parser() -> argparse.ArgumentParser:
                             "an error (exit 2), not a warning")
         return c
 
-    spec_command("run", "run the job of SPEC and print its report")
-    spec_command("release", "release the persistent allocation of SPEC's repo_root")
-    spec_command("status", "show the persistent allocation: job, state, time left")
+    for name, what in (("run", "replace an allocation"), ("release", "release")):
+        spec_command(name, "run the job of SPEC and print its report" if name == "run"
+                     else "release the persistent allocation of SPEC's repo_root"
+                     ).add_argument(
+            "--no-wait", action="store_true",
+            help=f"when other runs' jobs use the allocation, do not {what} under them "
+                 "nor wait for them: say so, change nothing (exit 3)")
+    spec_command("status", "show the persistent allocation: job, state, time left, and "
+                           "the jobs running on it (pid, spec, steps, GPUs)")
     spec_command("plan", "show what step 0 would do now and which Slurm commands it "
                          "would issue, changing nothing")
     d = sub.add_parser("diagram", help="print the state diagram")
@@ -410,7 +416,8 @@ def _dispatch(args: argparse.Namespace, current: _Run) -> int:
     events = StderrEvents(quiet=args.quiet, stream_output=not args.json,
                           report_follows=True)
     # the clock is the backend's own (SlurmBackend.clock)
-    current.executor = Executor(spec, backend, events=events, state_path=state_path)
+    current.executor = Executor(spec, backend, events=events, state_path=state_path,
+                                lease_wait_s=0.0 if args.no_wait else None)
     report = current.executor.run()
     events.close()
     _emit(*_labelled(report.to_dict(), report.render_text(), fake), args.json, sys.stdout)

@@ -8,11 +8,8 @@ lines are the backend's, log reading and status decisions are in
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import secrets
-import stat
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -34,13 +31,13 @@ from slurm_fsm.events import Events, GuardedEvents, PreStep
 from slurm_fsm.events import PreStepResult as PreStepResult  # re-exported
 from slurm_fsm.joboutput import output_for_spec
 from slurm_fsm.jobstate import JobState
+from slurm_fsm.lease import LeaseGate
 from slurm_fsm.logs import DEFAULT_HANG_MARKER, grep, tail_lines
 from slurm_fsm.machine import AllocationMachine, SetupFailed, State
 from slurm_fsm.monitor import (
     PollPolicy,
     Watch,
     final_outcome,
-    stop_steps,
     watch_batch_job,
     watch_script,
 )
@@ -55,19 +52,20 @@ from slurm_fsm.results import (
     setup_error_lines,
     summarize,
 )
+from slurm_fsm.runrecord import RunBook, RunRecord
+from slurm_fsm.runsteps import RunSteps, stop_leftovers
 from slurm_fsm.scriptcheck import batch_placement, container_name_problems
 from slurm_fsm.spec import JobSpec, WorkflowType, script_problems
 from slurm_fsm.state import StateStore
 
 __all__ = [
     "Executor",
-    "RunRecord",
     "err_path_for",
     "log_path_for",
     "outcome_exit_code",
     "point_latest",
+    "run_book",
     "run_log_path",
-    "run_record_path",
 ]
 
 
@@ -127,49 +125,11 @@ def point_latest(link: Path, target: Path) -> str:
     return ""
 
 
-def run_record_path(spec: JobSpec, state_path: Path | None = None) -> Path:
-    """Beside the state file (``spec.state_path`` unless given): the running persistent
-    job of this repo_root, if any (``.slurm_run.json``; ``.slurm_run.fake.json`` beside
-    the fake backend's ``.slurm_alloc.fake.json``)."""
-    path = state_path or spec.state_path
-    return path.with_name(_beside(path.name, ".slurm_run", "run"))
-
-
-class RunRecord:
-    """``work_dirs/.slurm_run.json``: written when a persistent run starts its script,
-    deleted when the script has ended. Found by the next run (which holds the same
-    lock), it means that run died: what it names is stopped before anything starts."""
-
-    MAX_BYTES = 65536
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def write(self, alloc_id: str, log: Path, identity: dict[str, str | int]) -> None:
-        data = {"allocation": alloc_id, "log": str(log), "script": identity,
-                "started_at": datetime.now(UTC).isoformat(timespec="seconds")}
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(data), encoding="utf-8")
-            os.replace(tmp, self.path)
-        except OSError:
-            pass  # best effort: the script is tied to this process anyway
-
-    def read(self) -> dict[str, Any] | None:
-        """The record, or None (missing, not a regular file, unreadable, not JSON)."""
-        try:
-            if not stat.S_ISREG(os.stat(self.path).st_mode):
-                return None
-            with open(self.path, "rb") as fh:
-                data = json.loads(fh.read(self.MAX_BYTES).decode("utf-8", "replace"))
-        except (OSError, ValueError):
-            return None
-        return data if isinstance(data, dict) else None
-
-    def delete(self) -> None:
-        with contextlib.suppress(OSError):
-            self.path.unlink(missing_ok=True)
+def run_book(spec: JobSpec, state_path: Path | None = None) -> RunBook:
+    """The run records (one per persistent run, each its lease) beside the state file
+    (``spec.state_path`` unless given): ``.slurm_run.<run id>.json``
+    (``.slurm_run.fake.<run id>.json`` beside the fake's ``.slurm_alloc.fake.json``)."""
+    return RunBook(state_path or spec.state_path)
 
 
 def _hang_line(lines: list[str]) -> str | None:
@@ -208,6 +168,7 @@ class Executor:
         policy: PollPolicy | None = None,
         pre_step: PreStep | None = None,  # default: slurm_fsm.build.default_pre_step
         state_path: Path | None = None,
+        lease_wait_s: float | None = None,
     ) -> None:
         self.spec = spec
         #: the allocation's state file: ``spec.state_path`` unless given (the fake
@@ -215,7 +176,10 @@ class Executor:
         #: lives beside it and is named after it
         self.state_path = state_path or spec.state_path
         name = self.state_path.name
-        self._run_record = run_record_path(spec, self.state_path)
+        self.runs = run_book(spec, self.state_path)
+        #: how long a release or replacement waits for other runs' jobs (0: refuse)
+        self.lease_wait_s = (float(spec.monitor_timeout_seconds) + 900.0
+                             if lease_wait_s is None else lease_wait_s)
         #: salloc's output, beside the state file (the fake's own: ``.salloc.fake.log``)
         self.salloc_log = (spec.salloc_log if self.state_path == spec.state_path else
                            self.state_path.with_name(
@@ -318,12 +282,15 @@ class Executor:
 
     # ---------------------------------------------------------------------- release
     def _new_machine(self) -> AllocationMachine:
-        # the lock is held for a whole persistent run: a second run on this repo_root
-        # waits for it rather than cancel (or share) an allocation in use
+        # the lock covers step 0 (and the lease); the jobs of several runs overlap in
+        # the allocation, and their leases keep it (and their container) from change
         store = StateStore(self.state_path,
                            lock_timeout_s=self.spec.monitor_timeout_seconds + 900.0)
+        gate = LeaseGate(self.runs, wait_s=self.lease_wait_s, clock=self.clock,
+                         say=self.events.message)
         m = AllocationMachine(self.spec, self.backend, clock=self.clock,
-                              log=self.events.message, store=store, salloc_log=self.salloc_log)
+                              log=self.events.message, store=store, salloc_log=self.salloc_log,
+                              leases=gate)
         self.machine = m
         return m
 
@@ -342,10 +309,21 @@ class Executor:
     # -------------------------------------------------------------------- persistent
     def _persistent(self, warnings: list[str]) -> Report:
         m = self._new_machine()
-        with m.locked():
-            return self._persistent_locked(m, warnings)
+        with m.locked():  # step 0, the dead runs' leftovers, this run's lease
+            done = self._step0(m, warnings)
+        if isinstance(done, Report):
+            return done
+        steps = RunSteps(self.backend, self.runs, done, clock=self.clock,
+                         say=self.events.message)
+        try:
+            return self._persistent_run(m, steps, warnings)
+        finally:  # an error or an interrupt on the way: the same end as a normal one
+            if not steps.finished and (steps.script is None or steps.script.poll() is not None):
+                steps.finish()
 
-    def _persistent_locked(self, m: AllocationMachine, warnings: list[str]) -> Report:
+    def _step0(self, m: AllocationMachine, warnings: list[str]) -> Report | RunRecord:
+        """Under the state file's lock: step 0, then what dead runs left is stopped and
+        this run's lease is taken. The lease, or the report of a failure."""
         spec = self.spec
         t = self.clock.now()
         self.events.state("Step0", "validating or allocating")
@@ -363,9 +341,32 @@ class Executor:
                                                         slurm_state=None, log_empty=False,
                                                         log_lines=msg.splitlines()))
         alloc = m.alloc
-        t = self.clock.now()
         # before the pre-flight's own step: a dead run's step would hold the nodes
-        self._stop_leftovers(alloc.job_id, warnings)
+        for text in stop_leftovers(self.backend, self.runs, alloc.job_id, self.clock):
+            warnings.append(text)
+            self.events.message(f"WARNING: {text}")
+        try:
+            lease = self.runs.start(alloc.job_id, spec=str(spec.script_path),
+                                    model=spec.model_name or "",
+                                    container=spec.container_name or "")
+        except OSError as exc:
+            msg = (f"could not write this run's record (its lease on allocation "
+                   f"{alloc.job_id}) in {self.runs.folder}: {exc}; the job was not started")
+            m.finish(reason=msg)
+            return self._base_report(m, status=Status.ERROR, mode="persistent", summary=msg,
+                                     errors=[msg], allocation_id=alloc.job_id,
+                                     extra_warnings=warnings)
+        if m.leases is not None:
+            m.leases.own = lease.run_id
+        return lease
+
+    def _persistent_run(self, m: AllocationMachine, steps: RunSteps, warnings: list[str]
+                        ) -> Report:
+        """Pre-flight, the script, the report (the lock is free: other runs overlap)."""
+        spec = self.spec
+        assert m.alloc is not None
+        alloc = m.alloc
+        t = self.clock.now()
         m.run()  # pre-flight; a failure routes the machine into Failed
         if m.state is not State.Running:
             msg = m.failure.message if m.failure else "pre-flight failed"
@@ -395,23 +396,28 @@ class Executor:
         problem = point_latest(spec.persistent_log, log)
         if problem:
             warnings.append(problem)
-        record = RunRecord(self._run_record)
-        record.write(alloc.job_id, log, script.identity)
+        steps.started(script, str(log))
         self._timings["start_s"] = self.clock.now() - t
         self.events.state("Running", f"job on allocation {alloc.job_id}")
         self.events.job_state(f"RUNNING (a step of allocation {alloc.job_id})")
-        try:
-            watch = watch_script(
-                script, backend=self.backend, job_id=alloc.job_id,
-                timeout_s=float(spec.monitor_timeout_seconds), clock=self.clock,
-                policy=self.policy, on_message=self.events.message, on_tick=self.events.tick,
-                output=output_for_spec(spec, [log], on_text=placement.QueueWatch(
-                    self.events.output, self.events.message,
-                    spec.slurm_params.gpus_per_node or 0)),
-            )
-        finally:
-            if script.poll() is not None:  # ended (or stopped on the way out): nothing left
-                record.delete()
+
+        def tick(elapsed: float, line: str) -> None:
+            steps.sample()
+            self.events.tick(elapsed, line)
+
+        watch = watch_script(
+            script, backend=self.backend, job_id=alloc.job_id,
+            timeout_s=float(spec.monitor_timeout_seconds), clock=self.clock,
+            policy=self.policy, on_message=self.events.message, on_tick=tick,
+            stop=steps.stop,
+            output=output_for_spec(spec, [log], on_text=placement.QueueWatch(
+                self.events.output, self.events.message,
+                spec.slurm_params.gpus_per_node or 0)),
+        )
+        # a step never outlives its run: what the script left is stopped now
+        for problem in steps.finish():
+            self.events.message(f"WARNING: {problem}")
+            watch.messages.append(problem)
         self._timings["run_s"] = watch.elapsed_s
         ended = self._allocation_end(alloc.job_id, watch, log)
         if ended is not None:
@@ -434,34 +440,6 @@ class Executor:
             slurm_state=None, exit_code=watch.exit_code, elapsed=watch.elapsed_s,
             out=log, err=None, extra_warnings=warnings,
         )
-
-    def _stop_leftovers(self, alloc_id: str, warnings: list[str]) -> None:
-        """Before the script starts (the state file's lock is held): stop what a run that
-        died (kill -9, a lost node) left behind, as its run record says: its local
-        script (verified to be that very process group) and the job steps still on the
-        allocation. A run that ended normally left no record: no Slurm call then."""
-        record = RunRecord(self._run_record)
-        old = record.read()
-        if old is None:
-            return
-        what: list[str] = []
-        identity = old.get("script")
-        if isinstance(identity, dict):
-            stopped = self.backend.stop_stale_script(identity)
-            if stopped:
-                what.append(f"its script ({stopped})")
-        if old.get("allocation") == alloc_id:
-            leftover = Watch()
-            stop_steps(self.backend, alloc_id, leftover)
-            what += [f"step {s}" for s in leftover.cancelled_steps]
-            warnings.extend(leftover.messages)
-        record.delete()
-        if what:
-            text = (f"stopped what an earlier run that died left running: {', '.join(what)} "
-                    f"(left by an earlier run started {old.get('started_at', '?')}, "
-                    f"log {old.get('log', '?')})")
-            warnings.append(text)
-            self.events.message(f"WARNING: {text}")
 
     def _allocation_end(self, alloc_id: str, watch: Watch, log: Path) -> _AllocationEnd | None:
         """After every job: did the allocation itself end under it (scancel of the
@@ -677,6 +655,9 @@ class Executor:
         elif watch.hang:
             if watch.cancelled_steps:
                 text += f"; hang detected, cancelled {', '.join(watch.cancelled_steps)}"
+            elif watch.uncancelled_steps:
+                text += ("; hang detected, script stopped; step(s) could not be cancelled: "
+                         + ", ".join(watch.uncancelled_steps))
             elif allocation_id:
                 text += "; hang detected, script stopped (no step was running)"
             else:

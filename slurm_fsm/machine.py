@@ -95,6 +95,7 @@ from slurm_fsm.errors import (
     SlurmFsmError,
     StateFileError,
 )
+from slurm_fsm.lease import LeaseGate
 from slurm_fsm.nvsmi import NvidiaSmiFailed
 from slurm_fsm.ownership import Ownership, describe
 from slurm_fsm.preflight import PreflightFailed, require
@@ -236,8 +237,12 @@ class AllocationMachine:
         setup_timeout_s: float = 3600.0,
         user: str | None = None,
         salloc_log: Path | None = None,
+        leases: LeaseGate | None = None,
     ) -> None:
         self.spec = spec
+        #: other runs' running jobs: waited for (or refused on) before a cancel, a
+        #: re-import or an install would change what they use (None: not checked)
+        self.leases = leases
         self.salloc_log = salloc_log or spec.salloc_log
         self.backend = backend
         self.clock: Clock = clock or SystemClock()
@@ -629,6 +634,8 @@ class AllocationMachine:
     def _replacing(self) -> str:
         """Expiring / Incompatible: the work is the edge's (scancel, drop the state file)."""
         assert self.alloc is not None
+        if self.leases is not None:
+            self.leases.clear(self.alloc.job_id, f"replacing it ({self.state.value})")
         return f"replacing allocation {self.alloc.job_id} ({self.state.value})"
 
     def _allocate(self) -> str:
@@ -651,6 +658,10 @@ class AllocationMachine:
                 self.notes.append(f"allocation {job.job_id} has our job name but belongs to "
                                   f"another checkout ({job.comment}); left alone")
             if not owner.ours:
+                continue
+            if self.leases is not None and self.leases.holders(job.job_id):
+                self.notes.append(f"allocation {job.job_id} has no state file but running "
+                                  "jobs of this checkout use it; left alone")
                 continue
             self.backend.cancel(job.job_id)
             self._cancelled.add(job.job_id)
@@ -798,6 +809,8 @@ class AllocationMachine:
         spec = self.spec
         name = spec.container_name or ""
         image = spec.docker_image
+        if self.leases is not None:
+            self.leases.clear(self.alloc.job_id, f"re-importing container {name!r}", name)
         self._log(f"Importing {image} as container {name!r} on {self.alloc.nodelist}.")
         # Importing is entered only when this allocation holds no container of the
         # spec's name that the state file vouches for: a new allocation, another
@@ -829,6 +842,9 @@ class AllocationMachine:
             workdir=str(spec.repo_root),
         )
         commands = install_commands(spec.repo_root)
+        if self.leases is not None:
+            self.leases.clear(self.alloc.job_id, f"installing into container {options.name!r}",
+                              options.name)
         for what, argv in commands:
             self._log(f"Installing: {what}")
             self._setup_step(what, argv, options, chdir=str(spec.repo_root))
@@ -883,6 +899,8 @@ class AllocationMachine:
             found = [j.job_id for j in self.backend.find_jobs(None, self.user)
                      if j.state.is_live and owner_of(j, self.user, self.spec).ours]
             for job_id in found:
+                if self.leases is not None:  # never under another run's job
+                    self.leases.clear(job_id, "releasing it")
                 self.backend.cancel(job_id)
             self._drop_files(found)
             if not found:
@@ -907,6 +925,8 @@ class AllocationMachine:
                     f"({repo_tag(self.spec)}, user {self.user!r}); the state file "
                     f"{self.store.path} is kept",
                 )
+            if self.leases is not None:
+                self.leases.clear(job_id, "releasing it")
             self.backend.cancel(job_id)
         self._drop_files([job_id] if info is not None else [])
         self.alloc = None

@@ -60,6 +60,7 @@ class Watch:
     hang: bool = False
     timed_out: bool = False
     cancelled_steps: list[str] = attrs.field(factory=list)
+    uncancelled_steps: list[str] = attrs.field(factory=list)  # asked, Slurm did not answer
     states: list[JobState] = attrs.field(factory=list)  # one-shot: Slurm states seen, in order
     last_info: JobInfo | None = None
     elapsed_s: float = 0.0
@@ -123,19 +124,23 @@ def watch_script(
     on_message: Notify | None = None,
     on_tick: Callable[[float, str], None] | None = None,
     output: JobOutput | None = None,
+    stop: Callable[[Watch], None] | None = None,
 ) -> Watch:
     """Persistent path: wait for ``bash <script>`` on the allocation ``job_id``.
 
     On a hang marker, cancel only the running steps (``squeue -s``, ``scancel ID.STEP``),
     then stop the local script; past ``timeout_s`` do the same and report a timeout.
-    ``output`` follows the script's log (built here when not given).
+    ``output`` follows the script's log (built here when not given). ``stop`` replaces
+    the cancel of every step: a run that shares the allocation cancels its own steps
+    only (:meth:`slurm_fsm.runsteps.RunSteps.stop`).
     """
     watch = Watch()
+    halt = stop or (lambda w: stop_steps(backend, job_id, w))
     follower = output or JobOutput([script.log_path], on_text=on_output)
     started = clock.now()
     say = on_message or (lambda _m: None)
     try:
-        _script_loop(script, follower, watch, backend=backend, job_id=job_id,
+        _script_loop(script, follower, watch, halt=halt,
                      timeout_s=timeout_s, clock=clock, policy=policy, say=say,
                      on_tick=on_tick, started=started)
     except BaseException:
@@ -144,7 +149,7 @@ def watch_script(
         say("interrupted: cancelling the running step and stopping the script")
         if script.poll() is None:
             try:
-                stop_steps(backend, job_id, watch)
+                halt(watch)
             finally:
                 script.terminate()
         raise
@@ -154,7 +159,7 @@ def watch_script(
 
 
 def _script_loop(script: RunningScript, follower: JobOutput, watch: Watch, *,
-                 backend: SlurmBackend, job_id: str, timeout_s: float, clock: Clock,
+                 halt: Callable[[Watch], None], timeout_s: float, clock: Clock,
                  policy: PollPolicy, say: Notify,
                  on_tick: Callable[[float, str], None] | None, started: float) -> None:
     attempt = 0
@@ -169,7 +174,7 @@ def _script_loop(script: RunningScript, follower: JobOutput, watch: Watch, *,
             watch.hang = True
             say("hang detected in the log: cancelling the running step (allocation kept)")
             try:
-                stop_steps(backend, job_id, watch)
+                halt(watch)
             finally:
                 script.terminate()
             watch.exit_code = script.poll()
@@ -178,7 +183,7 @@ def _script_loop(script: RunningScript, follower: JobOutput, watch: Watch, *,
             watch.timed_out = True
             say(f"monitor timeout after {timeout_s:g} s: cancelling the running step")
             try:
-                stop_steps(backend, job_id, watch)
+                halt(watch)
             finally:
                 script.terminate()
             watch.exit_code = script.poll()

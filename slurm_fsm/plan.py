@@ -175,6 +175,10 @@ class PlanBackend:
         self._ask(slurmcli.squeue_steps_argv(job_id))
         return [] if job_id == PLANNED_JOB else self.real.list_steps(job_id)
 
+    def step_details(self, job_id: str) -> list[StepInfo]:
+        self._ask(slurmcli.scontrol_show_steps_argv(job_id))
+        return [] if job_id == PLANNED_JOB else self.real.step_details(job_id)
+
     def cancel(self, job_id: str, step_id: str | None = None) -> None:
         self._would(slurmcli.scancel_argv(job_id, step_id))
 

@@ -17,6 +17,14 @@ session and process group::
 * else it exits with the command's exit status, ``128 + N`` when the command
   was killed by signal N (the shell's convention, used everywhere in slurm_fsm).
 
+Each guard holds a secret token in its environment (:data:`TOKEN_ENV`, set by
+the orchestrator that starts it, inherited by bash, ``srun`` and whatever the script
+starts). ``/proc/PID/environ`` is readable only by the process's owner (and root), and
+the run record that names the group holds the same token in a file only its owner can
+read: :func:`proven_members` is the only way a later run decides that a process group
+is an earlier run's guard, and nothing is stopped on anything less (a pid, a start
+time, a host name: all world-readable, all plantable).
+
 Standard library only, no slurm_fsm import: it starts in a few milliseconds
 with ``-I -S``.
 """
@@ -25,12 +33,16 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import hmac
 import os
 import signal
 import sys
 import time
 
-__all__ = ["GRACE_S", "group_members", "main"]
+__all__ = ["GRACE_S", "TOKEN_ENV", "group_members", "main", "proven_members"]
+
+#: The environment variable that carries the guard's secret token.
+TOKEN_ENV = "SLURM_FSM_GUARD_TOKEN"
 
 GRACE_S = 10.0
 PR_SET_PDEATHSIG = 1
@@ -75,6 +87,61 @@ def group_members(pgid: int, *, exclude: int | None = None) -> list[int]:
         if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
             found.append(int(name))
     return found
+
+
+def _environ_token(pid: int) -> str | None:
+    """The :data:`TOKEN_ENV` value in ``/proc/PID/environ`` (readable by its owner only)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            raw = fh.read(1 << 20)
+    except OSError:
+        return None
+    prefix = TOKEN_ENV.encode() + b"="
+    for item in raw.split(b"\0"):
+        if item.startswith(prefix):
+            return item[len(prefix):].decode("ascii", "replace")
+    return None
+
+
+def _is_guard(pid: int) -> bool:
+    """``/proc/PID/cmdline`` is ``python ... scriptguard.py ORCHESTRATOR_PID ...``."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            argv = fh.read(65536).split(b"\0")
+    except OSError:
+        return False
+    return any(os.path.basename(a) == b"scriptguard.py" for a in argv[:6])
+
+
+def proven_members(pgid: int, token: str) -> list[int]:
+    """The live processes of group ``pgid`` when it is provably a guard's group whose
+    token is ``token``, else ``[]``.
+
+    Proof: every member belongs to this user; and the leader (pid ``pgid``) is alive,
+    runs :mod:`scriptguard` and holds ``token`` in its environment, or, the leader gone,
+    a member holds ``token`` in its environment (a token nobody but the owner can read:
+    a planted record cannot name it). Start times are never enough."""
+    if not token or len(token) < 16 or pgid <= 1:
+        return []
+    members = group_members(pgid)
+    if not members:
+        return []
+    uid = os.getuid()
+    for pid in members:
+        try:
+            if os.stat(f"/proc/{pid}").st_uid != uid:
+                return []
+        except OSError:
+            continue
+    if pgid in members:
+        held = _environ_token(pgid)
+        ok = _is_guard(pgid) and held is not None and hmac.compare_digest(held, token)
+        return members if ok else []
+    for pid in members:
+        held = _environ_token(pid)
+        if held is not None and hmac.compare_digest(held, token):
+            return members
+    return []
 
 
 def _exit_code(status: int) -> int:

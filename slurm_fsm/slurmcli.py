@@ -79,6 +79,7 @@ __all__ = [
     "GPU_QUERY_ARGV",
     "JOB_FORMAT",
     "JOB_GONE_MARKERS",
+    "NO_STEP_MARKER",
     "SACCT_FIELDS",
     "SEP",
     "STDERR_TAIL_LINES",
@@ -104,6 +105,7 @@ __all__ = [
     "parse_sbatch",
     "parse_scontrol_granted",
     "parse_scontrol_job",
+    "parse_scontrol_steps",
     "parse_steps",
     "probe_gpu_argv",
     "pyxis_container_names",
@@ -116,6 +118,7 @@ __all__ = [
     "scancel_argv",
     "scontrol_granted_argv",
     "scontrol_show_job_argv",
+    "scontrol_show_steps_argv",
     "squeue_find_argv",
     "squeue_job_argv",
     "squeue_steps_argv",
@@ -963,3 +966,42 @@ def _job_of(argv: Sequence[str]) -> str:
     if argv and argv[0].rsplit("/", 1)[-1] == "scancel" and len(argv) > 1:
         return argv[-1].split(".", 1)[0]
     return _is_single_job_query(argv) or "?"
+
+
+# ------------------------------------------------------------ steps, with their srun
+def scontrol_show_steps_argv(job_id: str) -> list[str]:
+    """``scontrol -o show step ID``: every step of a job, one line each, with the host
+    and pid of the ``srun`` that started it and the resources it holds (TRES)."""
+    return ["scontrol", "-o", "show", "step", str(job_id)]
+
+
+#: What ``scontrol show step ID`` prints when the job has no step (exit code 1).
+NO_STEP_MARKER = "not found"
+
+_STEP_FIELD = re.compile(r"(\S+?)=(\S*)")
+
+
+def parse_scontrol_steps(text: str, job_id: str) -> list[StepInfo]:
+    """Lines of ``scontrol -o show step ID`` -> StepInfo with ``srun_host``,
+    ``srun_pid`` and ``tres`` (``cpu=1,mem=512M,node=1,gres/gpu=1``), only those of
+    ``job_id``. A line without ``StepId=`` is refused (ValueError)."""
+    steps = []
+    for line in _lines(text):
+        if NO_STEP_MARKER in line and "StepId=" not in line:
+            continue
+        fields = dict(_STEP_FIELD.findall(line))
+        full_id = fields.get("StepId", "")
+        if "." not in full_id:
+            raise ValueError(f"not a line of scontrol show step: {line!r}")
+        job, step = full_id.split(".", 1)
+        if job != str(job_id):
+            continue
+        host, _, pid = fields.get("SrunHost:Pid", "").rpartition(":")
+        steps.append(StepInfo(
+            job_id=job, step_id=step, name=fields.get("Name", ""),
+            state=JobState.parse(fields["State"]) if fields.get("State") else JobState.RUNNING,
+            srun_host=host, srun_pid=int(pid) if pid.isdigit() else None,
+            tres=fields.get("TRES", "") if fields.get("TRES") != "(null)" else "",
+            nodelist=fields.get("NodeList", "") if fields.get("NodeList") != "(null)" else "",
+        ))
+    return steps

@@ -22,6 +22,7 @@ import getpass
 import logging
 import os
 import pwd
+import secrets
 import select
 import signal
 import socket
@@ -74,6 +75,7 @@ __all__ = [
     "LocalScript",
     "Runner",
     "SubprocessBackend",
+    "guarded",
     "run_command",
     "stop_stale_group",
 ]
@@ -218,29 +220,40 @@ def stop_stale_group(identity: Mapping[str, object], grace_s: float = 10.0,
                      clock: Clock | None = None) -> str | None:
     """Stop the process group of an earlier run's script (see
     :meth:`SubprocessBackend.stop_stale_script`). Only when it is provably that group:
-    same host and boot, and either its leader still has the recorded start time or
-    the leader is gone and the group lives on (a pid still in use as a process-group
-    id is never handed to a new process)."""
-    pgid, ticks = identity.get("pgid"), identity.get("start_ticks")
+    same host and boot, every member ours, and the record's secret ``token`` held by
+    the group's guard (or, the guard gone, by a member) in its environment
+    (:func:`slurm_fsm.scriptguard.proven_members`). A pid, a start time or a host name
+    (world-readable, so plantable) is never enough: a record without the token stops
+    nothing."""
+    pgid, token = identity.get("pgid"), identity.get("token")
     if not isinstance(pgid, int) or pgid <= 1 or pgid == os.getpgrp():
+        return None
+    if not isinstance(token, str):
         return None
     if identity.get("host") != socket.gethostname() or identity.get("boot_id") != _boot_id():
         return None
-    members = scriptguard.group_members(pgid)
+    members = scriptguard.proven_members(pgid, token)
     if not members:
         return None
-    if pgid in members and _start_ticks(pgid) != ticks:
-        return None  # the pid now names another process
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGTERM)
     clock = clock or SystemClock()
     deadline = clock.now() + grace_s
     while _group_alive(pgid) and clock.now() < deadline:
         clock.sleep(0.05)
-    if _group_alive(pgid):
+    if _group_alive(pgid) and scriptguard.proven_members(pgid, token):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)
     return f"process group {pgid} ({len(members)} process(es))"
+
+
+def guarded(argv: Sequence[str]) -> list[str]:
+    """``argv`` under :mod:`slurm_fsm.scriptguard`, tied to this process's life: when
+    this process dies (even by ``kill -9``) the guard ends ``argv``'s whole group (an
+    ``srun`` then ends its step). Unchanged where there is no Python executable."""
+    if not sys.executable:
+        return list(argv)
+    return [sys.executable, "-I", "-S", scriptguard.__file__, str(os.getpid()), *argv]
 
 
 def _wait_exit(pid: int, timeout_s: float) -> bool:
@@ -268,7 +281,7 @@ class LocalScript:
     """
 
     def __init__(self, proc: subprocess.Popen[bytes], log_path: Path, log_file: IO[bytes],
-                 clock: Clock | None = None):
+                 clock: Clock | None = None, token: str = ""):
         self._proc = proc
         self._clock: Clock = clock or SystemClock()
         self._log_path = log_path
@@ -276,6 +289,7 @@ class LocalScript:
         self._identity: dict[str, str | int] = {
             "host": socket.gethostname(), "boot_id": _boot_id(), "pid": proc.pid,
             "pgid": proc.pid, "start_ticks": _start_ticks(proc.pid) or 0,
+            "uid": os.getuid(), "token": token,
         }
 
     @property
@@ -290,8 +304,9 @@ class LocalScript:
 
     @property
     def identity(self) -> dict[str, str | int]:
-        """Host, boot, pid, process group and start time: enough for a later run to
-        find this very group again (:func:`stop_stale_group`)."""
+        """Host, boot, uid, pid, process group, start time and the guard's secret token:
+        what a later run needs to find this very group again and prove it is ours
+        (:func:`stop_stale_group`). Holds a secret: keep it in owner-only files."""
         return dict(self._identity)
 
     def poll(self) -> int | None:
@@ -416,6 +431,15 @@ class SubprocessBackend:
         result = self._runner(list(argv), timeout, self.environment(env))
         log.debug("%s -> %s in %.3f s", " ".join(result.argv), result.returncode, result.seconds)
         return result
+
+    def _exec_step(self, argv: Sequence[str], timeout_s: float) -> CommandResult:
+        """A setup step's ``srun`` (import, warm-up, install), tied to this process's
+        life like the script (:func:`guarded`): ``kill -9`` of the orchestrator leaves
+        no ``pip install`` running. A test's runner sees the plain ``argv``."""
+        if self._runner is not _default_runner:
+            return self._exec(argv, timeout_s)
+        result = self._exec(guarded(argv), timeout_s)
+        return attrs.evolve(result, argv=tuple(str(a) for a in argv))
 
     @staticmethod
     def _classify(result: CommandResult) -> BackendError | None:
@@ -600,7 +624,7 @@ class SubprocessBackend:
         container = request.container
         if container is not None and container.fresh:
             tag, _, desc = container.owner.partition(" ")
-            removal = self._exec(
+            removal = self._exec_step(
                 slurmcli.container_remove_argv(request.job_id, request.nodes, container.name,
                                                tag, " ".join(desc.split())),
                 request.timeout_s,
@@ -619,7 +643,7 @@ class SubprocessBackend:
                     f"removing the old container {container.name!r} before the import "
                     f"failed:\n{removal.stderr}",
                 )
-        result = self._exec(slurmcli.srun_step_argv(request), request.timeout_s)
+        result = self._exec_step(slurmcli.srun_step_argv(request), request.timeout_s)
         err = self._classify(result)
         if isinstance(err, JobNotFound | ControllerUnreachable | CommandTimedOut):
             raise err
@@ -644,6 +668,18 @@ class SubprocessBackend:
         """``squeue -s -j ID``: every step squeue lists (numeric, ``batch``, ``extern``)."""
         result = self._run(slurmcli.squeue_steps_argv(check_job_id(job_id)))
         return self._parse(result, lambda text: slurmcli.parse_steps(text, job_id))
+
+    def step_details(self, job_id: str) -> list[StepInfo]:
+        """``scontrol -o show step ID``: the job's steps with their srun's host and pid
+        and their TRES; ``[]`` when it has none (scontrol says "not found", exit 1)."""
+        result = self._exec(slurmcli.scontrol_show_steps_argv(check_job_id(job_id)))
+        if (result.returncode == 1 and slurmcli.NO_STEP_MARKER in result.stdout + result.stderr
+                and "Invalid job id" not in result.stderr):
+            return []
+        err = self._classify(result)
+        if err is not None:
+            raise err
+        return self._parse(result, lambda text: slurmcli.parse_scontrol_steps(text, job_id))
 
     def cancel(self, job_id: str, step_id: str | None = None) -> None:
         """``scancel ID`` or ``scancel ID.STEP``; a job that is already gone is fine."""
@@ -781,22 +817,21 @@ class SubprocessBackend:
         request.log_path.parent.mkdir(parents=True, exist_ok=True)
         # the run's log sits in the shared work_dir: never opened through a planted link
         log_file = files.open_private(request.log_path, mode=0o644)
-        guard = ([sys.executable, "-I", "-S", scriptguard.__file__, str(os.getpid())]
-                 if sys.executable else [])  # embedded Python: bash alone, no tie
+        token = secrets.token_hex(16)  # proves the group ours to a later run
         try:
             proc = subprocess.Popen(  # noqa: S603 - an argument list, never a shell
-                [*guard, "bash", str(request.script_path)],
+                guarded(["bash", str(request.script_path)]),
                 stdin=subprocess.DEVNULL,
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 cwd=request.cwd,
-                env=self.environment(request.env),
+                env={**self.environment(request.env), scriptguard.TOKEN_ENV: token},
                 start_new_session=True,
             )
         except BaseException:
             log_file.close()
             raise
-        return LocalScript(proc, request.log_path, log_file, self.clock)
+        return LocalScript(proc, request.log_path, log_file, self.clock, token)
 
     def stop_stale_script(self, identity: Mapping[str, object]) -> str | None:
         """Stop an earlier run's script group, if it is provably still that group."""

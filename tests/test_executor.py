@@ -306,7 +306,7 @@ def test_build_project_uses_the_default_pre_step(make_spec: SpecFactory, fake: F
     assert report.notes[0] == "pre-step: built in 3 s (build job 9, log /tmp/build_9.log)"
 
 
-def test_the_state_file_lock_is_held_for_the_whole_persistent_run(
+def test_the_lock_covers_step_0_only_and_a_lease_is_held_while_the_job_runs(
         make_spec: SpecFactory, fake: FakeCluster) -> None:
     import threading
 
@@ -316,8 +316,12 @@ def test_the_state_file_lock_is_held_for_the_whole_persistent_run(
     fake.script(spec.script_path, FakeScript(lines=("a", "b", "c")))
     lock_path = str(spec.state_path) + ".lock"
     held: list[bool] = []
+    leases: list[int] = []
 
     def probe() -> None:
+        from slurm_fsm.executor import run_book
+
+        leases.append(len(run_book(spec).live()))
         other = filelock.FileLock(lock_path)
         try:
             other.acquire(timeout=0)
@@ -335,9 +339,12 @@ def test_the_state_file_lock_is_held_for_the_whole_persistent_run(
 
     report = run(spec, fake, Probe())
     assert report.status is Status.PASSED
-    assert held and all(held)  # another orchestrator could not take it while the job ran
+    # while the job runs another run may take the lock (and overlap); the job's lease
+    # keeps the allocation from a release or a replacement
+    assert held and not any(held)
+    assert leases and all(n == 1 for n in leases)
     probe()
-    assert held[-1] is False  # and it is free afterwards
+    assert leases[-1] == 0  # the lease ends with the run
 
 
 def test_failing_scancel_on_hang_still_stops_the_script(make_spec: SpecFactory,
@@ -352,6 +359,34 @@ def test_failing_scancel_on_hang_still_stops_the_script(make_spec: SpecFactory,
     assert any(w.startswith("could not cancel step") for w in report.warnings)
     alloc = next(j for j in fake.jobs.values() if j.kind == "alloc")
     assert alloc.steps == {}  # the script was terminated, its step is gone
+
+
+def test_a_step_slurm_could_not_cancel_is_said_and_its_record_kept(
+        make_spec: SpecFactory, fake: FakeCluster) -> None:
+    """20.7: the controller does not answer when a hang is detected: the report never
+    says "no step was running", and the run record stays for the next run, which
+    finishes the job and deletes it."""
+    from slurm_fsm.errors import ControllerUnreachable
+    from slurm_fsm.executor import run_book
+
+    spec = make_spec()
+    fake.script(spec.script_path, FakeScript(lines=("x", "hang detected"), hang=True))
+    first = run(spec, fake)  # allocates; then the controller goes away at the hang
+    fake.script(spec.script_path, FakeScript(lines=("y", "hang detected"), hang=True))
+    for _ in range(3):
+        fake.fail_next("step_details", ControllerUnreachable("Unable to contact slurm "
+                                                             "controller"))
+    report = run(spec, fake)
+    assert report.status is Status.HANG_DETECTED
+    assert report.allocation_id == first.allocation_id
+    assert "no step was running" not in report.summary
+    assert "could not be cancelled" in report.summary, report.summary
+    (kept,) = run_book(spec).records()
+    assert any(str(run_book(spec).path(kept.run_id)) in w for w in report.warnings)
+    fake.script(spec.script_path, FakeScript(lines=("ok",)))
+    after = run(spec, fake)
+    assert after.status is Status.PASSED
+    assert run_book(spec).records() == []
 
 
 def test_benchmark_without_figures_warns(make_spec: SpecFactory, fake: FakeCluster) -> None:
@@ -428,8 +463,10 @@ def test_each_persistent_run_keeps_its_own_log(make_spec: SpecFactory,
 
 def test_leftover_steps_of_a_dead_run_are_stopped_before_the_next(
         make_spec: SpecFactory, fake: FakeCluster) -> None:
+    import attrs
+
     from slurm_fsm.backend import StepInfo
-    from slurm_fsm.executor import RunRecord, run_record_path
+    from slurm_fsm.executor import run_book
 
     spec = make_spec()
     first = run(spec, fake)
@@ -437,8 +474,10 @@ def test_leftover_steps_of_a_dead_run_are_stopped_before_the_next(
     # a run killed with -9 left its step running on the allocation, and its record
     alloc.steps["7"] = StepInfo(job_id=alloc.job_id, step_id="7", name="job.slurm",
                                   state=JobState.RUNNING)
-    RunRecord(run_record_path(spec)).write(alloc.job_id, spec.work_dir / "old.log",
-                                           {"pid": 1})
+    book = run_book(spec)
+    dead = attrs.evolve(book.start(alloc.job_id), pid_ticks=-1, log=str(spec.work_dir / "o"),
+                        script={"pid": 1})  # its orchestrator is gone
+    book.save(dead)
     second = run(spec, fake)
     assert second.status is Status.PASSED
     assert {"job_id": alloc.job_id, "step_id": "7"} in [
@@ -446,7 +485,7 @@ def test_leftover_steps_of_a_dead_run_are_stopped_before_the_next(
     assert any(f"{alloc.job_id}.7" in w and "left by an earlier run" in w
                for w in second.warnings)
     assert alloc.state == "RUNNING"
-    assert not run_record_path(spec).exists()  # a run that ended leaves no record
+    assert book.records() == []  # a run that ended leaves no record; the dead one is done
     fake.reset_calls()
     assert run(spec, fake).status is Status.PASSED
     assert "list_steps" not in fake.ops()  # no record, no leftover search: no Slurm call

@@ -68,9 +68,11 @@ def test_a_stale_group_is_stopped_only_when_it_is_provably_the_same(tmp_path: Pa
         cwd=tmp_path))
     try:
         identity = script.identity
+        assert isinstance(identity["token"], str) and len(identity["token"]) >= 32
         wait_for("bash and sleep", lambda: len(group_members(script.pid)) >= 3)
-        other_start = {**identity, "start_ticks": int(identity["start_ticks"]) + 1}
-        assert stop_stale_group(other_start) is None  # a pid reused by another process
+        wrong = {**identity, "token": "0" * 32}
+        assert stop_stale_group(wrong) is None  # the token is the proof
+        assert stop_stale_group({k: v for k, v in identity.items() if k != "token"}) is None
         assert stop_stale_group({**identity, "host": "elsewhere"}) is None
         assert script.poll() is None
         stopped = stop_stale_group(identity)
@@ -81,3 +83,71 @@ def test_a_stale_group_is_stopped_only_when_it_is_provably_the_same(tmp_path: Pa
     finally:
         if script.poll() is None:
             script.terminate()
+
+
+def _record_of(pgid: int, token: str) -> dict[str, object]:
+    """What a planted run record would say about group ``pgid``: every world-readable
+    fact right (host, boot, pid, start time), and a token of the planter's choice."""
+    from slurm_fsm.runrecord import boot_id, start_ticks
+
+    return {"host": __import__("socket").gethostname(), "boot_id": boot_id(), "pid": pgid,
+            "pgid": pgid, "start_ticks": start_ticks(pgid) or 0, "uid": os.getuid(),
+            "token": token}
+
+
+def test_a_planted_record_never_makes_a_run_kill_an_unrelated_group() -> None:
+    """Issue 20.2: a record naming any process group (here a `sleep` of this very user,
+    its own leader, alive, with its true start time) stops nothing: it is not a guard
+    and holds no token."""
+    victim = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    try:
+        wait_for("the sleep", lambda: bool(group_members(victim.pid)))
+        for token in ("", "0" * 32, "guess" * 8):
+            assert stop_stale_group(_record_of(victim.pid, token)) is None
+        assert scriptguard.proven_members(victim.pid, "0" * 32) == []
+        time.sleep(0.2)
+        assert victim.poll() is None  # alive
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_a_guard_with_another_token_is_not_stopped(tmp_path: Path) -> None:
+    """A real guard of another run (its cmdline is scriptguard's), named by a record
+    whose token is not its own: left alone."""
+    env = {**os.environ, scriptguard.TOKEN_ENV: "a" * 32}
+    other = subprocess.Popen(guard("sleep", "600"), env=env, start_new_session=True)
+    try:
+        wait_for("the guard and its sleep", lambda: len(group_members(other.pid)) >= 2)
+        assert stop_stale_group(_record_of(other.pid, "b" * 32)) is None
+        assert other.poll() is None
+        assert scriptguard.proven_members(other.pid, "a" * 32)  # its own token proves it
+    finally:
+        other.kill()
+        other.wait()
+        with __import__("contextlib").suppress(ProcessLookupError):
+            os.killpg(other.pid, signal.SIGKILL)
+
+
+def test_with_the_guard_gone_only_the_token_proves_the_group(tmp_path: Path) -> None:
+    """kill -9 of the guard leaves bash and its child in the group, leaderless: a start
+    time cannot prove anything then; a member holding the token does."""
+    (tmp_path / "job.sh").write_text("sleep 600\n")
+    script = SubprocessBackend().start_script(ScriptRequest(
+        script_path=tmp_path / "job.sh", log_path=tmp_path / "job.log", env={},
+        cwd=tmp_path))
+    pgid = script.pid
+    try:
+        identity = script.identity
+        wait_for("bash and sleep", lambda: len(group_members(pgid)) >= 3)
+        os.kill(pgid, signal.SIGKILL)  # the guard
+        script.wait(10)
+        wait_for("the leaderless group", lambda: pgid not in group_members(pgid))
+        assert group_members(pgid)
+        assert stop_stale_group({**identity, "token": "f" * 32}) is None
+        assert group_members(pgid)  # still there: nothing killed on a wrong word
+        assert stop_stale_group(identity) is not None
+        wait_for("the group gone", lambda: not group_members(pgid))
+    finally:
+        with __import__("contextlib").suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)

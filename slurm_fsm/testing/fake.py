@@ -73,7 +73,8 @@ __all__ = [
 #: Operations that talk to the controller (a down controller fails them).
 CONTROLLER_OPS = frozenset({
     "query_job", "find_jobs", "allocate", "run_step", "gpu_processes", "probe_gpu_name",
-    "list_steps", "cancel", "submit", "job_outcome", "granted", "cluster_partitions",
+    "list_steps", "step_details", "cancel", "submit", "job_outcome", "granted",
+    "cluster_partitions",
 })
 
 
@@ -864,6 +865,15 @@ class FakeCluster:
         for r in self._running:
             r.poll()
         return list(job.steps.values())
+
+    def step_details(self, job_id: str) -> list[StepInfo]:
+        """The job's running numbered steps, as :meth:`list_steps` (the fake has no
+        srun process: ``srun_host`` and ``srun_pid`` stay empty)."""
+        self._call("step_details", job_id=job_id)
+        job = self._job(job_id)
+        for r in self._running:
+            r.poll()
+        return [s for s in job.steps.values() if s.step_id.isdigit()]
 
     def cancel(self, job_id: str, step_id: str | None = None) -> None:
         self._call("cancel", job_id=job_id, step_id=step_id)

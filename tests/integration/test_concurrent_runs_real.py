@@ -1,65 +1,191 @@
-"""Two `slurm-fsm run` processes at once on one repo_root, on the real cluster.
+"""Several `slurm-fsm run` processes at once on one repo_root, on the real cluster.
 
-The state file's lock covers a whole persistent run, so the second run waits for
-the first, then reuses its allocation: one allocation, both runs served, and no run
-cancels (or shares) the allocation while the other's job runs on it.
+The state file's lock covers step 0 only: the runs overlap in one allocation. Each
+running job holds a lease (its run record); a release, a replacement or a kill -9 of
+one run never cancels the allocation under another run's job.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
 
 from slurm_fsm_dev.localcluster import ClusterInfo
 
-from .helpers import JobNames, spec_dict
+from .helpers import JobNames, job_state, spec_dict, step_ids, until
 
 pytestmark = pytest.mark.slurm
 
+#: a job whose step shares the node's CPUs (--overlap): several run at once on 1 node
+OVERLAP_JOB = ("#!/bin/bash\necho start $(date +%s.%N)\nsrun --overlap -n1 sleep {s}\n"
+               "echo end $(date +%s.%N)\n")
 
-def test_two_runs_at_once_share_one_allocation_one_after_the_other(
-        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
-    name = names.new("concurrent")
-    (tmp_path / "job.slurm").write_text(
-        "#!/bin/bash\necho start $(date +%s.%N)\nsrun sleep 1\necho end $(date +%s.%N)\n")
-    specs = []
-    for i in (1, 2):
-        data = spec_dict(local_cluster, tmp_path, name, work_dir=str(tmp_path / f"work{i}"),
-                         success_patterns="end")
+
+def _specs(cluster: ClusterInfo, tmp_path: Path, name: str, n: int, seconds: float,
+           **over: Any) -> list[Path]:
+    (tmp_path / "job.slurm").write_text(OVERLAP_JOB.format(s=seconds))
+    out = []
+    for i in range(n):
+        data = spec_dict(cluster, tmp_path, name, work_dir=str(tmp_path / f"work{i}"),
+                         success_patterns=["end"], **over)
         path = tmp_path / f"spec{i}.json"
         path.write_text(json.dumps(data))
-        specs.append(path)
-    env = {**os.environ, "SLURM_CONF": str(local_cluster.slurm_conf)}
-    procs = [subprocess.Popen([sys.executable, "-m", "slurm_fsm", "run", str(p), "--json",
-                               "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, env=env) for p in specs]
-    reports = []
-    for p in procs:
-        out, err = p.communicate(timeout=120)
-        assert p.returncode == 0, err
-        reports.append(json.loads(out))
-    assert [r["status"] for r in reports] == ["PASSED", "PASSED"]
-    assert reports[0]["allocation_id"] == reports[1]["allocation_id"]
-    paths = sorted(tuple(r["path"]) for r in reports)
-    assert paths[0][:2] == ("NoState", "Allocating")  # one of them made the allocation
-    assert paths[1][:2] == ("NoState", "Validating")  # the other reused it
-    # the jobs did not overlap: one ended before the other started
-    spans = []
-    for r in reports:
-        lines = Path(r["log_files"]["stdout"]).read_text().split()
-        spans.append((float(lines[lines.index("start") + 1]), float(lines[lines.index("end") + 1])))
-    first, second = sorted(spans)
-    assert first[1] <= second[0]
-    released = subprocess.run([sys.executable, "-m", "slurm_fsm", "release", str(specs[0]),
-                               "--json", "--quiet"], capture_output=True, text=True, env=env,
-                              timeout=60, check=False)
-    assert json.loads(released.stdout)["status"] == "RELEASED"
+        out.append(path)
+    return out
+
+
+def _env(cluster: ClusterInfo) -> dict[str, str]:
+    return {**os.environ, "SLURM_CONF": str(cluster.slurm_conf)}
+
+
+def _start(cluster: ClusterInfo, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "slurm_fsm", *args, "--json", "--quiet"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=_env(cluster))
+
+
+def _report(proc: subprocess.Popen[str], timeout: float = 120) -> dict[str, Any]:
+    out, err = proc.communicate(timeout=timeout)
+    assert out, err
+    report: dict[str, Any] = json.loads(out)
+    report["_rc"] = proc.returncode
+    return report
+
+
+def _span(report: dict[str, Any]) -> tuple[float, float]:
+    words = Path(report["log_files"]["stdout"]).read_text().split()
+    return float(words[words.index("start") + 1]), float(words[words.index("end") + 1])
+
+
+def _running(tmp_path: Path, n: int) -> None:
+    """Until ``n`` runs have their script started (their records name its group)."""
+    work_dirs = tmp_path / "repo" / "work_dirs"
+    until(f"{n} running jobs", lambda: True if sum(
+        '"pgid"' in p.read_text() for p in work_dirs.glob(".slurm_run.r*.json")) >= n
+        else None, 90)
+
+
+def _release(cluster: ClusterInfo, spec: Path) -> None:
+    subprocess.run([sys.executable, "-m", "slurm_fsm", "release", str(spec), "--quiet"],
+                   env=_env(cluster), timeout=120, check=False, capture_output=True)
+
+
+def test_four_runs_at_once_overlap_in_one_allocation_and_all_pass(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    specs = _specs(local_cluster, tmp_path, names.new("overlap"), 4, 4)
+    try:
+        procs = [_start(local_cluster, "run", str(p)) for p in specs]
+        reports = [_report(p) for p in procs]
+        assert [(r["_rc"], r["status"]) for r in reports] == [(0, "PASSED")] * 4, reports
+        assert len({r["allocation_id"] for r in reports}) == 1  # one allocation
+        assert sum(r["path"][:2] == ["NoState", "Allocating"] for r in reports) == 1
+        spans = [_span(r) for r in reports]
+        # they ran at once: every job started before any of them ended
+        assert max(s for s, _ in spans) < min(e for _, e in spans), spans
+        assert not list((tmp_path / "repo" / "work_dirs").glob(".slurm_run.r*.json"))
+        assert step_ids(reports[0]["allocation_id"]) == []
+    finally:
+        _release(local_cluster, specs[0])
+
+
+def test_a_release_while_two_jobs_run_refuses_or_waits_and_never_cancels_them(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    specs = _specs(local_cluster, tmp_path, names.new("relwait"), 2, 8)
+    try:
+        procs = [_start(local_cluster, "run", str(p)) for p in specs]
+        _running(tmp_path, 2)
+        # status lists both jobs, each with its pid and its own step
+        def listed() -> list[dict[str, Any]] | None:
+            out = subprocess.run([sys.executable, "-m", "slurm_fsm", "status", str(specs[0]),
+                                  "--json"], capture_output=True, text=True, timeout=60,
+                                 env=_env(local_cluster), check=False).stdout
+            jobs: list[dict[str, Any]] = json.loads(out)["jobs"]
+            return jobs if len(jobs) == 2 and all(len(j["steps"]) == 1 for j in jobs) \
+                else None
+
+        jobs = until("status to list both jobs and their steps", listed, 30)
+        assert {j["pid"] for j in jobs} == {p.pid for p in procs}
+        assert len({j["steps"][0]["id"] for j in jobs}) == 2
+        assert all(j["steps"][0]["nodes"] for j in jobs)
+        # told not to wait: it says whose jobs use it and changes nothing
+        refused = _report(_start(local_cluster, "release", str(specs[0]), "--no-wait"))
+        assert refused["_rc"] == 3 and refused["status"] == "ERROR", refused
+        assert "in use by 2 running job(s)" in refused["summary"]
+        alloc = refused["allocation_id"]
+        assert job_state(alloc) == "RUNNING"
+        assert (tmp_path / "repo" / "work_dirs" / ".slurm_alloc.json").exists()
+        # a release that waits: it returns once both jobs have passed
+        waiting = _start(local_cluster, "release", str(specs[1]))
+        reports = [_report(p) for p in procs]
+        released = _report(waiting)
+        assert [r["status"] for r in reports] == ["PASSED", "PASSED"], reports
+        assert released["status"] == "RELEASED", released
+        assert released["allocation_id"] == alloc == reports[0]["allocation_id"]
+        assert max(_span(r)[1] for r in reports) <= time.time()
+        until("the allocation gone", lambda: True if job_state(alloc) in (
+            None, "CANCELLED", "COMPLETED") else None, 30)
+    finally:
+        _release(local_cluster, specs[0])
+
+
+def test_kill_9_of_one_of_three_runs_leaves_the_others_and_the_allocation(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    specs = _specs(local_cluster, tmp_path, names.new("k9one"), 3, 8)
+    try:
+        procs = [_start(local_cluster, "run", str(p)) for p in specs]
+        _running(tmp_path, 3)
+        procs[1].send_signal(signal.SIGKILL)
+        procs[1].communicate(timeout=10)
+        reports = [_report(procs[0]), _report(procs[2])]
+        assert [r["status"] for r in reports] == ["PASSED", "PASSED"], reports
+        alloc = reports[0]["allocation_id"]
+        assert reports[1]["allocation_id"] == alloc
+        assert job_state(alloc) == "RUNNING"
+        assert step_ids(alloc) == []  # the killed run's step ended with it
+        # the next run finds the dead run's record and finishes it
+        after = _report(_start(local_cluster, "run", str(specs[1])))
+        assert after["status"] == "PASSED" and after["allocation_id"] == alloc, after
+        assert not list((tmp_path / "repo" / "work_dirs").glob(".slurm_run.r*.json"))
+    finally:
+        _release(local_cluster, specs[0])
+
+
+def test_an_incompatible_spec_while_jobs_run_never_cancels_the_allocation(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    name = names.new("incompat")
+    specs = _specs(local_cluster, tmp_path, name, 2, 8)
+    other = tmp_path / "other.json"
+    data = spec_dict(local_cluster, tmp_path, name, work_dir=str(tmp_path / "w-other"),
+                     success_patterns=["end"], slurm_params={"nodes": 2})
+    other.write_text(json.dumps(data))
+    try:
+        procs = [_start(local_cluster, "run", str(p)) for p in specs]
+        _running(tmp_path, 2)
+        refused = _report(_start(local_cluster, "run", str(other), "--no-wait"))
+        assert refused["status"] == "ERROR" and "in use by 2 running job(s)" in \
+            refused["summary"], refused
+        alloc = refused["allocation_id"]
+        assert job_state(alloc) == "RUNNING"
+        # waiting: it replaces the allocation only once both jobs have passed
+        replacing = _start(local_cluster, "run", str(other))
+        reports = [_report(p) for p in procs]
+        assert [r["status"] for r in reports] == ["PASSED", "PASSED"], reports
+        assert {r["allocation_id"] for r in reports} == {alloc}
+        after = _report(replacing)
+        assert after["status"] == "PASSED", after
+        assert "Incompatible" in after["path"] and after["allocation_id"] != alloc
+        assert max(_span(r)[1] for r in reports) <= _span(after)[0]
+    finally:
+        _release(local_cluster, other)
 
 
 def test_two_checkouts_sharing_an_account_leave_each_other_alone(

@@ -19,10 +19,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from slurm_fsm.backend import JobInfo, ScriptRequest, step_env
-from slurm_fsm.executor import RunRecord, run_record_path
+from slurm_fsm.executor import run_book
 from slurm_fsm.scriptguard import group_members
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.subprocess_backend import SubprocessBackend
@@ -137,7 +138,9 @@ def test_kill_9_mid_job_leaves_nothing_the_next_run_can_confuse(
     proc = start_cli(dying, tmp_path / "dying.out", "--quiet")
     job_id = allocation_of(name, local_cluster)
     until("the script's step", lambda: "sleep" in steps(job_id).values() or None, 60)
-    record_path = tmp_path / "repo" / "work_dirs" / ".slurm_run.json"
+    record_paths = list((tmp_path / "repo" / "work_dirs").glob(".slurm_run.r*.json"))
+    assert len(record_paths) == 1, record_paths  # one record: this run's
+    record_path = record_paths[0]
     record = json.loads(record_path.read_text())
     pgid = int(record["script"]["pgid"])
     assert group_members(pgid), "the script's process group runs"
@@ -181,7 +184,9 @@ def test_a_dead_run_s_leftovers_are_stopped_by_the_next_run(
             script_path=script(tmp_path / "stale.slurm", "srun sleep 300\n"),
             log_path=tmp_path / "stale.log", cwd=tmp_path,
             env=step_env(JobInfo(job_id=job_id, state="RUNNING", nodelist=node), 1, None)))
-        RunRecord(run_record_path(spec)).write(job_id, tmp_path / "stale.log", stale.identity)
+        book = run_book(spec)
+        book.save(attrs.evolve(book.start(job_id), pid_ticks=-1, log=str(tmp_path / "stale.log"),
+                               script=stale.identity))  # a record whose run is gone
         until("the stale step", lambda: "sleep" in steps(job_id).values() or None, 30)
 
         proc = start_cli(spec_path, tmp_path / "next.out", "--quiet")

@@ -1,0 +1,223 @@
+"""Run records: one per persistent run, beside the state file; each is the run's lease.
+
+A persistent run writes ``work_dirs/.slurm_run.<run id>.json`` at the end of step 0,
+while it still holds the state file's lock, and deletes it when its script and every
+step the script started are gone. The record is two things at once:
+
+* the **lease** on the allocation: while the run's orchestrator process lives (same
+  host, same boot, its pid with the recorded start time), nothing cancels the
+  allocation, replaces it or changes the container the run uses
+  (:mod:`slurm_fsm.lease` waits for the leases, or refuses);
+* the **leftovers list** of a run that died: its script's process group with the
+  guard's secret token (:mod:`slurm_fsm.scriptguard`), and the ids of the steps it
+  started. The next run stops exactly those, and only when the guard is proven ours.
+
+Every record is written through :func:`slurm_fsm.files.write_atomic` (an ``O_EXCL``
+temp file with a random name, mode 0600) and read with
+:func:`slurm_fsm.files.read_bounded` (``follow=False, owned=True``): a planted link,
+FIFO or another user's file is skipped, never followed. A record holds the guard's
+token: it is only ever readable by its owner.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+import socket
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from slurm_fsm.errors import FileProblem
+from slurm_fsm.files import read_bounded, write_atomic
+
+__all__ = ["RunBook", "RunRecord", "boot_id", "owner_alive", "start_ticks"]
+
+#: A record's run id: ``r`` and 12 hex digits (never a user's word).
+RUN_ID = re.compile(r"r[0-9a-f]{12}")
+MAX_BYTES = 65536
+
+
+def start_ticks(pid: int) -> int | None:
+    """Field 22 of ``/proc/PID/stat`` (start time in clock ticks since boot), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as fh:
+            fields = fh.read().rsplit(")", 1)[-1].split()
+        return int(fields[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="utf-8") as fh:
+            return fh.read(64).strip()
+    except OSError:
+        return ""
+
+
+def _steps(value: object) -> tuple[str, ...]:
+    if not isinstance(value, list | tuple):
+        return ()
+    return tuple(s for s in value if isinstance(s, str) and re.fullmatch(r"\d+(\+\d+)?", s))
+
+
+@attrs.frozen(kw_only=True)
+class RunRecord:
+    """One persistent run (see the module's text). ``steps``: the ids (``"0"``, ``"3"``)
+    of the steps it started on ``allocation``; ``gpus``: what Slurm says each holds."""
+
+    run_id: str
+    allocation: str
+    pid: int
+    pid_ticks: int
+    host: str
+    boot_id: str
+    uid: int
+    since: str
+    spec: str = ""
+    model: str = ""
+    container: str = ""
+    log: str = ""
+    script: dict[str, str | int] = attrs.field(factory=dict)
+    steps: tuple[str, ...] = ()
+    #: the pids of the script's ``srun`` s (on ``host``): Slurm keeps a step's
+    #: ``SrunHost:Pid`` after the srun is gone, so the next run can still tell its steps
+    srun_pids: tuple[int, ...] = ()
+    ended: bool = False  # the script has ended; its steps are being stopped
+
+    def to_json(self) -> bytes:
+        data = attrs.asdict(self)
+        data["steps"] = list(self.steps)
+        data["srun_pids"] = list(self.srun_pids)
+        return json.dumps(data, indent=1).encode()
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunRecord | None:
+        """A record from its JSON, or None when a field is missing or of the wrong type."""
+        try:
+            script = data.get("script") or {}
+            if not isinstance(script, dict):
+                return None
+            rec = cls(
+                run_id=str(data["run_id"]), allocation=str(data["allocation"]),
+                pid=int(data["pid"]), pid_ticks=int(data["pid_ticks"]),
+                host=str(data["host"]), boot_id=str(data["boot_id"]), uid=int(data["uid"]),
+                since=str(data["since"]), spec=str(data.get("spec", "")),
+                model=str(data.get("model", "")), container=str(data.get("container", "")),
+                log=str(data.get("log", "")),
+                script={str(k): v for k, v in script.items() if isinstance(v, str | int)},
+                steps=_steps(data.get("steps")), ended=bool(data.get("ended", False)),
+                srun_pids=tuple(p for p in data.get("srun_pids") or () if isinstance(p, int)),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+        return rec if RUN_ID.fullmatch(rec.run_id) else None
+
+    def describe(self) -> str:
+        """``pid 123 (model m, spec s.json, since ...)`` for progress messages."""
+        what = ", ".join(x for x in (f"model {self.model}" if self.model else "",
+                                     f"spec {self.spec}" if self.spec else "",
+                                     f"since {self.since}") if x)
+        return f"pid {self.pid} on {self.host} ({what})"
+
+    def public(self) -> dict[str, Any]:
+        """What ``status`` shows: everything but the guard's token."""
+        script = {k: v for k, v in self.script.items() if k != "token"}
+        return {"run_id": self.run_id, "allocation": self.allocation, "pid": self.pid,
+                "host": self.host, "since": self.since, "spec": self.spec,
+                "model": self.model, "container": self.container, "log": self.log,
+                "script_pgid": script.get("pgid"), "steps": list(self.steps),
+                "ended": self.ended}
+
+
+def owner_alive(record: RunRecord) -> bool:
+    """Is the run's orchestrator alive? Its pid with the recorded start time, on this
+    host and boot. A record of another host cannot be checked from here: it counts as
+    alive (a lease is never broken on a guess)."""
+    if record.host != socket.gethostname():
+        return True
+    if record.boot_id != boot_id():
+        return False
+    return start_ticks(record.pid) == record.pid_ticks
+
+
+class RunBook:
+    """The run records that belong with one state file (``.slurm_alloc.json`` ->
+    ``.slurm_run.<id>.json``; ``.slurm_alloc.fake.json`` -> ``.slurm_run.fake.<id>.json``)."""
+
+    def __init__(self, state_path: Path) -> None:
+        self.folder = state_path.parent
+        name = state_path.name
+        stem = (name.replace(".slurm_alloc", ".slurm_run", 1) if ".slurm_alloc" in name
+                else f"{name}.run").removesuffix(".json")
+        self.stem = stem
+        self._pattern = re.compile(re.escape(stem) + r"\.(r[0-9a-f]{12})\.json")
+
+    def path(self, run_id: str) -> Path:
+        return self.folder / f"{self.stem}.{run_id}.json"
+
+    def start(self, allocation: str, *, spec: str = "", model: str = "",
+              container: str = "") -> RunRecord:
+        """A new record of this process's run (the lease), written at once. Raises
+        OSError or FileProblem when it cannot be written: a run without a lease must not
+        start (a release would not see it)."""
+        me = os.getpid()
+        record = RunRecord(
+            run_id="r" + secrets.token_hex(6), allocation=allocation, pid=me,
+            pid_ticks=start_ticks(me) or 0, host=socket.gethostname(), boot_id=boot_id(),
+            uid=os.getuid(), since=datetime.now(UTC).isoformat(timespec="seconds"),
+            spec=spec, model=model, container=container,
+        )
+        self.save(record)
+        return record
+
+    def save(self, record: RunRecord) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.path(record.run_id), record.to_json(), mode=0o600)
+
+    def delete(self, record: RunRecord) -> None:
+        with contextlib.suppress(OSError):
+            self.path(record.run_id).unlink()
+
+    def _names(self) -> Iterator[str]:
+        try:
+            with os.scandir(self.folder) as entries:
+                for entry in entries:
+                    if self._pattern.fullmatch(entry.name):
+                        yield entry.name
+        except OSError:
+            return
+
+    def records(self) -> list[RunRecord]:
+        """Every readable record, oldest first. A link, a FIFO, another user's file,
+        or one that is not a record is skipped (and never followed)."""
+        found: list[RunRecord] = []
+        for name in self._names():
+            try:
+                raw = read_bounded(self.folder / name, MAX_BYTES, follow=False, owned=True)
+                data = json.loads(raw.decode("utf-8", "replace"))
+            except (FileProblem, OSError, ValueError):
+                continue
+            record = RunRecord.from_dict(data) if isinstance(data, dict) else None
+            if record is not None and self._pattern.fullmatch(name) and \
+                    name == self.path(record.run_id).name:
+                found.append(record)
+        return sorted(found, key=lambda r: (r.since, r.run_id))
+
+    def live(self, allocation: str | None = None) -> list[RunRecord]:
+        """The leases: records of jobs that have not ended, whose orchestrator lives (on
+        ``allocation`` if given), this process's own included."""
+        return [r for r in self.records() if not r.ended and owner_alive(r)
+                and (allocation is None or r.allocation == allocation)]
+
+    def dead(self) -> list[RunRecord]:
+        """Leftovers for the next run to stop: records whose orchestrator is gone, and
+        records of jobs that ended with steps Slurm could not stop (kept, ``ended``)."""
+        return [r for r in self.records() if r.ended or not owner_alive(r)]

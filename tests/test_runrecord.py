@@ -1,0 +1,127 @@
+"""Run records (one per run, each its lease), the lease gate, and the step listing parser."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import attrs
+import pytest
+
+from slurm_fsm.backend import StepInfo
+from slurm_fsm.clock import Clock
+from slurm_fsm.lease import AllocationInUse, LeaseGate
+from slurm_fsm.runrecord import RunBook, owner_alive
+from slurm_fsm.slurmcli import parse_scontrol_steps
+
+#: ``scontrol -o show step 1`` on the local cluster (Slurm 22.05), two steps, one with GPUs
+SCONTROL_STEPS = (
+    "StepId=1.0 UserId=0 StartTime=2026-12-03T13:08:53 TimeLimit=UNLIMITED State=RUNNING "
+    "Partition=debug NodeList=n1 Nodes=1 CPUs=1 Tasks=1 Name=sleep Network=(null) "
+    "TRES=cpu=1,mem=512M,node=1 ResvPorts=(null) CPUFreqReq=Default Dist=Cyclic "
+    "SrunHost:Pid=vm:27828\n"
+    "StepId=1.1 UserId=0 StartTime=2026-12-03T13:08:53 TimeLimit=UNLIMITED State=RUNNING "
+    "Partition=debug NodeList=n[1-2] Nodes=2 CPUs=2 Tasks=2 Name=python Network=(null) "
+    "TRES=cpu=2,mem=1G,node=2,gres/gpu=2 ResvPorts=(null) CPUFreqReq=Default Dist=Block "
+    "SrunHost:Pid=vm:27830\n"
+)
+
+
+def test_scontrol_steps_give_the_srun_and_the_gpus() -> None:
+    a, b = parse_scontrol_steps(SCONTROL_STEPS, "1")
+    assert (a.step_id, a.srun_host, a.srun_pid, a.gpus, a.nodelist) == ("0", "vm", 27828,
+                                                                      None, "n1")
+    assert (b.step_id, b.name, b.srun_pid, b.gpus, b.nodelist) == ("1", "python", 27830, 2,
+                                                                  "n[1-2]")
+    assert parse_scontrol_steps(SCONTROL_STEPS, "2") == []
+    assert parse_scontrol_steps("Job step 1. not found\n", "1") == []
+    with pytest.raises(ValueError):
+        parse_scontrol_steps("garbage line\n", "1")
+    assert StepInfo(job_id="1", step_id="0", tres="gres/gpu:a100=4").gpus == 4
+
+
+def test_a_record_is_written_privately_and_read_back(tmp_path: Path) -> None:
+    book = RunBook(tmp_path / ".slurm_alloc.json")
+    rec = book.start("12", spec="s.slurm", model="m", container="c")
+    path = book.path(rec.run_id)
+    assert path.name == f".slurm_run.{rec.run_id}.json"
+    assert (path.stat().st_mode & 0o777) == 0o600
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temp file left
+    assert book.records() == [rec] and book.live("12") == [rec] and book.dead() == []
+    assert book.live("13") == []
+    assert owner_alive(rec)
+    book.delete(rec)
+    assert book.records() == []
+
+
+def test_the_fake_backend_s_records_are_apart(tmp_path: Path) -> None:
+    real = RunBook(tmp_path / ".slurm_alloc.json")
+    fake = RunBook(tmp_path / ".slurm_alloc.fake.json")
+    fake.start("100")
+    assert real.records() == [] and len(fake.records()) == 1
+
+
+def test_planted_links_fifos_and_foreign_names_are_never_read(tmp_path: Path) -> None:
+    book = RunBook(tmp_path / ".slurm_alloc.json")
+    rec = book.start("12")
+    secret = tmp_path / "secret.json"
+    secret.write_bytes(rec.to_json())
+    (tmp_path / ".slurm_run.r0123456789ab.json").symlink_to(secret)
+    os.mkfifo(tmp_path / ".slurm_run.rabcdefabcdef.json")  # would hang a plain open
+    (tmp_path / ".slurm_run.json").write_bytes(rec.to_json())  # the old single name
+    (tmp_path / ".slurm_run.rzzzzzzzzzzzz.json").write_bytes(rec.to_json())
+    # a record whose file name is not its own run id
+    (tmp_path / ".slurm_run.r111111111111.json").write_bytes(rec.to_json())
+    assert book.records() == [rec]
+
+
+def test_a_record_of_a_dead_orchestrator_is_no_lease(tmp_path: Path) -> None:
+    book = RunBook(tmp_path / ".slurm_alloc.json")
+    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                           capture_output=True, text=True, check=True)
+    dead = attrs.evolve(book.start("12"), pid=int(child.stdout))
+    book.save(dead)
+    assert not owner_alive(dead)
+    assert book.live() == [] and book.dead() == [dead]
+    ended = attrs.evolve(book.start("12"), ended=True)  # alive, but its job has ended
+    book.save(ended)
+    assert book.live() == [] and ended in book.dead()
+
+
+class _Clock(Clock):
+    def __init__(self) -> None:
+        self.t = 0.0
+        self.slept: list[float] = []
+
+    def now(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.t += seconds
+        self.slept.append(seconds)
+
+
+def test_the_gate_refuses_or_waits_and_says_whose(tmp_path: Path) -> None:
+    book = RunBook(tmp_path / ".slurm_alloc.json")
+    other = book.start("12", model="llama", container="c1")
+    said: list[str] = []
+    clock = _Clock()
+    with pytest.raises(AllocationInUse, match=r"in use by 1 running job.*llama"):
+        LeaseGate(book, wait_s=0, clock=clock).clear("12", "releasing it")
+    LeaseGate(book, wait_s=0).clear("13", "releasing it")  # another allocation: free
+    LeaseGate(book, wait_s=0).clear("12", "installing", "c2")  # another container
+    gate = LeaseGate(book, wait_s=5, clock=clock, say=said.append)
+    with pytest.raises(AllocationInUse):
+        gate.clear("12", "releasing it")
+    assert clock.t >= 5 and len(said) == 1 and f"pid {other.pid}" in said[0]
+    gate.own = other.run_id  # a run never waits for itself
+    gate.clear("12", "releasing it")
+
+    class Ends(_Clock):
+        def sleep(self, seconds: float) -> None:
+            super().sleep(seconds)
+            book.delete(other)  # the job ends while the gate waits
+
+    LeaseGate(book, wait_s=60, clock=Ends()).clear("12", "releasing it")
