@@ -97,6 +97,40 @@ def test_four_runs_at_once_overlap_in_one_allocation_and_all_pass(
         _release(local_cluster, specs[0])
 
 
+#: a 1-GPU job: its plain ``srun`` is confined to its share by the exported environment
+GPU_JOB = ("#!/bin/bash\nsrun -n1 bash -c 'echo gpu=$CUDA_VISIBLE_DEVICES; "
+           "echo start $(date +%s.%N); sleep {s}; echo end $(date +%s.%N)'\n")
+
+
+def test_four_one_gpu_runs_at_once_each_get_their_own_gpu_in_one_allocation(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    """Issue 18, done when: four concurrent runs of 1-GPU jobs on a 4-GPU allocation all
+    PASS in one allocation, at once, each with its own CUDA_VISIBLE_DEVICES (Slurm's
+    step scheduler places them; nothing but the exported environment confines them)."""
+    name = names.new("gpus")
+    (tmp_path / "job.slurm").write_text(GPU_JOB.format(s=4))
+    specs = []
+    for i in range(4):
+        data = spec_dict(local_cluster, tmp_path, name, work_dir=str(tmp_path / f"work{i}"),
+                         success_patterns=["end"], alloc_gpus_per_node=4,
+                         slurm_params={"gpus_per_node": 1})
+        path = tmp_path / f"spec{i}.json"
+        path.write_text(json.dumps(data))
+        specs.append(path)
+    try:
+        procs = [_start(local_cluster, "run", str(p)) for p in specs]
+        reports = [_report(p) for p in procs]
+        assert [(r["_rc"], r["status"]) for r in reports] == [(0, "PASSED")] * 4, reports
+        assert len({r["allocation_id"] for r in reports}) == 1  # one allocation
+        gpus = [Path(r["log_files"]["stdout"]).read_text().split("gpu=")[1].split()[0]
+                for r in reports]
+        assert sorted(gpus) == ["0", "1", "2", "3"], gpus  # each its own GPU
+        spans = [_span(r) for r in reports]
+        assert max(s for s, _ in spans) < min(e for _, e in spans), spans  # at once
+    finally:
+        _release(local_cluster, specs[0])
+
+
 def test_a_release_while_two_jobs_run_refuses_or_waits_and_never_cancels_them(
         local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
     specs = _specs(local_cluster, tmp_path, names.new("relwait"), 2, 8)
