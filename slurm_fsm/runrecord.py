@@ -36,30 +36,13 @@ import attrs
 
 from slurm_fsm.errors import FileProblem
 from slurm_fsm.files import read_bounded, write_atomic
+from slurm_fsm.scriptguard import boot_id, start_ticks
 
 __all__ = ["RunBook", "RunRecord", "boot_id", "owner_alive", "start_ticks"]
 
 #: A record's run id: ``r`` and 12 hex digits (never a user's word).
 RUN_ID = re.compile(r"r[0-9a-f]{12}")
 MAX_BYTES = 65536
-
-
-def start_ticks(pid: int) -> int | None:
-    """Field 22 of ``/proc/PID/stat`` (start time in clock ticks since boot), or None."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as fh:
-            fields = fh.read().rsplit(")", 1)[-1].split()
-        return int(fields[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def boot_id() -> str:
-    try:
-        with open("/proc/sys/kernel/random/boot_id", encoding="utf-8") as fh:
-            return fh.read(64).strip()
-    except OSError:
-        return ""
 
 
 def _steps(value: object) -> tuple[str, ...]:

@@ -39,7 +39,8 @@ import signal
 import sys
 import time
 
-__all__ = ["GRACE_S", "TOKEN_ENV", "group_members", "main", "proven_members"]
+__all__ = ["GRACE_S", "TOKEN_ENV", "boot_id", "group_members", "main", "proven_members",
+           "start_ticks"]
 
 #: The environment variable that carries the guard's secret token.
 TOKEN_ENV = "SLURM_FSM_GUARD_TOKEN"
@@ -47,6 +48,25 @@ TOKEN_ENV = "SLURM_FSM_GUARD_TOKEN"
 GRACE_S = 10.0
 PR_SET_PDEATHSIG = 1
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+
+
+def start_ticks(pid: int) -> int | None:
+    """Field 22 of ``/proc/PID/stat`` (start time in clock ticks since boot), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as fh:
+            fields = fh.read().rsplit(")", 1)[-1].split()
+        return int(fields[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def boot_id() -> str:
+    """This boot's id (``/proc/sys/kernel/random/boot_id``); empty when unknown."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="utf-8") as fh:
+            return fh.read(64).strip()
+    except OSError:
+        return ""
 
 
 class _Stop(Exception):

@@ -198,24 +198,6 @@ def _group_alive(pgid: int) -> bool:
     return bool(scriptguard.group_members(pgid))
 
 
-def _start_ticks(pid: int) -> int | None:
-    """Field 22 of ``/proc/PID/stat`` (start time in clock ticks since boot), or None."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as fh:
-            fields = fh.read().rsplit(")", 1)[-1].split()
-        return int(fields[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _boot_id() -> str:
-    try:
-        with open("/proc/sys/kernel/random/boot_id", encoding="utf-8") as fh:
-            return fh.read(64).strip()
-    except OSError:
-        return ""
-
-
 def stop_stale_group(identity: Mapping[str, object], grace_s: float = 10.0,
                      clock: Clock | None = None) -> str | None:
     """Stop the process group of an earlier run's script (see
@@ -230,7 +212,8 @@ def stop_stale_group(identity: Mapping[str, object], grace_s: float = 10.0,
         return None
     if not isinstance(token, str):
         return None
-    if identity.get("host") != socket.gethostname() or identity.get("boot_id") != _boot_id():
+    if (identity.get("host") != socket.gethostname()
+            or identity.get("boot_id") != scriptguard.boot_id()):
         return None
     members = scriptguard.proven_members(pgid, token)
     if not members:
@@ -287,8 +270,8 @@ class LocalScript:
         self._log_path = log_path
         self._log_file = log_file
         self._identity: dict[str, str | int] = {
-            "host": socket.gethostname(), "boot_id": _boot_id(), "pid": proc.pid,
-            "pgid": proc.pid, "start_ticks": _start_ticks(proc.pid) or 0,
+            "host": socket.gethostname(), "boot_id": scriptguard.boot_id(), "pid": proc.pid,
+            "pgid": proc.pid, "start_ticks": scriptguard.start_ticks(proc.pid) or 0,
             "uid": os.getuid(), "token": token,
         }
 
