@@ -21,6 +21,7 @@ if _typing.TYPE_CHECKING:  # pragma: no cover - what the lazy table below resolv
         BatchRequest,
         ContainerOptions,
         GpuProcess,
+        Granted,
         JobInfo,
         JobOutcome,
         RunningScript,
@@ -51,6 +52,7 @@ if _typing.TYPE_CHECKING:  # pragma: no cover - what the lazy table below resolv
     from slurm_fsm.events import Events, PreStep, PreStepResult
     from slurm_fsm.executor import Executor
     from slurm_fsm.jobstate import JobState
+    from slurm_fsm.lease import AllocationInUse
     from slurm_fsm.machine import (
         AllocationMachine,
         MachineError,
@@ -58,7 +60,9 @@ if _typing.TYPE_CHECKING:  # pragma: no cover - what the lazy table below resolv
         SetupFailed,
         Transition,
     )
+    from slurm_fsm.nvsmi import NvidiaSmiFailed
     from slurm_fsm.plan import Plan, PlanCommand, make_plan
+    from slurm_fsm.preflight import NoSlurmConfig, PreflightFailed
     from slurm_fsm.progress import StderrEvents
     from slurm_fsm.report import Report
     from slurm_fsm.results import Status
@@ -112,6 +116,7 @@ _EXPORTS: dict[str, str] = {
     "BatchRequest": "slurm_fsm.backend",
     "ContainerOptions": "slurm_fsm.backend",
     "GpuProcess": "slurm_fsm.backend",
+    "Granted": "slurm_fsm.backend",
     "JobInfo": "slurm_fsm.backend",
     "JobState": "slurm_fsm.jobstate",
     "JobOutcome": "slurm_fsm.backend",
@@ -126,6 +131,10 @@ _EXPORTS: dict[str, str] = {
     "FakeScript": "slurm_fsm.testing",
     # errors
     "SlurmFsmError": "slurm_fsm.errors",
+    "AllocationInUse": "slurm_fsm.lease",
+    "NoSlurmConfig": "slurm_fsm.preflight",
+    "PreflightFailed": "slurm_fsm.preflight",
+    "NvidiaSmiFailed": "slurm_fsm.nvsmi",
     "SpecError": "slurm_fsm.errors",
     "StateFileError": "slurm_fsm.errors",
     "BackendError": "slurm_fsm.errors",
@@ -161,6 +170,7 @@ __all__ = [
     "AllocState",
     "Allocation",
     "AllocationFailed",
+    "AllocationInUse",
     "AllocationMachine",
     "AllocationRequest",
     "AllocationStatus",
@@ -181,6 +191,7 @@ __all__ = [
     "FakeCluster",
     "FakeScript",
     "GpuProcess",
+    "Granted",
     "JobInfo",
     "JobNotFound",
     "JobOutcome",
@@ -188,7 +199,9 @@ __all__ = [
     "JobState",
     "MachineError",
     "Mount",
+    "NoSlurmConfig",
     "NotOurJobError",
+    "NvidiaSmiFailed",
     "Observation",
     "PartitionInfo",
     "Plan",
@@ -196,6 +209,7 @@ __all__ = [
     "PossibleEdge",
     "PreStep",
     "PreStepResult",
+    "PreflightFailed",
     "Report",
     "RunHandle",
     "RunningScript",
