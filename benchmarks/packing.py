@@ -12,9 +12,8 @@ is not) measures, each in a warm allocation:
   environment the persistent path exports (:func:`slurm_fsm.placement.script_env`),
   with no lock between them: what Slurm's step scheduler gives once runs overlap.
 
-Runs are whole ``Executor`` runs: while the state file's lock covers a whole run
-(today), ``run_many`` cannot beat taking turns, and the figure says so; once the lock
-covers step 0 only, the same benchmark measures the overlap. Results go to
+Runs are whole ``Executor`` runs; the state file's lock covers step 0 only (each
+running job holds a lease), so ``run_many``'s runs overlap and the figure measures it. Results go to
 ``benchmarks/packing.json``; ``docs/packing.md`` gets the table and
 ``docs/img/packing.svg`` the chart (``--no-docs`` leaves them).
 """
@@ -155,10 +154,9 @@ def table(res: dict[str, Any]) -> str:
     one = m["one_job_s"]
     lines = [
         f"Median of {res['reps']} on the local cluster (jobs `srun sleep {res['job_s']:g}`, "
-        f"warm allocation). Measured with today's lock (a run holds the state file's "
-        "lock from step 0 to its end, so runs of one `repo_root` take turns). The "
-        "floor is the scripts alone (no step 0, pre-flight or monitor), so it can beat "
-        "one whole run.",
+        f"warm allocation; {res.get('locking', 'lock: not recorded')}). "
+        "The floor is the scripts alone (no step 0, pre-flight or monitor), so it can "
+        "beat one whole run.",
         "",
         "| what | seconds | vs one job / vs taking turns |",
         "|---|---:|---:|",
@@ -191,7 +189,7 @@ def chart(res: dict[str, Any]) -> str:
     bars = ax.bar(labels, [m[k] for k in keys], color=colours)
     ax.bar_label(bars, fmt="%.1f s", fontsize=8)
     ax.set_ylabel("seconds (median)")
-    ax.set_title("Many jobs at once: wall time, today's lock (run_many) and placement "
+    ax.set_title("Many jobs at once: wall time, whole runs (run_many) and placement "
                  "alone (floor)", loc="left", fontsize=10)
     ax.spines[["top", "right"]].set_visible(False)
     import matplotlib
@@ -230,7 +228,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.update(cluster.env)
     with tempfile.TemporaryDirectory(prefix="slurm_fsm-packing-") as tmp:
         res = measure(Bench(cluster, Path(tmp), args.job_s), args.reps, args.n)
-    res["locking"] = "a run holds the state file's lock from step 0 to its end (main today)"
+    res["locking"] = ("runs overlap: the state file's lock covers step 0 only, each "
+                      "running job holds a lease")
     args.out.write_text(json.dumps(res, indent=2, sort_keys=True) + "\n")
     print(table(res))
     if not args.no_docs:
