@@ -10,6 +10,9 @@ cancelled (:class:`~tests.integration.helpers.JobNames`).
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -359,3 +362,45 @@ def test_one_shot_sbatch_with_containers(
     assert report.status is Status.PASSED, (report.summary, report.errors)
     out = next((tmp_path / "work").glob("oneshot-*.out")).read_text().splitlines()
     assert sorted(out) == ["n1 hello from image", "n2 hello from image"]
+
+
+def test_two_runs_at_once_that_need_one_import_and_install_do_them_once(
+        local_cluster: ClusterInfo, pyxis: ContainerInfo, names: JobNames,
+        cnames: ContainerNames, tmp_path: Path) -> None:
+    """Issue 18: two runs started together on one repo_root, both needing the same
+    fresh container with its installs: step 0 is under the lock, so one run imports and
+    installs and the other finds it installed (the state file), and both PASS in it."""
+    job_name = names.new("ct-twice")
+    name = cnames.new("twice")
+    # custom (its verdict is the exit code) with the installs of step 0E
+    spec = container_spec(local_cluster, tmp_path, job_name, image=pyxis.images["python"],
+                          name=name, install=True, workflow_type="custom",
+                          skip_install=False)
+    spec.script_path.write_text(
+        f"#!/bin/bash\nsrun -N{NODES} --ntasks-per-node=1 --container-name={name} "
+        f"--container-mounts={spec.mounts_text} "  # the editable install's source
+        "python3 -c 'import it_demo; print(it_demo.MARKER)'\n")
+    paths = []
+    for i in range(2):
+        data = attrs.evolve(spec, work_dir=tmp_path / f"work{i}").to_dict()
+        path = tmp_path / f"spec{i}.json"
+        path.write_text(json.dumps(data, default=str))
+        paths.append(path)
+    env = {**os.environ, "SLURM_CONF": str(local_cluster.slurm_conf)}
+    procs = [subprocess.Popen([sys.executable, "-m", "slurm_fsm", "run", str(p), "--json",
+                               "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=env) for p in paths]
+    try:
+        reports = [json.loads(p.communicate(timeout=300)[0] or "{}") for p in procs]
+        assert [r.get("status") for r in reports] == ["PASSED", "PASSED"], \
+            [r.get("summary") for r in reports]
+        assert len({r["allocation_id"] for r in reports}) == 1
+        taken = [r["path"] for r in reports]
+        assert sum("Importing" in t for t in taken) == 1, taken  # imported once
+        assert sum("Installing" in t for t in taken) == 1, taken  # installed once
+        for r in reports:  # both ran in the installed container, on every node
+            out = Path(r["log_files"]["stdout"]).read_text()
+            assert out.count("installed-from-repo") == NODES, out
+    finally:
+        subprocess.run([sys.executable, "-m", "slurm_fsm", "release", str(paths[0]),
+                        "--quiet"], env=env, timeout=120, check=False, capture_output=True)
