@@ -997,11 +997,33 @@ def parse_scontrol_steps(text: str, job_id: str) -> list[StepInfo]:
         if job != str(job_id):
             continue
         host, _, pid = fields.get("SrunHost:Pid", "").rpartition(":")
+        tres = fields.get("TRES", "") if fields.get("TRES") != "(null)" else ""
+        if not _TRES_GPU.search(tres):  # Slurm 22.05: a step's GPUs are only asked ones
+            gpus = _step_gpus(fields)
+            if gpus:
+                tres = f"{tres},gres/gpu={gpus}" if tres else f"gres/gpu={gpus}"
         steps.append(StepInfo(
             job_id=job, step_id=step, name=fields.get("Name", ""),
             state=JobState.parse(fields["State"]) if fields.get("State") else JobState.RUNNING,
             srun_host=host, srun_pid=int(pid) if pid.isdigit() else None,
-            tres=fields.get("TRES", "") if fields.get("TRES") != "(null)" else "",
+            tres=tres,
             nodelist=fields.get("NodeList", "") if fields.get("NodeList") != "(null)" else "",
         ))
     return steps
+
+
+#: ``gres:gpu:2``, ``gres:gpu:a100:2``, ``gres/gpu:2`` in a step's TresPer* fields.
+_PER_GPU = re.compile(r"(?:^|,)gres[:/]gpu(?::[^:,=]+)?[:=](\d+)(?:,|$)")
+
+
+def _step_gpus(fields: Mapping[str, str]) -> int | None:
+    """The GPUs a step was given, from what it asked (Slurm 22.05 leaves them out of
+    the step's ``TRES``): ``TresPerNode`` x nodes, ``TresPerStep``, or ``TresPerTask``
+    x tasks. None when it asked none."""
+    for key, times in (("TresPerNode", "Nodes"), ("TresPerStep", None),
+                       ("TresPerTask", "Tasks")):
+        m = _PER_GPU.search(fields.get(key, ""))
+        if m:
+            count = fields.get(times, "1") if times else "1"
+            return int(m.group(1)) * (int(count) if count.isdigit() else 1)
+    return None

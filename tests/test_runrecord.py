@@ -42,6 +42,31 @@ def test_scontrol_steps_give_the_srun_and_the_gpus() -> None:
     assert StepInfo(job_id="1", step_id="0", tres="gres/gpu:a100=4").gpus == 4
 
 
+#: ``scontrol -d -o show step 6`` recorded on the local cluster (Slurm 22.05.8, 4
+#: emulated GPUs per node), a step started with SLURM_EXACT=1 SLURM_GPUS_PER_NODE=1:
+#: its GPUs are only in TresPerNode, not in TRES
+SCONTROL_STEP_GPU_22_05 = (
+    "StepId=6.0 UserId=0 StartTime=2026-12-03T14:50:27 TimeLimit=UNLIMITED State=RUNNING "
+    "Partition=debug NodeList=n1 Nodes=1 CPUs=1 Tasks=1 Name=sleep Network=(null) "
+    "TRES=cpu=1,mem=512M,node=1 ResvPorts=(null) CPUFreqReq=Default Dist=Cyclic "
+    "SrunHost:Pid=vm:28456 TresPerStep=cpu:1 TresPerNode=gres:gpu:1\n"
+)
+
+
+def test_a_steps_gpus_are_read_from_what_it_asked_when_tres_leaves_them_out() -> None:
+    (step,) = parse_scontrol_steps(SCONTROL_STEP_GPU_22_05, "6")
+    assert step.gpus == 1 and step.srun_pid == 28456
+    two_nodes = SCONTROL_STEP_GPU_22_05.replace("Nodes=1", "Nodes=2").replace(
+        "gres:gpu:1", "gres:gpu:h100:2")
+    assert parse_scontrol_steps(two_nodes, "6")[0].gpus == 4
+    per_task = SCONTROL_STEP_GPU_22_05.replace("TresPerNode=gres:gpu:1",
+                                               "TresPerTask=gres:gpu:1").replace(
+        "Tasks=1", "Tasks=3")
+    assert parse_scontrol_steps(per_task, "6")[0].gpus == 3
+    none = SCONTROL_STEP_GPU_22_05.replace(" TresPerNode=gres:gpu:1", "")
+    assert parse_scontrol_steps(none, "6")[0].gpus is None
+
+
 def test_a_record_is_written_privately_and_read_back(tmp_path: Path) -> None:
     book = RunBook(tmp_path / ".slurm_alloc.json")
     rec = book.start("12", spec="s.slurm", model="m", container="c")

@@ -106,9 +106,10 @@ def test_four_one_gpu_runs_at_once_each_get_their_own_gpu_in_one_allocation(
         local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
     """Issue 18, done when: four concurrent runs of 1-GPU jobs on a 4-GPU allocation all
     PASS in one allocation, at once, each with its own CUDA_VISIBLE_DEVICES (Slurm's
-    step scheduler places them; nothing but the exported environment confines them)."""
+    step scheduler places them; nothing but the exported environment confines them),
+    and `slurm-fsm status` lists the four jobs with the GPU each holds."""
     name = names.new("gpus")
-    (tmp_path / "job.slurm").write_text(GPU_JOB.format(s=4))
+    (tmp_path / "job.slurm").write_text(GPU_JOB.format(s=6))
     specs = []
     for i in range(4):
         data = spec_dict(local_cluster, tmp_path, name, work_dir=str(tmp_path / f"work{i}"),
@@ -119,6 +120,17 @@ def test_four_one_gpu_runs_at_once_each_get_their_own_gpu_in_one_allocation(
         specs.append(path)
     try:
         procs = [_start(local_cluster, "run", str(p)) for p in specs]
+
+        def each_holds_a_gpu() -> list[Any] | None:
+            """`slurm-fsm status --json`: four running jobs, each with a 1-GPU step."""
+            done = subprocess.run([sys.executable, "-m", "slurm_fsm", "status", str(specs[0]),
+                                   "--json"], capture_output=True, text=True, timeout=60,
+                                  env=_env(local_cluster), check=False)
+            jobs = json.loads(done.stdout or "{}").get("jobs", [])
+            held = [[st.get("gpus") for st in j.get("steps", [])] for j in jobs]
+            return held if sorted(held) == [[1]] * 4 else None
+
+        until("status to list four jobs holding one GPU each", each_holds_a_gpu, 60)
         reports = [_report(p) for p in procs]
         assert [(r["_rc"], r["status"]) for r in reports] == [(0, "PASSED")] * 4, reports
         assert len({r["allocation_id"] for r in reports}) == 1  # one allocation
