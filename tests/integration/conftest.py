@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 
 from slurm_fsm_dev import localcluster
-from slurm_fsm_dev.localcluster import ClusterInfo, LocalClusterError
+from slurm_fsm_dev.localcluster import ClusterInfo, ContainerInfo, LocalClusterError
 
+from .containers import ContainerNames, pyxis_or_skip
 from .helpers import JobNames
 
 LEFTOVER_GRACE_SECONDS = 5.0
@@ -122,3 +123,19 @@ def names(local_cluster: ClusterInfo) -> Iterator[JobNames]:
         yield n
     finally:
         n.cleanup()
+
+
+@pytest.fixture
+def pyxis(local_cluster: ClusterInfo) -> ContainerInfo:
+    """The cluster's real pyxis + enroot (:func:`.containers.pyxis_or_skip`)."""
+    return pyxis_or_skip(local_cluster)
+
+
+@pytest.fixture
+def cnames(pyxis: ContainerInfo, names: JobNames) -> Iterator[ContainerNames]:
+    """Container names for one test, removed from every node at its end."""
+    c = ContainerNames(pyxis)
+    try:
+        yield c
+    finally:
+        c.cleanup()  # after the jobs (``names`` is torn down later: it was asked first)

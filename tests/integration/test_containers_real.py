@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,26 +26,13 @@ from slurm_fsm.spec import JobSpec
 from slurm_fsm.subprocess_backend import SubprocessBackend
 from slurm_fsm_dev.localcluster import ClusterInfo, ContainerInfo
 
-from .containers import ContainerNames, in_container, make_install_repo, pyxis_or_skip
+from .containers import ContainerNames, in_container, make_install_repo
 from .helpers import JobNames, RecordingBackend, job_state, make_spec, slurm, wait_gone
 
 pytestmark = pytest.mark.slurm
 
 NODES = 2
 
-
-@pytest.fixture
-def pyxis(local_cluster: ClusterInfo) -> ContainerInfo:
-    return pyxis_or_skip(local_cluster)
-
-
-@pytest.fixture
-def cnames(pyxis: ContainerInfo, names: JobNames) -> Iterator[ContainerNames]:
-    c = ContainerNames(pyxis)
-    try:
-        yield c
-    finally:
-        c.cleanup()  # after the jobs (``names`` is torn down later: it was asked first)
 
 
 def container_spec(cluster: ClusterInfo, root: Path, job_name: str, *, image: Path,

@@ -24,7 +24,7 @@ from slurm_fsm.spec import JobSpec
 from slurm_fsm.subprocess_backend import SubprocessBackend
 from slurm_fsm_dev.localcluster import ClusterInfo, ContainerInfo
 
-from .containers import ContainerNames, pyxis_or_skip
+from .containers import ContainerNames
 from .helpers import (
     JobNames,
     RecordingBackend,
@@ -43,19 +43,6 @@ from .test_faults_runtime_real import allocation_of, finish, one_report, spec_fi
 
 pytestmark = pytest.mark.slurm
 
-
-@pytest.fixture
-def pyxis(local_cluster: ClusterInfo) -> ContainerInfo:
-    return pyxis_or_skip(local_cluster)
-
-
-@pytest.fixture
-def cnames(pyxis: ContainerInfo, names: JobNames) -> Iterator[ContainerNames]:
-    c = ContainerNames(pyxis)
-    try:
-        yield c
-    finally:
-        c.cleanup()  # after the jobs (``names`` is torn down later: it was asked first)
 
 
 @contextlib.contextmanager

@@ -5,40 +5,25 @@ container gets its installs."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from slurm_fsm_dev.localcluster import ClusterInfo, ContainerInfo
 
-from .containers import ContainerNames, in_container, pyxis_or_skip
+from .containers import ContainerNames, in_container
 from .helpers import JobNames
 from .test_containers_real import NODES, container_spec, installs, prepared
 
 pytestmark = pytest.mark.slurm
 
 
-@pytest.fixture
-def pyxis_info(local_cluster: ClusterInfo) -> ContainerInfo:
-    return pyxis_or_skip(local_cluster)
-
-
-@pytest.fixture
-def container_names(pyxis_info: ContainerInfo, names: JobNames) -> Iterator[ContainerNames]:
-    c = ContainerNames(pyxis_info)
-    try:
-        yield c
-    finally:
-        c.cleanup()
-
-
 def test_a_skip_install_job_leaves_the_install_to_the_next_job(
-        local_cluster: ClusterInfo, pyxis_info: ContainerInfo, names: JobNames,
-        container_names: ContainerNames, tmp_path: Path) -> None:
+        local_cluster: ClusterInfo, pyxis: ContainerInfo, names: JobNames,
+        cnames: ContainerNames, tmp_path: Path) -> None:
     job_name = names.new("skip-install")
-    name = container_names.new("skip")
-    image = pyxis_info.images["python"]
+    name = cnames.new("skip")
+    image = pyxis.images["python"]
     custom = container_spec(local_cluster, tmp_path, job_name, image=image, name=name,
                             install=True, workflow_type="custom", skip_install=True)
     m, backend = prepared(custom)
