@@ -21,3 +21,6 @@ def make_spec(tmp_path: Path) -> SpecFactory:
         return _make_spec(tmp_path, **over)
 
     return make
+
+
+from golden import golden_reports  # noqa: E402,F401  (the fixture, for tests that opt in)

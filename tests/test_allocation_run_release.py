@@ -4,11 +4,15 @@ longer clears the flag and runs the job."""
 
 from __future__ import annotations
 
+import pytest
+
 from slurm_fsm.allocation import Allocation
 from slurm_fsm.results import Status
 from slurm_fsm.testing import FakeCluster
 
 from conftest import SpecFactory
+
+pytestmark = pytest.mark.usefixtures("golden_reports")
 
 
 def test_run_of_a_release_spec_releases_and_runs_nothing(make_spec: SpecFactory) -> None:

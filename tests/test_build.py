@@ -42,6 +42,8 @@ from slurm_fsm.testing import FakeCluster, FakeScript
 
 from conftest import SpecFactory
 
+pytestmark = pytest.mark.usefixtures("golden_reports")
+
 X86_IMAGE = "urm.nvidia.com/sw-tensorrt-docker/tensorrt-llm:pytorch-x86_64-1"
 ARM_IMAGE = "urm.nvidia.com/sw-tensorrt-docker/tensorrt-llm:pytorch-aarch64-1"
 #: The shape of TensorRT-LLM's jenkins/current_image_tags.properties.

@@ -29,6 +29,8 @@ from slurm_fsm.testing import FakeCluster
 
 from conftest import SpecFactory
 
+pytestmark = pytest.mark.usefixtures("golden_reports")
+
 DATA = Path(__file__).parent / "data" / "granted"
 EXPECTED = json.loads((DATA / "expected.json").read_text())
 

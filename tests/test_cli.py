@@ -12,6 +12,8 @@ from slurm_fsm.cli import main
 from slurm_fsm.machine import EDGES, mermaid_diagram
 from slurm_fsm.testing import FakeCluster
 
+pytestmark = pytest.mark.usefixtures("golden_reports")
+
 
 def write_spec(tmp_path: Path, **over: object) -> Path:
     (tmp_path / "job.slurm").write_text("#!/bin/bash\nsrun true\n")

@@ -17,6 +17,8 @@ from slurm_fsm.testing.fake import CONTROLLER_OPS
 
 from conftest import SpecFactory
 
+pytestmark = pytest.mark.usefixtures("golden_reports")
+
 PYTEST_OK = ("collected 4 items", "tests/test_a.py ....",
              "===== 3 passed, 1 skipped in 2.50s =====")
 

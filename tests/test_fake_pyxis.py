@@ -16,6 +16,8 @@ from slurm_fsm.testing import FakeCluster
 
 from conftest import SpecFactory
 
+pytestmark = pytest.mark.usefixtures("golden_reports")
+
 
 def alloc(fake: FakeCluster, nodes: int = 2) -> str:
     return fake.make_job("x", fake.user, nodes=nodes).job_id

@@ -12,6 +12,8 @@ from slurm_fsm import report as report_module
 from slurm_fsm.report import Report, format_seconds
 from slurm_fsm.results import EXIT_CODES, Status
 
+pytestmark = pytest.mark.usefixtures("golden_reports")
+
 KEYS = [
     "status", "task_type", "mode", "job_id", "allocation_id", "slurm_state", "exit_code",
     "elapsed_s", "log_files", "work_dir", "summary", "errors", "warnings", "metrics",

@@ -16,6 +16,8 @@ from slurm_fsm.testing import FakeCluster
 
 from conftest import SpecFactory
 
+pytestmark = pytest.mark.usefixtures("golden_reports")
+
 IMAGE = "nvcr.io/nvidia/pytorch:24.05-py3"
 
 

@@ -35,6 +35,8 @@ from slurm_fsm.report import Report
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.testing import FakeCluster, FakeScript, make_spec
 
+pytestmark = pytest.mark.usefixtures("golden_reports")
+
 PACKAGE = Path(slurm_fsm.__file__).resolve().parent
 FAKE = PACKAGE / "testing"
 
