@@ -64,8 +64,7 @@ if _typing.TYPE_CHECKING:  # pragma: no cover - what the lazy table below resolv
     from slurm_fsm.plan import Plan, PlanCommand, make_plan
     from slurm_fsm.preflight import NoSlurmConfig, PreflightFailed
     from slurm_fsm.progress import StderrEvents
-    from slurm_fsm.report import Report
-    from slurm_fsm.results import Status
+    from slurm_fsm.report import Report, Status
     from slurm_fsm.spec import JobSpec, Mount, PartitionInfo, SlurmEnv, SlurmParams, WorkflowType
     from slurm_fsm.state import AllocState, StateStore
     from slurm_fsm.subprocess_backend import SubprocessBackend
@@ -91,7 +90,7 @@ _EXPORTS: dict[str, str] = {
     "SystemClock": "slurm_fsm.clock",
     # the report
     "Report": "slurm_fsm.report",
-    "Status": "slurm_fsm.results",
+    "Status": "slurm_fsm.report",
     # the allocation: the object an orchestrator holds, its state file, the machine
     "Allocation": "slurm_fsm.allocation",
     "AllocationStatus": "slurm_fsm.allocation",

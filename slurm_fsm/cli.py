@@ -332,11 +332,12 @@ def _emit_error(command: str, summary: str, errors: list[str]) -> None:
     both carry ``cli_exit_code``."""
     doc = _error_document("ERROR", EXIT_ERROR, command, summary, errors)
     if command in ("run", "release"):
-        from slurm_fsm.report import Report
-        from slurm_fsm.results import Status
+        from slurm_fsm.results import report_of
+        from slurm_fsm.runfacts import Failure, Mode, Phase, RunFacts
 
-        report = Report(status=Status.ERROR, task_type="unknown", mode=command,
-                        summary=summary, errors=errors)
+        failure = Failure(phase=Phase.INPUT, message=summary, errors=tuple(errors))
+        report = report_of(RunFacts(mode=Mode(command), phase=Phase.INPUT, failure=failure),
+                           None)
         doc = {**report.to_dict(), "cli_exit_code": EXIT_ERROR, "command": command}
     _print_json_error(doc)
 
@@ -344,19 +345,18 @@ def _emit_error(command: str, summary: str, errors: list[str]) -> None:
 def _emit_stopped(current: _Run, command: str, why: str, code: int) -> None:
     """With ``--json``: the one document, also for a command stopped by a signal (a
     CANCELLED report for ``run``/``release``)."""
-    from slurm_fsm.results import Status
-
     if command not in ("run", "release"):
-        name = Status.CANCELLED.name
+        name = "CANCELLED"
         _print_json_error(_error_document(name, code, command, f"{name}: {why}", [why]))
         return
-    from slurm_fsm.report import Report
+    from slurm_fsm.results import report_of
+    from slurm_fsm.runfacts import Mode, Phase, RunFacts
 
     if current.executor is not None:
         report = current.executor.interrupted_report(why)
     else:
-        report = Report(status=Status.CANCELLED, task_type="unknown", mode=command,
-                        summary=f"CANCELLED: {why}", errors=[why])
+        report = report_of(RunFacts(mode=Mode(command), phase=Phase.INPUT, interrupted=why),
+                           None)
     _print_json_error({**report.to_dict(), "cli_exit_code": code, "command": command})
 
 
@@ -379,6 +379,12 @@ def _dispatch(args: argparse.Namespace, current: _Run) -> int:
     # run: a missing script is a problem of the same pass as the spec's own
     spec = JobSpec.from_file(Path(args.spec), strict=args.strict,
                              check_script=args.command == "run")
+    if args.command == "run":  # what the script says (its --container-name)
+        from slurm_fsm.errors import SpecError
+        from slurm_fsm.scriptcheck import container_name_problems
+
+        if problems := container_name_problems(spec):
+            raise SpecError(str(args.spec), problems)
     if spec.load_warnings:
         lines = "".join(f"\n  {w}" for w in spec.load_warnings)
         _say(f"slurm-fsm: warning: job spec {args.spec}:{lines}")

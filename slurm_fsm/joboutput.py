@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from slurm_fsm.logs import DEFAULT_HANG_MARKER, MAX_LINE_CHARS, LogFollower
+from slurm_fsm.runfacts import OutputSnapshot
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.workflows import workflow
 
@@ -255,6 +256,16 @@ class JobOutput:
         merged = dict(self._kept)
         merged.update(last)
         return [merged[k] for k in sorted(merged)]
+
+    def snapshot(self, err: Path | None = None) -> OutputSnapshot:
+        """What was kept, frozen for the judge (:class:`slurm_fsm.runfacts.RunFacts`):
+        ``err`` names the ``.err`` file whose own tail is kept apart (one-shot)."""
+        return OutputSnapshot(
+            head=tuple(self.head), tail=tuple(self.tail()),
+            err_tail=tuple(self.file_tail(err)) if err is not None and err != self.paths[0]
+            else (),
+            parser_lines=tuple(self.parser_lines(100)), pattern_hits=dict(self.pattern_hits),
+            hang_line=self.hang_line, empty=self.empty)
 
 
 def output_for_spec(

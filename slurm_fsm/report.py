@@ -12,15 +12,59 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from enum import Enum
 from typing import Any
 
 import attrs
 from cattrs.errors import BaseValidationError
 
 from slurm_fsm.convert import converter, problems_of
-from slurm_fsm.results import EXIT_CODES, Status
 
-__all__ = ["Report", "format_seconds"]
+__all__ = ["EXIT_CODES", "Report", "Status", "format_seconds"]
+
+
+class Status(Enum):
+    """The final status of a run. Values equal names."""
+
+    PASSED = "PASSED"
+    FAILED = "FAILED"
+    TIMEOUT = "TIMEOUT"
+    HANG_DETECTED = "HANG_DETECTED"
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"
+    CANCELLED = "CANCELLED"
+    ERROR = "ERROR"
+    BUILD_FAILED = "BUILD_FAILED"
+    RELEASED = "RELEASED"
+
+
+#: The CLI's exit code per status: 0 success, 1 the job failed, 3 we failed.
+EXIT_CODES: dict[Status, int] = {
+    Status.PASSED: 0,
+    Status.RELEASED: 0,
+    Status.FAILED: 1,
+    Status.TIMEOUT: 1,
+    Status.HANG_DETECTED: 1,
+    Status.OUT_OF_MEMORY: 1,
+    Status.CANCELLED: 1,
+    Status.ERROR: 3,
+    Status.BUILD_FAILED: 3,
+}
+
+
+def _structure_status(value: object, _: Any) -> Status:
+    if isinstance(value, Status):
+        return value
+    if isinstance(value, str):
+        try:
+            return Status[value.strip().upper()]
+        except KeyError:
+            pass
+    allowed = ", ".join(s.name for s in Status)
+    raise ValueError(f"must be one of {allowed}, got {value!r}")
+
+
+converter.register_structure_hook(Status, _structure_status)
+converter.register_unstructure_hook(Status, lambda s: s.name)
 
 
 @attrs.frozen(kw_only=True)

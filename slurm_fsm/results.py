@@ -37,15 +37,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
 import attrs
 
-from slurm_fsm.convert import converter
 from slurm_fsm.jobstate import JobState
-from slurm_fsm.spec import WorkflowType
+from slurm_fsm.logs import DEFAULT_HANG_MARKER
+from slurm_fsm.report import EXIT_CODES, Report, Status
+from slurm_fsm.runfacts import Failure, Mode, OutputSnapshot, Phase, RunFacts
+from slurm_fsm.spec import JobSpec, WorkflowType
 from slurm_fsm.workflows import (  # the parsers live with their workflow classes
     _TRACEBACK,
     WORKFLOWS,
@@ -73,55 +74,13 @@ __all__ = [
     "parse_eval",
     "parse_output",
     "parse_pytest",
+    "report_of",
     "result_warnings",
     "setup_error_lines",
     "status_of_state",
     "summarize",
 ]
 
-
-class Status(Enum):
-    """The final status of a run. Values equal names."""
-
-    PASSED = "PASSED"
-    FAILED = "FAILED"
-    TIMEOUT = "TIMEOUT"
-    HANG_DETECTED = "HANG_DETECTED"
-    OUT_OF_MEMORY = "OUT_OF_MEMORY"
-    CANCELLED = "CANCELLED"
-    ERROR = "ERROR"
-    BUILD_FAILED = "BUILD_FAILED"
-    RELEASED = "RELEASED"
-
-
-#: The CLI's exit code per status: 0 success, 1 the job failed, 3 we failed.
-EXIT_CODES: dict[Status, int] = {
-    Status.PASSED: 0,
-    Status.RELEASED: 0,
-    Status.FAILED: 1,
-    Status.TIMEOUT: 1,
-    Status.HANG_DETECTED: 1,
-    Status.OUT_OF_MEMORY: 1,
-    Status.CANCELLED: 1,
-    Status.ERROR: 3,
-    Status.BUILD_FAILED: 3,
-}
-
-
-def _structure_status(value: object, _: Any) -> Status:
-    if isinstance(value, Status):
-        return value
-    if isinstance(value, str):
-        try:
-            return Status[value.strip().upper()]
-        except KeyError:
-            pass
-    allowed = ", ".join(s.name for s in Status)
-    raise ValueError(f"must be one of {allowed}, got {value!r}")
-
-
-converter.register_structure_hook(Status, _structure_status)
-converter.register_unstructure_hook(Status, lambda s: s.name)
 
 #: errors_from returns at most this many lines.
 MAX_ERRORS = 20
@@ -508,3 +467,171 @@ def result_warnings(workflow_type: WorkflowType, metrics: Mapping[str, Any]) -> 
     """What the parser expected and did not find (a warning, not a failure):
     :meth:`Workflow.warnings <slurm_fsm.workflows.Workflow.warnings>`."""
     return workflow(workflow_type).warnings(metrics)
+
+
+# ------------------------------------------------------------------- the judge
+def report_of(facts: RunFacts, spec: JobSpec | None) -> Report:
+    """The one :class:`~slurm_fsm.report.Report` of a run, from what it saw: pure, no
+    I/O. ``spec`` is None only when the CLI stopped before a spec was read.
+
+    In front of :func:`decide`'s rules: a run stopped from outside (``interrupted``) is
+    CANCELLED; a failure before the job could be judged is BUILD_FAILED (the pre-step)
+    or ERROR; a release that ended in Released is RELEASED."""
+    if facts.interrupted is not None:
+        return _report(facts, spec, Status.CANCELLED, **_interrupted(facts))
+    if facts.failure is not None:
+        if facts.failure.phase is Phase.PRE_STEP:
+            return _report(facts, spec, Status.BUILD_FAILED, **_build_failed(facts))
+        return _report(facts, spec, Status.ERROR, **_failed(facts.failure))
+    if facts.released:
+        return _report(facts, spec, Status.RELEASED, summary=facts.summary or "released")
+    if spec is None:
+        raise ValueError("a run that was judged by its output needs its spec")
+    return _judged(facts, spec)
+
+
+def _report(facts: RunFacts, spec: JobSpec | None, status: Status, *, summary: str,
+            errors: Sequence[str] = (), diagnosis: Sequence[dict[str, str]] = (),
+            log_tail: Sequence[str] | None = None) -> Report:
+    """A report of a run that was not judged by its output (the one ``Report(`` of the
+    package beside :func:`_judged`'s)."""
+    return Report(
+        status=status, task_type=spec.workflow_type.value if spec else "unknown",
+        mode=facts.mode.value, job_id=facts.job_id, allocation_id=facts.allocation_id,
+        log_files={"stdout": facts.stdout, "stderr": facts.stderr},
+        work_dir=str(spec.work_dir) if spec else None, summary=summary,
+        errors=list(errors), warnings=_warnings_of(facts, list(facts.warnings)),
+        diagnosis=list(diagnosis), path=list(facts.path), notes=list(facts.notes),
+        log_tail=list(facts.log_tail if log_tail is None else log_tail),
+        timings=dict(facts.timings),
+    )
+
+
+def _interrupted(facts: RunFacts) -> dict[str, Any]:
+    why = facts.interrupted or ""
+    kept = (f"; allocation {facts.allocation_id} is kept"
+            if facts.allocation_id and facts.mode is Mode.PERSISTENT else "")
+    return {"summary": f"CANCELLED: {why}{kept}", "errors": [why],
+            "diagnosis": diagnose(Status.CANCELLED, exit_code=None, slurm_state=None,
+                                  log_empty=False, log_lines=facts.log_tail,
+                                  job_id=facts.job_id)}
+
+
+def _build_failed(facts: RunFacts) -> dict[str, Any]:
+    assert facts.failure is not None
+    lines = list(facts.log_tail)
+    return {"summary": facts.failure.message, "errors": errors_from(lines),
+            "diagnosis": diagnose(Status.BUILD_FAILED, exit_code=None, slurm_state=None,
+                                  log_empty=not lines, log_lines=lines)}
+
+
+def _failed(failure: Failure) -> dict[str, Any]:
+    """ERROR: the failure's message (or its own errors), then the pyxis / enroot / pip
+    lines of a setup step's output; the diagnosis from the message."""
+    errors = list(failure.errors or (failure.message,))
+    if failure.detail:
+        errors += setup_error_lines(failure.detail)
+    return {"summary": failure.message, "errors": errors,
+            "diagnosis": diagnose(Status.ERROR, exit_code=None, slurm_state=None,
+                                  log_empty=False, log_lines=failure.message.splitlines())}
+
+
+def _warnings_of(facts: RunFacts, warnings: list[str]) -> list[str]:
+    """``warnings``, then the monitor's messages not said yet, then a note when the
+    progress output stopped."""
+    warnings += [w for w in facts.messages if w not in warnings]
+    if facts.progress_problem is not None:
+        warnings.append(f"progress output stopped ({facts.progress_problem}); the run went "
+                        "on without it")
+    return warnings
+
+
+def _hang_line(lines: Sequence[str]) -> str | None:
+    """The first line of ``lines`` with the hang marker (any case), or None."""
+    marker = DEFAULT_HANG_MARKER.lower()
+    return next((line for line in lines if marker in line.lower()), None)
+
+
+def _judged(facts: RunFacts, spec: JobSpec) -> Report:
+    """A job that ran: :func:`decide`, :func:`errors_from`, :func:`diagnose`, the
+    summary and the warnings, from the output it left."""
+    output = facts.output or OutputSnapshot()
+    wf = workflow(spec.workflow_type)
+    hits = output.pattern_hits
+    success_hits = {p: hits.get(p, 0) for p in spec.success_patterns}
+    failure_hits = {p: hits.get(p, 0) for p in spec.failure_patterns}
+    relevant = list(output.parser_lines)
+    metrics = wf.parse(relevant, spec.work_dir)
+    decision = decide(
+        exit_code=facts.exit_code, slurm_state=facts.slurm_state, hang=facts.hang,
+        timed_out=facts.timed_out, success_hits=success_hits, failure_hits=failure_hits,
+        success_patterns=list(spec.success_patterns), workflow_type=spec.workflow_type,
+        metrics=metrics, timeout_s=float(spec.monitor_timeout_seconds),
+        hang_line=(output.hang_line or _hang_line(output.tail)) if facts.hang else None,
+    )
+    status = decision.status
+    failed = status is not Status.PASSED
+    head = list(output.head) if failed else []
+    err_tail = list(output.err_tail)
+    tail = list(output.tail[-(200 if status is Status.HANG_DETECTED else 100):])
+    errors = errors_from(head + relevant + err_tail) if failed else []
+    errors += [f"failure pattern found: {p!r} ({n} line(s))"
+               for p, n in failure_hits.items() if n]
+    success_missing = bool(spec.success_patterns) and not any(success_hits.values())
+    if success_missing and failed:
+        errors.append("no success pattern found: " + ", ".join(spec.success_patterns))
+    diagnosis = diagnose(status, exit_code=facts.exit_code, slurm_state=facts.slurm_state,
+                         log_empty=output.empty, log_lines=head + tail + err_tail,
+                         job_id=facts.job_id, failure_hits=failure_hits,
+                         success_missing=success_missing, metrics=metrics,
+                         workflow_type=spec.workflow_type)
+    summary = (f"{status.value}: {facts.summary}" if facts.summary is not None
+               else _summary(status, decision.reason, facts, wf.summarize(metrics)))
+    metrics = {**metrics, "success_hits": success_hits, "failure_hits": failure_hits}
+    for key, value in facts.extra_metrics.items():
+        if key == "cancelled_by":
+            metrics[key] = value
+        else:
+            metrics.setdefault(key, value)
+    if facts.cancelled_steps:
+        metrics["cancelled_steps"] = list(facts.cancelled_steps)
+    warnings = _warnings_of(facts, list(facts.warnings) + wf.warnings(metrics))
+    elapsed = facts.elapsed_s
+    return Report(
+        status=status, task_type=spec.workflow_type.value, mode=facts.mode.value,
+        job_id=facts.job_id, allocation_id=facts.allocation_id,
+        slurm_state=str(facts.slurm_state) if facts.slurm_state is not None else None,
+        exit_code=facts.exit_code,
+        elapsed_s=round(elapsed, 3) if elapsed is not None else None,
+        log_files={"stdout": facts.stdout, "stderr": facts.stderr},
+        work_dir=str(spec.work_dir), summary=summary, errors=errors,
+        warnings=warnings, metrics=metrics, diagnosis=diagnosis,
+        path=list(facts.path), notes=list(facts.notes), log_head=head, log_tail=tail,
+        err_tail=err_tail, timings=dict(facts.timings),
+    )
+
+
+def _summary(status: Status, reason: str, facts: RunFacts, found: str) -> str:
+    """``STATUS: <the deciding reason>; <where>, exit code N; <details>; <what the
+    parser found>``. A PASSED summary has no reason: ``PASSED: <where>, ...``."""
+    where = (f"step on allocation {facts.allocation_id}" if facts.allocation_id
+             else f"job {facts.job_id}")
+    lead = f"{status.value}: " if status is Status.PASSED else f"{status.value}: {reason}; "
+    text = f"{lead}{where}, exit code {facts.exit_code}"
+    if facts.hang_after_end:
+        text += "; hang reported in the output, the job then ended by itself"
+    elif facts.hang:
+        if facts.cancelled_steps:
+            text += f"; hang detected, cancelled {', '.join(facts.cancelled_steps)}"
+        elif facts.uncancelled_steps:
+            text += ("; hang detected, script stopped; step(s) could not be cancelled: "
+                     + ", ".join(facts.uncancelled_steps))
+        elif facts.allocation_id:
+            text += "; hang detected, script stopped (no step was running)"
+        else:
+            text += f"; hang detected, cancelled job {facts.job_id}"
+    if facts.timed_out:
+        text += "; monitor timeout"
+    if found:
+        text += f"; {found}"
+    return text

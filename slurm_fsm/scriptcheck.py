@@ -19,15 +19,12 @@ from __future__ import annotations
 
 import re
 import shlex
-from typing import TYPE_CHECKING
 
 from slurm_fsm.files import FileProblem, read_bounded
-
-if TYPE_CHECKING:  # spec.py calls this module while loading a spec
-    from slurm_fsm.spec import JobSpec
+from slurm_fsm.spec import JobSpec, script_problems
 
 __all__ = ["MAX_SCRIPT_BYTES", "batch_placement", "container_name_problems",
-           "script_container_names"]
+           "input_problems", "script_container_names"]
 
 #: A job script is a few kilobytes; a larger one is not read for this check.
 MAX_SCRIPT_BYTES = 1 << 20
@@ -133,3 +130,11 @@ def batch_placement(spec: JobSpec) -> tuple[str | None, str | None, list[str]]:
                             f"slurm_params.{key} {wanted!r} (a script's #SBATCH lines win "
                             "in one-shot mode)")
     return chosen[0], chosen[1], warnings
+
+
+def input_problems(spec: JobSpec) -> list[str]:
+    """The job script, checked before any Slurm command: it is a file
+    (:func:`slurm_fsm.spec.script_problems`), and its own ``--container-name`` is the
+    spec's (:func:`container_name_problems`). The CLI's ``run`` and the executor ask
+    this one function."""
+    return script_problems(spec.script_path) + container_name_problems(spec)

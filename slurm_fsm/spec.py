@@ -456,8 +456,8 @@ class JobSpec:
         (default: the current directory). ``strict``: an unknown key close to a known
         one is a problem, not a warning. ``check_script``: a ``script_path`` that is not
         a file is a problem of the same pass (for a spec about to run; release and
-        status do not need the script); so is a script whose ``--container-name`` is not
-        ``container_name`` (:func:`slurm_fsm.scriptcheck.container_name_problems`)."""
+        status do not need the script). What the script itself says is checked by
+        :func:`slurm_fsm.scriptcheck.input_problems`."""
         load = _Load(strict)
         spec = load.obj(cls, data, "")
         problems = [f"{p or '(top)'}: {m}" for p, m in load.problems]
@@ -478,11 +478,6 @@ class JobSpec:
             )
         except SpecError as exc:  # a path too long once made absolute
             raise SpecError(source, exc.problems) from None
-        if check_script:  # the script's own --container-name against container_name
-            from slurm_fsm.scriptcheck import container_name_problems
-
-            if problems := container_name_problems(spec):
-                raise SpecError(source, problems)
         return spec
 
     @classmethod

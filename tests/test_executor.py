@@ -292,7 +292,7 @@ def test_interrupt_stops_the_step_and_keeps_the_allocation(make_spec: SpecFactor
 def test_build_project_uses_the_default_pre_step(make_spec: SpecFactory, fake: FakeCluster,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     from slurm_fsm import build
-    from slurm_fsm.executor import PreStepResult
+    from slurm_fsm.events import PreStepResult
 
     seen: list[JobSpec] = []
 

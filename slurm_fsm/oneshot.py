@@ -1,0 +1,155 @@
+"""The one-shot path: ``sbatch`` the script, watch the job, ask accounting how it ended.
+
+:class:`OneShotRun` only observes: it returns what it saw as
+:class:`~slurm_fsm.runfacts.RunFacts`, and :func:`slurm_fsm.results.report_of` judges.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from slurm_fsm.backend import BatchRequest, JobOutcome, SlurmBackend
+from slurm_fsm.clock import Clock
+from slurm_fsm.errors import BackendError
+from slurm_fsm.events import Events
+from slurm_fsm.joboutput import output_for_spec
+from slurm_fsm.logs import tail_lines
+from slurm_fsm.monitor import PollPolicy, Watch, final_outcome, watch_batch_job
+from slurm_fsm.runfacts import Failure, Mode, Phase, RunFacts, StateSource
+from slurm_fsm.scriptcheck import batch_placement
+from slurm_fsm.spec import JobSpec
+
+__all__ = ["OneShotRun", "err_path_for", "log_path_for", "outcome_exit_code"]
+
+
+def log_path_for(spec: JobSpec, job_id: str) -> Path:
+    """One-shot stdout log: ``<work_dir>/<log_file_pattern with %j>``."""
+    pattern = spec.log_file_pattern or "slurm-%j.out"
+    return spec.work_dir / pattern.replace("%j", job_id)
+
+
+def err_path_for(out: Path) -> Path:
+    """The ``.err`` beside a ``.out`` (or ``<name>.err`` when it has no ``.out``)."""
+    return out.with_suffix(".err") if out.suffix == ".out" else out.with_name(out.name + ".err")
+
+
+def outcome_exit_code(outcome: JobOutcome | None) -> int | None:
+    """Accounting's ``ExitCode`` (``code:signal``) as one number: the code, or
+    ``128 + signal`` for a job killed by a signal (``0:9`` -> 137), as the shell says."""
+    if outcome is None:
+        return None
+    if outcome.exit_code == 0 and outcome.signal:
+        return 128 + outcome.signal
+    return outcome.exit_code
+
+
+def _accounting(outcome: JobOutcome | None) -> dict[str, Any]:
+    """Accounting's figures for the report's metrics."""
+    if outcome is None:
+        return {}
+    extra: dict[str, Any] = {"cancelled_by": outcome.cancelled_by} if outcome.cancelled_by \
+        else {}
+    extra["max_rss"] = outcome.max_rss
+    extra["accounting_source"] = outcome.source
+    return extra
+
+
+class OneShotRun:
+    """One ``sbatch`` job of ``spec``, watched to its end. :meth:`run` returns the facts;
+    :meth:`facts_so_far` what is known when the run is stopped from outside."""
+
+    def __init__(self, spec: JobSpec, backend: SlurmBackend, *, clock: Clock, events: Events,
+                 policy: PollPolicy, warnings: list[str]) -> None:
+        self.spec = spec
+        self.backend = backend
+        self.clock = clock
+        self.events = events
+        self.policy = policy
+        self.warnings = list(warnings)
+        self.path: list[str] = []
+        self.job_id: str | None = None
+        self.log_path: Path | None = None
+        self.timings: dict[str, float] = {}
+
+    def _facts(self, phase: Phase, **what: Any) -> RunFacts:
+        return RunFacts(mode=Mode.ONE_SHOT, phase=phase, job_id=self.job_id,
+                        path=tuple(self.path), warnings=tuple(self.warnings),
+                        timings=dict(self.timings), **what)
+
+    def facts_so_far(self, interrupted: str) -> RunFacts:
+        """What is known of a run stopped by a signal or Ctrl-C (the monitor has
+        cancelled the job by then)."""
+        log = self.log_path
+        return self._facts(Phase(self.path[-1]) if self.path else Phase.SUBMITTING,
+                           interrupted=interrupted,
+                           stdout=str(log) if log is not None else None,
+                           log_tail=tuple(tail_lines(log, 50)) if log is not None else ())
+
+    def run(self) -> RunFacts:
+        spec = self.spec
+        spec.work_dir.mkdir(parents=True, exist_ok=True)
+        self.events.state(Phase.SUBMITTING.value, f"sbatch {spec.script_path}")
+        self.path.append(Phase.SUBMITTING.value)
+        # the script's own #SBATCH --partition/--account win (said when they differ)
+        partition, account, notes = batch_placement(spec)
+        self.warnings.extend(notes)
+        try:
+            job_id = self.backend.submit(BatchRequest(
+                script_path=spec.script_path, work_dir=spec.work_dir,
+                partition=partition, account=account,
+            ))
+        except BackendError as exc:
+            return self._facts(Phase.SUBMITTING, failure=Failure(
+                phase=Phase.SUBMITTING, message=f"sbatch failed: {exc}", errors=(str(exc),)))
+        self.job_id = job_id
+        out = self.log_path = log_path_for(spec, job_id)
+        err = err_path_for(out)
+        self.events.message(
+            f"Submitted batch job {job_id}: script {spec.script_path}, work dir "
+            f"{spec.work_dir}, logs {out} and {err}; monitor with `squeue -j {job_id}` or "
+            f"`sacct -j {job_id}`"
+        )
+        watch = self._watch(job_id, out, err)
+        self.path.append(Phase.COLLECTED.value)
+        if watch.never_starts:
+            msg = (f"job {job_id} can never start: Slurm keeps it PENDING with reason "
+                   f"{watch.never_starts} (the request exceeds a limit of its partition, "
+                   "account or QOS); cancelled")
+            return self._facts(Phase.COLLECTED, messages=tuple(watch.messages),
+                               failure=Failure(phase=Phase.MONITORING, message=msg))
+        return self._collected(job_id, watch, out, err)
+
+    def _watch(self, job_id: str, out: Path, err: Path) -> Watch:
+        spec = self.spec
+        self.events.state(Phase.MONITORING.value, f"job {job_id}")
+        self.path.append(Phase.MONITORING.value)
+        return watch_batch_job(
+            job_id, backend=self.backend, log_path=out,
+            timeout_s=float(spec.monitor_timeout_seconds), clock=self.clock,
+            policy=self.policy, on_output=self.events.output,
+            on_message=self.events.message, on_tick=self.events.tick,
+            on_state=self.events.job_state,
+            output=output_for_spec(spec, [out, err], on_text=self.events.output),
+        )
+
+    def _collected(self, job_id: str, watch: Watch, out: Path, err: Path) -> RunFacts:
+        outcome, why = final_outcome(self.backend, job_id, self.clock)
+        note = (f"{why}; the exit code is unknown: FAILED if the log shows a failure, "
+                "otherwise ERROR" if why else "")
+        elapsed = float(outcome.elapsed.seconds) if outcome and outcome.elapsed.seconds \
+            is not None else watch.elapsed_s
+        self.timings["run_s"] = watch.elapsed_s
+        assert watch.output is not None
+        return self._facts(
+            Phase.COLLECTED,
+            slurm_state=outcome.state if outcome else None,
+            state_source=StateSource.ACCOUNTING if outcome else None,
+            exit_code=outcome_exit_code(outcome), elapsed_s=elapsed,
+            hang=watch.hang, hang_after_end=watch.hang_after_end, timed_out=watch.timed_out,
+            cancelled_steps=tuple(watch.cancelled_steps),
+            uncancelled_steps=tuple(watch.uncancelled_steps),
+            output=watch.output.snapshot(err), stdout=str(out), stderr=str(err),
+            notes=(note,) if note else (), messages=tuple(watch.messages),
+            extra_metrics=_accounting(outcome),
+        )

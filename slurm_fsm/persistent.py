@@ -1,0 +1,370 @@
+"""The persistent path: step 0 (the allocation machine), this run's lease, the
+pre-flight, ``bash <script>`` on the allocation, and how the allocation ended; and the
+release.
+
+:class:`PersistentRun` only observes: it returns what it saw as
+:class:`~slurm_fsm.runfacts.RunFacts`, and :func:`slurm_fsm.results.report_of` judges.
+It owns its :class:`~slurm_fsm.monitor.Watch` and its warnings.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from slurm_fsm import placement
+from slurm_fsm.backend import ScriptRequest, SlurmBackend
+from slurm_fsm.clock import Clock
+from slurm_fsm.errors import BackendError, JobNotFound
+from slurm_fsm.events import Events
+from slurm_fsm.joboutput import output_for_spec
+from slurm_fsm.jobstate import JobState
+from slurm_fsm.lease import LeaseGate
+from slurm_fsm.logs import tail_lines
+from slurm_fsm.machine import AllocationMachine, SetupFailed, State
+from slurm_fsm.monitor import PollPolicy, Watch, final_outcome, watch_script
+from slurm_fsm.runfacts import Failure, Mode, Phase, RunFacts, StateSource
+from slurm_fsm.runrecord import RunBook, RunRecord
+from slurm_fsm.runsteps import RunSteps, stop_leftovers
+from slurm_fsm.spec import JobSpec
+from slurm_fsm.state import StateStore
+
+__all__ = ["PersistentRun", "point_latest", "run_book", "run_log_path", "salloc_log_for"]
+
+#: What srun prints when Slurm ends a step at its job's time limit.
+TIME_LIMIT_MARK = "DUE TO TIME LIMIT"
+
+
+def run_log_path(spec: JobSpec, now: datetime | None = None) -> Path:
+    """This persistent run's own log: ``<model>_<workflow>.<UTC stamp>.log`` in
+    ``work_dir`` (``spec.persistent_log`` is a symlink to the latest one)."""
+    stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%S.%f")[:-3] + "Z"
+    base = spec.persistent_log
+    path = base.with_name(f"{base.stem}.{stamp}{base.suffix}")
+    n = 1
+    while path.exists() or path.is_symlink():
+        n += 1
+        path = base.with_name(f"{base.stem}.{stamp}-{n}{base.suffix}")
+    return path
+
+
+def point_latest(link: Path, target: Path) -> str:
+    """Make ``link`` a relative symlink to ``target`` (atomically). A regular file at
+    ``link`` (a log of an older version) is kept under a stamped name first. A
+    problem comes back as a warning text, never raised."""
+    try:
+        if link.exists() and not link.is_symlink():
+            stamp = datetime.fromtimestamp(link.stat().st_mtime, UTC).strftime(
+                "%Y%m%dT%H%M%S")
+            link.rename(link.with_name(f"{link.stem}.{stamp}Z-old{link.suffix}"))
+        # an unguessable name: os.symlink never replaces what someone planted there
+        tmp = link.with_name(f".{link.name}.{secrets.token_hex(8)}.tmp")
+        os.symlink(target.name, tmp)
+        os.replace(tmp, link)
+    except OSError as exc:
+        return f"could not point {link} at this run's log {target}: {exc}"
+    return ""
+
+
+def run_book(spec: JobSpec, state_path: Path | None = None) -> RunBook:
+    """The run records (one per persistent run, each its lease) beside the state file
+    (``spec.state_path`` unless given): ``.slurm_run.<run id>.json``
+    (``.slurm_run.fake.<run id>.json`` beside the fake's ``.slurm_alloc.fake.json``)."""
+    return RunBook(state_path or spec.state_path)
+
+
+def salloc_log_for(spec: JobSpec, state_path: Path) -> Path:
+    """salloc's output, beside the state file: ``spec.salloc_log`` for the spec's own
+    state file; ``.salloc.fake.log`` beside ``.slurm_alloc.fake.json`` (the state file's
+    ``.slurm_alloc`` replaced), ``<name>.salloc.log`` beside a state file of another
+    name."""
+    if state_path == spec.state_path:
+        return spec.salloc_log
+    name = state_path.name
+    stem = (name.replace(".slurm_alloc", ".salloc", 1) if ".slurm_alloc" in name
+            else f"{name}.salloc")
+    return state_path.with_name(stem.removesuffix(".json") + ".log")
+
+
+@attrs.frozen(kw_only=True)
+class _AllocationEnd:
+    state: JobState  # how the allocation ended: TIMEOUT, CANCELLED, ...
+    source: StateSource
+    what: str  # in words
+    note: str = ""
+    cancelled_by: str = ""
+
+
+def _finish_reason(watch: Watch) -> str:
+    if watch.hang:
+        return f"hang detected; cancelled {', '.join(watch.cancelled_steps) or 'no step'}"
+    if watch.timed_out:
+        return "monitor timeout; step cancelled"
+    return f"script exited {watch.exit_code}"
+
+
+class PersistentRun:
+    """One run of ``spec`` on the persistent allocation of the state file
+    ``state_path`` (:meth:`run`), or its release (:meth:`release`)."""
+
+    def __init__(self, spec: JobSpec, backend: SlurmBackend, *, clock: Clock, events: Events,
+                 policy: PollPolicy, state_path: Path, lease_wait_s: float,
+                 warnings: list[str]) -> None:
+        self.spec = spec
+        self.backend = backend
+        self.clock = clock
+        self.events = events
+        self.policy = policy
+        self.state_path = state_path
+        self.runs = run_book(spec, state_path)
+        self.lease_wait_s = lease_wait_s
+        self.salloc_log = salloc_log_for(spec, state_path)
+        self.warnings = list(warnings)
+        #: what the monitor and the wind-down said (the report's warnings, after the
+        #: parser's)
+        self.messages: list[str] = []
+        self.machine: AllocationMachine | None = None
+        self.log_path: Path | None = None  # this run's job log, once known
+        self.timings: dict[str, float] = {}
+
+    # ----------------------------------------------------------------------- facts
+    def _facts(self, phase: Phase, mode: Mode = Mode.PERSISTENT, **what: Any) -> RunFacts:
+        """The facts with what the machine knows: its path, notes and warnings, the
+        allocation, and salloc's last lines when step 0 failed allocating."""
+        m = self.machine
+        log = self.log_path if mode is Mode.PERSISTENT else None
+        from_salloc = (m is not None and m.failure is not None
+                       and m.failure.step == State.Allocating.value)
+        salloc_tail = tuple(tail_lines(m.salloc_log, 20)) if m is not None and from_salloc \
+            else ()
+        known: dict[str, Any] = {
+            "allocation_id": m.alloc.job_id if m is not None and m.alloc else None,
+            "stdout": str(log) if log else None,
+            "stderr": str(m.salloc_log) if m is not None and salloc_tail else None,
+            "log_tail": salloc_tail,
+        }
+        known.update(what)
+        return RunFacts(
+            mode=mode, phase=phase, path=tuple(m.path) if m else (),
+            notes=(*(m.notes if m else ()), *known.pop("notes", ())),
+            warnings=(*self.warnings, *(m.warnings if m else ())),
+            messages=tuple(self.messages), timings=dict(self.timings), **known)
+
+    def facts_so_far(self, interrupted: str) -> RunFacts:
+        """What is known of a run stopped by a signal or Ctrl-C (the monitor has
+        cancelled the running step by then; the allocation is kept)."""
+        mode = Mode.RELEASE if self.spec.release_allocation else Mode.PERSISTENT
+        log = self.log_path
+        return self._facts(Phase.RUNNING if log else Phase.STEP0, mode,
+                           interrupted=interrupted,
+                           log_tail=tuple(tail_lines(log, 50)) if log is not None else ())
+
+    # ------------------------------------------------------------------- the machine
+    def _new_machine(self) -> AllocationMachine:
+        # the lock covers step 0 (and the lease); the jobs of several runs overlap in
+        # the allocation, and their leases keep it (and their container) from change
+        store = StateStore(self.state_path,
+                           lock_timeout_s=self.spec.monitor_timeout_seconds + 900.0)
+        gate = LeaseGate(self.runs, wait_s=self.lease_wait_s, clock=self.clock,
+                         say=self.events.message)
+        m = AllocationMachine(self.spec, self.backend, clock=self.clock,
+                              log=self.events.message, store=store, salloc_log=self.salloc_log,
+                              leases=gate)
+        self.machine = m
+        return m
+
+    def release(self) -> RunFacts:
+        """Release the allocation (waiting for other runs' leases)."""
+        m = self._new_machine()
+        state = m.prepare()
+        released = m.released_job_id
+        if state is State.Released:
+            return self._facts(Phase.STEP0, Mode.RELEASE, released=True,
+                               summary=m.history[-1].reason,
+                               allocation_id=released or (m.alloc.job_id if m.alloc else None))
+        msg = m.failure.message if m.failure else "release failed"
+        return self._facts(Phase.STEP0, Mode.RELEASE,
+                           failure=Failure(phase=Phase.STEP0, message=msg),
+                           allocation_id=released or (m.alloc.job_id if m.alloc else None))
+
+    # ---------------------------------------------------------------------- the run
+    def run(self) -> RunFacts:
+        m = self._new_machine()
+        with m.locked():  # step 0, the dead runs' leftovers, this run's lease
+            done = self._step0(m)
+        if isinstance(done, RunFacts):
+            return done
+        steps = RunSteps(self.backend, self.runs, done, clock=self.clock,
+                         say=self.events.message)
+        try:
+            return self._run(m, steps)
+        finally:  # an error or an interrupt on the way: the same end as a normal one
+            if not steps.finished and (steps.script is None or steps.script.poll() is not None):
+                steps.finish()
+
+    def _step0(self, m: AllocationMachine) -> RunFacts | RunRecord:
+        """Under the state file's lock: step 0, then what dead runs left is stopped and
+        this run's lease is taken. The lease, or the facts of a failure."""
+        spec = self.spec
+        t = self.clock.now()
+        self.events.state(Phase.STEP0.value, "validating or allocating")
+        state = m.prepare()
+        self.timings["step0_s"] = self.clock.now() - t
+        if state is not State.Ready or m.alloc is None:
+            msg = m.failure.message if m.failure else f"step 0 ended in {state.value}"
+            # a failed setup step: its pyxis / pip lines each on their own
+            error = m.failure.error if m.failure else None
+            detail = error.output if isinstance(error, SetupFailed) else msg
+            return self._facts(Phase.STEP0, failure=Failure(
+                phase=Phase.STEP0, message=msg, detail=detail))
+        alloc = m.alloc
+        # before the pre-flight's own step: a dead run's step would hold the nodes
+        for text in stop_leftovers(self.backend, self.runs, alloc.job_id, self.clock):
+            self.warnings.append(text)
+            self.events.message(f"WARNING: {text}")
+        try:
+            lease = self.runs.start(alloc.job_id, spec=str(spec.script_path),
+                                    model=spec.model_name or "",
+                                    container=spec.container_name or "")
+        except OSError as exc:
+            msg = (f"could not write this run's record (its lease on allocation "
+                   f"{alloc.job_id}) in {self.runs.folder}: {exc}; the job was not started")
+            m.finish(reason=msg)
+            return self._facts(Phase.STEP0, failure=Failure(phase=Phase.STEP0, message=msg))
+        if m.leases is not None:
+            m.leases.own = lease.run_id
+        return lease
+
+    def _run(self, m: AllocationMachine, steps: RunSteps) -> RunFacts:
+        """Pre-flight, the script, how it ended (the lock is free: other runs overlap)."""
+        spec = self.spec
+        assert m.alloc is not None
+        alloc = m.alloc
+        t = self.clock.now()
+        m.run()  # pre-flight; a failure routes the machine into Failed
+        if m.state is not State.Running:
+            msg = m.failure.message if m.failure else "pre-flight failed"
+            return self._facts(Phase.STEP0, failure=Failure(phase=Phase.STEP0, message=msg))
+        info, left = m.info_now()
+        assert info is not None
+        spec.work_dir.mkdir(parents=True, exist_ok=True)
+        log = self.log_path = run_log_path(spec)
+        self.events.message(
+            f"Running {spec.script_path} on allocation {alloc.job_id} ({alloc.nodelist}, "
+            f"{left} left), container {spec.container_name or '-'}; log {log}"
+        )
+        env = placement.script_env(attrs.evolve(info, nodelist=info.nodelist or alloc.nodelist),
+                                   spec.slurm_params, spec.script_path)
+        try:
+            script = self.backend.start_script(ScriptRequest(
+                script_path=spec.script_path, log_path=log, env=env, cwd=spec.work_dir,
+            ))
+        except OSError as exc:  # bash missing, log not writable, ...
+            m.finish(reason=f"script did not start: {exc}")
+            msg = f"could not start bash {spec.script_path}: {exc}"
+            return self._facts(Phase.RUNNING, failure=Failure(phase=Phase.RUNNING, message=msg))
+        problem = point_latest(spec.persistent_log, log)
+        if problem:
+            self.warnings.append(problem)
+        steps.started(script, str(log))
+        self.timings["start_s"] = self.clock.now() - t
+        self.events.state(Phase.RUNNING.value, f"job on allocation {alloc.job_id}")
+        self.events.job_state(f"RUNNING (a step of allocation {alloc.job_id})")
+        watch = self._watch(script, steps, alloc.job_id, log)
+        return self._ended(m, watch, alloc.job_id, log)
+
+    def _watch(self, script: Any, steps: RunSteps, alloc_id: str, log: Path) -> Watch:
+        """The script, watched to its end; a step never outlives its run: what the
+        script left is stopped now."""
+        spec = self.spec
+
+        def tick(elapsed: float, line: str) -> None:
+            steps.sample()
+            self.events.tick(elapsed, line)
+
+        watch = watch_script(
+            script, backend=self.backend, job_id=alloc_id,
+            timeout_s=float(spec.monitor_timeout_seconds), clock=self.clock,
+            policy=self.policy, on_message=self.events.message, on_tick=tick,
+            stop=steps.stop,
+            output=output_for_spec(spec, [log], extra_patterns=[TIME_LIMIT_MARK],
+                                   on_text=placement.QueueWatch(
+                self.events.output, self.events.message,
+                spec.slurm_params.gpus_per_node or 0)),
+        )
+        self.messages.extend(watch.messages)
+        for problem in steps.finish():
+            self.events.message(f"WARNING: {problem}")
+            self.messages.append(problem)
+        self.timings["run_s"] = watch.elapsed_s
+        return watch
+
+    def _ended(self, m: AllocationMachine, watch: Watch, alloc_id: str, log: Path
+               ) -> RunFacts:
+        """The facts of a script that ran: its exit code, what the watch saw, and
+        whether the allocation itself ended under it."""
+        assert watch.output is not None
+        seen: dict[str, Any] = {
+            "allocation_id": alloc_id, "exit_code": watch.exit_code,
+            "elapsed_s": watch.elapsed_s, "hang": watch.hang,
+            "hang_after_end": watch.hang_after_end, "timed_out": watch.timed_out,
+            "cancelled_steps": tuple(watch.cancelled_steps),
+            "uncancelled_steps": tuple(watch.uncancelled_steps),
+            "output": watch.output.snapshot(), "stdout": str(log), "stderr": None,
+        }
+        ended = self._allocation_end(alloc_id, watch)
+        if ended is None:
+            m.finish(reason=_finish_reason(watch))
+            return self._facts(Phase.COLLECTED, **seen)
+        m.finish(reason=f"allocation {alloc_id} ended under the job ({ended.state})",
+                 allocation_gone=True)
+        return self._facts(
+            Phase.COLLECTED, **seen, slurm_state=ended.state, state_source=ended.source,
+            notes=(ended.note,) if ended.note else (),
+            summary=(f"allocation {alloc_id} {ended.what} and ended under the job; "
+                     f"the step exited {watch.exit_code}. The state file is dropped: the "
+                     "next run allocates anew"),
+            extra_metrics={"cancelled_by": ended.cancelled_by} if ended.cancelled_by else {},
+        )
+
+    def _allocation_end(self, alloc_id: str, watch: Watch) -> _AllocationEnd | None:
+        """After every job: did the allocation itself end under it (scancel of the
+        allocation, its time limit, a node failure)? None when it still runs. When
+        Slurm cannot say, srun's time-limit line in the output (counted while it was
+        followed) means TIMEOUT, else the allocation is taken as cancelled.
+
+        Asked whatever the script's exit code: srun exits 0 when the one node of its
+        allocation fails (``srun: error: Node failure on n1``, Slurm 22.05)."""
+        if watch.hang or watch.timed_out:
+            return None
+        try:
+            info = self.backend.query_job(alloc_id)
+        except JobNotFound:
+            pass
+        except BackendError as exc:
+            self.messages.append(f"could not check allocation {alloc_id}: {exc}")
+            return None
+        else:
+            if info.state.is_live:
+                return None
+        outcome, _why = final_outcome(self.backend, alloc_id, self.clock, attempts=4)
+        by = outcome.cancelled_by if outcome is not None else ""
+        if outcome is not None and not outcome.state.exited:
+            state, source, note = outcome.state, StateSource.ACCOUNTING, ""
+        elif watch.output is not None and watch.output.pattern_hits.get(TIME_LIMIT_MARK):
+            state, source, note = JobState.TIMEOUT, StateSource.LOG_MARK, (
+                f"Slurm could not say how allocation {alloc_id} ended; the log says "
+                "DUE TO TIME LIMIT")
+        else:
+            state, source, note = JobState.CANCELLED, StateSource.ASSUMED, (
+                f"Slurm could not say how allocation {alloc_id} ended; taken as cancelled")
+        what = state.ended_how
+        if state is JobState.CANCELLED and by:
+            what += f" (by uid {by})"
+        return _AllocationEnd(state=state, source=source, what=what, note=note,
+                              cancelled_by=by)
