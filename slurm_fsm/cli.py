@@ -372,28 +372,8 @@ def _dispatch(args: argparse.Namespace, current: _Run) -> int:
 
         return run_demo(fake=args.fake, keep=args.keep, quiet=args.quiet)
 
-    from pathlib import Path
-
-    from slurm_fsm.spec import JobSpec
-
-    # run: a missing script is a problem of the same pass as the spec's own
-    spec = JobSpec.from_file(Path(args.spec), strict=args.strict,
-                             check_script=args.command == "run")
-    if args.command == "run":  # what the script says (its --container-name)
-        from slurm_fsm.errors import SpecError
-        from slurm_fsm.scriptcheck import container_name_problems
-
-        if problems := container_name_problems(spec):
-            raise SpecError(str(args.spec), problems)
-    if spec.load_warnings:
-        lines = "".join(f"\n  {w}" for w in spec.load_warnings)
-        _say(f"slurm-fsm: warning: job spec {args.spec}:{lines}")
+    spec = _load_spec(args)
     fake = args.backend == "fake"
-    if not fake and (args.fake_partition or args.fake_account):
-        from slurm_fsm.errors import SpecError
-
-        raise SpecError(str(args.spec), ["--fake-partition/--fake-account: only with "
-                                         "--backend fake"])
     # status with no state file asks Slurm nothing
     needs_slurm = args.command != "status" or spec.state_path.exists()
     backend = (_fake_for(args) if fake
@@ -411,7 +391,36 @@ def _dispatch(args: argparse.Namespace, current: _Run) -> int:
         plan = make_plan(spec, backend)
         _emit(*_labelled(plan.to_dict(), plan.render_text(), fake), args.json, sys.stdout)
         return 0 if plan.final_state != "Failed" else EXIT_ERROR
+    return _run_job(args, current, spec, backend, state_path, fake)
 
+
+def _load_spec(args: argparse.Namespace) -> JobSpec:
+    """The spec of ``args.spec``; for ``run``, a missing script and a script whose
+    ``--container-name`` is not the spec's are problems of the spec (exit 2)."""
+    from pathlib import Path
+
+    from slurm_fsm.errors import SpecError
+    from slurm_fsm.spec import JobSpec
+
+    spec = JobSpec.from_file(Path(args.spec), strict=args.strict,
+                             check_script=args.command == "run")
+    if args.command == "run":  # what the script says (its --container-name)
+        from slurm_fsm.scriptcheck import container_name_problems
+
+        if problems := container_name_problems(spec):
+            raise SpecError(str(args.spec), problems)
+    if spec.load_warnings:
+        lines = "".join(f"\n  {w}" for w in spec.load_warnings)
+        _say(f"slurm-fsm: warning: job spec {args.spec}:{lines}")
+    if args.backend != "fake" and (args.fake_partition or args.fake_account):
+        raise SpecError(str(args.spec), ["--fake-partition/--fake-account: only with "
+                                         "--backend fake"])
+    return spec
+
+
+def _run_job(args: argparse.Namespace, current: _Run, spec: JobSpec, backend: SlurmBackend,
+             state_path: Path | None, fake: bool) -> int:
+    """``run`` and ``release``: one executor run, its report printed."""
     from slurm_fsm.executor import Executor
     from slurm_fsm.progress import StderrEvents
 

@@ -185,25 +185,8 @@ def run_demo(*, fake: bool = False, keep: bool = False, quiet: bool = False) -> 
         _say(f"  path:        {' -> '.join(report.path)}")
         _say(f"  took:        {took:.3f} s")
         code = code or report.exit_code_for_cli
-    if len(reports) == 2:
-        (r1, t1, c1), (r2, t2, c2) = reports
-        reused = r1.allocation_id == r2.allocation_id and "Allocating" not in r2.path
-        what = "calls to the fake cluster" if clock is not None else "Slurm commands"
-        _say(f"\n[demo] the {what} each run issued (the job's own srun lines not counted):")
-        for line in _side_by_side(c1, c2):
-            _say(line)
-        if reused:
-            _say(f"[demo] the second reused allocation {r2.allocation_id}; it did not run: "
-                 + ", ".join(_skipped(c1, c2) or ["(nothing fewer)"]))
-            if spec.docker_image is None:
-                _say("[demo] no image import and no install either way: this job asks for "
-                     "none (with a docker_image the first run imports and installs, the "
-                     "second does neither)")
-        else:
-            _say("[demo] the second did NOT reuse the allocation")
-            code = code or 1
-        _say(f"[demo] seconds: first {t1:.3f}, second {t2:.3f} (on a local cluster salloc "
-             "is free; on a busy one the first also waits in the queue)")
+    if len(reports) == 2 and not _compare(reports, spec, fake=clock is not None):
+        code = code or 1
     if keep:
         _say(f"\n[demo] allocation kept (--keep); release it with: slurm-fsm release "
              f"{root / 'job_spec.json'}")
@@ -214,6 +197,29 @@ def run_demo(*, fake: bool = False, keep: bool = False, quiet: bool = False) -> 
         code = code or rel.exit_code_for_cli
     _ending(fake=clock is not None, kept=keep, spec_path=root / "job_spec.json")
     return code
+
+
+def _compare(reports: list[tuple[Report, float, list[str]]], spec: JobSpec, *,
+             fake: bool) -> bool:
+    """Say what each of the two runs issued; whether the second reused the allocation."""
+    (r1, t1, c1), (r2, t2, c2) = reports
+    reused = r1.allocation_id == r2.allocation_id and "Allocating" not in r2.path
+    what = "calls to the fake cluster" if fake else "Slurm commands"
+    _say(f"\n[demo] the {what} each run issued (the job's own srun lines not counted):")
+    for line in _side_by_side(c1, c2):
+        _say(line)
+    if reused:
+        _say(f"[demo] the second reused allocation {r2.allocation_id}; it did not run: "
+             + ", ".join(_skipped(c1, c2) or ["(nothing fewer)"]))
+        if spec.docker_image is None:
+            _say("[demo] no image import and no install either way: this job asks for "
+                 "none (with a docker_image the first run imports and installs, the "
+                 "second does neither)")
+    else:
+        _say("[demo] the second did NOT reuse the allocation")
+    _say(f"[demo] seconds: first {t1:.3f}, second {t2:.3f} (on a local cluster salloc "
+         "is free; on a busy one the first also waits in the queue)")
+    return reused
 
 
 def _ending(*, fake: bool, kept: bool, spec_path: Path) -> None:

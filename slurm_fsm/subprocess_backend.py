@@ -493,25 +493,7 @@ class SubprocessBackend:
             return existing[0].job_id
 
         argv = slurmcli.salloc_argv(request)
-        request.log_path.parent.mkdir(parents=True, exist_ok=True)
-        try:  # never through a link planted in the shared work_dirs
-            log_file = files.open_private(request.log_path)
-        except FileProblem as problem:
-            raise AllocationFailed(argv, 1, "", f"the salloc log cannot be written: "
-                                   f"{problem}; nothing was allocated") from None
-        with log_file:
-            try:
-                proc = subprocess.Popen(  # noqa: S603 - an argument list, never a shell
-                    argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log_file,
-                    stderr=subprocess.STDOUT,
-                    env=self.environment(),
-                    start_new_session=True,
-                )
-            except OSError as exc:
-                raise AllocationFailed(argv, 127, str(exc), "salloc could not start") from exc
-        self._reap_later(proc)
+        proc = self._start_salloc(argv, request.log_path)
 
         deadline = self.clock.now() + wait_s
         pause = 0.02
@@ -535,6 +517,40 @@ class SubprocessBackend:
         # make sure that no late job of ours survives the failure we report
         if proc.poll() is None:
             self._stop(proc)
+        self._cancel_late(request, user)
+        rc = proc.returncode if proc.returncode is not None else -1
+        why = f"no job named {request.job_name} of {user} appeared within {wait_s:g} s"
+        if transient is not None:
+            why += f" (last squeue: {transient})"
+        raise self._allocation_failed(argv, rc, request.log_path, why)
+
+    def _start_salloc(self, argv: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+        """``salloc`` detached, its output in ``log_path`` (opened privately: never
+        through a link planted in the shared work_dirs), reaped in the background."""
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            log_file = files.open_private(log_path)
+        except FileProblem as problem:
+            raise AllocationFailed(argv, 1, "", f"the salloc log cannot be written: "
+                                   f"{problem}; nothing was allocated") from None
+        with log_file:
+            try:
+                proc = subprocess.Popen(  # noqa: S603 - an argument list, never a shell
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    env=self.environment(),
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                raise AllocationFailed(argv, 127, str(exc), "salloc could not start") from exc
+        self._reap_later(proc)
+        return proc
+
+    def _cancel_late(self, request: AllocationRequest, user: str) -> None:
+        """After a failed allocate: no late job of ours survives (the one salloc
+        announced in its log, and any live job of the request's name)."""
         late: set[str] = set()
         announced = slurmcli.salloc_job_id(_read_text(request.log_path, shared=True))
         if announced:
@@ -549,11 +565,6 @@ class SubprocessBackend:
                 self.cancel(job_id)
             except BackendError as exc:
                 log.warning("could not cancel late allocation %s: %s", job_id, exc)
-        rc = proc.returncode if proc.returncode is not None else -1
-        why = f"no job named {request.job_name} of {user} appeared within {wait_s:g} s"
-        if transient is not None:
-            why += f" (last squeue: {transient})"
-        raise self._allocation_failed(argv, rc, request.log_path, why)
 
     def _live_jobs(self, name: str, user: str, comment: str | None = None) -> list[JobInfo]:
         """Live jobs of that name and user that this request could have made: with a

@@ -289,6 +289,36 @@ def test_interrupt_stops_the_step_and_keeps_the_allocation(make_spec: SpecFactor
         {"job_id": alloc.job_id, "step_id": "0"}]
 
 
+@pytest.mark.parametrize("persistent", [True, False])
+def test_an_interrupted_run_is_judged_once_from_what_its_path_saw(
+        make_spec: SpecFactory, fake: FakeCluster, persistent: bool) -> None:
+    spec = (make_spec() if persistent else one_shot(make_spec))
+    fake.script(spec.script_path, FakeScript(lines=("working",), hang=True))
+
+    class CtrlC(Events):
+        def tick(self, elapsed_s: float, last_line: str) -> None:
+            if elapsed_s > 2:
+                raise KeyboardInterrupt
+
+    executor = Executor(spec, fake, clock=fake.clock, events=CtrlC())
+    with pytest.raises(KeyboardInterrupt):
+        executor.run()
+    report = executor.interrupted_report("interrupted by SIGINT")
+    assert report.status is Status.CANCELLED
+    assert report.errors == ["interrupted by SIGINT"]
+    assert [d["symptom"] for d in report.diagnosis] == ["CANCELLED"]
+    assert report.log_tail == ["working"]
+    assert "total_s" in report.timings
+    if persistent:
+        assert report.mode == "persistent" and report.path[-1] == "Running"
+        assert report.summary == (f"CANCELLED: interrupted by SIGINT; allocation "
+                                  f"{report.allocation_id} is kept")
+    else:
+        assert report.mode == "one-shot" and report.job_id is not None
+        assert report.path == ["Submitting", "Monitoring"]
+        assert report.summary == "CANCELLED: interrupted by SIGINT"
+
+
 def test_build_project_uses_the_default_pre_step(make_spec: SpecFactory, fake: FakeCluster,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     from slurm_fsm import build
