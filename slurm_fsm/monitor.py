@@ -27,18 +27,13 @@ from pathlib import Path
 
 import attrs
 
-from slurm_fsm.backend import JobInfo, JobOutcome, RunningScript, SlurmBackend, StepInfo
+from slurm_fsm.backend import JobInfo, JobOutcome, RunningScript, SlurmBackend
 from slurm_fsm.clock import Clock, backoff
 from slurm_fsm.errors import BackendError, CommandTimedOut, ControllerUnreachable, JobNotFound
 from slurm_fsm.joboutput import JobOutput
 from slurm_fsm.jobstate import JobState
 
-__all__ = ["PollPolicy", "Watch", "final_outcome", "stop_steps", "watch_batch_job",
-           "watch_script"]
-
-#: Steps that are part of an allocation itself, never a job's step.
-NON_JOB_STEPS = frozenset({"extern", "batch", "interactive"})
-
+__all__ = ["PollPolicy", "Watch", "final_outcome", "watch_batch_job", "watch_script"]
 
 @attrs.frozen(kw_only=True)
 class PollPolicy:
@@ -87,55 +82,28 @@ def _finish(output: JobOutput, watch: Watch) -> None:
 Notify = Callable[[str], None]
 
 
-def _numbered(steps: list[StepInfo]) -> set[str]:
-    """Numbered steps only (0, 1, 0+1 for het jobs): never extern, batch, interactive."""
-    return {s.step_id for s in steps
-            if s.step_id not in NON_JOB_STEPS and s.step_id.split("+")[0].isdigit()}
-
-
-def stop_steps(backend: SlurmBackend, job_id: str, watch: Watch) -> None:
-    """Cancel the running steps of the allocation, never the allocation itself. (The
-    executor holds the state file's lock for the whole run, so no other slurm_fsm run
-    has steps here.) A failing scancel is recorded, not raised: stopping the local
-    script must still happen."""
-    try:
-        steps = backend.list_steps(job_id)
-    except BackendError as exc:
-        watch.messages.append(f"could not list steps of {job_id}: {exc}")
-        return
-    for step_id in sorted(_numbered(steps)):
-        try:
-            backend.cancel(job_id, step_id)
-        except BackendError as exc:
-            watch.messages.append(f"could not cancel step {job_id}.{step_id}: {exc}")
-            continue
-        watch.cancelled_steps.append(f"{job_id}.{step_id}")
-
-
 def watch_script(
     script: RunningScript,
     *,
-    backend: SlurmBackend,
-    job_id: str,
     timeout_s: float,
     clock: Clock,
     policy: PollPolicy = PollPolicy(),
     on_output: Notify | None = None,
     on_message: Notify | None = None,
     on_tick: Callable[[float, str], None] | None = None,
+    stop: Callable[[Watch], None],
     output: JobOutput | None = None,
-    stop: Callable[[Watch], None] | None = None,
 ) -> Watch:
-    """Persistent path: wait for ``bash <script>`` on the allocation ``job_id``.
+    """Persistent path: wait for ``bash <script>`` on its allocation.
 
-    On a hang marker, cancel only the running steps (``squeue -s``, ``scancel ID.STEP``),
-    then stop the local script; past ``timeout_s`` do the same and report a timeout.
-    ``output`` follows the script's log (built here when not given). ``stop`` replaces
-    the cancel of every step: a run that shares the allocation cancels its own steps
-    only (:meth:`slurm_fsm.runsteps.RunSteps.stop`).
+    On a hang marker, ``stop`` cancels this run's steps (never the allocation, never
+    another run's steps on it: :meth:`slurm_fsm.runsteps.RunSteps.stop`), then the
+    local script is stopped; past ``timeout_s`` the same, reported as a timeout; also
+    when the watch is interrupted. ``output`` follows the script's log (built here
+    when not given).
     """
     watch = Watch()
-    halt = stop or (lambda w: stop_steps(backend, job_id, w))
+    halt = stop
     follower = output or JobOutput([script.log_path], on_text=on_output)
     started = clock.now()
     say = on_message or (lambda _m: None)

@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 
 from slurm_fsm import placement
-from slurm_fsm.backend import ScriptRequest, SlurmBackend
+from slurm_fsm.backend import RunningScript, ScriptRequest, SlurmBackend
 from slurm_fsm.clock import Clock
 from slurm_fsm.errors import BackendError, JobNotFound
 from slurm_fsm.events import Events
@@ -275,10 +275,10 @@ class PersistentRun:
         self.timings["start_s"] = self.clock.now() - t
         self.events.state(Phase.RUNNING.value, f"job on allocation {alloc.job_id}")
         self.events.job_state(f"RUNNING (a step of allocation {alloc.job_id})")
-        watch = self._watch(script, steps, alloc.job_id, log)
+        watch = self._watch(script, steps, log)
         return self._ended(m, watch, alloc.job_id, log)
 
-    def _watch(self, script: Any, steps: RunSteps, alloc_id: str, log: Path) -> Watch:
+    def _watch(self, script: RunningScript, steps: RunSteps, log: Path) -> Watch:
         """The script, watched to its end; a step never outlives its run: what the
         script left is stopped now."""
         spec = self.spec
@@ -288,8 +288,7 @@ class PersistentRun:
             self.events.tick(elapsed, line)
 
         watch = watch_script(
-            script, backend=self.backend, job_id=alloc_id,
-            timeout_s=float(spec.monitor_timeout_seconds), clock=self.clock,
+            script, timeout_s=float(spec.monitor_timeout_seconds), clock=self.clock,
             policy=self.policy, on_message=self.events.message, on_tick=tick,
             stop=steps.stop,
             output=output_for_spec(spec, [log], extra_patterns=[TIME_LIMIT_MARK],
