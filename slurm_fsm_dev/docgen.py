@@ -20,6 +20,7 @@ from slurm_fsm.edges import CONDITIONS, EDGES, Edge, Effect, State, mermaid_diag
 __all__ = [
     "DIAGRAM_MARKER",
     "PUBLIC_MODULES",
+    "STEP_CODES",
     "WORK_COMMANDS",
     "DiagramError",
     "states_dot",
@@ -96,6 +97,21 @@ def _commands_of(edge: Edge) -> str:
     return WORK_COMMANDS.get(edge.trigger, "-")
 
 
+#: The procedure's step codes (docs/states.md's "Steps"): the one place they are defined.
+STEP_CODES: dict[str, str] = {
+    "0A": "release (`release_allocation`): verify the owner, cancel the allocation, drop "
+          "the state file",
+    "0B": "one-shot (`persistent_mode=false`): no allocation; straight to `sbatch`",
+    "0C": "validate the state file's allocation: reuse it, wait for it, or replace it",
+    "0D": "prepare a new allocation: cancel this checkout's orphans",
+    "0E": "allocate (`salloc --no-shell`), wait for RUNNING, record the grant; import the "
+          "image",
+    "0F": "reuse: the container is there (or import it), warm the mounts, install",
+    "1": "pre-flight and start the job's script on the allocation",
+    "3-5": "watch the job, collect its output, judge it (the report)",
+}
+
+
 def states_markdown() -> str:
     """``docs/states.md``: the diagram, the edge table, the conditions and the effects,
     generated from :data:`~slurm_fsm.edges.EDGES`, :data:`~slurm_fsm.edges.CONDITIONS`
@@ -115,6 +131,17 @@ def states_markdown() -> str:
         "```mermaid",
         mermaid_diagram(EDGES).rstrip("\n"),
         "```",
+        "",
+        "## Steps",
+        "",
+        "The `step` column names the step of the procedure an edge belongs to; the codes",
+        "are defined here, once (the code and the docstrings use them):",
+        "",
+        "| step | what it is |",
+        "|---|---|",
+        *(f"| {code} | {what} |" for code, what in STEP_CODES.items()),
+        "",
+        "## Edges",
         "",
         "| trigger | from | condition | to | effects | step | what happens | Slurm commands |",
         "|---|---|---|---|---|---|---|---|",
