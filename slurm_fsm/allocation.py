@@ -53,7 +53,7 @@ __all__ = ["SHARING_RULES", "Allocation", "AllocationStatus", "RunHandle"]
 
 #: When a spec runs in the allocation that is already there (in this order; the first
 #: that fails decides). Each rule is checked by a pure function of the state file and
-#: the spec in :mod:`slurm_fsm.machine`, except the time left, which needs ``squeue``.
+#: the spec in :mod:`slurm_fsm.edges`, except the time left, which needs ``squeue``.
 SHARING_RULES: tuple[str, ...] = (
     "same repo_root: the allocation is found through <repo_root>/work_dirs/.slurm_alloc.json",
     "the job is still in Slurm, RUNNING (a PENDING one is waited for), and carries this "

@@ -205,7 +205,7 @@ class ContainerOptions:
     fresh: bool = False
     #: With ``fresh``: who makes it, ``"<checkout tag> <repo_root>"``. A container of
     #: that name that another checkout made is then neither removed nor reused: the
-    #: step fails naming that checkout. Empty: no owner check (as before).
+    #: step fails naming that checkout. Empty: no owner check.
     owner: str = ""
 
     def __attrs_post_init__(self) -> None:

@@ -25,7 +25,9 @@ class Events:
     """What a run tells the person watching it. Subclass and override what you show."""
 
     def state(self, machine_state: str, detail: str = "") -> None:
-        """The machine (or the job) entered a new state."""
+        """The run entered a new phase (:class:`slurm_fsm.runfacts.Phase`: ``PreStep``,
+        ``Step0``, ``Running``, ``Submitting``, ``Monitoring``, ``Done``); the
+        machine's own transitions are told by :meth:`message`."""
 
     def message(self, text: str) -> None:
         """A line of progress (allocation made, warnings, state changes)."""

@@ -13,8 +13,8 @@ An allocation made by slurm_fsm carries its checkout in its comment
   (:attr:`Ownership.OTHER_CHECKOUT`);
 * an untagged job (no comment, e.g. made by the original agent procedure) is
   ours only under one of the job names the caller expects
-  (:attr:`Ownership.UNTAGGED`), as before tags existed; under another name it is
-  not ours (:attr:`Ownership.OTHER`).
+  (:attr:`Ownership.UNTAGGED`); under another name it is not ours
+  (:attr:`Ownership.OTHER`).
 
 Validation (0C), the orphan search (0D), release (0A) and the backend's
 lookup of an allocation whose salloc answer was lost all call :func:`ownership`;
