@@ -57,7 +57,6 @@ class Watch:
     cancelled_steps: list[str] = attrs.field(factory=list)
     uncancelled_steps: list[str] = attrs.field(factory=list)  # asked, Slurm did not answer
     states: list[JobState] = attrs.field(factory=list)  # one-shot: Slurm states seen, in order
-    last_info: JobInfo | None = None
     elapsed_s: float = 0.0
     messages: list[str] = attrs.field(factory=list)
     bytes_read: int = 0
@@ -242,7 +241,6 @@ def _batch_loop(job_id: str, watch: Watch, follower: JobOutput, *, backend: Slur
             except (ControllerUnreachable, CommandTimedOut) as exc:
                 say(f"controller unreachable ({exc}); still waiting")
             if info is not None:
-                watch.last_info = info
                 if not watch.states or watch.states[-1] != info.state:
                     watch.states.append(info.state)
                     on_state(info.state)

@@ -37,11 +37,9 @@ class StderrEvents(Events):
         self.tty = bool(getattr(self.out, "isatty", lambda: False)())
         self.plain_interval_s = plain_interval_s
         self._state = ""
-        self._detail = ""
         self._slurm_state = ""
         self._status_shown = False
         self._last_plain = 0.0
-        self._started = time.monotonic()
         #: the messages printed so far (bounded): a detail already shown is not repeated
         self._shown: list[str] = []
         #: Why the stream stopped being written to (the first OSError), else None.
@@ -70,7 +68,7 @@ class StderrEvents(Events):
         self._write(text.rstrip("\n") + "\n")
 
     def state(self, machine_state: str, detail: str = "") -> None:
-        self._state, self._detail = machine_state, detail
+        self._state = machine_state
         if detail and any(detail in shown for shown in self._shown):
             where = "in the report" if self.report_follows else "above"
             self._line(f"[slurm-fsm] {machine_state} (why: {where})")
