@@ -345,13 +345,14 @@ def _emit_error(command: str, summary: str, errors: list[str]) -> None:
 def _emit_stopped(current: _Run, command: str, why: str, code: int) -> None:
     """With ``--json``: the one document, also for a command stopped by a signal (a
     CANCELLED report for ``run``/``release``)."""
-    if command not in ("run", "release"):
-        name = "CANCELLED"
-        _print_json_error(_error_document(name, code, command, f"{name}: {why}", [why]))
-        return
     from slurm_fsm.results import report_of
     from slurm_fsm.runfacts import Mode, Phase, RunFacts
 
+    if command not in ("run", "release"):  # the judge's word, in an error document
+        stopped = report_of(RunFacts(mode=Mode.RUN, phase=Phase.INPUT, interrupted=why), None)
+        _print_json_error(_error_document(stopped.status.name, code, command,
+                                          stopped.summary, stopped.errors))
+        return
     if current.executor is not None:
         report = current.executor.interrupted_report(why)
     else:

@@ -38,9 +38,10 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 
 __all__ = ["GRACE_S", "TOKEN_ENV", "boot_id", "group_members", "main", "proven_members",
-           "start_ticks"]
+           "signal_group", "start_ticks", "stop_group"]
 
 #: The environment variable that carries the guard's secret token.
 TOKEN_ENV = "SLURM_FSM_GUARD_TOKEN"
@@ -48,6 +49,36 @@ TOKEN_ENV = "SLURM_FSM_GUARD_TOKEN"
 GRACE_S = 10.0
 PR_SET_PDEATHSIG = 1
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+
+
+def signal_group(pgid: int, sig: int) -> None:
+    """``killpg``; a group that is gone, or not ours to signal, is no error."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def stop_group(pgid: int, grace_s: float, *, ended: Callable[[], bool],
+               sleep: Callable[[float], None] = time.sleep,
+               now: Callable[[], float] = time.monotonic,
+               may_kill: Callable[[], bool] = lambda: True, poll_s: float = 0.05) -> bool:
+    """The one stop policy: SIGTERM to the process group ``pgid``, up to ``grace_s``
+    for ``ended()`` (asked every ``poll_s``), then SIGKILL to what is left, unless
+    ``may_kill()`` says the group can no longer be proven the one meant. True when it
+    ended within the grace period.
+
+    The grace covers the whole group: ``srun`` passes SIGTERM on to its step and needs
+    a moment to see the step end (killed earlier, it would leave the step running)."""
+    signal_group(pgid, signal.SIGTERM)
+    deadline = now() + grace_s
+    while True:
+        if ended():
+            return True
+        if now() >= deadline:
+            break
+        sleep(poll_s)
+    if may_kill():
+        signal_group(pgid, signal.SIGKILL)
+    return False
 
 
 def start_ticks(pid: int) -> int | None:
@@ -170,24 +201,24 @@ def _exit_code(status: int) -> int:
 
 
 def _stop(child: int, signum: int) -> int:
-    """SIGTERM to the group, grace, SIGKILL: the exit code ``128 + signum``."""
+    """SIGTERM to the group, grace, SIGKILL (:func:`stop_group`; the SIGKILL ends the
+    guard too): the exit code ``128 + signum``."""
     for sig in _STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
     me = os.getpid()
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(me, signal.SIGTERM)
-    deadline = time.monotonic() + GRACE_S
     reaped = child == 0
-    while time.monotonic() < deadline:
+
+    def ended() -> bool:
+        nonlocal reaped
         if not reaped:
             try:
                 reaped = os.waitpid(child, os.WNOHANG)[0] != 0
             except ChildProcessError:
                 reaped = True
-        if reaped and not group_members(me, exclude=me):
-            return 128 + signum
-        time.sleep(0.05)
-    os.killpg(me, signal.SIGKILL)  # ends the guard too
+        return reaped and not group_members(me, exclude=me)
+
+    if stop_group(me, GRACE_S, ended=ended):
+        return 128 + signum
     return 128 + signal.SIGKILL  # pragma: no cover
 
 

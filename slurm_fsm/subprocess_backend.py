@@ -24,7 +24,6 @@ import os
 import pwd
 import secrets
 import select
-import signal
 import socket
 import subprocess
 import sys
@@ -145,15 +144,21 @@ def run_command(
 
 
 def _stop_group(proc: subprocess.Popen[str], grace_s: float) -> tuple[str, str]:
-    """SIGTERM, then SIGKILL, to a tool's process group; what it printed meanwhile."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, sig)
+    """A tool's process group stopped (:func:`~slurm_fsm.scriptguard.stop_group`); what
+    it printed meanwhile (its pipes read all the while)."""
+    printed: list[str] = []
+
+    def ended(wait_s: float) -> bool:
         try:
-            out, err = proc.communicate(timeout=grace_s)
-            return out or "", err or ""
+            out, err = proc.communicate(timeout=wait_s)
         except subprocess.TimeoutExpired:
-            continue
+            return False
+        printed[:] = [out or "", err or ""]
+        return True
+
+    scriptguard.stop_group(proc.pid, grace_s, ended=lambda: ended(0.05), sleep=lambda _s: None)
+    if printed or ended(grace_s):  # after the SIGKILL
+        return printed[0], printed[1]
     # something that left the group still holds the pipes: stop reading
     for pipe in (proc.stdout, proc.stderr):
         if pipe is not None:
@@ -218,15 +223,10 @@ def stop_stale_group(identity: Mapping[str, object], grace_s: float = 10.0,
     members = scriptguard.proven_members(pgid, token)
     if not members:
         return None
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGTERM)
     clock = clock or SystemClock()
-    deadline = clock.now() + grace_s
-    while _group_alive(pgid) and clock.now() < deadline:
-        clock.sleep(0.05)
-    if _group_alive(pgid) and scriptguard.proven_members(pgid, token):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGKILL)
+    scriptguard.stop_group(pgid, grace_s, ended=lambda: not _group_alive(pgid),
+                           sleep=clock.sleep, now=clock.now,
+                           may_kill=lambda: bool(scriptguard.proven_members(pgid, token)))
     return f"process group {pgid} ({len(members)} process(es))"
 
 
@@ -332,23 +332,15 @@ class LocalScript:
         earlier, it would leave the step running). The allocation itself is
         never touched.
         """
-        self._signal_group(signal.SIGTERM)
-        deadline = self._clock.now() + grace_s
-        while self._clock.now() < deadline:
-            if self._proc.poll() is not None and not self._group_alive():
-                break
-            self._clock.sleep(0.02)
-        else:
-            self._signal_group(signal.SIGKILL)
+        scriptguard.stop_group(
+            self._proc.pid, grace_s, sleep=self._clock.sleep, now=self._clock.now,
+            ended=lambda: self._proc.poll() is not None and not self._group_alive(),
+            poll_s=0.02)
         self._proc.wait()
         self._close()
 
     def _group_alive(self) -> bool:
         return _group_alive(self._proc.pid)
-
-    def _signal_group(self, sig: signal.Signals) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self._proc.pid, sig)
 
     def _close(self) -> None:
         if not self._log_file.closed:
@@ -583,13 +575,9 @@ class SubprocessBackend:
 
     @staticmethod
     def _stop(proc: subprocess.Popen[bytes], grace_s: float = 3.0) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
+        """salloc stopped (it withdraws its request): its group, as every group."""
+        if not scriptguard.stop_group(proc.pid, grace_s,
+                                      ended=lambda: proc.poll() is not None):
             proc.wait(timeout=grace_s)
 
     @staticmethod

@@ -151,3 +151,39 @@ def test_with_the_guard_gone_only_the_token_proves_the_group(tmp_path: Path) -> 
     finally:
         with __import__("contextlib").suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGKILL)
+
+
+def _group(script: str) -> subprocess.Popen[bytes]:
+    """A process group of its own running ``script``, once it said it is ready (its
+    traps are set)."""
+    proc = subprocess.Popen(["bash", "-c", f"{script.split('#')[0]}; echo ready; "
+                             f"{script.split('#')[1]}"], stdout=subprocess.PIPE,
+                            start_new_session=True)
+    assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+    return proc
+
+
+def test_stop_group_ends_a_group_that_obeys_sigterm_within_the_grace() -> None:
+    with _group(":#sleep 30 & wait") as proc:
+        assert scriptguard.stop_group(proc.pid, 5.0, ended=lambda: proc.poll() is not None)
+        assert proc.wait(5) == -signal.SIGTERM
+
+
+def test_stop_group_kills_what_ignores_sigterm_after_the_grace() -> None:
+    with _group("trap '' TERM#while :; do sleep 0.05; done") as proc:
+        started = time.monotonic()
+        assert not scriptguard.stop_group(proc.pid, 0.5,
+                                          ended=lambda: proc.poll() is not None)
+        assert proc.wait(5) == -signal.SIGKILL
+        assert time.monotonic() - started >= 0.5
+
+
+def test_stop_group_kills_nothing_it_can_no_longer_prove() -> None:
+    with _group("trap '' TERM#while :; do sleep 0.05; done") as proc:
+        try:
+            assert not scriptguard.stop_group(proc.pid, 0.3,
+                                              ended=lambda: proc.poll() is not None,
+                                              may_kill=lambda: False)
+            assert proc.poll() is None  # still there: not killed
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)

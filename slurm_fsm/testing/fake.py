@@ -57,6 +57,7 @@ from slurm_fsm.errors import (
 )
 from slurm_fsm.jobstate import JobState, to_job_state
 from slurm_fsm.preflight import ClusterPartition
+from slurm_fsm.scriptguard import stop_group
 from slurm_fsm.slurmcli import enroot_image, foreign_container_message, sbatch_directives
 
 __all__ = [
@@ -951,13 +952,10 @@ class FakeCluster:
         proc = job.process
         if proc is None:
             return None
-        if proc.poll() is None:
-            for sig, wait_s in ((signals.SIGTERM, 2.0), (signals.SIGKILL, 5.0)):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, sig)
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(wait_s)
-                    break
+        if proc.poll() is None and not stop_group(proc.pid, 2.0,
+                                                  ended=lambda: proc.poll() is not None):
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(5.0)
         return proc.poll()
 
     def job_outcome(self, job_id: str) -> JobOutcome:
