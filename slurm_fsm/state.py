@@ -187,6 +187,33 @@ class StateStore:
             return False
         return True
 
+    def holds_lock(self) -> bool:
+        """This store (this process) holds the lock now."""
+        return bool(self._lock.is_locked)
+
+    def delete_if_names(self, job_id: str) -> bool:
+        """Delete the file when it names ``job_id`` (or is gone, or unreadable), under
+        the lock, but only if the lock is free now (or held here): never waits. True
+        when no file names ``job_id`` afterwards; False when the lock is another's, it
+        cannot be taken, or the file names another allocation (it is left alone)."""
+        try:
+            self._lock.acquire(timeout=0)
+        except (filelock.Timeout, OSError):
+            return False
+        try:
+            try:
+                current = self.read()
+            except StateFileError:
+                current = None
+                if not self.path.exists():
+                    return True
+            if current is not None and current.job_id != job_id:
+                return False
+            self.delete()
+            return True
+        finally:
+            self._lock.release()
+
     @contextlib.contextmanager
     def locked(self, on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
         """Hold the inter-process lock of this state file (re-entrant in a process).
