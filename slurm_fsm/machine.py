@@ -921,9 +921,13 @@ class AllocationMachine:
                 self.alloc = None
         alloc = self.alloc
         if alloc is None:
-            # a lost or corrupt state file: this checkout's allocation by its tag, as 0D
+            # a lost or corrupt state file: this checkout's allocation by its tag, and
+            # only by its tag: an untagged allocation of the procedure's job name may be
+            # another checkout's, following the procedure by hand (its 0A cancels
+            # nothing without a state file)
             found = [j.job_id for j in self.backend.find_jobs(None, self.user)
-                     if j.state.is_live and owner_of(j, self.user, self.spec).ours]
+                     if j.state.is_live
+                     and owner_of(j, self.user, self.spec) is Ownership.TAGGED]
             for job_id in found:
                 if self.leases is not None:  # never under another run's job
                     self.leases.clear(job_id, "releasing it")

@@ -101,6 +101,19 @@ def test_release_finds_this_checkouts_allocation_by_its_tag(
     assert not spec.state_path.exists()
 
 
+def test_release_without_a_state_file_leaves_an_untagged_job_of_our_name(
+        make_spec: SpecFactory, fake: FakeCluster) -> None:
+    """Issue 26 item 6: another checkout following the procedure by hand holds an
+    untagged allocation of the procedure's job name; its own 0A cancels nothing
+    without a state file, and neither does ours."""
+    spec = make_spec(release_allocation=True)
+    by_hand = fake.make_job(spec.job_name, fake.user)  # no comment: untagged
+    m = machine(spec, fake)
+    assert m.prepare() is State.Released
+    assert by_hand.state == "RUNNING" and "cancel" not in slurm_ops(fake)
+    assert m.history[-1].reason == "no allocation to release"
+
+
 @pytest.mark.parametrize(("name", "user"), [("acct-trtllm.persistent", "bob"),
                                             ("someone-elses-job", "tester")])
 def test_release_refuses_a_job_that_is_not_ours(make_spec: SpecFactory, fake: FakeCluster,
