@@ -152,6 +152,10 @@ def test_a_users_own_step_and_a_live_run_survive_the_run_after_a_kill_9(
 
 
 # ------------------------------------------------------------------------ item 2
+#: a 3 s job that starts its step only once the test creates ``go``
+GATED_JOB = ("#!/bin/bash\nwhile [ ! -e {go} ]; do sleep 0.1; done\n"
+             "srun --overlap -n1 sleep 3\necho done\n")
+
 HOLDER = textwrap.dedent("""
     import sys, filelock, pathlib
     lock = filelock.FileLock(sys.argv[1])
@@ -170,11 +174,13 @@ def test_a_finished_jobs_report_never_waits_for_the_state_files_lock(
     the lock is still held (before: the end of the job took the lock again and the
     report waited for the holder)."""
     name = names.new("r3lock")
-    spec = _spec(local_cluster, tmp_path, name,
-                 "#!/bin/bash\nsrun --overlap -n1 sleep 3\necho done\n", "job",
+    go = tmp_path / "go"
+    spec = _spec(local_cluster, tmp_path, name, GATED_JOB.format(go=go), "job",
                  success_patterns=["done"])
+    go.touch()
     warm = _run(spec)  # allocates
     assert warm["status"] == "PASSED", warm
+    go.unlink()
     released = tmp_path / "released"
     run = _start("run", str(spec))
     holder = None
@@ -184,6 +190,7 @@ def test_a_finished_jobs_report_never_waits_for_the_state_files_lock(
             [sys.executable, "-c", HOLDER, str(_work_dirs(tmp_path) / ".slurm_alloc.json.lock"),
              str(released)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        go.touch()  # the job ends only now, while the lock is held
         report = _report(run, timeout=300)
         assert not released.exists(), "the report waited for the lock's holder"
         assert holder.poll() is None  # it still holds the lock
@@ -205,17 +212,26 @@ def test_a_release_waiting_for_a_running_job_never_holds_its_report(
     the job finishes and reports PASSED, then the release releases (before: the job's
     end waited for the lock the release held, and the release for the job's lease)."""
     name = names.new("r3rel")
-    spec = _spec(local_cluster, tmp_path, name,
-                 "#!/bin/bash\nsrun --overlap -n1 sleep 3\necho done\n", "job",
+    go = tmp_path / "go"
+    spec = _spec(local_cluster, tmp_path, name, GATED_JOB.format(go=go), "job",
                  success_patterns=["done"])
     run = _start("run", str(spec))
     release = None
     try:
         until("the job's script", lambda: _record_of(tmp_path, run.pid), 120)
-        release = _start("release", str(spec))
+        release = subprocess.Popen(_cli("release", str(spec), "--json"),
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert release.stderr is not None
+        said = ""
+        while "waiting before releasing" not in said:  # it holds the lock, and waits
+            line = release.stderr.readline()
+            assert line, said
+            said += line
+        go.touch()  # the job ends only now
         report = _report(run, timeout=300)
         assert report["status"] == "PASSED", report
-        released = _report(release, timeout=300)
+        out, _ = release.communicate(timeout=300)
+        released = json.loads(out)
         assert released["status"] == "RELEASED", released
         assert job_state(report["allocation_id"]) in (None, "CANCELLED", "COMPLETING")
     finally:
@@ -229,19 +245,20 @@ def test_a_release_waiting_for_a_running_job_never_holds_its_report(
 
 def test_work_dirs_made_read_only_under_a_job_do_not_turn_a_pass_into_bad_input(
         local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
-    """``work_dirs`` made immutable (``chattr +i``: read-only even for root) while the
-    job runs: the job PASSES (before: BAD_INPUT, exit 2, "nothing was done", because
-    the end of the job took the state file's lock again)."""
+    """``work_dirs`` and its files made immutable (``chattr -R +i``: read-only even for
+    root) while the job runs: the job PASSES (before: BAD_INPUT, exit 2, "nothing was
+    done": the end of the job took the state file's lock again, and its lock file
+    could not be opened for writing)."""
     name = names.new("r3ro")
     work_dirs = _work_dirs(tmp_path)
     spec = _spec(local_cluster, tmp_path, name,
-                 f"#!/bin/bash\nchattr +i {work_dirs}\nsrun --overlap -n1 true\necho done\n",
-                 "job", success_patterns=["done"])
+                 f"#!/bin/bash\nchattr -R +i {work_dirs}\nsrun --overlap -n1 true\n"
+                 "echo done\n", "job", success_patterns=["done"])
     try:
         report = _run(spec)
         assert report["_rc"] == 0 and report["status"] == "PASSED", report
     finally:
-        subprocess.run(["chattr", "-i", str(work_dirs)], check=False, timeout=30)
+        subprocess.run(["chattr", "-R", "-i", str(work_dirs)], check=False, timeout=30)
         subprocess.run(_cli("release", str(spec), "--quiet"), timeout=120, check=False,
                        capture_output=True)
 
