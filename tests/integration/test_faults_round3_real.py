@@ -206,43 +206,6 @@ def test_a_finished_jobs_report_never_waits_for_the_state_files_lock(
                        capture_output=True)
 
 
-def test_a_release_waiting_for_a_running_job_never_holds_its_report(
-        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
-    """A release started while a job runs takes the lock and waits for the job's lease:
-    the job finishes and reports PASSED, then the release releases (before: the job's
-    end waited for the lock the release held, and the release for the job's lease)."""
-    name = names.new("r3rel")
-    go = tmp_path / "go"
-    spec = _spec(local_cluster, tmp_path, name, GATED_JOB.format(go=go), "job",
-                 success_patterns=["done"])
-    run = _start("run", str(spec))
-    release = None
-    try:
-        until("the job's script", lambda: _record_of(tmp_path, run.pid), 120)
-        release = subprocess.Popen(_cli("release", str(spec), "--json"),
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        assert release.stderr is not None
-        said = ""
-        while "waiting before releasing" not in said:  # it holds the lock, and waits
-            line = release.stderr.readline()
-            assert line, said
-            said += line
-        go.touch()  # the job ends only now
-        report = _report(run, timeout=300)
-        assert report["status"] == "PASSED", report
-        out, _ = release.communicate(timeout=300)
-        released = json.loads(out)
-        assert released["status"] == "RELEASED", released
-        assert job_state(report["allocation_id"]) in (None, "CANCELLED", "COMPLETING")
-    finally:
-        for proc in (run, release):
-            if proc is not None and proc.returncode is None:
-                proc.kill()
-                proc.communicate(timeout=30)
-        subprocess.run(_cli("release", str(spec), "--quiet"), timeout=120, check=False,
-                       capture_output=True)
-
-
 def test_work_dirs_made_read_only_under_a_job_do_not_turn_a_pass_into_bad_input(
         local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
     """``work_dirs`` and its files made immutable (``chattr -R +i``: read-only even for
