@@ -321,11 +321,12 @@ def stop_leftovers(backend: SlurmBackend, book: RunBook, alloc_id: str, clock: C
     is deleted. A record is deleted once what it names is gone. What was done, as
     warnings (a skipped file named). No record of a dead run: no Slurm call."""
     out: list[str] = []
+    dead = book.dead()
     for path, why in sorted(book.skipped.items()):
         out.append(f"run record {path} skipped: {why}; delete it")
     book.skipped.clear()
     host, uid = socket.gethostname(), os.getuid()
-    for old in book.dead():
+    for old in dead:
         what: list[str] = []
         problems: list[str] = []
         pgid, token = old.script.get("pgid"), old.script.get("token")
