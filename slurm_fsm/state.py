@@ -220,7 +220,16 @@ class StateStore:
 
         ``on_wait`` hears once when another process holds it and this one waits.
         StateFileError at once when the state file or the lock is another user's
-        (:meth:`owner_problem`)."""
+        (:meth:`owner_problem`), checked when the lock is first taken only: taken again
+        inside (re-entrant, step 0's triggers) nothing is checked, nothing can fail, so
+        a StateFileError (exit 2 on the CLI) never comes after a Slurm command."""
+        if self._lock.is_locked:  # held by this store already: only count the entry
+            self._lock.acquire()
+            try:
+                yield
+            finally:
+                self._lock.release()
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         problem = self.owner_problem()
         if problem is not None:
