@@ -676,6 +676,7 @@ class AllocationMachine:
         # 0D: orphans: this user's jobs with this checkout's tag (whatever their name, an
         # earlier alloc_job_name included) or untagged under our job name. One squeue of
         # this user's jobs; the name is not a filter, the tag decides.
+        held: set[str] = set()  # orphans left alone: running jobs of this checkout use them
         for job in self.backend.find_jobs(None, self.user):
             if job.job_id in self._cancelled or not job.state.is_live:
                 continue  # already cancelled by us, or ending anyway
@@ -688,6 +689,7 @@ class AllocationMachine:
             if self.leases is not None and self.leases.holders(job.job_id):
                 self.notes.append(f"allocation {job.job_id} has no state file but running "
                                   "jobs of this checkout use it; left alone")
+                held.add(job.job_id)
                 continue
             self.backend.cancel(job.job_id)
             self._cancelled.add(job.job_id)
@@ -741,6 +743,15 @@ class AllocationMachine:
         self._grant_unsaved = False
         self.store.write(self.alloc)
         short = capacity_problems(self.alloc, spec)
+        if short and job_id in held:
+            # not Slurm's grant: the backend never makes a second allocation of this
+            # checkout and gave back the one running jobs use (its state file was lost)
+            raise AllocationFailed(
+                ["salloc"], 1, "",
+                f"allocation {job_id} is this checkout's (its state file was lost) and "
+                f"running jobs of this checkout use it, but it is smaller than this job "
+                f"needs: {'; '.join(short)}. It was not used; its state file is written "
+                "again, and the next run replaces it once those jobs end")
         if short:
             self._warn(f"Slurm granted allocation {job_id} less than the job needs: "
                        f"{'; '.join(short)}")

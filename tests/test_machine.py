@@ -14,7 +14,7 @@ import attrs
 import pytest
 from transitions import MachineError
 
-from slurm_fsm.backend import StepResult
+from slurm_fsm.backend import AllocationRequest, StepResult
 from slurm_fsm.edges import Effect
 from slurm_fsm.errors import CommandTimedOut, ControllerUnreachable, NotOurJobError
 from slurm_fsm.machine import EDGES, AllocationMachine, State, repo_tag
@@ -912,3 +912,38 @@ def test_a_run_that_holds_a_lease_never_waits_for_the_lock(
     with pytest.raises(RuntimeError, match="never waits"), m.locked():
         pass
     assert m.state is State.Ready and m.run()  # the pre-flight: no lock
+
+
+class _AdoptingCluster(FakeCluster):
+    """As ``SubprocessBackend.allocate``: a live allocation of this checkout's tag and
+    name is returned as it is (never two allocations)."""
+
+    def allocate(self, request: AllocationRequest, wait_s: float = 10.0) -> str:
+        for job in self.jobs.values():
+            if job.kind == "alloc" and job.active and job.comment == request.comment \
+                    and job.name == request.job_name:
+                return job.job_id
+        return super().allocate(request, wait_s)
+
+
+def test_a_lost_state_file_never_adopts_an_allocation_too_small_for_the_job(
+        make_spec: SpecFactory) -> None:
+    """Issue 26 item 6: the state file lost while jobs run, the next run (2 nodes)
+    adopted the 1-node allocation those jobs use, ran on it and PASSED, and the warning
+    blamed Slurm's grant. Now it is not used: Failed, saying why; the state file names
+    it again (the next run replaces it once its jobs end); it is never cancelled."""
+    from slurm_fsm.lease import LeaseGate
+    from slurm_fsm.runrecord import RunBook
+
+    fake = _AdoptingCluster()
+    small = ready_allocation(make_spec(slurm_params={"nodes": 1}), fake)
+    spec = make_spec(slurm_params={"nodes": 2})
+    book = RunBook(spec.state_path)
+    book.start(small.job_id)  # a running job of this checkout (this process: alive)
+    spec.state_path.unlink()  # lost
+    m = machine(spec, fake, leases=LeaseGate(book, wait_s=0))
+    assert m.prepare() is State.Failed
+    assert m.failure is not None and "smaller than this job needs" in m.failure.message
+    assert "Slurm granted" not in " ".join(m.warnings)
+    assert fake.jobs[small.job_id].state == "RUNNING"
+    assert (state_file(spec) or {}).get("job_id") == small.job_id
