@@ -152,6 +152,10 @@ class StepInfo:
     srun_pid: int | None = None
     tres: str = ""
     nodelist: str = ""
+    #: from ``scontrol show step`` only: the step's owner (``UserId``) and its
+    #: ``StartTime`` as Slurm prints it (local time, ``2026-12-03T13:08:53``)
+    user_id: int | None = None
+    start_time: str = ""
 
     @property
     def gpus(self) -> int | None:

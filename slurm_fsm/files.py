@@ -39,6 +39,7 @@ __all__ = [
     "open_private",
     "prove_writable",
     "read_bounded",
+    "umasked",
     "write_atomic",
 ]
 
@@ -131,12 +132,29 @@ def open_for_reading(path: Path, *, owned: bool = True) -> BinaryIO:
         raise
 
 
+def umasked(mode: int) -> int:
+    """``mode`` as this process's umask lets it be (``0o644`` under umask 077:
+    ``0o600``). The umask is read from ``/proc/self/status``, else set and restored."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return mode & ~int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mode & ~mask
+
+
 def open_private(path: Path, *, append: bool = False, mode: int = 0o600) -> BinaryIO:
     """A binary writer of ``path`` (created with ``mode`` when missing), never through a
     symbolic link and never into a file of another user or a non-regular file.
 
     Truncated after the checks unless ``append``; an existing file gets ``mode`` too.
-    The caller closes it."""
+    A file with more than one hard link (another name of some other file, planted in a
+    shared folder: ``O_NOFOLLOW`` stops symbolic links only) is never written: it is
+    replaced by a new file (or, with ``append``, refused). The caller closes it."""
     flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else 0)
     try:
         fd = _open(path, flags, mode, follow=False)
@@ -147,16 +165,28 @@ def open_private(path: Path, *, append: bool = False, mode: int = 0o600) -> Bina
         raise
     try:
         _check_fd(path, fd, owned=True)
+        links = os.fstat(fd).st_nlink
+        if links > 1:
+            os.close(fd)
+            fd = -1
+            if append:
+                raise FileProblem(path, Problem.NOT_REGULAR,
+                                  f"a hard link ({links} names for one file)")
+            os.unlink(path)  # the other name keeps its file, untouched
+            fd = _open(path, flags | os.O_EXCL, mode, follow=False)
+            _check_fd(path, fd, owned=True)
         os.fchmod(fd, mode)
         if not append:
             os.ftruncate(fd, 0)
         os.set_blocking(fd, True)
         return os.fdopen(fd, "ab" if append else "wb")
     except FileProblem:
-        os.close(fd)
+        if fd >= 0:
+            os.close(fd)
         raise
     except OSError as exc:
-        os.close(fd)
+        if fd >= 0:
+            os.close(fd)
         raise FileProblem(path, Problem.UNREADABLE, f"cannot write: {exc.strerror or exc}") \
             from None
 

@@ -242,8 +242,10 @@ class LogFollower:
         self.offset = 0
         #: How many times the file was found truncated or replaced.
         self.restarts = 0
-        #: Why the last poll could not read the file (a link, another user's file), or "".
+        #: Why the last poll could not read the file (a link, another user's file), or
+        #: that the file was deleted while it was followed (said from then on), or "".
         self.problem = ""
+        self._deleted = ""
         self._marker = hang_marker.lower()
         self._tail = ""  # last len(marker)-1 lowercased characters seen
         self._partial = ""  # the unfinished last line (bounded)
@@ -283,11 +285,15 @@ class LogFollower:
         except FileProblem as exc:
             if exc.kind is not Problem.MISSING:
                 self.problem = str(exc)
+            elif self._inode is not None:  # it was there, and went away
+                self._deleted = self.problem = (
+                    f"{self.path} was deleted while it was followed (after "
+                    f"{self.bytes_read} bytes): what it said after that was never read")
             return 0
         except OSError as exc:
             self.problem = f"{self.path}: {exc.strerror or exc}"
             return 0
-        self.problem = ""
+        self.problem = self._deleted
         total = 0
         with f:
             st = os.fstat(f.fileno())

@@ -9,10 +9,16 @@ no command line.
 
 * A trigger (``start()``, ``advance()``, ``release()``, ``run()``, ``finish()``)
   first checks that an edge of :data:`~slurm_fsm.edges.EDGES` leaves the current
-  state for it (else :class:`transitions.MachineError`, nothing done), then takes the
-  state-file lock, does the current state's work (at most one Slurm interaction
-  for Validating) and stores what it saw as one frozen
+  state for it (else :class:`transitions.MachineError`, nothing done), then, for a
+  trigger of step 0 (``start``, ``advance``, ``release``: :data:`LOCKED_TRIGGERS`),
+  takes the state-file lock, does the current state's work (at most one Slurm
+  interaction for Validating) and stores what it saw as one frozen
   :class:`~slurm_fsm.edges.Observation` in :attr:`AllocationMachine.observation`.
+  ``run`` (the pre-flight) and ``finish`` (the job's end) never take the lock: a
+  finished job's report never waits behind another run's step 0 or a release that
+  waits for this run's lease. A run that holds a lease never waits for the lock
+  (:meth:`AllocationMachine.locked` refuses), so the lease and the lock cannot wait
+  on each other.
 * transitions then takes the first edge whose conditions hold on that observation
   and executes the edge's :class:`~slurm_fsm.edges.Effect` s (drop the state file,
   scancel, record the failure, ...) before the state changes. The work never
@@ -134,6 +140,9 @@ __all__ = [
 ]
 
 TRIGGERS = ("start", "advance", "release", "run", "finish", "fail")
+#: The triggers of step 0: they take the state file's lock. ``run`` and ``finish``
+#: never do (the lock covers step 0 only).
+LOCKED_TRIGGERS = frozenset({"start", "advance", "release"})
 
 
 @attrs.frozen(kw_only=True)
@@ -377,7 +386,7 @@ class AllocationMachine:
         if not edges_from(trigger, self.state, self.edges):
             raise MachineError(f"Can't trigger event {trigger} from state "
                                f"{self.state.value}!")
-        with self.locked():
+        with self.locked() if trigger in LOCKED_TRIGGERS else contextlib.nullcontext():
             try:
                 self.observation = self._observe(trigger, dict(kwargs or {}))
             except (SlurmFsmError, OSError) as exc:
@@ -416,11 +425,20 @@ class AllocationMachine:
     def locked(self) -> Iterator[None]:
         """Hold the state file's lock (two orchestrators never allocate twice).
 
-        Re-entrant: :meth:`prepare` holds it around its triggers, and every trigger
-        takes it, so hand-stepping in a notebook is as safe as :meth:`prepare`
+        Re-entrant: :meth:`prepare` holds it around its triggers, and every trigger of
+        step 0 takes it, so hand-stepping in a notebook is as safe as :meth:`prepare`
         (a :class:`~slurm_fsm.state.StateLockTimeout` from a trigger means another
         run holds it; nothing was done). Between two hand-stepped triggers the lock
-        is free: hold ``with m.locked():`` around them to keep it."""
+        is free: hold ``with m.locked():`` around them to keep it.
+
+        A machine whose run holds a lease (``leases.own`` set) and does not hold the
+        lock already refuses (RuntimeError, a bug): a release or a replacement holds
+        the lock while it waits for the leases, so a lease holder that waited for
+        the lock would wait for itself."""
+        if self.leases is not None and self.leases.own is not None \
+                and not self.store.holds_lock():
+            raise RuntimeError("a run that holds a lease never waits for the state file's "
+                               "lock (a release waiting for that lease holds it)")
         with self.store.locked(on_wait=self._log):
             yield
 
@@ -473,7 +491,15 @@ class AllocationMachine:
                 self._log(f"Allocation {job_id} is {obs.info.state}; dropping the state file.")
             else:
                 self._log(f"Dropping the state file of allocation {job_id}.")
-            self.store.delete()
+            # only the file of that allocation, and never waiting for the lock: after a
+            # job (finish), another run's step 0 may hold it, and may have written a new
+            # allocation there; then its own validation drops this one's file
+            if alloc is None:  # a corrupt file, in step 0 (the lock is held)
+                self.store.delete()
+            elif not self.store.delete_if_names(alloc.job_id):
+                self.notes.append(f"the state file was left for the next run's validation "
+                                  f"(another run holds its lock or it names another "
+                                  f"allocation than {job_id})")
             self.alloc = None
         elif effect is Effect.CANCEL:
             if alloc is None:  # nothing the state file names: nothing to cancel
@@ -650,6 +676,7 @@ class AllocationMachine:
         # 0D: orphans: this user's jobs with this checkout's tag (whatever their name, an
         # earlier alloc_job_name included) or untagged under our job name. One squeue of
         # this user's jobs; the name is not a filter, the tag decides.
+        held: set[str] = set()  # orphans left alone: running jobs of this checkout use them
         for job in self.backend.find_jobs(None, self.user):
             if job.job_id in self._cancelled or not job.state.is_live:
                 continue  # already cancelled by us, or ending anyway
@@ -662,6 +689,7 @@ class AllocationMachine:
             if self.leases is not None and self.leases.holders(job.job_id):
                 self.notes.append(f"allocation {job.job_id} has no state file but running "
                                   "jobs of this checkout use it; left alone")
+                held.add(job.job_id)
                 continue
             self.backend.cancel(job.job_id)
             self._cancelled.add(job.job_id)
@@ -715,6 +743,15 @@ class AllocationMachine:
         self._grant_unsaved = False
         self.store.write(self.alloc)
         short = capacity_problems(self.alloc, spec)
+        if short and job_id in held:
+            # not Slurm's grant: the backend never makes a second allocation of this
+            # checkout and gave back the one running jobs use (its state file was lost)
+            raise AllocationFailed(
+                ["salloc"], 1, "",
+                f"allocation {job_id} is this checkout's (its state file was lost) and "
+                f"running jobs of this checkout use it, but it is smaller than this job "
+                f"needs: {'; '.join(short)}. It was not used; its state file is written "
+                "again, and the next run replaces it once those jobs end")
         if short:
             self._warn(f"Slurm granted allocation {job_id} less than the job needs: "
                        f"{'; '.join(short)}")
@@ -895,9 +932,13 @@ class AllocationMachine:
                 self.alloc = None
         alloc = self.alloc
         if alloc is None:
-            # a lost or corrupt state file: this checkout's allocation by its tag, as 0D
+            # a lost or corrupt state file: this checkout's allocation by its tag, and
+            # only by its tag: an untagged allocation of the procedure's job name may be
+            # another checkout's, following the procedure by hand (its 0A cancels
+            # nothing without a state file)
             found = [j.job_id for j in self.backend.find_jobs(None, self.user)
-                     if j.state.is_live and owner_of(j, self.user, self.spec).ours]
+                     if j.state.is_live
+                     and owner_of(j, self.user, self.spec) is Ownership.TAGGED]
             for job_id in found:
                 if self.leases is not None:  # never under another run's job
                     self.leases.clear(job_id, "releasing it")

@@ -9,8 +9,13 @@ step the script started are gone. The record is two things at once:
   allocation, replaces it or changes the container the run uses
   (:mod:`slurm_fsm.lease` waits for the leases, or refuses);
 * the **leftovers list** of a run that died: its script's process group with the
-  guard's secret token (:mod:`slurm_fsm.scriptguard`), and the ids of the steps it
-  started. The next run stops exactly those, and only when the guard is proven ours.
+  guard's secret token (:mod:`slurm_fsm.scriptguard`), the pids of its ``srun`` s and
+  the steps it started, each as Slurm described it (:class:`StepMark`: id, name,
+  ``SrunHost:Pid``, start time). The next run stops exactly those, and only once
+  :func:`slurm_fsm.runsteps.steps_of` finds them again in what Slurm says now.
+
+A record whose allocation id is not a Slurm job id (``12 34``, ``--help``, ``-1``)
+is not a record: it is skipped, and :attr:`RunBook.skipped` says which file.
 
 Every record is written through :func:`slurm_fsm.files.write_atomic` (an ``O_EXCL``
 temp file with a random name, mode 0600) and read with
@@ -34,27 +39,70 @@ from typing import Any
 
 import attrs
 
+from slurm_fsm.backend import StepInfo, is_job_id
 from slurm_fsm.errors import FileProblem
 from slurm_fsm.files import read_bounded, write_atomic
-from slurm_fsm.scriptguard import boot_id, start_ticks
+from slurm_fsm.scriptguard import boot_id, live_start_ticks, start_ticks
 
-__all__ = ["RunBook", "RunRecord", "boot_id", "owner_alive", "start_ticks"]
+__all__ = ["RunBook", "RunRecord", "StepMark", "boot_id", "owner_alive", "start_ticks"]
 
 #: A record's run id: ``r`` and 12 hex digits (never a user's word).
 RUN_ID = re.compile(r"r[0-9a-f]{12}")
 MAX_BYTES = 65536
 
 
-def _steps(value: object) -> tuple[str, ...]:
+STEP_ID = re.compile(r"\d+(\+\d+)?")
+
+
+@attrs.frozen(kw_only=True)
+class StepMark:
+    """One step as Slurm described it when its run saw it (``scontrol show step``):
+    what tells that very step again, and never another one of the same id."""
+
+    step_id: str
+    name: str = ""
+    srun_host: str = ""
+    srun_pid: int | None = None
+    start_time: str = ""
+
+    @classmethod
+    def of(cls, step: StepInfo) -> StepMark:
+        return cls(step_id=step.step_id, name=step.name, srun_host=step.srun_host,
+                   srun_pid=step.srun_pid, start_time=step.start_time)
+
+    def matches(self, step: StepInfo) -> bool:
+        """``step`` is the one marked: same id, name, srun host and pid, start time."""
+        return (step.step_id, step.name, step.srun_host, step.srun_pid, step.start_time) \
+            == (self.step_id, self.name, self.srun_host, self.srun_pid, self.start_time)
+
+    @classmethod
+    def from_json(cls, value: object) -> StepMark | None:
+        """A mark from its JSON; None for anything else (a bare id of an older record
+        included: an id alone proves nothing)."""
+        if not isinstance(value, dict):
+            return None
+        sid, pid = value.get("step_id"), value.get("srun_pid")
+        if not isinstance(sid, str) or not STEP_ID.fullmatch(sid):
+            return None
+        if pid is not None and (not isinstance(pid, int) or isinstance(pid, bool)):
+            return None
+        texts = [value.get(k, "") for k in ("name", "srun_host", "start_time")]
+        if not all(isinstance(t, str) for t in texts):
+            return None
+        return cls(step_id=sid, name=str(texts[0]), srun_host=str(texts[1]), srun_pid=pid,
+                   start_time=str(texts[2]))
+
+
+def _steps(value: object) -> tuple[StepMark, ...]:
     if not isinstance(value, list | tuple):
         return ()
-    return tuple(s for s in value if isinstance(s, str) and re.fullmatch(r"\d+(\+\d+)?", s))
+    return tuple(m for m in (StepMark.from_json(v) for v in value) if m is not None)
 
 
 @attrs.frozen(kw_only=True)
 class RunRecord:
-    """One persistent run (see the module's text). ``steps``: the ids (``"0"``, ``"3"``)
-    of the steps it started on ``allocation``; ``gpus``: what Slurm says each holds."""
+    """One persistent run (see the module's text). ``steps``: the steps it started on
+    ``allocation``, each as Slurm described it (:class:`StepMark`)."""
 
     run_id: str
     allocation: str
@@ -69,7 +117,7 @@ class RunRecord:
     container: str = ""
     log: str = ""
     script: dict[str, str | int] = attrs.field(factory=dict)
-    steps: tuple[str, ...] = ()
+    steps: tuple[StepMark, ...] = ()
     #: the pids of the script's ``srun`` s (on ``host``): Slurm keeps a step's
     #: ``SrunHost:Pid`` after the srun is gone, so the next run can still tell its steps
     srun_pids: tuple[int, ...] = ()
@@ -77,7 +125,7 @@ class RunRecord:
 
     def to_json(self) -> bytes:
         data = attrs.asdict(self)
-        data["steps"] = list(self.steps)
+        data["steps"] = [attrs.asdict(m) for m in self.steps]
         data["srun_pids"] = list(self.srun_pids)
         return json.dumps(data, indent=1).encode()
 
@@ -101,7 +149,11 @@ class RunRecord:
             )
         except (KeyError, TypeError, ValueError):
             return None
-        return rec if RUN_ID.fullmatch(rec.run_id) else None
+        return rec if RUN_ID.fullmatch(rec.run_id) and is_job_id(rec.allocation) else None
+
+    @property
+    def step_ids(self) -> tuple[str, ...]:
+        return tuple(m.step_id for m in self.steps)
 
     def describe(self) -> str:
         """``pid 123 (model m, spec s.json, since ...)`` for progress messages."""
@@ -116,19 +168,20 @@ class RunRecord:
         return {"run_id": self.run_id, "allocation": self.allocation, "pid": self.pid,
                 "host": self.host, "since": self.since, "spec": self.spec,
                 "model": self.model, "container": self.container, "log": self.log,
-                "script_pgid": script.get("pgid"), "steps": list(self.steps),
+                "script_pgid": script.get("pgid"), "steps": list(self.step_ids),
                 "ended": self.ended}
 
 
 def owner_alive(record: RunRecord) -> bool:
     """Is the run's orchestrator alive? Its pid with the recorded start time, on this
-    host and boot. A record of another host cannot be checked from here: it counts as
-    alive (a lease is never broken on a guess)."""
+    host and boot, and not a zombie (killed, not yet reaped: it holds nothing). A record
+    of another host cannot be checked from here: it counts as alive (a lease is never
+    broken on a guess)."""
     if record.host != socket.gethostname():
         return True
     if record.boot_id != boot_id():
         return False
-    return start_ticks(record.pid) == record.pid_ticks
+    return live_start_ticks(record.pid) == record.pid_ticks
 
 
 class RunBook:
@@ -142,6 +195,9 @@ class RunBook:
                 else f"{name}.run").removesuffix(".json")
         self.stem = stem
         self._pattern = re.compile(re.escape(stem) + r"\.(r[0-9a-f]{12})\.json")
+        #: the files :meth:`records` skipped since the book was made, each with why
+        #: (said once each by :func:`slurm_fsm.runsteps.stop_leftovers`)
+        self.skipped: dict[str, str] = {}
 
     def path(self, run_id: str) -> Path:
         return self.folder / f"{self.stem}.{run_id}.json"
@@ -192,6 +248,12 @@ class RunBook:
             if record is not None and self._pattern.fullmatch(name) and \
                     name == self.path(record.run_id).name:
                 found.append(record)
+            elif isinstance(data, dict):
+                alloc = data.get("allocation")
+                why = (f"its allocation {alloc!r} is not a Slurm job id"
+                       if not (isinstance(alloc, str) and is_job_id(alloc))
+                       else "it is not a run record of this name")
+                self.skipped[str(self.folder / name)] = why
         return sorted(found, key=lambda r: (r.since, r.run_id))
 
     def live(self, allocation: str | None = None) -> list[RunRecord]:

@@ -1,11 +1,23 @@
 """The steps one persistent run starts in its allocation, and their end.
 
-Several runs share one allocation; each stops only its own steps. A step is this run's
-when Slurm says its ``srun`` runs on this host with a pid of this run's script group
-(``scontrol show step``: ``SrunHost:Pid``), the pids being sampled while the script
-runs (:meth:`RunSteps.sample`, ``/proc`` only, no Slurm call). Where Slurm gives no
-srun pid (the fake cluster), the steps are this run's only when no other run holds a
-lease on the allocation.
+Several runs share one allocation, and the user may run steps of their own in it
+(``srun --jobid ... --overlap``): each run stops only its own steps. Which steps are a
+run's is decided in one place, :func:`steps_of` (pure: table-tested without a cluster),
+used by the run itself (:meth:`RunSteps.ours`), by the next run after a death
+(:func:`stop_leftovers`) and by ``status`` (:func:`running_jobs`). A step is a run's
+when it is a numbered step of the run's allocation, owned by this unix user, and
+
+* Slurm says its ``srun`` runs on the run's host with a pid of the run's script group
+  (``scontrol show step``: ``SrunHost:Pid``; the pids sampled from ``/proc`` while the
+  script runs and written into the run record), it started no earlier than the run,
+  and that pid is not now a live process outside the group (a pid reused); or
+* it is a step the run recorded (:class:`~slurm_fsm.runrecord.StepMark`) and Slurm
+  still describes it the same way: id, name, srun host and pid, start time; or
+* the script itself is that step (a backend that runs the script as a step: the fake).
+
+Nothing else, ever: not "every step when no other run holds a lease", not an id a
+record names without Slurm describing the same step, not a step of another allocation
+than the one step 0 has just proven this checkout's.
 
 A step never outlives its run (:meth:`RunSteps.finish`): when the script has ended,
 for whatever reason (exited with ``srun ... &`` still running, its bash or its guard
@@ -18,8 +30,10 @@ record stays, listing them, and the next run finishes the job
 
 from __future__ import annotations
 
+import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterable
+from datetime import datetime
 
 import attrs
 
@@ -28,17 +42,85 @@ from slurm_fsm.backend import RunningScript, SlurmBackend, StepInfo
 from slurm_fsm.clock import Clock
 from slurm_fsm.errors import BackendError, JobNotFound
 from slurm_fsm.monitor import Watch
-from slurm_fsm.runrecord import RunBook, RunRecord
+from slurm_fsm.runrecord import RunBook, RunRecord, StepMark
 
-__all__ = ["RunSteps", "running_jobs", "stop_leftovers"]
+__all__ = ["RunSteps", "running_jobs", "steps_of", "stop_leftovers"]
 
 #: How long a cancelled step may take to leave Slurm's list (KillWait and more).
 GONE_WAIT_S = 60.0
 SAMPLE_EVERY_S = 0.5
+#: Slurm's clock (``StartTime``) and this host's (the record's ``since``) may differ by
+#: this much: a step that started earlier than that before the run is not the run's.
+CLOCK_SLOP_S = 120.0
 
 
-def _numbered(steps: list[StepInfo]) -> list[StepInfo]:
+def _numbered(steps: Iterable[StepInfo]) -> list[StepInfo]:
     return [s for s in steps if s.step_id.split("+")[0].isdigit()]
+
+
+def _epoch(text: str, *, local: bool) -> float | None:
+    """Seconds since the epoch of an ISO time; a naive one (Slurm's) is local time."""
+    try:
+        when = datetime.fromisoformat(text)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None and not local:
+        return None
+    return when.timestamp()
+
+
+def _started_before(step: StepInfo, record: RunRecord) -> bool:
+    """Slurm says ``step`` started before ``record``'s run (by more than the slop)."""
+    began, since = _epoch(step.start_time, local=True), _epoch(record.since, local=False)
+    return began is not None and since is not None and began < since - CLOCK_SLOP_S
+
+
+def steps_of(record: RunRecord, steps: Iterable[StepInfo], *, host: str, uid: int,
+             pids: Collection[int] = (), members: Collection[int] = (),
+             alive: Collection[int] = ()) -> list[StepInfo]:
+    """The steps among ``steps`` (what Slurm says now) that ``record``'s run started:
+    the one rule of the module's text. Pure: it asks neither Slurm nor ``/proc``.
+
+    ``host``: this host; ``uid``: this unix user; ``pids``: the run's script group,
+    every pid known (sampled, recorded, live); ``members``: the group's live members
+    now (proven the run's); ``alive``: which of the steps' srun pids run on this host
+    now (an srun pid alive but not in ``members`` is a reused pid, someone else's)."""
+    script = record.script
+    script_step = (str(script.get("fake_step")) if "fake_step" in script
+                   and str(script.get("fake_job")) == record.allocation else None)
+    marks = {m.step_id: m for m in record.steps}
+    pids, members, alive = set(pids), set(members), set(alive)
+    out: list[StepInfo] = []
+    for step in _numbered(steps):
+        if step.job_id != record.allocation:
+            continue
+        if step.user_id is not None and (step.user_id != uid or record.uid != uid):
+            continue
+        mark = marks.get(step.step_id)
+        marked = mark is not None and mark.matches(step)
+        pid = step.srun_pid
+        by_srun = (pid is not None and bool(step.srun_host) and step.srun_host == host
+                   and record.host == host and pid in pids
+                   and not (pid in alive and pid not in members)  # a reused pid
+                   and not _started_before(step, record))
+        is_script = script_step is not None and step.step_id == script_step and pid is None
+        if marked or by_srun or is_script:
+            out.append(step)
+    return out
+
+
+def _alive(steps: Iterable[StepInfo], host: str) -> set[int]:
+    """The srun pids of ``steps`` (on this host) that are live processes now."""
+    return {s.srun_pid for s in steps if s.srun_pid is not None and s.srun_host == host
+            and scriptguard.live_start_ticks(s.srun_pid) is not None}
+
+
+def _is_srun(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as fh:
+            return fh.read().strip() == "srun"
+    except OSError:
+        return False
 
 
 def _cancel(backend: SlurmBackend, job_id: str, step_ids: list[str],
@@ -95,6 +177,7 @@ class RunSteps:
         self.cancelled: set[str] = set()  # by :meth:`stop`, already
         self.unsure = False  # Slurm could not list the steps once: the record stays
         self.pids: set[int] = set()
+        self._sruns: set[int] = set()  # the srun pids already written into the record
         self._last_sample = float("-inf")
 
     @property
@@ -120,46 +203,55 @@ class RunSteps:
 
     def sample(self) -> None:
         """Remember the pids of the script's group (an ``srun`` among them), at most
-        every :data:`SAMPLE_EVERY_S`; reads ``/proc`` only."""
+        every :data:`SAMPLE_EVERY_S`; reads ``/proc`` only. A new ``srun`` goes into the
+        record at once: a run killed with ``kill -9`` leaves the pids that prove its
+        steps (:func:`steps_of`)."""
         now = self.clock.now()
         if self.pgid is None or now - self._last_sample < SAMPLE_EVERY_S:
             return
         self._last_sample = now
-        self.pids.update(scriptguard.group_members(self.pgid))
+        members = scriptguard.group_members(self.pgid)
+        self.pids.update(members)
+        sruns = {p for p in members if p not in self._sruns and _is_srun(p)}
+        if sruns:
+            self._sruns |= sruns
+            self.save(srun_pids=tuple(sorted(set(self.record.srun_pids) | self.pids)))
 
     def ours(self) -> list[StepInfo]:
-        """This run's steps now on the allocation (one ``scontrol show step``)."""
-        if self.pgid is not None:
-            self.pids.update(scriptguard.group_members(self.pgid))
+        """This run's steps now on the allocation (one ``scontrol show step``), by
+        :func:`steps_of`; their marks go into :attr:`found`."""
+        members = (scriptguard.group_members(self.pgid) if self.pgid is not None else [])
+        self.pids.update(members)
         try:
-            steps = _numbered(self.backend.step_details(self.job_id))
+            steps = self.backend.step_details(self.job_id)
         except JobNotFound:
             return []  # the allocation is gone, and its steps with it
         host = socket.gethostname()
-        mine = [s for s in steps if s.srun_pid is not None and s.srun_host == host
-                and s.srun_pid in self.pids]
-        unknown = [s for s in steps if s.srun_pid is None]
-        if unknown and not self._others():
-            mine += unknown
-        return mine
+        return steps_of(self.record, steps, host=host, uid=os.getuid(),
+                        pids=self.pids | set(self.record.srun_pids), members=members,
+                        alive=_alive(steps, host))
 
-    def _others(self) -> bool:
-        return any(r.run_id != self.record.run_id for r in self.book.live(self.job_id))
+    def _marks(self, found: Iterable[StepInfo]) -> tuple[StepMark, ...]:
+        """The record's marks and those of ``found`` (one per step id)."""
+        marks = {m.step_id: m for m in self.record.steps}
+        marks.update((s.step_id, StepMark.of(s)) for s in found)
+        return tuple(marks[k] for k in sorted(marks))
 
     def stop(self, watch: Watch) -> None:
         """Cancel this run's steps (a hang, the monitor's timeout, an interrupt): for
         :func:`slurm_fsm.monitor.watch_script`. Never another run's step, never the
         allocation. What could not be cancelled is said in ``watch.messages``."""
         try:
-            steps = [s.step_id for s in self.ours()]
+            found = self.ours()
         except BackendError as exc:
             self.unsure = True
-            self.save(srun_pids=tuple(sorted(self.pids)))
+            self.save(srun_pids=tuple(sorted(self.pids | set(self.record.srun_pids))))
             watch.messages.append(f"could not list the steps of {self.job_id}: {exc}; "
                                   "the run record is kept for the next run")
             watch.uncancelled_steps.append("its steps (Slurm did not answer)")
             return
-        self.save(steps=tuple(sorted(set(self.record.steps) | set(steps))))
+        steps = [s.step_id for s in found]
+        self.save(steps=self._marks(found))
         problems: list[str] = []
         done = _cancel(self.backend, self.job_id, steps, problems)
         self.cancelled.update(done)
@@ -175,15 +267,18 @@ class RunSteps:
         script = self.script
         problems: list[str] = []
         members = scriptguard.group_members(self.pgid) if self.pgid is not None else []
-        listed = set(self.record.steps)
+        listed = set(self.record.step_ids)
         if members and script is not None:
+            found: list[StepInfo] = []
             try:
-                listed |= {s.step_id for s in self.ours()}
+                found = self.ours()
             except BackendError as exc:
                 self.unsure = True
                 problems.append(f"could not list the steps of {self.job_id}: {exc}")
-            self.save(steps=tuple(sorted(listed)), ended=True,
-                      srun_pids=tuple(sorted(self.pids | set(members))))
+            listed |= {s.step_id for s in found}
+            self.save(steps=self._marks(found), ended=True,
+                      srun_pids=tuple(sorted(self.pids | set(members)
+                                             | set(self.record.srun_pids))))
             self.say(f"the script ended with {len(members)} process(es) of its own still "
                      f"running (steps: {', '.join(sorted(listed)) or 'none'}): stopping them")
             script.terminate()
@@ -194,7 +289,8 @@ class RunSteps:
                               self.gone_wait_s, problems)
             left += [s for s in listed if s not in done]
             if left:
-                self.save(steps=tuple(sorted(left)), ended=True)
+                self.save(steps=tuple(m for m in self.record.steps if m.step_id in left),
+                          ended=True)
                 problems.append(
                     f"step(s) {', '.join(f'{self.job_id}.{s}' for s in sorted(left))} of "
                     f"this run may still run; the run record {self.book.path(self.record.run_id)}"
@@ -217,46 +313,54 @@ class RunSteps:
 def stop_leftovers(backend: SlurmBackend, book: RunBook, alloc_id: str, clock: Clock,
                    *, gone_wait_s: float = GONE_WAIT_S) -> list[str]:
     """Under the state file's lock, before this run takes its lease: stop what runs that
-    died left (their records name it): each script group proven to be that run's guard
-    (:func:`slurm_fsm.scriptguard.proven_members`: ours, its token) and each step the
-    record lists. A record is deleted once what it names is gone. What was done, as
-    warnings. No record of a dead run: no Slurm call."""
+    died left on ``alloc_id`` (the allocation step 0 has just proven this checkout's):
+    each script group proven to be that run's guard
+    (:func:`slurm_fsm.scriptguard.proven_members`: ours, its token) and each step
+    :func:`steps_of` finds the dead run's, nothing else. A record naming another
+    allocation acts on nothing in Slurm (its script group, proven ours, is stopped) and
+    is deleted. A record is deleted once what it names is gone. What was done, as
+    warnings (a skipped file named). No record of a dead run: no Slurm call."""
     out: list[str] = []
-    for old in book.dead():
+    dead = book.dead()
+    for path, why in sorted(book.skipped.items()):
+        out.append(f"run record {path} skipped: {why}; delete it")
+    book.skipped.clear()
+    host, uid = socket.gethostname(), os.getuid()
+    for old in dead:
         what: list[str] = []
         problems: list[str] = []
-        steps = set(old.steps)
         pgid, token = old.script.get("pgid"), old.script.get("token")
         members = (scriptguard.proven_members(pgid, token)
-                   if isinstance(pgid, int) and isinstance(token, str) else [])
+                   if isinstance(pgid, int) and isinstance(token, str)
+                   and old.host == host else [])
         pids = set(members) | set(old.srun_pids)
-        if pids and old.host == socket.gethostname():
+        found: list[StepInfo] = []
+        if old.allocation != alloc_id:
+            out.append(f"run record {book.path(old.run_id)} of an earlier run names "
+                       f"allocation {old.allocation}, not {alloc_id} (this checkout's): "
+                       "no step of it is touched")
+        elif old.steps or pids or "fake_step" in old.script:
             try:
-                steps |= {s.step_id for s in _numbered(backend.step_details(old.allocation))
-                          if s.srun_pid in pids and s.srun_host == old.host}
+                steps = backend.step_details(alloc_id)
+                found = steps_of(old, steps, host=host, uid=uid, pids=pids,
+                                 members=members, alive=_alive(steps, host))
             except JobNotFound:
                 pass  # the allocation is gone, and its steps with it
             except BackendError as exc:
-                problems.append(f"could not list the steps of {old.allocation}: {exc}")
+                problems.append(f"could not list the steps of {alloc_id}: {exc}")
         if old.script:  # the backend proves the group ours before it stops anything
             stopped = backend.stop_stale_script(old.script)
             if stopped:
                 what.append(f"its script ({stopped})")
-        if not pids and not old.ended and old.script and old.allocation == alloc_id \
-                and not book.live(alloc_id):
-            # no step listed, no group left to ask: alone on the allocation, every
-            # numbered step is that run's (as when one run at a time was the rule)
-            try:
-                steps |= {s.step_id for s in _numbered(backend.step_details(alloc_id))}
-            except BackendError as exc:
-                problems.append(f"could not list the steps of {alloc_id}: {exc}")
-        done = _cancel(backend, old.allocation, sorted(steps), problems)
-        left = _wait_gone(backend, old.allocation, done, clock, gone_wait_s, problems)
-        left += [s for s in steps if s not in done]
-        what += [f"step {old.allocation}.{s}" for s in sorted(done) if s not in left]
+        ids = sorted(s.step_id for s in found)
+        done = _cancel(backend, alloc_id, ids, problems)
+        left = _wait_gone(backend, alloc_id, done, clock, gone_wait_s, problems)
+        left += [s for s in ids if s not in done]
+        what += [f"step {alloc_id}.{s}" for s in sorted(done) if s not in left]
         if left or problems:
             try:
-                book.save(attrs.evolve(old, steps=tuple(sorted(left))))
+                book.save(attrs.evolve(old, steps=tuple(
+                    StepMark.of(s) for s in found if s.step_id in left) or old.steps))
             except OSError as exc:
                 problems.append(f"could not update the run record of that run: {exc}")
         else:
@@ -268,35 +372,26 @@ def stop_leftovers(backend: SlurmBackend, book: RunBook, alloc_id: str, clock: C
     return out
 
 
-def _pgid_of(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as fh:
-            return int(fh.read().rsplit(")", 1)[-1].split()[2])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 def running_jobs(backend: SlurmBackend, book: RunBook, alloc_id: str) -> list[dict[str, object]]:
     """The jobs running on ``alloc_id`` (live leases), for ``status``: each with its
-    steps and the GPUs each holds (one ``scontrol show step`` when there is a job; a step
-    is a job's when its srun, on this host, is in the job's script group, or when the
-    job's record lists it)."""
+    steps (:func:`steps_of`) and the GPUs each holds (one ``scontrol show step`` when
+    there is a job)."""
     leases = book.live(alloc_id)
     if not leases:
         return []
     try:
-        steps = _numbered(backend.step_details(alloc_id))
+        steps = backend.step_details(alloc_id)
     except BackendError:
         steps = []
-    host = socket.gethostname()
+    host, uid = socket.gethostname(), os.getuid()
+    alive = _alive(steps, host)
     out: list[dict[str, object]] = []
     for rec in leases:
         pgid = rec.script.get("pgid")
-        mine = [s for s in steps if s.step_id in rec.steps or (
-            s.srun_pid is not None and s.srun_host == host == rec.host
-            and isinstance(pgid, int) and _pgid_of(s.srun_pid) == pgid)]
-        if not mine and len(leases) == 1:
-            mine = [s for s in steps if s.srun_pid is None]
+        members = (scriptguard.group_members(pgid)
+                   if isinstance(pgid, int) and rec.host == host else [])
+        mine = steps_of(rec, steps, host=host, uid=uid,
+                        pids=set(members) | set(rec.srun_pids), members=members, alive=alive)
         info = rec.public()
         info["steps"] = [{"id": s.full_id, "name": s.name, "nodes": s.nodelist,
                           "gpus": s.gpus, "tres": s.tres} for s in mine]

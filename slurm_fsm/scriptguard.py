@@ -40,8 +40,8 @@ import sys
 import time
 from collections.abc import Callable
 
-__all__ = ["GRACE_S", "TOKEN_ENV", "boot_id", "group_members", "main", "proven_members",
-           "signal_group", "start_ticks", "stop_group"]
+__all__ = ["GRACE_S", "TOKEN_ENV", "boot_id", "group_members", "live_start_ticks", "main",
+           "proven_members", "signal_group", "start_ticks", "stop_group"]
 
 #: The environment variable that carries the guard's secret token.
 TOKEN_ENV = "SLURM_FSM_GUARD_TOKEN"
@@ -87,6 +87,17 @@ def start_ticks(pid: int) -> int | None:
         with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as fh:
             fields = fh.read().rsplit(")", 1)[-1].split()
         return int(fields[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def live_start_ticks(pid: int) -> int | None:
+    """:func:`start_ticks` of a process that still runs: None when it is gone or a
+    zombie (killed, not yet reaped by its parent: it runs nothing and holds nothing)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as fh:
+            fields = fh.read().rsplit(")", 1)[-1].split()
+        return None if fields[0] in ("Z", "X", "x") else int(fields[19])
     except (OSError, ValueError, IndexError):
         return None
 

@@ -1008,8 +1008,17 @@ def parse_scontrol_steps(text: str, job_id: str) -> list[StepInfo]:
             srun_host=host, srun_pid=int(pid) if pid.isdigit() else None,
             tres=tres,
             nodelist=fields.get("NodeList", "") if fields.get("NodeList") != "(null)" else "",
+            user_id=_uid(fields.get("UserId", "")),
+            start_time=fields.get("StartTime", "") if fields.get("StartTime") not in (
+                "Unknown", "None", "(null)") else "",
         ))
     return steps
+
+
+def _uid(text: str) -> int | None:
+    """``UserId=0`` or ``UserId=alice(1000)``: the number."""
+    m = re.fullmatch(r"(?:[^()]*\()?(\d+)\)?", text)
+    return int(m.group(1)) if m else None
 
 
 #: ``gres:gpu:2``, ``gres:gpu:a100:2``, ``gres/gpu:2`` in a step's TresPer* fields.

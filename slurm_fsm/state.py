@@ -187,13 +187,49 @@ class StateStore:
             return False
         return True
 
+    def holds_lock(self) -> bool:
+        """This store (this process) holds the lock now."""
+        return bool(self._lock.is_locked)
+
+    def delete_if_names(self, job_id: str) -> bool:
+        """Delete the file when it names ``job_id`` (or is gone, or unreadable), under
+        the lock, but only if the lock is free now (or held here): never waits. True
+        when no file names ``job_id`` afterwards; False when the lock is another's, it
+        cannot be taken, or the file names another allocation (it is left alone)."""
+        try:
+            self._lock.acquire(timeout=0)
+        except (filelock.Timeout, OSError):
+            return False
+        try:
+            try:
+                current = self.read()
+            except StateFileError:
+                current = None
+                if not self.path.exists():
+                    return True
+            if current is not None and current.job_id != job_id:
+                return False
+            self.delete()
+            return True
+        finally:
+            self._lock.release()
+
     @contextlib.contextmanager
     def locked(self, on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
         """Hold the inter-process lock of this state file (re-entrant in a process).
 
         ``on_wait`` hears once when another process holds it and this one waits.
         StateFileError at once when the state file or the lock is another user's
-        (:meth:`owner_problem`)."""
+        (:meth:`owner_problem`), checked when the lock is first taken only: taken again
+        inside (re-entrant, step 0's triggers) nothing is checked, nothing can fail, so
+        a StateFileError (exit 2 on the CLI) never comes after a Slurm command."""
+        if self._lock.is_locked:  # held by this store already: only count the entry
+            self._lock.acquire()
+            try:
+                yield
+            finally:
+                self._lock.release()
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         problem = self.owner_problem()
         if problem is not None:

@@ -797,8 +797,9 @@ class SubprocessBackend:
         orchestrator leaves no script, ``srun`` or step running behind it.
         """
         request.log_path.parent.mkdir(parents=True, exist_ok=True)
-        # the run's log sits in the shared work_dir: never opened through a planted link
-        log_file = files.open_private(request.log_path, mode=0o644)
+        # the run's log sits in the shared work_dir: never opened through a planted link;
+        # it may hold tokens: readable by others only as the umask allows (077: 0600)
+        log_file = files.open_private(request.log_path, mode=files.umasked(0o644))
         token = secrets.token_hex(16)  # proves the group ours to a later run
         try:
             proc = subprocess.Popen(  # noqa: S603 - an argument list, never a shell

@@ -182,7 +182,8 @@ def states_markdown() -> str:
         "judged on the last observation (`=>` marks the one the table would take);",
         "`m.may_advance()` (and every `may_<trigger>()`) answers from the state and that",
         "observation. Neither makes a Slurm call: only a trigger does the work. Every",
-        "trigger takes the state-file lock, like `prepare()`. The",
+        "trigger of step 0 (`start`, `advance`, `release`) takes the state-file lock,",
+        "like `prepare()`; `run` and `finish` never do. The",
         "[stepping notebook](notebooks/stepping.ipynb) shows it on the fake cluster.",
     ]
     return "\n".join(rows) + "\n"

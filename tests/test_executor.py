@@ -415,6 +415,7 @@ def test_a_step_slurm_could_not_cancel_is_said_and_its_record_kept(
     assert "could not be cancelled" in report.summary, report.summary
     (kept,) = run_book(spec).records()
     assert any(str(run_book(spec).path(kept.run_id)) in w for w in report.warnings)
+    fake._faults.pop("step_details", None)  # the controller is back
     fake.script(spec.script_path, FakeScript(lines=("ok",)))
     after = run(spec, fake)
     assert after.status is Status.PASSED
@@ -499,21 +500,30 @@ def test_leftover_steps_of_a_dead_run_are_stopped_before_the_next(
 
     from slurm_fsm.backend import StepInfo
     from slurm_fsm.executor import run_book
+    from slurm_fsm.runrecord import StepMark
 
     spec = make_spec()
     first = run(spec, fake)
     alloc = fake.jobs[first.allocation_id or ""]
-    # a run killed with -9 left its step running on the allocation, and its record
-    alloc.steps["7"] = StepInfo(job_id=alloc.job_id, step_id="7", name="job.slurm",
-                                  state=JobState.RUNNING)
+    # a run killed with -9 left its step running on the allocation, and its record;
+    # the user runs a step of their own (8), and step 9 is described otherwise than the
+    # dead run recorded it
+    for sid, name in (("7", "job.slurm"), ("8", "debug"), ("9", "python")):
+        alloc.steps[sid] = StepInfo(job_id=alloc.job_id, step_id=sid, name=name,
+                                    state=JobState.RUNNING)
     book = run_book(spec)
+    marks = (StepMark(step_id="7", name="job.slurm"), StepMark(step_id="9", name="job.slurm"))
     dead = attrs.evolve(book.start(alloc.job_id), pid_ticks=-1, log=str(spec.work_dir / "o"),
-                        script={"pid": 1})  # its orchestrator is gone
+                        script={"pid": 1}, steps=marks)  # its orchestrator is gone
     book.save(dead)
     second = run(spec, fake)
     assert second.status is Status.PASSED
-    assert {"job_id": alloc.job_id, "step_id": "7"} in [
-        c.args for c in fake.calls if c.op == "cancel"]
+    cancels = [c.args for c in fake.calls if c.op == "cancel"]
+    assert {"job_id": alloc.job_id, "step_id": "7"} in cancels
+    assert not any(c.get("step_id") in ("8", "9") for c in cancels), cancels
+    assert set(alloc.steps) == {"8", "9"}  # only what the dead run is proven to have started
+    for sid in ("8", "9"):
+        del alloc.steps[sid]
     assert any(f"{alloc.job_id}.7" in w and "left by an earlier run" in w
                for w in second.warnings)
     assert alloc.state == "RUNNING"

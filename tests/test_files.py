@@ -116,3 +116,41 @@ def test_write_atomic_leaves_the_old_file_and_no_temp_when_the_write_fails(
     monkeypatch.undo()
     assert path.read_bytes() == b"old"
     assert [p.name for p in tmp_path.iterdir()] == ["state.json"]
+
+
+def test_a_hard_link_is_never_written_through(tmp_path: Path) -> None:
+    """Issue 26 item 6: ``.salloc.log`` as a hard link to another file of the user:
+    O_NOFOLLOW stops symbolic links only. The link is replaced by a new file; the other
+    file is untouched; appending to one is refused."""
+    from slurm_fsm.files import open_private
+
+    precious = tmp_path / "precious"
+    precious.write_bytes(b"keep me\n")
+    log = tmp_path / ".salloc.log"
+    os.link(precious, log)
+    with open_private(log) as fh:
+        fh.write(b"salloc output\n")
+    assert precious.read_bytes() == b"keep me\n"
+    assert log.read_bytes() == b"salloc output\n" and log.stat().st_nlink == 1
+    os.unlink(log)
+    os.link(precious, log)
+    with pytest.raises(FileProblem, match="hard link"):
+        open_private(log, append=True)
+    assert precious.read_bytes() == b"keep me\n"
+
+
+@pytest.mark.parametrize(("umask", "mode"), [(0o077, 0o600), (0o022, 0o644),
+                                             (0o027, 0o640)])
+def test_the_run_log_mode_honours_the_umask(tmp_path: Path, umask: int, mode: int) -> None:
+    """Issue 26 item 6: the run log was made 0644 even under umask 077 (logs can hold
+    tokens)."""
+    from slurm_fsm.files import open_private, umasked
+
+    old = os.umask(umask)
+    try:
+        assert umasked(0o644) == mode
+        with open_private(tmp_path / "run.log", mode=umasked(0o644)) as fh:
+            fh.write(b"x")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "run.log").stat().st_mode & 0o777 == mode

@@ -421,3 +421,22 @@ def test_follower_never_reads_through_a_planted_link(tmp_path: Path) -> None:
     fol = LogFollower(err)
     assert fol.poll() == "" and not fol.hang_detected
     assert "symbolic link" in fol.problem
+
+
+def test_a_log_deleted_while_followed_is_said(tmp_path: Path) -> None:
+    """Issue 26 item 6: a log deleted while it is followed gave FAILED "no success
+    pattern" with no word that the log went away."""
+    from slurm_fsm.logs import LogFollower
+
+    log = tmp_path / "job.log"
+    log.write_text("started\n")
+    follower = LogFollower(log)
+    assert follower.poll() == "started\n" and follower.problem == ""
+    log.unlink()
+    assert follower.poll() == ""
+    assert "deleted while it was followed" in follower.problem
+    log.write_text("again\n")  # a new file at the path: read, and the deletion still said
+    assert follower.poll() == "again\n"
+    assert "deleted while it was followed" in follower.problem
+    fresh = LogFollower(tmp_path / "not-yet.log")  # missing from the start: no problem
+    assert fresh.poll() == "" and fresh.problem == ""

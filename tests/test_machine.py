@@ -6,18 +6,20 @@ Each asserts the final state, the state file and the exact Slurm operations issu
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import attrs
 import pytest
 from transitions import MachineError
 
-from slurm_fsm.backend import StepResult
+from slurm_fsm.backend import AllocationRequest, StepResult
 from slurm_fsm.edges import Effect
 from slurm_fsm.errors import CommandTimedOut, ControllerUnreachable, NotOurJobError
 from slurm_fsm.machine import EDGES, AllocationMachine, State, repo_tag
 from slurm_fsm.spec import JobSpec
-from slurm_fsm.state import AllocState
+from slurm_fsm.state import AllocState, StateStore
 from slurm_fsm.testing import FakeCluster
 from slurm_fsm.testing.fake import CONTROLLER_OPS
 from slurm_fsm_dev.docgen import states_markdown
@@ -99,6 +101,19 @@ def test_release_finds_this_checkouts_allocation_by_its_tag(
     assert ours.state == "CANCELLED" and m.released_job_id == ours.job_id
     assert "found by this checkout's tag" in m.history[-1].reason
     assert not spec.state_path.exists()
+
+
+def test_release_without_a_state_file_leaves_an_untagged_job_of_our_name(
+        make_spec: SpecFactory, fake: FakeCluster) -> None:
+    """Issue 26 item 6: another checkout following the procedure by hand holds an
+    untagged allocation of the procedure's job name; its own 0A cancels nothing
+    without a state file, and neither does ours."""
+    spec = make_spec(release_allocation=True)
+    by_hand = fake.make_job(spec.job_name, fake.user)  # no comment: untagged
+    m = machine(spec, fake)
+    assert m.prepare() is State.Released
+    assert by_hand.state == "RUNNING" and "cancel" not in slurm_ops(fake)
+    assert m.history[-1].reason == "no allocation to release"
 
 
 @pytest.mark.parametrize(("name", "user"), [("acct-trtllm.persistent", "bob"),
@@ -820,3 +835,115 @@ def test_no_process_wide_logging_filter_and_no_binding_warnings(
     with caplog.at_level(logging.DEBUG, logger="transitions"):
         machine(make_spec(), fake).prepare()
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+# ------------------------------------------------ issue 26 item 2: the lock is step 0's
+LOCK_HOLDER = (
+    "import sys, filelock\n"
+    "lock = filelock.FileLock(sys.argv[1]); lock.acquire(); print('held', flush=True)\n"
+    "sys.stdin.read(); lock.release()\n"
+)
+
+
+def _hold_lock(path: Path) -> subprocess.Popen[str]:
+    """Another process takes ``path`` (a run's step 0, a waiting release) and keeps it
+    until its stdin is closed."""
+    holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(path)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    return holder
+
+
+@pytest.mark.parametrize("allocation_gone", [False, True])
+def test_the_pre_flight_and_the_end_of_a_job_never_take_the_lock(
+        make_spec: SpecFactory, fake: FakeCluster, allocation_gone: bool) -> None:
+    """Another process holds the state file's lock (a 1 s timeout here: waiting for it
+    would raise StateLockTimeout): ``run`` and ``finish`` go through anyway; a gone
+    allocation's state file is left for the next validation instead of waited for."""
+    spec = make_spec()
+    store = StateStore(spec.state_path, lock_timeout_s=1.0)
+    m = machine(spec, fake, store=store)
+    assert m.prepare() is State.Ready
+    holder = _hold_lock(store.lock_path)
+    try:
+        assert m.run() and m.state is State.Running
+        m.finish(reason="job finished", allocation_gone=allocation_gone)
+        assert m.state is (State.Gone if allocation_gone else State.Ready), m.failure
+    finally:
+        holder.communicate(input="", timeout=30)
+    assert spec.state_path.exists()  # the lock was another's: the file is left
+    if allocation_gone:
+        assert any("left for the next run's validation" in n for n in m.notes)
+
+
+def test_a_gone_allocations_file_is_dropped_only_when_it_still_names_it(
+        make_spec: SpecFactory, fake: FakeCluster) -> None:
+    """The job's end drops the state file of its gone allocation only when the file
+    still names it: another run may have written its new allocation there."""
+    spec = make_spec()
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready and m.run()
+    assert m.alloc is not None
+    newer = attrs.evolve(m.alloc, job_id="999")
+    m.store.write(newer)
+    m.finish(reason="allocation ended", allocation_gone=True)
+    assert m.state is State.Gone
+    assert m.store.read() == newer
+    m2 = machine(spec, fake)
+    assert m2.prepare() is not State.Failed and m2.run()
+    m2.finish(reason="allocation ended", allocation_gone=True)
+    assert not spec.state_path.exists()
+
+
+def test_a_run_that_holds_a_lease_never_waits_for_the_lock(
+        make_spec: SpecFactory, fake: FakeCluster, tmp_path: Path) -> None:
+    """A release holds the lock while it waits for the leases: a lease holder that
+    waited for the lock would wait for itself. The machine refuses (a bug, loudly)."""
+    from slurm_fsm.lease import LeaseGate
+    from slurm_fsm.runrecord import RunBook
+
+    spec = make_spec()
+    gate = LeaseGate(RunBook(spec.state_path), wait_s=0)
+    m = machine(spec, fake, leases=gate)
+    assert m.prepare() is State.Ready
+    gate.own = "r0123456789ab"
+    with pytest.raises(RuntimeError, match="never waits"):
+        m.release()  # a trigger of step 0, once the run holds its lease
+    with pytest.raises(RuntimeError, match="never waits"), m.locked():
+        pass
+    assert m.state is State.Ready and m.run()  # the pre-flight: no lock
+
+
+class _AdoptingCluster(FakeCluster):
+    """As ``SubprocessBackend.allocate``: a live allocation of this checkout's tag and
+    name is returned as it is (never two allocations)."""
+
+    def allocate(self, request: AllocationRequest, wait_s: float = 10.0) -> str:
+        for job in self.jobs.values():
+            if job.kind == "alloc" and job.active and job.comment == request.comment \
+                    and job.name == request.job_name:
+                return job.job_id
+        return super().allocate(request, wait_s)
+
+
+def test_a_lost_state_file_never_adopts_an_allocation_too_small_for_the_job(
+        make_spec: SpecFactory) -> None:
+    """Issue 26 item 6: the state file lost while jobs run, the next run (2 nodes)
+    adopted the 1-node allocation those jobs use, ran on it and PASSED, and the warning
+    blamed Slurm's grant. Now it is not used: Failed, saying why; the state file names
+    it again (the next run replaces it once its jobs end); it is never cancelled."""
+    from slurm_fsm.lease import LeaseGate
+    from slurm_fsm.runrecord import RunBook
+
+    fake = _AdoptingCluster()
+    small = ready_allocation(make_spec(slurm_params={"nodes": 1}), fake)
+    spec = make_spec(slurm_params={"nodes": 2})
+    book = RunBook(spec.state_path)
+    book.start(small.job_id)  # a running job of this checkout (this process: alive)
+    spec.state_path.unlink()  # lost
+    m = machine(spec, fake, leases=LeaseGate(book, wait_s=0))
+    assert m.prepare() is State.Failed
+    assert m.failure is not None and "smaller than this job needs" in m.failure.message
+    assert "Slurm granted" not in " ".join(m.warnings)
+    assert fake.jobs[small.job_id].state == "RUNNING"
+    assert (state_file(spec) or {}).get("job_id") == small.job_id

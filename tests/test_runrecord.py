@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -150,3 +151,49 @@ def test_the_gate_refuses_or_waits_and_says_whose(tmp_path: Path) -> None:
             book.delete(other)  # the job ends while the gate waits
 
     LeaseGate(book, wait_s=60, clock=Ends()).clear("12", "releasing it")
+
+
+def test_a_zombie_orchestrator_holds_no_lease(tmp_path: Path) -> None:
+    """Issue 26 item 4: a killed orchestrator not yet reaped (a zombie) counted as alive:
+    ``release --no-wait`` refused, ``status`` listed it."""
+    import time
+
+    from slurm_fsm.scriptguard import start_ticks
+
+    book = RunBook(tmp_path / ".slurm_alloc.json")
+    child = subprocess.Popen([sys.executable, "-c", "pass"])  # never reaped below
+    try:
+        ticks = start_ticks(child.pid)
+        assert ticks is not None
+        rec = attrs.evolve(book.start("12"), pid=child.pid, pid_ticks=ticks)
+        book.save(rec)
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] != "Z":
+            assert time.monotonic() < deadline, "the child never became a zombie"
+            time.sleep(0.05)
+        assert start_ticks(child.pid) == ticks  # the zombie keeps its pid and start time
+        assert not owner_alive(rec)
+        assert book.live("12") == [] and book.dead() == [rec]
+    finally:
+        child.wait(timeout=30)
+
+
+@pytest.mark.parametrize("bad", ["12 34", "--help", "-1", "12;rm"])
+def test_a_record_with_a_malformed_allocation_is_skipped_with_a_warning(
+        tmp_path: Path, bad: str) -> None:
+    """Issue 26 item 6: such a record made every later run end with "internal error"
+    until it was deleted by hand. It is skipped, and the next run's warnings name it."""
+    from slurm_fsm.runsteps import stop_leftovers
+    from slurm_fsm.testing import FakeCluster
+
+    book = RunBook(tmp_path / ".slurm_alloc.json")
+    rec = book.start("12")
+    data = json.loads(book.path(rec.run_id).read_text())
+    data.update(allocation=bad, pid_ticks=-1)
+    book.path(rec.run_id).write_text(json.dumps(data))
+    fake = FakeCluster()
+    warnings = stop_leftovers(fake, RunBook(tmp_path / ".slurm_alloc.json"), "12", fake.clock)
+    assert len(warnings) == 1 and str(book.path(rec.run_id)) in warnings[0], warnings
+    assert "not a Slurm job id" in warnings[0]
+    assert fake.ops() == []  # no Slurm call
+    assert book.records() == [] and book.dead() == []

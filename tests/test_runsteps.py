@@ -1,0 +1,99 @@
+"""Which steps are a run's: :func:`slurm_fsm.runsteps.steps_of`, the one rule, as a table
+(issue 26 item 1: a dead run's leftovers were taken to be everything in the allocation)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import attrs
+import pytest
+
+from slurm_fsm.backend import StepInfo
+from slurm_fsm.runrecord import RunRecord, StepMark
+from slurm_fsm.runsteps import steps_of
+
+HOST, UID = "login1", 1000
+RECORD = RunRecord(run_id="r0123456789ab", allocation="42", pid=100, pid_ticks=5, host=HOST,
+                   boot_id="b", uid=UID, since="2026-12-03T12:00:00+00:00",
+                   srun_pids=(300,))
+#: Slurm prints a step's StartTime in local time; this one is after ``since`` anywhere
+LATER = "2026-12-04T12:00:00"
+
+
+def step(sid: str = "3", **kw: Any) -> StepInfo:
+    base: dict[str, Any] = {"job_id": "42", "step_id": sid, "name": "srun-job",
+                            "srun_host": HOST, "srun_pid": 300, "user_id": UID,
+                            "start_time": LATER}
+    base.update(kw)
+    return StepInfo(**base)
+
+
+MARK = StepMark(step_id="5", name="python", srun_host=HOST, srun_pid=999,
+                start_time=LATER)
+
+# (what, record changes, the step Slurm lists, pids, members, alive, the run's?)
+CASES: list[tuple[str, dict[str, Any], StepInfo, set[int], set[int], set[int], bool]] = [
+    ("its srun, dead now", {}, step(), {300}, set(), set(), True),
+    ("its srun, alive in its group", {}, step(), {300}, {300}, {300}, True),
+    ("its pid reused by someone's live srun", {}, step(), {300}, set(), {300}, False),
+    ("an srun pid the run never had", {}, step(srun_pid=301), {300}, set(), set(), False),
+    ("its pid on another host", {}, step(srun_host="login2"), {300}, set(), set(), False),
+    ("a record written on another host", {"host": "login2"}, step(), {300}, set(), set(),
+     False),
+    ("another unix user's step", {}, step(user_id=0), {300}, set(), set(), False),
+    ("a record of another user", {"uid": 0}, step(), {300}, set(), set(), False),
+    ("a step of another allocation", {}, step(job_id="43"), {300}, set(), set(), False),
+    ("a step started a day before the run", {}, step(start_time="2026-12-02T12:00:00"),
+     {300}, set(), set(), False),
+    ("the batch step", {}, step("batch"), {300}, set(), set(), False),
+    ("the extern step", {}, step("extern"), {300}, set(), set(), False),
+    ("no srun known (the old 'alone' rule)", {}, step(srun_host="", srun_pid=None), set(),
+     set(), set(), False),
+    ("no pid known at all", {}, step(), set(), set(), set(), False),
+    ("a recorded step Slurm still describes so", {"steps": (MARK,)},
+     step("5", name="python", srun_pid=999), set(), set(), set(), True),
+    ("a recorded id, another name", {"steps": (MARK,)},
+     step("5", name="bash", srun_pid=999), set(), set(), set(), False),
+    ("a recorded id, another srun pid", {"steps": (MARK,)},
+     step("5", name="python", srun_pid=998), set(), set(), set(), False),
+    ("a recorded id, another start", {"steps": (MARK,)},
+     step("5", name="python", srun_pid=999, start_time="2026-12-04T12:00:01"), set(), set(),
+     set(), False),
+    ("a recorded step of another user", {"steps": (MARK,)},
+     step("5", name="python", srun_pid=999, user_id=0), set(), set(), set(), False),
+    ("the script itself is the step (fake)", {"script": {"fake_job": "42", "fake_step": "3"}},
+     step(srun_host="", srun_pid=None), set(), set(), set(), True),
+    ("the fake script step of another allocation",
+     {"script": {"fake_job": "41", "fake_step": "3"}}, step(srun_host="", srun_pid=None),
+     set(), set(), set(), False),
+]
+
+
+@pytest.mark.parametrize(("what", "changes", "listed", "pids", "members", "alive", "ours"),
+                         CASES, ids=[c[0] for c in CASES])
+def test_steps_of(what: str, changes: dict[str, Any], listed: StepInfo, pids: set[int],
+                  members: set[int], alive: set[int], ours: bool) -> None:
+    record = attrs.evolve(RECORD, **changes)
+    found = steps_of(record, [listed], host=HOST, uid=UID, pids=pids, members=members,
+                     alive=alive)
+    assert found == ([listed] if ours else []), what
+
+
+def test_a_user_step_beside_the_dead_runs_is_never_its() -> None:
+    """The real fault: kill -9, the user's own ``srun --overlap`` debug step and another
+    live run's step on the allocation: only the dead run's own step is its."""
+    dead_run = step("1")
+    users_own = step("2", name="bash", srun_pid=4000)
+    other_run = step("3", srun_pid=5000)
+    found = steps_of(RECORD, [dead_run, users_own, other_run], host=HOST, uid=UID,
+                     pids={300}, alive={4000, 5000})
+    assert found == [dead_run]
+
+
+def test_marks_round_trip_and_bare_ids_prove_nothing() -> None:
+    rec = attrs.evolve(RECORD, steps=(MARK,))
+    back = RunRecord.from_dict(json.loads(rec.to_json()))
+    assert back == rec and back.step_ids == ("5",)
+    old = RunRecord.from_dict({**json.loads(rec.to_json()), "steps": ["5", "6"]})
+    assert old is not None and old.steps == ()  # an id alone, from an older record
