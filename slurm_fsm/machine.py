@@ -482,25 +482,7 @@ class AllocationMachine:
         obs = self.observation
         alloc = self.alloc
         if effect is Effect.DROP_STATE_FILE:
-            job_id = alloc.job_id if alloc else "?"
-            if obs.gone and obs.info is None:
-                self._log(f"Allocation {job_id} no longer exists; dropping the state file.")
-            elif obs.info is not None and not CONDITIONS["job_is_ours"](obs, self.spec):
-                self._log(f"Job {job_id} is not ours; dropping the state file.")
-            elif obs.info is not None:
-                self._log(f"Allocation {job_id} is {obs.info.state}; dropping the state file.")
-            else:
-                self._log(f"Dropping the state file of allocation {job_id}.")
-            # only the file of that allocation, and never waiting for the lock: after a
-            # job (finish), another run's step 0 may hold it, and may have written a new
-            # allocation there; then its own validation drops this one's file
-            if alloc is None:  # a corrupt file, in step 0 (the lock is held)
-                self.store.delete()
-            elif not self.store.delete_if_names(alloc.job_id):
-                self.notes.append(f"the state file was left for the next run's validation "
-                                  f"(another run holds its lock or it names another "
-                                  f"allocation than {job_id})")
-            self.alloc = None
+            self._drop_state_file(obs, alloc)
         elif effect is Effect.CANCEL:
             if alloc is None:  # nothing the state file names: nothing to cancel
                 return False
@@ -537,6 +519,28 @@ class AllocationMachine:
             self._warn(f"Allocation expiring soon: {obs.info.job_id} has "
                        f"{obs.info.time_left} left.")
         return True
+
+    def _drop_state_file(self, obs: Observation, alloc: AllocState | None) -> None:
+        """The effect DROP_STATE_FILE: say why, then drop only that allocation's file."""
+        job_id = alloc.job_id if alloc else "?"
+        if obs.gone and obs.info is None:
+            self._log(f"Allocation {job_id} no longer exists; dropping the state file.")
+        elif obs.info is not None and not CONDITIONS["job_is_ours"](obs, self.spec):
+            self._log(f"Job {job_id} is not ours; dropping the state file.")
+        elif obs.info is not None:
+            self._log(f"Allocation {job_id} is {obs.info.state}; dropping the state file.")
+        else:
+            self._log(f"Dropping the state file of allocation {job_id}.")
+        # only the file of that allocation, and never waiting for the lock: after a
+        # job (finish), another run's step 0 may hold it, and may have written a new
+        # allocation there; then its own validation drops this one's file
+        if alloc is None:  # a corrupt file, in step 0 (the lock is held)
+            self.store.delete()
+        elif not self.store.delete_if_names(alloc.job_id):
+            self.notes.append(f"the state file was left for the next run's validation "
+                              f"(another run holds its lock or it names another "
+                              f"allocation than {job_id})")
+        self.alloc = None
 
     # The work of each trigger -------------------------------------------------------
     def _observe(self, trigger: str, kwargs: dict[str, Any]) -> Observation:
