@@ -22,6 +22,10 @@ Slurm's step scheduler then places each step on free GPUs (``CUDA_VISIBLE_DEVICE
 per step) and queues it while the allocation is full; srun says so on stderr
 (:data:`WAITING_MARKER`), which :class:`QueueWatch` turns into a "waiting for GPUs"
 message. The script's own ``srun`` options still win over these variables.
+
+``SLURM_JOB_ID`` is the shared allocation: a script's ``scancel ${SLURM_JOB_ID}``
+goes to the ``scancel`` shim (:mod:`slurm_fsm.scancelshim`), which cancels this run's
+own steps instead.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import attrs
 
 from slurm_fsm.backend import JobInfo
 from slurm_fsm.files import FileProblem, read_bounded
+from slurm_fsm.scancelshim import ALLOCATION_ENV
 from slurm_fsm.slurmcli import sbatch_directives
 from slurm_fsm.spec import SlurmParams
 
@@ -116,9 +121,13 @@ def script_memory(script_path: Path) -> dict[str, str]:
 def script_env(info: JobInfo, params: SlurmParams,
                script_path: Path | None = None) -> dict[str, str]:
     """Everything the persistent path exports to ``bash <script>``: the allocation
-    (job id, node list) and the job's share of it (:class:`Placement`)."""
+    (job id, node list), the job's share of it (:class:`Placement`), and
+    :data:`~slurm_fsm.scancelshim.ALLOCATION_ENV`, with which the real backend puts the
+    ``scancel`` shim first on the script's ``PATH`` (:mod:`slurm_fsm.scancelshim`:
+    ``scancel $SLURM_JOB_ID`` cancels this run's steps, never the shared allocation)."""
     memory = script_memory(script_path) if script_path is not None else {}
     return {
+        ALLOCATION_ENV: info.job_id,
         "SLURM_JOB_ID": info.job_id,
         "SLURM_JOBID": info.job_id,
         "SLURM_NODELIST": info.nodelist,
