@@ -30,6 +30,7 @@ Standard library only, no slurm_fsm import: it is started by path with
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shlex
@@ -39,7 +40,7 @@ import stat
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 __all__ = ["ALLOCATION_ENV", "Plan", "main", "own_steps", "plan", "shim_dir", "shim_env"]
@@ -153,10 +154,11 @@ def _pgid_of(pid: int) -> int | None:
 
 
 def own_steps(scontrol_out: str, allocation: str, host: str, pgid: int,
-              pgid_of: object = None) -> list[str]:
+              pgid_of: Callable[[int], int | None] | None = None) -> list[str]:
     """The numbered steps of ``allocation`` in ``scontrol -o show step`` output whose
-    ``srun`` runs on ``host`` in process group ``pgid``."""
-    find = pgid_of if callable(pgid_of) else _pgid_of
+    ``srun`` runs on ``host`` in process group ``pgid`` (``pgid_of``: a pid's group,
+    from ``/proc`` by default)."""
+    find = pgid_of or _pgid_of
     found = []
     for line in scontrol_out.splitlines():
         fields = dict(w.split("=", 1) for w in line.split() if "=" in w)
@@ -237,10 +239,8 @@ def shim_text(python: str | None = None) -> str:
 def _private_dir(path: Path) -> Path:
     """``path`` as a directory of this user's only (made 0700 when missing); OSError
     when it is a link, another user's or open to others."""
-    try:
+    with contextlib.suppress(FileExistsError):
         path.mkdir(mode=0o700)
-    except FileExistsError:
-        pass
     st = path.lstat()
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
         raise OSError(f"{path} is not a private directory of this user")
