@@ -273,3 +273,15 @@ def test_backends_md_stale_script_is_stopped_only_on_the_token() -> None:
                 "start_ticks": scriptguard.start_ticks(os.getpid()) or 0}
     assert stop_stale_group(identity) is None
 
+
+
+def test_one_shot_chdir_is_documented_and_passed(tmp_path: Path) -> None:
+    """The one-shot job runs in work_dir (``--chdir``), as spec.md and backends.md say."""
+    from slurm_fsm.backend import BatchRequest
+
+    spec = make_spec(tmp_path)
+    argv = sbatch_argv(BatchRequest(script_path=spec.script_path, work_dir=spec.work_dir,
+                                    partition="p", account="a"))
+    assert f"--chdir={spec.work_dir}" in argv
+    assert "`sbatch --chdir=<work_dir>`" in _page("spec.md")
+    assert "--chdir=<work_dir> SCRIPT" in _backend_row("submit")
