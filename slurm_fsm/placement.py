@@ -48,6 +48,7 @@ __all__ = [
     "QueueWatch",
     "script_env",
     "script_memory",
+    "waiting_advice",
 ]
 
 #: srun's stderr while its step is queued: "srun: Job 7 step creation temporarily
@@ -136,16 +137,36 @@ def script_env(info: JobInfo, params: SlurmParams,
     }
 
 
+def waiting_advice(gpus_per_node: int, allocation_gpus_per_node: int | None = None,
+                   allocation_id: str | None = None) -> str:
+    """Why a step waits and how to run more jobs at once: the allocation's size (when
+    known; else where to read it) and the spec fields that make it bigger."""
+    which = f"allocation {allocation_id}" if allocation_id else "the allocation"
+    if not gpus_per_node:
+        return (f"the other jobs of {which} hold its CPUs; it has the CPUs its first "
+                "job's tasks asked for (`slurm-fsm status` shows them)")
+    size = (f"{which} has {allocation_gpus_per_node} GPU(s) per node"
+            if allocation_gpus_per_node is not None
+            else f"{which} is as big as the spec that made it asked "
+                 "(`slurm-fsm status` shows its size)")
+    return (f"{size} and its other jobs hold them; to run more jobs at once, make it "
+            "bigger: alloc_gpus_per_node (and alloc_nodes) in the spec, then release it so "
+            "that the next run makes the bigger one (Allocation.run_many sizes a new one "
+            "for its batch by itself)")
+
+
 class QueueWatch:
     """Passes a running script's output lines on, and says when its step is queued
     behind other jobs' steps ("waiting for GPUs") and when it got them."""
 
     def __init__(self, on_output: Callable[[str], None], on_message: Callable[[str], None],
-                 gpus_per_node: int) -> None:
+                 gpus_per_node: int, *, allocation_gpus_per_node: int | None = None,
+                 allocation_id: str | None = None) -> None:
         self._on_output = on_output
         self._on_message = on_message
-        self._what = (f"GPUs ({gpus_per_node} per node)" if gpus_per_node
+        self._what = (f"GPUs (this job asks {gpus_per_node} per node)" if gpus_per_node
                       else "CPUs (no GPUs asked)")
+        self._why = waiting_advice(gpus_per_node, allocation_gpus_per_node, allocation_id)
         self._partial = ""
         self.waiting = False
         #: how many times a step of this job was queued
@@ -165,8 +186,8 @@ class QueueWatch:
                 self.waiting = True
                 self.queued += 1
                 self._on_message(
-                    f"waiting for {self._what}: the allocation's other jobs hold them; "
-                    f"the step starts when they are free (srun: {line.strip()})")
+                    f"waiting for {self._what}: {self._why}; the step starts when they "
+                    f"are free (srun: {line.strip()})")
         elif STARTED_MARKER in line and self.waiting:
             self.waiting = False
             self._on_message(f"step started after waiting (srun: {line.strip()})")
