@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -81,6 +82,23 @@ def test_release_and_status(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert json.loads(capsys.readouterr().out)["allocation"] is None
     assert main(["release", str(spec), "--json", "--backend", "fake"]) == 0
     assert json.loads(capsys.readouterr().out)["status"] == "RELEASED"
+
+
+def test_release_says_released_once(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """It said "released" three times: two progress lines on stderr, then the report."""
+    spec = write_spec(tmp_path)
+    cluster = cli._fake_for(cli._parser().parse_args(["run", str(spec), "--backend", "fake"]))
+    monkeypatch.setattr(cli, "_fake_for", lambda _args: cluster)  # one cluster for both
+    assert main(["run", str(spec), "--backend", "fake"]) == 0
+    capsys.readouterr()
+    assert main(["release", str(spec), "--backend", "fake"]) == 0
+    out, err = capsys.readouterr()
+    assert len(re.findall(r"\breleased\b", out + err)) == 1, (out, err)
+    assert "summary:     Allocation" in out and "released." in out
+    assert main(["release", str(spec), "--json", "--backend", "fake"]) == 0
+    out, err = capsys.readouterr()
+    assert len(re.findall(r"\breleased\b", out + err)) <= 1, (out, err)
 
 
 def test_plan_changes_nothing_and_lists_commands(tmp_path: Path,
