@@ -144,6 +144,27 @@ def test_every_api_page_is_in_the_nav() -> None:
         assert f"api/{page.name}" in nav, page
 
 
+def test_the_procedure_the_docs_cite_is_a_page_of_the_site() -> None:
+    """The pages cite procedure.md (the spec); the site had no such page. It is one now,
+    naming its source, and every citation on a page links to it."""
+    nav = (REPO / "mkdocs.yml").read_text()
+    assert re.search(r"^  - .*: procedure\.md$", nav, re.M)
+    page = (DOCS / "procedure.md").read_text()
+    assert page.startswith("# ") and '!!! note "Source"' in page.split("\n## ", 1)[0]
+    assert "../shared/docs/procedure.md" in page
+    shared = REPO.parent / "shared" / "docs" / "procedure.md"
+    if shared.is_file():  # beside the checkout: the page is that file, with the note
+        body = [ln for ln in page.splitlines() if not ln.startswith(("!!! note", "    "))]
+        src = [ln for ln in shared.read_text().splitlines() if not ln.startswith("    ")]
+        assert [ln for ln in body if ln] == [ln for ln in src if ln]
+    for md in sorted(DOCS.glob("*.md")):
+        if md.name == "procedure.md":
+            continue
+        text = md.read_text()
+        bare = re.findall(r"(?<!\[)procedure\.md(?!\]\(procedure\.md\))(?!\))", text)
+        assert not bare, f"{md.name} cites procedure.md without linking the page"
+
+
 def test_readme_links_the_main_pages() -> None:
     readme = (REPO / "README.md").read_text()
     top = readme[:readme.index("## ")]
