@@ -353,6 +353,15 @@ def test_every_page_renders_offline(visit: Visit, site: Path) -> None:
         visit.page.screenshot(path=str(visit.shots / f"page-{name}.png"))
 
 
+def _smallest_text_px(svg: Any) -> float:
+    """The smallest rendered font size of the SVG's labels, in CSS px (its font size in
+    user units times the scale the page draws them at)."""
+    smallest: float = svg.evaluate("""svg => Math.min(...[...svg.querySelectorAll("text")]
+        .map(t => parseFloat(t.getAttribute("font-size") || getComputedStyle(t).fontSize)
+                  * t.getScreenCTM().a))""")
+    return smallest
+
+
 def test_states_page_shows_the_diagram(visit: Visit) -> None:
     page = visit.open("states/")
     svg = page.locator("figure.fsm-diagram svg")
@@ -403,6 +412,8 @@ def test_states_page_shows_the_diagram(visit: Visit) -> None:
         return [...out];
     }""")
     assert crossings == [], crossings
+    # every label is readable as drawn: at least 11 CSS px (shrunk to the column it was 5-9)
+    assert _smallest_text_px(svg) >= 11
     visit.shot("states")
     # dark mode: the toggle switches the palette, the diagram's text follows the page
     light = svg.locator("text").first.evaluate("t => getComputedStyle(t).fill")
@@ -455,6 +466,9 @@ def test_notebook_page_shows_its_outputs(visit: Visit) -> None:
     pictures = page.locator(".jp-OutputArea-output svg, .jp-OutputArea-output img")
     assert pictures.count() >= 1
     assert pictures.first.bounding_box()["width"] > 300
+    diagrams = page.locator(".jp-OutputArea-output svg:has(text)")
+    for i in range(diagrams.count()):  # readable as drawn, as on the states page
+        assert _smallest_text_px(diagrams.nth(i)) >= 11
     assert "Unable to contact slurm controller" in text
     assert "State.Ready" in text
     assert "Traceback" not in text
