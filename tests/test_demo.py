@@ -106,3 +106,28 @@ def test_the_real_demos_ending_uses_the_export_line(
     out = capsys.readouterr().out
     go_on = next(line for line in out.splitlines() if "use the CLI" in line)
     assert f'PATH={base / demo.STAND_IN_DIR}:"$PATH"' in go_on
+
+
+def test_the_home_page_says_what_the_demo_shows_of_the_second_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/index.md said one squeue for the second run; the demo shows two (before and
+    after the job). The page's count is the count of the demo's second column."""
+    import re
+
+    monkeypatch.chdir(tmp_path)
+    assert demo.run_demo(fake=True, quiet=True) == 0
+    lines = capsys.readouterr().out.splitlines()
+    head = next(i for i, line in enumerate(lines) if "run 2 (" in line)
+    column = lines[head].index("run 2 (")
+    second = []
+    for line in lines[head + 1:]:
+        if not line.startswith("  "):
+            break
+        second.append(line[column:].strip())
+    queries = second.count("query_job")  # the fake's name for `squeue -j`
+    page = " ".join((Path(__file__).resolve().parent.parent / "docs" / "index.md")
+                    .read_text().split())
+    said = re.search(r"Running -> Ready`: (\w+) `squeue` quer", page)
+    assert said is not None
+    assert {"one": 1, "two": 2, "three": 3}[said.group(1)] == queries == 2
