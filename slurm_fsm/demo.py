@@ -34,7 +34,7 @@ from slurm_fsm.progress import StderrEvents
 from slurm_fsm.report import Report
 from slurm_fsm.spec import JobSpec
 
-__all__ = ["run_demo"]
+__all__ = ["STAND_IN_DIR", "export_line", "run_demo"]
 
 
 

@@ -43,7 +43,8 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-__all__ = ["ALLOCATION_ENV", "Plan", "main", "own_steps", "plan", "shim_dir", "shim_env"]
+__all__ = ["ALLOCATION_ENV", "Plan", "main", "needs_steps", "own_steps", "plan", "shim_dir",
+           "shim_env", "shim_text"]
 
 #: The variable that names the allocation to the shim (set by ``script_env``).
 ALLOCATION_ENV = "SLURM_FSM_ALLOCATION_ID"

@@ -98,6 +98,7 @@ __all__ = [
     "gpu_processes_argv",
     "gpu_processes_script",
     "has_container_option",
+    "mount_warmup_argv",
     "parse_gpu_name",
     "parse_gpu_processes",
     "parse_job",
