@@ -38,7 +38,7 @@ import attrs
 
 from slurm_fsm.clock import Clock
 from slurm_fsm.duration import Duration
-from slurm_fsm.errors import JobNotFound, SpecError
+from slurm_fsm.errors import JobNotFound, SlurmFsmError, SpecError
 from slurm_fsm.runrecord import RunBook
 
 if TYPE_CHECKING:
@@ -49,7 +49,8 @@ if TYPE_CHECKING:
     from slurm_fsm.spec import JobSpec
     from slurm_fsm.state import AllocState
 
-__all__ = ["SHARING_RULES", "Allocation", "AllocationStatus", "RunHandle"]
+__all__ = ["SHARING_RULES", "Allocation", "AllocationStatus", "BatchSize", "RunHandle",
+           "batch_size"]
 
 #: When a spec runs in the allocation that is already there (in this order; the first
 #: that fails decides). Each rule is checked by a pure function of the state file and
@@ -137,6 +138,47 @@ class AllocationStatus:
             lines.append(f"  pid {j['pid']} on {j['host']}: model {j['model'] or '-'}, "
                          f"{j['spec']}, since {j['since']}; steps: {steps}")
         return "\n".join(lines)
+
+
+@attrs.frozen(kw_only=True)
+class BatchSize:
+    """The allocation :meth:`Allocation.run_many` makes for its batch."""
+
+    nodes: int
+    gpus_per_node: int
+    #: why, in words (for the run's messages)
+    reason: str
+
+
+def batch_size(specs: list[JobSpec], parallel: int,
+               node_gpus: int | None, partition_nodes: int | None = None) -> BatchSize | None:
+    """The allocation that runs ``parallel`` of ``specs`` at once, within one node's
+    GPUs (``node_gpus``, the most a node of the partition has; None: not known).
+
+    Nodes: the most any spec asks (``alloc_nodes`` or ``nodes``), at most
+    ``partition_nodes``. GPUs per node: the GPUs of the ``parallel`` biggest jobs
+    (``gpus_per_node x nodes`` each) spread over those nodes, at least what any spec
+    asks, at most ``node_gpus``. None when that is no bigger than the first spec would
+    make anyway, when a spec sets ``alloc_gpus_per_node`` itself, or when a node's GPUs
+    are not known (asking for more than a node has would never start)."""
+    if not specs or parallel < 1 or any(s.alloc_gpus_per_node is not None for s in specs):
+        return None
+    nodes: int = max(s.alloc_nodes or s.slurm_params.nodes for s in specs)
+    if partition_nodes:
+        nodes = max(min(nodes, partition_nodes), max(s.slurm_params.nodes for s in specs))
+    demands = sorted(((s.slurm_params.gpus_per_node or 0) * s.slurm_params.nodes
+                      for s in specs), reverse=True)[:parallel]
+    own = max(s.slurm_params.gpus_per_node or 0 for s in specs)
+    if not sum(demands) or node_gpus is None:
+        return None
+    gpus = max(own, min(-(-sum(demands) // nodes), node_gpus))
+    first = specs[0]
+    first_nodes = first.alloc_nodes or first.slurm_params.nodes
+    if gpus <= (first.slurm_params.gpus_per_node or 0) and nodes <= first_nodes:
+        return None
+    return BatchSize(nodes=nodes, gpus_per_node=gpus, reason=(
+        f"{len(demands)} job(s) at once asking {sum(demands)} GPU(s) in all; a node of the "
+        f"partition has {node_gpus}"))
 
 
 @attrs.frozen
@@ -279,8 +321,10 @@ class Allocation:
         return their reports in the order of ``specs``.
 
         Every spec is checked first: one that does not belong here raises
-        :class:`SpecError` naming it, and nothing runs. All runs are waited for even
-        when one raises; the first exception is then raised.
+        :class:`SpecError` naming it, and nothing runs. When there is no allocation
+        yet, the one made is sized for the batch (:func:`batch_size`: the GPUs of
+        ``max_parallel`` jobs at once, within one node of the partition). All runs
+        are waited for even when one raises; the first exception is then raised.
         """
         specs = list(specs)
         if max_parallel is not None and max_parallel < 1:
@@ -296,12 +340,40 @@ class Allocation:
         if not specs:
             return []
         workers = min(len(specs), max_parallel or len(specs))
+        specs = self._sized_for(specs, workers)
         with ThreadPoolExecutor(max_workers=workers,
                                 thread_name_prefix="slurm_fsm-run") as pool:
             futures = [pool.submit(self._run_checked, spec) for spec in specs]
             for f in futures:
                 f.exception()  # wait for every run, whatever one of them raised
         return [f.result() for f in futures]
+
+    def _sized_for(self, specs: list[JobSpec], workers: int) -> list[JobSpec]:
+        """``specs`` with ``alloc_nodes`` / ``alloc_gpus_per_node`` set for the batch
+        (:func:`batch_size`) when no allocation exists yet: the first of them to run
+        makes one the batch fits in. An existing allocation keeps its size."""
+        from slurm_fsm.preflight import ClusterQueries
+
+        if self.state() is not None or not isinstance(self.backend, ClusterQueries):
+            return specs
+        partition = specs[0].slurm_params.partition
+        try:
+            found = [p for p in self.backend.cluster_partitions() if p.name == partition]
+        except SlurmFsmError:
+            return specs  # sinfo failed: the first spec decides, as without run_many
+        node_gpus = max(found[0].gpus_per_node, default=None) if found else None
+        size = batch_size(specs, workers, node_gpus, found[0].nodes if found else None)
+        if size is None:
+            return specs
+        if self.events is not None:
+            self.events.message(
+                f"run_many: the allocation is made for the batch: {size.nodes} node(s), "
+                f"{size.gpus_per_node} GPU(s) per node ({size.reason})")
+        from slurm_fsm.convert import NonNegativeInt, PositiveInt
+
+        return [attrs.evolve(s, alloc_nodes=PositiveInt(max(size.nodes, s.slurm_params.nodes)),
+                             alloc_gpus_per_node=NonNegativeInt(size.gpus_per_node))
+                if s.slurm_params.partition == partition else s for s in specs]
 
     def reuse_problems(self, spec: JobSpec) -> list[str]:
         """Why ``spec`` would not simply reuse the allocation of the state file, by the

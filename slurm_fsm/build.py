@@ -353,11 +353,13 @@ class SlurmBuilder:
     """The default build: one Slurm batch job on the partition.
 
     It writes ``<work_dir>/build/build.sbatch`` (``#SBATCH --partition``,
-    ``--account``, ``--nodes=1``, ``--output=<work_dir>/build/build_%j.log``,
-    then ``sbatch_args``), which runs, in the repo root, ``command(request)``
-    (default :func:`default_build_command`):
+    ``--account``, ``--nodes=1``, ``--ntasks=1``, the CPUs: ``--exclusive``, the
+    whole node, or ``--cpus-per-task=<cpus_per_task>``,
+    ``--output=<work_dir>/build/build_%j.log``, then ``sbatch_args``), which runs,
+    in the repo root, ``command(request)`` (default :func:`default_build_command`):
 
-    * ``container=True``: ``srun --container-image=<image>
+    * ``container=True``: ``srun --cpus-per-task=$SLURM_CPUS_ON_NODE
+      --container-image=<image>
       --container-mounts=<repo>:<repo>[,<user_root_dir>:<user_root_dir>]
       bash -c 'cd <repo> && <command>'``;
     * ``container=False``: ``bash -c 'cd <repo> && <command>'`` on the batch
@@ -378,6 +380,11 @@ class SlurmBuilder:
     container: bool = True
     command: Callable[[BuildRequest], Sequence[str]] | None = None
     sbatch_args: tuple[str, ...] = ()
+    #: CPUs for the build's one task (``#SBATCH --cpus-per-task``); None: the whole node
+    #: (``#SBATCH --exclusive``): a compile uses every core it is given, and one task
+    #: without a CPU count is given one.
+    cpus_per_task: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.ge(1)))
     clock: Clock | None = None
     policy: PollPolicy = PollPolicy()
 
@@ -411,12 +418,14 @@ class SlurmBuilder:
             root = request.user_root_dir
             if root and root != repo and not repo.startswith(root.rstrip("/") + "/"):
                 mounts.append(f"{root}:{root}")
-            run = shlex.join([
-                "srun", "--nodes=1", "--ntasks=1",
-                f"--container-image={enroot_image(request.image)}",
-                f"--container-mounts={','.join(mounts)}",
-                "bash", "-c", inner,
-            ])
+            # the step takes every CPU of the job on the node (srun does not inherit
+            # the job's --cpus-per-task since Slurm 22.05)
+            run = shlex.join(["srun", "--nodes=1", "--ntasks=1"]) + \
+                ' --cpus-per-task="${SLURM_CPUS_ON_NODE:-1}" ' + shlex.join([
+                    f"--container-image={enroot_image(request.image)}",
+                    f"--container-mounts={','.join(mounts)}",
+                    "bash", "-c", inner,
+                ])
             where = f"in the container {request.image}"
         else:
             run = shlex.join(["bash", "-c", inner])
@@ -427,6 +436,8 @@ class SlurmBuilder:
             f"--account={request.account}",
             "--nodes=1",
             "--ntasks=1",
+            *(["--exclusive"] if self.cpus_per_task is None
+              else [f"--cpus-per-task={self.cpus_per_task}"]),
             f"--output={log_path}",
             *self.sbatch_args,
         ]

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
     from slurm_fsm.backend import SlurmBackend
     from slurm_fsm.executor import Executor
+    from slurm_fsm.progress import StderrEvents
     from slurm_fsm.spec import JobSpec
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_ERROR", "FAKE_ACCOUNTS", "FAKE_PARTITIONS",
@@ -429,8 +430,8 @@ def _run_job(args: argparse.Namespace, current: _Run, spec: JobSpec, backend: Sl
         import attrs
 
         spec = attrs.evolve(spec, release_allocation=True)
-    events = StderrEvents(quiet=args.quiet, stream_output=not args.json,
-                          report_follows=True)
+    events = (_release_events if args.command == "release" else StderrEvents)(
+        quiet=args.quiet, stream_output=not args.json, report_follows=True)
     # the clock is the backend's own (SlurmBackend.clock)
     current.executor = Executor(spec, backend, events=events, state_path=state_path,
                                 lease_wait_s=0.0 if args.no_wait else None)
@@ -438,6 +439,24 @@ def _run_job(args: argparse.Namespace, current: _Run, spec: JobSpec, backend: Sl
     events.close()
     _emit(*_labelled(report.to_dict(), report.render_text(), fake), args.json, sys.stdout)
     return report.exit_code_for_cli
+
+
+def _release_events(**kwargs: Any) -> StderrEvents:
+    """``release``'s progress on stderr: its result ("Allocation N released.") is the
+    report on stdout, said once; stderr keeps what happens on the way (a wait for
+    running jobs, a warning) but does not say it again (it said it twice more)."""
+    from slurm_fsm.progress import StderrEvents
+
+    class ReleaseEvents(StderrEvents):
+        def message(self, text: str) -> None:
+            if not text.endswith(" released."):
+                super().message(text)
+
+        def state(self, machine_state: str, detail: str = "") -> None:
+            if machine_state != "Done":
+                super().state(machine_state, detail)
+
+    return ReleaseEvents(**kwargs)
 
 
 #: The first line of every ``--backend fake`` result on stdout: nothing ran on Slurm.

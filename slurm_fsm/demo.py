@@ -34,7 +34,7 @@ from slurm_fsm.progress import StderrEvents
 from slurm_fsm.report import Report
 from slurm_fsm.spec import JobSpec
 
-__all__ = ["run_demo"]
+__all__ = ["STAND_IN_DIR", "export_line", "run_demo"]
 
 
 
@@ -222,6 +222,24 @@ def _compare(reports: list[tuple[Report, float, list[str]]], spec: JobSpec, *,
     return reused
 
 
+#: Where the project's local cluster keeps its ``nvidia-smi`` stand-in, beside
+#: ``etc/slurm.conf`` (``slurm_fsm_dev.localgpu.bin_dir``).
+STAND_IN_DIR = "gpu-bin"
+
+
+def export_line(conf: str) -> str:
+    """The ``export`` that points a new shell at the cluster of ``conf``: ``SLURM_CONF``
+    and, for the project's local cluster (``<base>/etc/slurm.conf`` with a
+    ``<base>/gpu-bin``), its ``nvidia-smi`` stand-in first on ``PATH``, as
+    ``scripts/local-slurm env`` prints it (srun carries the caller's PATH to its
+    tasks: without it a job that asks GPUs finds no nvidia-smi)."""
+    line = f"export SLURM_CONF={shlex.quote(conf)}"
+    stand_in = Path(conf).parent.parent / STAND_IN_DIR
+    if Path(conf).parent.name == "etc" and stand_in.is_dir():
+        line += f' PATH={shlex.quote(str(stand_in))}:"$PATH"'
+    return line
+
+
 def _ending(*, fake: bool, kept: bool, spec_path: Path) -> None:
     """What is left running and three lines to go on."""
     source_tree = (Path(__file__).resolve().parent.parent / "Makefile").is_file()
@@ -239,7 +257,7 @@ def _ending(*, fake: bool, kept: bool, spec_path: Path) -> None:
     if fake:
         use = f"{cli} run {example} --backend fake"
     else:
-        use = f"export SLURM_CONF={conf or '/etc/slurm/slurm.conf'}; {cli} run {example}"
+        use = f"{export_line(conf or '/etc/slurm/slurm.conf')}; {cli} run {example}"
     _say(f"  use the CLI in this shell:  {use}"
          + ("   (or: source .venv/bin/activate, then slurm-fsm ...)" if source_tree else ""))
     _say("  see the docs:               "

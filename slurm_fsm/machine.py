@@ -106,6 +106,7 @@ from slurm_fsm.nvsmi import NvidiaSmiFailed
 from slurm_fsm.ownership import Ownership, describe
 from slurm_fsm.preflight import PreflightFailed, require
 from slurm_fsm.project import install_commands
+from slurm_fsm.slurmcli import mount_warmup_argv
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState, StateStore
 
@@ -863,11 +864,15 @@ class AllocationMachine:
             ContainerOptions(name=name, image=image, mounts=spec.mounts_text, fresh=True,
                              owner=f"{repo_tag(spec)} {spec.repo_root}"),
         )
-        for mount in spec.container_mounts:
-            self._setup_step(
-                f"mount warm-up of {mount.container}", ("ls", mount.container),
+        if spec.container_mounts:  # one ls loop, failures ignored (procedure.md 0E.2)
+            targets = [mount.container for mount in spec.container_mounts]
+            warmed = self._setup_step(
+                f"mount warm-up of {', '.join(targets)}", mount_warmup_argv(targets),
                 ContainerOptions(name=name, mounts=spec.mounts_text),
             )
+            if warmed.stderr.strip():
+                self._warn("mount warm-up: ls reported (ignored, the job goes on): "
+                           + " | ".join(warmed.stderr.strip().splitlines()[-5:]))
         self._gpu_check()
         # not installed yet, also when this job skips the install (skip_install): the
         # next job in this container that installs must find it not done

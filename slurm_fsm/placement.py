@@ -22,6 +22,10 @@ Slurm's step scheduler then places each step on free GPUs (``CUDA_VISIBLE_DEVICE
 per step) and queues it while the allocation is full; srun says so on stderr
 (:data:`WAITING_MARKER`), which :class:`QueueWatch` turns into a "waiting for GPUs"
 message. The script's own ``srun`` options still win over these variables.
+
+``SLURM_JOB_ID`` is the shared allocation: a script's ``scancel ${SLURM_JOB_ID}``
+goes to the ``scancel`` shim (:mod:`slurm_fsm.scancelshim`), which cancels this run's
+own steps instead.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import attrs
 
 from slurm_fsm.backend import JobInfo
 from slurm_fsm.files import FileProblem, read_bounded
+from slurm_fsm.scancelshim import ALLOCATION_ENV
 from slurm_fsm.slurmcli import sbatch_directives
 from slurm_fsm.spec import SlurmParams
 
@@ -43,6 +48,7 @@ __all__ = [
     "QueueWatch",
     "script_env",
     "script_memory",
+    "waiting_advice",
 ]
 
 #: srun's stderr while its step is queued: "srun: Job 7 step creation temporarily
@@ -116,9 +122,13 @@ def script_memory(script_path: Path) -> dict[str, str]:
 def script_env(info: JobInfo, params: SlurmParams,
                script_path: Path | None = None) -> dict[str, str]:
     """Everything the persistent path exports to ``bash <script>``: the allocation
-    (job id, node list) and the job's share of it (:class:`Placement`)."""
+    (job id, node list), the job's share of it (:class:`Placement`), and
+    :data:`~slurm_fsm.scancelshim.ALLOCATION_ENV`, with which the real backend puts the
+    ``scancel`` shim first on the script's ``PATH`` (:mod:`slurm_fsm.scancelshim`:
+    ``scancel $SLURM_JOB_ID`` cancels this run's steps, never the shared allocation)."""
     memory = script_memory(script_path) if script_path is not None else {}
     return {
+        ALLOCATION_ENV: info.job_id,
         "SLURM_JOB_ID": info.job_id,
         "SLURM_JOBID": info.job_id,
         "SLURM_NODELIST": info.nodelist,
@@ -127,16 +137,36 @@ def script_env(info: JobInfo, params: SlurmParams,
     }
 
 
+def waiting_advice(gpus_per_node: int, allocation_gpus_per_node: int | None = None,
+                   allocation_id: str | None = None) -> str:
+    """Why a step waits and how to run more jobs at once: the allocation's size (when
+    known; else where to read it) and the spec fields that make it bigger."""
+    which = f"allocation {allocation_id}" if allocation_id else "the allocation"
+    if not gpus_per_node:
+        return (f"the other jobs of {which} hold its CPUs; it has the CPUs its first "
+                "job's tasks asked for (`slurm-fsm status` shows them)")
+    size = (f"{which} has {allocation_gpus_per_node} GPU(s) per node"
+            if allocation_gpus_per_node is not None
+            else f"{which} is as big as the spec that made it asked "
+                 "(`slurm-fsm status` shows its size)")
+    return (f"{size} and its other jobs hold them; to run more jobs at once, make it "
+            "bigger: alloc_gpus_per_node (and alloc_nodes) in the spec, then release it so "
+            "that the next run makes the bigger one (Allocation.run_many sizes a new one "
+            "for its batch by itself)")
+
+
 class QueueWatch:
     """Passes a running script's output lines on, and says when its step is queued
     behind other jobs' steps ("waiting for GPUs") and when it got them."""
 
     def __init__(self, on_output: Callable[[str], None], on_message: Callable[[str], None],
-                 gpus_per_node: int) -> None:
+                 gpus_per_node: int, *, allocation_gpus_per_node: int | None = None,
+                 allocation_id: str | None = None) -> None:
         self._on_output = on_output
         self._on_message = on_message
-        self._what = (f"GPUs ({gpus_per_node} per node)" if gpus_per_node
+        self._what = (f"GPUs (this job asks {gpus_per_node} per node)" if gpus_per_node
                       else "CPUs (no GPUs asked)")
+        self._why = waiting_advice(gpus_per_node, allocation_gpus_per_node, allocation_id)
         self._partial = ""
         self.waiting = False
         #: how many times a step of this job was queued
@@ -156,8 +186,8 @@ class QueueWatch:
                 self.waiting = True
                 self.queued += 1
                 self._on_message(
-                    f"waiting for {self._what}: the allocation's other jobs hold them; "
-                    f"the step starts when they are free (srun: {line.strip()})")
+                    f"waiting for {self._what}: {self._why}; the step starts when they "
+                    f"are free (srun: {line.strip()})")
         elif STARTED_MARKER in line and self.waiting:
             self.waiting = False
             self._on_message(f"step started after waiting (srun: {line.strip()})")

@@ -20,7 +20,7 @@ from cattrs.errors import BaseValidationError
 
 from slurm_fsm.convert import converter, problems_of
 
-__all__ = ["EXIT_CODES", "Report", "Status", "format_seconds"]
+__all__ = ["EXIT_CODES", "TIMING_DIGITS", "Report", "Status", "format_seconds"]
 
 
 class Status(Enum):
@@ -65,6 +65,20 @@ def _structure_status(value: object, _: Any) -> Status:
 
 converter.register_structure_hook(Status, _structure_status)
 converter.register_unstructure_hook(Status, lambda s: s.name)
+
+#: Decimal places of :attr:`Report.timings` (milliseconds: a clock reading carries
+#: 17 significant digits, of which the sub-millisecond ones say nothing).
+TIMING_DIGITS = 3
+
+
+def _round_timings(value: Mapping[str, Any]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for key, seconds in dict(value).items():
+        try:
+            out[key] = round(float(seconds), TIMING_DIGITS)
+        except (TypeError, ValueError):
+            out[key] = seconds  # not a number: from_dict's validation names it
+    return out
 
 
 @attrs.frozen(kw_only=True)
@@ -112,8 +126,9 @@ class Report:
     #: Last lines of the .err file (one-shot).
     err_tail: list[str] = attrs.field(factory=list)
     #: Seconds per phase on the executor's clock: ``pre_step_s``, ``step0_s``,
-    #: ``start_s``, ``run_s``, ``total_s`` (those of the path taken; docs/report.md).
-    timings: dict[str, float] = attrs.field(factory=dict)
+    #: ``start_s``, ``run_s``, ``total_s`` (those of the path taken; docs/report.md),
+    #: rounded to the millisecond (:data:`TIMING_DIGITS`) when the report is made.
+    timings: dict[str, float] = attrs.field(factory=dict, converter=_round_timings)
 
     @property
     def exit_code_for_cli(self) -> int:

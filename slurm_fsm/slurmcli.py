@@ -43,6 +43,7 @@ not as ``ControllerUnreachable``: the tool may be slow for reasons of its own
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
@@ -97,6 +98,7 @@ __all__ = [
     "gpu_processes_argv",
     "gpu_processes_script",
     "has_container_option",
+    "mount_warmup_argv",
     "parse_gpu_name",
     "parse_gpu_processes",
     "parse_job",
@@ -326,6 +328,15 @@ def srun_step_argv(request: StepRequest) -> list[str]:
         argv.extend(_container_args(request.container))
     argv.extend(request.argv)
     return argv
+
+
+def mount_warmup_argv(targets: Sequence[str]) -> tuple[str, ...]:
+    """One ``sh -c`` loop that ``ls``-es each container-side mount target, ignoring a
+    failure (procedure.md 0E.2: the mounts are warmed, not checked): its exit status
+    is 0 unless the step itself (srun, the container) fails. A failed ``ls`` leaves
+    its message on stderr. ``sh``, not ``bash``: a container may have no bash."""
+    loop = " ".join(shlex.quote(t) for t in targets)
+    return ("sh", "-c", f'for d in {loop}; do ls "$d" > /dev/null || true; done')
 
 
 def pyxis_container_names(job_id: str, name: str) -> list[str]:

@@ -35,7 +35,7 @@ from typing import IO, TypeVar
 
 import attrs
 
-from slurm_fsm import files, nvsmi, scriptguard, slurmcli
+from slurm_fsm import files, nvsmi, scancelshim, scriptguard, slurmcli
 from slurm_fsm.backend import (
     AllocationRequest,
     BatchRequest,
@@ -801,6 +801,9 @@ class SubprocessBackend:
         # it may hold tokens: readable by others only as the umask allows (077: 0600)
         log_file = files.open_private(request.log_path, mode=files.umasked(0o644))
         token = secrets.token_hex(16)  # proves the group ours to a later run
+        env = {**self.environment(request.env), scriptguard.TOKEN_ENV: token}
+        if env.get(scancelshim.ALLOCATION_ENV):  # scancel of the allocation: our steps only
+            env.update(scancelshim.shim_env(env.get("PATH", os.defpath)))
         try:
             proc = subprocess.Popen(  # noqa: S603 - an argument list, never a shell
                 guarded(["bash", str(request.script_path)]),
@@ -808,7 +811,7 @@ class SubprocessBackend:
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 cwd=request.cwd,
-                env={**self.environment(request.env), scriptguard.TOKEN_ENV: token},
+                env=env,
                 start_new_session=True,
             )
         except BaseException:

@@ -16,6 +16,7 @@ import subprocess
 from collections.abc import Sequence
 
 from slurm_fsm.edges import CONDITIONS, EDGES, Edge, Effect, State, mermaid_diagram
+from slurm_fsm.jobstate import JobState
 
 __all__ = [
     "DIAGRAM_MARKER",
@@ -123,8 +124,15 @@ def states_markdown() -> str:
         "page is stale. A trigger first does the work of the current state, which returns",
         "one frozen `Observation`; then the edges of that trigger leaving the state are",
         "tried top to bottom, and the first whose conditions hold on the observation wins.",
-        "Its effects are executed before the state changes, and only then: the work",
-        "itself never drops the state file, cancels or records a failure.",
+        "Its effects are executed before the state changes. The effects are what an edge",
+        "decides from the observation (drop a stale state file, cancel an expiring or",
+        "incompatible allocation, record a failure); the work of a state does what its",
+        "step of the procedure says, and that may cancel too: Allocating cancels the",
+        "orphaned allocations it finds (0D), and its new allocation when it can never",
+        "start or did not start in time (deleting the state file that tracked it) or",
+        "cannot be recorded in the state file; `release` cancels the allocation and",
+        "deletes the state file (0A). A failure of the work is recorded by the `fail`",
+        "trigger.",
         "On the docs site the diagram below is drawn by Graphviz from the same edges when the",
         "site is built (one arrow per row of the table; hover an arrow for its step).",
         "",
@@ -198,7 +206,8 @@ _CONDITION_DOCS: dict[str, str] = {
     "retries_left": "an unreachable controller is retried again (`unreachable_retries`)",
     "job_is_ours": "this user's job with this checkout's tag, or untagged under our job "
                    "name (`slurm_fsm.ownership`)",
-    "job_pending": "the job is PENDING or CONFIGURING",
+    "job_pending": "the job waits to run (`JobState.is_pending`): "
+                   + ", ".join(sorted(s.value for s in JobState if s.is_pending)),
     "pending_wait_left": "a pending allocation of the state file is still waited for "
                          "(`pending_wait_s` from the first pending observation)",
     "job_running": "the job is RUNNING",

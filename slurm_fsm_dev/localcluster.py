@@ -1028,14 +1028,20 @@ def _start(layout: _Layout, n_nodes: int) -> ClusterInfo:
 # ---------------------------------------------------------------- public API
 
 
-def _containers_problem(info: ClusterInfo) -> str:
+def _containers_problem(info: ClusterInfo, *, as_brought_up: bool = False) -> str:
     """A cluster started without containers although the sources are now there
-    (an older ``up``), or whose images are gone: it is not the cluster asked for."""
+    (an older ``up``), or whose images are gone: it is not the cluster asked for.
+
+    ``as_brought_up`` (``status``): judged as it was brought up, not as this shell
+    would bring it up. ``make demo`` brings it up with
+    ``SLURM_FSM_LOCAL_CONTAINERS=if-built`` and builds no pyxis: that cluster is
+    healthy without containers (``status`` says "up" and why there are none), while an
+    ``up`` that wants containers still restarts it with them."""
     if info.containers is None:
         # "" : started by a version without containers; a failed build is not retried
         # here (that would restart a shared cluster at every look)
         before = info.containers_problem
-        not_built = before.startswith(localpyxis.NOT_BUILT) and \
+        not_built = before.startswith(localpyxis.NOT_BUILT) and not as_brought_up and \
             os.environ.get(localpyxis.ENV_CONTAINERS, "").strip() != "if-built"
         if (not before or not_built or before.startswith("no pyxis/enroot sources")) and \
                 not localpyxis.sources_problem():
@@ -1046,10 +1052,12 @@ def _containers_problem(info: ClusterInfo) -> str:
     return f"container files are gone: {', '.join(gone)}" if gone else ""
 
 
-def _check(info: ClusterInfo, daemons: Sequence[_Daemon]) -> list[str]:
-    """Problems of a cluster believed up (empty: healthy)."""
+def _check(info: ClusterInfo, daemons: Sequence[_Daemon], *,
+           as_brought_up: bool = False) -> list[str]:
+    """Problems of a cluster believed up (empty: healthy); ``as_brought_up``: see
+    :func:`_containers_problem`."""
     problems = [f"{d.name} (pid {d.pid}) is not running" for d in daemons if not _is_ours(d)]
-    containers = _containers_problem(info)
+    containers = _containers_problem(info, as_brought_up=as_brought_up)
     if containers:
         problems.append(containers)
     if not (info.base_dir / "etc" / "gres.conf").exists():
@@ -1157,7 +1165,7 @@ def status() -> ClusterStatus:
         alive = [d.name for d in daemons if _is_ours(d)]
         problems = [f"half-started: {', '.join(alive)} running"] if alive else []
         return ClusterStatus("unhealthy" if alive else "down", None, problems, [], [])
-    problems = _check(info, daemons)
+    problems = _check(info, daemons, as_brought_up=True)
     nodes: list[str] = []
     jobs: list[str] = []
     if not any("not running" in p or "never started" in p for p in problems):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import attrs
 import pytest
 
 from slurm_fsm import (
@@ -14,6 +15,8 @@ from slurm_fsm import (
     SpecError,
     Status,
 )
+from slurm_fsm.allocation import batch_size
+from slurm_fsm.events import Events
 
 from conftest import SpecFactory
 
@@ -155,3 +158,65 @@ def test_submit_returns_a_handle_whose_result_is_the_report(make_spec: SpecFacto
         assert [r.status for r in reports] == [Status.PASSED] * 2
         assert reports[0].allocation_id == reports[1].allocation_id
     assert alloc.reports[-1].status is Status.RELEASED  # released after both ended
+
+
+# ------------------------------------------------------ run_many sizes its allocation
+
+
+class RecordingEvents(Events):
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+
+    def message(self, text: str) -> None:
+        self.messages.append(text)
+
+
+def _gpu_specs(make_spec: SpecFactory, n: int, gpus: int = 1) -> list:  # type: ignore[type-arg]
+    return [make_spec(model_name=f"m{i}", slurm_params={"gpus_per_node": gpus})
+            for i in range(n)]
+
+
+def _asked_gpus(fake: FakeCluster) -> list[int | None]:
+    return [c.args["request"].gpus_per_node for c in fake.calls if c.op == "allocate"]
+
+
+@pytest.mark.parametrize(("parallel", "node_gpus", "want"), [
+    (None, 8, 4),   # four 1-GPU jobs at once: 4 GPUs
+    (2, 8, 2),      # two at a time: 2
+    (None, 2, 2),   # within what one node has
+])
+def test_run_many_makes_an_allocation_its_batch_fits_in(
+        make_spec: SpecFactory, parallel: int | None, node_gpus: int, want: int) -> None:
+    """The "Many jobs at once" example: without sizing, four 1-GPU jobs took turns on a
+    1-GPU allocation. run_many sizes the allocation it makes for its batch."""
+    fake = FakeCluster(preflight=True, gpus_per_node=node_gpus)
+    specs = _gpu_specs(make_spec, 4)
+    events = RecordingEvents()
+    alloc = Allocation(specs[0].repo_root, fake, events=events)
+    reports = alloc.run_many(specs, max_parallel=parallel)
+    assert [r.status for r in reports] == [Status.PASSED] * 4
+    assert _asked_gpus(fake) == [want]
+    assert any(f"{want} GPU(s) per node" in m and "run_many" in m for m in events.messages)
+
+
+def test_run_many_keeps_an_existing_allocation_and_an_explicit_size(
+        make_spec: SpecFactory) -> None:
+    fake = FakeCluster(preflight=True, gpus_per_node=8)
+    specs = _gpu_specs(make_spec, 3)
+    alloc = Allocation(specs[0].repo_root, fake)
+    assert alloc.run(specs[0]).status is Status.PASSED  # a 1-GPU allocation exists
+    alloc.run_many(specs)
+    assert _asked_gpus(fake) == [1]  # kept: its size stands
+    alloc.release()
+    explicit = [attrs.evolve(s, alloc_gpus_per_node=2) for s in specs]
+    alloc.run_many(explicit)
+    assert _asked_gpus(fake) == [1, 2]  # the spec's own alloc_gpus_per_node wins
+
+
+def test_run_many_does_not_guess_a_nodes_gpus() -> None:
+    """Where the partition's GPUs per node are unknown, asking more than a node has
+    would never start: the batch size is not raised."""
+    from slurm_fsm.testing import make_spec as build
+
+    assert batch_size([build(Path("/tmp/x"), slurm_params={"gpus_per_node": 1})] * 4,
+                      4, None) is None

@@ -311,6 +311,30 @@ def request(tmp_path: Path, **over: object) -> BuildRequest:
     return BuildRequest(**data)  # type: ignore[arg-type]
 
 
+def test_the_build_job_asks_for_the_cpus_it_compiles_with(tmp_path: Path) -> None:
+    """One task without a CPU count gets one CPU: a compile then runs on one core.
+    Default: the whole node (--exclusive); ``cpus_per_task``: that many. The srun step
+    takes every CPU of the job on the node (22.05's srun does not inherit them)."""
+    text = SlurmBuilder().script_text(request(tmp_path), tmp_path / "b_%j.log")
+    lines = text.splitlines()
+    assert "#SBATCH --ntasks=1" in lines and "#SBATCH --exclusive" in lines
+    assert not any(line.startswith("#SBATCH --cpus-per-task") for line in lines)
+    srun = next(line for line in lines if line.startswith("srun "))
+    assert srun.startswith('srun --nodes=1 --ntasks=1 --cpus-per-task="${SLURM_CPUS_ON_NODE:-1}" ')
+    sized = SlurmBuilder(cpus_per_task=16).script_text(request(tmp_path), tmp_path / "b.log")
+    assert "#SBATCH --cpus-per-task=16" in sized.splitlines()
+    assert "#SBATCH --exclusive" not in sized.splitlines()
+    host = SlurmBuilder(container=False).script_text(request(tmp_path), tmp_path / "b.log")
+    assert "#SBATCH --exclusive" in host.splitlines()  # the batch step has the node's CPUs
+    # what bash makes of the srun line: the variable expanded, one word
+    out = subprocess.run(["bash", "-c", "SLURM_CPUS_ON_NODE=56; srun() { printf '%s\\n' "
+                          "\"$@\"; }; " + srun], capture_output=True, text=True, timeout=30,
+                         check=True).stdout.splitlines()
+    assert out[:3] == ["--nodes=1", "--ntasks=1", "--cpus-per-task=56"]
+    with pytest.raises(ValueError):
+        SlurmBuilder(cpus_per_task=0)
+
+
 def test_script_in_a_container(tmp_path: Path) -> None:
     text = SlurmBuilder(sbatch_args=("--time=02:00:00",)).script_text(
         request(tmp_path), tmp_path / "b_%j.log")

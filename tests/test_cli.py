@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ pytestmark = pytest.mark.usefixtures("golden_reports")
 
 
 def write_spec(tmp_path: Path, **over: object) -> Path:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "job.slurm").write_text("#!/bin/bash\nsrun true\n")
     data: dict[str, object] = {
         "script_path": "job.slurm", "work_dir": "work", "model_name": "m",
@@ -83,6 +85,45 @@ def test_release_and_status(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert json.loads(capsys.readouterr().out)["allocation"] is None
     assert main(["release", str(spec), "--json", "--backend", "fake"]) == 0
     assert json.loads(capsys.readouterr().out)["status"] == "RELEASED"
+
+
+def test_release_says_released_once(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """It said "released" three times: two progress lines on stderr, then the report."""
+    spec = write_spec(tmp_path)
+    cluster = cli._fake_for(cli._parser().parse_args(["run", str(spec), "--backend", "fake"]))
+    monkeypatch.setattr(cli, "_fake_for", lambda _args: cluster)  # one cluster for both
+    assert main(["run", str(spec), "--backend", "fake"]) == 0
+    capsys.readouterr()
+    assert main(["release", str(spec), "--backend", "fake"]) == 0
+    out, err = capsys.readouterr()
+    assert len(re.findall(r"\breleased\b", out + err)) == 1, (out, err)
+    assert "summary:     Allocation" in out and "released." in out
+    assert main(["release", str(spec), "--json", "--backend", "fake"]) == 0
+    out, err = capsys.readouterr()
+    assert len(re.findall(r"\breleased\b", out + err)) <= 1, (out, err)
+
+
+def test_exit_codes_bad_input_is_2_a_spec_the_cluster_cannot_run_is_3(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """README and docs/cli.md say which is which: 2 for a spec wrong in itself (nothing
+    asked of Slurm), 3 for a valid spec this cluster cannot run (the cluster was asked)."""
+    bad = write_spec(tmp_path / "bad", slurm_params={"partition": "debug", "nodes": 0,
+                                                      "account": "acct"})
+    assert main(["run", str(bad), "--json", "--backend", "fake"]) == 2
+    assert json.loads(capsys.readouterr().out)["status"] == "BAD_INPUT"
+    elsewhere = write_spec(tmp_path / "gpu", slurm_params={"partition": "gpu",
+                                                            "account": "acct"})
+    assert main(["run", str(elsewhere), "--json", "--backend", "fake"]) == 3
+    report = json.loads(capsys.readouterr().out)
+    assert report["status"] == "ERROR" and "no partition 'gpu'" in report["summary"]
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    cli_md = (Path(__file__).resolve().parent.parent / "docs" / "cli.md").read_text()
+    for text in (readme, cli_md):
+        flat = " ".join(text.split())
+        assert "2 bad input: the spec, a file it names or the command line is wrong in " \
+               "itself" in flat.replace("| 2 | ", "2 ")
+        assert "cluster cannot run" in flat
 
 
 def test_plan_changes_nothing_and_lists_commands(tmp_path: Path,

@@ -45,8 +45,9 @@ def test_0e_import_warm_install_command_lines(make_spec: SpecFactory) -> None:
     assert step_argvs(fake) == [
         [*base, f"--container-image={PYXIS_IMAGE}", "--container-name=llama_auto_test:create",
          mounts, "true"],
-        [*base, "--container-name=llama_auto_test", mounts, "ls", "/data"],
-        [*base, "--container-name=llama_auto_test", mounts, "ls", "/workspace"],
+        # one warm-up step, one ls loop over both targets (procedure.md 0E.2)
+        [*base, "--container-name=llama_auto_test", mounts, "sh", "-c",
+         'for d in /data /workspace; do ls "$d" > /dev/null || true; done'],
         [*base, f"--chdir={repo}", "--container-name=llama_auto_test", mounts,
          "--container-writable", f"--container-workdir={repo}", "pip", "install", "-e", "."],
         [*base, f"--chdir={repo}", "--container-name=llama_auto_test", mounts,

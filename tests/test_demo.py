@@ -78,3 +78,56 @@ def test_make_demo_does_not_build_containers_its_job_does_not_need(
     assert f"about {localpyxis.build_estimate_s():.0f} s" in problem
     assert said == []  # nothing was built
     assert (tmp_path / "plugstack.conf").read_text() == ""
+
+
+def test_the_go_on_line_puts_the_nvidia_smi_stand_in_on_path(tmp_path: Path) -> None:
+    """The demo's "to go on" line is what ``scripts/local-slurm env`` prints: SLURM_CONF
+    and the local cluster's nvidia-smi stand-in first on PATH (it left it off, so a GPU
+    job run from that shell found no nvidia-smi on the nodes)."""
+    from slurm_fsm_dev import localcluster, localgpu
+
+    base = tmp_path / "sfsm"
+    (base / "etc").mkdir(parents=True)
+    localgpu.bin_dir(base).mkdir()
+    conf = str(base / "etc" / "slurm.conf")
+    assert demo.export_line(conf) == localcluster._export_line(base)
+    assert localgpu.bin_dir(base).name == demo.STAND_IN_DIR
+    assert demo.export_line("/etc/slurm/slurm.conf") == "export SLURM_CONF=/etc/slurm/slurm.conf"
+
+
+def test_the_real_demos_ending_uses_the_export_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    base = tmp_path / "sfsm"
+    (base / "etc").mkdir(parents=True)
+    (base / demo.STAND_IN_DIR).mkdir()
+    monkeypatch.setenv("SLURM_CONF", str(base / "etc" / "slurm.conf"))
+    demo._ending(fake=False, kept=False, spec_path=tmp_path / "job_spec.json")
+    out = capsys.readouterr().out
+    go_on = next(line for line in out.splitlines() if "use the CLI" in line)
+    assert f'PATH={base / demo.STAND_IN_DIR}:"$PATH"' in go_on
+
+
+def test_the_home_page_says_what_the_demo_shows_of_the_second_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/index.md said one squeue for the second run; the demo shows two (before and
+    after the job). The page's count is the count of the demo's second column."""
+    import re
+
+    monkeypatch.chdir(tmp_path)
+    assert demo.run_demo(fake=True, quiet=True) == 0
+    lines = capsys.readouterr().out.splitlines()
+    head = next(i for i, line in enumerate(lines) if "run 2 (" in line)
+    column = lines[head].index("run 2 (")
+    second = []
+    for line in lines[head + 1:]:
+        if not line.startswith("  "):
+            break
+        second.append(line[column:].strip())
+    queries = second.count("query_job")  # the fake's name for `squeue -j`
+    page = " ".join((Path(__file__).resolve().parent.parent / "docs" / "index.md")
+                    .read_text().split())
+    said = re.search(r"Running -> Ready`: (\w+) `squeue` quer", page)
+    assert said is not None
+    assert {"one": 1, "two": 2, "three": 3}[said.group(1)] == queries == 2

@@ -144,6 +144,27 @@ def test_every_api_page_is_in_the_nav() -> None:
         assert f"api/{page.name}" in nav, page
 
 
+def test_the_procedure_the_docs_cite_is_a_page_of_the_site() -> None:
+    """The pages cite procedure.md (the spec); the site had no such page. It is one now,
+    naming its source, and every citation on a page links to it."""
+    nav = (REPO / "mkdocs.yml").read_text()
+    assert re.search(r"^  - .*: procedure\.md$", nav, re.M)
+    page = (DOCS / "procedure.md").read_text()
+    assert page.startswith("# ") and '!!! note "Source"' in page.split("\n## ", 1)[0]
+    assert "../shared/docs/procedure.md" in page
+    shared = REPO.parent / "shared" / "docs" / "procedure.md"
+    if shared.is_file():  # beside the checkout: the page is that file, with the note
+        body = [ln for ln in page.splitlines() if not ln.startswith(("!!! note", "    "))]
+        src = [ln for ln in shared.read_text().splitlines() if not ln.startswith("    ")]
+        assert [ln for ln in body if ln] == [ln for ln in src if ln]
+    for md in sorted(DOCS.glob("*.md")):
+        if md.name == "procedure.md":
+            continue
+        text = md.read_text()
+        bare = re.findall(r"(?<!\[)procedure\.md(?!\]\(procedure\.md\))(?!\))", text)
+        assert not bare, f"{md.name} cites procedure.md without linking the page"
+
+
 def test_readme_links_the_main_pages() -> None:
     readme = (REPO / "README.md").read_text()
     top = readme[:readme.index("## ")]
@@ -332,6 +353,15 @@ def test_every_page_renders_offline(visit: Visit, site: Path) -> None:
         visit.page.screenshot(path=str(visit.shots / f"page-{name}.png"))
 
 
+def _smallest_text_px(svg: Any) -> float:
+    """The smallest rendered font size of the SVG's labels, in CSS px (its font size in
+    user units times the scale the page draws them at)."""
+    smallest: float = svg.evaluate("""svg => Math.min(...[...svg.querySelectorAll("text")]
+        .map(t => parseFloat(t.getAttribute("font-size") || getComputedStyle(t).fontSize)
+                  * t.getScreenCTM().a))""")
+    return smallest
+
+
 def test_states_page_shows_the_diagram(visit: Visit) -> None:
     page = visit.open("states/")
     svg = page.locator("figure.fsm-diagram svg")
@@ -382,6 +412,8 @@ def test_states_page_shows_the_diagram(visit: Visit) -> None:
         return [...out];
     }""")
     assert crossings == [], crossings
+    # every label is readable as drawn: at least 11 CSS px (shrunk to the column it was 5-9)
+    assert _smallest_text_px(svg) >= 11
     visit.shot("states")
     # dark mode: the toggle switches the palette, the diagram's text follows the page
     light = svg.locator("text").first.evaluate("t => getComputedStyle(t).fill")
@@ -434,6 +466,9 @@ def test_notebook_page_shows_its_outputs(visit: Visit) -> None:
     pictures = page.locator(".jp-OutputArea-output svg, .jp-OutputArea-output img")
     assert pictures.count() >= 1
     assert pictures.first.bounding_box()["width"] > 300
+    diagrams = page.locator(".jp-OutputArea-output svg:has(text)")
+    for i in range(diagrams.count()):  # readable as drawn, as on the states page
+        assert _smallest_text_px(diagrams.nth(i)) >= 11
     assert "Unable to contact slurm controller" in text
     assert "State.Ready" in text
     assert "Traceback" not in text

@@ -65,6 +65,36 @@ def test_a_cluster_without_containers_is_restarted_once_the_sources_are_there(
     assert "container files are gone" in localcluster._containers_problem(gone)
 
 
+def test_a_cluster_brought_up_without_pyxis_by_make_demo_is_healthy_as_brought_up(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``make demo`` brings the cluster up with SLURM_FSM_LOCAL_CONTAINERS=if-built and
+    builds no pyxis; ``scripts/local-slurm status`` (without that variable) called it
+    "unhealthy". Status judges it as it was brought up; an ``up`` that wants
+    containers still restarts it with them."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for f in localpyxis.SOURCE_FILES:
+        (src / f).write_text("x")
+    monkeypatch.setenv(localpyxis.ENV_SOURCES, str(src))
+    monkeypatch.delenv(localpyxis.ENV_CONTAINERS, raising=False)
+    demo = info(tmp_path, containers_problem=f"{localpyxis.NOT_BUILT} "
+                f"({localpyxis.ENV_CONTAINERS}=if-built: nothing here needs a container)")
+    assert localcluster._containers_problem(demo, as_brought_up=True) == ""
+    assert "started without containers" in localcluster._containers_problem(demo)
+    monkeypatch.setattr(localcluster, "_read_state", lambda _layout: (demo, []))
+    monkeypatch.setattr(localcluster, "_check", _check_containers_only)
+    monkeypatch.setattr(localcluster, "_node_states", lambda _env: {"n1": "idle"})
+    monkeypatch.setattr(localcluster, "_run", lambda *_a, **_k: subprocess.CompletedProcess(
+        [], 0, "", ""))
+    assert localcluster.status().state == "up"
+
+
+def _check_containers_only(info: ClusterInfo, _daemons: object, *,
+                           as_brought_up: bool = False) -> list[str]:
+    problem = localcluster._containers_problem(info, as_brought_up=as_brought_up)
+    return [problem] if problem else []
+
+
 def test_enroot_state_is_keyed_by_cluster_and_node(tmp_path: Path) -> None:
     """enroot evaluates each value in the job step: SLURM_CONF names the cluster,
     hostname the node."""

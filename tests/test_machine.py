@@ -18,6 +18,7 @@ from slurm_fsm.backend import AllocationRequest, StepResult
 from slurm_fsm.edges import Effect
 from slurm_fsm.errors import CommandTimedOut, ControllerUnreachable, NotOurJobError
 from slurm_fsm.machine import EDGES, AllocationMachine, State, repo_tag
+from slurm_fsm.slurmcli import mount_warmup_argv
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState, StateStore
 from slurm_fsm.testing import FakeCluster
@@ -422,14 +423,16 @@ def test_allocation_with_image_imports_warms_checks_installs(make_spec: SpecFact
     assert m.prepare() is State.Ready
     assert m.path == ["NoState", "Allocating", "Importing", "Installing", "Ready"]
     assert slurm_ops(fake) == ["find_jobs", "allocate", "query_job", "granted", "run_step",
-                               "run_step", "run_step", "gpu_processes", "run_step", "run_step"]
+                               "run_step", "gpu_processes", "run_step", "run_step"]
     steps = [c.args["request"] for c in fake.calls if c.op == "run_step"]
     assert steps[0].argv == ("true",) and steps[0].container.image == IMAGE
     assert steps[0].container.name == "llama" and steps[0].nodes == 2
-    assert [s.argv for s in steps[1:3]] == [("ls", "/data"), ("ls", "/workspace")]
+    # one warm-up step for both mounts (procedure.md 0E.2: one ls loop)
+    assert steps[1].argv == mount_warmup_argv(["/data", "/workspace"])
+    assert steps[1].nodes == 2
     assert all(s.container.image is None for s in steps[1:])
-    assert steps[3].argv == ("pip", "install", "-e", ".") and steps[3].container.writable
-    assert steps[4].argv == ("pip", "install", "-r", "requirements-dev.txt")
+    assert steps[2].argv == ("pip", "install", "-e", ".") and steps[2].container.writable
+    assert steps[3].argv == ("pip", "install", "-r", "requirements-dev.txt")
     assert all(s.ntasks_per_node == 1 for s in steps)
     assert ("GPU processes found on node02: 4242 python (30000 MiB). "
             "These may interfere with the job.") in m.warnings
@@ -599,7 +602,7 @@ def test_another_checkouts_allocation_is_not_an_orphan(tmp_path: Path,
 
 @pytest.mark.parametrize(("match", "what"), [
     ("true", "container import"),
-    ("ls /data", "mount warm-up of /data"),
+    ("for d in /data", "mount warm-up of /data"),  # the step itself failed (srun, pyxis)
     ("pip install -e .", "pip install -e ."),
 ])
 def test_setup_step_failures_get_their_own_report(make_spec: SpecFactory, fake: FakeCluster,
@@ -615,6 +618,34 @@ def test_setup_step_failures_get_their_own_report(make_spec: SpecFactory, fake: 
     assert s["installed"] is False
     expected_container = "llama" if match.startswith("pip") else None
     assert s["container_name"] == expected_container
+
+
+def test_mount_warm_up_is_one_ls_loop_whose_failures_are_ignored(
+        make_spec: SpecFactory, fake: FakeCluster) -> None:
+    """procedure.md 0E.2: one loop over the container-side targets, each ``ls``'s
+    failure ignored: a target that cannot be listed is a warning, not an ERROR."""
+    spec = make_spec(docker_image=IMAGE, container_name="llama",
+                     container_mounts="/data:/data,/models:/models")
+    fake.on_step("for d in", StepResult(0, "", "ls: /models: No such file or directory"),
+                 times=1)
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready
+    warm = [c.args["request"].argv for c in fake.calls
+            if c.op == "run_step" and "for d in" in " ".join(c.args["request"].argv)]
+    assert warm == [("sh", "-c", 'for d in /data /models; do ls "$d" > /dev/null || true; '
+                     "done")]  # one srun for both mounts
+    assert any("mount warm-up" in w and "No such file" in w for w in m.warnings)
+
+
+def test_the_warm_up_loop_ignores_a_failing_ls_in_a_real_shell(tmp_path: Path) -> None:
+    """The argv itself, run by sh: a missing target does not fail it, and the others
+    are still listed."""
+    (tmp_path / "here it's").mkdir()
+    argv = mount_warmup_argv([str(tmp_path / "missing"), str(tmp_path / "here it's")])
+    done = subprocess.run(list(argv), capture_output=True, text=True, timeout=30,
+                          check=False)
+    assert done.returncode == 0
+    assert "missing" in done.stderr
 
 
 # ---------------------------------------------------------------- Ready / Running

@@ -112,3 +112,18 @@ def test_notebook_draws_a_picture_explains_its_words_and_ends_with_what_next() -
         assert f"**{word}**" in intro, word
     assert "What the machine is for" in intro
     assert nb.cells[-1].cell_type == "markdown" and "What to read next" in nb.cells[-1].source
+
+
+#: The markers of ``possible_edges()`` the prose explains.
+MARKERS = ("=>", "=?", "=yes", "=no", "(needs no)", "(does not hold)")
+
+
+def test_every_marker_the_prose_explains_is_in_an_output() -> None:
+    """The notebook explained ``=>`` and ``x=no (needs no)`` while none of its outputs
+    showed them (every value was ``?``): each marker it names is in a stored output."""
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    prose = " ".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    shown = "".join(_text(c) for c in nb.cells if c.cell_type == "code")
+    explained = [m for m in MARKERS if f"`{m}`" in prose]
+    assert len(explained) == len(MARKERS), explained  # the prose names each
+    assert [m for m in explained if m not in shown] == []

@@ -7,7 +7,13 @@ from pathlib import Path
 import pytest
 
 from slurm_fsm.backend import JobInfo
-from slurm_fsm.placement import Placement, QueueWatch, script_env, script_memory
+from slurm_fsm.placement import (
+    Placement,
+    QueueWatch,
+    script_env,
+    script_memory,
+    waiting_advice,
+)
 from slurm_fsm.spec import SlurmParams
 
 INFO = JobInfo(job_id="42", state="RUNNING", nodelist="n[1-2]")
@@ -76,8 +82,21 @@ def test_queue_watch_says_waiting_once_and_started() -> None:
     w("hello\nsrun: Job 7 step creation tempor")
     w("arily disabled, retrying (Requested nodes are busy)\n")
     w("srun: Job 7 step creation temporarily disabled, retrying (Requested nodes are busy)\n")
-    assert len(msgs) == 1 and msgs[0].startswith("waiting for GPUs (1 per node)")
+    assert len(msgs) == 1 and msgs[0].startswith("waiting for GPUs (this job asks 1 per node)")
+    assert "alloc_gpus_per_node" in msgs[0]  # how to make the allocation bigger
     w("srun: Step created for job 7\nresult\n")
     assert msgs[1].startswith("step started after waiting")
     assert "".join(out).endswith("result\n")
     assert w.queued == 1 and not w.waiting
+
+
+def test_the_waiting_message_says_the_allocations_size_and_how_to_grow_it() -> None:
+    msgs: list[str] = []
+    w = QueueWatch(lambda _t: None, msgs.append, gpus_per_node=1,
+                   allocation_gpus_per_node=2, allocation_id="7")
+    w("srun: Job 7 step creation temporarily disabled, retrying (Requested nodes are busy)\n")
+    assert "allocation 7 has 2 GPU(s) per node" in msgs[0]
+    assert "alloc_gpus_per_node" in msgs[0] and "release" in msgs[0]
+    unknown = waiting_advice(1)
+    assert "slurm-fsm status" in unknown and "alloc_gpus_per_node" in unknown
+    assert "CPUs" in waiting_advice(0)

@@ -266,3 +266,23 @@ def test_timings_are_documented_as_they_are_and_on_the_injected_clock(tmp_path: 
         assert report.timings["total_s"] >= report.timings["run_s"] - 1e-3
     assert set(persistent.timings) == {"step0_s", "start_s", "run_s", "total_s"}
     assert set(one_shot.timings) == {"run_s", "total_s"}
+
+
+def test_timings_are_rounded_to_the_millisecond_in_the_report_and_its_json(
+        tmp_path: Any) -> None:
+    """A clock difference carries 17 digits (0.1 + 0.2 = 0.30000000000000004): the
+    report keeps milliseconds, so its JSON and text never show the noise."""
+    import json
+    import re
+
+    r = Report(status=Status.PASSED, task_type="custom", mode="persistent",
+               timings={"run_s": 0.1 + 0.2, "total_s": 1 / 3})
+    assert r.timings == {"run_s": 0.3, "total_s": 0.333}
+    assert json.loads(r.to_json())["timings"] == {"run_s": 0.3, "total_s": 0.333}
+    assert Report.from_json(r.to_json()) == r
+    real = _run(tmp_path, ("=== 2 passed in 1.00s ===",))
+    for key, value in json.loads(real.to_json())["timings"].items():
+        assert re.fullmatch(r"\d+(\.\d{1,3})?", repr(value)), (key, value)
+    with pytest.raises(ValueError, match="timings"):
+        Report.from_dict({"status": "PASSED", "task_type": "x", "mode": "y",
+                          "timings": {"a": "soon"}})

@@ -19,6 +19,7 @@ from typing import Any
 import attrs
 import pytest
 
+from slurm_fsm import slurmcli
 from slurm_fsm.executor import Executor
 from slurm_fsm.machine import AllocationMachine, State
 from slurm_fsm.results import Status
@@ -303,8 +304,10 @@ def test_mount_warm_up_on_real_mounts(
                           image=pyxis.images["busybox"], name=name,
                           container_mounts=f"{data}:/data:ro")
     m, backend = prepared(spec)
-    warm = [a for a in backend.argvs if a[-2:] == ("ls", "/data")]
+    # one srun, one ls loop over the targets, in the container (procedure.md 0E.2)
+    warm = [a for a in backend.argvs if a[-3:] == slurmcli.mount_warmup_argv(["/data"])]
     assert len(warm) == 1 and f"--container-mounts={data}:/data:ro" in warm[0]
+    assert not [w for w in m.warnings if "mount warm-up" in w]  # every ls succeeded
     assert m.alloc is not None
     seen = in_container(backend, m.alloc.job_id, NODES, name, "cat", "/data/weights.bin",
                         mounts=spec.mounts_text)

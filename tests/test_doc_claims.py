@@ -1,0 +1,287 @@
+"""What the docs say, checked against the code (issue 25, item 8: nine statements of
+states.md, spec.md, report.md, cli.md, allocation.md and backends.md disagreed with
+it). Each test reads the claim from the page and runs what it describes."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from slurm_fsm.allocation import AllocationStatus
+from slurm_fsm.backend import JobInfo
+from slurm_fsm.capacity import allocation_request_size
+from slurm_fsm.duration import Duration
+from slurm_fsm.edges import Effect
+from slurm_fsm.executor import Executor
+from slurm_fsm.jobstate import JobState
+from slurm_fsm.machine import EDGES, AllocationMachine, State
+from slurm_fsm.placement import script_env
+from slurm_fsm.report import Report
+from slurm_fsm.results import Status, diagnose
+from slurm_fsm.runrecord import RunBook
+from slurm_fsm.slurmcli import salloc_argv, sbatch_argv
+from slurm_fsm.spec import JobSpec
+from slurm_fsm.testing import FakeCluster, FakeScript, make_spec
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+def _page(name: str) -> str:
+    return (DOCS / name).read_text(encoding="utf-8")
+
+
+def _section(text: str, heading: str) -> str:
+    return text.split(heading, 1)[1].split("\n## ", 1)[0]
+
+
+def _code_blocks(text: str) -> list[str]:
+    return re.findall(r"^```[a-z]*\n(.*?)^```", text, re.M | re.S)
+
+
+def _run(tmp_path: Path, script: FakeScript, *, first_job_id: int = 77,
+         **over: Any) -> tuple[Report, JobSpec]:
+    fake = FakeCluster(first_job_id=first_job_id)
+    spec = make_spec(tmp_path, **over)
+    if not spec.persistent_mode:
+        spec.script_path.write_text("#!/bin/bash\n#SBATCH --output=llama_%j.out\n"
+                                    "#SBATCH --error=llama_%j.err\nsrun x\n")
+    fake.script(spec.script_path, script)
+    return Executor(spec, fake, clock=fake.clock).run(), spec
+
+
+ONE_SHOT: dict[str, Any] = {"persistent_mode": False, "log_file_pattern": "llama_%j.out",
+                            "first_job_id": 1234}
+
+# ------------------------------------------------------------------ report.md
+
+
+def test_report_md_text_form_is_what_render_text_prints(tmp_path: Path) -> None:
+    report, spec = _run(tmp_path, FakeScript(lines=(
+        "collected 4 items", "tests/test_a.py ...F",
+        "FAILED tests/test_a.py::test_x - AssertionError",
+        "===== 1 failed, 3 passed in 12.50s ====="), exit_code=1, line_interval_s=310.75),
+        workflow_type="pytest", **ONE_SHOT)
+    block = _code_blocks(_section(_page("report.md"), "## Text form"))[0]
+    assert report.render_text().replace(str(spec.work_dir), "/w") + "\n" == block
+
+
+SUMMARY_CASES: list[tuple[FakeScript, dict[str, Any]]] = [
+    (FakeScript(lines=("Traceback (most recent call last):", "===== 3 passed in 12.50s =====")),
+     {"workflow_type": "pytest", "failure_patterns": "Traceback", **ONE_SHOT}),
+    (FakeScript(lines=(), exit_code=3), {"workflow_type": "custom"}),
+    (FakeScript(lines=("step 1", "NCCL watchdog: hang detected"), hang=True),
+     {"workflow_type": "custom"}),
+    (FakeScript(lines=("x",), hang=True),
+     {"workflow_type": "custom", "monitor_timeout_seconds": 600, **ONE_SHOT}),
+    (FakeScript(lines=("x",), final_state="TIMEOUT"), {"workflow_type": "custom", **ONE_SHOT}),
+    (FakeScript(lines=("===== 3 passed, 1 skipped in 2.50s =====",)),
+     {"workflow_type": "pytest"}),
+]
+
+
+def test_report_md_summary_examples_are_what_runs_say(tmp_path: Path) -> None:
+    lines = _code_blocks(_section(_page("report.md"), "## The summary"))[0].splitlines()
+    assert len(lines) == len(SUMMARY_CASES)
+    for i, (line, (script, over)) in enumerate(zip(lines, SUMMARY_CASES, strict=True)):
+        report, _ = _run(tmp_path / str(i), script, **over)
+        if line.endswith("; ..."):
+            assert report.summary.startswith(line.removesuffix("..."))
+        else:
+            assert report.summary == line
+
+
+def _diagnosis_cases() -> list[list[dict[str, str]]]:
+    def d(status: Status, **kw: Any) -> list[dict[str, str]]:
+        return diagnose(status, **{"exit_code": None, "slurm_state": None,
+                                   "log_empty": False, "log_lines": [], **kw})
+    return [
+        d(Status.TIMEOUT, slurm_state="TIMEOUT"), d(Status.TIMEOUT),
+        d(Status.OUT_OF_MEMORY), d(Status.FAILED, exit_code=1), d(Status.CANCELLED),
+        d(Status.FAILED, slurm_state="NODE_FAIL"), d(Status.FAILED, log_empty=True),
+        d(Status.HANG_DETECTED), d(Status.BUILD_FAILED),
+        d(Status.FAILED, log_lines=["srun: error: Unable to create step for job 7: "
+                                    "Job/step already completing or completed"]),
+        d(Status.FAILED, log_lines=["srun: error: Unable to create step for job 7: "
+                                    "More processors requested than permitted"]),
+        d(Status.ERROR, log_lines=[
+            "pyxis: failed to create container filesystem for image",
+            "failed to import docker image", "--container-mounts: source path does not exist",
+            '"create" flag was passed to --container-name but the container already exists',
+            "pip install -e . failed with exit code 1", "Read-only file system"]),
+        d(Status.FAILED, log_lines=['pyxis: a container with name "x" does not exist']),
+        d(Status.FAILED, log_lines=["torch.OutOfMemoryError: CUDA out of memory."]),
+        d(Status.FAILED, log_lines=["slurmstepd: error: Detected 1 oom_kill event"]),
+        d(Status.FAILED, log_lines=["NCCL error in: x"]),
+        d(Status.FAILED, failure_hits={"Traceback": 1}),
+        d(Status.FAILED, exit_code=0, success_missing=True),
+        d(Status.FAILED, metrics={"threshold_not_met": True, "failed": 1, "errors": 0}),
+        d(Status.ERROR),
+    ]
+
+
+def test_report_md_diagnosis_table_has_every_row_as_diagnose_writes_it() -> None:
+    """Cause and advice as written (ERROR's advice used to differ from the code's)."""
+    table = _section(_page("report.md"), "## Failure diagnosis")
+    rows = {tuple(c.strip().replace("`", "") for c in line.split(" | ")[1:3])
+            for line in table.splitlines() if line.startswith("| ") and " | " in line}
+    for case in _diagnosis_cases():
+        assert case, "each case gives a row"
+        for row in case:
+            advice = row["advice"].replace("`", "")
+            if row["symptom"].startswith("CANCELLED"):  # the page says where the id goes
+                advice += " (with the job's id)"
+            assert (row["cause"], advice) in rows, row
+
+
+# ------------------------------------------------------------------ states.md
+
+
+def test_states_md_job_pending_names_every_waiting_state() -> None:
+    line = next(ln for ln in _page("states.md").splitlines() if ln.startswith("| `job_pending`"))
+    for state in JobState:
+        assert (state.value in re.findall(r"[A-Z_]+", line)) == state.is_pending, state
+
+
+def test_states_md_the_work_of_allocating_cancels_orphans_without_a_cancel_effect(
+        tmp_path: Path) -> None:
+    """states.md: the work of a state may cancel (0D orphans), not only an effect."""
+    fake = FakeCluster()
+    spec = make_spec(tmp_path)
+    orphan = fake.make_job(spec.job_name, fake.current_user())
+    m = AllocationMachine(spec, fake, clock=fake.clock)
+    assert m.prepare() is State.Ready
+    assert fake.jobs[orphan.job_id].state == "CANCELLED"
+    taken = [e for e in EDGES if e.source in (State.NoState, State.Allocating)]
+    assert Effect.CANCEL not in {x for e in taken for x in e.effects}
+    assert "Allocating cancels the" in _page("states.md")
+
+
+# ------------------------------------------------------------------ spec.md
+
+
+def _spec_row(field: str) -> str:
+    return next(ln for ln in _page("spec.md").splitlines()
+                if ln.startswith(f"| `slurm_params.{field}` |"))
+
+
+def test_spec_md_ntasks_is_exported_and_sizes_tasks_per_node_never_ntasks(
+        tmp_path: Path) -> None:
+    row = _spec_row("ntasks")
+    assert "SLURM_NTASKS" in row and "never `--ntasks`" in row and "not passed to `sbatch`" in row
+    spec = make_spec(tmp_path, slurm_params={"nodes": 2, "ntasks": 3})
+    size = allocation_request_size(spec)
+    argv = salloc_argv(_allocation_request(spec))
+    assert "--ntasks-per-node=2" in argv and size.ntasks_per_node == 2
+    assert not any(a.startswith("--ntasks=") for a in argv)
+    env = script_env(JobInfo(job_id="5", state="RUNNING", nodelist="n[1-2]"),
+                     spec.slurm_params)
+    assert env["SLURM_NTASKS"] == "3"
+    from slurm_fsm.backend import BatchRequest
+    batch = sbatch_argv(BatchRequest(script_path=spec.script_path, work_dir=spec.work_dir,
+                                     partition="p", account="a"))
+    assert not any(a.startswith(("--ntasks", "-n")) for a in batch)
+
+
+def _allocation_request(spec: JobSpec) -> Any:
+    from slurm_fsm.backend import AllocationRequest
+
+    size = allocation_request_size(spec)
+    return AllocationRequest(
+        partition=spec.slurm_params.partition, account=spec.slurm_params.account,
+        nodes=size.nodes, time_limit=spec.alloc_time_limit, job_name=spec.job_name,
+        log_path=spec.repo_root / "x.log", gpus_per_node=size.gpus_per_node, user="u",
+        ntasks_per_node=size.ntasks_per_node)
+
+
+def test_spec_md_raising_ntasks_per_node_replaces_the_allocation(tmp_path: Path) -> None:
+    row = _spec_row("ntasks_per_node")
+    assert "Raising it is safe" in row and "replaces it" in row
+    fake = FakeCluster()
+    first = make_spec(tmp_path, slurm_params={"ntasks_per_node": 1})
+    fake.script(first.script_path, FakeScript(lines=("ok",)))
+    one = Executor(first, fake, clock=fake.clock).run()
+    assert one.status is Status.PASSED, one.summary
+    more = make_spec(tmp_path, slurm_params={"ntasks_per_node": 2})
+    two = Executor(more, fake, clock=fake.clock).run()
+    assert two.status is Status.PASSED, two.summary
+    assert "Incompatible" in two.path and two.allocation_id != one.allocation_id
+
+
+# ------------------------------------------------------------------ cli.md
+
+
+def test_cli_md_names_the_fake_run_record_as_it_is(tmp_path: Path) -> None:
+    text = _page("cli.md")
+    assert "`.slurm_run.fake.<run id>.json`" in text
+    book = RunBook(tmp_path / "work_dirs" / ".slurm_alloc.fake.json")
+    assert book.path("r1").name == ".slurm_run.fake.r1.json"
+
+
+# ------------------------------------------------------------------ allocation.md
+
+
+def test_allocation_md_status_example_is_what_render_text_prints() -> None:
+    block = next(b for b in _code_blocks(_page("allocation.md")) if "job(s) running" in b)
+    jobs = tuple({"pid": pid, "host": "vm", "model": "itmodel", "spec": "/repo/job.slurm",
+                  "since": "2026-12-03T13:40:02+00:00",
+                  "steps": [{"id": step, "nodes": "n1"}]}
+                 for pid, step in ((4711, "12.0"), (4712, "12.1")))
+    status = AllocationStatus(state_file=Path("/repo/work_dirs/.slurm_alloc.json"),
+                              job_id="12", nodelist="n1", partition="debug", nodes=1,
+                              slurm_state="RUNNING", time_left=Duration.parse("00:27:41"),
+                              jobs=jobs)
+    assert status.render_text() + "\n" == block
+
+
+# ------------------------------------------------------------------ backends.md
+
+
+def _backend_row(method: str) -> str:
+    return next(ln for ln in _page("backends.md").splitlines()
+                if ln.startswith(f"| `{method}"))
+
+
+def test_backends_md_list_steps_and_step_details_say_who_uses_them() -> None:
+    """list_steps is only monitor.stop_steps' default; each run's own steps come from
+    step_details (scontrol show step), which the persistent path passes as ``stop``."""
+    import inspect
+
+    from slurm_fsm import executor, monitor, runsteps
+
+    row = _backend_row("list_steps")
+    assert "stop_steps" in row and "squeue -s -j ID" in row
+    assert "backend.list_steps" in inspect.getsource(monitor.stop_steps)
+    assert "list_steps" not in inspect.getsource(runsteps)
+    assert "stop=steps.stop" in inspect.getsource(executor)
+    details = _backend_row("step_details")
+    assert "scontrol -o show step ID" in details
+
+
+def test_backends_md_stale_script_is_stopped_only_on_the_token() -> None:
+    from slurm_fsm.subprocess_backend import stop_stale_group
+
+    row = _backend_row("stop_stale_script")
+    assert "token" in row and "start time is never enough" in row
+    # a record that matches on host, boot, pid and start time but has no token: nothing
+    import os
+    import socket
+
+    from slurm_fsm import scriptguard
+    identity = {"host": socket.gethostname(), "boot_id": scriptguard.boot_id(),
+                "pid": os.getpid(), "pgid": os.getpgrp() + 100000,
+                "start_ticks": scriptguard.start_ticks(os.getpid()) or 0}
+    assert stop_stale_group(identity) is None
+
+
+
+def test_one_shot_chdir_is_documented_and_passed(tmp_path: Path) -> None:
+    """The one-shot job runs in work_dir (``--chdir``), as spec.md and backends.md say."""
+    from slurm_fsm.backend import BatchRequest
+
+    spec = make_spec(tmp_path)
+    argv = sbatch_argv(BatchRequest(script_path=spec.script_path, work_dir=spec.work_dir,
+                                    partition="p", account="a"))
+    assert f"--chdir={spec.work_dir}" in argv
+    assert "`sbatch --chdir=<work_dir>`" in _page("spec.md")
+    assert "--chdir=<work_dir> SCRIPT" in _backend_row("submit")

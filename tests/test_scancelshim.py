@@ -1,0 +1,131 @@
+"""The ``scancel`` shim of a persistent run's script (issue 25, item 1): a script that
+cancels "its own job" cancels this run's steps, never the shared allocation."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from slurm_fsm import scancelshim
+from slurm_fsm.backend import JobInfo, ScriptRequest
+from slurm_fsm.placement import script_env
+from slurm_fsm.scancelshim import ALLOCATION_ENV, own_steps, plan
+from slurm_fsm.spec import SlurmParams
+from slurm_fsm.subprocess_backend import SubprocessBackend
+
+
+@pytest.mark.parametrize("args", [["7"], ["--signal=USR1", "7"], ["-s", "KILL", "7"],
+                                  ["-sTERM", "7"], ["-Q", "7"], ["--", "7"]])
+def test_the_allocation_id_becomes_this_runs_steps_options_kept(args: list[str]) -> None:
+    p = plan(args, "7", ["2", "4"])
+    assert p.argv is not None
+    assert p.argv[-2:] == ["7.2", "7.4"]
+    assert "7" not in p.argv
+    assert [a for a in p.argv if not a.startswith("7.")] == [a for a in args
+                                                             if a not in ("7", "--")]
+    assert "shared allocation" in p.message
+
+
+def test_no_step_of_this_run_left_cancels_nothing_and_exits_0() -> None:
+    p = plan(["7"], "7", [])
+    assert p.argv is None and p.status == 0
+    assert "nothing to cancel" in p.message
+
+
+def test_other_ids_and_explicit_steps_pass_through_untouched() -> None:
+    assert plan(["8", "7.3"], "7", None).argv == ["8", "7.3"]
+    assert plan(["7", "8"], "7", ["1"]).argv == ["8", "7.1"]
+    assert plan(["7"], "", None).argv == ["7"]  # not in a persistent run: unchanged
+
+
+@pytest.mark.parametrize("args", [["-u", "root"], ["--me"], ["--name=x"], ["-n", "x"],
+                                  ["--user", "root", "--state=RUNNING"]])
+def test_filters_without_ids_are_refused_they_would_select_the_allocation(
+        args: list[str]) -> None:
+    p = plan(args, "7", None)
+    assert p.argv is None and p.status == 1
+    assert "refused" in p.message and "7" in p.message
+
+
+def test_batch_on_the_allocation_is_refused() -> None:
+    p = plan(["--batch", "7"], "7", ["1"])
+    assert p.argv is None and p.status == 1 and "--batch" in p.message
+    assert plan(["-b", "--signal=USR1", "7"], "7", ["1"]).argv is None
+
+
+def test_own_steps_are_those_whose_srun_runs_here_in_the_scripts_group() -> None:
+    out = ("StepId=7.0 UserId=0 StepName=sleep SrunHost:Pid=h1:100 Tres=cpu=1\n"
+           "StepId=7.1 UserId=0 StepName=sleep SrunHost:Pid=h1:200 Tres=cpu=1\n"
+           "StepId=7.2 UserId=0 StepName=sleep SrunHost:Pid=h2:100 Tres=cpu=1\n"
+           "StepId=7.extern UserId=0 StepName=extern SrunHost:Pid=h1:100\n"
+           "StepId=8.0 UserId=0 StepName=x SrunHost:Pid=h1:100\n")
+    groups = {100: 55, 200: 66}
+    assert own_steps(out, "7", "h1", 55, groups.get) == ["0"]
+    assert own_steps(out, "7", "h1", 66, groups.get) == ["1"]
+    assert own_steps("", "7", "h1", 55, groups.get) == []
+
+
+def test_script_env_names_the_allocation_for_the_shim() -> None:
+    env = script_env(JobInfo(job_id="42", state="RUNNING", nodelist="n1"),
+                     SlurmParams(partition="p", account="a", nodes=1))
+    assert env[ALLOCATION_ENV] == "42" == env["SLURM_JOB_ID"]
+
+
+def _tool(folder: Path, name: str, body: str) -> None:
+    path = folder / name
+    path.write_text(f"#!/bin/bash\n{body}\n")
+    path.chmod(0o755)
+
+
+def test_a_script_run_by_the_real_backend_finds_the_shim_first_on_path(
+        tmp_path: Path) -> None:
+    """End to end without Slurm: ``bash script`` as the persistent path starts it, with
+    stand-ins for scontrol (one step of the script's group, one of another) and
+    scancel (records what it was asked)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    asked = tmp_path / "asked"
+    _tool(bin_dir, "scancel", f'echo "$@" >> {asked}')
+    # step 3's srun is the script's own bash ($PPID of the shim's python is the shim
+    # file's exec, whose parent is bash): report the caller's pgid member pid
+    _tool(bin_dir, "scontrol", 'echo "StepId=42.3 SrunHost:Pid=$(hostname):$SCRIPT_PID"; '
+          'echo "StepId=42.5 SrunHost:Pid=$(hostname):1"')
+    script = tmp_path / "job.slurm"
+    script.write_text("#!/bin/bash\nexport SCRIPT_PID=$$\nscancel ${SLURM_JOB_ID}\n"
+                      "scancel --signal=USR1 $SLURM_JOBID\necho after $?\n")
+    backend = SubprocessBackend(env={"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"})
+    env = script_env(JobInfo(job_id="42", state="RUNNING", nodelist="n1"),
+                     SlurmParams(partition="p", account="a", nodes=1))
+    run = backend.start_script(ScriptRequest(script_path=script, log_path=tmp_path / "log",
+                                             env=env, cwd=tmp_path))
+    deadline = 30.0
+    while run.poll() is None and deadline > 0:
+        subprocess.run(["sleep", "0.1"], check=True)
+        deadline -= 0.1
+    assert run.poll() == 0
+    log = (tmp_path / "log").read_text()
+    assert asked.read_text().splitlines() == ["42.3", "--signal=USR1 42.3"], log
+    assert "after 0" in log
+    assert "this run's steps 42.3" in log
+
+
+def test_the_shim_file_runs_this_module_and_lives_in_a_private_directory(
+        tmp_path: Path) -> None:
+    where = scancelshim.shim_dir(tmp_path)
+    assert (where / "scancel").read_text() == scancelshim.shim_text()
+    assert os.access(where / "scancel", os.X_OK)
+    assert scancelshim.shim_dir(tmp_path) == where  # the same for every run
+    assert (where.parent.stat().st_mode & 0o777) == 0o700
+
+
+def test_a_planted_shared_directory_is_not_used(tmp_path: Path) -> None:
+    top = tmp_path / f"slurm_fsm-{os.getuid()}"
+    top.mkdir(mode=0o777)
+    top.chmod(0o777)
+    with pytest.raises(OSError, match="not a private directory"):
+        scancelshim.shim_dir(tmp_path)
+    env = scancelshim.shim_env("/usr/bin")
+    assert env["PATH"].endswith("/usr/bin")
