@@ -5,7 +5,8 @@ a report is built shows up as a diff of these files.
 A test opts in with ``pytestmark = pytest.mark.usefixtures("golden_reports")``. Volatile
 parts are normalised: the test's tmp_path, the UTC stamps of run logs, run ids, and the
 timing figures (their keys are kept) and ``elapsed_s`` (some scenarios run real
-scripts). ``SLURM_FSM_UPDATE_GOLDEN=1`` rewrites the files.
+scripts). ``SLURM_FSM_UPDATE_GOLDEN=1`` rewrites the files; ``=new`` writes only the missing
+ones (a new test's), leaving every existing file to compare.
 """
 
 from __future__ import annotations
@@ -73,7 +74,8 @@ def golden_reports(request: pytest.FixtureRequest, tmp_path: Path,
     text = json.dumps([normalise(r.to_dict(), str(tmp_path)) for r in seen],
                       indent=1, ensure_ascii=False, sort_keys=False) + "\n"
     path = GOLDEN / golden_name(request.node.nodeid)
-    if os.environ.get("SLURM_FSM_UPDATE_GOLDEN") == "1":
+    update = os.environ.get("SLURM_FSM_UPDATE_GOLDEN")
+    if update == "1" or (update == "new" and not path.exists()):
         path.write_text(text)
         return
     assert path.exists(), f"no golden report {path}: run with SLURM_FSM_UPDATE_GOLDEN=1"
