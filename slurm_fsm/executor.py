@@ -29,6 +29,7 @@ from slurm_fsm.errors import (
 # build, which needs them too); importable from here as before
 from slurm_fsm.events import Events, GuardedEvents, PreStep
 from slurm_fsm.events import PreStepResult as PreStepResult  # re-exported
+from slurm_fsm.history import history_path_for, record_run
 from slurm_fsm.joboutput import output_for_spec
 from slurm_fsm.jobstate import JobState
 from slurm_fsm.lease import LeaseGate
@@ -696,6 +697,10 @@ class Executor:
         problem = self.events.problem
         stopped = ([f"progress output stopped ({problem}); the run went on without it"]
                    if problem is not None else [])
+        # admission's run history (slurm_fsm.history): a warning when it cannot be written
+        unkept = record_run(history_path_for(self.state_path), self.spec, report,
+                            self.machine.history if self.machine is not None else ())
+        stopped += [unkept] if unkept else []
         return attrs.evolve(
             report,
             timings={**report.timings, "total_s": round(self.clock.now() - t0, 4)},
