@@ -63,6 +63,8 @@ SHARING_RULES: tuple[str, ...] = (
     "the allocation, as Slurm granted it, can hold the job: at least its nodes, as many "
     "CPUs per node as its tasks per node, and its GPUs per node",
     "same docker_image (a different image replaces the allocation)",
+    "enough time left for the job: its expected duration plus 5 minutes (admission by "
+    "time left; otherwise it is replaced once no other run's job uses it)",
     "a different container_name reuses the allocation but imports and installs that "
     "container first (step 0F)",
 )
