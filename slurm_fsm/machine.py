@@ -40,7 +40,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -661,10 +661,12 @@ class AllocationMachine:
         why = self.state.value
         if self.state is State.TooShort:
             _, left = self.info_now()
-            ends = (f", which ends within {left} anyway" if left is not None and left.is_finite
-                    else "")
-            why = (f"TooShort: {left} left, the job {self.observation.expected}{ends}; "
-                   "the job is not started on it")
+            why = (f"TooShort: {left} left, the job {self.observation.expected}; the job is "
+                   "not started on it")
+            if left is not None and left.is_finite:  # until when, at the latest
+                ends = datetime.now(UTC) + timedelta(seconds=left.seconds or 0)
+                why += (f"; the allocation ends by {ends.strftime('%H:%M:%S')} UTC (in "
+                        f"{left}) in any case")
         if self.leases is not None:
             self.leases.clear(self.alloc.job_id, f"replacing it ({why})")
         return f"replacing allocation {self.alloc.job_id} ({why})"

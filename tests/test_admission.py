@@ -107,7 +107,8 @@ def test_a_job_that_does_not_fit_waits_for_the_other_runs_jobs(make_spec: SpecFa
     (waiting,) = said
     assert "waiting before replacing it (TooShort: 00:30:00 left, the job expects " \
            "00:30:00" in waiting
-    assert "ends within 00:30:00 anyway" in waiting and "other-model" in waiting
+    assert "the allocation ends by " in waiting and " UTC (in 00:30:00) in any case" in waiting
+    assert "other-model" in waiting
     assert fake.jobs[old.job_id].state == "CANCELLED"
 
 
