@@ -170,7 +170,7 @@ def states_markdown() -> str:
         "cancelled, a new allocation of `alloc_time_limit` is made; the job runs there |",
         "| does not fit, other runs' jobs on it | TooShort waits for them (the lease gate, "
         "holding the state-file lock, so no new job starts on it meanwhile), saying whose "
-        "jobs and that the allocation ends within its time left anyway; then replaces it. "
+        "jobs and when the allocation ends at the latest (UTC); then replaces it. "
         "Past the gate's wait (or with none): Failed, nothing cancelled, the state file "
         "kept |",
         "| the spec's own figure cannot fit even a new allocation | bad input: `SpecError`, "
@@ -178,6 +178,11 @@ def states_markdown() -> str:
         "| a guess (history, monitor timeout) cannot fit even a new allocation | replacing "
         "would not help: the duration counts as unknown and the job is admitted by the "
         "margin alone, as before admission |",
+        "",
+        "A fresh allocation is not judged again: the run that made it starts its job on",
+        "it. A job expected to take nearly all of `alloc_time_limit` therefore fits only a",
+        "fresh allocation, and most of its runs make a new one: give the allocation room",
+        "for several jobs.",
         "",
         "The warm successor (issue 27's next part) adds its edges before TooShort's: a",
         "ready successor that fits takes the job; a warming one is waited for.",
