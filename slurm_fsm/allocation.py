@@ -64,6 +64,8 @@ SHARING_RULES: tuple[str, ...] = (
     "the allocation, as Slurm granted it, can hold the job: at least its nodes, as many "
     "CPUs per node as its tasks per node, and its GPUs per node",
     "same docker_image (a different image replaces the allocation)",
+    "enough time left for the job: its expected duration plus 5 minutes (admission by "
+    "time left; otherwise it is replaced once no other run's job uses it)",
     "a different container_name reuses the allocation but imports and installs that "
     "container first (step 0F)",
 )
@@ -89,6 +91,9 @@ class AllocationStatus:
     #: the jobs running on it now (their leases): run id, pid, host, spec, model,
     #: since, log, steps and the GPUs each step holds where Slurm says
     jobs: tuple[dict[str, Any], ...] = ()
+    #: admission by time left for the spec asked about (``status(spec)``): its expected
+    #: duration (``expected_s``, ``source``, ``detail``) and whether it ``fits``
+    admission: dict[str, Any] | None = None
 
     @property
     def exists(self) -> bool:
@@ -112,6 +117,8 @@ class AllocationStatus:
         if self.slurm_state is not None:
             data.update(job_name=self.job_name, user=self.user)
         data["jobs"] = [dict(j) for j in self.jobs]
+        if self.admission is not None:
+            data["admission"] = dict(self.admission)
         return data
 
     def render_text(self) -> str:
@@ -127,6 +134,12 @@ class AllocationStatus:
                          f"{'installed' if self.installed else 'not installed yet'}")
         text = (f"allocation {self.job_id}: {self.slurm_state}, {self.time_left} left, "
                 f"{self.nodes} node(s) {self.nodelist} on {self.partition}, {container}")
+        if self.admission is not None:
+            a = self.admission
+            text += (f"\nadmission: this job {a['text']} + 5 min margin against "
+                     f"{self.time_left} left: "
+                     + ("fits" if a["fits"] else "does not fit (a run replaces the allocation "
+                        "once no other run's job uses it)"))
         if not self.jobs:
             return text + "\nno job running on it"
         lines = [text, f"{len(self.jobs)} job(s) running on it:"]
@@ -394,8 +407,10 @@ class Allocation:
         return problems
 
     # ---------------------------------------------------------------- ask Slurm
-    def status(self) -> AllocationStatus:
-        """The state file and one ``squeue -j`` of its job (no lock, changes nothing)."""
+    def status(self, spec: JobSpec | None = None) -> AllocationStatus:
+        """The state file and one ``squeue -j`` of its job (no lock, changes nothing).
+        With ``spec``: also whether its job would be admitted on the allocation's time
+        left (its expected duration from the run history beside the state file)."""
         alloc = self.state()
         if alloc is None:
             return AllocationStatus(state_file=self.state_path, job_id=None)
@@ -411,10 +426,20 @@ class Allocation:
             return known
         from slurm_fsm.runsteps import running_jobs
 
+        admission = None
+        if spec is not None:
+            from slurm_fsm.edges import job_fits
+            from slurm_fsm.history import RunHistory, history_path_for
+
+            est = RunHistory(history_path_for(self.state_path)).estimate(spec)
+            admission = {"expected_s": est.seconds, "source": est.source,
+                         "detail": est.detail, "text": est.describe(),
+                         "fits": job_fits(info, est.seconds)}
         return attrs.evolve(known, slurm_state=info.state, time_left=info.time_left,
                             job_name=info.name, user=info.user,
                             jobs=tuple(running_jobs(self.backend, RunBook(self.state_path),
-                                                    alloc.job_id)))
+                                                    alloc.job_id)),
+                            admission=admission)
 
     def time_left(self) -> Duration | None:
         """Time left of the allocation, ``None`` when there is none (or it is gone)."""

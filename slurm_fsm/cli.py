@@ -476,7 +476,7 @@ def _status(spec: JobSpec, backend: SlurmBackend, as_json: bool,
             state_path: Path | None, fake: bool = False) -> int:
     from slurm_fsm.allocation import Allocation
 
-    status = Allocation.for_spec(spec, backend, state_path=state_path).status()
+    status = Allocation.for_spec(spec, backend, state_path=state_path).status(spec)
     _emit(*_labelled(status.to_dict(), status.render_text(), fake), as_json, sys.stdout)
     return 0
 

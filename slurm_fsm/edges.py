@@ -63,6 +63,7 @@ __all__ = [
     "is_compatible",
     "is_ours",
     "job_expiring",
+    "job_fits",
     "mermaid_diagram",
     "owner_of",
     "remaining_after",
@@ -79,6 +80,9 @@ class State(Enum):
     NoState = "NoState"
     Validating = "Validating"
     Expiring = "Expiring"
+    #: RUNNING with more than the margin left, but not enough for this job's expected
+    #: duration plus the margin (admission by time left): replaced, never started on it
+    TooShort = "TooShort"
     Incompatible = "Incompatible"
     Allocating = "Allocating"
     Importing = "Importing"
@@ -91,7 +95,7 @@ class State(Enum):
 
 
 #: The states that own a piece of work: ``advance`` does it and leaves them.
-IN_PROGRESS = frozenset({State.Validating, State.Expiring, State.Incompatible,
+IN_PROGRESS = frozenset({State.Validating, State.Expiring, State.TooShort, State.Incompatible,
                          State.Allocating, State.Importing, State.Installing})
 
 
@@ -111,6 +115,8 @@ class Effect(Enum):
     WARN_NOT_OURS = "not ours: left alone"
     #: warn that the allocation expires soon
     WARN_EXPIRING = "expiring soon"
+    #: say that the job does not fit in the allocation's time left (admission)
+    WARN_TOO_SHORT = "too little time left for the job"
 
 
 @attrs.frozen(kw_only=True)
@@ -146,6 +152,11 @@ class Observation:
     summary: str = ""
     #: the failure to record if an edge with :attr:`Effect.RECORD_FAILURE` is taken
     failure: str = ""
+    #: the job's expected duration in seconds (admission by time left); None: unknown,
+    #: admitted by the margin alone (:func:`slurm_fsm.history.expected_duration`)
+    expected_s: int | None = None
+    #: where ``expected_s`` came from, in words (``expects 00:20:00 (history: ...)``)
+    expected: str = ""
 
 
 # --------------------------------------------------------------------------------------
@@ -157,6 +168,16 @@ def job_expiring(info: JobInfo, margin_s: int | None = None) -> bool:
     seconds or less left."""
     margin = EXPIRY_MARGIN_S if margin_s is None else margin_s
     return info.time_left.is_finite and (info.time_left.seconds or 0) <= margin
+
+
+def job_fits(info: JobInfo, expected_s: int | None, margin_s: int | None = None) -> bool:
+    """Admission by time left: the allocation's time left covers the job's expected
+    duration plus ``margin_s`` (default :data:`EXPIRY_MARGIN_S`). An unknown duration
+    (None) or an unlimited allocation always fits."""
+    margin = EXPIRY_MARGIN_S if margin_s is None else margin_s
+    if expected_s is None or not info.time_left.is_finite:
+        return True
+    return (info.time_left.seconds or 0) >= expected_s + margin
 
 
 def incompatibilities(alloc: AllocState, spec: JobSpec) -> list[str]:
@@ -268,6 +289,10 @@ def _job_expiring(o: Observation, _s: JobSpec) -> bool:
     return o.info is not None and job_expiring(o.info)
 
 
+def _job_fits(o: Observation, _s: JobSpec) -> bool:
+    return o.info is None or job_fits(o.info, o.expected_s)
+
+
 def _is_compatible(o: Observation, s: JobSpec) -> bool:
     return o.alloc is not None and is_compatible(o.alloc, s)
 
@@ -304,6 +329,7 @@ CONDITIONS: Mapping[str, Condition] = {
     "pending_wait_left": _pending_wait_left,
     "job_running": _job_running,
     "job_expiring": _job_expiring,
+    "job_fits": _job_fits,
     "is_compatible": _is_compatible,
     "same_job_name": _same_job_name,
     "same_container": _same_container,
@@ -393,6 +419,13 @@ EDGES: tuple[Edge, ...] = (
          doc="params incompatible"),
     Edge("advance", S.Validating, S.Incompatible, unless=("same_job_name",), step="0C",
          doc="ours under another job name (alloc_job_name changed)"),
+    # admission by time left. The warm successor (issue 27, next part) adds its edges
+    # before this one: a ready successor that fits -> reuse it; one still warming ->
+    # wait for it. Until then a job that does not fit replaces the allocation (after
+    # the other runs' jobs on it end: the lease gate), never starts on it.
+    Edge("advance", S.Validating, S.TooShort, unless=("job_fits",),
+         effects=(Effect.WARN_TOO_SHORT,), step="0C",
+         doc="time left < the job's expected duration + 5 min: not started on it"),
     Edge("advance", S.Validating, S.Ready, conditions=("same_container", "setup_complete"),
          effects=_KEEP, step="0C/0F", doc="reuse"),
     Edge("advance", S.Validating, S.Importing, unless=("same_container",), effects=_KEEP,
@@ -401,6 +434,8 @@ EDGES: tuple[Edge, ...] = (
          doc="install not finished"),
     Edge("advance", S.Expiring, S.Allocating, effects=_REPLACE, step="0C",
          doc="scancel, delete state"),
+    Edge("advance", S.TooShort, S.Allocating, effects=_REPLACE, step="0C",
+         doc="other runs' jobs ended: scancel, delete state"),
     Edge("advance", S.Incompatible, S.Allocating, effects=_REPLACE, step="0C",
          doc="scancel, delete state"),
     # 0D + 0E

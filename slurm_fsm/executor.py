@@ -19,6 +19,7 @@ from slurm_fsm.backend import SlurmBackend
 from slurm_fsm.clock import Clock
 from slurm_fsm.errors import SpecError
 from slurm_fsm.events import Events, GuardedEvents, PreStep
+from slurm_fsm.history import history_path_for, record_run
 from slurm_fsm.monitor import PollPolicy
 from slurm_fsm.oneshot import OneShotRun, err_path_for, log_path_for, outcome_exit_code
 from slurm_fsm.persistent import PersistentRun, point_latest, run_book, run_log_path
@@ -163,8 +164,20 @@ class Executor:
             timings["total_s"] = round(self.clock.now() - self._t0, 4)
         facts = attrs.evolve(facts, notes=(*self._pre_notes, *facts.notes), timings=timings)
         report = report_of(facts, self.spec)
+        unkept = self._record(report)
+        if unkept is not None:  # admission's run history could not be written
+            facts = attrs.evolve(facts, warnings=(*facts.warnings, unkept))
+            report = report_of(facts, self.spec)
         self.events.state(Phase.DONE.value, report.summary)
         if self.events.problem is None:
             return report
         # a sink broke on the way (perhaps on this last event): the report says so
         return report_of(attrs.evolve(facts, progress_problem=self.events.problem), self.spec)
+
+    def _record(self, report: Report) -> str | None:
+        """Add the run to admission's history (slurm_fsm.history): the job's wall time
+        and step 0's lead-time parts; a warning when the file cannot be written."""
+        path = self._path
+        machine = path.machine if isinstance(path, PersistentRun) else None
+        return record_run(history_path_for(self.state_path), self.spec, report,
+                          machine.history if machine is not None else ())

@@ -46,7 +46,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -101,6 +101,7 @@ from slurm_fsm.errors import (
     SlurmFsmError,
     StateFileError,
 )
+from slurm_fsm.history import Estimate, RunHistory, history_path_for
 from slurm_fsm.lease import LeaseGate
 from slurm_fsm.nvsmi import NvidiaSmiFailed
 from slurm_fsm.ownership import Ownership, describe
@@ -248,6 +249,7 @@ class AllocationMachine:
         user: str | None = None,
         salloc_log: Path | None = None,
         leases: LeaseGate | None = None,
+        run_history: RunHistory | None = None,
     ) -> None:
         self.spec = spec
         #: other runs' running jobs: waited for (or refused on) before a cancel, a
@@ -257,6 +259,9 @@ class AllocationMachine:
         self.backend = backend
         self.clock: Clock = clock or SystemClock()
         self.store = store or StateStore(spec.state_path)
+        #: past runs' durations, for admission by time left (beside the state file)
+        self.run_history = run_history or RunHistory(history_path_for(self.store.path))
+        self._estimate: Estimate | None = None
         self._log = log or (lambda _msg: None)
         self.unreachable_retries = unreachable_retries
         self.pending_wait_s = pending_wait_s
@@ -443,6 +448,13 @@ class AllocationMachine:
         with self.store.locked(on_wait=self._log):
             yield
 
+    def estimate(self) -> Estimate:
+        """The job's expected duration (admission by time left), read once from the spec
+        and the run history (:func:`slurm_fsm.history.expected_duration`)."""
+        if self._estimate is None:
+            self._estimate = self.run_history.estimate(self.spec)
+        return self._estimate
+
     def info_now(self) -> tuple[JobInfo | None, Duration | None]:
         """The last job row seen and the time left it implies now (no Slurm call)."""
         if self._job is None:
@@ -519,6 +531,13 @@ class AllocationMachine:
                 return False
             self._warn(f"Allocation expiring soon: {obs.info.job_id} has "
                        f"{obs.info.time_left} left.")
+        elif effect is Effect.WARN_TOO_SHORT:
+            if obs.info is None:
+                return False
+            self._warn(f"Allocation {obs.info.job_id} has {obs.info.time_left} left; the job "
+                       f"{obs.expected} and needs {Duration.of_seconds(EXPIRY_MARGIN_S)} "
+                       "more of margin: it is not started on it; the allocation is replaced "
+                       "once no other run's job uses it.")
         return True
 
     def _drop_state_file(self, obs: Observation, alloc: AllocState | None) -> None:
@@ -563,6 +582,7 @@ class AllocationMachine:
         else:
             work: dict[State, Callable[[], str]] = {
                 State.Expiring: self._replacing,
+                State.TooShort: self._replacing,
                 State.Incompatible: self._replacing,
                 State.Allocating: self._allocate,
                 State.Importing: self._import,
@@ -639,14 +659,17 @@ class AllocationMachine:
         else:
             self._pending_since = None
             wait_left = 0.0
+        estimate = self.estimate()
         summary = f"allocation {job_id} {info.state}, {info.time_left} left"
+        if info.state.is_running:
+            summary += f"; job {estimate.describe()}"
         if not info.state.is_live:
             summary = f"allocation {job_id} is {info.state}: ending, not reusable"
         elif info.name != self.spec.job_name:
             summary += f", named {info.name!r} (not {self.spec.job_name!r})"
         return attrs.evolve(
             base, at=now, info=info, user=user, pending_wait_left_s=max(0.0, wait_left),
-            summary=summary,
+            summary=summary, expected_s=estimate.seconds, expected=estimate.describe(),
             failure=f"allocation {job_id} still {info.state} after {self.pending_wait_s:g} s "
                     f"(reason {info.reason or 'unknown'}); state file kept, not cancelled",
         )
@@ -663,11 +686,21 @@ class AllocationMachine:
         return with_grant(alloc, granted)
 
     def _replacing(self) -> str:
-        """Expiring / Incompatible: the work is the edge's (scancel, drop the state file)."""
+        """Expiring / TooShort / Incompatible: wait for the other runs' jobs on it (the
+        lease gate); the rest is the edge's (scancel, drop the state file)."""
         assert self.alloc is not None
+        why = self.state.value
+        if self.state is State.TooShort:
+            _, left = self.info_now()
+            why = (f"TooShort: {left} left, the job {self.observation.expected}; the job is "
+                   "not started on it")
+            if left is not None and left.is_finite:  # until when, at the latest
+                ends = datetime.now(UTC) + timedelta(seconds=left.seconds or 0)
+                why += (f"; the allocation ends by {ends.strftime('%H:%M:%S')} UTC (in "
+                        f"{left}) in any case")
         if self.leases is not None:
-            self.leases.clear(self.alloc.job_id, f"replacing it ({self.state.value})")
-        return f"replacing allocation {self.alloc.job_id} ({self.state.value})"
+            self.leases.clear(self.alloc.job_id, f"replacing it ({why})")
+        return f"replacing allocation {self.alloc.job_id} ({why})"
 
     def _allocate(self) -> str:
         spec = self.spec

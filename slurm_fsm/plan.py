@@ -32,8 +32,9 @@ from slurm_fsm.backend import (
 )
 from slurm_fsm.clock import Clock
 from slurm_fsm.duration import Duration
-from slurm_fsm.edges import CONDITIONS, IN_PROGRESS, State
+from slurm_fsm.edges import CONDITIONS, EXPIRY_MARGIN_S, IN_PROGRESS, State, job_fits
 from slurm_fsm.errors import StateFileError
+from slurm_fsm.history import RunHistory, history_path_for
 from slurm_fsm.jobstate import JobState
 from slurm_fsm.machine import AllocationMachine
 from slurm_fsm.preflight import (
@@ -45,7 +46,7 @@ from slurm_fsm.preflight import (
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import MAX_STATE_BYTES, StateStore, read_regular_file
 
-__all__ = ["Plan", "PlanBackend", "PlanCommand", "make_plan"]
+__all__ = ["Plan", "PlanBackend", "PlanCommand", "admission_text", "make_plan"]
 
 PLANNED_JOB = "<new-allocation>"
 
@@ -79,6 +80,9 @@ class Plan:
     warnings: list[str]
     #: the job id of a PENDING allocation step 0 would wait for (not a failure)
     waits_for: str | None = None
+    #: what admission by time left would decide: the job's expected duration and
+    #: whether the allocation's time left covers it with the margin
+    admission: str = ""
 
     @property
     def would_change(self) -> list[str]:
@@ -92,6 +96,7 @@ class Plan:
             "path": list(self.path),
             "final_state": self.final_state,
             "waits_for": self.waits_for,
+            "admission": self.admission,
             "commands": [{"argv": list(c.argv), "changes": c.changes} for c in self.commands],
             "would_change": self.would_change,
             "reasons": list(self.reasons),
@@ -100,6 +105,8 @@ class Plan:
 
     def render_text(self) -> str:
         lines = [f"step 0 would go: {' -> '.join(self.path)}"]
+        if self.admission:
+            lines.append(f"admission: {self.admission}")
         lines += [f"  {r}" for r in self.reasons]
         lines.append("Slurm commands:")
         lines += [f"  {c.line}" + ("" if c.changes else "   (asked)")
@@ -215,15 +222,40 @@ class PlanBackend:
         raise NotImplementedError("a plan never stops a script")
 
 
-def make_plan(spec: JobSpec, real: SlurmBackend, *, clock: Clock | None = None) -> Plan:
+def admission_text(m: AllocationMachine) -> str:
+    """What admission by time left decides on the machine's last observation of the
+    state file's allocation (a Validating one; otherwise there is none to admit to): the
+    expected duration, the time left, fits or not, and what follows."""
+    est = m.estimate()
+    obs = m.observation
+    info = obs.info
+    if obs.source is State.Validating and info is not None and info.state.is_pending:
+        return (f"allocation {info.job_id} is {info.state}; the job {est.describe()}: "
+                "judged against its time left once it runs")
+    if obs.source is not State.Validating or info is None or not info.state.is_running:
+        return (f"the job {est.describe()}; no running allocation to admit it to: a new "
+                f"allocation of {m.spec.alloc_time_limit} holds it")
+    margin = Duration.of_seconds(EXPIRY_MARGIN_S)
+    head = f"allocation {info.job_id} has {info.time_left} left; the job {est.describe()}"
+    if not job_fits(info, est.seconds):
+        return (f"{head} + {margin} margin: does not fit, so it is not started on it; the "
+                "allocation is replaced once no other run's job uses it")
+    return f"{head} + {margin} margin: fits"
+
+
+def make_plan(spec: JobSpec, real: SlurmBackend, *, clock: Clock | None = None,
+              history: RunHistory | None = None) -> Plan:
     """Dry-run step 0 for ``spec`` against ``real``: the state file and the
     ``.salloc.log`` are copied to a scratch folder, so nothing on disk changes.
 
     The machine is stepped as :meth:`AllocationMachine.prepare` steps it, with no retry
     of an unreachable controller, and stops where a run would wait: a PENDING
-    allocation of the state file is reported (:attr:`Plan.waits_for`), not failed."""
+    allocation of the state file is reported (:attr:`Plan.waits_for`), not failed.
+    ``history``: the run history admission reads (default: beside ``spec.state_path``).
+    """
     backend = PlanBackend(real)
     waits_for: str | None = None
+    admission = ""
     with tempfile.TemporaryDirectory(prefix="slurm_fsm-plan-") as tmp:
         scratch = Path(tmp)
         problem = ""
@@ -236,6 +268,7 @@ def make_plan(spec: JobSpec, real: SlurmBackend, *, clock: Clock | None = None) 
         m = AllocationMachine(
             spec, backend, clock=clock, store=StateStore(scratch / spec.state_path.name),
             salloc_log=scratch / ".salloc.log", unreachable_retries=0,
+            run_history=history or RunHistory(history_path_for(spec.state_path)),
         )
         if spec.release_allocation:
             m.release()
@@ -245,11 +278,15 @@ def make_plan(spec: JobSpec, real: SlurmBackend, *, clock: Clock | None = None) 
                     m.start()
                 else:
                     m.advance()
+                if m.observation.source is State.Validating:
+                    admission = admission_text(m)
                 if m.state is State.Validating and CONDITIONS["job_pending"](m.observation,
                                                                             spec):
                     waits_for = m.alloc.job_id if m.alloc else None
                     break
         state = m.state
+        if not admission and not spec.release_allocation:
+            admission = admission_text(m)
     reasons = [f"{t.source} -> {t.dest}: {t.reason}" for t in m.history]
     if waits_for is not None:
         reasons.append(f"a run would wait for allocation {waits_for} (up to "
@@ -262,4 +299,5 @@ def make_plan(spec: JobSpec, real: SlurmBackend, *, clock: Clock | None = None) 
         warnings=([problem] if problem else []) + list(m.warnings)
         + ([m.failure.message] if m.failure and state is State.Failed else []),
         waits_for=waits_for,
+        admission=admission,
     )

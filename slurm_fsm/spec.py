@@ -414,6 +414,10 @@ class JobSpec:
     #: GPUs per node of the persistent allocation to make (default:
     #: ``slurm_params.gpus_per_node``); at least the job's own.
     alloc_gpus_per_node: NonNegativeInt | None = None
+    #: How long the job is expected to run, in seconds: a job is started on an allocation
+    #: only when its time left covers this plus EXPIRY_MARGIN_S (admission, step 0C).
+    #: Default: slurm_params.time_limit, else past runs, else monitor_timeout_seconds.
+    expected_duration_seconds: PositiveInt | None = None
     #: What loading noticed but let pass (an unknown key close to a known one). Not a
     #: key of the document; the report and the CLI show them.
     load_warnings: tuple[str, ...] = attrs.field(default=(), kw_only=True, eq=False,
@@ -536,6 +540,7 @@ _RULES.update({
         "alloc_job_name": _optional(_slurm_name),
         "alloc_nodes": _optional(_integer(1, MAX_NODES)),
         "alloc_gpus_per_node": _optional(_integer(0, MAX_GPUS_PER_NODE)),
+        "expected_duration_seconds": _optional(_integer(1, MAX_SECONDS)),
         "load_warnings": _instance(tuple, "a tuple"),
     },
 })
@@ -559,7 +564,33 @@ def _jobspec_cross(v: Mapping[str, Any]) -> list[tuple[str, str]]:
         out.append(("container_name", "required when docker_image is set "
                                       "(it must equal the script's --container-name)"))
     out += _alloc_size_problems(v)
+    out += _admission_problems(v)
     return out
+
+
+def _admission_problems(v: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The job's own expected duration (``expected_duration_seconds``, else
+    ``slurm_params.time_limit``) must fit a new allocation of ``alloc_time_limit`` with
+    the EXPIRY_MARGIN_S margin: otherwise no allocation could ever admit it."""
+    if v.get("persistent_mode", _not_set) is not True or v.get("release_allocation"):
+        return []
+    limit = v.get("alloc_time_limit")
+    if not isinstance(limit, Duration) or not limit.is_finite:
+        return []
+    room = (limit.seconds or 0) - EXPIRY_MARGIN_S
+    expected = v.get("expected_duration_seconds")
+    params = v.get("slurm_params")
+    field, seconds = "expected_duration_seconds", expected
+    if expected is None and isinstance(params, SlurmParams) and params.time_limit is not None \
+            and params.time_limit.is_finite:
+        field, seconds = "slurm_params.time_limit", params.time_limit.seconds
+    if not isinstance(seconds, int) or seconds <= room:
+        return []
+    shown = Duration.of_seconds(seconds)
+    return [(field, f"the job expects {shown}, but a new allocation of alloc_time_limit "
+                    f"{limit} admits at most {Duration.of_seconds(max(0, room))} (it keeps "
+                    f"{Duration.of_seconds(EXPIRY_MARGIN_S)} of margin): raise "
+                    "alloc_time_limit or lower the job's duration")]
 
 
 def _alloc_size_problems(v: Mapping[str, Any]) -> list[tuple[str, str]]:

@@ -48,6 +48,7 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "slurm_fsm.scriptcheck",
     "slurm_fsm.machine",
     "slurm_fsm.edges",
+    "slurm_fsm.history",
     "slurm_fsm.backend",
     "slurm_fsm.subprocess_backend",
     "slurm_fsm.clock",
@@ -72,6 +73,8 @@ WORK_COMMANDS: dict[str, str] = {
     "Validating": "`squeue -j ID -h -o ...` (one query; `scontrol show job -d -o ID` too "
                   "for a state file without the grant)",
     "Expiring": "`scancel ID`",
+    "TooShort": "none while other runs' jobs use it (the lease gate waits, saying whose and "
+                "until when), then `scancel ID`",
     "Incompatible": "`scancel ID`",
     "Allocating": "`srun --help` (only with an image), `squeue -u USER` (orphans: this "
                   "checkout's tag, or untagged under the job name), `scancel` per orphan, "
@@ -184,6 +187,43 @@ def states_markdown() -> str:
         rows.append(f"| `{effect.name}` | {_EFFECT_DOCS[effect]} |")
     rows += [
         "",
+        "## Admission by time left",
+        "",
+        "A job is started on the state file's allocation only when the time left (`%L`)",
+        "covers the job's expected duration plus `EXPIRY_MARGIN_S` (5 minutes): the",
+        "`job_fits` condition, judged after compatibility (an allocation that cannot hold",
+        "the job is replaced anyway) and before reuse. The expected duration",
+        "(`slurm_fsm.history.expected_duration`) is, first that applies: the spec's",
+        "`expected_duration_seconds`; its `slurm_params.time_limit`; the p95 of the last 20",
+        "PASSED runs of the same spec, from `work_dirs/.slurm_fsm_history.jsonl`; its",
+        "`monitor_timeout_seconds`. The observation carries it (`expected_s`, `expected`).",
+        "",
+        "| case | what happens |",
+        "|---|---|",
+        "| fits | reused (Ready), as before |",
+        "| does not fit, no other run's job on the allocation | TooShort: warned, "
+        "cancelled, a new allocation of `alloc_time_limit` is made; the job runs there |",
+        "| does not fit, other runs' jobs on it | TooShort waits for them (the lease gate, "
+        "holding the state-file lock, so no new job starts on it meanwhile), saying whose "
+        "jobs and when the allocation ends at the latest (UTC); then replaces it. "
+        "Past the gate's wait (or with none): Failed, nothing cancelled, the state file "
+        "kept |",
+        "| the spec's own figure cannot fit even a new allocation | bad input: `SpecError`, "
+        "exit 2, before any Slurm command |",
+        "| a guess (history, monitor timeout) cannot fit even a new allocation | replacing "
+        "would not help: the duration counts as unknown and the job is admitted by the "
+        "margin alone, as before admission |",
+        "",
+        "A fresh allocation is not judged again: the run that made it starts its job on",
+        "it. A job expected to take nearly all of `alloc_time_limit` therefore fits only a",
+        "fresh allocation, and most of its runs make a new one: give the allocation room",
+        "for several jobs.",
+        "",
+        "The warm successor (issue 27's next part) adds its edges before TooShort's: a",
+        "ready successor that fits takes the job; a warming one is waited for.",
+        "`slurm-fsm plan` prints what admission decides (`admission:`); `slurm-fsm status`",
+        "shows the spec's expected duration against the time left.",
+        "",
         "## Stepping by hand",
         "",
         "`m.possible_edges()` lists the edges out of the current state with each condition",
@@ -212,6 +252,9 @@ _CONDITION_DOCS: dict[str, str] = {
                          "(`pending_wait_s` from the first pending observation)",
     "job_running": "the job is RUNNING",
     "job_expiring": "5 minutes or less left (`EXPIRY_MARGIN_S`)",
+    "job_fits": "the time left covers the job's expected duration plus `EXPIRY_MARGIN_S` "
+                "(an unknown duration or an unlimited allocation always fits; see "
+                "[admission](#admission-by-time-left))",
     "is_compatible": "same partition and account, same image, and the allocation as Slurm "
                      "granted it holds the job: nodes, CPUs per node for its tasks per node, "
                      "GPUs per node",
@@ -230,6 +273,9 @@ _EFFECT_DOCS: dict[Effect, str] = {
     Effect.COMPLETE_NODELIST: "write the nodelist into a state file written while PENDING",
     Effect.WARN_NOT_OURS: "warn: the state file names a job that is not ours",
     Effect.WARN_EXPIRING: "warn: the allocation expires soon",
+    Effect.WARN_TOO_SHORT: "warn: the job does not fit in the allocation's time left "
+                           "(its expected duration and where it came from); it is not "
+                           "started on it",
 }
 
 

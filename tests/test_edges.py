@@ -132,6 +132,40 @@ def test_expiring_warns_and_is_replaced(spec: JobSpec) -> None:
     assert leave.effects == (Effect.CANCEL, Effect.DROP_STATE_FILE)
 
 
+@pytest.mark.parametrize(("left", "expected_s", "dest_state"), [
+    ("00:50:00", None, S.Ready),        # unknown duration: admitted by the margin alone
+    ("00:50:00", 2700, S.Ready),        # 45 min + 5 min margin: exactly fits
+    ("00:50:00", 2701, S.TooShort),     # one second more does not
+    ("00:10:00", 60, S.Ready),
+    ("00:10:00", 301, S.TooShort),
+    ("UNLIMITED", 10**7, S.Ready),      # an unlimited allocation holds anything
+    ("00:05:00", 1, S.Expiring),        # within the margin: expiring comes first
+])
+def test_admission_by_time_left(spec: JobSpec, left: str, expected_s: int | None,
+                                dest_state: State) -> None:
+    obs = validated(spec, info=job(spec, left=left), expected_s=expected_s,
+                    expected="expects ...")
+    edge = choose("advance", S.Validating, obs, spec)
+    assert edge is not None and edge.dest is dest_state
+    if dest_state is S.TooShort:
+        assert edge.effects == (Effect.WARN_TOO_SHORT,)  # nothing cancelled yet
+        assert Effect.CANCEL not in edge.effects and Effect.DROP_STATE_FILE not in edge.effects
+
+
+def test_a_job_that_does_not_fit_replaces_the_allocation(spec: JobSpec) -> None:
+    leave = choose("advance", S.TooShort, Observation(), spec)
+    assert leave is not None and leave.dest is S.Allocating
+    assert leave.effects == (Effect.CANCEL, Effect.DROP_STATE_FILE)
+
+
+def test_incompatibility_is_judged_before_admission(spec: JobSpec) -> None:
+    small = validated(spec, info=job(spec), alloc=alloc_for(spec, nodes=0), expected_s=10**6)
+    assert dest(spec, small) is S.Incompatible
+    pending = validated(spec, info=job(spec, "PENDING", "01:00:00"), pending_wait_left_s=600,
+                        expected_s=10**6)
+    assert dest(spec, pending) is S.Validating  # a pending allocation is waited for first
+
+
 def test_incompatible_branches(spec: JobSpec) -> None:
     assert dest(spec, validated(spec, info=job(spec, "SUSPENDED"))) is S.Incompatible
     small = validated(spec, info=job(spec), alloc=alloc_for(spec, nodes=0))

@@ -667,16 +667,18 @@ def test_no_gpus_asked_means_no_gpu_preflight_srun(make_spec: SpecFactory,
 
 def test_run_preflight_reuses_validation_and_warns(make_spec: SpecFactory,
                                                    fake: FakeCluster) -> None:
-    spec = make_spec(alloc_time_limit="01:00:00",
-                     slurm_params={"time_limit": "02:00:00", "gpus_per_node": 1})
+    # admitted (it expects 1 minute) but its time limit is longer than the time left
+    spec = make_spec(alloc_time_limit="01:00:00", expected_duration_seconds=60,
+                     slurm_params={"time_limit": "00:50:00", "gpus_per_node": 1})
     ready_allocation(spec, fake)
+    fake.clock.advance(20 * 60)
     fake.add_gpu_process("node01", 77, "stale")
     m = machine(spec, fake)
     m.prepare()
     m.run()
     assert m.state is State.Running
     assert slurm_ops(fake) == ["query_job", "gpu_processes"]
-    assert any(w.startswith("Allocation has 01:00:00 left but job expects 02:00:00")
+    assert any(w.startswith("Allocation has 00:40:00 left but job expects 00:50:00")
                for w in m.warnings)
     assert any("GPU processes found on node01: 77 stale" in w for w in m.warnings)
     m.finish(reason="exit 0")

@@ -51,6 +51,8 @@ class World(Protocol):
 
     def let_it_age(self) -> None: ...
 
+    def leave_minutes(self, minutes: int) -> None: ...
+
     def image_in(self, job_id: str, name: str) -> list[str]: ...
 
 
@@ -90,6 +92,10 @@ class FakeWorld:
 
     def let_it_age(self) -> None:
         self.fake.clock.advance(3600 - 240)  # 4 minutes left
+
+    def leave_minutes(self, minutes: int) -> None:
+        """``minutes`` left of the 30-minute allocation."""
+        self.fake.clock.advance((30 - minutes) * 60)
 
     def image_in(self, job_id: str, name: str) -> list[str]:
         """Which of the cluster's images each node's container ``name`` was made from."""
@@ -133,6 +139,12 @@ class RealWorld:
         assert slurm("scontrol", "update", f"JobId={job_id}", "TimeLimit=00:04:00").returncode == 0
         left = slurm("squeue", "-j", job_id, "-h", "-o", "%L").stdout.strip()
         assert left.startswith(("3:", "4:")), left
+
+    def leave_minutes(self, minutes: int) -> None:
+        """At most ``minutes`` left (shortened by hand, as root may)."""
+        (job_id,) = self.our_jobs()
+        assert slurm("scontrol", "update", f"JobId={job_id}",
+                     f"TimeLimit={minutes}").returncode == 0
 
     def image_in(self, job_id: str, name: str) -> list[str]:
         assert self.cluster.containers is not None
@@ -205,6 +217,18 @@ def expiring(world: World) -> Outcome:
     m = world.machine(spec)
     m.prepare()
     assert any(w.startswith(f"Allocation expiring soon: {first}") for w in m.warnings)
+    return _outcome(world, spec, first, m)
+
+
+def too_short_for_the_job(world: World) -> Outcome:
+    """Admission by time left: 20 minutes left, the job expects 20 (+ 5 of margin)."""
+    spec = world.spec(alloc_time_limit="00:30:00", expected_duration_seconds=1200)
+    first = _first(world, spec)
+    world.leave_minutes(20)
+    m = world.machine(spec)
+    m.prepare()
+    assert any(w.startswith(f"Allocation {first} has ") and "not started on it" in w
+               for w in m.warnings), m.warnings
     return _outcome(world, spec, first, m)
 
 
@@ -334,6 +358,9 @@ SCENARIOS: dict[str, tuple[Callable[[World], Outcome], Outcome]] = {
         False, False, 1)),
     "expiring": (expiring, Outcome(
         ("NoState", "Validating", "Expiring", "Allocating", "Ready"), State.Ready, True,
+        False, False, 1)),
+    "too short for the job": (too_short_for_the_job, Outcome(
+        ("NoState", "Validating", "TooShort", "Allocating", "Ready"), State.Ready, True,
         False, False, 1)),
     "orphan": (orphan, Outcome(NEW, State.Ready, True, False, False, 1)),
     "cancelled behind our back": (cancelled_behind_our_back, Outcome(

@@ -1,0 +1,323 @@
+"""How long a job takes, and what setting up an allocation took: the run history.
+
+Theory of operation
+-------------------
+
+Admission by time left (step 0C, :mod:`slurm_fsm.edges`) starts a job on an
+allocation only when the time left covers the job's *expected duration* plus
+:data:`~slurm_fsm.spec.EXPIRY_MARGIN_S`. The expected duration is, first that applies
+(:func:`expected_duration`, pure, table-tested):
+
+1. the spec's ``expected_duration_seconds``;
+2. the spec's ``slurm_params.time_limit``;
+3. the p95 of the last :data:`HISTORY_RUNS` PASSED runs of the *same* spec
+   (:func:`spec_key`), as this file records them;
+4. ``monitor_timeout_seconds`` (the monitor stops the job then).
+
+The first two are the user's word: one that no new allocation of
+``alloc_time_limit`` can hold is refused when the spec is loaded (exit 2, no Slurm
+command). The last two are guesses: one that no new allocation could hold either says
+nothing a replacement could fix, so the job is then admitted by the margin alone
+(the source reads ``unknown``), as before admission existed.
+
+The history is one JSON object a line in ``work_dirs/.slurm_fsm_history.jsonl``,
+beside the state file (:func:`history_path_for`). It is additive (new keys may come;
+unknown keys and bad lines are skipped), bounded (past :data:`MAX_HISTORY_BYTES` the
+newest half is kept) and never fails a run: :func:`record_run` returns a warning when
+the file cannot be written. Each line also carries the lead-time parts a run measured
+(``queue_wait_s``, ``import_s``, ``install_s``: seconds spent in the Allocating,
+Importing and Installing states), keyed by partition, node count and image: what a
+warm successor needs to know how early to ask for the next allocation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import attrs
+
+from slurm_fsm import files
+from slurm_fsm.spec import EXPIRY_MARGIN_S, JobSpec
+
+if TYPE_CHECKING:
+    from slurm_fsm.report import Report
+
+__all__ = [
+    "HISTORY_NAME",
+    "HISTORY_RUNS",
+    "MAX_HISTORY_BYTES",
+    "SOURCES",
+    "Estimate",
+    "RunEntry",
+    "RunHistory",
+    "expected_duration",
+    "history_path_for",
+    "lead_times",
+    "p95",
+    "record_run",
+    "spec_key",
+]
+
+#: The history file's name beside the default state file ``.slurm_alloc.json``.
+HISTORY_NAME = ".slurm_fsm_history.jsonl"
+#: The PASSED runs of one spec the estimate looks at (the newest).
+HISTORY_RUNS = 20
+#: Past this size the file keeps its newest half (a line is about 300 bytes).
+MAX_HISTORY_BYTES = 256 * 1024
+#: Where an :class:`Estimate` came from, strongest first.
+SOURCES = ("expected_duration_seconds", "slurm_params.time_limit", "history",
+           "monitor_timeout_seconds", "unknown")
+#: The machine's states whose time is a lead-time part, by history field.
+_LEAD_STATES = {"queue_wait_s": "Allocating", "import_s": "Importing",
+                "install_s": "Installing"}
+
+
+def history_path_for(state_path: Path) -> Path:
+    """The history file beside ``state_path``: ``.slurm_fsm_history.jsonl`` beside
+    ``.slurm_alloc.json``; ``.slurm_fsm_history.fake.jsonl`` beside the CLI's fake
+    ``.slurm_alloc.fake.json`` (a fake run never feeds the real estimate)."""
+    name = state_path.name
+    if name.startswith(".slurm_alloc") and name.endswith(".json"):
+        middle = name[len(".slurm_alloc"):-len(".json")]  # "" or ".fake"
+        return state_path.with_name(f".slurm_fsm_history{middle}.jsonl")
+    return state_path.with_name(f"{name}.history.jsonl")
+
+
+def spec_key(spec: JobSpec) -> str:
+    """What makes two specs "the same job" for its duration: the script, the workflow,
+    the model, where and on what shape it runs, the image. 16 hex digits."""
+    p = spec.slurm_params
+    same = {"script_path": str(spec.script_path), "workflow_type": spec.workflow_type.value,
+            "model_name": spec.model_name, "partition": p.partition, "nodes": p.nodes,
+            "ntasks": p.ntasks, "ntasks_per_node": p.ntasks_per_node,
+            "gpus_per_node": p.gpus_per_node, "docker_image": spec.docker_image}
+    text = json.dumps(same, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def p95(values: Sequence[float]) -> float:
+    """The 95th percentile by nearest rank (one of the values, never interpolated)."""
+    if not values:
+        raise ValueError("p95 of no values")
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
+
+
+@attrs.frozen
+class Estimate:
+    """The expected duration of a job and where it came from."""
+
+    #: seconds; None when unknown (admitted by the margin alone)
+    seconds: int | None
+    #: one of :data:`SOURCES`
+    source: str
+    #: one line for people: ``20m (p95 of 7 PASSED runs)``
+    detail: str = ""
+
+    @property
+    def known(self) -> bool:
+        return self.seconds is not None
+
+    def describe(self) -> str:
+        """``expects 00:20:00 (history: p95 of 7 PASSED runs)``, or why it is unknown."""
+        if self.seconds is None:
+            return f"expected duration unknown ({self.detail})"
+        detail = f": {self.detail}" if self.detail else ""
+        return f"expects {_hms(self.seconds)} ({self.source}{detail})"
+
+
+def _hms(seconds: int) -> str:
+    h, rest = divmod(int(seconds), 3600)
+    return f"{h:02d}:{rest // 60:02d}:{rest % 60:02d}"
+
+
+def expected_duration(spec: JobSpec, durations: Sequence[float] = ()) -> Estimate:
+    """The expected duration of ``spec``'s job (see the module's order); ``durations``:
+    the wall times of its past PASSED runs, newest last (:meth:`RunHistory.durations`).
+
+    A guess (history, monitor timeout) that a new allocation of ``alloc_time_limit``
+    could not hold with the margin is no reason to replace an allocation: it comes back
+    unknown, the job admitted by the margin alone."""
+    if spec.expected_duration_seconds is not None:
+        return Estimate(int(spec.expected_duration_seconds), SOURCES[0])
+    limit = spec.slurm_params.time_limit
+    if limit is not None and limit.is_finite and limit.seconds:
+        return Estimate(int(limit.seconds), SOURCES[1])
+    capacity = (spec.alloc_time_limit.seconds if spec.alloc_time_limit.is_finite
+                else None)
+    recent = [d for d in durations[-HISTORY_RUNS:] if d >= 0]
+    if recent:
+        guess = Estimate(max(1, math.ceil(p95(recent))), SOURCES[2],
+                         f"p95 of {len(recent)} PASSED run(s)")
+    else:
+        guess = Estimate(int(spec.monitor_timeout_seconds), SOURCES[3],
+                         "no PASSED run recorded yet")
+    if capacity is not None and (guess.seconds or 0) + EXPIRY_MARGIN_S > capacity:
+        return Estimate(None, SOURCES[4],
+                        f"{guess.source} gives {_hms(guess.seconds or 0)}, more than a new "
+                        f"allocation of {spec.alloc_time_limit} holds with the "
+                        f"{_hms(EXPIRY_MARGIN_S)} margin: admitted by the margin alone")
+    return guess
+
+
+@attrs.frozen(kw_only=True)
+class RunEntry:
+    """One line of the history. Every field but ``key`` may be missing (None)."""
+
+    key: str
+    at: str = ""
+    status: str = ""
+    mode: str = ""
+    #: the job's own wall time (the report's ``elapsed_s``)
+    run_s: float | None = None
+    allocation: str | None = None
+    #: seconds in Allocating (salloc until RUNNING: the queue wait, mostly)
+    queue_wait_s: float | None = None
+    #: seconds in Importing (container import, mount warm-up, GPU check)
+    import_s: float | None = None
+    #: seconds in Installing
+    install_s: float | None = None
+    partition: str | None = None
+    nodes: int | None = None
+    image: str | None = None
+
+    def to_json(self) -> str:
+        data = {k: v for k, v in attrs.asdict(self).items() if v is not None and v != ""}
+        return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, line: str) -> RunEntry | None:
+        """None for a line that is not a history entry (cut, garbled, another version's
+        without a key); unknown keys are ignored, a field of the wrong type is dropped."""
+        try:
+            data = json.loads(line)
+        except ValueError:
+            return None
+        if not isinstance(data, dict) or not isinstance(data.get("key"), str):
+            return None
+        kw: dict[str, Any] = {}
+        for f in attrs.fields(cls):
+            v = data.get(f.name)
+            if f.name in ("run_s", "queue_wait_s", "import_s", "install_s"):
+                ok = isinstance(v, int | float) and not isinstance(v, bool) \
+                    and math.isfinite(v) and v >= 0
+            elif f.name == "nodes":
+                ok = isinstance(v, int) and not isinstance(v, bool)
+            else:
+                ok = isinstance(v, str)
+            if ok:
+                kw[f.name] = v
+        return cls(**kw)
+
+
+class RunHistory:
+    """The history file: read (bounded, bad lines skipped), appended, trimmed."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def entries(self) -> list[RunEntry]:
+        """Every readable entry, oldest first; [] when there is no file or it cannot be
+        read (the estimate then falls back: a history is a hint, never a failure)."""
+        try:
+            with files.open_for_reading(self.path) as fh:
+                size = fh.seek(0, os.SEEK_END)
+                start = max(0, size - 2 * MAX_HISTORY_BYTES)
+                fh.seek(start)
+                raw = fh.read(2 * MAX_HISTORY_BYTES)
+        except OSError:  # FileProblem included
+            return []
+        lines = raw.decode("utf-8", "replace").splitlines()
+        if start > 0 and lines:
+            lines = lines[1:]  # a cut first line
+        return [e for e in (RunEntry.from_json(line) for line in lines) if e is not None]
+
+    def durations(self, key: str) -> list[float]:
+        """The wall times of the PASSED runs under ``key``, oldest first."""
+        return [e.run_s for e in self.entries()
+                if e.key == key and e.status == "PASSED" and e.run_s is not None]
+
+    def estimate(self, spec: JobSpec) -> Estimate:
+        """:func:`expected_duration` of ``spec`` over this history."""
+        return expected_duration(spec, self.durations(spec_key(spec)))
+
+    def append(self, entry: RunEntry) -> None:
+        """Add one line (one ``write`` in append mode); past :data:`MAX_HISTORY_BYTES`
+        the file is rewritten with its newest half. Raises OSError (or
+        :class:`~slurm_fsm.files.FileProblem`) when it cannot be written."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with files.open_private(self.path, append=True, mode=0o644) as fh:
+            fh.write((entry.to_json() + "\n").encode("utf-8"))
+            size = fh.tell()
+        if size > MAX_HISTORY_BYTES:
+            self._trim()
+
+    def _trim(self) -> None:
+        keep: list[str] = []
+        total = 0
+        for e in reversed(self.entries()):
+            line = e.to_json() + "\n"
+            if total + len(line) > MAX_HISTORY_BYTES // 2:
+                break
+            keep.append(line)
+            total += len(line)
+        files.write_atomic(self.path, "".join(reversed(keep)).encode("utf-8"), mode=0o644,
+                           fsync=False)
+
+
+class _Step(Protocol):
+    """What :func:`lead_times` reads of a machine transition."""
+
+    @property
+    def clock(self) -> float: ...
+    @property
+    def source(self) -> str: ...
+    @property
+    def dest(self) -> str: ...
+
+
+def lead_times(transitions: Iterable[_Step]) -> dict[str, float]:
+    """The seconds spent in Allocating, Importing and Installing, from the machine's
+    history (each entry's clock is when its state was entered); only the parts this run
+    went through."""
+    out: dict[str, float] = {}
+    entered: dict[str, float] = {}
+    for t in transitions:
+        if t.source in entered:
+            for field, state in _LEAD_STATES.items():
+                if state == t.source:
+                    out[field] = round(out.get(field, 0.0) + t.clock - entered[t.source], 3)
+            del entered[t.source]
+        entered[t.dest] = t.clock
+    return out
+
+
+def record_run(path: Path, spec: JobSpec, report: Report,
+               transitions: Iterable[_Step] = ()) -> str | None:
+    """Append what the run of ``report`` measured: the job's wall time (``elapsed_s``)
+    and the lead-time parts of step 0 (from the machine's ``transitions``). None when
+    written or nothing was measured (a release, a run stopped before its job and its
+    setup); else a warning: the run's outcome never depends on its history."""
+    lead = lead_times(transitions)
+    run_s = report.elapsed_s
+    if run_s is None and not lead:
+        return None
+    p = spec.slurm_params
+    entry = RunEntry(key=spec_key(spec), at=datetime.now(UTC).isoformat(timespec="seconds"),
+                     status=report.status.name, mode=report.mode,
+                     run_s=round(run_s, 3) if run_s is not None else None,
+                     allocation=report.allocation_id, partition=p.partition,
+                     nodes=spec.alloc_nodes or p.nodes, image=spec.docker_image, **lead)
+    try:
+        RunHistory(path).append(entry)
+    except OSError as exc:  # FileProblem included
+        return (f"run history not written to {path}: {exc}; the next runs' expected "
+                "duration does not include this run")
+    return None
