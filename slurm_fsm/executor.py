@@ -381,8 +381,12 @@ class Executor:
             f"Running {spec.script_path} on allocation {alloc.job_id} ({alloc.nodelist}, "
             f"{left} left), container {spec.container_name or '-'}; log {log}"
         )
+        share = placement.Placement.of(spec.slurm_params, alloc_cpus_per_node=alloc.cpus_per_node,
+                                       alloc_gpus_per_node=alloc.gpus_per_node)
         env = placement.script_env(attrs.evolve(info, nodelist=info.nodelist or alloc.nodelist),
-                                   spec.slurm_params, spec.script_path)
+                                   spec.slurm_params, spec.script_path,
+                                   alloc_cpus_per_node=alloc.cpus_per_node,
+                                   alloc_gpus_per_node=alloc.gpus_per_node)
         try:
             script = self.backend.start_script(ScriptRequest(
                 script_path=spec.script_path, log_path=log, env=env, cwd=spec.work_dir,
@@ -412,7 +416,7 @@ class Executor:
             stop=steps.stop,
             output=output_for_spec(spec, [log], on_text=placement.QueueWatch(
                 self.events.output, self.events.message,
-                spec.slurm_params.gpus_per_node or 0)),
+                share)),
         )
         # a step never outlives its run: what the script left is stopped now
         for problem in steps.finish():
@@ -493,11 +497,12 @@ class Executor:
         path = ["Submitting"]
         # the script's own #SBATCH --partition/--account win (said when they differ)
         partition, account, notes = batch_placement(spec)
-        warnings.extend(notes)
+        cpu_args, cpu_notes = placement.batch_cpu_args(spec.slurm_params, spec.script_path)
+        warnings.extend(notes + cpu_notes)
         try:
             job_id = self.backend.submit(BatchRequest(
                 script_path=spec.script_path, work_dir=spec.work_dir,
-                partition=partition, account=account,
+                partition=partition, account=account, extra_args=tuple(cpu_args),
             ))
         except BackendError as exc:
             return Report(
