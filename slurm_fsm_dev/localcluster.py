@@ -710,7 +710,12 @@ def _slurm_conf(layout: _Layout, *, port0: int, nodes: Sequence[str], auth: str,
         f"PlugStackConfig={b}/etc/plugstack.conf",
         "SlurmctldDebug=info",
         "SlurmdDebug=info",
-        *(["ProctrackType=proctrack/cgroup", "TaskPlugin=task/cgroup,task/affinity"]
+        # TaskPluginParam=None: no CPU binding by default (a task's --cpu-bind still
+        # binds). The nodes declare more CPUs than the host has, and task/affinity
+        # cannot lay out a step of more CPUs than the host's ("Unable to layout tasks
+        # on given cpus"); ConstrainCores still confines each step to its CPUs.
+        *(["ProctrackType=proctrack/cgroup", "TaskPlugin=task/cgroup,task/affinity",
+           "TaskPluginParam=None"]
           if "cgroup" in config else
           ["ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none"]),
         "JobAcctGatherType=jobacct_gather/linux",
