@@ -203,7 +203,9 @@ def table(res: dict[str, Any]) -> str:
     one = m["one_job_s"]
     lines = [
         f"Median of {res['reps']} on the local cluster (jobs `srun sleep {res['job_s']:g}`, "
-        f"warm allocation; {res.get('locking', 'lock: not recorded')}). "
+        f"warm allocation; {res.get('locking', 'lock: not recorded')}; configuration "
+        f"`{res.get('config', 'default')}`; load average at the end "
+        f"{res.get('load_1min', 'not recorded')} on {os.cpu_count()} CPUs). "
         "The floor is the scripts alone (no step 0, pre-flight or monitor), so it can "
         "beat one whole run.",
         "",
@@ -296,6 +298,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     res["locking"] = ("runs overlap: the state file's lock covers step 0 only, each "
                       "running job holds a lease")
     res["config"] = cluster.config_name
+    res["load_1min"] = round(os.getloadavg()[0], 2)  # the machine may be shared
     args.out.write_text(json.dumps(res, indent=2, sort_keys=True) + "\n")
     print(table(res))
     if not args.no_docs:
