@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 SYS_PYTHON ?= python3
 
-.PHONY: setup cluster cluster-down demo test lint typecheck unit diagram docs docs-deps bench clean
+.PHONY: setup cluster cluster-down demo test test-confined lint typecheck unit diagram docs docs-deps bench clean
 
 setup: $(VENV)/.installed
 
@@ -36,6 +36,15 @@ unit: setup docs-deps     ## fast tests only (no real cluster)
 test: lint typecheck docs-deps  ## everything CI runs: lint, types, unit and real-cluster tests, docs
 	$(VENV)/bin/pytest -q
 	$(MAKE) --no-print-directory docs
+
+# The real tests whose behaviour depends on the cluster's configuration
+# (@pytest.mark.config), on the configuration real GPU clusters have: task/cgroup with
+# ConstrainCores and ConstrainDevices, no association enforcement. A cluster of its own
+# (started and stopped by the session; one cgroup cluster per host at a time).
+CONFINED_DIR ?= /tmp/slurm_fsm-confined
+test-confined: setup      ## the configuration-dependent real tests on the cgroup-confined cluster
+	SLURM_FSM_LOCAL_DIR=$(CONFINED_DIR) SLURM_FSM_LOCAL_CONFIG=cgroup,noenforce \
+	  $(VENV)/bin/pytest -m "slurm and config" -q
 
 diagram: setup            ## regenerate docs/states.md from the machine's edges
 	$(PY) scripts/gen-docs.py

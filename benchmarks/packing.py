@@ -13,7 +13,15 @@ is not) measures, each in a warm allocation:
   with no lock between them: what Slurm's step scheduler gives once runs overlap.
 
 Runs are whole ``Executor`` runs; the state file's lock covers step 0 only (each
-running job holds a lease), so ``run_many``'s runs overlap and the figure measures it. Results go to
+running job holds a lease), so ``run_many``'s runs overlap and the figure measures it.
+
+Each allocation has 2 CPUs per GPU (the warm-up job asks ``cpus_per_task: 2``), and
+each job's step prints its ``nproc``: the **CPUs each job got** (Slurm's count of the
+step's CPUs, ``sacct`` AllocCPUS, and ``nproc``) are recorded from the last
+``run_many`` of each part, as :func:`slurm_fsm.placement.cpu_share` gives them (in
+proportion to the job's GPUs). ``nproc`` shows the confinement only on the
+``cgroup`` configuration (``SLURM_FSM_LOCAL_CONFIG``; under ``task/none`` every step
+sees the host's CPUs), and the host's CPUs cap it. The configuration is recorded. Results go to
 ``benchmarks/packing.json``; ``docs/packing.md`` gets the table and
 ``docs/img/packing.svg`` the chart (``--no-docs`` leaves them).
 """
@@ -46,6 +54,8 @@ TABLE_BEGIN = "<!-- packing-table:begin -->"
 TABLE_END = "<!-- packing-table:end -->"
 #: GPUs of the mixed queue's jobs (2 nodes x 4 GPUs = 8 GPUs; 16 GPU-jobs of work)
 MIXED = (4, 2, 1, 1, 2, 4, 1, 1)
+#: CPUs per GPU of the allocations (of a local node's 8 CPUs and 4 GPUs)
+CPUS_PER_GPU = 2
 
 
 def say(text: str) -> None:
@@ -61,12 +71,14 @@ class Bench:
         self.name = f"{cluster.account}-bench-packing-{os.getpid()}.persistent"
 
     def spec(self, repo: str, tag: str, gpus: int, *, nodes: int = 1, tasks: int = 1,
-             seconds: float | None = None) -> JobSpec:
+             seconds: float | None = None, cpus_per_task: int | None = None) -> JobSpec:
         folder = self.root / repo / tag
         folder.mkdir(parents=True, exist_ok=True)
         script = folder / "job.slurm"
         sleep = self.job_s if seconds is None else seconds
-        script.write_text(f"#!/bin/bash\nsrun sleep {sleep:g}\n")
+        script.write_text("#!/bin/bash\nsrun bash -c 'echo \"share "
+                          "step=$SLURM_JOB_ID.$SLURM_STEP_ID nproc=$(nproc)\"; "
+                          f"sleep {sleep:g}'\n")
         return JobSpec.from_dict({
             "script_path": str(script), "work_dir": str(folder / "work"),
             "model_name": tag, "workflow_type": "custom",
@@ -74,14 +86,16 @@ class Bench:
             "alloc_time_limit": "00:30:00",
             "slurm_params": {"partition": self.cluster.partition,
                              "account": self.cluster.account, "nodes": nodes,
-                             "gpus_per_node": gpus, "ntasks_per_node": tasks},
+                             "gpus_per_node": gpus, "ntasks_per_node": tasks,
+                             **({"cpus_per_task": cpus_per_task} if cpus_per_task else {})},
         })
 
     def warm(self, repo: str, nodes: int) -> Allocation:
-        """An allocation of ``nodes`` x 4 GPUs, made by a job that asks them all."""
+        """An allocation of ``nodes`` x 4 GPUs and 2 CPUs per GPU, made by a job that
+        asks them all."""
         alloc = Allocation(self.root / repo, self.backend)
         r = alloc.run(self.spec(repo, "warm", GPUS_PER_NODE, nodes=nodes,
-                                tasks=GPUS_PER_NODE, seconds=0))
+                                tasks=GPUS_PER_NODE, seconds=0, cpus_per_task=CPUS_PER_GPU))
         if r.status is not Status.PASSED:
             raise RuntimeError(f"warm-up run: {r.render_text()}")
         return alloc
@@ -95,7 +109,9 @@ class Bench:
         env.update(self.cluster.env)
         t0 = time.monotonic()
         procs = [subprocess.Popen(["bash", str(s.script_path)], env={  # noqa: S603
-            **env, **script_env(info, s.slurm_params, s.script_path)},
+            **env, **script_env(info, s.slurm_params, s.script_path,
+                                alloc_cpus_per_node=state.cpus_per_node,
+                                alloc_gpus_per_node=state.gpus_per_node)},
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for s in specs]
         for p in procs:
             if p.wait(timeout=600) != 0:
@@ -115,8 +131,41 @@ def _all_passed(reports: Sequence[Any]) -> None:
         raise RuntimeError(f"a run did not pass: {bad[0].render_text()}")
 
 
+def shares(specs: Sequence[JobSpec], reports: Sequence[Any]) -> list[dict[str, Any]]:
+    """The CPUs each job's step got: Slurm's count (``sacct`` AllocCPUS of the step)
+    and what its tasks saw (``nproc``), with the GPUs it asked."""
+    steps: list[tuple[JobSpec, str, list[int]]] = []
+    for s, r in zip(specs, reports, strict=True):
+        seen = [dict(w.split("=", 1) for w in line.split()[1:])
+                for line in r.log_tail if line.startswith("share ")]
+        if not seen:
+            raise RuntimeError(f"no share line in the log of {s.model_name}")
+        steps.append((s, seen[0]["step"], [int(x["nproc"]) for x in seen]))
+    job_ids = sorted({step.split(".")[0] for _, step, _ in steps})
+    cpus: dict[str, str] = {}
+    for _ in range(50):  # accounting records a step once it ended: give it a moment
+        out = subprocess.run(["sacct", "-n", "-P", "-j", ",".join(job_ids),  # noqa: S603
+                              "--format=JobID,AllocCPUS"], capture_output=True, text=True,
+                             timeout=30, check=False).stdout
+        cpus = dict(line.split("|", 1) for line in out.splitlines() if "|" in line)
+        if all(step in cpus for _, step, _ in steps):
+            break
+        time.sleep(0.2)
+    return [{"job": s.model_name, "gpus": s.slurm_params.gpus_per_node or 0,
+             "tasks": s.slurm_params.ntasks_per_node or 1,
+             "cpus": int(cpus[step]) if cpus.get(step, "").isdigit() else None,
+             "nproc": nproc} for s, step, nproc in steps]
+
+
 def measure(b: Bench, reps: int, n: int) -> dict[str, Any]:
     rows: dict[str, list[float]] = {}
+    got: dict[str, list[dict[str, Any]]] = {}
+
+    def run_many(alloc: Allocation, specs: Sequence[JobSpec], part: str) -> None:
+        reports = alloc.run_many(specs, max_parallel=len(specs))
+        _all_passed(reports)
+        got[part] = shares(specs, reports)
+
     alloc = b.warm("n-at-once", 1)
     one = b.spec("n-at-once", "one", 1)
     many = [b.spec("n-at-once", f"job{i}", 1) for i in range(n)]
@@ -124,7 +173,7 @@ def measure(b: Bench, reps: int, n: int) -> dict[str, Any]:
         say(f"N at once, rep {rep + 1}/{reps}")
         rows.setdefault("one_job_s", []).append(timed(lambda: _all_passed([alloc.run(one)])))
         rows.setdefault("n_run_many_s", []).append(
-            timed(lambda: _all_passed(alloc.run_many(many, max_parallel=n))))
+            timed(lambda: run_many(alloc, many, "n_at_once")))
         rows.setdefault("n_floor_s", []).append(b.floor(alloc, many))
     alloc.release()
     mixed_alloc = b.warm("mixed", 2)
@@ -134,13 +183,13 @@ def measure(b: Bench, reps: int, n: int) -> dict[str, Any]:
         rows.setdefault("mixed_turns_s", []).append(
             timed(lambda: _all_passed([mixed_alloc.run(s) for s in mixed])))
         rows.setdefault("mixed_run_many_s", []).append(
-            timed(lambda: _all_passed(mixed_alloc.run_many(mixed, max_parallel=len(mixed)))))
+            timed(lambda: run_many(mixed_alloc, mixed, "mixed")))
         rows.setdefault("mixed_floor_s", []).append(b.floor(mixed_alloc, mixed))
     mixed_alloc.release()
     med = {k: statistics.median(v) for k, v in rows.items()}
     return {
         "n": n, "job_s": b.job_s, "reps": reps, "mixed_gpus": list(MIXED),
-        "samples": rows, "median": med,
+        "samples": rows, "median": med, "cpus_per_gpu": CPUS_PER_GPU, "shares": got,
         "ratio_run_many": med["n_run_many_s"] / med["one_job_s"],
         "ratio_floor": med["n_floor_s"] / med["one_job_s"],
         "mixed_speedup_run_many": med["mixed_turns_s"] / med["mixed_run_many_s"],
@@ -154,7 +203,9 @@ def table(res: dict[str, Any]) -> str:
     one = m["one_job_s"]
     lines = [
         f"Median of {res['reps']} on the local cluster (jobs `srun sleep {res['job_s']:g}`, "
-        f"warm allocation; {res.get('locking', 'lock: not recorded')}). "
+        f"warm allocation; {res.get('locking', 'lock: not recorded')}; configuration "
+        f"`{res.get('config', 'default')}`; load average at the end "
+        f"{res.get('load_1min', 'not recorded')} on {os.cpu_count()} CPUs). "
         "The floor is the scripts alone (no step 0, pre-flight or monitor), so it can "
         "beat one whole run.",
         "",
@@ -172,6 +223,22 @@ def table(res: dict[str, Any]) -> str:
         f"| mixed queue, scripts at once (placement floor, no lock) | "
         f"{m['mixed_floor_s']:.2f} | {res['mixed_speedup_floor']:.2f}x faster |",
     ]
+    if res.get("shares"):
+        lines += [
+            "",
+            f"The CPUs each job got in the last `run_many` (configuration "
+            f"`{res.get('config', 'default')}`; allocations of {res['cpus_per_gpu']} CPUs "
+            "per GPU; CPUs: Slurm's count of the job's step, `sacct` AllocCPUS; `nproc`: "
+            "what each task saw, at most the host's CPUs):",
+            "",
+            "| part | job | GPUs | tasks | CPUs | nproc |",
+            "|---|---|---:|---:|---:|---|",
+        ]
+        for part, rows in res["shares"].items():
+            for row in rows:
+                lines.append(f"| {part.replace('_', ' ')} | {row['job']} | {row['gpus']} | "
+                             f"{row['tasks']} | {row['cpus']} | "
+                             f"{', '.join(str(x) for x in row['nproc'])} |")
     return "\n".join(lines)
 
 
@@ -230,6 +297,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         res = measure(Bench(cluster, Path(tmp), args.job_s), args.reps, args.n)
     res["locking"] = ("runs overlap: the state file's lock covers step 0 only, each "
                       "running job holds a lease")
+    res["config"] = cluster.config_name
+    res["load_1min"] = round(os.getloadavg()[0], 2)  # the machine may be shared
     args.out.write_text(json.dumps(res, indent=2, sort_keys=True) + "\n")
     print(table(res))
     if not args.no_docs:

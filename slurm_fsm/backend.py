@@ -357,8 +357,10 @@ class SlurmBackend(Protocol):
         """Run a step in an allocation and wait for it. A non-zero exit is a result."""
         ...
 
-    def gpu_processes(self, job_id: str, nodes: int) -> list[GpuProcess]:
-        """Compute processes on every node of the allocation (host, no container)."""
+    def gpu_processes(self, job_id: str, nodes: int, gpus_per_node: int | None = None
+                      ) -> list[GpuProcess]:
+        """Compute processes on every node of the allocation (host, no container), seen
+        by a step holding the allocation's ``gpus_per_node`` GPUs per node."""
         ...
 
     def probe_gpu_name(self, partition: str, account: str | None = None) -> str | None:

@@ -2,11 +2,15 @@
 granted can hold a job. No I/O.
 
 * :func:`job_needs`: what one job takes of an allocation (nodes, tasks per node, CPUs
-  per node, GPUs per node), from its ``slurm_params``.
+  per node, GPUs per node), from its ``slurm_params``: a task takes
+  ``cpus_per_task`` CPUs (default one; the CPUs a job gets beyond that are its share
+  of what the allocation has, :func:`slurm_fsm.placement.cpu_share`).
 * :func:`allocation_request_size`: what ``salloc`` asks for (step 0E): ``alloc_nodes``
   nodes (default the job's ``nodes``), ``alloc_gpus_per_node`` GPUs per node (default
   the job's ``gpus_per_node``) and, per node, enough tasks (so CPUs) for the job and
-  one task per GPU (the next job of the same allocation is often one rank per GPU).
+  one task per GPU (the next job of the same allocation is often one rank per GPU),
+  each of ``cpus_per_task`` CPUs: asked as that many one-CPU tasks per node
+  (``--ntasks-per-node``), since the job's steps say their own task count.
   Never ``--ntasks`` alone: ``--nodes=2 --ntasks=1`` makes salloc shrink the
   allocation to one node (``can't run 1 processes on 2 nodes, setting nnodes to 1``).
 * :func:`with_grant`: the state file's view of an allocation, set to what Slurm
@@ -29,17 +33,18 @@ __all__ = ["JobNeeds", "RequestSize", "allocation_request_size", "capacity_probl
 
 @attrs.frozen(kw_only=True)
 class JobNeeds:
-    """What one job takes of an allocation. A task takes one CPU (the spec has no
-    ``cpus_per_task``)."""
+    """What one job takes of an allocation at least: a task takes ``cpus_per_task``
+    CPUs (``slurm_params.cpus_per_task``, default one)."""
 
     nodes: int
     tasks_per_node: int
     tasks: int
     gpus_per_node: int
+    cpus_per_task: int = 1
 
     @property
     def cpus_per_node(self) -> int:
-        return self.tasks_per_node
+        return self.tasks_per_node * self.cpus_per_task
 
 
 @attrs.frozen(kw_only=True)
@@ -66,7 +71,7 @@ def job_needs(spec: JobSpec) -> JobNeeds:
     else:
         tpn, tasks = 1, p.nodes
     return JobNeeds(nodes=p.nodes, tasks_per_node=tpn, tasks=tasks,
-                    gpus_per_node=p.gpus_per_node or 0)
+                    gpus_per_node=p.gpus_per_node or 0, cpus_per_task=p.cpus_per_task or 1)
 
 
 def allocation_request_size(spec: JobSpec) -> RequestSize:
@@ -75,8 +80,8 @@ def allocation_request_size(spec: JobSpec) -> RequestSize:
     nodes = spec.alloc_nodes if spec.alloc_nodes is not None else needs.nodes
     gpus = (spec.alloc_gpus_per_node if spec.alloc_gpus_per_node is not None
             else spec.slurm_params.gpus_per_node)
-    return RequestSize(nodes=nodes, ntasks_per_node=max(needs.tasks_per_node, gpus or 0),
-                       gpus_per_node=gpus if gpus else None)
+    tasks = max(needs.tasks_per_node, gpus or 0) * needs.cpus_per_task
+    return RequestSize(nodes=nodes, ntasks_per_node=tasks, gpus_per_node=gpus if gpus else None)
 
 
 def with_grant(alloc: AllocState, granted: Granted) -> AllocState:
@@ -98,9 +103,10 @@ def capacity_problems(alloc: AllocState, spec: JobSpec) -> list[str]:
         out.append(f"nodes {needs.nodes} is more than the allocation's {alloc.nodes} "
                    "(as granted by Slurm)")
     if alloc.cpus_per_node is not None and alloc.cpus_per_node < needs.cpus_per_node:
-        out.append(f"{needs.tasks_per_node} task(s) per node need {needs.cpus_per_node} "
-                   f"CPU(s) per node, the allocation has {alloc.cpus_per_node} (as granted "
-                   "by Slurm)")
+        each = (f" of {needs.cpus_per_task} CPUs" if needs.cpus_per_task > 1 else "")
+        out.append(f"{needs.tasks_per_node} task(s){each} per node need "
+                   f"{needs.cpus_per_node} CPU(s) per node, the allocation has "
+                   f"{alloc.cpus_per_node} (as granted by Slurm)")
     if needs.gpus_per_node and (alloc.gpus_per_node or 0) < needs.gpus_per_node:
         out.append(f"gpus_per_node {needs.gpus_per_node} is more than the allocation's "
                    f"{alloc.gpus_per_node or 0} (as granted by Slurm)")

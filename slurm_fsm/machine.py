@@ -710,7 +710,8 @@ class AllocationMachine:
                 f"docker_image {spec.docker_image!r} is set but this Slurm has no pyxis "
                 "(srun --help lacks --container-image); nothing was allocated"
             )
-        require(spec, self.backend, self.user)  # partition, nodes, account: before salloc
+        for warning in require(spec, self.backend, self.user):  # before salloc
+            self._warn(warning)
         # 0D: orphans: this user's jobs with this checkout's tag (whatever their name, an
         # earlier alloc_job_name included) or untagged under our job name. One squeue of
         # this user's jobs; the name is not a filter, the tag decides.
@@ -936,7 +937,8 @@ class AllocationMachine:
         if not self.spec.slurm_params.gpus_per_node:
             return []  # no GPUs asked: nothing to judge, no srun
         try:
-            procs = self.backend.gpu_processes(self.alloc.job_id, self.alloc.nodes)
+            procs = self.backend.gpu_processes(self.alloc.job_id, self.alloc.nodes,
+                                               self.alloc.gpus_per_node)
         except NvidiaSmiFailed as exc:  # a node whose GPUs nobody can see is not clean
             procs = exc.processes
             for failure in exc.failures:

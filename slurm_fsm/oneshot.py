@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from slurm_fsm import placement
 from slurm_fsm.backend import BatchRequest, JobOutcome, SlurmBackend
 from slurm_fsm.clock import Clock
 from slurm_fsm.errors import BackendError
@@ -93,11 +94,12 @@ class OneShotRun:
         self.path.append(Phase.SUBMITTING.value)
         # the script's own #SBATCH --partition/--account win (said when they differ)
         partition, account, notes = batch_placement(spec)
-        self.warnings.extend(notes)
+        cpu_args, cpu_notes = placement.batch_cpu_args(spec.slurm_params, spec.script_path)
+        self.warnings.extend(notes + cpu_notes)
         try:
             job_id = self.backend.submit(BatchRequest(
                 script_path=spec.script_path, work_dir=spec.work_dir,
-                partition=partition, account=account,
+                partition=partition, account=account, extra_args=tuple(cpu_args),
             ))
         except BackendError as exc:
             return self._facts(Phase.SUBMITTING, failure=Failure(

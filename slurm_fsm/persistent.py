@@ -32,7 +32,7 @@ from slurm_fsm.runfacts import Failure, Mode, Phase, RunFacts, StateSource
 from slurm_fsm.runrecord import RunBook, RunRecord
 from slurm_fsm.runsteps import RunSteps, stop_leftovers
 from slurm_fsm.spec import JobSpec
-from slurm_fsm.state import StateStore
+from slurm_fsm.state import AllocState, StateStore
 
 __all__ = ["PersistentRun", "point_latest", "run_book", "run_log_path", "salloc_log_for"]
 
@@ -259,7 +259,9 @@ class PersistentRun:
             f"{left} left), container {spec.container_name or '-'}; log {log}"
         )
         env = placement.script_env(attrs.evolve(info, nodelist=info.nodelist or alloc.nodelist),
-                                   spec.slurm_params, spec.script_path)
+                                   spec.slurm_params, spec.script_path,
+                                   alloc_cpus_per_node=alloc.cpus_per_node,
+                                   alloc_gpus_per_node=alloc.gpus_per_node)
         try:
             script = self.backend.start_script(ScriptRequest(
                 script_path=spec.script_path, log_path=log, env=env, cwd=spec.work_dir,
@@ -275,13 +277,18 @@ class PersistentRun:
         self.timings["start_s"] = self.clock.now() - t
         self.events.state(Phase.RUNNING.value, f"job on allocation {alloc.job_id}")
         self.events.job_state(f"RUNNING (a step of allocation {alloc.job_id})")
-        watch = self._watch(script, steps, log)
+        watch = self._watch(script, steps, log, alloc)
         return self._ended(m, watch, alloc.job_id, log)
 
-    def _watch(self, script: RunningScript, steps: RunSteps, log: Path) -> Watch:
+    def _watch(self, script: RunningScript, steps: RunSteps, log: Path,
+               alloc: AllocState) -> Watch:
         """The script, watched to its end; a step never outlives its run: what the
         script left is stopped now."""
         spec = self.spec
+
+        share = placement.Placement.of(spec.slurm_params,
+                                       alloc_cpus_per_node=alloc.cpus_per_node,
+                                       alloc_gpus_per_node=alloc.gpus_per_node)
 
         def tick(elapsed: float, line: str) -> None:
             steps.sample()
@@ -293,8 +300,8 @@ class PersistentRun:
             stop=steps.stop,
             output=output_for_spec(spec, [log], extra_patterns=[TIME_LIMIT_MARK],
                                    on_text=placement.QueueWatch(
-                self.events.output, self.events.message,
-                spec.slurm_params.gpus_per_node or 0)),
+                self.events.output, self.events.message, share,
+                allocation_gpus_per_node=alloc.gpus_per_node, allocation_id=alloc.job_id)),
         )
         self.messages.extend(watch.messages)
         for problem in steps.finish():

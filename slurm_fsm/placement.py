@@ -13,15 +13,26 @@ other's turn. :func:`script_env` exports, from the spec's ``slurm_params``:
   divides evenly (never a figure that contradicts ``SLURM_NTASKS``);
 - ``SLURM_EXACT=1``: a step gets exactly the CPUs (and memory) of its tasks, not
   the rest of the node, so that steps of other jobs fit beside it;
+- ``SLURM_CPUS_PER_TASK`` and ``SRUN_CPUS_PER_TASK`` (22.05 reads only the second,
+  later versions both): the job's CPUs per task (:meth:`Placement.of`):
+  ``slurm_params.cpus_per_task`` when given; else the node's CPUs of the allocation
+  divided among its tasks when the job asks every GPU of the node or the
+  allocation has no GPUs (it has the node to itself), and else a share in
+  proportion to its GPUs (1 GPU of 4 on 8 CPUs: 2 CPUs); a job that asks no GPU
+  beside GPU jobs gets one CPU per task. Without it, ``SLURM_EXACT=1`` gives a
+  1-task step exactly one CPU, which ``task/cgroup`` with ``ConstrainCores=yes``
+  enforces (``nproc`` = 1);
 - ``SLURM_GPUS_PER_NODE``: ``gpus_per_node`` when the job asks GPUs; a job that
-  asks none takes none;
+  asks none takes none: ``SLURM_GRES=none`` (else its steps would take every GPU
+  of the allocation, see no others' and make GPU jobs wait for them);
 - ``SLURM_MEM_PER_NODE`` / ``SLURM_MEM_PER_CPU`` / ``SLURM_MEM_PER_GPU``: from the
   script's own ``#SBATCH --mem``, ``--mem-per-cpu``, ``--mem-per-gpu`` lines.
 
 Slurm's step scheduler then places each step on free GPUs (``CUDA_VISIBLE_DEVICES``
 per step) and queues it while the allocation is full; srun says so on stderr
 (:data:`WAITING_MARKER`), which :class:`QueueWatch` turns into a "waiting for GPUs"
-message. The script's own ``srun`` options still win over these variables.
+message naming what the job waits for (its GPUs, or CPUs when it asks no GPU).
+The script's own ``srun`` options still win over these variables.
 
 ``SLURM_JOB_ID`` is the shared allocation: a script's ``scancel ${SLURM_JOB_ID}``
 goes to the ``scancel`` shim (:mod:`slurm_fsm.scancelshim`), which cancels this run's
@@ -46,6 +57,8 @@ __all__ = [
     "WAITING_MARKER",
     "Placement",
     "QueueWatch",
+    "batch_cpu_args",
+    "cpu_share",
     "script_env",
     "script_memory",
     "waiting_advice",
@@ -77,9 +90,16 @@ class Placement:
     gpus_per_node: int
     #: srun input variable -> value (``SLURM_MEM_PER_NODE`` -> ``"4G"``)
     memory: Mapping[str, str] = attrs.field(factory=dict)
+    #: CPUs per task (:func:`cpu_share`); None: Slurm's default (one)
+    cpus_per_task: int | None = None
 
     @classmethod
-    def of(cls, params: SlurmParams, memory: Mapping[str, str] | None = None) -> Placement:
+    def of(cls, params: SlurmParams, memory: Mapping[str, str] | None = None, *,
+           alloc_cpus_per_node: int | None = None,
+           alloc_gpus_per_node: int | None = None) -> Placement:
+        """The share of ``params``' job in an allocation of ``alloc_cpus_per_node`` CPUs
+        and ``alloc_gpus_per_node`` GPUs per node (as granted; None: not known, and no
+        CPU share beyond Slurm's default is exported)."""
         nodes = int(params.nodes)
         tpn = int(params.ntasks_per_node) if params.ntasks_per_node is not None else None
         if params.ntasks is not None:
@@ -89,8 +109,19 @@ class Placement:
         else:
             tpn = tpn or 1
             ntasks = nodes * tpn
-        return cls(nodes=nodes, ntasks=ntasks, ntasks_per_node=tpn,
-                   gpus_per_node=int(params.gpus_per_node or 0), memory=dict(memory or {}))
+        gpus = int(params.gpus_per_node or 0)
+        cpt = cpu_share(params, alloc_cpus_per_node, alloc_gpus_per_node)
+        return cls(nodes=nodes, ntasks=ntasks, ntasks_per_node=tpn, gpus_per_node=gpus,
+                   memory=dict(memory or {}), cpus_per_task=cpt)
+
+    @property
+    def what(self) -> str:
+        """What a step of this job waits for when the allocation is full."""
+        cpus = (f"{self.cpus_per_task} CPU(s) per task" if self.cpus_per_task
+                else "1 CPU per task")
+        if self.gpus_per_node:
+            return f"GPUs ({self.gpus_per_node} per node, {cpus})"
+        return f"CPUs ({cpus}; no GPU asked)"
 
     def env(self) -> dict[str, str]:
         """The SLURM_* variables (no job id or node list: see :func:`script_env`)."""
@@ -104,8 +135,63 @@ class Placement:
             env["SLURM_NTASKS_PER_NODE"] = str(self.ntasks_per_node)
         if self.gpus_per_node:
             env["SLURM_GPUS_PER_NODE"] = str(self.gpus_per_node)
+        else:  # else the step inherits the allocation's GRES: every GPU
+            env["SLURM_GRES"] = "none"
+        if self.cpus_per_task:
+            env["SLURM_CPUS_PER_TASK"] = str(self.cpus_per_task)
+            env["SRUN_CPUS_PER_TASK"] = str(self.cpus_per_task)
         env.update(self.memory)
         return env
+
+
+def _tasks_per_node(params: SlurmParams) -> int:
+    if params.ntasks_per_node is not None:
+        return int(params.ntasks_per_node)
+    if params.ntasks is not None:
+        return -(-int(params.ntasks) // int(params.nodes))
+    return 1
+
+
+def cpu_share(params: SlurmParams, alloc_cpus_per_node: int | None,
+              alloc_gpus_per_node: int | None) -> int | None:
+    """CPUs per task of ``params``' job in the allocation (see the module docstring);
+    None when nothing beyond Slurm's one CPU per task is to be asked (the allocation's
+    CPUs are not known, or the share is one CPU per task)."""
+    if params.cpus_per_task is not None:
+        return int(params.cpus_per_task)
+    if not alloc_cpus_per_node:
+        return None
+    tpn = _tasks_per_node(params)
+    have = int(alloc_gpus_per_node or 0)
+    asks = int(params.gpus_per_node or 0)
+    if have == 0 or asks >= have:
+        per_node = alloc_cpus_per_node  # the node's CPUs are the job's
+    elif asks == 0:
+        return None  # beside GPU jobs: one CPU per task
+    else:
+        per_node = alloc_cpus_per_node * asks // have
+    cpt = per_node // tpn
+    return cpt if cpt > 1 else None
+
+
+def batch_cpu_args(params: SlurmParams, script_path: Path) -> tuple[list[str], list[str]]:
+    """The one-shot ``sbatch``'s ``--cpus-per-task`` from ``slurm_params.cpus_per_task``,
+    and warnings. The script's own ``#SBATCH --cpus-per-task`` (``-c``) wins, as its
+    ``--partition`` does (:func:`slurm_fsm.scriptcheck.batch_placement`)."""
+    if params.cpus_per_task is None:
+        return [], []
+    try:
+        text = read_bounded(script_path, _MAX_SCRIPT_BYTES).decode("utf-8", "replace")
+    except FileProblem:
+        text = ""  # starting it reports the problem
+    own = sbatch_directives(text).get("cpus-per-task")
+    if own:
+        warn = ([] if own == str(params.cpus_per_task) else
+                [f"the script's own #SBATCH --cpus-per-task={own} is used, not "
+                 f"slurm_params.cpus_per_task {params.cpus_per_task} (a script's #SBATCH "
+                 "lines win in one-shot mode)"])
+        return [], warn
+    return [f"--cpus-per-task={params.cpus_per_task}"], []
 
 
 def script_memory(script_path: Path) -> dict[str, str]:
@@ -120,20 +206,26 @@ def script_memory(script_path: Path) -> dict[str, str]:
 
 
 def script_env(info: JobInfo, params: SlurmParams,
-               script_path: Path | None = None) -> dict[str, str]:
+               script_path: Path | None = None, *,
+               alloc_cpus_per_node: int | None = None,
+               alloc_gpus_per_node: int | None = None) -> dict[str, str]:
     """Everything the persistent path exports to ``bash <script>``: the allocation
-    (job id, node list), the job's share of it (:class:`Placement`), and
-    :data:`~slurm_fsm.scancelshim.ALLOCATION_ENV`, with which the real backend puts the
-    ``scancel`` shim first on the script's ``PATH`` (:mod:`slurm_fsm.scancelshim`:
-    ``scancel $SLURM_JOB_ID`` cancels this run's steps, never the shared allocation)."""
+    (job id, node list), the job's share of it (:class:`Placement`) in an allocation
+    of ``alloc_cpus_per_node`` CPUs and ``alloc_gpus_per_node`` GPUs per node (as
+    granted), and :data:`~slurm_fsm.scancelshim.ALLOCATION_ENV`, with which the real
+    backend puts the ``scancel`` shim first on the script's ``PATH``
+    (:mod:`slurm_fsm.scancelshim`: ``scancel $SLURM_JOB_ID`` cancels this run's steps,
+    never the shared allocation)."""
     memory = script_memory(script_path) if script_path is not None else {}
+    share = Placement.of(params, memory, alloc_cpus_per_node=alloc_cpus_per_node,
+                         alloc_gpus_per_node=alloc_gpus_per_node)
     return {
         ALLOCATION_ENV: info.job_id,
         "SLURM_JOB_ID": info.job_id,
         "SLURM_JOBID": info.job_id,
         "SLURM_NODELIST": info.nodelist,
         "SLURM_JOB_NODELIST": info.nodelist,
-        **Placement.of(params, memory).env(),
+        **share.env(),
     }
 
 
@@ -160,13 +252,22 @@ class QueueWatch:
     behind other jobs' steps ("waiting for GPUs") and when it got them."""
 
     def __init__(self, on_output: Callable[[str], None], on_message: Callable[[str], None],
-                 gpus_per_node: int, *, allocation_gpus_per_node: int | None = None,
+                 gpus_per_node: int | Placement, *,
+                 allocation_gpus_per_node: int | None = None,
                  allocation_id: str | None = None) -> None:
+        """``gpus_per_node``: the job's :class:`Placement` (what it waits for), or only
+        its GPUs per node; the allocation's GPUs per node and id, when known, make the
+        message say its size and how to make it bigger (:func:`waiting_advice`)."""
         self._on_output = on_output
         self._on_message = on_message
-        self._what = (f"GPUs (this job asks {gpus_per_node} per node)" if gpus_per_node
-                      else "CPUs (no GPUs asked)")
-        self._why = waiting_advice(gpus_per_node, allocation_gpus_per_node, allocation_id)
+        if isinstance(gpus_per_node, Placement):
+            self._what = gpus_per_node.what
+            gpus = gpus_per_node.gpus_per_node
+        else:
+            self._what = (f"GPUs ({gpus_per_node} per node)" if gpus_per_node
+                          else "CPUs (no GPU asked)")
+            gpus = gpus_per_node
+        self._why = waiting_advice(gpus, allocation_gpus_per_node, allocation_id)
         self._partial = ""
         self.waiting = False
         #: how many times a step of this job was queued

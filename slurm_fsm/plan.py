@@ -40,7 +40,9 @@ from slurm_fsm.machine import AllocationMachine
 from slurm_fsm.preflight import (
     ClusterPartition,
     ClusterQueries,
+    EnforcementQuery,
     sacctmgr_assoc_argv,
+    scontrol_config_argv,
     sinfo_partitions_argv,
 )
 from slurm_fsm.spec import JobSpec
@@ -170,8 +172,9 @@ class PlanBackend:
         self._would(slurmcli.srun_step_argv(request))
         return StepResult(0, "", "")
 
-    def gpu_processes(self, job_id: str, nodes: int) -> list[GpuProcess]:
-        self._would(slurmcli.gpu_processes_argv(job_id, nodes))
+    def gpu_processes(self, job_id: str, nodes: int, gpus_per_node: int | None = None
+                      ) -> list[GpuProcess]:
+        self._would(slurmcli.gpu_processes_argv(job_id, nodes, gpus_per_node))
         return []
 
     def probe_gpu_name(self, partition: str, account: str | None = None) -> str | None:
@@ -211,6 +214,12 @@ class PlanBackend:
             return None
         self._ask(sacctmgr_assoc_argv(user))
         return self.real.user_associations(user)
+
+    def accounting_enforce(self) -> str | None:
+        if not isinstance(self.real, EnforcementQuery):
+            return None
+        self._ask(scontrol_config_argv())
+        return self.real.accounting_enforce()
 
     def expand_nodelist(self, nodelist: str) -> list[str]:
         return self.real.expand_nodelist(nodelist)

@@ -10,7 +10,12 @@ Two kinds, both read-only:
   partition exists and is up, the nodes (and GPUs per node) fit it, and the account
   is one of the user's associations where accounting lists any. It asks a backend
   that can answer (:class:`ClusterQueries`: ``sinfo`` and ``sacctmgr`` on the real
-  one); a backend that cannot is not checked.
+  one); a backend that cannot is not checked. The account check follows what the
+  cluster enforces (:class:`EnforcementQuery`: ``scontrol show config``,
+  ``AccountingStorageEnforce``): where it names ``associations`` Slurm refuses a job
+  under an account without one, so the check does; elsewhere Slurm runs the job under
+  the user's default account, so the check only warns (:func:`request_warnings`).
+  Never refuse a job Slurm would run.
 
 ``slurm-fsm plan`` shows the failed checks and exits non-zero; ``slurm-fsm run``
 makes the same checks before ``salloc`` and stops with one error naming what the
@@ -35,13 +40,18 @@ __all__ = [
     "CONFIG_PLACES",
     "ClusterPartition",
     "ClusterQueries",
+    "EnforcementQuery",
     "NoSlurmConfig",
     "PreflightFailed",
     "check_request",
+    "enforces_associations",
+    "parse_accounting_enforce",
     "parse_associations",
     "parse_sinfo_partitions",
+    "request_warnings",
     "require",
     "sacctmgr_assoc_argv",
+    "scontrol_config_argv",
     "sinfo_partitions_argv",
     "slurm_config_problem",
 ]
@@ -137,6 +147,42 @@ class ClusterQueries(Protocol):
         ...
 
 
+@runtime_checkable
+class EnforcementQuery(Protocol):
+    """What a backend answers about the cluster's policy (read-only)."""
+
+    def accounting_enforce(self) -> str | None:
+        """``AccountingStorageEnforce`` of ``scontrol show config`` (``none``,
+        ``associations,limits,qos``...); None when the controller cannot say."""
+        ...
+
+
+def scontrol_config_argv() -> list[str]:
+    """``scontrol show config``: the running controller's configuration."""
+    return ["scontrol", "show", "config"]
+
+
+def parse_accounting_enforce(text: str) -> str | None:
+    """``AccountingStorageEnforce`` from ``scontrol show config``'s ``Key = value``
+    lines; None when the key is not there."""
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() == "AccountingStorageEnforce":
+            return value.strip()
+    return None
+
+
+def enforces_associations(enforce: str | None) -> bool:
+    """Whether Slurm refuses a job under an account the user has no association of:
+    ``AccountingStorageEnforce`` names ``associations`` (``limits``, ``qos``, ``safe``
+    and ``wckeys`` imply it). None (unknown) counts as enforced: the old, strict
+    behaviour, which a cluster that says nothing cannot disprove."""
+    if enforce is None:
+        return True
+    words = {w.strip().lower() for w in enforce.split(",")}
+    return bool(words & {"associations", "limits", "qos", "safe", "wckeys"})
+
+
 def sinfo_partitions_argv() -> list[str]:
     """``sinfo``: partition, availability, node count and GRES, one row per group."""
     return ["sinfo", "--noheader", "--all", "--format=%R|%a|%D|%G"]
@@ -191,17 +237,38 @@ def parse_associations(text: str) -> list[tuple[str, str]]:
 
 def check_request(spec: JobSpec, cluster: ClusterQueries, user: str) -> list[str]:
     """What the cluster lacks for ``spec``: one line per failed check, naming what the
-    cluster has; empty when every check passes."""
+    cluster has; empty when every check passes. (What Slurm would let pass with a
+    change, such as an account without association where associations are not
+    enforced, is in :func:`request_warnings`.)"""
+    return _checks(spec, cluster, user)[0]
+
+
+def request_warnings(spec: JobSpec, cluster: ClusterQueries, user: str) -> list[str]:
+    """What Slurm will run otherwise than the spec says, without refusing it."""
+    return _checks(spec, cluster, user)[1]
+
+
+def _account_enforced(cluster: object) -> tuple[bool, str | None]:
+    if not isinstance(cluster, EnforcementQuery):
+        return True, None
+    enforce = cluster.accounting_enforce()
+    return enforces_associations(enforce), enforce
+
+
+def _checks(spec: JobSpec, cluster: ClusterQueries, user: str
+            ) -> tuple[list[str], list[str]]:
+    """(problems, warnings) of :func:`check_request` / :func:`request_warnings`."""
     params = spec.slurm_params
     try:
         parts = {p.name: p for p in cluster.cluster_partitions()}
     except CommandFailed:  # sinfo failed or printed what we cannot read: no verdict
-        return []  # (an unreachable controller or a timeout is raised: salloc would fail)
+        return [], []  # (an unreachable controller or a timeout is raised: salloc would fail)
     if not parts:
-        return []
+        return [], []
     part = parts.get(params.partition)
     have = ", ".join(p.describe() for p in parts.values())
     problems: list[str] = []
+    warnings: list[str] = []
     if part is None:
         problems.append(f"slurm_params.partition: no partition {params.partition!r} on "
                         f"this cluster; it has: {have}")
@@ -229,17 +296,26 @@ def check_request(spec: JobSpec, cluster: ClusterQueries, user: str) -> list[str
         usable = {a for a, p in assoc if not p or p == params.partition}
         if params.account not in usable:
             accounts = ", ".join(sorted({a for a, _ in assoc}))
-            problems.append(f"slurm_params.account: {params.account!r} is not an account of "
-                            f"user {user} in accounting; theirs: {accounts}")
-    return problems
+            text = (f"slurm_params.account: {params.account!r} is not an account of "
+                    f"user {user} in accounting; theirs: {accounts}")
+            enforced, enforce = _account_enforced(cluster)
+            if enforced:
+                problems.append(text)
+            else:
+                warnings.append(f"{text}. This cluster does not enforce associations "
+                                f"(AccountingStorageEnforce = {enforce}): Slurm runs the "
+                                "job under the user's default account")
+    return problems, warnings
 
 
-def require(spec: JobSpec, backend: object, user: str) -> None:
-    """Raise :class:`PreflightFailed` when :func:`check_request` finds a problem; a
-    backend that cannot answer (not a :class:`ClusterQueries`) is not checked. The
-    machine calls it before ``salloc``, so ``run`` and ``plan`` check alike."""
+def require(spec: JobSpec, backend: object, user: str) -> list[str]:
+    """Raise :class:`PreflightFailed` when :func:`check_request` finds a problem; else
+    return :func:`request_warnings` (for the caller to say). A backend that cannot
+    answer (not a :class:`ClusterQueries`) is not checked. The machine calls it before
+    ``salloc``, so ``run`` and ``plan`` check alike."""
     if not isinstance(backend, ClusterQueries):
-        return
-    problems = check_request(spec, backend, user)
+        return []
+    problems, warnings = _checks(spec, backend, user)
     if problems:
         raise PreflightFailed(problems)
+    return warnings

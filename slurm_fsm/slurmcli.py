@@ -434,11 +434,18 @@ def gpu_processes_script() -> str:
     return nvsmi.gpu_processes_script()
 
 
-def gpu_processes_argv(job_id: str, nodes: int) -> list[str]:
-    """srun on every node of the allocation (host, no container), labelled per task.
+def gpu_processes_argv(job_id: str, nodes: int, gpus_per_node: int | None = None
+                       ) -> list[str]:
+    """srun on every node of the allocation (host, no container), labelled per task,
+    holding all ``gpus_per_node`` GPUs of the allocation's nodes.
 
-    ``--overlap`` keeps this read-only probe from waiting behind a running step.
+    ``--overlap`` keeps this read-only probe from waiting behind a running step: it
+    starts at once even while other steps hold every GPU (22.05 and 24.11). The GPUs
+    must be asked: under ``ConstrainDevices=yes`` a step sees only the device files of
+    the GPUs it holds (with ``--gres=none`` nvidia-smi finds no device at all).
+    Without GPUs (``gpus_per_node`` 0 or unknown) it asks none.
     """
+    gpus = [f"--gpus-per-node={gpus_per_node}"] if gpus_per_node else ["--gres=none"]
     return [
         "srun",
         f"--jobid={job_id}",
@@ -446,7 +453,7 @@ def gpu_processes_argv(job_id: str, nodes: int) -> list[str]:
         str(nodes),
         "--ntasks-per-node=1",
         "--overlap",
-        "--gres=none",
+        *gpus,
         "-l",
         "bash",
         "-c",
@@ -455,8 +462,9 @@ def gpu_processes_argv(job_id: str, nodes: int) -> list[str]:
 
 
 def probe_gpu_argv(partition: str, account: str | None = None) -> list[str]:
-    """srun on one node of ``partition`` printing its GPU names and compute capability
-    (pre-step, step 1; :func:`slurm_fsm.nvsmi.probe_script`)."""
+    """srun on one node of ``partition`` holding one GPU, printing its GPU names and
+    compute capability (pre-step, step 1; :func:`slurm_fsm.nvsmi.probe_script`). One
+    GPU is asked: under ``ConstrainDevices=yes`` a job that holds none sees none."""
     argv = ["srun", f"--partition={partition}"]
     if account:
         argv.append(f"--account={account}")
@@ -464,6 +472,7 @@ def probe_gpu_argv(partition: str, account: str | None = None) -> list[str]:
         "-N",
         "1",
         "--ntasks-per-node=1",
+        "--gpus-per-node=1",
         "--job-name=slurm_fsm-gpu-probe",
         "bash",
         "-c",

@@ -75,6 +75,7 @@ MAX_NODES = 65_536
 MAX_NTASKS = 16_777_216
 MAX_NTASKS_PER_NODE = 4096
 MAX_GPUS_PER_NODE = 64
+MAX_CPUS_PER_TASK = 4096
 #: 365 days: the bound of ``monitor_timeout_seconds`` and of finite Slurm times.
 MAX_SECONDS = 365 * 86_400
 #: Unknown keys looked at for a did-you-mean, per object (a 1 MiB spec of keys stays fast).
@@ -360,6 +361,9 @@ class SlurmParams:
     ntasks_per_node: PositiveInt | None = None
     gpus_per_node: NonNegativeInt | None = None
     time_limit: Duration | None = None
+    #: CPUs of each task (``--cpus-per-task``); None: the job's share of the
+    #: allocation's CPUs (:mod:`slurm_fsm.placement`)
+    cpus_per_task: PositiveInt | None = None
 
     __attrs_post_init__ = _validate
 
@@ -511,6 +515,7 @@ _RULES.update({
         "ntasks_per_node": _optional(_integer(1, MAX_NTASKS_PER_NODE)),
         "gpus_per_node": _optional(_integer(0, MAX_GPUS_PER_NODE)),
         "time_limit": _optional(_time),
+        "cpus_per_task": _optional(_integer(1, MAX_CPUS_PER_TASK)),
     },
     PartitionInfo: {"name": _slurm_name, "arch": _optional(_arch_rule)},
     SlurmEnv: {},  # partitions: checked item by item when loaded, typed below

@@ -63,9 +63,11 @@ from slurm_fsm.errors import (
 from slurm_fsm.ownership import Ownership, ownership
 from slurm_fsm.preflight import (
     ClusterPartition,
+    parse_accounting_enforce,
     parse_associations,
     parse_sinfo_partitions,
     sacctmgr_assoc_argv,
+    scontrol_config_argv,
     sinfo_partitions_argv,
 )
 
@@ -632,9 +634,12 @@ class SubprocessBackend:
         assert result.returncode is not None
         return StepResult(_exit_status(result.returncode), result.stdout, result.stderr)
 
-    def gpu_processes(self, job_id: str, nodes: int) -> list[GpuProcess]:
-        """nvidia-smi's compute processes on every node of the allocation (host side)."""
-        result = self._run(slurmcli.gpu_processes_argv(check_job_id(job_id), nodes),
+    def gpu_processes(self, job_id: str, nodes: int, gpus_per_node: int | None = None
+                      ) -> list[GpuProcess]:
+        """nvidia-smi's compute processes on every node of the allocation (host side),
+        seen by a step holding its ``gpus_per_node`` GPUs per node."""
+        result = self._run(slurmcli.gpu_processes_argv(check_job_id(job_id), nodes,
+                                                       gpus_per_node),
                            self.probe_timeout_s)
         procs, failures = self._parse(result, nvsmi.parse_gpu_processes)
         if failures:  # the machine warns, naming each node and nvidia-smi's words
@@ -771,6 +776,15 @@ class SubprocessBackend:
         """``sinfo``: every partition, its state, nodes and GPUs per node."""
         result = self._run(sinfo_partitions_argv())
         return self._parse(result, parse_sinfo_partitions)
+
+    def accounting_enforce(self) -> str | None:
+        """``AccountingStorageEnforce`` of ``scontrol show config``; None when scontrol
+        fails or does not say (:class:`slurm_fsm.preflight.EnforcementQuery`)."""
+        try:
+            result = self._run(scontrol_config_argv())
+        except BackendError:
+            return None
+        return parse_accounting_enforce(result.stdout)
 
     def user_associations(self, user: str) -> list[tuple[str, str]] | None:
         """``sacctmgr show assoc``: the user's ``(account, partition)`` pairs; None when

@@ -18,6 +18,24 @@ each with a pid file of ours:
   stand-in that :attr:`ClusterInfo.env` puts first on ``PATH`` (srun carries it to
   every task; :mod:`slurm_fsm_dev.localgpu`).
 
+``$SLURM_FSM_LOCAL_CONFIG`` picks a configuration: a comma list of features
+(:data:`FEATURES`), empty for the default one (``task/none``,
+``proctrack/linuxproc``, association enforcement on, untyped GRES ``gpu:4``):
+
+- ``cgroup``: ``ProctrackType=proctrack/cgroup``,
+  ``TaskPlugin=task/cgroup,task/affinity`` and a ``cgroup.conf`` with
+  ``CgroupPlugin=cgroup/v1``, ``ConstrainCores=yes``, ``ConstrainDevices=yes``: what
+  real GPU clusters run. Each step is confined to its CPUs and its GPUs' device files;
+  ``CUDA_VISIBLE_DEVICES`` is renumbered from 0. Slurm 22.05 makes
+  ``/sys/fs/cgroup/<controller>/slurm_<node>``; ``down`` removes the empty ones. One
+  cgroup cluster per host at a time (the node names are fixed): ``up`` refuses a
+  second one.
+- ``noenforce``: no ``AccountingStorageEnforce`` key (Slurm's default): a job under
+  an account without an association runs under the user's default account.
+- ``typed``: typed GRES ``gpu:h100:4`` (``Type=h100`` in gres.conf).
+
+A cluster running another configuration than the one asked is restarted by ``up``.
+
 It then waits until every node is idle and checks that the controller that answers
 is ours (ClusterName, node list): Slurm daemons exit 0 even when they die at once.
 ``up`` is idempotent: a healthy cluster is reused as it is (its jobs are kept); a
@@ -60,6 +78,8 @@ __all__ = [
     "DEFAULT_BASE_DIR",
     "ENV_AUTH",
     "ENV_BASE_DIR",
+    "ENV_CONFIG",
+    "FEATURES",
     "GPUS_PER_NODE",
     "OTHER_ACCOUNT",
     "PACKAGES",
@@ -71,6 +91,9 @@ __all__ = [
     "UpResult",
     "base_dir",
     "bring_up",
+    "cgroup_folders",
+    "config_features",
+    "config_name",
     "current",
     "down",
     "ensure_packages",
@@ -85,11 +108,22 @@ ENV_BASE_DIR = "SLURM_FSM_LOCAL_DIR"
 #: "munge" (the default; falls back to "none" when munged cannot start) or "none"
 ENV_AUTH = "SLURM_FSM_LOCAL_AUTH"
 DEFAULT_BASE_DIR = Path("/tmp/slurm_fsm-local")
+#: the configuration: a comma list of :data:`FEATURES` (empty: the default one)
+ENV_CONFIG = "SLURM_FSM_LOCAL_CONFIG"
+#: configuration features, in their canonical order (see the module docstring)
+FEATURES = ("cgroup", "noenforce", "typed")
+#: the GPU type of the ``typed`` configuration
+GPU_TYPE = "h100"
+#: cgroup v1 controllers under which Slurm 22.05 makes ``slurm_<node>`` folders
+_CGROUP_ROOT = Path("/sys/fs/cgroup")
+#: who runs the one cgroup cluster of this host (its base folder)
+_CGROUP_CLAIM = Path("/tmp/slurm_fsm-cgroup.owner")
 CLUSTER_NAME = "slurmfsm"
 PARTITION = "debug"
 ACCOUNT = "acct"
 OTHER_ACCOUNT = "other"
-#: An account that does not exist: jobs under it are refused.
+#: An account that does not exist: jobs under it are refused (with enforcement; under
+#: ``noenforce`` Slurm runs them under the default account).
 BAD_ACCOUNT = "nope"
 DEFAULT_NODES = 3
 CPUS_PER_NODE = 8
@@ -154,6 +188,20 @@ class ClusterInfo:
     containers: ContainerInfo | None = None
     #: why ``containers`` is None ("" when it is not)
     containers_problem: str = ""
+    #: the configuration's features (:data:`FEATURES`); () is the default configuration
+    config: tuple[str, ...] = ()
+
+    @property
+    def config_name(self) -> str:
+        """``cgroup,noenforce``, or ``default``."""
+        return config_name(self.config)
+
+    def has(self, feature: str) -> bool:
+        """Whether the cluster runs with ``feature`` (one of :data:`FEATURES`)."""
+        if feature not in FEATURES:
+            raise ValueError(f"unknown configuration feature {feature!r}; known: "
+                             f"{', '.join(FEATURES)}")
+        return feature in self.config
 
     @property
     def env(self) -> dict[str, str]:
@@ -174,6 +222,7 @@ class ClusterInfo:
             for k, v in attrs.asdict(self, recurse=False).items()
         }
         data["containers"] = self.containers.to_json() if self.containers else None
+        data["config"] = list(self.config)
         return data
 
     @classmethod
@@ -194,6 +243,8 @@ class ClusterInfo:
             containers=(ContainerInfo.from_json(data["containers"])
                         if data.get("containers") else None),
             containers_problem=str(data.get("containers_problem", "")),
+            # a state file of an older `up` has no key: the default configuration
+            config=tuple(str(f) for f in data.get("config", ())),
         )
 
 
@@ -222,6 +273,23 @@ class _Daemon:
 
 
 # ---------------------------------------------------------------- paths and state
+
+
+def config_features(raw: str | None = None) -> tuple[str, ...]:
+    """The features of ``raw`` (default ``$SLURM_FSM_LOCAL_CONFIG``) in canonical order;
+    an unknown one is a :class:`LocalClusterError` naming the variable."""
+    text = os.environ.get(ENV_CONFIG, "") if raw is None else raw
+    wanted = {f.strip() for f in text.split(",") if f.strip()}
+    unknown = sorted(wanted - set(FEATURES))
+    if unknown:
+        raise LocalClusterError(f"{ENV_CONFIG}={text!r}: unknown feature(s) "
+                                f"{', '.join(unknown)}; known: {', '.join(FEATURES)}")
+    return tuple(f for f in FEATURES if f in wanted)
+
+
+def config_name(features: Sequence[str]) -> str:
+    """``cgroup,noenforce`` for those features, ``default`` for none."""
+    return ",".join(features) or "default"
 
 
 def base_dir() -> Path:
@@ -611,7 +679,8 @@ def _choose_ports(base: Path, n_nodes: int) -> int:
     raise LocalClusterError("no free block of ports between 10000 and 29999")
 
 
-def _slurm_conf(layout: _Layout, *, port0: int, nodes: Sequence[str], auth: str) -> str:
+def _slurm_conf(layout: _Layout, *, port0: int, nodes: Sequence[str], auth: str,
+                config: Sequence[str] = ()) -> str:
     b = layout.base
     if auth == "munge":
         auth_lines = [
@@ -641,8 +710,14 @@ def _slurm_conf(layout: _Layout, *, port0: int, nodes: Sequence[str], auth: str)
         f"PlugStackConfig={b}/etc/plugstack.conf",
         "SlurmctldDebug=info",
         "SlurmdDebug=info",
-        "ProctrackType=proctrack/linuxproc",
-        "TaskPlugin=task/none",
+        # TaskPluginParam=None: no CPU binding by default (a task's --cpu-bind still
+        # binds). The nodes declare more CPUs than the host has, and task/affinity
+        # cannot lay out a step of more CPUs than the host's ("Unable to layout tasks
+        # on given cpus"); ConstrainCores still confines each step to its CPUs.
+        *(["ProctrackType=proctrack/cgroup", "TaskPlugin=task/cgroup,task/affinity",
+           "TaskPluginParam=None"]
+          if "cgroup" in config else
+          ["ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none"]),
         "JobAcctGatherType=jobacct_gather/linux",
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_Core_Memory",
@@ -665,18 +740,35 @@ def _slurm_conf(layout: _Layout, *, port0: int, nodes: Sequence[str], auth: str)
         "AccountingStorageType=accounting_storage/slurmdbd",
         "AccountingStorageHost=localhost",
         f"AccountingStoragePort={port0 + 1}",
-        "AccountingStorageEnforce=associations,limits,qos",
+        # noenforce: no key at all (22.05 refuses the literal `none`)
+        *([] if "noenforce" in config else ["AccountingStorageEnforce=associations,limits,qos"]),
         "JobCompType=jobcomp/none",
     ]
     for i, node in enumerate(nodes):
         lines.append(
             f"NodeName={node} NodeHostname={node} NodeAddr=127.0.0.1 Port={port0 + 10 + i} "
             f"CPUs={CPUS_PER_NODE} RealMemory={MEMORY_PER_NODE_MB} "
-            f"{localgpu.gres_node_field(GPUS_PER_NODE)} State=UNKNOWN"
+            f"{localgpu.gres_node_field(GPUS_PER_NODE, _gpu_type(config))} State=UNKNOWN"
         )
     lines.append(
         f"PartitionName={PARTITION} Nodes={','.join(nodes)} Default=YES MaxTime=INFINITE State=UP"
     )
+    return "\n".join(lines) + "\n"
+
+
+def _gpu_type(config: Sequence[str]) -> str | None:
+    return GPU_TYPE if "typed" in config else None
+
+
+def _cgroup_conf() -> str:
+    """cgroup.conf of the ``cgroup`` configuration (22.05 and 24.11 read it alike)."""
+    lines = [
+        "# written by slurm_fsm_dev.localcluster; regenerated on every `up`",
+        "CgroupPlugin=cgroup/v1",
+        f"CgroupMountpoint={_CGROUP_ROOT}",
+        "ConstrainCores=yes",
+        "ConstrainDevices=yes",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -927,7 +1019,7 @@ def log_tails(base: Path | None = None, lines: int = 15) -> str:
     return "\n".join(chunks) if chunks else f"(all logs in {log_dir} are empty)"
 
 
-def _start(layout: _Layout, n_nodes: int) -> ClusterInfo:
+def _start(layout: _Layout, n_nodes: int, config: tuple[str, ...] = ()) -> ClusterInfo:
     """Start everything from scratch; on failure stop what was started and raise."""
     if layout.base.exists():
         shutil.rmtree(layout.base)
@@ -969,10 +1061,15 @@ def _start(layout: _Layout, n_nodes: int) -> ClusterInfo:
             log_dir=layout.log,
             containers=containers,
             containers_problem=containers_problem,
+            config=config,
         )
         password = secrets.token_hex(_DB_PASSWORD_BYTES)
-        (layout.etc / "gres.conf").write_text(localgpu.prepare(layout.base, nodes))
-        layout.slurm_conf.write_text(_slurm_conf(layout, port0=port0, nodes=nodes, auth=auth))
+        (layout.etc / "gres.conf").write_text(
+            localgpu.prepare(layout.base, nodes, gpu_type=_gpu_type(config)))
+        if "cgroup" in config:
+            (layout.etc / "cgroup.conf").write_text(_cgroup_conf())
+        layout.slurm_conf.write_text(
+            _slurm_conf(layout, port0=port0, nodes=nodes, auth=auth, config=config))
         layout.dbd_conf.write_text(_dbd_conf(layout, port0=port0, auth=auth, db_password=password))
         os.chmod(layout.dbd_conf, 0o600)
         _write_state(layout, info, daemons)
@@ -1095,9 +1192,11 @@ def bring_up(nodes: int = DEFAULT_NODES, *, install: bool = True) -> UpResult:
     if nodes < 2:
         raise LocalClusterError(f"nodes must be >= 2, got {nodes}")
     t0 = time.monotonic()
+    config = config_features()
     layout = _Layout(base_dir())
     info, daemons = _read_state(layout)
-    if info is not None and len(info.nodes) == nodes and not _check(info, daemons):
+    if info is not None and len(info.nodes) == nodes and info.config == config and \
+            not _check(info, daemons):
         return UpResult(info=info, started=False, seconds=time.monotonic() - t0)
     if install:
         ensure_packages()
@@ -1105,7 +1204,10 @@ def bring_up(nodes: int = DEFAULT_NODES, *, install: bool = True) -> UpResult:
         raise LocalClusterError("the local Slurm cluster must be started as root")
     with _lock(layout):
         info, daemons = _read_state(layout)  # someone may have started it meanwhile
-        if info is not None and len(info.nodes) == nodes:
+        if info is not None and info.config != config:
+            _say(f"the running cluster has configuration {info.config_name}, "
+                 f"{ENV_CONFIG} asks {config_name(config)}; restarting it")
+        elif info is not None and len(info.nodes) == nodes:
             problems = _check(info, daemons)
             if not problems:
                 return UpResult(info=info, started=False, seconds=time.monotonic() - t0)
@@ -1114,7 +1216,9 @@ def bring_up(nodes: int = DEFAULT_NODES, *, install: bool = True) -> UpResult:
         survivors = _stop(layout)
         if survivors:
             raise LocalClusterError(f"cannot stop the old cluster: {', '.join(survivors)}")
-        info = _start(layout, nodes)
+        if "cgroup" in config:
+            _claim_cgroups(layout)
+        info = _start(layout, nodes, config)
     return UpResult(info=info, started=True, seconds=time.monotonic() - t0)
 
 
@@ -1144,8 +1248,61 @@ def _stop(layout: _Layout) -> list[str]:
     rest.difference_update(node_pids)
     survivors += _kill_all(sorted(rest), grace=0.5)
     survivors += [p for p in _pids_in_uts(namespaces) if p not in survivors]
+    if not survivors:
+        _release_cgroups(layout)
     layout.state_file.unlink(missing_ok=True)
     return [f"pid {p} ({_cmdline(p).strip()})" for p in survivors]
+
+
+def _claim_owner() -> Path | None:
+    try:
+        text = _CGROUP_CLAIM.read_text().strip()
+    except OSError:
+        return None
+    return Path(text) if text else None
+
+
+def _claim_cgroups(layout: _Layout) -> None:
+    """Take the host's cgroup folders (``slurm_n1``...) for this cluster, or refuse when
+    another local cluster of the ``cgroup`` configuration runs (the node names are
+    fixed, so two would share their folders and job ids)."""
+    owner = _claim_owner()
+    if owner is not None and owner != layout.base:
+        other, daemons = _read_state(_Layout(owner))
+        if other is not None and other.has("cgroup") and any(_is_ours(d) for d in daemons):
+            raise LocalClusterError(
+                f"the local cluster at {owner} runs the cgroup configuration; a second one "
+                f"would share its folders {_CGROUP_ROOT}/<controller>/slurm_<node>: stop it "
+                f"first ({ENV_BASE_DIR}={owner} python -m slurm_fsm_dev.localcluster down)")
+        _release_cgroups(_Layout(owner), force=True)  # its cluster is gone: tidy after it
+    _CGROUP_CLAIM.write_text(f"{layout.base}\n")
+
+
+def _release_cgroups(layout: _Layout, *, force: bool = False) -> None:
+    """Remove the empty cgroup folders Slurm made for the nodes (``slurm_<node>`` under
+    each v1 controller, depth first) when this cluster holds the claim; then drop it.
+    A folder that still holds a process (rmdir: EBUSY) stays."""
+    if not force and _claim_owner() != layout.base:
+        return
+    for folder in cgroup_folders():
+        for dirpath, _dirs, _files in os.walk(folder, topdown=False):  # children first
+            with contextlib.suppress(OSError):
+                os.rmdir(dirpath)
+    if _claim_owner() == layout.base:
+        _CGROUP_CLAIM.unlink(missing_ok=True)
+
+
+def cgroup_folders() -> list[Path]:
+    """The ``slurm_<node>`` folders of the local cluster's nodes under the host's cgroup
+    v1 controllers (``/sys/fs/cgroup/cpuset/slurm_n1``...) that exist now."""
+    if not _CGROUP_ROOT.is_dir():
+        return []
+    found = []
+    for controller in sorted(_CGROUP_ROOT.iterdir()):
+        with contextlib.suppress(OSError):
+            found += sorted(p for p in controller.glob("slurm_n*")
+                            if p.is_dir() and p.name[len("slurm_n"):].isdigit())
+    return found
 
 
 def down() -> None:
@@ -1209,7 +1366,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{verb} in {result.seconds:.2f}s: cluster {result.info.cluster_name}, "
                 f"nodes {','.join(result.info.nodes)}, partition {result.info.partition}, "
                 f"accounts {result.info.account},{result.info.other_account}, "
-                f"auth/{result.info.auth}, logs {result.info.log_dir}"
+                f"auth/{result.info.auth}, configuration {result.info.config_name}, "
+                f"logs {result.info.log_dir}"
             )
             _say(_containers_line(result.info))
             print(result.info.export_line, flush=True)
@@ -1226,7 +1384,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(st.state)
         if st.info is not None:
             print(f"SLURM_CONF={st.info.slurm_conf}")
-            print(f"cluster {st.info.cluster_name}, auth/{st.info.auth}, logs {st.info.log_dir}")
+            print(f"cluster {st.info.cluster_name}, auth/{st.info.auth}, "
+                  f"configuration {st.info.config_name}, logs {st.info.log_dir}")
             print(_containers_line(st.info))
         for p in st.problems:
             print(f"problem: {p}")

@@ -2,10 +2,14 @@
 
 Each node gets :data:`GPUS_PER_NODE` GPUs that Slurm knows as ``gres/gpu``:
 ``gres.conf`` (``AutoDetect=off``) names one character device per GPU,
-``<base>/dev/<node>/nvidia<i>`` (``mknod c 1 3``, a harmless ``/dev/null``
-twin; Slurm reads the GPU's index from the digits of the file name), and Slurm
-hands each step its own GPUs and sets ``CUDA_VISIBLE_DEVICES`` for it
-(``task/none`` does not remap: the indices are the node's).
+``<base>/dev/<node>/nvidia<i>``, each with a number of its own
+(``c 195:<minor>``, :func:`device_number`: no driver answers it, so opening one
+fails with ENXIO; the devices cgroup works by major:minor, so they must differ
+from each other and from ``/dev/null``'s ``1:3``); Slurm reads the GPU's index from
+the digits of the file name, hands each step its own GPUs and sets
+``CUDA_VISIBLE_DEVICES`` for it (``task/none`` does not remap: the indices are the
+node's; ``task/cgroup`` renumbers from 0 and, with ``ConstrainDevices=yes``, denies
+the step every other GPU's device file: EPERM).
 
 An ``nvidia-smi`` stand-in (:data:`NVIDIA_SMI_NAME` in ``<base>/gpu-bin``) is on every
 task's ``PATH`` because srun carries the caller's ``PATH`` to its tasks and the
@@ -13,8 +17,11 @@ cluster's client environment (``ClusterInfo.env``, the ``up``/``env`` export lin
 puts the folder first (a ``TaskProlog`` cannot: pyxis runs it inside the container,
 where its file is not). It answers the queries
 slurm_fsm makes, in the formats the real one prints (see
-``real-material/slurm/nvidia_smi_fixtures.txt``), for the GPUs of
-``CUDA_VISIBLE_DEVICES`` (all of the node's when unset):
+``real-material/slurm/nvidia_smi_fixtures.txt``), for the GPUs its process may
+open, as the real one does: under device confinement, those whose device file
+does not answer EPERM; without it (every file opens), the GPUs of
+``CUDA_VISIBLE_DEVICES`` (all of the node's when unset), which is how ``task/none``
+shows a step its share:
 
 - ``--query-gpu=FIELDS --format=csv,noheader`` (``index``, ``name``,
   ``compute_cap``, ``uuid``, ``memory.total``),
@@ -37,9 +44,11 @@ from pathlib import Path
 
 __all__ = [
     "DEFAULT_MODEL",
+    "DEVICE_MAJOR",
     "GPUS_PER_NODE",
     "NVIDIA_SMI_NAME",
     "bin_dir",
+    "device_number",
     "gpu_dir",
     "gres_conf",
     "gres_node_field",
@@ -52,6 +61,8 @@ __all__ = [
 ]
 
 GPUS_PER_NODE = 4
+#: the major number of the emulated GPUs' device files (NVIDIA's; no driver here)
+DEVICE_MAJOR = 195
 NVIDIA_SMI_NAME = "nvidia-smi"
 #: (name as nvidia-smi prints it, compute capability)
 DEFAULT_MODEL = ("NVIDIA H100 80GB HBM3", "9.0")
@@ -78,17 +89,27 @@ def _dev_dir(base: Path, node: str) -> Path:
     return base / "dev" / node
 
 
-def gres_node_field(gpus: int = GPUS_PER_NODE) -> str:
-    """The ``Gres=`` field of a node line."""
-    return f"Gres=gpu:{gpus}"
+def device_number(node_index: int, gpu: int) -> tuple[int, int]:
+    """(major, minor) of GPU ``gpu`` of the ``node_index``-th node (from 0): distinct
+    for every GPU of every node."""
+    if not 0 <= gpu < 16 or not 0 <= node_index < 15:
+        raise ValueError(f"node {node_index}, GPU {gpu}: at most 15 nodes of 16 GPUs")
+    return DEVICE_MAJOR, node_index * 16 + gpu
 
 
-def gres_conf(base: Path, nodes: Sequence[str], gpus: int = GPUS_PER_NODE) -> str:
+def gres_node_field(gpus: int = GPUS_PER_NODE, gpu_type: str | None = None) -> str:
+    """The ``Gres=`` field of a node line (``gpu:4``, typed ``gpu:h100:4``)."""
+    return f"Gres=gpu:{gpu_type}:{gpus}" if gpu_type else f"Gres=gpu:{gpus}"
+
+
+def gres_conf(base: Path, nodes: Sequence[str], gpus: int = GPUS_PER_NODE,
+              gpu_type: str | None = None) -> str:
     lines = ["# written by slurm_fsm_dev.localgpu; regenerated on every `up`", "AutoDetect=off"]
+    typed = f" Type={gpu_type}" if gpu_type else ""
     for node in nodes:
         files = f"{_dev_dir(base, node)}/nvidia[0-{gpus - 1}]" if gpus > 1 else \
             f"{_dev_dir(base, node)}/nvidia0"
-        lines.append(f"NodeName={node} Name=gpu File={files}")
+        lines.append(f"NodeName={node} Name=gpu{typed} File={files}")
     return "\n".join(lines) + "\n"
 
 
@@ -107,10 +128,18 @@ if [ -r "$G/$node/fail" ]; then
   cat "$G/$node/fail"; rc=9; [ -r "$G/$node/fail.rc" ] && read -r rc < "$G/$node/fail.rc"
   exit "$rc"
 fi
-if [ "${{CUDA_VISIBLE_DEVICES+set}}" = set ]; then
+# the GPUs this process may open: the devices cgroup answers EPERM for the others
+D={shlex.quote(str(base / "dev"))}/"$node"
+openable=(); denied=0
+for ((i = 0; i < ngpus; i++)); do
+  err=$( {{ exec 3<"$D/nvidia$i"; }} 2>&1 )
+  case "$err" in *"not permitted"*) denied=1 ;; *) openable+=("$i") ;; esac
+done
+if [ "$denied" = 0 ] && [ "${{CUDA_VISIBLE_DEVICES+set}}" = set ]; then
+  # no confinement (task/none): the step's share is what CUDA_VISIBLE_DEVICES names
   IFS=',' read -r -a visible <<< "$CUDA_VISIBLE_DEVICES"
 else
-  visible=(); for ((i = 0; i < ngpus; i++)); do visible+=("$i"); done
+  visible=("${{openable[@]}}")
 fi
 ok=()
 for i in "${{visible[@]}}"; do
@@ -170,25 +199,27 @@ for i in "${{ok[@]}}"; do echo "GPU $i: $name (UUID: $(uuid "$i"))"; done
 """
 
 
-def prepare(base: Path, nodes: Sequence[str], gpus: int = GPUS_PER_NODE) -> str:
-    """Make the device files and the stand-in; return gres.conf's text.
+def prepare(base: Path, nodes: Sequence[str], gpus: int = GPUS_PER_NODE,
+            gpu_type: str | None = None) -> str:
+    """Make the device files (:func:`device_number`) and the stand-in; return
+    gres.conf's text.
 
     Needs root for ``mknod`` (the local cluster runs as root); an OSError says why not.
     """
-    for node in nodes:
+    for n, node in enumerate(nodes):
         d = _dev_dir(base, node)
         d.mkdir(parents=True, exist_ok=True)
         (gpu_dir(base) / node).mkdir(parents=True, exist_ok=True)
         for i in range(gpus):
             dev = d / f"nvidia{i}"
-            if not dev.exists():
-                os.mknod(dev, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+            dev.unlink(missing_ok=True)
+            os.mknod(dev, stat.S_IFCHR | 0o666, os.makedev(*device_number(n, i)))
     bd = bin_dir(base)
     bd.mkdir(parents=True, exist_ok=True)
     smi = bd / NVIDIA_SMI_NAME
     smi.write_text(_stand_in(base, gpus))
     smi.chmod(0o755)
-    return gres_conf(base, nodes, gpus)
+    return gres_conf(base, nodes, gpus, gpu_type)
 
 
 def put_process(base: Path, node: str, gpu: int, pid: int, name: str,

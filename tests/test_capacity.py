@@ -295,3 +295,34 @@ def test_a_grant_that_cannot_be_read_is_read_by_the_next_run(make_spec: SpecFact
     assert again.prepare() is State.Ready
     assert again.path == ["NoState", "Validating", "Ready"]
     assert json.loads(spec.state_path.read_text())["cpus_per_node"] == 1
+
+
+# ------------------------------------------------------------- cpus_per_task (issue 23)
+
+
+def test_cpus_per_task_asks_that_many_cpus_per_task_of_the_allocation(
+        make_spec: SpecFactory) -> None:
+    """A 1-task job on 4 GPUs with 2 CPUs a task: one task per GPU, each of 2 CPUs, asked
+    as 8 one-CPU tasks per node (the job's steps say their own task count)."""
+    spec = make_spec(slurm_params={"gpus_per_node": 4, "cpus_per_task": 2})
+    size = allocation_request_size(spec)
+    assert (size.ntasks_per_node, size.gpus_per_node) == (8, 4)
+    needs = job_needs(spec)
+    assert (needs.cpus_per_task, needs.cpus_per_node) == (2, 2)
+
+
+def test_an_allocation_with_too_few_cpus_for_cpus_per_task_is_refused(
+        make_spec: SpecFactory) -> None:
+    spec = make_spec(slurm_params={"ntasks_per_node": 2, "cpus_per_task": 4})
+    assert capacity_problems(_alloc(cpus_per_node=4), spec) == [
+        "2 task(s) of 4 CPUs per node need 8 CPU(s) per node, the allocation has 4 (as "
+        "granted by Slurm)"]
+    assert capacity_problems(_alloc(cpus_per_node=8), spec) == []
+
+
+@pytest.mark.parametrize("value", [0, -1, "two", 1.5, 5000])
+def test_a_bad_cpus_per_task_is_refused_by_name(make_spec: SpecFactory, value: object) -> None:
+    with pytest.raises(SpecError) as err:
+        make_spec(slurm_params={"cpus_per_task": value})
+    assert any(p.startswith("slurm_params.cpus_per_task: ") for p in err.value.problems), \
+        err.value.problems

@@ -626,3 +626,28 @@ def test_a_one_shot_job_killed_by_a_signal_exits_128_plus_it(make_spec: SpecFact
     report = run(spec, fake, Kill())
     assert report.exit_code == 137
     assert report.status is Status.FAILED  # not PASSED on a "0" exit code
+
+
+def test_one_shot_passes_the_specs_cpus_per_task_to_sbatch(make_spec: SpecFactory,
+                                                          fake: FakeCluster) -> None:
+    """Issue 23: ``slurm_params.cpus_per_task`` is ``sbatch --cpus-per-task`` in one-shot
+    mode (the script has no ``#SBATCH --cpus-per-task`` of its own)."""
+    spec = one_shot(make_spec, success_patterns="passed", slurm_params={"cpus_per_task": 6})
+    fake.script(spec.script_path, FakeScript(lines=PYTEST_OK))
+    assert run(spec, fake).status is Status.PASSED
+    submit = next(c for c in fake.calls if c.op == "submit").args["request"]
+    assert submit.extra_args == ("--cpus-per-task=6",)
+
+
+def test_a_persistent_job_gets_its_cpu_share_of_the_granted_allocation(
+        make_spec: SpecFactory, fake: FakeCluster) -> None:
+    """Issue 23: 1 GPU of the allocation's 4, on its granted 8 CPUs: 2 CPUs per task."""
+    spec = make_spec(alloc_gpus_per_node=4, slurm_params={"gpus_per_node": 1,
+                                                          "cpus_per_task": None})
+    big = make_spec(slurm_params={"gpus_per_node": 4, "cpus_per_task": 2})
+    fake.script(big.script_path, FakeScript(lines=PYTEST_OK))
+    assert run(big, fake).status is Status.PASSED  # the allocation: 8 CPUs, 4 GPUs
+    fake.reset_calls()
+    assert run(spec, fake).status is Status.PASSED
+    env = next(c for c in fake.calls if c.op == "start_script").args["request"].env
+    assert (env["SRUN_CPUS_PER_TASK"], env["SLURM_GPUS_PER_NODE"]) == ("2", "1")

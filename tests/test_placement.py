@@ -10,6 +10,8 @@ from slurm_fsm.backend import JobInfo
 from slurm_fsm.placement import (
     Placement,
     QueueWatch,
+    batch_cpu_args,
+    cpu_share,
     script_env,
     script_memory,
     waiting_advice,
@@ -100,3 +102,74 @@ def test_the_waiting_message_says_the_allocations_size_and_how_to_grow_it() -> N
     unknown = waiting_advice(1)
     assert "slurm-fsm status" in unknown and "alloc_gpus_per_node" in unknown
     assert "CPUs" in waiting_advice(0)
+
+
+# ------------------------------------------------------------- issue 23 fix 2 and 4
+
+
+@pytest.mark.parametrize(("kw", "cpus", "gpus", "expected"), [
+    ({"gpus_per_node": 1}, 8, 4, 2),  # 1 GPU of 4 on 8 CPUs: a quarter
+    ({"gpus_per_node": 2}, 8, 4, 4),
+    ({"gpus_per_node": 1, "ntasks_per_node": 2}, 8, 4, None),  # 2 CPUs over 2 tasks: 1
+    ({"gpus_per_node": 4}, 8, 4, 8),  # every GPU: every CPU of the node
+    ({"gpus_per_node": 4, "ntasks_per_node": 4}, 8, 4, 2),
+    ({"gpus_per_node": 1}, 128, 1, 128),  # a node-exclusive grant: all of it
+    ({}, 8, 0, 8),  # no GPU in the allocation: the node's CPUs are the job's
+    ({}, 8, 4, None),  # beside GPU jobs a CPU job takes one CPU per task
+    ({"gpus_per_node": 1}, None, 4, None),  # CPUs not known (an old state file)
+    ({"gpus_per_node": 1}, 3, 4, None),  # 3 x 1/4 rounds to 0: Slurm's one CPU
+    ({"gpus_per_node": 1, "cpus_per_task": 3}, 8, 4, 3),  # the spec says
+    ({"cpus_per_task": 1}, 8, 0, 1),
+])
+def test_a_jobs_cpu_share_follows_its_gpus_unless_the_spec_says(
+        kw: dict[str, int], cpus: int | None, gpus: int, expected: int | None) -> None:
+    assert cpu_share(params(**kw), cpus, gpus) == expected
+
+
+def test_the_cpu_share_is_exported_for_22_05_and_later() -> None:
+    """22.05's srun reads SRUN_CPUS_PER_TASK only (not SLURM_CPUS_PER_TASK); later
+    versions read both."""
+    env = Placement.of(params(gpus_per_node=1), alloc_cpus_per_node=8,
+                       alloc_gpus_per_node=4).env()
+    assert (env["SRUN_CPUS_PER_TASK"], env["SLURM_CPUS_PER_TASK"]) == ("2", "2")
+    assert env["SLURM_EXACT"] == "1"
+    plain = Placement.of(params(gpus_per_node=1)).env()  # allocation unknown
+    assert "SRUN_CPUS_PER_TASK" not in plain and "SLURM_CPUS_PER_TASK" not in plain
+
+
+def test_script_env_carries_the_share_of_the_allocation(tmp_path: Path) -> None:
+    env = script_env(INFO, params(gpus_per_node=2), alloc_cpus_per_node=16,
+                     alloc_gpus_per_node=4)
+    assert env["SRUN_CPUS_PER_TASK"] == "8"
+
+
+@pytest.mark.parametrize("gpus", [None, 0])
+def test_a_job_that_asks_no_gpu_asks_no_gres(gpus: int | None) -> None:
+    """Else its steps inherit the allocation's GRES: every GPU (issue 23 fix 4)."""
+    env = Placement.of(params(gpus_per_node=gpus)).env()
+    assert env["SLURM_GRES"] == "none"
+    assert "SLURM_GRES" not in Placement.of(params(gpus_per_node=1)).env()
+
+
+def test_the_waiting_message_names_what_the_job_waits_for() -> None:
+    said: list[str] = []
+    cpu = QueueWatch(lambda _t: None, said.append, Placement.of(params(gpus_per_node=0)))
+    cpu("srun: Job 7 step creation temporarily disabled, retrying (Requested nodes are busy)\n")
+    assert said[0].startswith("waiting for CPUs (1 CPU per task; no GPU asked)")
+    said.clear()
+    gpu = QueueWatch(lambda _t: None, said.append,
+                     Placement.of(params(gpus_per_node=1), alloc_cpus_per_node=8,
+                                  alloc_gpus_per_node=4))
+    gpu("srun: Job 7 step creation temporarily disabled, retrying (Requested nodes are busy)\n")
+    assert said[0].startswith("waiting for GPUs (1 per node, 2 CPU(s) per task)")
+
+
+def test_one_shot_passes_cpus_per_task_unless_the_script_says(tmp_path: Path) -> None:
+    script = tmp_path / "job.sbatch"
+    script.write_text("#!/bin/bash\n#SBATCH --nodes=1\nsrun true\n")
+    assert batch_cpu_args(params(), script) == ([], [])
+    assert batch_cpu_args(params(cpus_per_task=4), script) == (["--cpus-per-task=4"], [])
+    script.write_text("#!/bin/bash\n#SBATCH --cpus-per-task=2\nsrun true\n")
+    args, warnings = batch_cpu_args(params(cpus_per_task=4), script)
+    assert args == [] and "#SBATCH --cpus-per-task=2 is used" in warnings[0]
+    assert batch_cpu_args(params(cpus_per_task=2), script) == ([], [])

@@ -9,9 +9,14 @@ import pytest
 
 from slurm_fsm.preflight import (
     ClusterPartition,
+    PreflightFailed,
     check_request,
+    enforces_associations,
+    parse_accounting_enforce,
     parse_associations,
     parse_sinfo_partitions,
+    request_warnings,
+    require,
     slurm_config_problem,
 )
 from slurm_fsm.spec import JobSpec
@@ -119,3 +124,51 @@ def test_the_allocation_size_is_what_is_checked(tmp_path: Path) -> None:
         "alloc_nodes: 2 nodes with 8 GPUs each asked; partition 'gpu' has 1 such node"), problems
     one_shot = attrs.evolve(bigger, persistent_mode=False, log_file_pattern="j_%j.out")
     assert check_request(one_shot, cluster, "u") == []  # sbatch asks the job's own size
+
+
+# ------------------------------------------------------------- enforcement (issue 23 fix 1)
+
+
+class EnforcingCluster(Cluster):
+    def __init__(self, enforce: str | None, assoc: list[tuple[str, str]]) -> None:
+        super().__init__([GPU], assoc)
+        self.enforce = enforce
+
+    def accounting_enforce(self) -> str | None:
+        return self.enforce
+
+
+@pytest.mark.parametrize(("enforce", "refused"), [
+    ("associations,limits,qos", True),
+    ("associations", True),
+    ("limits", True),  # implies associations
+    ("safe", True),
+    ("none", False),  # Slurm's default: the job runs under the default account
+    ("", False),
+    (None, True),  # the controller did not say: the strict check
+])
+def test_the_account_check_refuses_only_where_slurm_enforces_associations(
+        tmp_path: Path, enforce: str | None, refused: bool) -> None:
+    spec = _spec(tmp_path, account="projx")
+    cluster = EnforcingCluster(enforce, [("acct", ""), ("other", "")])
+    problems = check_request(spec, cluster, "u")
+    warnings = request_warnings(spec, cluster, "u")
+    if refused:
+        assert len(problems) == 1 and "'projx' is not an account of user u" in problems[0]
+        assert warnings == []
+        with pytest.raises(PreflightFailed):
+            require(spec, cluster, "u")
+    else:
+        assert problems == []
+        assert len(warnings) == 1 and "does not enforce associations" in warnings[0]
+        assert "default account" in warnings[0]
+        assert require(spec, cluster, "u") == warnings
+
+
+def test_enforcement_is_read_from_scontrol_show_config() -> None:
+    text = ("Configuration data as of 2026-12-03T18:00:00\nAccountingStorageBackupHost = "
+            "(null)\nAccountingStorageEnforce = none\nAccountingStorageHost = localhost\n")
+    assert parse_accounting_enforce(text) == "none"
+    assert parse_accounting_enforce("ClusterName = x\n") is None
+    assert not enforces_associations("none")
+    assert enforces_associations("associations,limits,qos")

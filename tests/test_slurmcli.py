@@ -215,6 +215,15 @@ def test_srun_step_needs_a_command() -> None:
         slurmcli.srun_step_argv(StepRequest(job_id="7", argv=(), nodes=1))
 
 
+def test_gpu_processes_argv_asks_the_allocations_gpus_with_overlap() -> None:
+    """Issue 23 fix 3: under ConstrainDevices a step sees only the GPUs it holds; with
+    --overlap it starts at once even while other steps hold them all."""
+    argv = slurmcli.gpu_processes_argv("7", 2, 4)
+    assert argv[:9] == ["srun", "--jobid=7", "-N", "2", "--ntasks-per-node=1", "--overlap",
+                        "--gpus-per-node=4", "-l", "bash"]
+    assert "--gres=none" not in argv
+
+
 def test_gpu_processes_argv_and_its_script_runs_without_nvidia_smi(tmp_path: Path) -> None:
     argv = slurmcli.gpu_processes_argv("7", 2)
     assert argv[:9] == [
@@ -224,7 +233,7 @@ def test_gpu_processes_argv_and_its_script_runs_without_nvidia_smi(tmp_path: Pat
         "2",
         "--ntasks-per-node=1",
         "--overlap",
-        "--gres=none",  # a helper: takes no GPU, waits behind no job
+        "--gres=none",  # the allocation's GPUs not known: none asked
         "-l",
         "bash",
     ]
@@ -265,18 +274,19 @@ def test_gpu_processes_script_with_a_fake_nvidia_smi(tmp_path: Path) -> None:
 
 def test_probe_gpu_argv() -> None:
     argv = slurmcli.probe_gpu_argv("gpu", "acct")
-    assert argv[:7] == [
+    assert argv[:8] == [
         "srun",
         "--partition=gpu",
         "--account=acct",
         "-N",
         "1",
         "--ntasks-per-node=1",
+        "--gpus-per-node=1",  # under ConstrainDevices a job without a GPU sees none
         "--job-name=slurm_fsm-gpu-probe",
     ]
-    assert argv[7:9] == ["bash", "-c"]
-    assert "nvidia-smi --query-gpu=name,compute_cap --format=csv,noheader" in argv[9]
-    assert "nvidia-smi --query-gpu=name --format=csv,noheader" in argv[9]  # older drivers
+    assert argv[8:10] == ["bash", "-c"]
+    assert "nvidia-smi --query-gpu=name,compute_cap --format=csv,noheader" in argv[10]
+    assert "nvidia-smi --query-gpu=name --format=csv,noheader" in argv[10]  # older drivers
     assert "--account=acct" not in slurmcli.probe_gpu_argv("gpu")
 
 

@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 
 from slurm_fsm import cli
 from slurm_fsm.spec import (
+    MAX_CPUS_PER_TASK,
     MAX_FILE_NAME_BYTES,
     MAX_GPUS_PER_NODE,
     MAX_NAME_LEN,
@@ -260,6 +261,7 @@ PARAMS_BAD: dict[str, st.SearchStrategy[object]] = {
     "ntasks_per_node": bad_ints(1, MAX_NTASKS_PER_NODE),
     "gpus_per_node": bad_ints(0, MAX_GPUS_PER_NODE),
     "time_limit": TIME_BAD,
+    "cpus_per_task": bad_ints(1, MAX_CPUS_PER_TASK),
 }
 SPEC_BAD: dict[str, st.SearchStrategy[object]] = {
     "script_path": PATH_BAD,

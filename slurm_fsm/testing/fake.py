@@ -56,7 +56,7 @@ from slurm_fsm.errors import (
     JobNotFound,
 )
 from slurm_fsm.jobstate import JobState, to_job_state
-from slurm_fsm.preflight import ClusterPartition
+from slurm_fsm.preflight import ClusterPartition, enforces_associations
 from slurm_fsm.scriptguard import stop_group
 from slurm_fsm.slurmcli import enroot_image, foreign_container_message, sbatch_directives
 
@@ -75,7 +75,7 @@ __all__ = [
 CONTROLLER_OPS = frozenset({
     "query_job", "find_jobs", "allocate", "run_step", "gpu_processes", "probe_gpu_name",
     "list_steps", "step_details", "cancel", "submit", "job_outcome", "granted",
-    "cluster_partitions",
+    "cluster_partitions", "accounting_enforce",
 })
 
 
@@ -405,6 +405,9 @@ class FakeCluster:
         self.run_scripts = run_scripts
         #: answer the pre-flight questions (see the class docstring)
         self.preflight = preflight
+        #: ``AccountingStorageEnforce``: without ``associations``, an account that is
+        #: not one of :attr:`accounts` runs (under the default account), as in Slurm
+        self.enforce = "associations,limits,qos"
         self.clock = clock or (_WallClock() if run_scripts else FakeClock())
         self.pyxis = pyxis
         #: whether a host path (image file, mount source) exists on the nodes
@@ -704,6 +707,13 @@ class FakeCluster:
                                  gpus_per_node=(self.gpus_per_node,) * len(nodes))
                 for name, nodes in self.partitions.items()]
 
+    def accounting_enforce(self) -> str | None:
+        """:attr:`enforce` (``scontrol show config``); None unless ``preflight=True``."""
+        if not self.preflight:
+            return None
+        self._call("accounting_enforce")
+        return self.enforce
+
     def user_associations(self, user: str) -> list[tuple[str, str]] | None:
         """The declared accounts, for any partition (``sacctmgr show assoc``); None
         unless ``preflight=True``."""
@@ -747,7 +757,8 @@ class FakeCluster:
             return (f"{tool}: error: invalid partition specified: {partition}\n"
                     f"{tool}: error: Job submit/allocate failed: Invalid partition name "
                     "specified\n")
-        if account is not None and account not in self.accounts:
+        if account is not None and account not in self.accounts and \
+                enforces_associations(self.enforce):
             return (f"{tool}: error: Job submit/allocate failed: Invalid account or "
                     "account/partition combination specified\n")
         if partition is not None and nodes > len(self.partitions[partition]):
@@ -844,8 +855,9 @@ class FakeCluster:
                 ], child_rc=None)
         return None
 
-    def gpu_processes(self, job_id: str, nodes: int) -> list[GpuProcess]:
-        self._call("gpu_processes", job_id=job_id, nodes=nodes)
+    def gpu_processes(self, job_id: str, nodes: int, gpus_per_node: int | None = None
+                      ) -> list[GpuProcess]:
+        self._call("gpu_processes", job_id=job_id, nodes=nodes, gpus_per_node=gpus_per_node)
         job = self._job(job_id)
         ours = self._our_pids(job_id)  # the allocation's own jobs are not intruders
         return [GpuProcess(node=n, pid=pid, name=name, used_memory=mem)

@@ -4,6 +4,14 @@ It reuses a healthy cluster that is already up (``scripts/local-slurm up``) or s
 one, and fails (never skips) when it cannot. At the end of the session it fails
 when a job is left behind (an allocation a test forgot to release), then stops the
 cluster only if this session started it (set ``SLURM_FSM_KEEP_CLUSTER=1`` to keep it).
+
+The cluster has the configuration ``$SLURM_FSM_LOCAL_CONFIG`` names
+(:func:`slurm_fsm_dev.localcluster.config_features`). A test whose behaviour
+depends on it carries ``@pytest.mark.config(...)``: keywords naming what it needs
+(``cgroup=True``, ``noenforce=False``...; none: it runs on every configuration and
+belongs to the configuration-dependent subset). A session deselects (never skips)
+the tests whose needs its configuration does not meet, and ``-m config`` selects
+the configuration-dependent ones (``make test-confined``).
 """
 
 from __future__ import annotations
@@ -24,6 +32,41 @@ from .containers import ContainerNames, pyxis_or_skip
 from .helpers import JobNames
 
 LEFTOVER_GRACE_SECONDS = 5.0
+
+
+def config_needs(item: pytest.Item) -> dict[str, bool]:
+    """What ``item``'s ``config`` markers need: feature -> present (True) or absent."""
+    needs: dict[str, bool] = {}
+    for mark in item.iter_markers("config"):
+        if mark.args:
+            raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.config takes keywords "
+                                    f"(cgroup=True), not {mark.args!r}")
+        for feature, wanted in mark.kwargs.items():
+            if feature not in localcluster.FEATURES or not isinstance(wanted, bool):
+                raise pytest.UsageError(
+                    f"{item.nodeid}: @pytest.mark.config({feature}={wanted!r}): features "
+                    f"are {', '.join(localcluster.FEATURES)}, each True or False")
+            needs[feature] = wanted
+    return needs
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the tests whose ``config`` needs the session's configuration
+    (``$SLURM_FSM_LOCAL_CONFIG``) does not meet."""
+    try:
+        have = set(localcluster.config_features())
+    except LocalClusterError as exc:
+        raise pytest.UsageError(str(exc)) from exc
+    kept, dropped = [], []
+    for item in items:
+        needs = config_needs(item)
+        if all((feature in have) == wanted for feature, wanted in needs.items()):
+            kept.append(item)
+        else:
+            dropped.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
 
 
 def _squeue(info: ClusterInfo) -> list[str]:

@@ -102,6 +102,7 @@ GPU_JOB = ("#!/bin/bash\nsrun -n1 bash -c 'echo gpu=$CUDA_VISIBLE_DEVICES; "
            "echo start $(date +%s.%N); sleep {s}; echo end $(date +%s.%N)'\n")
 
 
+@pytest.mark.config(cgroup=False)  # CUDA_VISIBLE_DEVICES is the node's index (task/none)
 def test_four_one_gpu_runs_at_once_each_get_their_own_gpu_in_one_allocation(
         local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
     """Issue 18, done when: four concurrent runs of 1-GPU jobs on a 4-GPU allocation all

@@ -1,4 +1,5 @@
-"""The local cluster is a real, usable Slurm: several nodes, accounting, enforced accounts."""
+"""The local cluster is a real, usable Slurm: several nodes, accounting, enforced accounts;
+its configurations (``SLURM_FSM_LOCAL_CONFIG``) are what they say."""
 
 from __future__ import annotations
 
@@ -62,6 +63,7 @@ def test_every_node_is_idle(local_cluster: ClusterInfo) -> None:
 
 
 @pytest.mark.slurm
+@pytest.mark.config()
 def test_the_controller_that_answers_is_ours(local_cluster: ClusterInfo) -> None:
     assert os.environ["SLURM_CONF"] == str(local_cluster.slurm_conf)
     proc = slurm(local_cluster, "scontrol", "show", "config")
@@ -72,7 +74,8 @@ def test_the_controller_that_answers_is_ours(local_cluster: ClusterInfo) -> None
     )
     assert config["ClusterName"] == local_cluster.cluster_name
     assert config["SlurmctldPort"] == str(local_cluster.slurmctld_port)
-    assert config["AccountingStorageEnforce"] == "associations,limits,qos"
+    assert config["AccountingStorageEnforce"] == (
+        "none" if local_cluster.has("noenforce") else "associations,limits,qos")
     partitions = slurm(local_cluster, "sinfo", "-h", "-o", "%P").stdout.split()
     assert partitions == [f"{local_cluster.partition}*"]
 
@@ -137,6 +140,7 @@ def test_sacct_sees_a_finished_job(local_cluster: ClusterInfo, tmp_path: Path) -
 
 
 @pytest.mark.slurm
+@pytest.mark.config(noenforce=False)
 def test_only_the_configured_accounts_are_accepted(local_cluster: ClusterInfo) -> None:
     try:
         bad = slurm(
@@ -166,3 +170,54 @@ def test_more_nodes_than_exist_fail_at_once(local_cluster: ClusterInfo) -> None:
         assert "Node count specification invalid" in proc.stderr
     finally:
         cancel_ours(local_cluster)
+
+
+@pytest.mark.slurm
+@pytest.mark.config(noenforce=True)
+def test_without_enforcement_a_job_under_an_unknown_account_runs_under_the_default_one(
+        local_cluster: ClusterInfo) -> None:
+    proc = slurm(local_cluster, "srun", "-N", "1", f"--account={localcluster.BAD_ACCOUNT}",
+                 f"--job-name={JOB_NAME}", "bash", "-c", 'echo "account=$SLURM_JOB_ACCOUNT"')
+    assert proc.returncode == 0, proc.stderr
+    assert f"account={local_cluster.account}" in proc.stdout
+
+
+@pytest.mark.slurm
+@pytest.mark.config(cgroup=False)  # one cgroup cluster per host: this one makes its own
+def test_another_configuration_restarts_the_cluster_and_down_leaves_no_cgroup_folder(
+        local_cluster: ClusterInfo, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second cluster of its own (its base folder, its ports): up with ``cgroup``
+    (a step makes the nodes' cgroup folders), then up with ``typed`` restarts it rather
+    than reuse it (and removes those folders), then down."""
+    assert localcluster.cgroup_folders() == [], "another cgroup cluster runs on this host"
+    monkeypatch.setenv(localcluster.ENV_BASE_DIR, f"{local_cluster.base_dir}-second")
+    try:
+        monkeypatch.setenv(localcluster.ENV_CONFIG, "cgroup")
+        first = localcluster.bring_up(install=False)
+        assert first.started and first.info.config == ("cgroup",)
+        env = {**os.environ, **first.info.env}
+        step = subprocess.run(["srun", "-N", "1", f"--account={first.info.account}",
+                               "--gpus-per-node=1", "bash", "-c",
+                               "cat /proc/self/cgroup; nvidia-smi -L"],
+                              capture_output=True, text=True, timeout=60, env=env, check=False)
+        assert step.returncode == 0, step.stderr
+        assert "slurm_n" in step.stdout  # the step ran in the node's cgroup folders
+        assert step.stdout.count("GPU ") == 1, step.stdout  # and saw its one GPU only
+        assert localcluster.cgroup_folders()
+        shown = localcluster.main(["status"])
+        assert shown == 0
+
+        monkeypatch.setenv(localcluster.ENV_CONFIG, "typed")
+        second = localcluster.bring_up(install=False)
+        assert second.started, "a cluster of another configuration was reused"
+        assert second.info.config == ("typed",)
+        assert localcluster.cgroup_folders() == []  # the restart removed them
+        node = subprocess.run(["scontrol", "show", "node", "n1"], capture_output=True,
+                              text=True, timeout=30, env={**os.environ, **second.info.env},
+                              check=False).stdout
+        assert "Gres=gpu:h100:4" in node
+        assert not localcluster.bring_up(install=False).started  # same one: reused
+    finally:
+        localcluster.down()
+    assert localcluster.status().state == "down"
+    assert localcluster.cgroup_folders() == []

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 from collections.abc import Iterator
 
 import pytest
 
-from slurm_fsm_dev import localgpu
+from slurm_fsm_dev import localcluster, localgpu
 from slurm_fsm_dev.localcluster import GPUS_PER_NODE, ClusterInfo
 
 from .helpers import JobNames
@@ -39,13 +40,51 @@ def gpu_alloc(local_cluster: ClusterInfo, names: JobNames) -> Iterator[str]:
         localgpu.reset(local_cluster.base_dir)
 
 
+@pytest.mark.config()
 def test_gres_is_configured(local_cluster: ClusterInfo) -> None:
     out = subprocess.run(["scontrol", "show", "node", local_cluster.nodes[0]],
                          env=_env(local_cluster), capture_output=True, text=True, timeout=30,
                          check=True).stdout
-    assert f"Gres=gpu:{GPUS_PER_NODE}" in out
+    typed = localcluster.GPU_TYPE if local_cluster.has("typed") else None
+    assert localgpu.gres_node_field(GPUS_PER_NODE, typed) in out.split()
 
 
+def test_every_gpu_has_a_device_number_of_its_own(local_cluster: ClusterInfo) -> None:
+    """The devices cgroup works by major:minor: one number per GPU and node, and never
+    /dev/null's (1:3)."""
+    numbers = []
+    for node in local_cluster.nodes:
+        for i in range(GPUS_PER_NODE):
+            st = os.stat(local_cluster.base_dir / "dev" / node / f"nvidia{i}")
+            assert stat.S_ISCHR(st.st_mode)
+            numbers.append((os.major(st.st_rdev), os.minor(st.st_rdev)))
+    assert len(set(numbers)) == len(numbers) == GPUS_PER_NODE * len(local_cluster.nodes)
+    assert (1, 3) not in numbers
+
+
+@pytest.mark.config(cgroup=True)
+def test_a_confined_step_opens_only_its_gpus_and_nvidia_smi_lists_only_them(
+        local_cluster: ClusterInfo, gpu_alloc: str) -> None:
+    def step(*gres: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["srun", f"--jobid={gpu_alloc}", "-N", "1", "-n", "1", "--overlap", *gres,
+             "bash", "-c", 'n=$(hostname); for i in 0 1 2 3; do '
+             f'(exec 3<"{local_cluster.base_dir}/dev/$n/nvidia$i") 2>&1 | '
+             'grep -q "not permitted" || echo "open $i"; done; nvidia-smi -L'],
+            env=_env(local_cluster), capture_output=True, text=True, timeout=60, check=False)
+
+    two = step("--gpus-per-node=2")
+    assert two.returncode == 0, two.stderr
+    opened = [line for line in two.stdout.splitlines() if line.startswith("open ")]
+    listed = [line.split(":")[0] for line in two.stdout.splitlines() if line.startswith("GPU ")]
+    assert len(opened) == 2, two.stdout
+    assert [f"GPU {o.split()[1]}" for o in opened] == listed  # exactly the openable ones
+    none = step("--gres=none")
+    assert none.returncode == 6, none.stdout
+    assert "open" not in none.stdout and "No devices were found" in none.stdout
+
+
+@pytest.mark.config(cgroup=False)  # CUDA_VISIBLE_DEVICES is the node's index (task/none)
 def test_exact_steps_get_distinct_gpus_and_a_fifth_waits(
         local_cluster: ClusterInfo, gpu_alloc: str) -> None:
     """SLURM_EXACT=1 SLURM_GPUS_PER_NODE=1: 4 steps at once on GPUs 0-3, the 5th queued."""

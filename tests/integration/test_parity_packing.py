@@ -100,6 +100,7 @@ def world(request: pytest.FixtureRequest, local_cluster: ClusterInfo, names: Job
     localgpu.reset(local_cluster.base_dir)
 
 
+@pytest.mark.config(cgroup=False)  # CUDA_VISIBLE_DEVICES is the node's index (task/none)
 def test_five_one_gpu_steps_on_four_gpus_one_waits(world: World) -> None:
     job, _ = world.allocation()
     procs = world.steps(job, 5, 'echo "cvd=$CUDA_VISIBLE_DEVICES"; sleep 2')
@@ -109,6 +110,7 @@ def test_five_one_gpu_steps_on_four_gpus_one_waits(world: World) -> None:
     assert sum("step creation temporarily disabled" in e for _, e in outs) == 1
 
 
+@pytest.mark.config(cgroup=False)  # CUDA_VISIBLE_DEVICES is the node's index (task/none)
 def test_a_job_beside_siblings_gets_the_free_gpu_and_warns_only_of_strangers(
         world: World, tmp_path: Path) -> None:
     job, node = world.allocation()
@@ -137,6 +139,7 @@ def test_a_job_beside_siblings_gets_the_free_gpu_and_warns_only_of_strangers(
             p.communicate(timeout=60)
 
 
+@pytest.mark.config(cgroup=False)  # CUDA_VISIBLE_DEVICES is the node's index (task/none)
 def test_a_job_behind_siblings_waits_for_gpus_then_passes(world: World,
                                                           tmp_path: Path) -> None:
     job, _ = world.allocation()

@@ -81,6 +81,7 @@ def _sibling_steps(cluster: ClusterInfo, job_id: str, n: int, seconds: float,
     return procs
 
 
+@pytest.mark.config(cgroup=False)  # CUDA_VISIBLE_DEVICES is the node's index (task/none)
 def test_a_one_gpu_job_gets_a_free_gpu_beside_siblings_and_ignores_their_processes(
         local_cluster: ClusterInfo, names: JobNames, tmp_path: Path, gpus: Path) -> None:
     name = names.new("share")

@@ -251,8 +251,9 @@ def test_a_state_file_naming_another_job_never_cancels_it(
 
 @pytest.mark.parametrize(("params", "message"), [
     ({"partition": "nope"}, "Invalid partition name specified"),
-    ({"account": localcluster.BAD_ACCOUNT},
-     "Invalid account or account/partition combination specified"),
+    pytest.param({"account": localcluster.BAD_ACCOUNT},
+                 "Invalid account or account/partition combination specified",
+                 marks=pytest.mark.config(noenforce=False)),  # Slurm refuses it
 ], ids=["bad partition", "bad account"])
 def test_salloc_refused_fails_with_slurms_message_and_leaves_nothing(
         local_cluster: ClusterInfo, names: JobNames, tmp_path: Path,
