@@ -367,10 +367,6 @@ class SlurmBackend(Protocol):
         """The GPU name of one node of ``partition`` (pre-step), or None."""
         ...
 
-    def list_steps(self, job_id: str) -> list[StepInfo]:
-        """Running steps of a job."""
-        ...
-
     def step_details(self, job_id: str) -> list[StepInfo]:
         """The numbered steps of a job with the host and pid of the ``srun`` that started
         each and what each holds (``scontrol show step``); ``[]`` when it has none."""

@@ -120,7 +120,7 @@ class Placement:
         cpus = (f"{self.cpus_per_task} CPU(s) per task" if self.cpus_per_task
                 else "1 CPU per task")
         if self.gpus_per_node:
-            return f"GPUs ({self.gpus_per_node} per node, {cpus})"
+            return f"GPUs (this job asks {self.gpus_per_node} per node, {cpus})"
         return f"CPUs ({cpus}; no GPU asked)"
 
     def env(self) -> dict[str, str]:
@@ -264,7 +264,7 @@ class QueueWatch:
             self._what = gpus_per_node.what
             gpus = gpus_per_node.gpus_per_node
         else:
-            self._what = (f"GPUs ({gpus_per_node} per node)" if gpus_per_node
+            self._what = (f"GPUs (this job asks {gpus_per_node} per node)" if gpus_per_node
                           else "CPUs (no GPU asked)")
             gpus = gpus_per_node
         self._why = waiting_advice(gpus, allocation_gpus_per_node, allocation_id)

@@ -181,10 +181,6 @@ class PlanBackend:
         self._would(slurmcli.probe_gpu_argv(partition, account))
         return None
 
-    def list_steps(self, job_id: str) -> list[StepInfo]:
-        self._ask(slurmcli.squeue_steps_argv(job_id))
-        return [] if job_id == PLANNED_JOB else self.real.list_steps(job_id)
-
     def step_details(self, job_id: str) -> list[StepInfo]:
         self._ask(slurmcli.scontrol_show_steps_argv(job_id))
         return [] if job_id == PLANNED_JOB else self.real.step_details(job_id)

@@ -243,17 +243,20 @@ def _backend_row(method: str) -> str:
 
 
 def test_backends_md_list_steps_and_step_details_say_who_uses_them() -> None:
-    """list_steps is only monitor.stop_steps' default; each run's own steps come from
-    step_details (scontrol show step), which the persistent path passes as ``stop``."""
+    """list_steps is no member of the protocol (no product path uses it); each run's
+    own steps come from step_details (scontrol show step), passed as ``stop``."""
     import inspect
 
-    from slurm_fsm import executor, monitor, runsteps
+    from slurm_fsm import backend, monitor, persistent, runsteps
+    from slurm_fsm.subprocess_backend import SubprocessBackend
 
     row = _backend_row("list_steps")
-    assert "stop_steps" in row and "squeue -s -j ID" in row
-    assert "backend.list_steps" in inspect.getsource(monitor.stop_steps)
+    assert "not part of the protocol" in row and "squeue -s -j ID" in row
+    assert not hasattr(backend.SlurmBackend, "list_steps")
+    assert hasattr(SubprocessBackend, "list_steps")
+    assert not hasattr(monitor, "stop_steps")
     assert "list_steps" not in inspect.getsource(runsteps)
-    assert "stop=steps.stop" in inspect.getsource(executor)
+    assert "stop=steps.stop" in inspect.getsource(persistent)
     details = _backend_row("step_details")
     assert "scontrol -o show step ID" in details
 

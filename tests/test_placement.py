@@ -161,7 +161,7 @@ def test_the_waiting_message_names_what_the_job_waits_for() -> None:
                      Placement.of(params(gpus_per_node=1), alloc_cpus_per_node=8,
                                   alloc_gpus_per_node=4))
     gpu("srun: Job 7 step creation temporarily disabled, retrying (Requested nodes are busy)\n")
-    assert said[0].startswith("waiting for GPUs (1 per node, 2 CPU(s) per task)")
+    assert said[0].startswith("waiting for GPUs (this job asks 1 per node, 2 CPU(s) per task)")
 
 
 def test_one_shot_passes_cpus_per_task_unless_the_script_says(tmp_path: Path) -> None:
