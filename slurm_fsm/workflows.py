@@ -213,7 +213,9 @@ _ACCURACY = re.compile(rf"(?P<pre>[^:=,;|]*?)\baccuracy\s*[:=]\s*(?P<value>{_NUM
 _NAME = re.compile(r"^[A-Za-z][\w.\-/]*$")
 _NOT_A_TASK = frozenset(
     {"average", "avg", "weighted", "mean", "overall", "final", "total", "eval",
-     "evaluation", "the", "model", "best", "score", "-", "lm-eval", "result", "results"}
+     "evaluation", "the", "model", "best", "score", "-", "lm-eval", "result", "results",
+     # a logger's level word before the message (``... 17:00:00 INFO gsm8k accuracy``)
+     "info", "debug", "warning", "warn", "error", "critical"}
 )
 
 
