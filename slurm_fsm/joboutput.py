@@ -105,7 +105,10 @@ class HangJudge:
       it. A real detector kills its rank, so the session never prints its summary; a
       detector's unit test (``-s``) passes and the session ends with its summary;
     * pytest's summary line (of the same rank) drops every marker line read since that
-      rank's previous summary: the run that printed them went on and completed.
+      rank's previous summary: the run that printed them went on and completed;
+    * two files (one-shot ``.out`` and ``.err``) read in the same :meth:`new_read` have no
+      known order between them: a marker line of one file read in the same read as a
+      summary of the other is taken as printed before that summary (dropped too).
 
     :attr:`hang_line` is the first line still standing; pending lines stand once
     :meth:`close` says the job has ended.
@@ -120,7 +123,13 @@ class HangJudge:
         self._sessions: dict[str, int] = {}  # rank label -> open sessions
         self._captured: set[tuple[object, str]] = set()  # (file, rank) in a Captured section
         self._lines: list[tuple[str, bool, str]] = []  # (rank, pending, line)
+        self._read = 0  # which read (new_read) the lines come from
+        self._ended: dict[str, tuple[int, object]] = {}  # rank -> (read, file) of its summary
         self.closed = False
+
+    def new_read(self) -> None:
+        """The lines fed from now on come from one new read of the files."""
+        self._read += 1
 
     @property
     def hints(self) -> tuple[str, ...]:
@@ -146,9 +155,13 @@ class HangJudge:
         if summary:
             self._sessions[rank] = max(0, self._sessions.get(rank, 0) - 1)
             self._lines = [entry for entry in self._lines if entry[0] != rank]
+            self._ended[rank] = (self._read, source)
             return
         if (self._low and self._low in body.lower() and key not in self._captured
                 and is_hang_line(body, self.marker)):
+            ended = self._ended.get(rank)
+            if ended is not None and ended[0] == self._read and ended[1] != source:
+                return  # read with another file's summary: no order known, taken as before
             self._lines.append((rank, self._sessions.get(rank, 0) > 0, line))
 
     def close(self) -> None:
@@ -299,6 +312,7 @@ class JobOutput:
     # ------------------------------------------------------------------ following
     def advance(self) -> int:
         """Read what every file gained since the last call; how many bytes."""
+        self.hang_judge.new_read()
         return sum(f.advance() for f in self._followers.values())
 
     def finish(self) -> None:

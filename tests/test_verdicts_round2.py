@@ -168,6 +168,33 @@ def test_captured_sections_never_count_even_without_a_header() -> None:
     assert judge.hang_line == DETECTOR
 
 
+def test_out_and_err_read_together_give_the_err_line_to_the_outs_session(
+        tmp_path: Path) -> None:
+    """One-shot with ``--error``: pytest's progress in the .out, the logger's line in the
+    .err, a short job read in one go at the end: the .out's summary is read first, yet
+    the line belongs to the session it ended (no order is known between two files)."""
+    lines = [x for x in real("local/pytest/hangunit_s.txt") if "Hang detected" not in x]
+    out_path, err_path = tmp_path / "job.out", tmp_path / "job.err"
+    out_path.write_text("\n".join(lines) + "\n")
+    err_path.write_text(DETECTOR + "\n")
+    out = JobOutput([out_path, err_path])
+    out.finish()
+    assert not out.hang_detected
+    # a session that never ended (the detector killed pytest): the .err line stands
+    out_path.write_text("\n".join(lines[:5]) + "\n")
+    died = JobOutput([out_path, err_path])
+    died.finish()
+    assert died.hang_line == DETECTOR
+    # the .err line read in a later read than the .out's summary: a new hang
+    out_path.write_text("\n".join(lines) + "\n")
+    err_path.write_text("")
+    later = JobOutput([out_path, err_path])
+    later.advance()
+    err_path.write_text(DETECTOR + "\n")
+    later.finish()
+    assert later.hang_line == DETECTOR
+
+
 def test_an_unfinished_detector_line_is_judged_once(tmp_path: Path) -> None:
     log = tmp_path / "job.log"
     log.write_text("start\n" + DETECTOR[:30])
