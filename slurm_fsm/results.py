@@ -332,6 +332,8 @@ _NCCL = re.compile(r"NCCL error|ncclInternalError|ncclSystemError|ncclUnhandledC
                    r"NCCL WARN .*(?:timeout|timed out)|Watchdog caught collective", re.I)
 #: States of a job Slurm holds instead of ending it: no timeout makes it run.
 _HELD = frozenset({JobState.SPECIAL_EXIT, JobState.REQUEUE_HOLD, JobState.RESV_DEL_HOLD})
+#: slurmstepd's line when Slurm requeues a running job (``scontrol requeue``/``requeuehold``)
+_REQUEUED = re.compile(r"\*\*\* JOB \d+ ON \S+ CANCELLED AT \S+ DUE TO JOB REQUEUE")
 
 
 def _row(symptom: str, cause: str, advice: str) -> dict[str, str]:
@@ -369,15 +371,25 @@ def diagnose(
     sacct = f"sacct -j {job_id} --format=JobID,State,Reason" if job_id else (
         "sacct -j <job id> --format=JobID,State,Reason")
 
+    release = (f"`scontrol release {job_id or '<job id>'}` to run it again, or `scancel` "
+               "it; raising a timeout does not help")
+    requeued = any(_REQUEUED.search(line) for line in log_lines)
     if state in _HELD:
         rows.append(_row(f"job held in {state}",
                          "Slurm requeued the job and holds it (SPECIAL_EXIT: its exit code "
                          "is one of RequeueExitHold, or `scontrol requeuehold "
                          "State=SpecialExit`); a held job does not run again by itself",
-                         f"`scontrol release {job_id or '<job id>'}` to run it again, or "
-                         "`scancel` it; raising a timeout does not help"))
-    if status is Status.TIMEOUT and state in _HELD:
-        pass  # the held row says it: no time limit was reached
+                         release))
+    elif requeued:
+        rows.append(_row("job requeued by Slurm (... DUE TO JOB REQUEUE)",
+                         "Slurm requeued the running job (`scontrol requeue` or "
+                         "`requeuehold`): it went back to waiting, held when requeued with "
+                         "a hold (SPECIAL_EXIT, REQUEUE_HOLD), and did not run again "
+                         "before the monitor gave up",
+                         f"`squeue -j {job_id or '<job id>'} -o %T,%r` says whether it is "
+                         "held; " + release))
+    if status is Status.TIMEOUT and (state in _HELD or requeued):
+        pass  # the held/requeued row says it: no time limit was reached
     elif status is Status.TIMEOUT:
         if status_of_state(state) is Status.TIMEOUT:
             rows.append(_row(f"TIMEOUT (Slurm state {state})", "over the time limit",

@@ -400,3 +400,23 @@ def test_a_held_job_says_it_was_held_not_raise_the_timeout(held: str) -> None:
     timeout_rows = diagnose(Status.TIMEOUT, exit_code=None, slurm_state="RUNNING",
                             log_empty=False, log_lines=[])
     assert any("raise monitor_timeout_seconds" in r["advice"] for r in timeout_rows)
+
+
+def test_a_requeued_job_says_so() -> None:
+    """Recorded on the local cluster (the real test
+    test_a_job_held_in_special_exit_says_it_was_held): after ``scontrol requeuehold
+    State=SpecialExit`` the job's log says why its step ended; the executor then cancels
+    the held job when the monitor gives up, so the final state is CANCELLED."""
+    line = ("slurmstepd-n1: error: *** JOB 27 ON n1 CANCELLED AT 2026-12-03T18:19:33 "
+            "DUE TO JOB REQUEUE ***")
+    rows = diagnose(Status.TIMEOUT, exit_code=0, slurm_state="CANCELLED", log_empty=False,
+                    log_lines=["started", line], job_id="27")
+    assert rows[0]["symptom"] == "job requeued by Slurm (... DUE TO JOB REQUEUE)"
+    assert "squeue -j 27" in rows[0]["advice"] and "scontrol release 27" in rows[0]["advice"]
+    assert not any("raise monitor_timeout" in r["advice"] for r in rows)
+    assert errors_from(["started", line]) == [line]
+
+
+def test_the_time_limit_line_is_an_error() -> None:
+    lines = real("local/slurm/time_limit.txt")
+    assert any("DUE TO TIME LIMIT" in e for e in errors_from(lines))

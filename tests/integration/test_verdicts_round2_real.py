@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from slurm_fsm.report import Report
 from slurm_fsm.results import Status
 from slurm_fsm_dev.localcluster import ClusterInfo
 
-from .helpers import JobNames
+from .helpers import JobNames, slurm, until
 from .test_run_real import one_shot, persistent, run
 
 pytestmark = pytest.mark.slurm
@@ -78,3 +79,35 @@ def test_two_ranks_each_with_the_detectors_unit_test_pass(
     report = run(spec)
     assert report.status is Status.PASSED, report.render_text()
     assert report.metrics["passed"] == 8 and report.metrics["ranks"] == 2, report.metrics
+
+
+def test_a_job_held_in_special_exit_says_it_was_held(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    """Item 7: the job is requeued and held (``scontrol requeuehold State=SpecialExit``):
+    it never ends by itself; the report says it was requeued, how to see whether it is
+    held and how to release it, not to raise the timeout."""
+    job_name = names.new("held", suffix="")
+    spec = one_shot(local_cluster, tmp_path, job_name, 'echo "started"\nsleep 120\n',
+                    monitor_timeout_seconds=20)
+    holder = threading.Thread(target=_hold_when_running, args=(job_name,), daemon=True)
+    holder.start()
+    report = run(spec)
+    holder.join(timeout=60)
+    assert report.status is Status.TIMEOUT, report.render_text()
+    # the executor passes the final state (CANCELLED: it cancelled the held job when the
+    # monitor gave up); slurmstepd's "DUE TO JOB REQUEUE" line says what happened
+    assert report.diagnosis[0]["symptom"] == "job requeued by Slurm (... DUE TO JOB REQUEUE)", \
+        report.render_text()
+    assert f"scontrol release {report.job_id}" in report.diagnosis[0]["advice"]
+    assert not any("raise" in d["advice"] and "timeout" in d["advice"]
+                   for d in report.diagnosis), report.render_text()
+
+
+def _hold_when_running(job_name: str) -> None:
+    job_id = until("the job is running", lambda: _running(job_name), 60)
+    slurm("scontrol", "requeuehold", "State=SpecialExit", job_id)
+
+
+def _running(job_name: str) -> str | None:
+    out = slurm("squeue", f"--name={job_name}", "-h", "-o", "%i %T").stdout.split()
+    return out[0] if len(out) == 2 and out[1] == "RUNNING" else None
