@@ -114,8 +114,12 @@ class HangJudge:
     :meth:`close` says the job has ended.
     """
 
-    #: A line that may matter holds one of these (lower case): the marker is added.
-    HINTS = ("session starts", "captured ", "___", "===", "generated xml", " in ")
+    #: A line that may matter holds one of these (lower case; the marker is added): a
+    #: session's header, a captured section's, a summary's count word.
+    HINTS = ("session starts", "captured ", "passed", "failed", "error", "skipped",
+             "deselected", "xfail", "xpass", "warning", "rerun", "no tests ran")
+    #: ... and, while a captured section is open, what may end it.
+    SECTION_HINTS = ("___", "===", "generated xml")
 
     def __init__(self, marker: str = DEFAULT_HANG_MARKER) -> None:
         self.marker = marker
@@ -131,26 +135,36 @@ class HangJudge:
         """The lines fed from now on come from one new read of the files."""
         self._read += 1
 
+    def hints(self, sections: bool = False) -> tuple[str, ...]:
+        """The words of the lines :meth:`feed` must see (``sections``: also the lines
+        that may end a captured section)."""
+        words = self.HINTS + (self.SECTION_HINTS if sections else ())
+        return (*words, self._low) if self._low else words
+
     @property
-    def hints(self) -> tuple[str, ...]:
-        return (*self.HINTS, self._low) if self._low else self.HINTS
+    def in_section(self) -> bool:
+        """A captured section is open (in some file or rank)."""
+        return bool(self._captured)
 
     def feed(self, line: str, source: object = None) -> None:
         """One line of the output (``source`` tells files apart for pytest sections)."""
-        clean = _ANSI.sub("", line).strip().replace("\r", "")
-        m = _LABEL.match(clean)
-        rank = m.group(1) if m else ""
-        body = clean[m.end():].strip() if m else clean
+        clean = (_ANSI.sub("", line) if "\x1b" in line else line).strip()
+        rank = ""
+        if clean[:1].isdigit():
+            m = _LABEL.match(clean)
+            if m:
+                rank, clean = m.group(1), clean[m.end():].strip()
+        body = clean.replace("\r", "") if "\r" in clean else clean
         key = (source, rank)
-        if _SESSION_START.match(body):
+        if "session starts" in body and _SESSION_START.match(body):
             self._sessions[rank] = self._sessions.get(rank, 0) + 1
             self._captured.discard(key)
             return
-        if _CAPTURED.match(body):
+        if "Captured " in body and _CAPTURED.match(body):
             self._captured.add(key)
             return
         summary = " in " in body and _PYTEST_SUMMARY.search(body) is not None
-        if summary or _SECTION_END.match(body):
+        if summary or (key in self._captured and _SECTION_END.match(body)):
             self._captured.discard(key)
         if summary:
             self._sessions[rank] = max(0, self._sessions.get(rank, 0) - 1)
@@ -232,7 +246,8 @@ class JobOutput:
         self._seq = 0
         self.lines_seen = 0
         self.hang_judge = HangJudge(hang_marker)
-        self._hang_hints = self.hang_judge.hints
+        self._hang_hints = self.hang_judge.hints()
+        self._section_hints = self.hang_judge.hints(sections=True)
         self._partial_judged: dict[Path, bool] = {}  # its unfinished line was judged
         self.finished = False
         self._followers: dict[Path, LogFollower] = {}
@@ -304,7 +319,9 @@ class JobOutput:
         judged_first = self._partial_judged[path]
         self._partial_judged[path] = False
         judge = self.hang_judge
-        for i, line in _hinted(complete, self._hang_hints):
+        sections = judge.in_section or "Captured " in complete
+        hints = self._section_hints if sections else self._hang_hints
+        for i, line in _hinted(complete, hints):
             if i == 0 and judged_first:
                 continue  # its start was judged while unfinished
             judge.feed(line[:MAX_LINE_CHARS], path)

@@ -195,6 +195,17 @@ def test_out_and_err_read_together_give_the_err_line_to_the_outs_session(
     assert later.hang_line == DETECTOR
 
 
+def test_a_section_that_opens_and_ends_in_one_read(tmp_path: Path) -> None:
+    """JobOutput feeds the judge only the lines that may matter; the end of a captured
+    section read in the same chunk as its start is among them."""
+    log = tmp_path / "job.log"
+    log.write_text("\n".join(["---- Captured stderr call ----", DETECTOR,
+                              "==== short test summary info ====", "later:", DETECTOR]) + "\n")
+    out = JobOutput([log])
+    out.advance()
+    assert out.hang_line == DETECTOR and len(out.hang_judge._lines) == 1
+
+
 def test_an_unfinished_detector_line_is_judged_once(tmp_path: Path) -> None:
     log = tmp_path / "job.log"
     log.write_text("start\n" + DETECTOR[:30])
