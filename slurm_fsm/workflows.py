@@ -652,15 +652,20 @@ class PytestWorkflow(Workflow):
     """pytest: the counts of the last summary line; failed tests or errors fail the run."""
 
     type = WorkflowType.PYTEST
-    relevant_hint = ("failed", "error", " in ")
+    relevant_hint = ("failed", "error", " in ", "timeout", "stack of", "results (")
 
     def parse(self, lines: Sequence[str], work_dir: Path) -> dict[str, Any]:
         return dict(parse_pytest(lines))
 
     def relevant(self, line: str) -> bool:
         clean = _unlabel(_clean(line))
-        return (clean.startswith(("FAILED ", "ERROR ", "SUBFAILED"))
-                or (" in " in clean and _PYTEST_SUMMARY.search(clean) is not None))
+        if clean.startswith(("FAILED ", "ERROR ", "SUBFAILED")):
+            return True
+        if " in " in clean and (_PYTEST_SUMMARY.search(clean) is not None
+                                or _TEST_FRAME.match(clean) is not None):
+            return True  # a summary; a test's frame in pytest-timeout's stacks
+        return (_TIMEOUT_BANNER.search(clean) is not None or _STACK_OF.match(clean) is not None
+                or _PRETTY_RESULTS.match(clean) is not None)
 
     def summarize(self, metrics: Mapping[str, Any]) -> str:
         parts = [f"{metrics[k]} {k.replace('_', ' ')}" for k in _PYTEST_KEYS if k in metrics]

@@ -322,6 +322,22 @@ def test_pytest_timeout_thread_method_names_the_test() -> None:
     assert decision.status is Status.FAILED
 
 
+def test_the_timed_out_test_is_named_when_many_stacks_follow(tmp_path: Path) -> None:
+    """TensorRT-LLM runs many threads: pytest-timeout dumps each one's stack after the
+    main thread's; the test's frame is kept however far from the end it is."""
+    lines = real("local/pytest/pytest_timeout_2.4.0_thread.txt")
+    banner = lines.index(next(x for x in lines if x.startswith("+++")))
+    others = [f"~~~~~ Stack of Thread-{i} (1400{i}) ~~~~~\n  File \"/lib/threading.py\", "
+              f"line 331, in wait\n    waiter.acquire()" for i in range(80)]
+    log = tmp_path / "job.log"
+    log.write_text("\n".join(lines[:banner] + others + lines[banner:]) + "\n")
+    wf = workflow(WorkflowType.PYTEST)
+    out = JobOutput([log], relevant=wf.relevant, hint=wf.relevant_hint)
+    out.finish()
+    assert wf.parse(out.parser_lines(100), tmp_path) == {
+        "timed_out_test": "/tmp/v2play/test_timeout_thread.py::test_stuck_in_collective"}
+
+
 # ------------------------------------------------------------ item 5: several ranks
 @pytest.mark.parametrize("order", ["failing rank last", "failing rank first"])
 def test_every_ranks_summary_counts(order: str) -> None:
