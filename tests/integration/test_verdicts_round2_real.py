@@ -111,3 +111,27 @@ def _hold_when_running(job_name: str) -> None:
 def _running(job_name: str) -> str | None:
     out = slurm("squeue", f"--name={job_name}", "-h", "-o", "%i %T").stdout.split()
     return out[0] if len(out) == 2 and out[1] == "RUNNING" else None
+
+
+DETECTOR_LINE = ("[12/03/2026-17:00:00] [TRT-LLM] [RANK $SLURM_PROCID] [E] "
+                 "Hang detected after 3 seconds.")
+DETECTOR_UNDER_SRUN_L = f"""
+    srun -l -n2 bash -c 'echo "{DETECTOR_LINE}" >&2; sleep 120'
+"""
+
+
+def test_the_detectors_own_line_under_srun_l_still_cancels_in_both_modes(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    """The real detector's line, as TensorRT-LLM's logger prints it (timestamp, tags,
+    ``[RANK n]``) under ``srun -l`` labels, while the job still runs: the monitor
+    cancels it as a hang in both modes (before monitor_timeout_seconds)."""
+    kept = persistent(local_cluster, tmp_path / "persistent", names.new("hangl"),
+                      DETECTOR_UNDER_SRUN_L, monitor_timeout_seconds=90,
+                      slurm_params={"ntasks_per_node": 2})
+    batch = one_shot(local_cluster, tmp_path / "oneshot", names.new("hangl", suffix=""),
+                     DETECTOR_UNDER_SRUN_L, monitor_timeout_seconds=90,
+                     sbatch=("--ntasks=2",))
+    for report in (run(kept), run(batch)):
+        assert report.status is Status.HANG_DETECTED, report.render_text()
+        assert "[E] Hang detected after 3 seconds." in report.summary, report.summary
+        assert report.elapsed_s is not None and report.elapsed_s < 80, report.render_text()
