@@ -27,14 +27,15 @@ Nothing re-reads the files afterwards: the parsers get :meth:`JobOutput.parser_l
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from slurm_fsm.logs import DEFAULT_HANG_MARKER, MAX_LINE_CHARS, LogFollower
+from slurm_fsm.logs import DEFAULT_HANG_MARKER, MAX_LINE_CHARS, LogFollower, is_hang_line
 from slurm_fsm.runfacts import OutputSnapshot
 from slurm_fsm.spec import JobSpec
-from slurm_fsm.workflows import workflow
+from slurm_fsm.workflows import _PYTEST_SUMMARY, workflow
 
 __all__ = [
     "ERR_TAIL_LINES",
@@ -42,6 +43,7 @@ __all__ = [
     "LINE_BUFFER_CHARS",
     "RELEVANT_LINES",
     "TAIL_LINES",
+    "HangJudge",
     "JobOutput",
     "output_for_spec",
 ]
@@ -81,6 +83,116 @@ def _hinted(text: str, words: tuple[str, ...]) -> Iterable[tuple[int, str]]:
         end = text.find("\n", start)
         found.append((index, text[start:len(text) if end < 0 else end].removesuffix("\r")))
     return found
+
+
+_LABEL = re.compile(r"^\s*(\d+):\s")
+_SESSION_START = re.compile(r"^=+ test session starts")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_CAPTURED = re.compile(r"^-+ Captured (?:stdout|stderr|log) \w+ -+$")
+_SECTION_END = re.compile(r"^(?:_{3,} .* _{3,}|={3,}.*={3,}|-{3,} generated xml)")
+
+
+class HangJudge:
+    """Which hang-marker lines are the hang detector's own (docs/report.md, "The hang
+    marker"). Fed every line that holds the marker or may change pytest's context
+    (:data:`HangJudge.HINTS`), in the order read:
+
+    * the line must **be** the detector's line (:func:`slurm_fsm.logs.is_hang_line`:
+      the marker begins its message), not one that mentions the words;
+    * a line inside one of pytest's ``Captured stdout/stderr/log ...`` sections is a
+      test's output that pytest reprints (``-rA``, a failure's report): never a hang;
+    * a line printed while a pytest session is running (after its ``test session
+      starts`` header, per ``srun -l`` rank) is **pending**: the monitor does not act on
+      it. A real detector kills its rank, so the session never prints its summary; a
+      detector's unit test (``-s``) passes and the session ends with its summary;
+    * pytest's summary line (of the same rank) drops every marker line read since that
+      rank's previous summary: the run that printed them went on and completed;
+    * two files (one-shot ``.out`` and ``.err``) read in the same :meth:`new_read` have no
+      known order between them: a marker line of one file read in the same read as a
+      summary of the other is taken as printed before that summary (dropped too).
+
+    :attr:`hang_line` is the first line still standing; pending lines stand once
+    :meth:`close` says the job has ended.
+    """
+
+    #: A line that may matter holds one of these (lower case; the marker is added): a
+    #: session's header, a captured section's, a summary's count word.
+    HINTS = ("session starts", "captured ", "passed", "failed", "error", "skipped",
+             "deselected", "xfail", "xpass", "warning", "rerun", "no tests ran")
+    #: ... and, while a captured section is open, what may end it.
+    SECTION_HINTS = ("___", "===", "generated xml")
+
+    def __init__(self, marker: str = DEFAULT_HANG_MARKER) -> None:
+        self.marker = marker
+        self._low = marker.strip().lower()
+        self._sessions: dict[str, int] = {}  # rank label -> open sessions
+        self._captured: set[tuple[object, str]] = set()  # (file, rank) in a Captured section
+        self._lines: list[tuple[str, bool, str]] = []  # (rank, pending, line)
+        self._read = 0  # which read (new_read) the lines come from
+        self._ended: dict[str, tuple[int, object]] = {}  # rank -> (read, file) of its summary
+        self.closed = False
+
+    def new_read(self) -> None:
+        """The lines fed from now on come from one new read of the files."""
+        self._read += 1
+
+    def hints(self, sections: bool = False) -> tuple[str, ...]:
+        """The words of the lines :meth:`feed` must see (``sections``: also the lines
+        that may end a captured section)."""
+        words = self.HINTS + (self.SECTION_HINTS if sections else ())
+        return (*words, self._low) if self._low else words
+
+    @property
+    def in_section(self) -> bool:
+        """A captured section is open (in some file or rank)."""
+        return bool(self._captured)
+
+    def feed(self, line: str, source: object = None) -> None:
+        """One line of the output (``source`` tells files apart for pytest sections)."""
+        clean = (_ANSI.sub("", line) if "\x1b" in line else line).strip()
+        rank = ""
+        if clean[:1].isdigit():
+            m = _LABEL.match(clean)
+            if m:
+                rank, clean = m.group(1), clean[m.end():].strip()
+        body = clean.replace("\r", "") if "\r" in clean else clean
+        key = (source, rank)
+        if "session starts" in body and _SESSION_START.match(body):
+            self._sessions[rank] = self._sessions.get(rank, 0) + 1
+            self._captured.discard(key)
+            return
+        if "Captured " in body and _CAPTURED.match(body):
+            self._captured.add(key)
+            return
+        summary = " in " in body and _PYTEST_SUMMARY.search(body) is not None
+        if summary or (key in self._captured and _SECTION_END.match(body)):
+            self._captured.discard(key)
+        if summary:
+            self._sessions[rank] = max(0, self._sessions.get(rank, 0) - 1)
+            self._lines = [entry for entry in self._lines if entry[0] != rank]
+            self._ended[rank] = (self._read, source)
+            return
+        if (self._low and self._low in body.lower() and key not in self._captured
+                and is_hang_line(body, self.marker)):
+            ended = self._ended.get(rank)
+            if ended is not None and ended[0] == self._read and ended[1] != source:
+                return  # read with another file's summary: no order known, taken as before
+            self._lines.append((rank, self._sessions.get(rank, 0) > 0, line))
+
+    def close(self) -> None:
+        """The job has ended: pending lines (no summary followed them) stand."""
+        self.closed = True
+
+    @property
+    def hang_line(self) -> str:
+        """The first detector line that stands, or ""."""
+        return next((line for _, pending, line in self._lines
+                     if self.closed or not pending), "")
+
+    @property
+    def pending(self) -> bool:
+        """A detector line was read inside a pytest session still running."""
+        return any(pending for _, pending, _ in self._lines) and not self.closed
 
 
 def _count_lines(text: str, pattern: str) -> int:
@@ -126,7 +238,6 @@ class JobOutput:
         self._relevant = relevant
         self._hint = hint
         self._on_text = on_text
-        self._marker = hang_marker.lower()
         self.pattern_hits: dict[str, int] = {p: 0 for p in patterns}
         self.head: list[str] = []
         self._tail: deque[tuple[int, str]] = deque(maxlen=TAIL_LINES)
@@ -135,7 +246,10 @@ class JobOutput:
             p: deque(maxlen=ERR_TAIL_LINES) for p in self.paths}
         self._seq = 0
         self.lines_seen = 0
-        self.hang_line = ""
+        self.hang_judge = HangJudge(hang_marker)
+        self._hang_hints = self.hang_judge.hints()
+        self._section_hints = self.hang_judge.hints(sections=True)
+        self._partial_judged: dict[Path, bool] = {}  # its unfinished line was judged
         self.finished = False
         self._followers: dict[Path, LogFollower] = {}
         self._partial: dict[Path, str] = {}  # each file's unfinished last line (bounded)
@@ -143,8 +257,9 @@ class JobOutput:
         for path in self.paths:
             self._partial[path] = ""
             self._open[path] = False
-            self._followers[path] = LogFollower(
-                path, hang_marker=hang_marker, on_text=self._taker(path))
+            self._partial_judged[path] = False
+            self._followers[path] = LogFollower(  # the marker is judged here, by line
+                path, hang_marker="", on_text=self._taker(path))
 
     def _taker(self, path: Path) -> Callable[[str], None]:
         def take(text: str) -> None:
@@ -167,6 +282,16 @@ class JobOutput:
         self._open[path] = bool(last) or (self._open[path] and not newline)
         if newline:
             self._lines(path, complete)
+        self._judge_partial(path)
+
+    def _judge_partial(self, path: Path) -> None:
+        """A detector line whose newline has not come yet is judged now (once)."""
+        partial = self._partial[path]
+        marker = self.hang_judge._low
+        if (marker and not self._partial_judged[path] and marker in partial.lower()
+                and is_hang_line(partial, self.hang_judge.marker)):
+            self._partial_judged[path] = True
+            self.hang_judge.feed(partial[:MAX_LINE_CHARS], path)
 
     def _lines(self, path: Path, complete: str) -> None:
         """``complete``: whole lines, without the newline of the last one."""
@@ -192,14 +317,20 @@ class JobOutput:
                               for i, line in candidates if relevant(line))
         for pattern in self.pattern_hits:
             self.pattern_hits[pattern] += _count_lines(complete, pattern)
-        if self._marker and not self.hang_line and self._followers[path].hang_detected:
-            marker = self._marker
-            self.hang_line = next((line[:MAX_LINE_CHARS] for line in lines
-                                   if marker in line.lower()), "")
+        judged_first = self._partial_judged[path]
+        self._partial_judged[path] = False
+        judge = self.hang_judge
+        sections = judge.in_section or "Captured " in complete
+        hints = self._section_hints if sections else self._hang_hints
+        for i, line in _hinted(complete, hints):
+            if i == 0 and judged_first:
+                continue  # its start was judged while unfinished
+            judge.feed(line[:MAX_LINE_CHARS], path)
 
     # ------------------------------------------------------------------ following
     def advance(self) -> int:
         """Read what every file gained since the last call; how many bytes."""
+        self.hang_judge.new_read()
         return sum(f.advance() for f in self._followers.values())
 
     def finish(self) -> None:
@@ -211,13 +342,21 @@ class JobOutput:
             if self._open[path] or self._partial[path]:
                 last, self._partial[path], self._open[path] = self._partial[path], "", False
                 self._lines(path, last)
+        self.hang_judge.close()
         self.finished = True
 
     # ------------------------------------------------------------------ what it saw
     @property
     def hang_detected(self) -> bool:
-        """The hang marker appeared in any file (also split across two reads)."""
-        return any(f.hang_detected for f in self._followers.values())
+        """The hang detector's own line appeared in a file and stands
+        (:class:`HangJudge`): not a test's output, not pending in a running pytest
+        session (until :meth:`finish`)."""
+        return bool(self.hang_judge.hang_line)
+
+    @property
+    def hang_line(self) -> str:
+        """The detector's line that stands (:attr:`hang_detected`), or ""."""
+        return self.hang_judge.hang_line
 
     @property
     def bytes_read(self) -> int:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import codecs
 import os
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -32,7 +33,10 @@ __all__ = [
     "TAIL_MAX_BYTES",
     "LogFollower",
     "grep",
+    "hang_line_pattern",
     "head_lines",
+    "is_hang_line",
+    "strip_log_prefix",
     "tail_lines",
 ]
 
@@ -44,6 +48,60 @@ MAX_LINE_CHARS = 8192
 TAIL_MAX_BYTES = 8 * 1024 * 1024
 
 _BLOCK = 65536
+
+# ------------------------------------------------------------ the hang detector's line
+#: ``srun --label``'s ``0: `` (also padded, ``12: ``)
+_SRUN_LABEL = re.compile(r"^\s*\d+:\s")
+#: A timestamp as loggers print them: TensorRT-LLM's ``12/03/2026-17:00:00``, Go's
+#: ``2024/07/11 23:37:56``, ISO ``2026-12-03T17:00:00.123Z``, logging's ``... ,123``.
+_TIMESTAMP = (r"\d{1,4}[-/.]\d{1,2}[-/.]\d{1,4}"
+              r"(?:[-T ]\d{1,2}:\d{2}(?::\d{2})?(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)?"
+              r"|\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?")
+#: What a logger puts before its message: timestamps, ``[bracketed]`` tags
+#: (``[TRT-LLM]``, ``[RANK 2]``, ``[MPI_Rank 1]``, ``[E]``), level words, separators.
+_PREFIX_TOKEN = (rf"(?:\[[^\]]*\]|(?:{_TIMESTAMP})(?![\w:])"
+                 r"|(?:CRITICAL|FATAL|ERROR|WARNING|WARN|INFO|DEBUG)(?![\w-]):?|[-|]+(?=\s))")
+_LOG_PREFIX = re.compile(rf"^(?:{_PREFIX_TOKEN}\s*)+")
+#: A source naming itself before the message: ``NCCL watchdog: ``, ``rank0: `` (one to
+#: three words, single spaces, a colon and a space).
+_SOURCE = r"[A-Za-z][\w.\-]*(?: [A-Za-z][\w.\-]*){0,2}: "
+
+
+def strip_log_prefix(line: str) -> str:
+    """``line`` without the ``srun -l`` label, timestamps, bracketed logger tags and
+    level words before its message: ``0: [12/03/2026-17:00:00] [TRT-LLM] [RANK 1] [E]
+    Hang detected after 300 seconds.`` -> ``Hang detected after 300 seconds.``,
+    ``2024/07/11 23:37:56 Request throughput (req/sec): 3.014`` -> ``Request
+    throughput (req/sec): 3.014``."""
+    return _LOG_PREFIX.sub("", _SRUN_LABEL.sub("", line.strip(), count=1), count=1)
+
+
+def hang_line_pattern(marker: str = DEFAULT_HANG_MARKER) -> re.Pattern[str]:
+    """The hang detector's own line: ``marker`` (any case) **begins the message**, after
+    what a logger puts before it (:func:`strip_log_prefix`) and at most a short
+    ``source: `` (``NCCL watchdog: Hang detected on rank 3``). A line where the words
+    come after other text (pytest's captured-log ``ERROR    TRT-LLM:hang_detector.py:62
+    Hang detected ...``, an assertion, a test name, an echoed command) does not match."""
+    return re.compile(rf"^(?:{_PREFIX_TOKEN}\s*)*(?:{_SOURCE}\s*(?:{_PREFIX_TOKEN}\s*)*)?"
+                      rf"{re.escape(marker.strip())}", re.I)
+
+
+_DEFAULT_HANG_LINE = hang_line_pattern()
+
+
+def is_hang_line(line: str, marker: str = DEFAULT_HANG_MARKER) -> bool:
+    """Is ``line`` (``srun -l`` label and ANSI colours allowed) the hang detector's own
+    line (:func:`hang_line_pattern`)? ``[12/03/2026-17:00:00] [TRT-LLM] [E] Hang detected
+    after 300 seconds.`` is; ``ERROR    TRT-LLM:hang_detector.py:62 Hang detected after 2
+    seconds.`` (pytest's captured log) is not."""
+    if not marker.strip():
+        return False
+    rx = _DEFAULT_HANG_LINE if marker == DEFAULT_HANG_MARKER else hang_line_pattern(marker)
+    text = _SRUN_LABEL.sub("", _ANSI.sub("", line).strip().replace("\r", ""), count=1)
+    return rx.match(text) is not None
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 def _decode(raw: bytes, max_chars: int) -> str:

@@ -278,10 +278,21 @@ def setup_error_lines(text: str) -> list[str]:
     return out
 
 
-_CUDA_OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA_ERROR_OUT_OF_MEMORY", re.I)
-_HOST_OOM = re.compile(r"oom[-_]kill|Out Of Memory", re.I)
+#: GPU memory: PyTorch's ``CUDA out of memory``, TensorRT-LLM's C++ ``[TensorRT-LLM][ERROR]
+#: CUDA runtime error in ::cudaMallocAsync(...): out of memory`` and ``CUDA runtime error in
+#: error: out of memory``, the driver's CUDA_ERROR_OUT_OF_MEMORY.
+_CUDA_OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA_ERROR_OUT_OF_MEMORY"
+                       r"|CUDA (?:runtime )?error\b.*\bout of memory"
+                       r"|cudaMalloc\w*\b.*\bout of memory", re.I)
+#: Host memory: Slurm's ``Detected 1 oom_kill event``, ``OOM Killed``, srun's ``task 1:
+#: Out Of Memory`` (Slurm's wording, capitalised; a lower-case "out of memory" is not it).
+_HOST_OOM = re.compile(r"(?i:oom[-_]kill)|Out Of Memory|(?i:OOM Killed)")
 _NCCL = re.compile(r"NCCL error|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|"
                    r"NCCL WARN .*(?:timeout|timed out)|Watchdog caught collective", re.I)
+#: States of a job Slurm holds instead of ending it: no timeout makes it run.
+_HELD = frozenset({JobState.SPECIAL_EXIT, JobState.REQUEUE_HOLD, JobState.RESV_DEL_HOLD})
+#: slurmstepd's line when Slurm requeues a running job (``scontrol requeue``/``requeuehold``)
+_REQUEUED = re.compile(r"\*\*\* JOB \d+ ON \S+ CANCELLED AT \S+ DUE TO JOB REQUEUE")
 
 
 def _row(symptom: str, cause: str, advice: str) -> dict[str, str]:
@@ -319,7 +330,26 @@ def diagnose(
     sacct = f"sacct -j {job_id} --format=JobID,State,Reason" if job_id else (
         "sacct -j <job id> --format=JobID,State,Reason")
 
-    if status is Status.TIMEOUT:
+    release = (f"`scontrol release {job_id or '<job id>'}` to run it again, or `scancel` "
+               "it; raising a timeout does not help")
+    requeued = any(_REQUEUED.search(line) for line in log_lines)
+    if state in _HELD:
+        rows.append(_row(f"job held in {state}",
+                         "Slurm requeued the job and holds it (SPECIAL_EXIT: its exit code "
+                         "is one of RequeueExitHold, or `scontrol requeuehold "
+                         "State=SpecialExit`); a held job does not run again by itself",
+                         release))
+    elif requeued:
+        rows.append(_row("job requeued by Slurm (... DUE TO JOB REQUEUE)",
+                         "Slurm requeued the running job (`scontrol requeue` or "
+                         "`requeuehold`): it went back to waiting, held when requeued with "
+                         "a hold (SPECIAL_EXIT, REQUEUE_HOLD), and did not run again "
+                         "before the monitor gave up",
+                         f"`squeue -j {job_id or '<job id>'} -o %T,%r` says whether it is "
+                         "held; " + release))
+    if status is Status.TIMEOUT and (state in _HELD or requeued):
+        pass  # the held/requeued row says it: no time limit was reached
+    elif status is Status.TIMEOUT:
         if status_of_state(state) is Status.TIMEOUT:
             rows.append(_row(f"TIMEOUT (Slurm state {state})", "over the time limit",
                              "raise the time limit (slurm_params.time_limit / #SBATCH --time; "
@@ -396,14 +426,22 @@ def diagnose(
 
 # ---------------------------------------------------------------------- errors
 _ERROR_LINE: list[re.Pattern[str]] = [
-    re.compile(r"\b(?:srun|slurmstepd|salloc|sbatch|pyxis|enroot): error:", re.I),
+    # Slurm 22.05+ names the node: ``slurmstepd-n1: error: *** STEP 5.0 ON n1 CANCELLED``
+    re.compile(r"\b(?:srun|slurmstepd(?:-[\w.-]+)?|salloc|sbatch|pyxis|enroot): error:",
+               re.I),
     re.compile(r"\b[A-Z]\w*(?:Error|Exception)\b(?::|$)"),
     re.compile(r"\bError:"),
     re.compile(r"\bERROR\b"),
     re.compile(r"(?:^|\s)FAILED(?:\s|$)"),
-    re.compile(r"^SUBFAILED\S* \S+::"),  # pytest 9: a failed subtest
+    # pytest 9: a failed subtest, ``SUBFAILED(i=1) path::test``, ``SUBFAILED[msg] path::test``
+    re.compile(r"^SUBFAILED(?:\[[^\]]*\]|\([^)]*\))* \S+::"),
     re.compile(r"CUDA out of memory|Segmentation fault|core dumped|oom[-_]kill", re.I),
+    # TensorRT-LLM's C++ plugins: ``Failed, NCCL error <file>:<line> '<reason>'``
+    re.compile(r"\bNCCL error\b"),
+    re.compile(r"\bMPI_ABORT was invoked\b"),  # Open MPI's block when a rank aborted
     re.compile(r"hang detected", re.I),
+    # pytest-timeout's thread method: ``+++ Timeout +++`` (and the test's frame below)
+    re.compile(r"\+{5,} Timeout \+{5,}$"),
     # compilers and build tools: a.cpp:1:1: error: ..., a.cu(12): error: ..., CMake Error at
     re.compile(r"^\S+?(?::\d+(?::\d+)?|\(\d+\)):\s*(?:fatal )?error\b", re.I),
     re.compile(r"\bCMake Error\b"),
@@ -411,46 +449,64 @@ _ERROR_LINE: list[re.Pattern[str]] = [
 ]
 
 
-#: pytest's short summary line of a failing test: ``FAILED tests/a.py::test_x - ...``
-_FAILING_TEST = re.compile(r"^(?:FAILED|ERROR|SUBFAILED\S*) \S+::\S")
+#: A line that names a failing test: pytest's short summary (``FAILED path::test - ...``,
+#: ``ERROR path::test``, pytest 9's ``SUBFAILED(i=1) path::test`` and
+#: ``SUBFAILED[a message with spaces] path::test``), pytest-pretty's live line
+#: (``test_x.py:7 test_two - assert ...``), the frame of the test pytest-timeout stopped.
+_NAMES_TEST = (r"(?:FAILED|ERROR|SUBFAILED(?:\[[^\]]*\]|\([^)]*\))*) \S+::\S"
+               r"|\S+\.py:\d+ \w+(?:\[[^\]]*\])? - ")
+_PRETTY_FAILURE = re.compile(r"^\S+\.py:\d+ \w+(?:\[[^\]]*\])? - ")
+_FAILING_TEST = re.compile(rf'^(?:{_NAMES_TEST}|File "[^"]+", line \d+, in test\w*$)')
+_TIMEOUT_BANNER = re.compile(r"\+{5,} Timeout \+{5,}$")
 
 
 def errors_from(lines: Sequence[str]) -> list[str]:
     """The error-looking lines, without repeats, at most 20: the failing tests first
-    (pytest's ``FAILED path::test`` / ``ERROR path::test`` lines, so 41 failures are
-    named before any traceback line takes the room), then the rest in order.
+    (pytest's ``FAILED path::test`` / ``ERROR path::test`` / ``SUBFAILED[...]
+    path::test`` lines, so 41 failures are named before any traceback line takes the
+    room), then the rest in order.
 
     The last line of each Python traceback (the exception), Slurm/pyxis
-    ``error:`` lines, ``XxxError:``/``Exception`` lines, logging ``ERROR``,
-    pytest ``FAILED`` lines, CUDA OOM, segfaults, the hang marker.
+    ``error:`` lines (``slurmstepd-n1: error:`` too), ``XxxError:``/``Exception`` lines,
+    logging ``ERROR``, pytest ``FAILED`` lines, CUDA OOM, ``NCCL error`` lines,
+    segfaults, the hang marker, pytest-timeout's banner and the frame of the test it
+    stopped. Lines under ``srun -l`` labels (``1: FAILED ...``) are read without the
+    label and kept with it; the same line from two ranks is kept once.
     """
     named: list[str] = []
     out: list[str] = []
     seen: set[str] = set()
 
-    def add(line: str) -> None:
+    def add(line: str, body: str) -> None:
         text = line[:_MAX_ERROR_CHARS]
-        if text and text not in seen:
-            seen.add(text)
-            (named if _FAILING_TEST.match(text) else out).append(text)
+        key = body[:_MAX_ERROR_CHARS]
+        if text and key not in seen:
+            seen.add(key)
+            (named if _FAILING_TEST.match(key) else out).append(text)
 
     in_traceback = False
+    in_timeout = False
     for raw in lines:
         line = _clean(raw)
-        body = _unlabel(raw.rstrip("\r\n"))
+        body = _unlabel(line)
+        indented = _unlabel(raw.rstrip("\r\n"))[:1].isspace()
         if _TRACEBACK in line:
             in_traceback = True
             continue
         if in_traceback:
-            if not line or body[:1].isspace():
+            if not line or indented:
                 continue
-            if line.startswith(("During handling", "The above exception")):
+            if body.startswith(("During handling", "The above exception")):
                 continue
             in_traceback = False
-            add(line)
+            add(line, body)
             continue
-        if any(rx.search(line) for rx in _ERROR_LINE):
-            add(line)
+        if _TIMEOUT_BANNER.search(body):
+            in_timeout = not in_timeout
+        elif in_timeout and body.startswith('File "') and _FAILING_TEST.match(body):
+            add(line, body)
+        if _PRETTY_FAILURE.match(body) or any(rx.search(body) for rx in _ERROR_LINE):
+            add(line, body)
         if len(named) >= MAX_ERRORS:
             break
     return (named + out)[:MAX_ERRORS]

@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
+from slurm_fsm.logs import strip_log_prefix
 from slurm_fsm.spec import WorkflowType
 
 __all__ = [
@@ -92,27 +93,119 @@ def _seconds(text: str) -> float:
     return total
 
 
-def parse_pytest(lines: Sequence[str]) -> dict[str, int | float]:
-    """Counts and duration from the last pytest summary line.
+_PYTEST_LABEL = re.compile(r"^\s*(\d+):\s")
+#: pytest-pretty 1.x's summary: ``Results (0.24s):`` then one ``   N word`` line per count
+_PRETTY_RESULTS = re.compile(r"^Results \((?P<time>\d+(?:\.\d+)?s|\d+(?::\d+){1,2}(?:\.\d+)?)\):$")
+_PRETTY_COUNT = re.compile(r"^\s+(\d+) (subtests (?:passed|failed)|passed|failed|errors?|skipped"
+                           r"|xfailed|xpassed|warnings?|deselected|rerun)$")
+#: pytest-timeout's thread method: ``+++... Timeout +++...`` around the stacks it dumps
+#: before it ends the process (no summary line follows)
+_TIMEOUT_BANNER = re.compile(r"\+{5,} Timeout \+{5,}$")
+_TEST_FRAME = re.compile(r'^File "(?P<path>[^"]+)", line \d+, in (?P<func>test\w*)$')
+_STACK_OF = re.compile(r"^~+ Stack of (?P<thread>\S+)")
+
+
+def _pytest_counts(body: str) -> dict[str, int | float] | None:
+    m = _PYTEST_SUMMARY.search(body)
+    if not m:
+        return None
+    out: dict[str, int | float] = {}
+    for count, word in _PYTEST_ITEM.findall(m.group("body")):
+        key = _PYTEST_WORDS[word]
+        out[key] = int(out.get(key, 0)) + int(count)
+    out["seconds"] = _seconds(m.group("time"))
+    return out
+
+
+def _timed_out_test(lines: Sequence[str]) -> str | None:
+    """The test pytest-timeout's thread method stopped: the last ``in test_*`` frame of
+    the main thread's stack between two ``+++ Timeout +++`` banners (``path::test``)."""
+    found: str | None = None
+    inside = False
+    thread = ""
+    best: dict[str, str] = {}
+    for raw in lines:
+        body = _unlabel(_clean(raw))
+        if _TIMEOUT_BANNER.search(body):
+            if inside:
+                found = best.get("MainThread") or next(iter(best.values()), None) or found
+                best, inside = {}, False
+            else:
+                inside, thread = True, ""
+            continue
+        if not inside:
+            continue
+        st = _STACK_OF.match(body)
+        if st:
+            thread = st.group("thread")
+            continue
+        fr = _TEST_FRAME.match(body)
+        if fr:
+            best[thread] = f"{fr.group('path')}::{fr.group('func')}"
+    if inside and best:
+        found = best.get("MainThread") or next(iter(best.values()))
+    return found
+
+
+def parse_pytest(lines: Sequence[str]) -> dict[str, Any]:
+    """Counts and duration from pytest's summary line.
 
     ``==== 3 passed, 1 failed, 2 skipped, 1 error in 12.34s ====`` ->
     ``{"passed": 3, "failed": 1, "skipped": 2, "errors": 1, "seconds": 12.34}``.
     Keys are among passed, failed, errors, skipped, xfailed, xpassed,
     warnings, deselected, rerun, subtests_passed, subtests_failed (pytest 9) and
-    seconds; only those printed appear.
-    ``in 1:02:03`` is read as hh:mm:ss. No summary line gives ``{}``.
+    seconds; only those printed appear. ``in 1:02:03`` is read as hh:mm:ss.
+    pytest-pretty's ``Results (0.24s):`` block (one count per line) is a summary too.
+
+    * **Several ranks** (``srun -l``: ``0: ``, ``1: `` prefixes): the last summary of
+      each rank counts, and the counts are added up (``seconds``: the longest;
+      ``"ranks"``: how many ranks printed one), so a failing rank fails the run.
+      Without labels, the last summary of the log counts.
+    * **pytest-timeout, thread method**: it prints ``+++ Timeout +++``, the stacks, and
+      ends the process without a summary: ``"timed_out_test"`` names the test
+      (``path::test_name``, from the main thread's stack).
+
+    No summary line gives ``{}`` (or only ``"timed_out_test"``).
     """
-    for raw in reversed(lines):
-        m = _PYTEST_SUMMARY.search(_clean(raw))
-        if not m:
+    by_rank: dict[str, dict[str, int | float]] = {}
+    pretty: tuple[str, dict[str, int | float]] | None = None
+    for raw in lines:
+        clean = _clean(raw)
+        m = _PYTEST_LABEL.match(raw)
+        rank = m.group(1) if m else ""
+        body = _unlabel(clean) if m else clean
+        if pretty is not None and pretty[0] == rank:
+            pc = _PRETTY_COUNT.match(_SRUN_LABEL.sub("", raw.rstrip("\r\n"), count=1))
+            if pc:
+                key = _PYTEST_WORDS[pc.group(2)]
+                pretty[1][key] = int(pretty[1].get(key, 0)) + int(pc.group(1))
+                continue
+            pretty = None
+        pr = _PRETTY_RESULTS.match(body)
+        if pr:
+            counts: dict[str, int | float] = {"seconds": _seconds(pr.group("time"))}
+            by_rank[rank] = counts
+            pretty = (rank, counts)
             continue
-        out: dict[str, int | float] = {}
-        for count, word in _PYTEST_ITEM.findall(m.group("body")):
-            key = _PYTEST_WORDS[word]
-            out[key] = int(out.get(key, 0)) + int(count)
-        out["seconds"] = _seconds(m.group("time"))
-        return out
-    return {}
+        found = _pytest_counts(body) if " in " in body else None
+        if found is not None:
+            by_rank[rank] = found
+    out: dict[str, Any] = {}
+    if len(by_rank) == 1:
+        out.update(next(iter(by_rank.values())))
+    elif by_rank:
+        for counts in by_rank.values():
+            for key, value in counts.items():
+                if key == "seconds":
+                    out[key] = max(float(out.get(key, 0.0)), float(value))
+                else:
+                    out[key] = int(out.get(key, 0)) + int(value)
+        out["ranks"] = len(by_rank)
+    if not by_rank:
+        stopped = _timed_out_test(lines)
+        if stopped:
+            out["timed_out_test"] = stopped
+    return out
 
 
 # ------------------------------------------------------------------------ eval
@@ -120,20 +213,40 @@ _ACCURACY = re.compile(rf"(?P<pre>[^:=,;|]*?)\baccuracy\s*[:=]\s*(?P<value>{_NUM
 _NAME = re.compile(r"^[A-Za-z][\w.\-/]*$")
 _NOT_A_TASK = frozenset(
     {"average", "avg", "weighted", "mean", "overall", "final", "total", "eval",
-     "evaluation", "the", "model", "best", "score", "-", "lm-eval", "result", "results"}
+     "evaluation", "the", "model", "best", "score", "-", "lm-eval", "result", "results",
+     # a logger's level word before the message (``... 17:00:00 INFO gsm8k accuracy``)
+     "info", "debug", "warning", "warn", "error", "critical"}
 )
 
 
+#: Words after a task's name that qualify the figure, not the task (``MMLU weighted
+#: average accuracy``).
+_QUALIFIER = frozenset({"average", "avg", "weighted", "mean", "overall", "final", "total"})
+#: A task's name has at most this many words (``JSON Mode Eval grammar``).
+_MAX_TASK_WORDS = 4
+
+
 def _task_name(prefix: str) -> str | None:
-    """The task name just before ``accuracy``: ``gsm8k`` in ``lm-eval gsm8k average``."""
-    for token in reversed(prefix.split()):
+    """The task name just before ``accuracy``: ``gsm8k`` in ``lm-eval gsm8k average``,
+    ``MMLU`` in ``MMLU weighted average``, ``JSON Mode Eval`` in ``JSON Mode Eval``
+    (TensorRT-LLM's json_mode_eval.py): the name-like words before it (at most
+    :data:`_MAX_TASK_WORDS`, stopping at a bracketed tag, a number or punctuation),
+    without the qualifiers after the name and the filler words before it."""
+    words: list[str] = []
+    for token in reversed(strip_log_prefix(prefix).split()):
         word = token.strip("'\"()")
-        if word.lower() in _NOT_A_TASK:
-            continue
         if word.startswith("[") or word.endswith("]") or not _NAME.match(word):
-            return None
-        return word
-    return None
+            break
+        words.insert(0, word)
+        if len(words) == _MAX_TASK_WORDS:
+            break
+    while words and words[-1].lower() in _QUALIFIER:
+        words.pop()
+    while words and words[0].lower() in _NOT_A_TASK:
+        words.pop(0)
+    if not words or all(w.lower() in _NOT_A_TASK for w in words):
+        return None
+    return " ".join(words)
 
 
 _TRACEBACK = "Traceback (most recent call last)"
@@ -180,6 +293,53 @@ _REPORT_KEYS = {"Reference accuracy": "reference_accuracy",
 _LM_EVAL_TASK = re.compile(r"\blm-eval\s+(?P<task>[A-Za-z][\w.\-/]*)\s")
 
 
+#: Named figures that are no accuracy: TensorRT-LLM's cnn_dailymail ``rouge1: 30.45``,
+#: ``Per-token perplexity: 5.81`` (its perplexity evaluation), ``bleu``/``exact_match``/``f1``.
+_SCORE = re.compile(rf"^(?P<name>rouge[\w-]*|(?:[A-Za-z][\w-]* ){{0,3}}perplexity|bleu|"
+                    rf"exact_match|f1)\s*[:=]\s*(?P<value>{_NUMBER})\s*$", re.I)
+#: One row of lm-evaluation-harness's results table (``make_table``): ``|gsm8k|3|...|``
+_TABLE_ROW = re.compile(r"^\|.*\|$")
+
+
+def _cells(row: str) -> list[str]:
+    return [c.strip() for c in row.strip().strip("|").split("|")]
+
+
+def _lm_eval_table(lines: Sequence[str]) -> dict[str, float]:
+    """lm-evaluation-harness's results table, as ``lm_eval`` prints it (and TensorRT-LLM's
+    lm_eval.py logs it): ``|Tasks|Version|Filter|n-shot|Metric| |Value| |Stderr|`` then a
+    row per task, metric and filter (a blank Tasks cell repeats the task above).
+    ``{"gsm8k exact_match,flexible-extract": 0.9538, ...}``: task, then metric and filter
+    joined as TensorRT-LLM's ``lm-eval {task} {metric},{filter}`` names them (a filter of
+    ``none`` is left out)."""
+    out: dict[str, float] = {}
+    columns: dict[str, int] | None = None
+    task = ""
+    for raw in lines:
+        line = _unlabel(_clean(raw))
+        if not _TABLE_ROW.match(line):
+            columns = None
+            continue
+        cells = _cells(line)
+        names = [c.lower() for c in cells]
+        if ("tasks" in names or "groups" in names) and "metric" in names and "value" in names:
+            columns = {n: i for i, n in enumerate(names) if n}
+            columns.setdefault("tasks", columns.get("groups", 0))
+            task = ""
+            continue
+        if columns is None or set(line) <= set("|-: "):
+            continue
+        row = {name: cells[i] for name, i in columns.items() if i < len(cells)}
+        task = row.get("tasks", "").lstrip("- ").strip() or task
+        metric, value = row.get("metric", ""), row.get("value", "")
+        if not task or not metric or not re.fullmatch(_NUMBER, value):
+            continue
+        filt = row.get("filter", "")
+        key = f"{task} {metric}" + (f",{filt}" if filt and filt.lower() != "none" else "")
+        out[key] = float(value)
+    return out
+
+
 def parse_eval(lines: Sequence[str]) -> dict[str, Any]:
     """Accuracy figures of an eval run.
 
@@ -194,13 +354,24 @@ def parse_eval(lines: Sequence[str]) -> dict[str, Any]:
     ``"evaluated_accuracy"`` (measured, so also in ``"accuracy"``; no task of that name).
     ``"threshold_not_met": True`` when a ``--check_accuracy`` assertion
     failed. Lines of an AssertionError are not read as figures.
+
+    Figures that are no accuracy go into ``"scores"`` (name -> value, the last one
+    winning): lm-evaluation-harness's results table (:func:`_lm_eval_table`:
+    ``"gsm8k exact_match,flexible-extract": 0.9538``), ``rouge1: 30.45``,
+    ``Per-token perplexity: 5.81``. A timestamp or logger tag before a line is never
+    part of a name.
     """
     values: list[float] = []
     by_task: dict[str, float] = {}
     report: dict[str, float] = {}
+    scores: dict[str, float] = {}
     for raw in lines:
         line = _unlabel(_clean(raw))
         if "AssertionError" in line:
+            continue
+        score = _SCORE.match(strip_log_prefix(line))
+        if score:
+            scores[score.group("name")] = float(score.group("value"))
             continue
         rep = _REPORT_FIGURE.match(_LOG_PREFIX.sub("", line).strip())
         if rep:
@@ -219,6 +390,9 @@ def parse_eval(lines: Sequence[str]) -> dict[str, Any]:
     out: dict[str, Any] = {"accuracy": values}
     if by_task:
         out["accuracy_by_task"] = by_task
+    scores.update(_lm_eval_table(lines))
+    if scores:
+        out["scores"] = scores
     out.update(report)
     if _threshold_not_met(lines):
         out["threshold_not_met"] = True
@@ -251,9 +425,12 @@ def _figure_kind(label: str) -> str | None:
 
 
 def _figure_label(label: str) -> str:
-    """Drop log prefixes (``[TRT-LLM] [I]``, ``0:``, ``... INFO:``) that do not
-    carry the figure's name."""
+    """Drop log prefixes (``[TRT-LLM] [I]``, ``0:``, ``... INFO:``, a timestamp such as
+    Go's ``2024/07/11 23:37:56``) that do not carry the figure's name."""
     label = _unlabel(label).strip()
+    bare = strip_log_prefix(label)
+    if bare and _figure_kind(bare):  # ``[Latency] AVERAGE``: the tag is the name
+        label = bare
     if ": " in label:
         last = label.rsplit(": ", 1)[1].strip()
         if _figure_kind(last):
@@ -275,13 +452,45 @@ def _done_marker(work_dir: Path) -> str | None:
     return newest.name
 
 
+#: A row of a box-drawn table (GenAI-Perf's ``LLM Metrics``, drawn by rich):
+#: ``│ Time to first token (ms) │  16.26 │  12.39 │ ...``
+_BOX = "│┃"
+_BOX_ROW = re.compile(rf"^[{_BOX}]\s*(?P<label>[^{_BOX}]+?)\s*[{_BOX}]\s*(?P<value>{_NUMBER})"
+                      rf"\s*[{_BOX}]")
+_BOX_HEADER = re.compile(rf"^[{_BOX}]\s*Statistic\s*[{_BOX}]\s*(?P<first>\w+)\s*[{_BOX}]")
+
+
+def _box_figures(lines: Sequence[str]) -> dict[str, tuple[str, float]]:
+    """GenAI-Perf's table: each row's first figure, keyed ``<label> <column>`` (the
+    column is the header's, ``avg``): ``Request throughput (per sec) avg``."""
+    out: dict[str, tuple[str, float]] = {}
+    column = ""
+    for raw in lines:
+        line = _unlabel(_clean(raw))
+        if not line or line[0] not in _BOX:
+            continue
+        head = _BOX_HEADER.match(line)
+        if head:
+            column = head.group("first")
+            continue
+        m = _BOX_ROW.match(line)
+        if m and column:
+            label = f"{m.group('label')} {column}"
+            kind = _figure_kind(label)
+            if kind is not None and len(label) <= _MAX_LABEL:
+                out[label] = (kind, float(m.group("value")))
+    return out
+
+
 def parse_benchmark(lines: Sequence[str], work_dir: Path) -> dict[str, Any]:
     """Throughput and latency figures, and the ``8_done_*.txt`` marker.
 
     A line ``<label>: <number> [unit]`` whose label says throughput goes into
     ``"throughput"``; one that says latency (or TTFT, TPOT, ITL, E2EL) into
     ``"latency"``; keyed by the label as printed (``Request Throughput
-    (req/sec)``), the last value winning. ``"done_marker"`` is the name of
+    (req/sec)``; a timestamp or logger tag before it is not part of the name), the
+    last value winning. GenAI-Perf's box-drawn table gives each row's first column
+    (``Time to first token (ms) avg``). ``"done_marker"`` is the name of
     the newest ``8_done_*.txt`` in ``work_dir``, or None.
     """
     throughput: dict[str, float] = {}
@@ -295,6 +504,8 @@ def parse_benchmark(lines: Sequence[str], work_dir: Path) -> dict[str, Any]:
         if kind is None or len(label) > _MAX_LABEL:
             continue
         (latency if kind == "latency" else throughput)[label] = float(m.group("value"))
+    for label, (kind, value) in _box_figures(lines).items():
+        (latency if kind == "latency" else throughput)[label] = value
     return {"throughput": throughput, "latency": latency, "done_marker": _done_marker(work_dir)}
 
 
@@ -375,9 +586,10 @@ _PYTEST_KEYS = ("passed", "failed", "errors", "skipped", "xfailed", "xpassed",
 
 def _pytest_failures(metrics: Mapping[str, Any]) -> tuple[int, int]:
     """(failed, errors); a failed subtest counts as a failure (pytest 9 also fails its
-    test, so ``failed`` is at least 1 then)."""
+    test, so ``failed`` is at least 1 then), and so does a test pytest-timeout stopped."""
     failed = max(int(metrics.get("failed", 0) or 0),
-                 1 if int(metrics.get("subtests_failed", 0) or 0) else 0)
+                 1 if int(metrics.get("subtests_failed", 0) or 0) else 0,
+                 1 if metrics.get("timed_out_test") else 0)
     return failed, int(metrics.get("errors", 0) or 0)
 
 
@@ -386,31 +598,42 @@ class EvalWorkflow(Workflow):
     """An accuracy eval: the accuracy figures; a ``--check_accuracy`` assertion fails it."""
 
     type = WorkflowType.EVAL
-    relevant_hint = ("accuracy", "threshold", "assertionerror", "traceback")
+    relevant_hint = ("accuracy", "threshold", "assertionerror", "traceback", "rouge",
+                     "perplexity", "bleu", "exact_match", "f1", "|")
 
     def parse(self, lines: Sequence[str], work_dir: Path) -> dict[str, Any]:
         return parse_eval(lines)
 
     def relevant(self, line: str) -> bool:
         low = line.lower()
-        return ("accuracy" in low or "threshold" in low or "assertionerror" in low
-                or _TRACEBACK in line)
+        if ("accuracy" in low or "threshold" in low or "assertionerror" in low
+                or _TRACEBACK in line):
+            return True
+        if "|" in line and _TABLE_ROW.match(_unlabel(_clean(line))):
+            return True  # a row of lm-eval's results table
+        return _SCORE.match(strip_log_prefix(_unlabel(_clean(line)))) is not None
 
     def summarize(self, metrics: Mapping[str, Any]) -> str:
         by_task: Mapping[str, float] = metrics.get("accuracy_by_task") or {}
         values: Sequence[float] = metrics.get("accuracy") or []
+        scores: Mapping[str, float] = metrics.get("scores") or {}
+        parts = []
         if by_task:
-            text = "accuracy " + ", ".join(f"{k} {v:g}" for k, v in by_task.items())
+            parts.append("accuracy " + ", ".join(f"{k} {v:g}" for k, v in by_task.items()))
         elif values:
-            text = "accuracy " + ", ".join(f"{v:g}" for v in values)
-        else:
-            text = "no accuracy figures found"
+            parts.append("accuracy " + ", ".join(f"{v:g}" for v in values))
+        if scores:
+            parts.append(", ".join(f"{k} {v:g}" for k, v in list(scores.items())[:4])
+                         + (f" (+{len(scores) - 4} more)" if len(scores) > 4 else ""))
+        text = "; ".join(parts) or "no accuracy figures found"
         if metrics.get("threshold_not_met"):
             text += "; accuracy threshold not met"
         return text
 
     def warnings(self, metrics: Mapping[str, Any]) -> list[str]:
-        return [] if metrics.get("accuracy") else ["no 'accuracy:' line in the log tail"]
+        if metrics.get("accuracy") or metrics.get("scores"):
+            return []
+        return ["no 'accuracy:' line in the log tail"]
 
     def verdict(self, metrics: Mapping[str, Any]) -> str | None:
         if metrics.get("threshold_not_met"):
@@ -429,31 +652,52 @@ class PytestWorkflow(Workflow):
     """pytest: the counts of the last summary line; failed tests or errors fail the run."""
 
     type = WorkflowType.PYTEST
-    relevant_hint = ("failed", "error", " in ")
+    relevant_hint = ("failed", "error", " in ", "timeout", "stack of", "results (")
 
     def parse(self, lines: Sequence[str], work_dir: Path) -> dict[str, Any]:
         return dict(parse_pytest(lines))
 
     def relevant(self, line: str) -> bool:
         clean = _unlabel(_clean(line))
-        return (clean.startswith(("FAILED ", "ERROR ", "SUBFAILED"))
-                or (" in " in clean and _PYTEST_SUMMARY.search(clean) is not None))
+        if clean.startswith(("FAILED ", "ERROR ", "SUBFAILED")):
+            return True
+        if " in " in clean and (_PYTEST_SUMMARY.search(clean) is not None
+                                or _TEST_FRAME.match(clean) is not None):
+            return True  # a summary; a test's frame in pytest-timeout's stacks
+        return (_TIMEOUT_BANNER.search(clean) is not None or _STACK_OF.match(clean) is not None
+                or _PRETTY_RESULTS.match(clean) is not None)
 
     def summarize(self, metrics: Mapping[str, Any]) -> str:
         parts = [f"{metrics[k]} {k.replace('_', ' ')}" for k in _PYTEST_KEYS if k in metrics]
+        stopped = metrics.get("timed_out_test")
         if not parts:
-            return "no pytest summary line found"
+            return (f"pytest-timeout stopped {stopped} (no summary line)" if stopped
+                    else "no pytest summary line found")
         secs = metrics.get("seconds")
-        return ", ".join(parts) + (f" in {secs:g}s" if isinstance(secs, int | float) else "")
+        text = ", ".join(parts) + (f" in {secs:g}s" if isinstance(secs, int | float) else "")
+        ranks = metrics.get("ranks")
+        return text + (f" ({ranks} ranks added up)" if ranks else "")
 
     def warnings(self, metrics: Mapping[str, Any]) -> list[str]:
-        return [] if "seconds" in metrics else ["no pytest summary line in the log tail"]
+        if "seconds" in metrics:
+            return []
+        if metrics.get("timed_out_test"):
+            return ["no pytest summary line: pytest-timeout (thread method) ended pytest"]
+        return ["no pytest summary line in the log tail"]
 
     def verdict(self, metrics: Mapping[str, Any]) -> str | None:
+        if metrics.get("timed_out_test") and "seconds" not in metrics:
+            return f"pytest-timeout stopped {metrics['timed_out_test']}"
         failed, errors = _pytest_failures(metrics)
         return f"pytest: {failed} failed, {errors} errors" if failed or errors else None
 
     def diagnosis(self, metrics: Mapping[str, Any]) -> list[dict[str, str]]:
+        stopped = metrics.get("timed_out_test")
+        if stopped and "seconds" not in metrics:
+            return [_row(f"pytest-timeout: {stopped} timed out", "a test ran past "
+                         "pytest-timeout's limit (thread method: pytest itself was ended)",
+                         "read the stack pytest-timeout printed; raise --timeout or fix "
+                         "the hang")]
         failed, errors = _pytest_failures(metrics)
         if not (failed or errors):
             return []
@@ -467,14 +711,21 @@ class BenchmarkWorkflow(Workflow):
 
     type = WorkflowType.BENCHMARK
     relevant_hint = ("throughput", "latency", "ttft", "tpot", "itl", "e2el", "time to first",
-                     "time per output", "gtps", "output speed")
+                     "time per output", "gtps", "output speed", "statistic")
 
     def parse(self, lines: Sequence[str], work_dir: Path) -> dict[str, Any]:
         return parse_benchmark(lines, work_dir)
 
     def relevant(self, line: str) -> bool:
-        if ":" not in line or not _FIGURE_HINT.search(line):
+        if "Statistic" in line and _BOX_HEADER.match(_unlabel(_clean(line))):
+            return True  # GenAI-Perf's table header names the column of its figures
+        if not _FIGURE_HINT.search(line):
             return False  # the cheap test first: most lines name no figure
+        clean = _unlabel(_clean(line))
+        if clean[:1] in _BOX:
+            return _BOX_ROW.match(clean) is not None
+        if ":" not in line:
+            return False
         m = _FIGURE.match(_clean(line))
         return m is not None and _figure_kind(_figure_label(m.group("label"))) is not None
 

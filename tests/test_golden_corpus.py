@@ -1,10 +1,13 @@
 """The golden corpus: every parser over every real output in tests/data/real/.
 
 Each file there is real output of a tool nobody here wrote (TensorRT-LLM's eval and
-bench, pytest 8 and 9, sacct, scontrol, nvidia-smi, TensorRT-LLM's tags files), with its
-source in tests/data/real/SOURCES.md. Beside each one, ``<name>.expected.json`` holds
-what the parsers must make of it; this test runs them all and compares. A surprise from a
-real tool is added here first (file, source, expected), then fixed.
+bench, lm-evaluation-harness, GenAI-Perf, vLLM and SGLang benchmarks, pytest 8 and 9 and
+its plugins, TensorRT-LLM's C++ and NCCL failures, Slurm, sacct, scontrol, nvidia-smi,
+TensorRT-LLM's tags files), with its source in tests/data/real/SOURCES.md. Text files go
+through every text parser, the error lines, the hang judge and the diagnosis rows.
+Beside each one, ``<name>.expected.json`` holds what the parsers must make of it; this
+test runs them all and compares. A surprise from a real tool is added here first (file,
+source, expected), then fixed.
 
 ``SLURM_FSM_REGEN_GOLDEN=1`` writes the expected files from today's parsers: read every
 changed one before committing it (an expected file is a claim about the real tool).
@@ -20,8 +23,16 @@ from typing import Any
 import pytest
 
 from slurm_fsm.build import BuildError, build_arch, image_key, partition_arch, read_properties
+from slurm_fsm.joboutput import HangJudge
 from slurm_fsm.jobstate import JobState
-from slurm_fsm.results import errors_from, parse_benchmark, parse_eval, parse_pytest
+from slurm_fsm.results import (
+    Status,
+    diagnose,
+    errors_from,
+    parse_benchmark,
+    parse_eval,
+    parse_pytest,
+)
 from slurm_fsm.slurmcli import (
     SACCT_FIELDS,
     parse_gpu_processes,
@@ -51,6 +62,23 @@ def _blocks(path: Path) -> dict[str, list[str]]:
     return blocks
 
 
+def _hang_line(lines: list[str]) -> str:
+    """The hang detector's line that stands once the whole text was read (as
+    :class:`~slurm_fsm.joboutput.JobOutput` judges it at the end of a job), or ""."""
+    judge = HangJudge()
+    for line in lines:
+        judge.feed(line)
+    judge.close()
+    return judge.hang_line
+
+
+def _diagnosis(lines: list[str]) -> list[str]:
+    """The symptoms the log's lines give a failed run (the status row left out)."""
+    rows = diagnose(Status.FAILED, exit_code=1, slurm_state="FAILED", log_empty=False,
+                    log_lines=lines)
+    return [r["symptom"] for r in rows if r["symptom"] != "exit 1 and FAILED"]
+
+
 def _text_parsers(lines: list[str], tmp: Path) -> dict[str, Any]:
     bench = parse_benchmark(lines, tmp)
     return {
@@ -58,6 +86,8 @@ def _text_parsers(lines: list[str], tmp: Path) -> dict[str, Any]:
         "eval": parse_eval(lines),
         "benchmark": {"throughput": bench["throughput"], "latency": bench["latency"]},
         "errors": errors_from(lines),
+        "hang_line": _hang_line(lines),
+        "diagnosis": _diagnosis(lines),
     }
 
 
@@ -158,7 +188,12 @@ def test_the_corpus_holds_the_shared_real_material() -> None:
             "trtllm/bench_docs_multimodal_sample.txt", "trtllm/eval_accuracy_readme_lines.txt",
             "trtllm/eval_lines_from_code.txt", "slurm/sacct_fixtures.txt",
             "slurm/nvidia_smi_fixtures.txt"} <= names
-    assert len([n for n in names if n.endswith(".properties")]) == 5
+    assert {"eval/lm_eval_gsm8k_deepseek_r1_fp8.txt", "bench/genai_perf_trtllm_gpt2_readme.txt",
+            "bench/triton_trtllm_issue1938_two_runs.txt",
+            "failures/trtllm_issue1060_cpp_cuda_oom.txt", "failures/trtllm_issue1039_nccl.txt",
+            "local/pytest/hangunit_rA.txt", "local/pytest/srun_l_two_ranks_rank1_fails.txt",
+            "local/pytest/pytest_timeout_2.4.0_thread.txt"} <= names  # issue 25's round 2
+    assert len([n for n in names if n.endswith(".properties")]) == 9
     sources = (REAL / "SOURCES.md").read_text(encoding="utf-8")
     for name in names:
         assert Path(name).parent.name in sources or Path(name).name in sources, name
