@@ -100,3 +100,14 @@ def test_the_layers_point_down() -> None:
         assert high not in graph[low], f"{low} imports {high}"
     assert not [m for m, deps in graph.items()
                 if "slurm_fsm.cli" in deps and m != "slurm_fsm.__main__"]
+
+
+def test_the_paths_only_observe_and_the_facts_stay_low() -> None:
+    """The paths of a run neither judge nor build a report (they never import the judge,
+    the report or the face); what a run saw is a low room (only the job states)."""
+    graph = import_graph()
+    for path in ("slurm_fsm.persistent", "slurm_fsm.oneshot"):
+        assert graph[path] & {"slurm_fsm.results", "slurm_fsm.report",
+                              "slurm_fsm.executor"} == set(), path
+    assert graph["slurm_fsm.runfacts"] == {"slurm_fsm.jobstate"}
+    assert "slurm_fsm.runfacts" in graph["slurm_fsm.results"]
