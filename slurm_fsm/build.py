@@ -117,10 +117,11 @@ def gpu_tokens(gpu_name: str) -> list[str]:
 def build_arch(gpu_name: str) -> str:
     """The build arch (``-a``) for a GPU name as nvidia-smi prints it, or a bare model.
 
-    Hopper (H100, H200, H800, H20, GH200) -> ``90-real``; Thor -> ``110-real``; B200/GB200/B300/GB300 -> ``100-real``; A100 ->
-    ``80-real``; L40S -> ``89-real``. The first word of the name that is in
-    :data:`ARCH_TABLE` decides; a name not in the table decides by its compute
-    capability when it carries one (the probe asks nvidia-smi for it:
+    Hopper (H100, H200, H800, H20, GH200) -> ``90-real``; Thor -> ``110-real``;
+    B200/GB200/B300/GB300 -> ``100-real``; A100 -> ``80-real``; L40S -> ``89-real``.
+    The first word of the name that is in :data:`ARCH_TABLE` decides; a name not in
+    the table decides by its compute capability when it carries one (the probe asks
+    nvidia-smi for it:
     ``NVIDIA GH200 480GB (sm_90)`` -> ``90-real``); anything else ``100-real``.
     """
     for token in gpu_tokens(gpu_name):
