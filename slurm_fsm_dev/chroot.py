@@ -392,22 +392,27 @@ def inner_env(root: Path, pip: Mapping[str, str], *, local_dir: str,
               extra: Mapping[str, str] | None = None) -> tuple[dict[str, str], list[Path]]:
     """The whole environment inside (``env -i``) and the host folders to bind for pip.
 
-    Folders pip names (wheel mirrors) are bound read-only at the same path; files (the
+    Folders pip names (wheel mirrors; the folder above an index's ``simple``, whose
+    pages link to ``../../files``) are bound read-only at the same path; files (the
     CA bundle, the constraints) are copied under :data:`HOST_FILES` inside and the
     setting is rewritten to point there.
     """
     env = {"HOME": "/root", "LANG": "C.UTF-8", "PATH": CHROOT_PATH,
            "SLURM_FSM_LOCAL_DIR": local_dir}
-    for name in ("TERM",):
-        if os.environ.get(name):
-            env[name] = os.environ[name]
+    for name, value in os.environ.items():
+        # the project's own knobs go in (SLURM_FSM_KEEP_CLUSTER, ...); the cluster's
+        # folder is the 24.11 one, never the caller's
+        if name == "TERM" or (name.startswith("SLURM_FSM_") and name not in (
+                "SLURM_FSM_LOCAL_DIR", ENV_ROOT)):
+            env[name] = value
     dirs: list[Path] = []
     for key, value in pip.items():
         new = value
         for path in _paths_in(value):
             p = Path(path)
             if p.is_dir():
-                dirs.append(p)
+                # a PEP 503 index's pages link to ../../files: the whole mirror goes in
+                dirs.append(p.parent if p.name == "simple" else p)
             elif p.is_file():
                 inside = HOST_FILES / p.relative_to("/")
                 dest = root / inside.relative_to("/")

@@ -63,7 +63,7 @@ def test_inner_env_binds_folders_copies_files_and_keeps_nothing_else(
     assert env["PIP_CERT"] == str(inside)
     assert (root / inside.relative_to("/")).read_text() == "CERT"  # copied into the root
     assert env["PIP_EXTRA_INDEX_URL"] == f"file://{mirror}/simple"  # bound at its path
-    assert dirs == [mirror / "simple"]
+    assert dirs == [mirror]  # the index links to ../../files: the whole mirror
     assert env["PIP_DEFAULT_TIMEOUT"] == "180"
     assert env["SLURM_FSM_LOCAL_DIR"] == "/tmp/x-2411"
     assert env["PATH"] == chroot.CHROOT_PATH
