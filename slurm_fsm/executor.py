@@ -401,8 +401,15 @@ class Executor:
         self.events.state("Running", f"job on allocation {alloc.job_id}")
         self.events.job_state(f"RUNNING (a step of allocation {alloc.job_id})")
 
+        # "waiting for GPUs": srun's line (22.05) or this run's PENDING step (24.11)
+        queue = placement.QueueWatch(
+            self.events.output, self.events.message, spec.slurm_params.gpus_per_node or 0,
+            pending=placement.PendingSteps(self.backend, alloc.job_id, steps.pids,
+                                           self.clock))
+
         def tick(elapsed: float, line: str) -> None:
             steps.sample()
+            queue.poll()
             self.events.tick(elapsed, line)
 
         watch = watch_script(
@@ -410,9 +417,7 @@ class Executor:
             timeout_s=float(spec.monitor_timeout_seconds), clock=self.clock,
             policy=self.policy, on_message=self.events.message, on_tick=tick,
             stop=steps.stop,
-            output=output_for_spec(spec, [log], on_text=placement.QueueWatch(
-                self.events.output, self.events.message,
-                spec.slurm_params.gpus_per_node or 0)),
+            output=output_for_spec(spec, [log], on_text=queue),
         )
         # a step never outlives its run: what the script left is stopped now
         for problem in steps.finish():
