@@ -401,7 +401,7 @@ class Executor:
         self.events.state("Running", f"job on allocation {alloc.job_id}")
         self.events.job_state(f"RUNNING (a step of allocation {alloc.job_id})")
 
-        # "waiting for GPUs": srun's line (22.05) or this run's PENDING step (24.11)
+        # "waiting for GPUs": this run's PENDING step in Slurm, or srun's line (22.05 only)
         queue = placement.QueueWatch(
             self.events.output, self.events.message, spec.slurm_params.gpus_per_node or 0,
             pending=placement.PendingSteps(self.backend, alloc.job_id, steps.pids,

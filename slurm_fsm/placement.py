@@ -22,12 +22,11 @@ Slurm's step scheduler then places each step on free GPUs (``CUDA_VISIBLE_DEVICE
 per step) and queues it while the allocation is full. :class:`QueueWatch` turns that
 into a "waiting for GPUs" message from either of two signs, whichever comes first:
 
+- Slurm lists the queued step itself (22.05 and 24.11, measured): ``scontrol show
+  step`` has a ``StepId=<job>.TDB ... State=PENDING ... SrunHost:Pid=<host>:<pid>``
+  line, which :class:`PendingSteps` matches to this run's own ``srun`` processes;
 - Slurm 22.05's srun says so on stderr (:data:`WAITING_MARKER`); 24.11's srun no longer
-  does at its default verbosity (it waits silently);
-- Slurm 24.11 lists the queued step itself: ``scontrol show step`` has a
-  ``StepId=<job>.TDB ... State=PENDING ... SrunHost:Pid=<host>:<pid>`` line, which
-  :class:`PendingSteps` matches to this run's own ``srun`` processes (22.05 lists no
-  pending step).
+  does at its default verbosity (it waits silently).
 
 Both versions print ``Step created for ...`` (:data:`STARTED_MARKER`) only when the
 step had to wait, so a wait too short for either sign is still said when it ends. The
@@ -154,8 +153,8 @@ def _is_srun(pid: int) -> bool:
 
 
 class PendingSteps:
-    """This run's queued steps, as Slurm lists them (24.11: ``scontrol show step`` has
-    the pending step with its srun's host and pid; 22.05 lists none).
+    """This run's queued steps, as Slurm lists them (``scontrol show step`` has the
+    pending step with its srun's host and pid, on 22.05 and 24.11).
 
     ``pids`` is the run's live view of its script's processes (``RunSteps.pids``). Slurm
     is asked only while one of those is an ``srun`` not yet seen running a step, at most
@@ -201,7 +200,7 @@ class QueueWatch:
     behind other jobs' steps ("waiting for GPUs") and when it got them.
 
     The signs (see the module's docstring): srun's :data:`WAITING_MARKER` line (22.05),
-    a PENDING step of this run in Slurm (``pending``, asked by :meth:`poll`; 24.11), and
+    a PENDING step of this run in Slurm (``pending``, asked by :meth:`poll`), and
     the :data:`STARTED_MARKER` line srun prints only after a wait (both)."""
 
     def __init__(self, on_output: Callable[[str], None], on_message: Callable[[str], None],

@@ -43,7 +43,7 @@ def slurm(
 
 #: Whether srun says "step creation temporarily disabled" while its step waits, by
 #: Slurm version as measured here (issue 23, K1): 22.05 does; 24.11 waits silently at
-#: its default verbosity (it lists the pending step in ``scontrol show step`` instead).
+#: its default verbosity. (Both list the pending step in ``scontrol show step``.)
 #: Both print "Step created for ..." once a step that waited starts.
 SRUN_SAYS_WAITING = {(22, 5): True, (24, 11): False}
 
