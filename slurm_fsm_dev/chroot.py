@@ -12,8 +12,9 @@ undoes the bind mounts, also after a crash.
 Inside the root, ``/proc``, ``/sys`` and ``/dev`` are the host's (bound), and so is the
 checkout's parent folder (``/work``), at the same path: ``/work/<checkout>`` and
 ``/work/shared`` (the pyxis sources) are where they are on the host. The chroot's
-Python gets a venv of its own in the checkout (``.venv-trixie``); pip reaches the
-host's wheel mirror because the host's pip settings are passed explicitly (the
+Python gets a venv of its own in the checkout (``.venv-trixie``, which is the
+checkout's ``.venv`` inside, so the README's commands work there as typed); pip
+reaches the host's wheel mirror because the host's pip settings are passed explicitly (the
 command runs under ``env -i``: nothing else of the caller's environment leaks in).
 
 The 24.11 cluster has a base folder of its own (:func:`cluster_dir`): ``/proc`` is the
@@ -66,7 +67,8 @@ MIRROR = "http://deb.debian.org/debian"
 #: What the real suite needs in the root: the cluster (Slurm 24.11, munge, MariaDB),
 #: Python, chattr (e2fsprogs), man pages (man-db), the pyxis recipe's build deps
 #: (setup-pyxis.sh would apt-get them itself, at every fresh root), the python image's
-#: pip wheel, and the commands the tests and localcluster call (ps, ip, git, ldd).
+#: pip wheel, musl's loader for enroot's helpers, and the commands the tests and
+#: localcluster call (ps, ip, git, ldd).
 PACKAGES = (
     "slurm-wlm", "slurm-client", "slurmdbd", "munge", "mariadb-server",
     "python3", "python3-venv", "python3-pip-whl", "e2fsprogs", "man-db", "procps",
@@ -74,6 +76,9 @@ PACKAGES = (
     "gcc", "make", "libc6-dev", "libslurm-dev", "libcap2-bin", "bc", "curl", "gawk", "jq",
     "squashfs-tools", "parallel", "zstd", "pigz", "fuse-overlayfs", "squashfuse",
     "busybox-static",
+    # enroot's helpers (enroot-nsenter, ...) come out of the recipe dynamically linked
+    # against musl on Debian 13 (static-pie on Debian 12): they need musl's loader
+    "musl",
 )
 #: the PATH inside (``env -i`` drops the caller's)
 CHROOT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -196,13 +201,19 @@ def _bind(src: Path, dest: Path, *, readonly: bool = False) -> None:
              check=False)
 
 
-def _binds(checkout: Path, extra_dirs: Sequence[Path]) -> list[tuple[Path, bool]]:
-    """(host folder, read-only) to bind at the same path inside."""
-    wanted: list[tuple[Path, bool]] = [(Path("/proc"), False), (Path("/sys"), False),
-                                       (Path("/dev"), False), (checkout.parent, False)]
+def _binds(checkout: Path, extra_dirs: Sequence[Path]) -> list[tuple[Path, Path, bool]]:
+    """(host folder, path inside, read-only), in the order to bind them.
+
+    Host folders go at the same path inside; the checkout's ``.venv`` inside is its
+    ``.venv-trixie`` (:data:`VENV_NAME`): commands typed as the README has them
+    (``source .venv/bin/activate``, ``make``) get the chroot's own Python there.
+    """
+    same = [Path("/proc"), Path("/sys"), Path("/dev"), checkout.parent]
+    wanted = [(d, d, False) for d in same]
     for d in extra_dirs:
-        if d.is_dir() and not any(d == w or w in d.parents for w, _ in wanted[3:]):
-            wanted.append((d, True))
+        if d.is_dir() and not any(d == w or w in d.parents for w in same[3:]):
+            wanted.append((d, d, True))
+    wanted.append((checkout / VENV_NAME, checkout / ".venv", False))
     return wanted
 
 
@@ -235,9 +246,10 @@ def mounted(root: Path, *, checkout: Path | None = None,
         if not pids:  # nobody uses them: whatever is there is left over from a crash
             umount_all(root)
         present = set(mount_points(root))
-        for src, readonly in _binds(checkout, extra_dirs):
-            dest = root / src.relative_to("/")
+        for src, inside, readonly in _binds(checkout, extra_dirs):
+            dest = root / inside.relative_to("/")
             if dest not in present:
+                src.mkdir(parents=True, exist_ok=True)
                 _bind(src, dest, readonly=readonly)
         users.write_text(" ".join(str(p) for p in sorted(pids | {os.getpid()})) + "\n")
     try:
@@ -455,8 +467,10 @@ def run_inside(root: Path, argv: Sequence[str], *, cwd: Path, timeout: float,
 
 
 def _venv_script(checkout: Path) -> str:
-    """Inside: make ``.venv-trixie`` (once per pyproject.toml) with the dev extras."""
-    venv = checkout / VENV_NAME
+    """Inside: make the venv (once per pyproject.toml) with the dev extras. Inside, the
+    checkout's ``.venv`` is the host's ``.venv-trixie`` (:func:`_binds`), so the venv's
+    own paths (``#!.../.venv/bin/python``) are those of a venv made by ``make setup``."""
+    venv = checkout / ".venv"
     stamp = venv / ".installed"
     q = shlex.quote
     return (
@@ -471,7 +485,7 @@ def _venv_script(checkout: Path) -> str:
 def run_suite(root: Path, pytest_args: Sequence[str], *, timeout: float) -> int:
     """The real-Slurm tests on Slurm 24.11: venv, ``pytest -m slurm``, cluster down."""
     checkout = checkout_dir()
-    venv_py = str(checkout / VENV_NAME / "bin" / "python")
+    venv_py = str(checkout / ".venv" / "bin" / "python")  # .venv-trixie, inside
     t0 = time.monotonic()
     rc = run_inside(root, ["bash", "-c", _venv_script(checkout)], cwd=checkout,
                     timeout=1800)
