@@ -286,6 +286,10 @@ def hosts_line_missing(hosts_text: str, hostname: str) -> bool:
     return True
 
 
+def _ensure_pivot_dir(root: Path) -> None:
+    (root / OLD_ROOT).mkdir(exist_ok=True)
+
+
 def _ensure_hosts(root: Path) -> None:
     """The host's name in the root's /etc/hosts: slurmctld 24.11 resolves it (K9)."""
     hosts = root / "etc" / "hosts"
@@ -437,12 +441,30 @@ def inner_env(root: Path, pip: Mapping[str, str], *, local_dir: str,
     return env, dirs
 
 
+#: where the host's root goes at the pivot (inside the root; empty on the host)
+OLD_ROOT = ".slurm_fsm-oldroot"
+
+
 def chroot_argv(root: Path, env: Mapping[str, str], cwd: Path, argv: Sequence[str]) -> list[str]:
-    """``chroot ROOT env -i K=V... bash -c 'cd CWD && exec "$@"' - ARGV...``."""
-    script = f"cd {shlex.quote(str(cwd))} && exec \"$@\""
-    return ["chroot", str(root), "/usr/bin/env", "-i",
-            *(f"{k}={v}" for k, v in sorted(env.items())),
-            "/bin/bash", "-c", script, "-", *argv]
+    """Enter the root and run ``argv`` in ``cwd`` with exactly ``env``.
+
+    Not a plain ``chroot``: the kernel refuses a user namespace to a chrooted process
+    (unshare(2), EPERM), and enroot makes one for every container. So the command gets
+    a mount namespace of its own whose root *is* the Debian 13 root (``pivot_root``):
+    ``unshare --mount`` -> ``mount --rbind ROOT ROOT`` (with the binds under it) ->
+    ``pivot_root ROOT ROOT/.slurm_fsm-oldroot`` -> the host's root is detached (where
+    the kernel lets it; gVisor does not, it then stays at ``/.slurm_fsm-oldroot`` in
+    that namespace only) -> ``env -i K=V... bash -c 'cd CWD && exec "$@"' - ARGV``.
+    """
+    q = shlex.quote
+    enter = (f"mount --rbind {q(str(root))} {q(str(root))} && cd {q(str(root))} && "
+             f"pivot_root . {q(OLD_ROOT)} && cd / && "
+             f"{{ umount --lazy /{OLD_ROOT} 2>/dev/null || true; }} && "
+             'exec /usr/bin/env -i "$@"')
+    inner = f"cd {q(str(cwd))} && exec \"$@\""
+    return ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", enter,
+            "-", *(f"{k}={v}" for k, v in sorted(env.items())),
+            "/bin/bash", "-c", inner, "-", *argv]
 
 
 def run_inside(root: Path, argv: Sequence[str], *, cwd: Path, timeout: float,
@@ -451,6 +473,7 @@ def run_inside(root: Path, argv: Sequence[str], *, cwd: Path, timeout: float,
     if not is_complete(root):
         raise ChrootError(f"{root} is not made yet: python -m slurm_fsm_dev.chroot make")
     _ensure_hosts(root)
+    _ensure_pivot_dir(root)
     env, dirs = inner_env(root, _host_pip_settings(), local_dir=cluster_dir(),
                           extra=extra_env)
     with mounted(root, checkout=checkout_dir(), extra_dirs=dirs):

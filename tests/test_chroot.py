@@ -70,14 +70,20 @@ def test_inner_env_binds_folders_copies_files_and_keeps_nothing_else(
     assert "SECRET_OF_THE_CALLER" not in env
 
 
-def test_chroot_argv_runs_env_minus_i_in_the_checkout() -> None:
-    argv = chroot.chroot_argv(Path("/r"), {"B": "2", "A": "1"}, Path("/work/my tree"),
+def test_chroot_argv_pivots_into_the_root_and_runs_env_minus_i_in_the_checkout() -> None:
+    argv = chroot.chroot_argv(Path("/r oot"), {"B": "2", "A": "1"}, Path("/work/my tree"),
                               ["pytest", "-m", "slurm"])
-    assert argv[:4] == ["chroot", "/r", "/usr/bin/env", "-i"]
-    assert argv[4:6] == ["A=1", "B=2"]
-    assert argv[6:8] == ["/bin/bash", "-c"]
-    assert argv[8] == "cd '/work/my tree' && exec \"$@\""
-    assert argv[9:] == ["-", "pytest", "-m", "slurm"]
+    # a mount namespace whose root is the Debian 13 root: a user namespace is allowed
+    # there (enroot needs one), where a chrooted process is refused one
+    assert argv[:7] == ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh",
+                        "-c"]
+    enter = argv[7]
+    assert enter.startswith("mount --rbind '/r oot' '/r oot' && cd '/r oot' && pivot_root . ")
+    assert enter.endswith('exec /usr/bin/env -i "$@"')
+    assert argv[8:11] == ["-", "A=1", "B=2"]
+    assert argv[11:13] == ["/bin/bash", "-c"]
+    assert argv[13] == "cd '/work/my tree' && exec \"$@\""
+    assert argv[14:] == ["-", "pytest", "-m", "slurm"]
 
 
 def test_the_2411_cluster_never_shares_a_host_clusters_folder() -> None:
