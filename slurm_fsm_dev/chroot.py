@@ -82,8 +82,6 @@ PACKAGES = (
 )
 #: the PATH inside (``env -i`` drops the caller's)
 CHROOT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-#: where host files that pip needs (CA bundle, constraints) are copied inside
-HOST_FILES = Path("/var/lib/slurm_fsm-host")
 VENV_NAME = ".venv-trixie"
 _DEBOOTSTRAP_MARK = ".slurm_fsm-debootstrap-done"
 _COMPLETE_MARK = ".slurm_fsm-complete"
@@ -368,16 +366,17 @@ def _root_slurm_version(root: Path) -> str:
 # ---------------------------------------------------------------- pip and the env
 
 
-def pip_settings(listing: str) -> dict[str, str]:
+def pip_settings(listing: str, *, env_only: bool = False) -> dict[str, str]:
     """``pip config list`` output -> the PIP_* variables that say the same.
 
-    Lines look like ``global.find-links='/opt/wheels'`` or ``:env:.cert='...'``; the
-    later line of a key wins (pip's own order: files, then the environment).
+    Lines look like ``global.find-links='/opt/wheels'`` (a config file) or
+    ``:env:.cert='...'`` (the environment); the later line of a key wins (pip's own
+    order: files, then the environment). ``env_only``: the environment's alone.
     """
     out: dict[str, str] = {}
     for line in listing.splitlines():
         key, sep, value = line.partition("=")
-        if not sep or "." not in key:
+        if not sep or "." not in key or (env_only and not key.startswith(":env:")):
             continue
         name = key.rsplit(".", 1)[1].strip()
         value = value.strip()
@@ -388,10 +387,14 @@ def pip_settings(listing: str) -> dict[str, str]:
     return out
 
 
-def _host_pip_settings() -> dict[str, str]:
+#: pip's machine-wide config files: copied into the root at the same path
+PIP_CONFIG_FILES = (Path("/etc/pip.conf"), Path("/etc/xdg/pip/pip.conf"))
+
+
+def _host_pip_listing() -> str:
     pip = [sys.executable, "-m", "pip", "config", "list"]
     proc = _run(pip, timeout=60, check=False)
-    return pip_settings(proc.stdout) if proc.returncode == 0 else {}
+    return proc.stdout if proc.returncode == 0 else ""
 
 
 def _paths_in(value: str) -> list[str]:
@@ -404,14 +407,24 @@ def _paths_in(value: str) -> list[str]:
     return paths
 
 
-def inner_env(root: Path, pip: Mapping[str, str], *, local_dir: str,
-              extra: Mapping[str, str] | None = None) -> tuple[dict[str, str], list[Path]]:
+def _copy_in(root: Path, path: Path) -> None:
+    dest = root / path.relative_to("/")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(path, dest)
+
+
+def inner_env(root: Path, pip_listing: str, *, local_dir: str,
+              extra: Mapping[str, str] | None = None,
+              config_files: Sequence[Path] = PIP_CONFIG_FILES,
+              ) -> tuple[dict[str, str], list[Path]]:
     """The whole environment inside (``env -i``) and the host folders to bind for pip.
 
-    Folders pip names (wheel mirrors; the folder above an index's ``simple``, whose
-    pages link to ``../../files``) are bound read-only at the same path; files (the
-    CA bundle, the constraints) are copied under :data:`HOST_FILES` inside and the
-    setting is rewritten to point there.
+    pip inside is set up as the host's (``pip_listing``: ``pip config list``): its
+    config files are copied in at the same paths, its environment's settings become
+    the same ``PIP_*`` variables (a job's ``srun`` carries them into its container, as
+    on the host), files any setting names (the CA bundle, the constraints) are copied
+    in at the same paths, and folders (wheel mirrors; the folder above an index's
+    ``simple``, whose pages link to ``../../files``) are bound read-only there.
     """
     env = {"HOME": "/root", "LANG": "C.UTF-8", "PATH": CHROOT_PATH,
            "SLURM_FSM_LOCAL_DIR": local_dir}
@@ -421,21 +434,18 @@ def inner_env(root: Path, pip: Mapping[str, str], *, local_dir: str,
         if name == "TERM" or (name.startswith("SLURM_FSM_") and name not in (
                 "SLURM_FSM_LOCAL_DIR", ENV_ROOT)):
             env[name] = value
+    for conf in config_files:
+        if conf.is_file():
+            _copy_in(root, conf)
     dirs: list[Path] = []
-    for key, value in pip.items():
-        new = value
+    for value in pip_settings(pip_listing).values():
         for path in _paths_in(value):
             p = Path(path)
             if p.is_dir():
-                # a PEP 503 index's pages link to ../../files: the whole mirror goes in
                 dirs.append(p.parent if p.name == "simple" else p)
             elif p.is_file():
-                inside = HOST_FILES / p.relative_to("/")
-                dest = root / inside.relative_to("/")
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(p, dest)
-                new = new.replace(path, str(inside))
-        env[key] = new
+                _copy_in(root, p)
+    env.update(pip_settings(pip_listing, env_only=True))
     if extra:
         env.update(extra)
     return env, dirs
@@ -474,7 +484,7 @@ def run_inside(root: Path, argv: Sequence[str], *, cwd: Path, timeout: float,
         raise ChrootError(f"{root} is not made yet: python -m slurm_fsm_dev.chroot make")
     _ensure_hosts(root)
     _ensure_pivot_dir(root)
-    env, dirs = inner_env(root, _host_pip_settings(), local_dir=cluster_dir(),
+    env, dirs = inner_env(root, _host_pip_listing(), local_dir=cluster_dir(),
                           extra=extra_env)
     with mounted(root, checkout=checkout_dir(), extra_dirs=dirs):
         try:

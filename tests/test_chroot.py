@@ -40,6 +40,8 @@ def test_pip_settings_from_pip_config_list() -> None:
                "global.extra-index-url='file:///opt/pypi/simple file:///opt/pypi-more/simple'\n"
                "global.constraint='/etc/xdg/pip/constraints.txt'\n"
                "not a setting\n")
+    assert chroot.pip_settings(listing, env_only=True) == {
+        "PIP_CERT": "/etc/ssl/certs/ca-certificates.crt", "PIP_FIND_LINKS": "/opt/wheels"}
     assert chroot.pip_settings(listing) == {
         "PIP_CERT": "/etc/ssl/certs/ca-certificates.crt",
         "PIP_FIND_LINKS": "/opt/wheels",
@@ -48,23 +50,30 @@ def test_pip_settings_from_pip_config_list() -> None:
     }
 
 
-def test_inner_env_binds_folders_copies_files_and_keeps_nothing_else(
+def test_inner_env_is_the_hosts_pip_and_nothing_else_of_the_caller(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SECRET_OF_THE_CALLER", "x")
     mirror = tmp_path / "mirror"
     (mirror / "simple").mkdir(parents=True)
     ca = tmp_path / "ca.crt"
     ca.write_text("CERT")
+    constraints = tmp_path / "constraints.txt"
+    constraints.write_text("torch<=2\n")
+    conf = tmp_path / "pip.conf"
+    conf.write_text("[global]\n")
     root = tmp_path / "root"
-    env, dirs = chroot.inner_env(
-        root, {"PIP_CERT": str(ca), "PIP_EXTRA_INDEX_URL": f"file://{mirror}/simple",
-               "PIP_DEFAULT_TIMEOUT": "180"}, local_dir="/tmp/x-2411")
-    inside = chroot.HOST_FILES / ca.relative_to("/")
-    assert env["PIP_CERT"] == str(inside)
-    assert (root / inside.relative_to("/")).read_text() == "CERT"  # copied into the root
-    assert env["PIP_EXTRA_INDEX_URL"] == f"file://{mirror}/simple"  # bound at its path
+    listing = (f":env:.cert='{ca}'\n:env:.default-timeout='180'\n"
+               f"global.extra-index-url='file://{mirror}/simple'\n"
+               f"global.constraint='{constraints}'\n")
+    env, dirs = chroot.inner_env(root, listing, local_dir="/tmp/x-2411", config_files=[conf])
+    # the environment's settings as they are; the files they and the config name are
+    # copied in at the same paths, with the config file itself
+    assert env["PIP_CERT"] == str(ca) and env["PIP_DEFAULT_TIMEOUT"] == "180"
+    for f in (ca, constraints, conf):
+        assert (root / f.relative_to("/")).read_text() == f.read_text()
+    # a config file's settings stay in the config file (a job's container has none)
+    assert "PIP_CONSTRAINT" not in env and "PIP_EXTRA_INDEX_URL" not in env
     assert dirs == [mirror]  # the index links to ../../files: the whole mirror
-    assert env["PIP_DEFAULT_TIMEOUT"] == "180"
     assert env["SLURM_FSM_LOCAL_DIR"] == "/tmp/x-2411"
     assert env["PATH"] == chroot.CHROOT_PATH
     assert "SECRET_OF_THE_CALLER" not in env
