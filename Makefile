@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 SYS_PYTHON ?= python3
 
-.PHONY: setup cluster cluster-down demo test test-confined lint typecheck unit diagram docs docs-deps bench clean
+.PHONY: setup cluster cluster-down demo test test-confined test-2411 chroot-2411 chroot-2411-umount lint typecheck unit diagram docs docs-deps bench clean
 
 setup: $(VENV)/.installed
 
@@ -33,9 +33,25 @@ typecheck: setup
 unit: setup docs-deps     ## fast tests only (no real cluster)
 	$(VENV)/bin/pytest -m "not slurm" -q
 
-test: lint typecheck docs-deps  ## everything CI runs: lint, types, unit and real-cluster tests, docs
+test: lint typecheck docs-deps  ## everything CI runs: lint, types, unit and real-cluster tests, the cgroup-confined ones, docs, then the real tests on Slurm 24.11
 	$(VENV)/bin/pytest -q
+	$(MAKE) --no-print-directory test-confined
 	$(MAKE) --no-print-directory docs
+	$(MAKE) --no-print-directory test-2411
+
+# The second real cluster: Debian 13's Slurm 24.11 in a chroot (slurm_fsm_dev/chroot.py,
+# docs/local-cluster.md). The root is made once per machine (as root: debootstrap,
+# chroot, mount) under /var/cache/slurm_fsm/trixie-root ($$SLURM_FSM_TRIXIE_ROOT); its
+# cluster has a folder of its own ($$SLURM_FSM_LOCAL_DIR-2411, else /tmp/slurm_fsm-2411)
+# and runs beside the host's. Its venv is .venv-trixie in this checkout.
+chroot-2411: setup        ## make the Debian 13 root with Slurm 24.11 (once per machine)
+	$(PY) -m slurm_fsm_dev.chroot make
+
+chroot-2411-umount: setup ## undo the chroot's bind mounts (also after a crash)
+	$(PY) -m slurm_fsm_dev.chroot umount
+
+test-2411: chroot-2411    ## the real-Slurm tests (pytest -m slurm) on Slurm 24.11, in the chroot
+	$(PY) -m slurm_fsm_dev.chroot test
 
 # The real tests whose behaviour depends on the cluster's configuration
 # (@pytest.mark.config), on the configuration real GPU clusters have: task/cgroup with
@@ -66,4 +82,4 @@ bench: setup              ## benchmarks on the local cluster (figures, not pass/
 	$(PY) benchmarks/run.py
 
 clean:
-	rm -rf $(VENV) site .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .venv-trixie site .mypy_cache .ruff_cache .pytest_cache

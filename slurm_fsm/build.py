@@ -7,7 +7,7 @@ does what procedure.md lists, in order:
 1. GPU type: ``device_type``, else :meth:`SlurmBackend.probe_gpu_name`
    (:func:`resolve_gpu`);
 2. CPU arch of the partition: ``slurm_env.partitions[]``, else inferred from
-   the GPU name (Grace parts ``GB*``/``GH*`` are ``aarch64``)
+   the GPU name (Grace parts ``GB*``/``GH*`` and Thor are ``aarch64``)
    (:func:`partition_arch`);
 3. image: ``docker_image``, else the tag for that CPU arch in
    ``<repo_root>/jenkins/current_image_tags.properties`` (:func:`resolve_image`);
@@ -97,6 +97,8 @@ EXIT_MARKER = "[slurm_fsm] build command exited with status"
 PROGRESS_LINE = re.compile(r"^\s*\[\s*(?:\d{1,3}%|\d+/\d+)\]")
 
 _GRACE = re.compile(r"^G[BH]\d")
+#: Arm parts that are no Grace superchip: Jetson/DRIVE Thor (an Arm SoC)
+ARM_GPU_TOKENS = frozenset({"THOR"})
 _CONFLICT_MARKER = re.compile(r"^(?:<{7}(?:\s|$)|={7}\s*$|>{7}(?:\s|$))")
 _EXIT_LINE = re.compile(re.escape(EXIT_MARKER) + r" (\d+)\s*$")
 
@@ -115,10 +117,11 @@ def gpu_tokens(gpu_name: str) -> list[str]:
 def build_arch(gpu_name: str) -> str:
     """The build arch (``-a``) for a GPU name as nvidia-smi prints it, or a bare model.
 
-    H100/H200 -> ``90-real``; B200/GB200/B300/GB300 -> ``100-real``; A100 ->
-    ``80-real``; L40S -> ``89-real``. The first word of the name that is in
-    :data:`ARCH_TABLE` decides; a name not in the table decides by its compute
-    capability when it carries one (the probe asks nvidia-smi for it:
+    Hopper (H100, H200, H800, H20, GH200) -> ``90-real``; Thor -> ``110-real``;
+    B200/GB200/B300/GB300 -> ``100-real``; A100 -> ``80-real``; L40S -> ``89-real``.
+    The first word of the name that is in :data:`ARCH_TABLE` decides; a name not in
+    the table decides by its compute capability when it carries one (the probe asks
+    nvidia-smi for it:
     ``NVIDIA GH200 480GB (sm_90)`` -> ``90-real``); anything else ``100-real``.
     """
     for token in gpu_tokens(gpu_name):
@@ -133,9 +136,12 @@ def _partition_arch(spec: JobSpec, gpu_name: str) -> tuple[str, str]:
     for entry in spec.slurm_env.partitions:
         if entry.name == partition and entry.arch is not None:
             return str(entry.arch), f"slurm_env.partitions[{partition}]"
-    if any(_GRACE.match(t) for t in gpu_tokens(gpu_name)):
+    tokens = gpu_tokens(gpu_name)
+    if any(_GRACE.match(t) for t in tokens):
         return "aarch64", f"inferred: {gpu_name!r} is a Grace part"
-    return "x86_64", f"inferred: {gpu_name!r} is not a Grace part"
+    if ARM_GPU_TOKENS.intersection(tokens):
+        return "aarch64", f"inferred: {gpu_name!r} is an Arm part"
+    return "x86_64", f"inferred: {gpu_name!r} is not an Arm part (Grace, Thor)"
 
 
 def partition_arch(spec: JobSpec, gpu_name: str) -> str:
@@ -144,7 +150,8 @@ def partition_arch(spec: JobSpec, gpu_name: str) -> str:
     The ``slurm_env.partitions[]`` entry named like the partition, when its
     ``arch`` is set; otherwise ``aarch64`` for Grace parts (a word of
     ``gpu_name`` starting ``GB``/``GH`` and a digit, e.g. ``NVIDIA GB200``)
-    and ``x86_64`` for everything else. Never asks Slurm.
+    and for Thor (:data:`ARM_GPU_TOKENS`), ``x86_64`` for everything else.
+    Never asks Slurm.
     """
     return _partition_arch(spec, gpu_name)[0]
 

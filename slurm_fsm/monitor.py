@@ -35,6 +35,14 @@ from slurm_fsm.jobstate import JobState
 
 __all__ = ["PollPolicy", "Watch", "final_outcome", "watch_batch_job", "watch_script"]
 
+#: After the watcher cancels a one-shot job (hang, timeout, a reason it can never
+#: start), how long it waits for Slurm to end it: the run returns once the job has no
+#: ``squeue`` row or is final, not while it is still COMPLETING on its nodes (Slurm
+#: 24.11 keeps a job cancelled right after its start COMPLETING for a while). Past
+#: this the run says so and returns. Slurm's own KillWait default is 30 s.
+CANCEL_SETTLE_S = 60.0
+
+
 @attrs.frozen(kw_only=True)
 class PollPolicy:
     """How often to look. Slurm polls back off from ``slurm_first_s`` to ``slurm_max_s``."""
@@ -169,6 +177,40 @@ def _cancel_job(backend: SlurmBackend, job_id: str, watch: Watch) -> None:
         watch.messages.append(f"could not cancel job {job_id}: {exc}")
 
 
+def _cancel_and_settle(backend: SlurmBackend, job_id: str, watch: Watch, *, clock: Clock,
+                       policy: PollPolicy, say: Notify,
+                       settle_s: float = CANCEL_SETTLE_S) -> None:
+    """Cancel the job, then wait (bounded) until Slurm has ended it: no ``squeue`` row,
+    or a state that is not active. A run never returns while its cancelled job still
+    holds its nodes, within :data:`CANCEL_SETTLE_S`."""
+    _cancel_job(backend, job_id, watch)
+    started = clock.now()
+    attempt = 0
+    state = ""
+    while True:
+        try:
+            info = backend.query_job(job_id)
+        except JobNotFound:
+            return  # no row: gone
+        except (ControllerUnreachable, CommandTimedOut) as exc:
+            state = f"unknown ({exc})"
+        else:
+            if not info.is_active:
+                return
+            state = str(info.state)
+        waited = clock.now() - started
+        if waited >= settle_s:
+            problem = (f"job {job_id} is still {state} {waited:.0f} s after it was "
+                       "cancelled; not waiting for it any longer")
+            say(problem)
+            watch.messages.append(problem)
+            return
+        clock.sleep(min(backoff(attempt, first=min(policy.slurm_first_s, 0.2),
+                                factor=policy.slurm_factor, cap=2.0),
+                        max(0.001, settle_s - waited)))
+        attempt += 1
+
+
 def watch_batch_job(
     job_id: str,
     *,
@@ -225,12 +267,12 @@ def _batch_loop(job_id: str, watch: Watch, follower: JobOutput, *, backend: Slur
         if follower.hang_detected:
             watch.hang = True
             say(f"hang detected in the log: cancelling job {job_id}")
-            _cancel_job(backend, job_id, watch)
+            _cancel_and_settle(backend, job_id, watch, clock=clock, policy=policy, say=say)
             return
         if now - started >= timeout_s:
             watch.timed_out = True
             say(f"monitor timeout after {timeout_s:g} s: cancelling job {job_id}")
-            _cancel_job(backend, job_id, watch)
+            _cancel_and_settle(backend, job_id, watch, clock=clock, policy=policy, say=say)
             return
         if now >= next_query:
             info: JobInfo | None = None
@@ -251,7 +293,8 @@ def _batch_loop(job_id: str, watch: Watch, follower: JobOutput, *, backend: Slur
                     watch.never_starts = info.reason
                     say(f"job {job_id} can never start (pending reason {info.reason}): "
                         "cancelling it")
-                    _cancel_job(backend, job_id, watch)
+                    _cancel_and_settle(backend, job_id, watch, clock=clock, policy=policy,
+                                       say=say)
                     return
                 if info.state is JobState.PENDING:
                     pending_since = pending_since if pending_since is not None else now

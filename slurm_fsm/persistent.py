@@ -290,8 +290,16 @@ class PersistentRun:
                                        alloc_cpus_per_node=alloc.cpus_per_node,
                                        alloc_gpus_per_node=alloc.gpus_per_node)
 
+        # "waiting for GPUs": this run's PENDING step in Slurm, or srun's line (22.05 only)
+        queue = placement.QueueWatch(
+            self.events.output, self.events.message, share,
+            allocation_gpus_per_node=alloc.gpus_per_node, allocation_id=alloc.job_id,
+            pending=placement.PendingSteps(self.backend, alloc.job_id, steps.pids,
+                                           self.clock))
+
         def tick(elapsed: float, line: str) -> None:
             steps.sample()
+            queue.poll()
             self.events.tick(elapsed, line)
 
         watch = watch_script(
@@ -299,9 +307,7 @@ class PersistentRun:
             policy=self.policy, on_message=self.events.message, on_tick=tick,
             stop=steps.stop,
             output=output_for_spec(spec, [log], extra_patterns=[TIME_LIMIT_MARK],
-                                   on_text=placement.QueueWatch(
-                self.events.output, self.events.message, share,
-                allocation_gpus_per_node=alloc.gpus_per_node, allocation_id=alloc.job_id)),
+                                   on_text=queue),
         )
         self.messages.extend(watch.messages)
         for problem in steps.finish():

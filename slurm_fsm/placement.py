@@ -29,10 +29,18 @@ other's turn. :func:`script_env` exports, from the spec's ``slurm_params``:
   script's own ``#SBATCH --mem``, ``--mem-per-cpu``, ``--mem-per-gpu`` lines.
 
 Slurm's step scheduler then places each step on free GPUs (``CUDA_VISIBLE_DEVICES``
-per step) and queues it while the allocation is full; srun says so on stderr
-(:data:`WAITING_MARKER`), which :class:`QueueWatch` turns into a "waiting for GPUs"
-message naming what the job waits for (its GPUs, or CPUs when it asks no GPU).
-The script's own ``srun`` options still win over these variables.
+per step) and queues it while the allocation is full. :class:`QueueWatch` turns that
+into a "waiting for GPUs" message from either of two signs, whichever comes first:
+
+- Slurm lists the queued step itself (22.05 and 24.11, measured): ``scontrol show
+  step`` has a ``StepId=<job>.TDB ... State=PENDING ... SrunHost:Pid=<host>:<pid>``
+  line, which :class:`PendingSteps` matches to this run's own ``srun`` processes;
+- Slurm 22.05's srun says so on stderr (:data:`WAITING_MARKER`); 24.11's srun no longer
+  does at its default verbosity (it waits silently).
+
+Both versions print ``Step created for ...`` (:data:`STARTED_MARKER`) only when the
+step had to wait, so a wait too short for either sign is still said when it ends. The
+script's own ``srun`` options still win over these variables.
 
 ``SLURM_JOB_ID`` is the shared allocation: a script's ``scancel ${SLURM_JOB_ID}``
 goes to the ``scancel`` shim (:mod:`slurm_fsm.scancelshim`), which cancels this run's
@@ -41,20 +49,26 @@ own steps instead.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import socket
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 
 import attrs
 
-from slurm_fsm.backend import JobInfo
+from slurm_fsm.backend import JobInfo, SlurmBackend, StepInfo
+from slurm_fsm.clock import Clock
+from slurm_fsm.errors import BackendError
 from slurm_fsm.files import FileProblem, read_bounded
+from slurm_fsm.jobstate import JobState
 from slurm_fsm.scancelshim import ALLOCATION_ENV
 from slurm_fsm.slurmcli import sbatch_directives
 from slurm_fsm.spec import SlurmParams
 
 __all__ = [
+    "PENDING_POLL_S",
     "STARTED_MARKER",
     "WAITING_MARKER",
+    "PendingSteps",
     "Placement",
     "QueueWatch",
     "batch_cpu_args",
@@ -68,7 +82,10 @@ __all__ = [
 #: disabled, retrying (Requested nodes are busy)"
 WAITING_MARKER = "step creation temporarily disabled"
 #: srun's stderr once a queued step got its resources: "srun: Step created for job 7"
+#: (22.05), "srun: Step created for StepId=7.4" (24.11); printed only after a wait
 STARTED_MARKER = "Step created for"
+#: How often :class:`PendingSteps` asks Slurm while one of the run's sruns has no step
+PENDING_POLL_S = 2.0
 
 #: ``#SBATCH`` memory option -> the srun input variable that carries it
 _MEMORY_VARS = {
@@ -247,17 +264,73 @@ def waiting_advice(gpus_per_node: int, allocation_gpus_per_node: int | None = No
             "for its batch by itself)")
 
 
+def _is_srun(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip() == "srun"
+    except OSError:
+        return False
+
+
+class PendingSteps:
+    """This run's queued steps, as Slurm lists them (``scontrol show step`` has the
+    pending step with its srun's host and pid, on 22.05 and 24.11).
+
+    ``pids`` is the run's live view of its script's processes (``RunSteps.pids``). Slurm
+    is asked only while one of those is an ``srun`` not yet seen running a step, at most
+    every :data:`PENDING_POLL_S`: a run whose sruns all started asks nothing more.
+    """
+
+    def __init__(self, backend: SlurmBackend, job_id: str, pids: Collection[int],
+                 clock: Clock, *, every_s: float = PENDING_POLL_S,
+                 is_srun: Callable[[int], bool] = _is_srun) -> None:
+        self._backend = backend
+        self._job_id = job_id
+        self._pids = pids
+        self._clock = clock
+        self._every_s = every_s
+        self._is_srun = is_srun
+        self._started: set[int] = set()  # srun pids seen running their step
+        self._last: float | None = None
+        self._pending: list[StepInfo] = []
+
+    def __call__(self) -> list[StepInfo]:
+        now = self._clock.now()
+        if self._last is not None and now - self._last < self._every_s:
+            return self._pending
+        self._last = now
+        sruns = {p for p in list(self._pids) if p not in self._started and self._is_srun(p)}
+        if not sruns:
+            self._pending = []
+            return self._pending
+        try:
+            steps = self._backend.step_details(self._job_id)
+        except BackendError:
+            return self._pending  # Slurm did not answer: nothing new to say
+        host = socket.gethostname()
+        mine = [s for s in steps if s.srun_host == host and s.srun_pid in sruns]
+        self._started.update(s.srun_pid for s in mine
+                             if s.srun_pid is not None and s.step_id.isdigit())
+        self._pending = [s for s in mine if s.state is JobState.PENDING]
+        return self._pending
+
+
 class QueueWatch:
     """Passes a running script's output lines on, and says when its step is queued
-    behind other jobs' steps ("waiting for GPUs") and when it got them."""
+    behind other jobs' steps ("waiting for GPUs") and when it got them.
+
+    The signs (see the module's docstring): srun's :data:`WAITING_MARKER` line (22.05),
+    a PENDING step of this run in Slurm (``pending``, asked by :meth:`poll`), and
+    the :data:`STARTED_MARKER` line srun prints only after a wait (both)."""
 
     def __init__(self, on_output: Callable[[str], None], on_message: Callable[[str], None],
                  gpus_per_node: int | Placement, *,
                  allocation_gpus_per_node: int | None = None,
-                 allocation_id: str | None = None) -> None:
+                 allocation_id: str | None = None,
+                 pending: Callable[[], list[StepInfo]] | None = None) -> None:
         """``gpus_per_node``: the job's :class:`Placement` (what it waits for), or only
         its GPUs per node; the allocation's GPUs per node and id, when known, make the
-        message say its size and how to make it bigger (:func:`waiting_advice`)."""
+        message say its size and how to make it bigger (:func:`waiting_advice`);
+        ``pending``: this run's queued steps in Slurm (:class:`PendingSteps`)."""
         self._on_output = on_output
         self._on_message = on_message
         if isinstance(gpus_per_node, Placement):
@@ -268,10 +341,28 @@ class QueueWatch:
                           else "CPUs (no GPU asked)")
             gpus = gpus_per_node
         self._why = waiting_advice(gpus, allocation_gpus_per_node, allocation_id)
+        self._pending = pending
         self._partial = ""
         self.waiting = False
         #: how many times a step of this job was queued
         self.queued = 0
+
+    def poll(self) -> None:
+        """Ask ``pending`` (rate-limited there) whether a step of this run is queued."""
+        if self._pending is None or self.waiting:
+            return
+        queued = self._pending()
+        if queued:
+            step = queued[0]
+            self._say_waiting(f"Slurm: step {step.job_id}.{step.step_id} of this run is "
+                              f"{step.state}")
+
+    def _say_waiting(self, why: str) -> None:
+        self.waiting = True
+        self.queued += 1
+        self._on_message(
+            f"waiting for {self._what}: {self._why}; the step starts when they are "
+            f"free ({why})")
 
     def __call__(self, text: str) -> None:
         """New output (any chunk: lines are put together across chunks)."""
@@ -284,11 +375,9 @@ class QueueWatch:
     def _line(self, line: str) -> None:
         if WAITING_MARKER in line:
             if not self.waiting:
-                self.waiting = True
-                self.queued += 1
-                self._on_message(
-                    f"waiting for {self._what}: {self._why}; the step starts when they "
-                    f"are free (srun: {line.strip()})")
-        elif STARTED_MARKER in line and self.waiting:
+                self._say_waiting(f"srun: {line.strip()}")
+        elif STARTED_MARKER in line:
+            if not self.waiting:  # a wait neither sign caught: srun says it only after one
+                self._say_waiting(f"srun waited: {line.strip()}")
             self.waiting = False
             self._on_message(f"step started after waiting (srun: {line.strip()})")

@@ -48,10 +48,17 @@ def install_commands(repo_root: Path) -> list[tuple[str, tuple[str, ...]]]:
 
 
 #: GPU model (a token of the nvidia-smi name) -> build arch, the ``-a`` flag.
+#: Every Hopper part is sm_90 (compute capability 9.0): the export parts (H800, H20)
+#: and the variants (``H100 NVL``, ``H100 PCIe``: the token H100 decides) too. Jetson
+#: Thor is compute capability 11.0 per CUDA 13.0 (``sm_110``; CUDA 12.8/12.9 called it
+#: ``sm_101``): its build targets CUDA 13.
 ARCH_TABLE: dict[str, str] = {
     "H100": "90-real",
     "H200": "90-real",
+    "H800": "90-real",
+    "H20": "90-real",
     "GH200": "90-real",  # Grace Hopper (sm_90)
+    "THOR": "110-real",  # Jetson/DRIVE Thor (Arm; sm_110 since CUDA 13.0)
     "B200": "100-real",
     "GB200": "100-real",
     "B300": "100-real",

@@ -13,8 +13,10 @@ is used, else the cluster comes up without containers until an ``up`` without it
 - The build is the vendored recipe ``setup-pyxis.sh`` (Debian build deps, enroot with
   static musl helpers, pyxis, two busybox+bash images); enroot's commands are linked
   into ``/usr/local/bin``, where slurmd and pyxis' job-end cleanup find them.
-- A third image holds the host's Python (``/usr/bin/python3.11``, its standard
-  library and shared libraries) and pip, with ``/etc/pip.conf`` saying ``no-index``:
+- A third image holds the host's Python (the interpreter ``/usr/bin/python3`` is,
+  asked for its version and standard library: :func:`host_python`; python3.11 on
+  Debian 12, python3.13 on Debian 13; its shared libraries too) and pip, with
+  ``/etc/pip.conf`` saying ``no-index``:
   step 0E's ``pip install -e .`` runs for real, with no registry and no network.
 - enroot's state is kept per cluster and per node: all local nodes share one
   filesystem, so the paths are keyed by the cluster's folder (from ``SLURM_CONF``,
@@ -46,8 +48,10 @@ __all__ = [
     "IMAGE_NAMES",
     "ContainerBuildError",
     "ContainerInfo",
+    "HostPython",
     "cache_root",
     "enroot_conf",
+    "host_python",
     "make_install_repo",
     "plugstack_line",
     "prepare",
@@ -78,7 +82,8 @@ IMAGE_NAMES: Mapping[str, tuple[str, str]] = {
 #: bumped when the python image's recipe changes (part of its stamp)
 _PYTHON_IMAGE_VERSION = "2"
 _BUILD_TIMEOUT_S = 1800.0
-_HOST_PYTHON = Path("/usr/bin/python3.11")
+#: The system's Python (Debian's ``python3``); the image gets the interpreter it names
+SYSTEM_PYTHON = Path("/usr/bin/python3")
 _WHEELS = Path("/usr/share/python-wheels")
 _STDLIB_SKIP = ("test", "tests", "idlelib", "tkinter", "turtledemo", "EXTERNALLY-MANAGED")
 
@@ -223,10 +228,39 @@ def _copy_into(root: Path, path: Path) -> None:
         shutil.copy2(path.resolve(), dest)
 
 
+@attrs.frozen
+class HostPython:
+    """The system's Python, as the interpreter itself says (never a guessed version)."""
+
+    executable: Path  # /usr/bin/python3.13: the real file, not the python3 link
+    version: str  # "3.13"
+    stdlib: Path  # /usr/lib/python3.13
+
+    @property
+    def name(self) -> str:
+        return f"python{self.version}"
+
+
+def host_python(python: Path = SYSTEM_PYTHON) -> HostPython:
+    """Ask ``python`` (default ``/usr/bin/python3``) for its version and standard library."""
+    if not python.exists():
+        raise ContainerBuildError(f"{python} is missing (apt-get install python3)")
+    code = ("import sys, sysconfig; "
+            "print(sys.version_info[0], sys.version_info[1], sysconfig.get_path('stdlib'))")
+    out = _run([str(python), "-I", "-c", code], timeout=30).split()
+    if len(out) != 3 or not (out[0].isdigit() and out[1].isdigit()):
+        raise ContainerBuildError(f"{python} printed {' '.join(out)!r} for its version")
+    version = f"{out[0]}.{out[1]}"
+    executable = python.resolve()
+    stdlib = Path(out[2])
+    if not stdlib.is_dir():
+        raise ContainerBuildError(f"{python}'s standard library {stdlib} is missing")
+    return HostPython(executable=executable, version=version, stdlib=stdlib)
+
+
 def _python_image(build: Path, image: Path, image_id: str) -> None:
-    """A busybox rootfs with the host's python3.11 + pip (offline: ``no-index``)."""
-    if not _HOST_PYTHON.exists():
-        raise ContainerBuildError(f"{_HOST_PYTHON} is missing (apt-get install python3.11)")
+    """A busybox rootfs with the host's Python + pip (offline: ``no-index``)."""
+    py = host_python()
     pip_wheels = sorted(_WHEELS.glob("pip-*.whl"))
     if not pip_wheels:
         raise ContainerBuildError(f"no pip wheel in {_WHEELS} (apt-get install python3-pip-whl)")
@@ -242,16 +276,17 @@ def _python_image(build: Path, image: Path, image_id: str) -> None:
         if not link.exists() and not link.is_symlink():
             link.parent.mkdir(parents=True, exist_ok=True)
             link.symlink_to("/bin/busybox")
-    shutil.copy2(_HOST_PYTHON, root / "usr/bin/python3.11")
+    shutil.copy2(py.executable, root / "usr/bin" / py.name)
     for alias in ("python3", "python"):
         (root / "usr/bin" / alias).unlink(missing_ok=True)
-        (root / "usr/bin" / alias).symlink_to("python3.11")
-    stdlib = Path("/usr/lib/python3.11")
-    shutil.copytree(stdlib, root / "usr/lib/python3.11", symlinks=True,
+        (root / "usr/bin" / alias).symlink_to(py.name)
+    stdlib = py.stdlib
+    inside = root / stdlib.relative_to("/")
+    shutil.copytree(stdlib, inside, symlinks=True,
                     ignore=shutil.ignore_patterns(*_STDLIB_SKIP))
-    elves = [_HOST_PYTHON, *(root / "usr/lib/python3.11/lib-dynload").glob("*.so")]
-    host_elves = [(_HOST_PYTHON if e == _HOST_PYTHON else stdlib / e.relative_to(
-        root / "usr/lib/python3.11")) for e in elves]
+    host_elves = [py.executable,
+                  *(stdlib / so.relative_to(inside)
+                    for so in (inside / "lib-dynload").glob("*.so"))]
     for lib in _ldd_paths(host_elves):
         _copy_into(root, lib)
     with zipfile.ZipFile(pip_wheels[-1]) as whl:
@@ -314,8 +349,10 @@ def _build(src: Path, build: Path, say: Callable[[str], None]) -> None:
         say(f"enroot + pyxis built in {time.monotonic() - t0:.1f}s")
     image_file, image_id = IMAGE_NAMES["python"]
     stamp = build / f"{image_file}.stamp"
-    host_mtime = _HOST_PYTHON.stat().st_mtime if _HOST_PYTHON.exists() else 0
-    wanted = f"{_PYTHON_IMAGE_VERSION} {host_mtime}"
+    py = host_python()
+    # the same stamp as when the interpreter was written in here: Debian 12's cached
+    # image (python3.11) stays valid; another interpreter has another mtime
+    wanted = f"{_PYTHON_IMAGE_VERSION} {py.executable.stat().st_mtime}"
     if not (build / image_file).exists() or not stamp.exists() or stamp.read_text() != wanted:
         t1 = time.monotonic()
         _python_image(build, build / image_file, image_id)

@@ -109,6 +109,17 @@ def run(spec: JobSpec, fake: FakeCluster, events: Events | None = None,
     ("NVIDIA H100 NVL", "90-real"),
     ("NVIDIA H200", "90-real"),
     ("NVIDIA H200 NVL", "90-real"),
+    # every Hopper part is sm_90, the export parts and variants too (issue 23, fix 6)
+    ("NVIDIA H800", "90-real"),
+    ("NVIDIA H800 PCIe", "90-real"),
+    ("NVIDIA H20", "90-real"),
+    ("NVIDIA H20-3e", "90-real"),
+    ("NVIDIA GH200 144G HBM3e", "90-real"),
+    ("H800", "90-real"),
+    ("h20", "90-real"),
+    # Thor: compute capability 11.0 (CUDA 13.0 renamed sm_101 to sm_110)
+    ("NVIDIA Thor", "110-real"),
+    ("NVIDIA Jetson AGX Thor", "110-real"),
     ("NVIDIA GB200", "100-real"),
     ("NVIDIA B200", "100-real"),
     ("NVIDIA B300 SXM6 AC", "100-real"),
@@ -126,6 +137,8 @@ def run(spec: JobSpec, fake: FakeCluster, events: Events | None = None,
     ("NVIDIA L40", "100-real"),
     ("NVIDIA XH100", "100-real"),  # H100 inside another word is no H100
     ("H1000", "100-real"),
+    ("NVIDIA H2000", "100-real"),  # H20 inside another word is no H20
+    ("NVIDIA THORN", "100-real"),
     ("", "100-real"),
 ])
 def test_build_arch(name: str, arch: str) -> None:
@@ -150,6 +163,9 @@ def test_partition_arch_from_slurm_env(make_spec: SpecFactory) -> None:
     ("NVIDIA GB200", "aarch64"), ("GB300", "aarch64"), ("NVIDIA GH200 480GB", "aarch64"),
     ("NVIDIA H100 80GB HBM3", "x86_64"), ("NVIDIA B200", "x86_64"),
     ("NVIDIA A100-SXM4-80GB", "x86_64"), ("NVIDIA H200", "x86_64"),
+    # Thor is an Arm SoC (issue 23, fix 6); Hopper export parts are x86_64 cards
+    ("NVIDIA Thor", "aarch64"), ("NVIDIA Jetson AGX Thor", "aarch64"),
+    ("NVIDIA H800", "x86_64"), ("NVIDIA H20", "x86_64"), ("NVIDIA H100 NVL", "x86_64"),
 ])
 def test_partition_arch_inferred(make_spec: SpecFactory, gpu: str, arch: str) -> None:
     # no entry for this partition, or an entry without arch: inferred from the GPU

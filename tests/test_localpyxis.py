@@ -117,3 +117,48 @@ def test_enroot_state_is_keyed_by_cluster_and_node(tmp_path: Path) -> None:
 def test_plugstack_line() -> None:
     assert localpyxis.plugstack_line(Path("/p/spank_pyxis.so"), Path("/b/pyxis-run")) == (
         "required /p/spank_pyxis.so runtime_path=/b/pyxis-run container_scope=global\n")
+
+
+# ------------------------------------------------- the python image's interpreter
+
+
+def test_host_python_is_what_the_system_python_says() -> None:
+    # the image holds the system's Python, whichever it is (3.11 on Debian 12, 3.13 on
+    # Debian 13): its version and standard library come from the interpreter itself
+    py = localpyxis.host_python()
+    said = subprocess.run(
+        ["/usr/bin/python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+        capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+    assert py.version == said
+    assert py.name == f"python{said}"
+    assert py.executable.is_file() and py.executable.name == py.name
+    assert (py.stdlib / "os.py").is_file()
+
+
+def test_host_python_names_a_missing_interpreter(tmp_path: Path) -> None:
+    with pytest.raises(localpyxis.ContainerBuildError, match="missing"):
+        localpyxis.host_python(tmp_path / "python3")
+
+
+def test_host_python_refuses_an_interpreter_that_prints_no_version(tmp_path: Path) -> None:
+    fake = tmp_path / "python3"
+    fake.write_text("#!/bin/sh\necho nonsense\n")
+    fake.chmod(0o755)
+    with pytest.raises(localpyxis.ContainerBuildError, match="for its version"):
+        localpyxis.host_python(fake)
+
+
+def test_no_python_version_is_written_into_the_image_recipe() -> None:
+    # the class of defect (issue 23, K10): a hard-coded python3.NN in the recipe's code
+    # (docstrings may name the versions of Debian's releases)
+    import ast
+    import re
+    tree = ast.parse(Path(localpyxis.__file__).read_text())
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef))
+                  and node.body and isinstance(node.body[0], ast.Expr)}
+    literals = [node.value for node in ast.walk(tree)
+                if isinstance(node, ast.Constant) and isinstance(node.value, str)
+                and id(node) not in docstrings]
+    assert literals  # the walk saw the module's strings
+    assert not [text for text in literals if re.search(r"python3\.\d+", text)]

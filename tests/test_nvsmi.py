@@ -63,8 +63,9 @@ def test_no_nvidia_smi_is_no_name(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("name", "arch"), [
-    ("NVIDIA H800 PCIe (sm_90)", "90-real"),  # Hopper not in the table: its capability
-    ("NVIDIA H800 PCIe", "100-real"),  # no capability known: the default
+    ("NVIDIA L40 (sm_89)", "89-real"),  # not in the table: its capability
+    ("NVIDIA L40", "100-real"),  # no capability known: the default
+    ("NVIDIA H800 PCIe", "90-real"),  # Hopper is in the table now (issue 23, fix 6)
     ("NVIDIA GH200 480GB", "90-real"),  # in the table now
     ("NVIDIA H100 80GB HBM3 (sm_90)", "90-real"), ("NVIDIA B200 (sm_100)", "100-real"),
     ("NVIDIA GeForce RTX 3050 (sm_86)", "86-real"),

@@ -9,6 +9,7 @@ of them. Nothing here ever cancels a job by id that it did not make.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
 import uuid
@@ -38,6 +39,23 @@ def slurm(
         env={**os.environ, **(env or {})},
         check=False,
     )
+
+
+#: Whether srun says "step creation temporarily disabled" while its step waits, by
+#: Slurm version as measured here (issue 23, K1): 22.05 does; 24.11 waits silently at
+#: its default verbosity. (Both list the pending step in ``scontrol show step``.)
+#: Both print "Step created for ..." once a step that waited starts.
+SRUN_SAYS_WAITING = {(22, 5): True, (24, 11): False}
+
+
+def slurm_version(env: Mapping[str, str] | None = None) -> tuple[int, int]:
+    """(major, minor) of the Slurm the cluster runs, from ``scontrol version``."""
+    proc = slurm("scontrol", "version", env=env)
+    assert proc.returncode == 0, proc.stderr
+    # "slurm 22.05.8" upstream, "slurm-wlm 24.11.5" from Debian 13
+    m = re.fullmatch(r"slurm(?:-wlm)? (\d+)\.(\d+)\.\S+", proc.stdout.strip())
+    assert m, proc.stdout
+    return int(m.group(1)), int(m.group(2))
 
 
 def until(what: str, probe: Callable[[], T | None], timeout: float = 20.0) -> T:

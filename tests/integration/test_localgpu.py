@@ -9,10 +9,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from slurm_fsm.placement import STARTED_MARKER, WAITING_MARKER
 from slurm_fsm_dev import localcluster, localgpu
 from slurm_fsm_dev.localcluster import GPUS_PER_NODE, ClusterInfo
 
-from .helpers import JobNames
+from .helpers import SRUN_SAYS_WAITING, JobNames, slurm_version
 
 pytestmark = pytest.mark.slurm
 
@@ -104,8 +105,13 @@ def test_exact_steps_get_distinct_gpus_and_a_fifth_waits(
                   for out, _ in outs)
     # five steps, four GPUs: the one that waited reuses a freed GPU
     assert set(cvds) == {f"cvd={i}" for i in range(GPUS_PER_NODE)}
-    waited = [err for _, err in outs if "step creation temporarily disabled" in err]
+    # the step that waited: srun prints "Step created for" only after a wait (22.05 and
+    # 24.11); 22.05 also said "temporarily disabled" while it waited, 24.11 does not
+    waited = [err for _, err in outs if STARTED_MARKER in err]
     assert len(waited) == 1, [e for _, e in outs]
+    says = SRUN_SAYS_WAITING.get(slurm_version())
+    if says is not None:
+        assert (WAITING_MARKER in waited[0]) is says, (slurm_version(), waited[0])
     for out, _ in outs:
         cvd = next(line for line in out.splitlines() if line.startswith("cvd="))[4:]
         assert f"{cvd}, NVIDIA H100 80GB HBM3, 9.0" in out.splitlines()

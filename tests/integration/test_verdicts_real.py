@@ -26,10 +26,21 @@ from .test_run_real import one_shot, persistent, run
 
 pytestmark = pytest.mark.slurm
 
+# The rank writes the line, then SIGKILLs itself. Slurm does not promise to forward
+# output a task wrote an instant before it was killed (0 of 10 tries delivered it on
+# 22.05 and on 24.11 here), so the rank waits until the line is in the job's log (the
+# script's stderr: the .err file one-shot, the run's log persistent; the nodes share
+# this file system) before it kills itself; after 60 s it kills itself anyway and the
+# test fails on the missing line. What is checked is unchanged: a "Hang detected" line
+# in the log, then a rank killed by SIGKILL.
 HANG = """
     echo "[TRT-LLM] [I] executor loop started"
-    srun bash -c 'echo "[12/03/2026-11:00:00] [TRT-LLM] [E] Hang detected after 3 seconds." >&2
-                  kill -9 $$'
+    log=$(readlink -f /proc/$$/fd/2)
+    [ -f "$log" ] || { echo "stderr is no file: $log" >&2; exit 3; }
+    LOG=$log srun bash -c '
+        echo "[12/03/2026-11:00:00] [TRT-LLM] [E] Hang detected after 3 seconds." >&2
+        for i in $(seq 1200); do grep -q "Hang detected" "$LOG" && break; sleep 0.05; done
+        kill -9 $$'
 """
 
 EVAL_ON_STDERR = """

@@ -1,0 +1,131 @@
+"""The pure parts of the Debian 13 chroot (slurm_fsm_dev.chroot); making the root and
+running the real suite in it are `make test-2411`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from slurm_fsm_dev import chroot
+
+MOUNTINFO = """\
+22 27 0:21 / /proc rw,relatime - proc proc rw
+27 1 254:0 / / rw,relatime - ext4 /dev/vda rw
+90 27 0:21 / /var/cache/slurm_fsm/trixie-root/proc rw - proc proc rw
+91 27 0:22 / /var/cache/slurm_fsm/trixie-root/sys rw - sysfs sysfs rw
+92 91 0:28 / /var/cache/slurm_fsm/trixie-root/sys/fs/cgroup rw - tmpfs tmpfs rw
+93 27 0:6 / /var/cache/slurm_fsm/trixie-root/dev rw - devtmpfs devtmpfs rw
+94 27 254:0 /work /var/cache/slurm_fsm/trixie-root/work rw - ext4 /dev/vda rw
+95 27 254:0 /opt/a\\040b /var/cache/slurm_fsm/trixie-root/opt/a\\040b ro - ext4 /dev/vda rw
+96 27 254:0 / /var/cache/slurm_fsm/trixie-root-other/proc rw - ext4 /dev/vda rw
+"""
+
+
+def test_mount_points_under_the_root_deepest_first() -> None:
+    root = Path("/var/cache/slurm_fsm/trixie-root")
+    points = chroot.mount_points(root, MOUNTINFO)
+    assert set(points) == {root / "proc", root / "sys", root / "sys/fs/cgroup",
+                           root / "dev", root / "work", root / "opt/a b"}
+    # a submount goes before its parent; another root with the same prefix is not ours
+    assert points.index(root / "sys/fs/cgroup") < points.index(root / "sys")
+    assert Path("/var/cache/slurm_fsm/trixie-root-other/proc") not in points
+    assert Path("/proc") not in points
+
+
+def test_pip_settings_from_pip_config_list() -> None:
+    listing = (":env:.cert='/etc/ssl/certs/ca-certificates.crt'\n"
+               ":env:.find-links='/opt/wheels'\n"
+               "global.cert='/etc/ssl/certs/ca-certificates.crt'\n"
+               "global.extra-index-url='file:///opt/pypi/simple file:///opt/pypi-more/simple'\n"
+               "global.constraint='/etc/xdg/pip/constraints.txt'\n"
+               "not a setting\n")
+    assert chroot.pip_settings(listing, env_only=True) == {
+        "PIP_CERT": "/etc/ssl/certs/ca-certificates.crt", "PIP_FIND_LINKS": "/opt/wheels"}
+    assert chroot.pip_settings(listing) == {
+        "PIP_CERT": "/etc/ssl/certs/ca-certificates.crt",
+        "PIP_FIND_LINKS": "/opt/wheels",
+        "PIP_EXTRA_INDEX_URL": "file:///opt/pypi/simple file:///opt/pypi-more/simple",
+        "PIP_CONSTRAINT": "/etc/xdg/pip/constraints.txt",
+    }
+
+
+def test_inner_env_is_the_hosts_pip_and_nothing_else_of_the_caller(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SECRET_OF_THE_CALLER", "x")
+    mirror = tmp_path / "mirror"
+    (mirror / "simple").mkdir(parents=True)
+    ca = tmp_path / "ca.crt"
+    ca.write_text("CERT")
+    constraints = tmp_path / "constraints.txt"
+    constraints.write_text("torch<=2\n")
+    conf = tmp_path / "pip.conf"
+    conf.write_text("[global]\n")
+    root = tmp_path / "root"
+    listing = (f":env:.cert='{ca}'\n:env:.default-timeout='180'\n"
+               f"global.extra-index-url='file://{mirror}/simple'\n"
+               f"global.constraint='{constraints}'\n")
+    env, dirs = chroot.inner_env(root, listing, local_dir="/tmp/x-2411", config_files=[conf])
+    # the environment's settings as they are; the files they and the config name are
+    # copied in at the same paths, with the config file itself
+    assert env["PIP_CERT"] == str(ca) and env["PIP_DEFAULT_TIMEOUT"] == "180"
+    for f in (ca, constraints, conf):
+        assert (root / f.relative_to("/")).read_text() == f.read_text()
+    # a config file's settings stay in the config file (a job's container has none)
+    assert "PIP_CONSTRAINT" not in env and "PIP_EXTRA_INDEX_URL" not in env
+    assert dirs == [mirror]  # the index links to ../../files: the whole mirror
+    assert env["SLURM_FSM_LOCAL_DIR"] == "/tmp/x-2411"
+    assert env["PATH"] == chroot.CHROOT_PATH
+    assert "SECRET_OF_THE_CALLER" not in env
+
+
+def test_chroot_argv_pivots_into_the_root_and_runs_env_minus_i_in_the_checkout() -> None:
+    argv = chroot.chroot_argv(Path("/r oot"), {"B": "2", "A": "1"}, Path("/work/my tree"),
+                              ["pytest", "-m", "slurm"])
+    # a mount namespace whose root is the Debian 13 root: a user namespace is allowed
+    # there (enroot needs one), where a chrooted process is refused one
+    assert argv[:7] == ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh",
+                        "-c"]
+    enter = argv[7]
+    assert enter.startswith("mount --rbind '/r oot' '/r oot' && cd '/r oot' && pivot_root . ")
+    assert enter.endswith('exec /usr/bin/env -i "$@"')
+    assert argv[8:11] == ["-", "A=1", "B=2"]
+    assert argv[11:13] == ["/bin/bash", "-c"]
+    assert argv[13] == "cd '/work/my tree' && exec \"$@\""
+    assert argv[14:] == ["-", "pytest", "-m", "slurm"]
+
+
+def test_the_2411_cluster_never_shares_a_host_clusters_folder() -> None:
+    assert chroot.cluster_dir({}) == "/tmp/slurm_fsm-2411"
+    assert chroot.cluster_dir({"SLURM_FSM_LOCAL_DIR": "/tmp/sfsm-trixie/"}) == \
+        "/tmp/sfsm-trixie-2411"
+    assert chroot.cluster_dir({"SLURM_FSM_LOCAL_DIR": "/tmp/slurm_fsm-local"}) != \
+        "/tmp/slurm_fsm-local"
+
+
+@pytest.mark.parametrize(("text", "missing"), [
+    ("127.0.0.1 localhost\n", True),
+    ("127.0.0.1 localhost\n127.0.0.1 vm\n", False),
+    ("127.0.0.1 localhost vm.example vm\n", False),
+    ("# 127.0.0.1 vm\n", True),
+    ("127.0.0.1 vmx\n", True),
+    ("vm 127.0.0.1\n", True),  # an address named vm is no entry for vm
+])
+def test_the_hosts_line_for_the_machines_name(text: str, missing: bool) -> None:
+    assert chroot.hosts_line_missing(text, "vm") is missing
+
+
+def test_a_half_made_root_is_not_complete(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    (root / "etc").mkdir(parents=True)
+    assert not chroot.is_complete(root)
+    (root / ".slurm_fsm-complete").write_text("an older package list\n")
+    assert not chroot.is_complete(root)  # the packages changed since: made again
+
+
+def test_run_without_a_made_root_says_how_to_make_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv(chroot.ENV_ROOT, str(tmp_path / "nothing"))
+    assert chroot.main(["run", "--", "true"]) == 1
+    assert "python -m slurm_fsm_dev.chroot make" in capsys.readouterr().err
