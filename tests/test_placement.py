@@ -188,7 +188,7 @@ def test_queue_watch_says_waiting_from_a_started_line_alone() -> None:
     msgs: list[str] = []
     w = QueueWatch(lambda _t: None, msgs.append, gpus_per_node=1)
     w("srun: Step created for StepId=80.4\n")
-    assert [m.split(":")[0] for m in msgs] == ["waiting for GPUs (1 per node)",
+    assert [m.split(":")[0] for m in msgs] == ["waiting for GPUs (this job asks 1 per node)",
                                              "step started after waiting (srun"]
     assert w.queued == 1 and not w.waiting
 
@@ -255,7 +255,7 @@ def test_queue_watch_polls_pending_steps_once_and_a_silent_slurm_is_no_wait() ->
     clock.advance(PENDING_POLL_S)
     w.poll()
     w.poll()
-    assert len(msgs) == 1 and msgs[0].startswith("waiting for GPUs (2 per node)")
+    assert len(msgs) == 1 and msgs[0].startswith("waiting for GPUs (this job asks 2 per node)")
     assert "step 7.TDB of this run is PENDING" in msgs[0]
     w("srun: Step created for StepId=7.4\n")
     assert msgs[-1].startswith("step started after waiting") and w.queued == 1

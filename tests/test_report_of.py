@@ -152,7 +152,8 @@ ROWS: list[tuple[str, dict[str, Any], RunFacts, Status, str, list[str]]] = [
 def documented_rules() -> list[str]:
     """The rule ids of docs/report.md's decision order (a-d, then 1-9)."""
     text = DOCS.read_text(encoding="utf-8")
-    section = text.split("### How the status of a job is decided", 1)[1].split("\n## ", 1)[0]
+    section = text.split("### How the status of a job is decided", 1)[1]
+    section = section.split("\n## ", 1)[0].split("\n### ", 1)[0]
     return [a or b for a, b in re.findall(r"^(?:- ([a-z])\.|(\d+)\.) ", section, re.M)]
 
 
