@@ -151,6 +151,56 @@ def test_a_users_own_step_and_a_live_run_survive_the_run_after_a_kill_9(
                        check=False, capture_output=True)
 
 
+# ------------------------------------------------------------------------ item 3
+def test_a_planted_record_never_reaches_into_another_allocation(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    """A dead run's record (this unix user's file) names another allocation, with the
+    id, name, ``SrunHost:Pid`` and start time of a step running there: the next run
+    touches nothing of it (before: that step was cancelled)."""
+    name = names.new("r3plant")
+    other = names.new("r3other", suffix="")
+    spec = _spec(local_cluster, tmp_path, name, "#!/bin/bash\nsrun --overlap -n1 true\n"
+                 "echo all good\n", "job", success_patterns=["all good"])
+    said = slurm("salloc", "--no-shell", f"--job-name={other}",
+                 f"--partition={local_cluster.partition}",
+                 f"--account={local_cluster.account}", "-N1", "-t", "5").stderr
+    theirs = next(w for w in said.split() if w.isdigit())
+    until("their allocation", lambda: True if job_state(theirs) == "RUNNING" else None, 30)
+    step = subprocess.Popen(["srun", f"--jobid={theirs}", "--overlap", "-n1", "-J", "theirs",
+                             "sleep", "313"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        until("their step", lambda: True if "theirs" in steps(theirs).values() else None, 30)
+        line = slurm("scontrol", "-o", "show", "step", theirs).stdout
+        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+        host, _, pid = fields["SrunHost:Pid"].rpartition(":")
+        sid = fields["StepId"].split(".", 1)[1]
+        planted = {
+            "run_id": "r0123456789ab", "allocation": theirs, "pid": 1, "pid_ticks": -1,
+            "host": host, "boot_id": "", "uid": os.getuid(),
+            "since": "2000-01-01T00:00:00+00:00", "script": {}, "ended": True,
+            "steps": [{"step_id": sid, "name": fields["Name"], "srun_host": host,
+                       "srun_pid": int(pid), "start_time": fields["StartTime"]}],
+            "srun_pids": [int(pid)],
+        }
+        _work_dirs(tmp_path).mkdir(parents=True, exist_ok=True)
+        record = _work_dirs(tmp_path) / ".slurm_run.r0123456789ab.json"
+        record.write_text(json.dumps(planted))
+        record.chmod(0o600)
+        report = _run(spec)
+        assert report["status"] == "PASSED", report
+        assert "theirs" in steps(theirs).values(), report["warnings"]
+        assert step.poll() is None
+        assert not record.exists()  # a record that names another allocation is dropped
+    finally:
+        if step.returncode is None:
+            step.kill()
+            step.communicate(timeout=30)
+        slurm("scancel", theirs)
+        subprocess.run(_cli("release", str(spec), "--quiet"), timeout=120, check=False,
+                       capture_output=True)
+
+
 # ------------------------------------------------------------------------ item 2
 #: a 3 s job that starts its step only once the test creates ``go``
 GATED_JOB = ("#!/bin/bash\nwhile [ ! -e {go} ]; do sleep 0.1; done\n"
