@@ -64,7 +64,12 @@ from slurm_fsm.backend import (
     StepRequest,
     StepResult,
 )
-from slurm_fsm.capacity import allocation_request_size, capacity_problems, with_grant
+from slurm_fsm.capacity import (
+    RequestSize,
+    allocation_request_size,
+    capacity_problems,
+    with_grant,
+)
 from slurm_fsm.clock import Clock, SystemClock, backoff
 from slurm_fsm.duration import Duration
 from slurm_fsm.edges import (
@@ -287,7 +292,12 @@ class AllocationMachine:
         self._taken: Edge | None = None
         self._applied: list[Effect] = []  # the effects of the last edge that did something
         self._model = _Model()
-        self.machine = Machine(
+        self.machine = self._transitions_machine()
+
+    def _transitions_machine(self) -> Machine:
+        """The ``transitions`` machine over :attr:`edges`: every edge a transition whose
+        condition is its check (:meth:`_holds`) and whose ``before`` takes it."""
+        machine = Machine(
             model=self._model,
             states=State,
             initial=State.NoState,
@@ -298,10 +308,11 @@ class AllocationMachine:
             on_exception=self._on_exception,
         )
         for e in self.edges:
-            self.machine.add_transition(
+            machine.add_transition(
                 e.trigger, e.source, e.dest,
                 conditions=[partial(self._holds, e)], before=[partial(self._take, e)],
             )
+        return machine
 
     # Triggers -------------------------------------------------------------------------
     @property
@@ -702,19 +713,14 @@ class AllocationMachine:
             self.leases.clear(self.alloc.job_id, f"replacing it ({why})")
         return f"replacing allocation {self.alloc.job_id} ({why})"
 
-    def _allocate(self) -> str:
-        spec = self.spec
-        params = spec.slurm_params
-        if spec.docker_image is not None and not self.backend.has_container_support():
-            raise ContainerSupportMissing(
-                f"docker_image {spec.docker_image!r} is set but this Slurm has no pyxis "
-                "(srun --help lacks --container-image); nothing was allocated"
-            )
-        for warning in require(spec, self.backend, self.user):  # before salloc
-            self._warn(warning)
+    def _release_orphans(self) -> set[str]:
+        """0D: cancel this user's allocations of this checkout that no state file names
+        and no running job of this checkout uses; the ids of those left alone because
+        running jobs use them (held)."""
         # 0D: orphans: this user's jobs with this checkout's tag (whatever their name, an
         # earlier alloc_job_name included) or untagged under our job name. One squeue of
         # this user's jobs; the name is not a filter, the tag decides.
+        spec = self.spec
         held: set[str] = set()  # orphans left alone: running jobs of this checkout use them
         for job in self.backend.find_jobs(None, self.user):
             if job.job_id in self._cancelled or not job.state.is_live:
@@ -734,6 +740,58 @@ class AllocationMachine:
             self._cancelled.add(job.job_id)
             self._log(f"Released orphaned allocation {job.job_id} - state file was missing.")
             self._warn(f"Released orphaned allocation {job.job_id} - state file was missing.")
+        return held
+
+    def _track_pending(self, job_id: str, size: RequestSize) -> AllocState:
+        """The state file of ``job_id`` from the moment it exists (nodelist not yet
+        known); when it cannot be written the job is cancelled, never leaked."""
+        # tracked from the moment it exists: a run interrupted while it is PENDING leaves
+        # a state file, and the next run waits for it (0C) instead of leaking it
+        spec, params = self.spec, self.spec.slurm_params
+        pending = AllocState(
+            job_id=job_id, nodelist="", partition=params.partition, account=params.account,
+            nodes=size.nodes, gpus_per_node=size.gpus_per_node,
+            docker_image=spec.docker_image, container_mounts=spec.mounts_text,
+            time_limit=spec.alloc_time_limit.as_slurm(), installed=False,
+        )
+        try:
+            self.store.write(pending)
+        except OSError as exc:  # nothing may stay allocated that no file records
+            self.backend.cancel(job_id)
+            raise StateFileError(str(self.store.path), f"cannot be written "
+                                 f"({exc.strerror or exc}); allocation {job_id} was "
+                                 "cancelled so that it is not leaked") from exc
+        return pending
+
+    def _judge_grant(self, job_id: str, held: set[str]) -> None:
+        """What Slurm granted against what the job needs: a warning, or a failure when
+        the backend gave back an allocation running jobs of this checkout hold."""
+        assert self.alloc is not None
+        short = capacity_problems(self.alloc, self.spec)
+        if short and job_id in held:
+            # not Slurm's grant: the backend never makes a second allocation of this
+            # checkout and gave back the one running jobs use (its state file was lost)
+            raise AllocationFailed(
+                ["salloc"], 1, "",
+                f"allocation {job_id} is this checkout's (its state file was lost) and "
+                f"running jobs of this checkout use it, but it is smaller than this job "
+                f"needs: {'; '.join(short)}. It was not used; its state file is written "
+                "again, and the next run replaces it once those jobs end")
+        if short:
+            self._warn(f"Slurm granted allocation {job_id} less than the job needs: "
+                       f"{'; '.join(short)}")
+
+    def _allocate(self) -> str:
+        spec = self.spec
+        params = spec.slurm_params
+        if spec.docker_image is not None and not self.backend.has_container_support():
+            raise ContainerSupportMissing(
+                f"docker_image {spec.docker_image!r} is set but this Slurm has no pyxis "
+                "(srun --help lacks --container-image); nothing was allocated"
+            )
+        for warning in require(spec, self.backend, self.user):  # before salloc
+            self._warn(warning)
+        held = self._release_orphans()
         size = allocation_request_size(spec)
         self._log(
             f"No reusable allocation found. Allocating {size.nodes} node(s) on partition "
@@ -754,21 +812,7 @@ class AllocationMachine:
             comment=repo_tag(spec),
         )
         job_id = self.backend.allocate(request)
-        # tracked from the moment it exists: a run interrupted while it is PENDING leaves
-        # a state file, and the next run waits for it (0C) instead of leaking it
-        pending = AllocState(
-            job_id=job_id, nodelist="", partition=params.partition, account=params.account,
-            nodes=size.nodes, gpus_per_node=size.gpus_per_node,
-            docker_image=spec.docker_image, container_mounts=spec.mounts_text,
-            time_limit=spec.alloc_time_limit.as_slurm(), installed=False,
-        )
-        try:
-            self.store.write(pending)
-        except OSError as exc:  # nothing may stay allocated that no file records
-            self.backend.cancel(job_id)
-            raise StateFileError(str(self.store.path), f"cannot be written "
-                                 f"({exc.strerror or exc}); allocation {job_id} was "
-                                 "cancelled so that it is not leaked") from exc
+        pending = self._track_pending(job_id, size)
         try:
             info = self._wait_running(job_id)
         except AllocationFailed:
@@ -781,19 +825,7 @@ class AllocationMachine:
             info)
         self._grant_unsaved = False
         self.store.write(self.alloc)
-        short = capacity_problems(self.alloc, spec)
-        if short and job_id in held:
-            # not Slurm's grant: the backend never makes a second allocation of this
-            # checkout and gave back the one running jobs use (its state file was lost)
-            raise AllocationFailed(
-                ["salloc"], 1, "",
-                f"allocation {job_id} is this checkout's (its state file was lost) and "
-                f"running jobs of this checkout use it, but it is smaller than this job "
-                f"needs: {'; '.join(short)}. It was not used; its state file is written "
-                "again, and the next run replaces it once those jobs end")
-        if short:
-            self._warn(f"Slurm granted allocation {job_id} less than the job needs: "
-                       f"{'; '.join(short)}")
+        self._judge_grant(job_id, held)
         if spec.docker_image is None:
             self.notes.append(
                 "no docker_image: container import, mount warm-up and install skipped"

@@ -13,11 +13,9 @@ PACKAGE = Path(__file__).resolve().parents[1] / "slurm_fsm"
 JUDGE = {"results.py", "report.py"}
 
 #: Functions over 60 lines, each with why it stays: tables in the edges' style (one row
-#: per case, read top to bottom), and functions in rooms other work is changing now.
+#: per case, read top to bottom).
 LONG_FUNCTIONS = {
     "results.py:diagnose": "a table: one row of the diagnosis per case (docs/report.md)",
-    "machine.py:AllocationMachine._allocate": "step 0's allocation; machine.py is rel3's",
-    "machine.py:AllocationMachine.__init__": "the machine's wiring; machine.py is rel3's",
 }
 MAX_LINES = 60
 
