@@ -8,6 +8,7 @@ of them. Nothing here ever cancels a job by id that it did not make.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -158,6 +159,16 @@ def spec_dict(cluster: ClusterInfo, root: Path, name: str, **over: Any) -> dict[
 
 def make_spec(cluster: ClusterInfo, root: Path, name: str, **over: Any) -> JobSpec:
     return JobSpec.from_dict(spec_dict(cluster, root, name, **over))
+
+
+def cli_report(proc: subprocess.Popen[str], timeout: float = 180) -> dict[str, Any]:
+    """The JSON report a ``slurm-fsm ... --json`` process printed, with its exit code
+    under ``_rc``."""
+    out, err = proc.communicate(timeout=timeout)
+    assert out, err
+    report: dict[str, Any] = json.loads(out)
+    report["_rc"] = proc.returncode
+    return report
 
 
 def is_job_query(argv: Sequence[str]) -> bool:

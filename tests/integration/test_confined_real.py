@@ -121,13 +121,19 @@ def _gpu_allocation(cluster: ClusterInfo, root: Path, name: str) -> str:
 # ------------------------------------------------------------------ fix 1: accounts
 
 
+def _unlisted_account_spec(cluster: ClusterInfo, tmp_path: Path, name: str) -> Path:
+    """A spec file whose account (``projx``) has no association in accounting."""
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec_dict(cluster, tmp_path, name,
+                                         slurm_params={"account": "projx"})))
+    return path
+
+
 @pytest.mark.config(noenforce=False)
 def test_an_account_without_association_is_refused_before_salloc_where_slurm_enforces(
         local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
     name = names.new("acct")
-    path = tmp_path / "spec.json"
-    path.write_text(json.dumps(spec_dict(local_cluster, tmp_path, name,
-                                         slurm_params={"account": "projx"})))
+    path = _unlisted_account_spec(local_cluster, tmp_path, name)
     r = _cli("run", str(path))
     assert r.returncode == 3, r.stdout + r.stderr
     assert "'projx' is not an account of user" in r.stdout + r.stderr
@@ -139,9 +145,7 @@ def test_an_account_without_association_is_refused_before_salloc_where_slurm_enf
 def test_an_account_without_association_runs_with_a_warning_where_slurm_does_not_enforce(
         local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
     name = names.new("acct")
-    path = tmp_path / "spec.json"
-    path.write_text(json.dumps(spec_dict(local_cluster, tmp_path, name,
-                                         slurm_params={"account": "projx"})))
+    path = _unlisted_account_spec(local_cluster, tmp_path, name)
     r = _cli("run", str(path))
     terminal = r.stdout + r.stderr
     assert r.returncode == 0, terminal

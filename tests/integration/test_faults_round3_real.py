@@ -28,7 +28,7 @@ import pytest
 
 from slurm_fsm_dev.localcluster import ClusterInfo
 
-from .helpers import JobNames, job_state, slurm, spec_dict, step_ids, steps, until
+from .helpers import JobNames, cli_report, job_state, slurm, spec_dict, step_ids, steps, until
 
 pytestmark = pytest.mark.slurm
 
@@ -42,16 +42,10 @@ def _start(*args: str) -> subprocess.Popen[str]:
                             stderr=subprocess.PIPE, text=True)
 
 
-def _report(proc: subprocess.Popen[str], timeout: float = 180) -> dict[str, Any]:
-    out, err = proc.communicate(timeout=timeout)
-    assert out, err
-    report: dict[str, Any] = json.loads(out)
-    report["_rc"] = proc.returncode
-    return report
 
 
 def _run(spec: Path, *extra: str, timeout: float = 180) -> dict[str, Any]:
-    return _report(_start("run", str(spec), *extra), timeout)
+    return cli_report(_start("run", str(spec), *extra), timeout)
 
 
 def _spec(cluster: ClusterInfo, tmp_path: Path, name: str, script: str, tag: str,
@@ -140,7 +134,7 @@ def test_a_users_own_step_and_a_live_run_survive_the_run_after_a_kill_9(
         assert "usersdebug" in steps.values(), (steps, report["warnings"])
         assert users.poll() is None  # the user's srun still runs
         assert live.poll() is None and "livestep" in steps.values(), (steps, report)
-        live_report = _report(live)
+        live_report = cli_report(live)
         assert live_report["status"] == "PASSED", live_report
     finally:
         for proc in (dying, live, users):
@@ -241,7 +235,7 @@ def test_a_finished_jobs_report_never_waits_for_the_state_files_lock(
              str(released)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         go.touch()  # the job ends only now, while the lock is held
-        report = _report(run, timeout=300)
+        report = cli_report(run, timeout=300)
         assert not released.exists(), "the report waited for the lock's holder"
         assert holder.poll() is None  # it still holds the lock
         assert report["status"] == "PASSED", report

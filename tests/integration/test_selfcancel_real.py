@@ -14,13 +14,12 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from slurm_fsm_dev.localcluster import ClusterInfo
 
-from .helpers import JobNames, job_state, spec_dict, step_ids, until
+from .helpers import JobNames, cli_report, job_state, spec_dict, step_ids, until
 
 pytestmark = pytest.mark.slurm
 
@@ -55,12 +54,6 @@ def _start(cluster: ClusterInfo, spec: Path) -> subprocess.Popen[str]:
                             text=True, env=_env(cluster))
 
 
-def _report(proc: subprocess.Popen[str], timeout: float = 180) -> dict[str, Any]:
-    out, err = proc.communicate(timeout=timeout)
-    assert out, err
-    report: dict[str, Any] = json.loads(out)
-    report["_rc"] = proc.returncode
-    return report
 
 
 def _spec(cluster: ClusterInfo, tmp_path: Path, name: str, which: str, script: str,
@@ -94,8 +87,8 @@ def test_a_self_cancelling_script_cancels_its_own_steps_and_its_sibling_passes(
         until("the sibling's step on the allocation",
               lambda: True if step_ids(alloc) else None, 60)
         second = _start(local_cluster, own)
-        mine = _report(second)
-        theirs = _report(first)
+        mine = cli_report(second)
+        theirs = cli_report(first)
         # the sibling ran to its end in the same allocation, which is still there
         assert (theirs["_rc"], theirs["status"]) == (0, "PASSED"), theirs
         assert theirs["allocation_id"] == mine["allocation_id"] == alloc
@@ -108,7 +101,7 @@ def test_a_self_cancelling_script_cancels_its_own_steps_and_its_sibling_passes(
         else:
             assert (mine["_rc"], mine["status"]) == (0, "PASSED"), mine
         # the next run still finds the allocation and reuses it
-        again = _report(_start(local_cluster, sibling), 120)
+        again = cli_report(_start(local_cluster, sibling), 120)
         assert again["status"] == "PASSED", again
         assert again["allocation_id"] == alloc
     finally:
