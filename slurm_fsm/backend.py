@@ -35,6 +35,7 @@ __all__ = [
     "ContainerOptions",
     "GpuProcess",
     "Granted",
+    "JobFiles",
     "JobInfo",
     "JobOutcome",
     "RunningScript",
@@ -281,6 +282,24 @@ class JobOutcome:
 
 
 @attrs.frozen(kw_only=True)
+class JobFiles:
+    """Where a batch job writes its stdout and stderr, as Slurm says (``scontrol show
+    job``: ``StdOut=``, ``StdErr=``), with sbatch's filename patterns (``%j``, ``%x``,
+    ``%u``, ``%N``, ...) expanded. ``stderr`` is ``stdout`` when the job has no
+    ``--error`` of its own."""
+
+    job_id: str
+    stdout: Path
+    stderr: Path
+    #: who said so: ``scontrol`` (the controller, until MinJobAge after the job's end),
+    #: ``sacct`` (accounting, on a Slurm whose sacct has a ``StdOut`` field), ``fake``
+    source: str = "scontrol"
+    #: a path still holds ``%N``, which Slurm expands only once the job has a node:
+    #: the job is pending, ask again once it runs
+    needs_node: bool = False
+
+
+@attrs.frozen(kw_only=True)
 class ScriptRequest:
     """``bash <script>`` on this host with the SLURM_* of the allocation exported."""
 
@@ -382,6 +401,12 @@ class SlurmBackend(Protocol):
 
     def job_outcome(self, job_id: str) -> JobOutcome:
         """How a finished job ended. Raises JobNotFound when no source knows it."""
+        ...
+
+    def job_files(self, job_id: str) -> JobFiles:
+        """Where a batch job writes its stdout and stderr (:class:`JobFiles`). Raises
+        JobNotFound when no source says (the controller has forgotten the job and
+        accounting has no such field)."""
         ...
 
     def has_container_support(self) -> bool:

@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from slurm_fsm import placement
-from slurm_fsm.backend import BatchRequest, JobOutcome, SlurmBackend
+from slurm_fsm.backend import BatchRequest, JobFiles, JobOutcome, SlurmBackend
 from slurm_fsm.clock import Clock
 from slurm_fsm.errors import BackendError
 from slurm_fsm.events import Events
-from slurm_fsm.joboutput import output_for_spec
+from slurm_fsm.joboutput import JobOutput, output_for_spec
 from slurm_fsm.logs import tail_lines
 from slurm_fsm.monitor import PollPolicy, Watch, final_outcome, watch_batch_job
 from slurm_fsm.runfacts import Failure, Mode, Phase, RunFacts, StateSource
@@ -72,6 +72,11 @@ class OneShotRun:
         self.job_id: str | None = None
         self.log_path: Path | None = None
         self.timings: dict[str, float] = {}
+        #: the spec's log_file_pattern's .out and .err for this job
+        self._pattern: tuple[Path, Path] = (Path(), Path())
+        #: why Slurm did not say where the job writes (None: it did)
+        self._files_unknown: str | None = None
+        self._file_notes: list[str] = []
 
     def _facts(self, phase: Phase, **what: Any) -> RunFacts:
         return RunFacts(mode=Mode.ONE_SHOT, phase=phase, job_id=self.job_id,
@@ -105,11 +110,11 @@ class OneShotRun:
             return self._facts(Phase.SUBMITTING, failure=Failure(
                 phase=Phase.SUBMITTING, message=f"sbatch failed: {exc}", errors=(str(exc),)))
         self.job_id = job_id
-        out = self.log_path = log_path_for(spec, job_id)
-        err = err_path_for(out)
+        out, err = self._files(job_id)
+        logs = f"log {out}" if err == out else f"logs {out} and {err}"
         self.events.message(
             f"Submitted batch job {job_id}: script {spec.script_path}, work dir "
-            f"{spec.work_dir}, logs {out} and {err}; monitor with `squeue -j {job_id}` or "
+            f"{spec.work_dir}, {logs}; monitor with `squeue -j {job_id}` or "
             f"`sacct -j {job_id}`"
         )
         watch = self._watch(job_id, out, err)
@@ -120,7 +125,68 @@ class OneShotRun:
                    "account or QOS); cancelled")
             return self._facts(Phase.COLLECTED, messages=tuple(watch.messages),
                                failure=Failure(phase=Phase.MONITORING, message=msg))
+        if self._files_unknown is not None:  # ask again: the job has a node now
+            out, err = self._files_after_end(job_id, watch, out, err)
         return self._collected(job_id, watch, out, err)
+
+    # ------------------------------------------------------------ the job's files
+    def _ask_files(self, job_id: str) -> JobFiles | str:
+        """Where Slurm says the job writes, or why it does not say."""
+        try:
+            files = self.backend.job_files(job_id)
+        except BackendError as exc:
+            return str(exc)
+        if files.needs_node:
+            return (f"Slurm names {files.stdout} until the job has a node (%N), "
+                    "so it was asked again once the job ended")
+        return files
+
+    def _files(self, job_id: str) -> tuple[Path, Path]:
+        """The files to follow: where Slurm says the job writes (``scontrol show job``:
+        ``StdOut``, ``StdErr``), which wins over ``log_file_pattern``; the pattern's
+        ``.out`` and the ``.err`` beside it when Slurm does not say."""
+        pattern_out = log_path_for(self.spec, job_id)
+        self._pattern = (pattern_out, err_path_for(pattern_out))
+        files = self._ask_files(job_id)
+        if isinstance(files, str):
+            self._files_unknown = files
+            out, err = self._pattern
+        else:
+            self._files_unknown = None
+            out, err = files.stdout, files.stderr
+            self._say_files(files)
+        self.log_path = out
+        return out, err
+
+    def _say_files(self, files: JobFiles) -> None:
+        """A note when Slurm's files are not the spec's ``log_file_pattern``."""
+        if files.stdout == self._pattern[0]:
+            return
+        err = "" if files.stderr == files.stdout else f" and its StdErr {files.stderr}"
+        self._file_notes.append(
+            f"output read from {files.stdout}{err}, where Slurm says job {files.job_id} "
+            f"writes ({files.source}: StdOut), not from {self._pattern[0]} "
+            f"(log_file_pattern {self.spec.log_file_pattern!r}); the script's own "
+            "#SBATCH --output/--error decide")
+
+    def _files_after_end(self, job_id: str, watch: Watch, out: Path, err: Path
+                         ) -> tuple[Path, Path]:
+        """Slurm did not say where the job writes when it was submitted: ask again now
+        that it has ended; other files than the ones followed are read whole."""
+        files = self._ask_files(job_id)
+        if isinstance(files, str):
+            self._file_notes.append(
+                f"Slurm did not say where job {job_id} writes ({self._files_unknown}; "
+                f"after its end: {files}): read log_file_pattern's {out} and {err}")
+            return out, err
+        self._say_files(files)
+        if (files.stdout, files.stderr) == (out, err):
+            return out, err
+        output: JobOutput = output_for_spec(self.spec, [files.stdout, files.stderr])
+        output.finish()
+        watch.output = output
+        self.log_path = files.stdout
+        return files.stdout, files.stderr
 
     def _watch(self, job_id: str, out: Path, err: Path) -> Watch:
         spec = self.spec
@@ -152,6 +218,7 @@ class OneShotRun:
             cancelled_steps=tuple(watch.cancelled_steps),
             uncancelled_steps=tuple(watch.uncancelled_steps),
             output=watch.output.snapshot(err), stdout=str(out), stderr=str(err),
-            notes=(note,) if note else (), messages=tuple(watch.messages),
+            notes=(*self._file_notes, *((note,) if note else ())),
+            messages=tuple(watch.messages),
             extra_metrics=_accounting(outcome),
         )

@@ -21,6 +21,7 @@ from slurm_fsm.backend import (
     BatchRequest,
     GpuProcess,
     Granted,
+    JobFiles,
     JobInfo,
     JobOutcome,
     RunningScript,
@@ -33,7 +34,7 @@ from slurm_fsm.backend import (
 from slurm_fsm.clock import Clock
 from slurm_fsm.duration import Duration
 from slurm_fsm.edges import CONDITIONS, EXPIRY_MARGIN_S, IN_PROGRESS, State, job_fits
-from slurm_fsm.errors import StateFileError
+from slurm_fsm.errors import JobNotFound, StateFileError
 from slurm_fsm.history import RunHistory, history_path_for
 from slurm_fsm.jobstate import JobState
 from slurm_fsm.machine import AllocationMachine
@@ -194,6 +195,12 @@ class PlanBackend:
 
     def job_outcome(self, job_id: str) -> JobOutcome:
         return self.real.job_outcome(job_id)
+
+    def job_files(self, job_id: str) -> JobFiles:
+        self._ask(slurmcli.scontrol_show_job_argv(job_id))
+        if job_id == PLANNED_JOB:
+            raise JobNotFound(job_id, "a planned job writes nothing")
+        return self.real.job_files(job_id)
 
     def has_container_support(self) -> bool:
         self._ask(slurmcli.srun_help_argv())

@@ -45,6 +45,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 
 import attrs
 import hostlist
@@ -56,6 +57,7 @@ from slurm_fsm.backend import (
     ContainerOptions,
     GpuProcess,
     Granted,
+    JobFiles,
     JobInfo,
     JobOutcome,
     StepInfo,
@@ -93,6 +95,7 @@ __all__ = [
     "container_remove_argv",
     "enroot_image",
     "expand_nodelist",
+    "expand_output_pattern",
     "foreign_container",
     "foreign_container_message",
     "gpu_processes_argv",
@@ -104,7 +107,9 @@ __all__ = [
     "parse_job",
     "parse_jobs",
     "parse_sacct",
+    "parse_sacct_files",
     "parse_sbatch",
+    "parse_scontrol_files",
     "parse_scontrol_granted",
     "parse_scontrol_job",
     "parse_scontrol_steps",
@@ -112,6 +117,7 @@ __all__ = [
     "probe_gpu_argv",
     "pyxis_container_names",
     "sacct_argv",
+    "sacct_files_argv",
     "salloc_argv",
     "salloc_error",
     "salloc_job_id",
@@ -512,6 +518,18 @@ def scontrol_show_job_argv(job_id: str) -> list[str]:
     return ["scontrol", "show", "job", str(job_id)]
 
 
+#: What ``sacct_files_argv`` asks, in this order (``StdOut``/``StdErr``: Slurm 23.02 and
+#: later; 22.05's sacct has no such field and says ``Invalid field requested``).
+SACCT_FILE_FIELDS = ("JobID", "JobName", "User", "NodeList", "WorkDir", "StdOut", "StdErr")
+
+
+def sacct_files_argv(job_id: str) -> list[str]:
+    """``sacct -X``: where a job wrote its stdout and stderr, as accounting keeps them
+    (the fallback once ``scontrol show job`` has forgotten the job)."""
+    return ["sacct", "-j", str(job_id), "-X", f"--format={','.join(SACCT_FILE_FIELDS)}",
+            "-n", "-P"]
+
+
 def scontrol_granted_argv(job_id: str) -> list[str]:
     """``scontrol show job -d -o ID``: what a job was granted, one line with the per-node
     details (``Nodes=n1 CPU_IDs=0-3 Mem=.. GRES=gpu:4(IDX:0-3)``)."""
@@ -742,6 +760,105 @@ def parse_scontrol_job(text: str, job_id: str) -> JobOutcome:
         cancelled_by=by,
         source="scontrol",
     )
+
+
+#: sbatch's filename pattern: ``%%``, or ``%`` with an optional zero-padding width and
+#: one letter (``man sbatch``, "filename pattern"); a backslash anywhere turns them off.
+_OUTPUT_PATTERN = re.compile(r"%(%|(\d*)([AaJjNnstux]))")
+#: What a job that is not an array shows for ``%a`` (NO_VAL - 1: Slurm 22.05 writes
+#: ``4294967294`` into the file name).
+NO_ARRAY_TASK = "4294967294"
+
+
+def expand_output_pattern(pattern: str, *, job_id: str, job_name: str = "", user: str = "",
+                          node: str = "") -> str:
+    """An sbatch ``--output``/``--error`` file name with its pattern expanded as the
+    batch step does: ``%j`` job id, ``%x`` job name, ``%u`` user, ``%N`` the (first)
+    node (left as ``%N`` while ``node`` is empty), ``%A`` the job id, ``%a`` the array
+    task (:data:`NO_ARRAY_TASK` for a job that is not an array), ``%J`` ``<id>.batch``,
+    ``%s`` ``batch``, ``%n`` and ``%t`` ``0``, ``%%`` ``%``; a number after ``%`` pads
+    with zeros (``%5j``). A name holding a backslash is not expanded: only its
+    backslashes go, as in Slurm.
+    ``scontrol show job`` of Slurm 22.05 shows ``%N``, ``%n``, ``%t``, ``%s`` and
+    ``%%`` still unexpanded (the rest expanded): expanding its ``StdOut`` again with the
+    job's ``BatchHost`` gives the file's name."""
+    if "\\" in pattern:
+        return pattern.replace("\\", "")
+    base, _, task = job_id.partition("_")
+    values = {"A": base, "a": task or NO_ARRAY_TASK, "J": f"{job_id}.batch", "j": job_id,
+              "N": node, "n": "0", "s": "batch", "t": "0", "u": user, "x": job_name}
+
+    def one(m: re.Match[str]) -> str:
+        if m.group(1) == "%":
+            return "%"
+        letter, width = m.group(3), m.group(2)
+        value = values[letter]
+        if not value:
+            return m.group(0)  # not known (yet): left as Slurm leaves it
+        if width and value.isdigit():
+            value = value.zfill(int(width))
+        return value
+
+    return _OUTPUT_PATTERN.sub(one, pattern)
+
+
+def _line_field(text: str, key: str) -> str | None:
+    """``key=`` of ``scontrol show job`` (not ``-o``) to the end of its line: a path
+    with spaces in it is whole."""
+    m = re.search(rf"(?m)^\s*{re.escape(key)}=(.*?)\s*$", text)
+    return m.group(1) if m else None
+
+
+def _job_files(job_id: str, out: str, err: str, *, work_dir: str, source: str,
+               **names: str) -> JobFiles:
+    paths = []
+    for raw in (out, err or out):
+        expanded = expand_output_pattern(raw, job_id=job_id, **names)
+        path = Path(expanded)
+        if not path.is_absolute() and work_dir:
+            path = Path(work_dir) / path
+        paths.append(path)
+    return JobFiles(job_id=job_id, stdout=paths[0], stderr=paths[1], source=source,
+                    needs_node=any("%N" in str(p) for p in paths) and not names.get("node"))
+
+
+def parse_scontrol_files(text: str, job_id: str) -> JobFiles:
+    """``scontrol show job ID`` -> where the batch job writes (``StdOut=``, ``StdErr=``),
+    each expanded with the job's ``BatchHost`` (Slurm 22.05 leaves ``%N`` to the batch
+    step) and made absolute with its ``WorkDir``. Raises JobNotFound when the text
+    holds no ``JobId=<job_id>``, ValueError when it has no ``StdOut=`` (not a batch
+    job)."""
+    job_id = str(job_id)
+    jid = _field(text, "JobId")
+    if jid is None or jid != job_id:
+        raise JobNotFound(job_id, "scontrol show job has no record of it")
+    out = _line_field(text, "StdOut")
+    if not out or out == "(null)":
+        raise ValueError(f"scontrol show job {job_id}: no StdOut= (not a batch job?)")
+    err = _line_field(text, "StdErr") or ""
+    host = _field(text, "BatchHost") or ""
+    return _job_files(job_id, out, "" if err == "(null)" else err,
+                      work_dir=_line_field(text, "WorkDir") or "", source="scontrol",
+                      node="" if host == "(null)" else host)
+
+
+def parse_sacct_files(text: str, job_id: str) -> JobFiles:
+    """``sacct -X`` of :func:`sacct_files_argv` -> where the job wrote: accounting keeps
+    the patterns as given, so they are expanded here (job name, user, first node of
+    ``NodeList``) and made absolute with ``WorkDir``. Raises JobNotFound without a row
+    of the job, ValueError when the row has no ``StdOut``."""
+    job_id = str(job_id)
+    for line in _lines(text):
+        fields = line.split(SEP)
+        if len(fields) != len(SACCT_FILE_FIELDS) or fields[0] != job_id:
+            continue
+        _, name, user, nodelist, work, out, err = fields
+        if not out:
+            raise ValueError(f"sacct: no StdOut for job {job_id} in {line!r}")
+        nodes = expand_nodelist(nodelist) if nodelist not in ("", "None assigned") else []
+        return _job_files(job_id, out, err, work_dir=work, source="sacct", job_name=name,
+                          user=user, node=nodes[0] if nodes else "")
+    raise JobNotFound(job_id, "sacct has no row for it")
 
 
 #: A per-node line of ``scontrol show job -d``: nodes, their CPU ids, their GRES.

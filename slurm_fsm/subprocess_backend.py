@@ -41,6 +41,7 @@ from slurm_fsm.backend import (
     BatchRequest,
     GpuProcess,
     Granted,
+    JobFiles,
     JobInfo,
     JobOutcome,
     ScriptRequest,
@@ -762,6 +763,24 @@ class SubprocessBackend:
         """``scontrol show job ID`` alone (known only until MinJobAge has passed)."""
         result = self._run(slurmcli.scontrol_show_job_argv(check_job_id(job_id)))
         return self._parse(result, lambda text: slurmcli.parse_scontrol_job(text, job_id))
+
+    def job_files(self, job_id: str) -> JobFiles:
+        """Where a batch job writes its stdout and stderr: ``scontrol show job ID``
+        (``StdOut=``, ``StdErr=``); once the controller has forgotten the job
+        (MinJobAge), accounting's ``StdOut``/``StdErr`` (Slurm 23.02 and later). Raises
+        JobNotFound when neither says (22.05's sacct has no such field)."""
+        check_job_id(job_id)
+        try:
+            result = self._run(slurmcli.scontrol_show_job_argv(job_id))
+            return self._parse(result, lambda text: slurmcli.parse_scontrol_files(text, job_id))
+        except JobNotFound as gone:
+            try:
+                result = self._run(slurmcli.sacct_files_argv(job_id))
+                return self._parse(result,
+                                   lambda text: slurmcli.parse_sacct_files(text, job_id))
+            except CommandFailed as exc:
+                raise JobNotFound(job_id, f"{gone.detail}; sacct cannot say either: "
+                                  f"{exc.stderr_tail or exc}") from None
 
     def has_container_support(self) -> bool:
         """True when ``srun --help`` lists ``--container-image`` (pyxis); cached."""

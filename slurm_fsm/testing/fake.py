@@ -39,6 +39,7 @@ from slurm_fsm.backend import (
     ContainerOptions,
     GpuProcess,
     Granted,
+    JobFiles,
     JobInfo,
     JobOutcome,
     ScriptRequest,
@@ -58,7 +59,12 @@ from slurm_fsm.errors import (
 from slurm_fsm.jobstate import JobState, to_job_state
 from slurm_fsm.preflight import ClusterPartition, enforces_associations
 from slurm_fsm.scriptguard import stop_group
-from slurm_fsm.slurmcli import enroot_image, foreign_container_message, sbatch_directives
+from slurm_fsm.slurmcli import (
+    enroot_image,
+    expand_output_pattern,
+    foreign_container_message,
+    sbatch_directives,
+)
 
 __all__ = [
     "Call",
@@ -74,7 +80,7 @@ __all__ = [
 #: Operations that talk to the controller (a down controller fails them).
 CONTROLLER_OPS = frozenset({
     "query_job", "find_jobs", "allocate", "run_step", "gpu_processes", "probe_gpu_name",
-    "list_steps", "step_details", "cancel", "submit", "job_outcome", "granted",
+    "list_steps", "step_details", "cancel", "submit", "job_outcome", "granted", "job_files",
     "cluster_partitions", "accounting_enforce",
 })
 
@@ -205,6 +211,10 @@ class FakeJob:
     script: FakeScript | None = None
     out_path: Path | None = None
     err_path: Path | None = None
+    #: the script's ``--output`` and ``--error`` as written (``%j``, ``%x``, ...)
+    out_pattern: str = ""
+    err_pattern: str = ""
+    work_dir: Path = Path()
     written: int = 0
     cancelled_by: str = ""
     comment: str = ""
@@ -914,8 +924,6 @@ class FakeCluster:
         limit = directives.get("time")
         limit_s = Duration.parse(limit).seconds if limit else 3600
         job_id = str(next(self._ids))
-        out = directives.get("output", "slurm-%j.out").replace("%j", job_id)
-        err = directives.get("error", "").replace("%j", job_id)
         work = request.work_dir
         job = FakeJob(
             job_id=job_id, name=request.job_name or directives.get("job-name")
@@ -926,8 +934,11 @@ class FakeCluster:
             pending_until=self.clock.now() + self.pending_s,
             reason=(self.pending_reason or "Priority") if self.pending_s else "None",
             script=self._script_for(request.script_path),
-            out_path=work / out, err_path=(work / err) if err else work / out,
+            out_pattern=directives.get("output") or "slurm-%j.out",
+            err_pattern=directives.get("error") or "", work_dir=work,
         )
+        job.out_path = self._stdio_path(job, job.out_pattern, work)
+        job.err_path = self._stdio_path(job, job.err_pattern or job.out_pattern, work)
         work.mkdir(parents=True, exist_ok=True)
         self.jobs[job_id] = job
         if self.run_scripts:  # the batch script runs for real, at once
@@ -945,6 +956,36 @@ class FakeCluster:
             job.process = self._start_batch(job, request.script_path, work,
                                             self._script_env(job, env))
         return job_id
+
+    def _stdio_path(self, job: FakeJob, pattern: str, work: Path, node: str | None = None
+                    ) -> Path:
+        """Where the batch step writes ``pattern`` (``%j``, ``%x``, ``%u``, ``%N``: the
+        first node, ...), relative to the work dir, as sbatch does."""
+        path = Path(expand_output_pattern(
+            pattern, job_id=job.job_id, job_name=job.name, user=job.user,
+            node=job.nodes[0] if node is None else node))
+        return path if path.is_absolute() else work / path
+
+    def job_files(self, job_id: str) -> JobFiles:
+        """Where the batch job writes, as ``scontrol show job`` says: known until
+        ``min_job_age_s`` after its end (this fake's accounting has no ``StdOut``, as
+        Slurm 22.05's); ``%N`` stays unexpanded while the job is pending."""
+        self._call("job_files", job_id=job_id)
+        job = self.jobs.get(job_id)
+        if job is None or job.kind != "batch" or job.out_path is None or \
+                job.err_path is None:
+            raise JobNotFound(job_id, "slurm_load_jobs error: Invalid job id specified")
+        if job.ended_at is not None and self.clock.now() - job.ended_at > self.min_job_age_s:
+            raise JobNotFound(job_id, "scontrol: Invalid job id specified (MinJobAge); "
+                              "sacct has no StdOut field")
+        out, err = job.out_path, job.err_path
+        pending = job.state is JobState.PENDING
+        if pending:  # no node yet: %N as Slurm shows it
+            out = self._stdio_path(job, job.out_pattern, job.work_dir, node="")
+            err = self._stdio_path(job, job.err_pattern or job.out_pattern, job.work_dir,
+                                   node="")
+        return JobFiles(job_id=job_id, stdout=out, stderr=err, source="fake",
+                        needs_node=pending and "%N" in f"{out}{err}")
 
     def _start_batch(self, job: FakeJob, script: Path, work: Path,
                      env: Mapping[str, str]) -> subprocess.Popen[bytes]:

@@ -11,6 +11,7 @@ cluster cannot produce (an out-of-memory kill needs cgroups).
 Delete a recording and run this again to regenerate it. The script cancels
 every job it creates (about 20 s). ``--slow`` adds a job that runs into its
 one-minute limit and a client without a config file, which retries for 60 s.
+``--files`` records only where batch jobs write (:func:`record_output_files`).
 """
 
 from __future__ import annotations
@@ -110,6 +111,28 @@ def finished_job(name: str, body: str, *extra: str) -> None:
     rec(f"scontrol_show_job_{name}", ["scontrol", "show", "job", job])
 
 
+def record_output_files() -> None:
+    """Where a batch job writes (issue 25 item 6): ``scontrol show job`` of a job whose
+    script names its own ``--output=%x-%j.out`` and ``-e %x-%j-%u-%N.err`` while it is
+    held (PENDING, no BatchHost yet) and after its end, the files it wrote, and 22.05's
+    sacct asked for ``StdOut`` (it has no such field)."""
+    script = Path(tempfile.mkdtemp()) / "own-output.sh"
+    script.write_text("#!/bin/bash\n#SBATCH --output=%x-%j.out\n#SBATCH -e %x-%j-%u-%N.err\n"
+                      "echo to-stdout\necho to-stderr >&2\n")
+    argv = ["sbatch", "--parsable", "--hold", f"--partition={PARTITION}",
+            f"--account={ACCOUNT}", f"--chdir={script.parent}", str(script)]
+    job = run(argv).stdout.strip().split(";")[0]
+    created.append(job)
+    rec("scontrol_show_job_own_output_held", ["scontrol", "show", "job", job])
+    run(["scontrol", "release", job])
+    wait_gone(job)
+    rec("scontrol_show_job_own_output", ["scontrol", "show", "job", job])
+    rec("own_output_files", ["ls", "-1", str(script.parent)])
+    rec("sacct_files_no_field", ["sacct", "-j", job, "-X",
+                                 "--format=JobID,JobName,User,NodeList,WorkDir,StdOut,StdErr",
+                                 "-n", "-P"])
+
+
 def record_unreachable() -> None:
     """Clients of a controller that is down, or stalled, recorded for real.
 
@@ -204,6 +227,12 @@ def main() -> None:
     if "SLURM_CONF" not in os.environ:
         raise SystemExit("SLURM_CONF is not set: start the local cluster first")
     started = controller_started()
+    if "--files" in sys.argv:
+        try:
+            record_output_files()
+        finally:
+            finish()
+        return
     try:
         timeout_job = None
         if slow:
@@ -374,18 +403,24 @@ def main() -> None:
         if controller_started() != started:
             raise SystemExit("slurmctld restarted during the recording: run it again")
     finally:
-        for job in created:
-            if job:
-                run(["scancel", job])
-        old = {}
-        path = HERE / "MANIFEST.tsv"
-        if path.exists():
-            for line in path.read_text().splitlines():
-                if line and not line.startswith("#"):
-                    old[line.split("\t", 1)[0]] = line
-        old.update(manifest)
-        header = "# name\texit code\targv (recorded by record_slurm_outputs.py)\n"
-        path.write_text(header + "".join(f"{old[k]}\n" for k in sorted(old)))
+        finish()
+
+
+def finish() -> None:
+    """Cancel what was made, write MANIFEST.tsv (the recordings of this run replace
+    their lines, the others stay)."""
+    for job in created:
+        if job:
+            run(["scancel", job])
+    old = {}
+    path = HERE / "MANIFEST.tsv"
+    if path.exists():
+        for line in path.read_text().splitlines():
+            if line and not line.startswith("#"):
+                old[line.split("\t", 1)[0]] = line
+    old.update(manifest)
+    header = "# name\texit code\targv (recorded by record_slurm_outputs.py)\n"
+    path.write_text(header + "".join(f"{old[k]}\n" for k in sorted(old)))
 
 
 if __name__ == "__main__":
