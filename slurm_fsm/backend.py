@@ -294,8 +294,8 @@ class JobFiles:
     #: who said so: ``scontrol`` (the controller, until MinJobAge after the job's end),
     #: ``sacct`` (accounting, on a Slurm whose sacct has a ``StdOut`` field), ``fake``
     source: str = "scontrol"
-    #: a path still holds ``%N``, which Slurm expands only once the job has a node:
-    #: the job is pending, ask again once it runs
+    #: the job has no node yet (pending: no ``BatchHost``), so a ``%N`` in its file
+    #: names is not known (Slurm 22.05 shows it as it is): ask again once it has run
     needs_node: bool = False
 
 

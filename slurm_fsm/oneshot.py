@@ -76,6 +76,8 @@ class OneShotRun:
         self._pattern: tuple[Path, Path] = (Path(), Path())
         #: why Slurm did not say where the job writes (None: it did)
         self._files_unknown: str | None = None
+        #: why Slurm is asked again once the job has ended (None: it is not)
+        self._ask_again: str | None = None
         self._file_notes: list[str] = []
 
     def _facts(self, phase: Phase, **what: Any) -> RunFacts:
@@ -125,7 +127,7 @@ class OneShotRun:
                    "account or QOS); cancelled")
             return self._facts(Phase.COLLECTED, messages=tuple(watch.messages),
                                failure=Failure(phase=Phase.MONITORING, message=msg))
-        if self._files_unknown is not None:  # ask again: the job has a node now
+        if self._ask_again is not None:  # ask again: the job has a node now
             out, err = self._files_after_end(job_id, watch, out, err)
         return self._collected(job_id, watch, out, err)
 
@@ -133,28 +135,27 @@ class OneShotRun:
     def _ask_files(self, job_id: str) -> JobFiles | str:
         """Where Slurm says the job writes, or why it does not say."""
         try:
-            files = self.backend.job_files(job_id)
+            return self.backend.job_files(job_id)
         except BackendError as exc:
             return str(exc)
-        if files.needs_node:
-            return (f"Slurm names {files.stdout} until the job has a node (%N), "
-                    "so it was asked again once the job ended")
-        return files
 
     def _files(self, job_id: str) -> tuple[Path, Path]:
         """The files to follow: where Slurm says the job writes (``scontrol show job``:
         ``StdOut``, ``StdErr``), which wins over ``log_file_pattern``; the pattern's
-        ``.out`` and the ``.err`` beside it when Slurm does not say."""
+        ``.out`` and the ``.err`` beside it when Slurm does not say. Slurm is asked again
+        once the job has ended when it did not say, or when the job had no node yet."""
         pattern_out = log_path_for(self.spec, job_id)
         self._pattern = (pattern_out, err_path_for(pattern_out))
         files = self._ask_files(job_id)
         if isinstance(files, str):
-            self._files_unknown = files
+            self._ask_again = self._files_unknown = files
             out, err = self._pattern
         else:
-            self._files_unknown = None
             out, err = files.stdout, files.stderr
-            self._say_files(files)
+            if files.needs_node:  # a %N is not known before the job has a node
+                self._ask_again = "the job had no node yet"
+            else:
+                self._say_files(files)
         self.log_path = out
         return out, err
 
@@ -175,6 +176,11 @@ class OneShotRun:
         that it has ended; other files than the ones followed are read whole."""
         files = self._ask_files(job_id)
         if isinstance(files, str):
+            if self._files_unknown is None:  # it said, while the job was pending
+                self._file_notes.append(
+                    f"output read from {out} and {err}, where Slurm said job {job_id} "
+                    f"writes while it was pending (after its end: {files})")
+                return out, err
             self._file_notes.append(
                 f"Slurm did not say where job {job_id} writes ({self._files_unknown}; "
                 f"after its end: {files}): read log_file_pattern's {out} and {err}")

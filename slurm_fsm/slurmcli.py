@@ -819,7 +819,7 @@ def _job_files(job_id: str, out: str, err: str, *, work_dir: str, source: str,
             path = Path(work_dir) / path
         paths.append(path)
     return JobFiles(job_id=job_id, stdout=paths[0], stderr=paths[1], source=source,
-                    needs_node=any("%N" in str(p) for p in paths) and not names.get("node"))
+                    needs_node=not names.get("node"))
 
 
 def parse_scontrol_files(text: str, job_id: str) -> JobFiles:

@@ -259,3 +259,19 @@ def test_the_fake_forgets_where_a_job_wrote_after_min_job_age(make_spec: SpecFac
     fake.clock.advance(60)
     with pytest.raises(JobNotFound, match="MinJobAge"):
         fake.job_files(job)
+
+
+def test_a_pending_job_s_files_are_followed_and_asked_again_after_its_end(
+        make_spec: SpecFactory) -> None:
+    """Without %N, the names Slurm gives a pending job are already right: followed
+    while the job runs (a hang line in them is acted on), and the same after its end."""
+    fake = FakeCluster(pending_s=30)
+    spec = one_shot(make_spec, "#SBATCH --output=%x-%j.out\n")
+    fake.script(spec.script_path, FakeScript(lines=("a", "Hang detected after 60 seconds."),
+                                             hang=True))
+    report = run(spec, fake)
+    assert report.status is Status.HANG_DETECTED, report.render_text()
+    assert fake.jobs[report.job_id or ""].state == "CANCELLED"
+    assert fake.count("job_files") == 2
+    assert report.log_files["stdout"] == str(
+        spec.work_dir / f"{spec.script_path.name}-{report.job_id}.out")

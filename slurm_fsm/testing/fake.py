@@ -985,7 +985,7 @@ class FakeCluster:
             err = self._stdio_path(job, job.err_pattern or job.out_pattern, job.work_dir,
                                    node="")
         return JobFiles(job_id=job_id, stdout=out, stderr=err, source="fake",
-                        needs_node=pending and "%N" in f"{out}{err}")
+                        needs_node=pending)
 
     def _start_batch(self, job: FakeJob, script: Path, work: Path,
                      env: Mapping[str, str]) -> subprocess.Popen[bytes]:
