@@ -184,9 +184,6 @@ class RunSteps:
         self._sruns: set[int] = set()  # the srun pids already written into the record
         self._last_sample = float("-inf")
         self._marked_sruns: set[int] = set()  # srun pids whose step was seen
-        #: the ids of the steps seen running while the script ran (kept here, not in
-        #: the record: a step that ended is nothing for the next run to stop)
-        self.seen: set[str] = set()
         self._last_mark = float("-inf")
 
     @property
@@ -239,14 +236,16 @@ class RunSteps:
             found = self.ours()
         except BackendError:
             return
-        self.seen.update(s.step_id for s in found)
         self._marked_sruns.update(s.srun_pid for s in found if s.srun_pid is not None)
+        new = {s.step_id for s in found} - set(self.record.seen_steps)
+        if new:  # beside the marks, not among them: an ended step is nothing to stop
+            self.save(seen_steps=tuple(sorted(set(self.record.seen_steps) | new)))
 
     def own_step_ids(self) -> list[str]:
         """The ids of the steps this run started that it did not cancel itself, for
         accounting's word on how they ended: the marked ones, and the script itself
         when it is a step (the fake)."""
-        ids = self.seen | set(self.record.step_ids)
+        ids = set(self.record.seen_steps) | set(self.record.step_ids)
         script = self.record.script
         if "fake_step" in script and str(script.get("fake_job")) == self.job_id:
             ids.add(str(script["fake_step"]))
