@@ -267,3 +267,49 @@ def test_accounting_off_is_job_not_found_in_the_fake() -> None:
     job = fake.make_job("a", "tester")
     with pytest.raises(JobNotFound):
         fake.step_outcomes(job.job_id, ["0"])
+
+
+# ------------------------------------- a step killed for memory without a memory cgroup
+def test_recorded_over_memory_kill_is_out_of_memory() -> None:
+    """``JobAcctGatherParams=OverMemoryKill`` (no memory cgroup), recorded on the local
+    cluster: slurmstepd kills the step for exceeding its ``--mem`` and accounting says
+    ``CANCELLED by 0``; the log's ``StepId=40.0 exceeded memory limit`` line names that
+    step, so the verdict is OUT_OF_MEMORY (a real run on that cluster said so)."""
+    got = parse_sacct_steps(_recorded("local_overmemorykill_step"), "40")
+    ends = [StepEnd(step=o.job_id, state=o.state, cancelled_by=o.cancelled_by) for o in got]
+    assert [(e.step, e.state, e.cancelled_by) for e in ends] == [
+        ("40.0", JobState.CANCELLED, "0")]
+    log = (REAL / "local" / "slurm" / "step_over_memory_limit.txt").read_text().splitlines()
+    verdict = step_verdict(ends, 137, log)
+    assert verdict is not None and verdict.status is Status.OUT_OF_MEMORY
+    assert "step 40.0 was killed for exceeding its memory limit" in verdict.reason
+    # without the line, or with the line of another step, it is a cancel
+    assert (step_verdict(ends, 137) or verdict).status is Status.CANCELLED
+    other = [line.replace("StepId=40.0", "StepId=40.1") for line in log]
+    assert (step_verdict(ends, 137, other) or verdict).status is Status.CANCELLED
+
+
+@pytest.mark.parametrize("name", ["slurm_oom_kill_step.txt", "slurm_oom_kill_step_8538204.txt"])
+def test_slurmstepds_oom_kill_line_names_its_step(name: str) -> None:
+    """The real ``Detected 1 oom_kill event in StepId=...`` lines (the kernel's OOM
+    killer in a step's cgroup) name the step they killed."""
+    lines = (REAL / "failures" / name).read_text().splitlines()
+    step = "128435.1" if "128435" in lines[0] else "8538204.0"
+    ends = [StepEnd(step=step, state=JobState.CANCELLED, cancelled_by="0")]
+    verdict = step_verdict(ends, 137, lines)
+    assert verdict is not None and verdict.status is Status.OUT_OF_MEMORY
+
+
+def test_a_fake_step_killed_over_its_memory_limit_is_out_of_memory(
+        make_spec: SpecFactory) -> None:
+    fake = FakeCluster()
+    spec = make_spec()
+    alloc = "100"  # the fake's first job
+    fake.script(spec.script_path, FakeScript(lines=(
+        "step starts", f"slurmstepd-node01: error: StepId={alloc}.0 exceeded memory limit "
+        "(433336320 > 104857600), being killed", "working", "working", "working")))
+    events = _OnLine("exceeded memory limit", lambda: fake.cancel_step(alloc, "0", by="0"))
+    report = _run(spec, fake, events)
+    assert report.allocation_id == alloc
+    assert report.status is Status.OUT_OF_MEMORY, report.summary
+    assert report.metrics["step_states"] == {f"{alloc}.0": "CANCELLED by 0"}
