@@ -26,6 +26,12 @@ the run record, the group is stopped, the steps are cancelled by id and waited f
 the record is deleted only once they are gone. When Slurm cannot be reached the
 record stays, listing them, and the next run finishes the job
 (:func:`stop_leftovers`).
+
+While the script runs, the step of each of its ``srun`` s is looked up once (at most
+every :data:`MARK_EVERY_S` while one has none yet) and its id noted in the record's
+``seen_steps``: after a non-zero exit the run asks accounting how those steps ended
+(:meth:`RunSteps.own_step_ids`, :mod:`slurm_fsm.persistent`). A seen id is never a
+step to stop: only the marks are.
 """
 
 from __future__ import annotations
