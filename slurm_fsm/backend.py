@@ -19,7 +19,7 @@ Two implementations ship: :class:`slurm_fsm.subprocess_backend.SubprocessBackend
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -407,6 +407,14 @@ class SlurmBackend(Protocol):
         """Where a batch job writes its stdout and stderr (:class:`JobFiles`). Raises
         JobNotFound when no source says (the controller has forgotten the job and
         accounting has no such field)."""
+        ...
+
+    def step_outcomes(self, job_id: str, step_ids: Sequence[str]) -> list[JobOutcome]:
+        """How the steps ``step_ids`` of ``job_id`` ended, as accounting says (``sacct
+        -j ID.3,ID.4``): one :class:`JobOutcome` per step it has a row for (``job_id``
+        ``ID.3``; a step not yet in accounting, or still running, may be missing or not
+        final: ask again). Raises a BackendError when accounting does not answer
+        (JobNotFound when it is off)."""
         ...
 
     def has_container_support(self) -> bool:

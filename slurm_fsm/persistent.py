@@ -28,7 +28,7 @@ from slurm_fsm.lease import LeaseGate
 from slurm_fsm.logs import tail_lines
 from slurm_fsm.machine import AllocationMachine, SetupFailed, State
 from slurm_fsm.monitor import PollPolicy, Watch, final_outcome, watch_script
-from slurm_fsm.runfacts import Failure, Mode, Phase, RunFacts, StateSource
+from slurm_fsm.runfacts import Failure, Mode, Phase, RunFacts, StateSource, StepEnd
 from slurm_fsm.runrecord import RunBook, RunRecord
 from slurm_fsm.runsteps import RunSteps, stop_leftovers
 from slurm_fsm.spec import JobSpec
@@ -38,6 +38,9 @@ __all__ = ["PersistentRun", "point_latest", "run_book", "run_log_path", "salloc_
 
 #: What srun prints when Slurm ends a step at its job's time limit.
 TIME_LIMIT_MARK = "DUE TO TIME LIMIT"
+#: The pauses between the questions to accounting about how this run's steps ended
+#: (slurmdbd may lag a step's end by a moment): at most 5 ``sacct``, 7.5 s in all.
+STEP_ACCOUNTING_WAITS_S = (0.5, 1.0, 2.0, 4.0)
 
 
 def run_log_path(spec: JobSpec, now: datetime | None = None) -> Path:
@@ -278,7 +281,7 @@ class PersistentRun:
         self.events.state(Phase.RUNNING.value, f"job on allocation {alloc.job_id}")
         self.events.job_state(f"RUNNING (a step of allocation {alloc.job_id})")
         watch = self._watch(script, steps, log, alloc)
-        return self._ended(m, watch, alloc.job_id, log)
+        return self._ended(m, watch, alloc.job_id, log, steps)
 
     def _watch(self, script: RunningScript, steps: RunSteps, log: Path,
                alloc: AllocState) -> Watch:
@@ -316,10 +319,11 @@ class PersistentRun:
         self.timings["run_s"] = watch.elapsed_s
         return watch
 
-    def _ended(self, m: AllocationMachine, watch: Watch, alloc_id: str, log: Path
-               ) -> RunFacts:
-        """The facts of a script that ran: its exit code, what the watch saw, and
-        whether the allocation itself ended under it."""
+    def _ended(self, m: AllocationMachine, watch: Watch, alloc_id: str, log: Path,
+               steps: RunSteps | None = None) -> RunFacts:
+        """The facts of a script that ran: its exit code, what the watch saw, whether
+        the allocation itself ended under it, and (a script that exited non-zero on an
+        allocation that still runs) how accounting says its steps ended."""
         assert watch.output is not None
         seen: dict[str, Any] = {
             "allocation_id": alloc_id, "exit_code": watch.exit_code,
@@ -331,6 +335,10 @@ class PersistentRun:
         }
         ended = self._allocation_end(alloc_id, watch)
         if ended is None:
+            if (steps is not None and watch.exit_code not in (None, 0) and not watch.hang
+                    and not watch.timed_out):
+                ends, unknown = self._step_ends(alloc_id, steps.own_step_ids())
+                seen.update(step_ends=ends, step_ends_unknown=unknown)
             m.finish(reason=_finish_reason(watch))
             return self._facts(Phase.COLLECTED, **seen)
         m.finish(reason=f"allocation {alloc_id} ended under the job ({ended.state})",
@@ -343,6 +351,37 @@ class PersistentRun:
                      "next run allocates anew"),
             extra_metrics={"cancelled_by": ended.cancelled_by} if ended.cancelled_by else {},
         )
+
+    def _step_ends(self, alloc_id: str, step_ids: list[str]
+                   ) -> tuple[tuple[StepEnd, ...], str | None]:
+        """How accounting says ``step_ids`` (this run's own steps, none it cancelled
+        itself) ended, asked again after each of :data:`STEP_ACCOUNTING_WAITS_S` while a
+        step has no final row yet; and why it could not say, when it could not (then the
+        exit code decides)."""
+        if not step_ids:
+            return (), None
+        rows: dict[str, StepEnd] = {}
+        waits = iter(STEP_ACCOUNTING_WAITS_S)
+        while True:
+            try:
+                got = self.backend.step_outcomes(alloc_id, step_ids)
+            except JobNotFound as exc:  # accounting is off: asking again will not help
+                return tuple(rows.values()), f"sacct: {exc}"
+            except BackendError as exc:
+                why = f"sacct: {exc}"
+            else:
+                rows.update((o.job_id, StepEnd(
+                    step=o.job_id, state=o.state, exit_code=o.exit_code, signal=o.signal,
+                    cancelled_by=o.cancelled_by)) for o in got if o.state.is_final)
+                missing = [f"{alloc_id}.{s}" for s in step_ids if f"{alloc_id}.{s}" not in rows]
+                if not missing:
+                    return tuple(rows[f"{alloc_id}.{s}"] for s in step_ids), None
+                why = f"no final sacct row yet for {', '.join(missing)}"
+            pause = next(waits, None)
+            if pause is None:
+                break
+            self.clock.sleep(pause)
+        return tuple(rows.values()), why
 
     def _allocation_end(self, alloc_id: str, watch: Watch) -> _AllocationEnd | None:
         """After every job: did the allocation itself end under it (scancel of the

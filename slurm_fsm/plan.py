@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import shlex
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import attrs
@@ -201,6 +201,11 @@ class PlanBackend:
         if job_id == PLANNED_JOB:
             raise JobNotFound(job_id, "a planned job writes nothing")
         return self.real.job_files(job_id)
+
+    def step_outcomes(self, job_id: str, step_ids: Sequence[str]) -> list[JobOutcome]:
+        if step_ids:
+            self._ask(slurmcli.sacct_steps_argv(job_id, list(step_ids)))
+        return [] if job_id == PLANNED_JOB else self.real.step_outcomes(job_id, step_ids)
 
     def has_container_support(self) -> bool:
         self._ask(slurmcli.srun_help_argv())

@@ -21,7 +21,10 @@ The decision order of :func:`decide` (first match wins):
 2. monitor_timeout_seconds passed -> TIMEOUT
 3. Slurm's final state (:func:`status_of_state`): TIMEOUT/DEADLINE -> TIMEOUT,
    OUT_OF_MEMORY -> OUT_OF_MEMORY, CANCELLED/PREEMPTED/REVOKED -> CANCELLED,
-   NODE_FAIL/BOOT_FAIL -> FAILED
+   NODE_FAIL/BOOT_FAIL -> FAILED; in persistent mode, how the run's own steps ended
+   (:func:`step_verdict`): a step OUT_OF_MEMORY (or killed for its memory limit, the log
+   says) -> OUT_OF_MEMORY, a step ``CANCELLED by <uid>`` when the script died of a
+   signal (exit code above 128) -> CANCELLED
 4. a failure pattern matched -> FAILED
 5. the workflow's verdict (:meth:`~slurm_fsm.workflows.Workflow.verdict`) ->
    FAILED: eval, a ``--check_accuracy`` assertion; pytest, failed or errors in
@@ -45,7 +48,7 @@ import attrs
 from slurm_fsm.jobstate import JobState
 from slurm_fsm.logs import DEFAULT_HANG_MARKER
 from slurm_fsm.report import EXIT_CODES, Report, Status
-from slurm_fsm.runfacts import Failure, Mode, OutputSnapshot, Phase, RunFacts
+from slurm_fsm.runfacts import Failure, Mode, OutputSnapshot, Phase, RunFacts, StepEnd
 from slurm_fsm.spec import JobSpec, WorkflowType
 from slurm_fsm.workflows import (  # the parsers live with their workflow classes
     _TRACEBACK,
@@ -78,6 +81,7 @@ __all__ = [
     "result_warnings",
     "setup_error_lines",
     "status_of_state",
+    "step_verdict",
     "summarize",
 ]
 
@@ -137,6 +141,61 @@ class Decision:
     reason: str
 
 
+#: slurmstepd's word that it killed a step for memory: the kernel's OOM killer in the
+#: step's cgroup (``Detected 1 oom_kill event in StepId=12.0``; older ``oom-kill
+#: event(s) in step 12.0``), or ``JobAcctGatherParams=OverMemoryKill`` (``StepId=12.0
+#: exceeded memory limit (433324032 > 104857600), being killed``; accounting then says
+#: ``CANCELLED by 0``, Slurm 22.05).
+_STEP_MEMORY_KILL = re.compile(
+    r"oom[-_]kill events?(?:\(s\))? in (?:StepId=|step )(\d+\.\d+)"
+    r"|(?:StepId=|Step )(\d+\.\d+) exceeded memory limit", re.I)
+
+
+def _memory_killed(lines: Sequence[str]) -> set[str]:
+    """The ``ALLOC.N`` of the steps slurmstepd says it killed for memory in ``lines``."""
+    found: set[str] = set()
+    for line in lines:
+        for m in _STEP_MEMORY_KILL.finditer(line):
+            found.add(m.group(1) or m.group(2))
+    return found
+
+
+def step_verdict(step_ends: Sequence[StepEnd], exit_code: int | None,
+                 lines: Sequence[str] = ()) -> Decision | None:
+    """What accounting's word on a persistent run's own steps decides (rule 3), or None
+    when the exit code and the log decide.
+
+    A step that ran out of memory (``OUT_OF_MEMORY``; or ``CANCELLED`` while the job's
+    output ``lines`` have slurmstepd's memory kill of that very step, as
+    ``OverMemoryKill`` does it) -> OUT_OF_MEMORY. A step that
+    someone cancelled (``CANCELLED by <uid>``: ``scancel ALLOC.N`` from outside; the
+    steps the run cancelled itself are never among ``step_ends``) -> CANCELLED, when
+    the script died of a signal (exit code above 128: its ``srun`` was killed with the
+    step); a script that went on and exited by itself is judged by that exit. A
+    ``CANCELLED`` without a uid is a task that died of a signal (``kill -9``): the exit
+    code decides."""
+    oom = [e for e in step_ends if e.state is JobState.OUT_OF_MEMORY]
+    if oom:
+        return Decision(Status.OUT_OF_MEMORY, "step " + ", ".join(e.step for e in oom)
+                        + " ran out of memory (sacct: OUT_OF_MEMORY)")
+    killed = _memory_killed(lines) if step_ends else set()
+    over = [e for e in step_ends if e.state is JobState.CANCELLED and e.step in killed]
+    if over:
+        return Decision(Status.OUT_OF_MEMORY, "step " + ", ".join(e.step for e in over)
+                        + " was killed for exceeding its memory limit (the log says so; "
+                        "sacct: " + ", ".join(str(e.state) + (
+                            f" by {e.cancelled_by}" if e.cancelled_by else "")
+                            for e in over) + ")")
+    if exit_code is None or exit_code <= 128:
+        return None
+    cancelled = [e for e in step_ends if e.state is JobState.CANCELLED and e.cancelled_by]
+    if cancelled:
+        return Decision(Status.CANCELLED, "; ".join(
+            f"step {e.step} was cancelled by uid {e.cancelled_by} (sacct: CANCELLED by "
+            f"{e.cancelled_by})" for e in cancelled))
+    return None
+
+
 def decide(
     *,
     exit_code: int | None,
@@ -150,6 +209,8 @@ def decide(
     metrics: Mapping[str, Any],
     hang_line: str | None = None,
     timeout_s: float | None = None,
+    step_ends: Sequence[StepEnd] = (),
+    step_lines: Sequence[str] = (),
 ) -> Decision:
     """The status of a finished run, and why (order in the module docstring).
 
@@ -157,7 +218,8 @@ def decide(
     monitor timeout (``timeout_s``), Slurm's state, the failure patterns matched, the
     workflow's verdict (:meth:`Workflow.verdict
     <slurm_fsm.workflows.Workflow.verdict>`), the exit code, or the missing success
-    patterns."""
+    patterns. ``step_ends``: how a persistent run's own steps ended, ``step_lines``: the
+    output slurmstepd's lines about them are in (:func:`step_verdict`)."""
     if hang:
         return Decision(Status.HANG_DETECTED, "the log reported a hang" + (
             f": {hang_line.strip()[:200]!r}" if hang_line else ""))
@@ -169,6 +231,9 @@ def decide(
     by_state = status_of_state(state)
     if by_state is not None and state is not None:
         return Decision(by_state, f"the job {state.ended_how} (Slurm state {state})")
+    by_steps = step_verdict(step_ends, exit_code, step_lines) if state is None else None
+    if by_steps is not None:
+        return by_steps
     if exit_code is None and state is JobState.COMPLETED:
         exit_code = 0
     hits = [f"{p!r} ({n} lines)" for p, n in failure_hits.items() if n > 0]
@@ -624,6 +689,7 @@ def _judged(facts: RunFacts, spec: JobSpec) -> Report:
         success_patterns=list(spec.success_patterns), workflow_type=spec.workflow_type,
         metrics=metrics, timeout_s=float(spec.monitor_timeout_seconds),
         hang_line=(output.hang_line or _hang_line(output.tail)) if facts.hang else None,
+        step_ends=facts.step_ends, step_lines=[*output.head, *output.tail],
     )
     status = decision.status
     failed = status is not Status.PASSED
@@ -652,6 +718,7 @@ def _judged(facts: RunFacts, spec: JobSpec) -> Report:
     if facts.cancelled_steps:
         metrics["cancelled_steps"] = list(facts.cancelled_steps)
     warnings = _warnings_of(facts, list(facts.warnings) + wf.warnings(metrics))
+    notes = _step_notes(facts, status, metrics)
     elapsed = facts.elapsed_s
     return Report(
         status=status, task_type=spec.workflow_type.value, mode=facts.mode.value,
@@ -662,9 +729,27 @@ def _judged(facts: RunFacts, spec: JobSpec) -> Report:
         log_files={"stdout": facts.stdout, "stderr": facts.stderr},
         work_dir=str(spec.work_dir), summary=summary, errors=errors,
         warnings=warnings, metrics=metrics, diagnosis=diagnosis,
-        path=list(facts.path), notes=list(facts.notes), log_head=head, log_tail=tail,
+        path=list(facts.path), notes=notes, log_head=head, log_tail=tail,
         err_tail=err_tail, timings=dict(facts.timings),
     )
+
+
+def _step_notes(facts: RunFacts, status: Status, metrics: dict[str, Any]) -> list[str]:
+    """The report's notes; accounting's word on a persistent run's own steps goes into
+    ``metrics`` (``step_states`` when a step did more than complete or fail, and
+    ``cancelled_by``), and a note says when accounting could not say it."""
+    ends = facts.step_ends
+    if any(e.state not in (JobState.COMPLETED, JobState.FAILED) for e in ends):
+        metrics["step_states"] = {e.step: str(e.state) + (
+            f" by {e.cancelled_by}" if e.cancelled_by else "") for e in ends}
+        by = next((e.cancelled_by for e in ends
+                   if e.state is JobState.CANCELLED and e.cancelled_by), "")
+        if status is Status.CANCELLED and by:
+            metrics.setdefault("cancelled_by", by)
+    if facts.step_ends_unknown and status is not Status.PASSED:
+        return [*facts.notes, f"accounting could not say how this run's steps ended "
+                f"({facts.step_ends_unknown}): the exit code decided"]
+    return list(facts.notes)
 
 
 def _summary(status: Status, reason: str, facts: RunFacts, found: str) -> str:

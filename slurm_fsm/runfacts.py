@@ -18,7 +18,7 @@ import attrs
 
 from slurm_fsm.jobstate import JobState
 
-__all__ = ["Failure", "Mode", "OutputSnapshot", "Phase", "RunFacts", "StateSource"]
+__all__ = ["Failure", "Mode", "OutputSnapshot", "Phase", "RunFacts", "StateSource", "StepEnd"]
 
 
 class Mode(Enum):
@@ -93,6 +93,22 @@ class OutputSnapshot:
 
 
 @attrs.frozen(kw_only=True)
+class StepEnd:
+    """How one step a persistent run started ended, as accounting says (``sacct -j
+    ALLOC.N``): never a step the run itself cancelled (a hang, its monitor's timeout,
+    what its script left running), never a sibling run's step."""
+
+    #: ``ALLOC.N``
+    step: str
+    state: JobState
+    exit_code: int = 0
+    signal: int = 0
+    #: the uid in ``CANCELLED by <uid>``; empty when Slurm names nobody (a task that
+    #: died of a signal is ``CANCELLED`` alone)
+    cancelled_by: str = ""
+
+
+@attrs.frozen(kw_only=True)
 class RunFacts:
     """What one run saw (module docstring). Built once at the end of a path."""
 
@@ -134,6 +150,12 @@ class RunFacts:
     #: the machine's states, then the run's phases
     path: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    #: persistent mode: how the run's own steps ended, by accounting (asked when the
+    #: script exited non-zero on an allocation that still runs)
+    step_ends: tuple[StepEnd, ...] = ()
+    #: why accounting could not say how they ended, when it could not (the exit code
+    #: decides then)
+    step_ends_unknown: str | None = None
     #: what went wrong without failing the run, before the parser's warnings
     warnings: tuple[str, ...] = ()
     #: what the monitor said (after the parser's warnings; each once)

@@ -122,11 +122,15 @@ class RunRecord:
     #: ``SrunHost:Pid`` after the srun is gone, so the next run can still tell its steps
     srun_pids: tuple[int, ...] = ()
     ended: bool = False  # the script has ended; its steps are being stopped
+    #: the ids of the steps seen running while the script ran (for accounting's word on
+    #: how they ended; ids alone prove nothing: never a step to stop)
+    seen_steps: tuple[str, ...] = ()
 
     def to_json(self) -> bytes:
         data = attrs.asdict(self)
         data["steps"] = [attrs.asdict(m) for m in self.steps]
         data["srun_pids"] = list(self.srun_pids)
+        data["seen_steps"] = list(self.seen_steps)
         return json.dumps(data, indent=1).encode()
 
     @classmethod
@@ -146,6 +150,8 @@ class RunRecord:
                 script={str(k): v for k, v in script.items() if isinstance(v, str | int)},
                 steps=_steps(data.get("steps")), ended=bool(data.get("ended", False)),
                 srun_pids=tuple(p for p in data.get("srun_pids") or () if isinstance(p, int)),
+                seen_steps=tuple(p for p in data.get("seen_steps") or ()
+                                 if isinstance(p, str) and STEP_ID.fullmatch(p)),
             )
         except (KeyError, TypeError, ValueError):
             return None

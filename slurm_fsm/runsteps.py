@@ -26,6 +26,12 @@ the run record, the group is stopped, the steps are cancelled by id and waited f
 the record is deleted only once they are gone. When Slurm cannot be reached the
 record stays, listing them, and the next run finishes the job
 (:func:`stop_leftovers`).
+
+While the script runs, the step of each of its ``srun`` s is looked up once (at most
+every :data:`MARK_EVERY_S` while one has none yet) and its id noted in the record's
+``seen_steps``: after a non-zero exit the run asks accounting how those steps ended
+(:meth:`RunSteps.own_step_ids`, :mod:`slurm_fsm.persistent`). A seen id is never a
+step to stop: only the marks are.
 """
 
 from __future__ import annotations
@@ -49,6 +55,10 @@ __all__ = ["RunSteps", "running_jobs", "steps_of", "stop_leftovers"]
 #: How long a cancelled step may take to leave Slurm's list (KillWait and more).
 GONE_WAIT_S = 60.0
 SAMPLE_EVERY_S = 0.5
+#: While an ``srun`` of the script has no step marked yet, Slurm is asked about the
+#: allocation's steps at most this often (its step is marked once seen, so that
+#: accounting can be asked how it ended: :meth:`RunSteps.own_step_ids`).
+MARK_EVERY_S = 2.0
 #: Slurm's clock (``StartTime``) and this host's (the record's ``since``) may differ by
 #: this much: a step that started earlier than that before the run is not the run's.
 CLOCK_SLOP_S = 120.0
@@ -179,6 +189,8 @@ class RunSteps:
         self.pids: set[int] = set()
         self._sruns: set[int] = set()  # the srun pids already written into the record
         self._last_sample = float("-inf")
+        self._marked_sruns: set[int] = set()  # srun pids whose step was seen
+        self._last_mark = float("-inf")
 
     @property
     def job_id(self) -> str:
@@ -216,6 +228,35 @@ class RunSteps:
         if sruns:
             self._sruns |= sruns
             self.save(srun_pids=tuple(sorted(set(self.record.srun_pids) | self.pids)))
+        unmarked = (self._sruns & set(members)) - self._marked_sruns
+        if unmarked and now - self._last_mark >= MARK_EVERY_S:
+            self._last_mark = now
+            self._mark()
+
+    def _mark(self) -> None:
+        """Note the steps of the script's live ``srun`` s (one ``scontrol show step``,
+        :func:`steps_of`): their ids find accounting's rows of this run's steps after
+        they ended. Slurm not answering is no problem here: the next sample asks again,
+        and without their ids the exit code decides."""
+        try:
+            found = self.ours()
+        except BackendError:
+            return
+        self._marked_sruns.update(s.srun_pid for s in found if s.srun_pid is not None)
+        new = {s.step_id for s in found} - set(self.record.seen_steps)
+        if new:  # beside the marks, not among them: an ended step is nothing to stop
+            self.save(seen_steps=tuple(sorted(set(self.record.seen_steps) | new)))
+
+    def own_step_ids(self) -> list[str]:
+        """The ids of the steps this run started that it did not cancel itself, for
+        accounting's word on how they ended: the marked ones, and the script itself
+        when it is a step (the fake)."""
+        ids = set(self.record.seen_steps) | set(self.record.step_ids)
+        script = self.record.script
+        if "fake_step" in script and str(script.get("fake_job")) == self.job_id:
+            ids.add(str(script["fake_step"]))
+        return sorted((i for i in ids if i not in self.cancelled),
+                      key=lambda i: [int(p) for p in i.split("+")])
 
     def ours(self) -> list[StepInfo]:
         """This run's steps now on the allocation (one ``scontrol show step``), by
@@ -282,9 +323,11 @@ class RunSteps:
             self.say(f"the script ended with {len(members)} process(es) of its own still "
                      f"running (steps: {', '.join(sorted(listed)) or 'none'}): stopping them")
             script.terminate()
+        by_stop = set(self.cancelled)
         if listed:
             done = _cancel(self.backend, self.job_id, sorted(listed - self.cancelled),
                            problems) + sorted(listed & self.cancelled)
+            self.cancelled.update(done)
             left = _wait_gone(self.backend, self.job_id, done, self.clock,
                               self.gone_wait_s, problems)
             left += [s for s in listed if s not in done]
@@ -296,9 +339,9 @@ class RunSteps:
                     f"this run may still run; the run record {self.book.path(self.record.run_id)}"
                     " is kept: the next run on this repo_root stops them")
                 return problems
-            if listed - self.cancelled and not problems:
+            if listed - by_stop and not problems:
                 problems.append("stopped what the script left running: " + ", ".join(
-                    f"step {self.job_id}.{s}" for s in sorted(listed - self.cancelled)))
+                    f"step {self.job_id}.{s}" for s in sorted(listed - by_stop)))
         if self.unsure:
             self.save(ended=True)
             problems.append(

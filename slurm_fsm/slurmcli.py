@@ -108,6 +108,7 @@ __all__ = [
     "parse_jobs",
     "parse_sacct",
     "parse_sacct_files",
+    "parse_sacct_steps",
     "parse_sbatch",
     "parse_scontrol_files",
     "parse_scontrol_granted",
@@ -118,6 +119,7 @@ __all__ = [
     "pyxis_container_names",
     "sacct_argv",
     "sacct_files_argv",
+    "sacct_steps_argv",
     "salloc_argv",
     "salloc_error",
     "salloc_job_id",
@@ -513,6 +515,16 @@ def sacct_argv(job_id: str) -> list[str]:
     return ["sacct", "-j", str(job_id), f"--format={','.join(SACCT_FIELDS)}", "-n", "-P"]
 
 
+def sacct_steps_argv(job_id: str, step_ids: Sequence[str]) -> list[str]:
+    """``sacct`` rows of some steps of a job only (``-j ALLOC.3,ALLOC.4``: neither the
+    job's row nor its other steps'), ``|``-separated, no header. A step accounting has
+    no row for yet is simply missing (exit 0)."""
+    if not step_ids:
+        raise ValueError("sacct_steps_argv needs at least one step id")
+    ids = ",".join(f"{job_id}.{step}" for step in step_ids)
+    return ["sacct", "-j", ids, f"--format={','.join(SACCT_FIELDS)}", "-n", "-P"]
+
+
 def scontrol_show_job_argv(job_id: str) -> list[str]:
     """``scontrol show job ID``: the fallback when accounting is off or late."""
     return ["scontrol", "show", "job", str(job_id)]
@@ -708,6 +720,29 @@ def parse_sacct(text: str, job_id: str) -> JobOutcome | None:
         source="sacct",
         steps=tuple(rows),
     )
+
+
+def parse_sacct_steps(text: str, job_id: str) -> list[JobOutcome]:
+    """The numbered step rows of ``job_id`` in ``sacct -n -P`` output of
+    :data:`SACCT_FIELDS` (:func:`sacct_steps_argv`): each step's state (``CANCELLED by
+    0`` -> CANCELLED, ``cancelled_by`` "0"; ``CANCELLED`` alone, a step whose task died
+    of a signal, has no ``cancelled_by``), exit code and signal. The job's own row, its
+    ``batch`` / ``extern`` steps and other jobs' rows are left out."""
+    out: list[JobOutcome] = []
+    for line in _lines(text):
+        fields = line.split(SEP)
+        if len(fields) < len(SACCT_FIELDS):
+            raise ValueError(f"not a sacct -P row of {','.join(SACCT_FIELDS)}: {line!r}")
+        jid, state_text, exit_text, elapsed_text, rss = (f.strip() for f in fields[:5])
+        base, _, step = jid.partition(".")
+        if base != str(job_id) or not step.split("+", 1)[0].isdigit():
+            continue
+        state, by = _state(state_text)
+        code, sig = _exit(exit_text) or (0, 0)
+        out.append(JobOutcome(job_id=jid, state=state, exit_code=code, signal=sig,
+                              elapsed=_duration(elapsed_text, "0:00"), max_rss=rss,
+                              cancelled_by=by, source="sacct"))
+    return out
 
 
 def with_true_exit_code(sacct: JobOutcome, controller: JobOutcome | None) -> JobOutcome:

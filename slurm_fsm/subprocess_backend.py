@@ -749,6 +749,25 @@ class SubprocessBackend:
         except JobNotFound:
             raise sacct_error from None
 
+    def step_outcomes(self, job_id: str, step_ids: Sequence[str]) -> list[JobOutcome]:
+        """``sacct -j ID.3,ID.4``: how those steps ended (the rows accounting has; none
+        yet is ``[]``). JobNotFound when accounting is off; ControllerUnreachable,
+        CommandTimedOut or CommandFailed when slurmdbd does not answer."""
+        check_job_id(job_id)
+        for step in step_ids:
+            check_step_id(step)
+        if not step_ids:
+            return []
+        try:
+            result = self._run(slurmcli.sacct_steps_argv(job_id, list(step_ids)))
+        except JobNotFound:
+            return []  # one step asked, and accounting has no row for it yet
+        except CommandFailed as exc:
+            if slurmcli.accounting_disabled(exc.stderr_tail):
+                raise JobNotFound(job_id, "accounting is disabled") from None
+            raise
+        return self._parse(result, lambda text: slurmcli.parse_sacct_steps(text, job_id))
+
     def _controller_outcome(self, outcome: JobOutcome) -> JobOutcome | None:
         """scontrol's record of a job sacct says ended non-zero (its ExitCode is the real
         status, sacct's is modulo 128), or None when it has none."""

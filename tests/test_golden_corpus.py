@@ -37,6 +37,7 @@ from slurm_fsm.slurmcli import (
     SACCT_FIELDS,
     parse_gpu_processes,
     parse_sacct,
+    parse_sacct_steps,
     parse_scontrol_job,
     with_true_exit_code,
 )
@@ -131,6 +132,22 @@ def _sacct_file(path: Path, _tmp: Path) -> dict[str, Any]:
     return out
 
 
+def _sacct_steps_file(path: Path, _tmp: Path) -> dict[str, Any]:
+    """Each block: a header row, then sacct rows; the steps :func:`parse_sacct_steps`
+    finds (the job's own row is left out)."""
+    out: dict[str, Any] = {}
+    for name, lines in _blocks(path).items():
+        rows = [line for line in lines[1:] if line.strip()]
+        header = [c.strip().lower() for c in rows[0].split("|")]
+        if "jobidraw" in header:
+            header[header.index("jobidraw")] = "jobid"
+        text = "\n".join(_sacct_row(header, r.split("|")) for r in rows[1:]) + "\n"
+        job_id = rows[1].split("|")[0].split(".")[0]
+        out[name] = [[s.job_id, str(s.state), s.exit_code, s.signal, s.cancelled_by]
+                     for s in parse_sacct_steps(text, job_id)]
+    return out
+
+
 def _nvidia_smi_file(path: Path, _tmp: Path) -> dict[str, Any]:
     blocks = _blocks(path)
     apps = [line for line in blocks["apps"][1:] if line.strip()]
@@ -172,6 +189,8 @@ def _reader(path: Path) -> Any:
         return _tags_file
     if rel in ("slurm/sacct_fixtures.txt", "local/sacct_scontrol_killed.txt"):
         return _sacct_file
+    if rel == "slurm/sacct_steps.txt":
+        return _sacct_steps_file
     if rel == "slurm/nvidia_smi_fixtures.txt":
         return _nvidia_smi_file
     return _text_file

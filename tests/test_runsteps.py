@@ -97,3 +97,58 @@ def test_marks_round_trip_and_bare_ids_prove_nothing() -> None:
     assert back == rec and back.step_ids == ("5",)
     old = RunRecord.from_dict({**json.loads(rec.to_json()), "steps": ["5", "6"]})
     assert old is not None and old.steps == ()  # an id alone, from an older record
+
+
+# ------------------------------------------ the steps a run sees (issue 25, item 2)
+class _Steps:
+    """A backend that lists one step, started by the srun of pid ``pid`` on this host."""
+
+    def __init__(self, job_id: str, pid: int) -> None:
+        import os
+        import socket
+        self.step = StepInfo(job_id=job_id, step_id="3", name="sleep",
+                             srun_host=socket.gethostname(), srun_pid=pid,
+                             user_id=os.getuid(), start_time="")
+        self.asked = 0
+
+    def step_details(self, job_id: str) -> list[StepInfo]:
+        self.asked += 1
+        return [self.step]
+
+
+def test_a_run_notes_the_steps_of_its_sruns_while_they_run(tmp_path: Any) -> None:
+    """An ``srun`` of the script's group: its step is noted in the record (``seen_steps``,
+    not among the marks the next run stops), once; Slurm is asked again only while an
+    srun has no step seen, at most every MARK_EVERY_S."""
+    import os
+    import shutil
+    import subprocess
+
+    from slurm_fsm.runrecord import RunBook
+    from slurm_fsm.runsteps import MARK_EVERY_S, RunSteps
+    from slurm_fsm.testing import FakeClock
+
+    srun = tmp_path / "srun"  # a process whose name is srun
+    shutil.copy(shutil.which("sleep") or "/bin/sleep", srun)
+    proc = subprocess.Popen([str(srun), "30"], start_new_session=True)
+    try:
+        book = RunBook(tmp_path / ".slurm_alloc.json")
+        record = book.start("42")
+        backend = _Steps("42", proc.pid)
+        clock = FakeClock()
+        steps = RunSteps(backend, book, record, clock=clock)  # type: ignore[arg-type]
+        steps.pgid = os.getpgid(proc.pid)
+        steps.sample()
+        assert backend.asked == 1
+        assert steps.record.seen_steps == ("3",) and steps.record.steps == ()
+        saved = book.records()[0]
+        assert saved.seen_steps == ("3",) and saved.step_ids == ()
+        assert steps.own_step_ids() == ["3"]
+        clock.advance(MARK_EVERY_S + 1)
+        steps.sample()
+        assert backend.asked == 1  # its step is seen: nothing more to ask
+        steps.cancelled.add("3")  # a step the run cancelled itself is not asked about
+        assert steps.own_step_ids() == []
+    finally:
+        proc.kill()
+        proc.wait()

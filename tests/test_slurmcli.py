@@ -32,6 +32,7 @@ from slurm_fsm.backend import (
 from slurm_fsm.duration import Duration
 from slurm_fsm.errors import (
     AllocationFailed,
+    BackendError,
     CommandFailed,
     CommandTimedOut,
     ControllerUnreachable,
@@ -1158,3 +1159,31 @@ def test_gpu_processes_ignore_the_allocations_own_processes() -> None:
 def test_helper_steps_take_no_gpu() -> None:
     step = StepRequest(job_id="7", argv=("ls",), nodes=1, overlap=True, no_gpus=True)
     assert slurmcli.srun_step_argv(step)[4:7] == ["--ntasks-per-node=1", "--overlap", "--gres=none"]
+
+
+# ---------------------------------------- a persistent run's own steps (issue 25, item 2)
+def test_step_outcomes_asks_sacct_for_those_steps_only() -> None:
+    backend, runner = replay_backend({"sacct": [
+        (0, "2.0|CANCELLED by 0|0:9|00:00:03|\n2.1|COMPLETED|0:0|00:00:00|\n", "")]})
+    got = backend.step_outcomes("2", ["0", "1"])
+    assert runner.calls == [["sacct", "-j", "2.0,2.1",
+                             "--format=JobID,State,ExitCode,Elapsed,MaxRSS", "-n", "-P"]]
+    assert [(o.job_id, o.state, o.cancelled_by) for o in got] == [
+        ("2.0", "CANCELLED", "0"), ("2.1", "COMPLETED", "")]
+    assert backend.step_outcomes("2", []) == [] and len(runner.calls) == 1
+
+
+def test_step_outcomes_without_a_row_yet_is_empty() -> None:
+    backend, _ = replay_backend({"sacct": [(0, "", "")]})
+    assert backend.step_outcomes("2", ["0"]) == []
+    assert backend.step_outcomes("2", ["0", "1"]) == []
+
+
+def test_step_outcomes_when_accounting_is_off_or_down() -> None:
+    backend, _ = replay_backend({"sacct": [answer("sacct_accounting_disabled")]})
+    with pytest.raises(JobNotFound, match="accounting is disabled"):
+        backend.step_outcomes("2", ["0"])
+    backend, _ = replay_backend({"sacct": [answer("sacct_controller_down")]})
+    with pytest.raises(BackendError) as err:
+        backend.step_outcomes("2", ["0"])
+    assert not isinstance(err.value, JobNotFound)

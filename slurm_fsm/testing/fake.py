@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -223,10 +223,21 @@ class FakeJob:
     #: what each node of the job was granted (one CPU per task asked, as CR_Core gives)
     cpus_per_node: int = 1
     gpus_per_node: int = 0
+    #: accounting's rows of the numbered steps that ended (and when each ended)
+    ended_steps: dict[str, tuple[JobOutcome, float]] = attrs.field(factory=dict)
 
     @property
     def active(self) -> bool:
         return self.ended_at is None
+
+    def end_step(self, step_id: str, state: JobState | str, *, at: float, exit_code: int = 0,
+                 signal: int = 0, by: str = "") -> None:
+        """Step ``step_id`` ends (it leaves :attr:`steps`; accounting keeps its row)."""
+        self.steps.pop(step_id, None)
+        if step_id.isdigit() and step_id not in self.ended_steps:
+            self.ended_steps[step_id] = (JobOutcome(
+                job_id=f"{self.job_id}.{step_id}", state=state, exit_code=exit_code,
+                signal=signal, cancelled_by=by), at)
 
 
 @attrs.frozen
@@ -274,16 +285,23 @@ class _FakeRunningScript:
         if job is not None:
             self.cluster._tick()
         if job is None or not job.active or self.step_id not in job.steps:
-            # the step was cancelled (scancel ID.STEP) or the allocation ended
-            self.exit_code = 143
+            # the step was cancelled (scancel ID.STEP), killed for memory (srun says
+            # 137), or the allocation ended
+            ended = job.ended_steps.get(self.step_id) if job is not None else None
+            oom = ended is not None and ended[0].state is JobState.OUT_OF_MEMORY
+            self.exit_code = 137 if oom else 143
             if job is not None:
                 job.steps.pop(self.step_id, None)
             return self.exit_code
         done = (not self.script.hang and self.written >= len(self.script.lines)
                 and self.cluster.clock.now() - self.started >= self.script.duration_s)
         if done:
-            self.exit_code = self.script.exit_code
-            job.steps.pop(self.step_id, None)
+            code = self.exit_code = self.script.exit_code
+            state = self.script.final_state or (JobState.COMPLETED if code == 0
+                                                else JobState.FAILED)
+            job.end_step(self.step_id, state, at=self.cluster.clock.now(),
+                         exit_code=code if code < 128 else 0,
+                         signal=code - 128 if code > 128 else 0)
         return self.exit_code
 
     def wait_up_to(self, timeout_s: float) -> int | None:
@@ -303,7 +321,8 @@ class _FakeRunningScript:
             self.exit_code = 128 + 15  # killed by SIGTERM, as the shell says it
             job = self.cluster.jobs.get(self.job_id)
             if job is not None:
-                job.steps.pop(self.step_id, None)
+                job.end_step(self.step_id, JobState.CANCELLED, at=self.cluster.clock.now(),
+                             signal=15, by=self.cluster.uid)
 
 
 class _LocalFakeScript:
@@ -332,7 +351,9 @@ class _LocalFakeScript:
         self.exit_code = code
         job = self.cluster.jobs.get(self.job_id)
         if job is not None:
-            job.steps.pop(self.step_id, None)
+            job.end_step(self.step_id, JobState.COMPLETED if code == 0 else JobState.FAILED,
+                         at=self.cluster.clock.now(), exit_code=code if code < 128 else 0,
+                         signal=code - 128 if code > 128 else 0)
         return code
 
     def poll(self) -> int | None:
@@ -425,6 +446,10 @@ class FakeCluster:
         #: whether registry images (not starting with / or .) can be fetched
         self.registry = registry
         self.accounting = accounting
+        #: seconds after a step ends before accounting has its row (slurmdbd's lag)
+        self.accounting_lag_s = 0.0
+        #: the uid this user's ``scancel`` is recorded with (``CANCELLED by <uid>``)
+        self.uid = str(os.getuid())
         self.pending_s = pending_s
         self.pending_reason = pending_reason  # the reason new allocations pend with
         self.min_job_age_s = min_job_age_s
@@ -460,6 +485,18 @@ class FakeCluster:
     def on_step(self, match: str, result: StepResult, times: int | None = None) -> None:
         """Steps whose command line contains ``match`` end with ``result``."""
         self._step_rules.append(StepRule(match, result, times))
+
+    def cancel_step(self, job_id: str, step_id: str, by: str = "0") -> None:
+        """Someone else cancels step ``job_id.step_id`` (``scancel ID.STEP`` by uid
+        ``by``): accounting says ``CANCELLED by <by>``, its srun exits 143."""
+        self.jobs[job_id].end_step(step_id, JobState.CANCELLED, at=self.clock.now(),
+                                   signal=9, by=by)
+
+    def oom_step(self, job_id: str, step_id: str) -> None:
+        """The kernel kills step ``job_id.step_id`` for memory: accounting says
+        OUT_OF_MEMORY (``0:125``), its srun exits 137."""
+        self.jobs[job_id].end_step(step_id, JobState.OUT_OF_MEMORY, at=self.clock.now(),
+                                   signal=125)
 
     def add_gpu_process(self, node: str, pid: int, name: str, memory: str = "1024 MiB") -> None:
         self.nodes[node].gpu_processes.append((pid, name, memory))
@@ -904,7 +941,9 @@ class FakeCluster:
         if job is None or not job.active:
             return  # scancel of a gone job prints nothing and exits 0
         if step_id is not None:
-            job.steps.pop(step_id, None)
+            if step_id in job.steps:
+                job.end_step(step_id, JobState.CANCELLED, at=self.clock.now(), signal=9,
+                             by=self.uid)
             return
         self._finish(job, JobState.CANCELLED, 0, 15)
         job.cancelled_by = "0"
@@ -1028,6 +1067,29 @@ class FakeCluster:
             cancelled_by=job.cancelled_by,
             source="sacct" if self.accounting else "scontrol",
         )
+
+    def step_outcomes(self, job_id: str, step_ids: Sequence[str]) -> list[JobOutcome]:
+        """Accounting's rows of those steps: the ended ones (once
+        :attr:`accounting_lag_s` has passed since each ended), RUNNING for the
+        running ones. JobNotFound when accounting is off."""
+        self._call("step_outcomes", job_id=job_id, step_ids=tuple(step_ids))
+        for step in step_ids:
+            check_step_id(step)
+        if not self.accounting:
+            raise JobNotFound(job_id, "accounting is disabled")
+        job = self.jobs.get(job_id)
+        if job is None:
+            return []
+        now = self.clock.now()
+        out: list[JobOutcome] = []
+        for step in step_ids:
+            ended = job.ended_steps.get(step)
+            if ended is not None and now - ended[1] >= self.accounting_lag_s:
+                out.append(ended[0])
+            elif step in job.steps and job.steps[step].state is JobState.RUNNING:
+                out.append(JobOutcome(job_id=f"{job_id}.{step}", state=JobState.RUNNING,
+                                      exit_code=0))
+        return out
 
     def has_container_support(self) -> bool:
         self.calls.append(Call("has_container_support", {}))

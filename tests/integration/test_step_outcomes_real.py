@@ -1,0 +1,81 @@
+"""A persistent run's step cancelled from outside (issue 25, item 2), on real Slurm.
+
+``scancel ALLOC.STEP`` of the run's step: srun exits 137, sacct says ``CANCELLED by
+<uid>``. The run asks accounting about its own steps and ends CANCELLED (not FAILED
+137); the allocation lives on, and the next run on it is judged by its own steps only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slurm_fsm_dev.localcluster import ClusterInfo
+
+from .helpers import JobNames, cli_report, job_state, slurm, spec_dict, until
+
+pytestmark = pytest.mark.slurm
+
+
+def _env(cluster: ClusterInfo) -> dict[str, str]:
+    return {**os.environ, "SLURM_CONF": str(cluster.slurm_conf)}
+
+
+def _start(cluster: ClusterInfo, spec: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "slurm_fsm", "run", str(spec), "--json",
+                             "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=_env(cluster))
+
+
+def _seen_steps(work_dirs: Path) -> tuple[str, list[str]] | None:
+    """(allocation, the steps the live run has seen running) from its run record."""
+    for path in work_dirs.glob(".slurm_run.r*.json"):
+        try:
+            data: dict[str, Any] = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if data.get("seen_steps"):
+            return str(data["allocation"]), list(data["seen_steps"])
+    return None
+
+
+def test_a_step_cancelled_from_outside_ends_cancelled_and_the_allocation_lives_on(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    name = names.new("stepcancel")
+    script = tmp_path / "job.slurm"
+    script.write_text("#!/bin/bash\necho step starts\nsrun --overlap -n1 sleep 300\n")
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(spec_dict(local_cluster, tmp_path, name,
+                                         script_path=str(script))))
+    try:
+        run = _start(local_cluster, spec)
+        # the run has seen its step running (its record says so): cancel it from outside
+        alloc, seen = until("the run's step seen by the run", lambda: _seen_steps(
+            tmp_path / "repo" / "work_dirs"), 120)
+        cancel = slurm("scancel", f"{alloc}.{seen[0]}", env=_env(local_cluster))
+        assert cancel.returncode == 0, cancel.stderr
+        report = cli_report(run)
+        uid = str(os.getuid())
+        assert (report["_rc"], report["status"]) == (1, "CANCELLED"), report
+        assert report["exit_code"] == 137
+        assert (f"step {alloc}.{seen[0]} was cancelled by uid {uid} (sacct: CANCELLED by "
+                f"{uid})") in report["summary"], report["summary"]
+        assert report["metrics"]["step_states"] == {f"{alloc}.{seen[0]}": f"CANCELLED by {uid}"}
+        assert report["allocation_id"] == alloc
+        assert job_state(alloc, _env(local_cluster)) == "RUNNING"
+        # the next run on the same allocation: its own failing step decides, not the
+        # cancelled step of the run before
+        script.write_text("#!/bin/bash\nsrun --overlap -n1 bash -c 'sleep 3; exit 3'\n")
+        again = cli_report(_start(local_cluster, spec))
+        assert (again["_rc"], again["status"], again["exit_code"]) == (1, "FAILED", 3), again
+        assert again["allocation_id"] == alloc
+        assert "step_states" not in again["metrics"]
+    finally:
+        subprocess.run([sys.executable, "-m", "slurm_fsm", "release", str(spec), "--quiet"],
+                       env=_env(local_cluster), timeout=120, check=False, capture_output=True)
