@@ -59,7 +59,7 @@ test-2411: chroot-2411    ## the real-Slurm tests (pytest -m slurm) on Slurm 24.
 # (started and stopped by the session; one cgroup cluster per host at a time).
 CONFINED_DIR ?= /tmp/slurm_fsm-confined
 test-confined: setup      ## the configuration-dependent real tests on the cgroup-confined cluster
-	SLURM_FSM_LOCAL_DIR=$(CONFINED_DIR) SLURM_FSM_LOCAL_CONFIG=cgroup,noenforce \
+	SLURM_FSM_LOCAL_DIR=$(CONFINED_DIR) SLURM_FSM_LOCAL_CONFIG=cgroup,noenforce,memkill \
 	  $(VENV)/bin/pytest -m "slurm and config" -q
 
 diagram: setup            ## regenerate docs/states.md from the machine's edges

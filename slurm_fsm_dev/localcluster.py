@@ -33,6 +33,12 @@ each with a pid file of ours:
 - ``noenforce``: no ``AccountingStorageEnforce`` key (Slurm's default): a job under
   an account without an association runs under the user's default account.
 - ``typed``: typed GRES ``gpu:h100:4`` (``Type=h100`` in gres.conf).
+- ``memkill``: memory enforced without a memory cgroup:
+  ``JobAcctGatherParams=OverMemoryKill`` and ``JobAcctGatherFrequency=task=1``.
+  slurmstepd samples each step's RSS every second and kills a step past its memory
+  limit (``StepId=N exceeded memory limit (...), being killed``; accounting says
+  ``CANCELLED by 0``). Memory stays a consumable with ``DefMemPerCPU=512``: a step
+  without ``--mem`` gets 512 MB per CPU, far more than the tests' steps touch.
 
 A cluster running another configuration than the one asked is restarted by ``up``.
 
@@ -111,7 +117,7 @@ DEFAULT_BASE_DIR = Path("/tmp/slurm_fsm-local")
 #: the configuration: a comma list of :data:`FEATURES` (empty: the default one)
 ENV_CONFIG = "SLURM_FSM_LOCAL_CONFIG"
 #: configuration features, in their canonical order (see the module docstring)
-FEATURES = ("cgroup", "noenforce", "typed")
+FEATURES = ("cgroup", "noenforce", "typed", "memkill")
 #: the GPU type of the ``typed`` configuration
 GPU_TYPE = "h100"
 #: cgroup v1 controllers under which Slurm 22.05 makes ``slurm_<node>`` folders
@@ -719,6 +725,10 @@ def _slurm_conf(layout: _Layout, *, port0: int, nodes: Sequence[str], auth: str,
           if "cgroup" in config else
           ["ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none"]),
         "JobAcctGatherType=jobacct_gather/linux",
+        # memkill: slurmstepd samples each task's RSS every second and kills the step
+        # past its memory limit (no memory cgroup here)
+        *(["JobAcctGatherParams=OverMemoryKill", "JobAcctGatherFrequency=task=1"]
+          if "memkill" in config else []),
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_Core_Memory",
         "DefMemPerCPU=512",

@@ -19,6 +19,7 @@ from slurm_fsm_dev.localcluster import ClusterInfo, LocalClusterError
     ("cgroup", ("cgroup",)),
     ("noenforce, cgroup", ("cgroup", "noenforce")),  # canonical order
     ("typed,cgroup,noenforce,cgroup", ("cgroup", "noenforce", "typed")),
+    ("memkill,noenforce,cgroup", ("cgroup", "noenforce", "memkill")),
 ])
 def test_the_configuration_is_a_comma_list_of_features(
         raw: str, features: tuple[str, ...]) -> None:
@@ -31,7 +32,8 @@ def test_an_unknown_feature_names_the_variable_and_the_known_ones(
     with pytest.raises(LocalClusterError) as err:
         localcluster.config_features()
     assert "SLURM_FSM_LOCAL_CONFIG='cgroup,cgroups'" in str(err.value)
-    assert "cgroups" in str(err.value) and "known: cgroup, noenforce, typed" in str(err.value)
+    assert "cgroups" in str(err.value)
+    assert "known: cgroup, noenforce, typed, memkill" in str(err.value)
 
 
 def _conf(config: tuple[str, ...]) -> dict[str, str]:
@@ -47,6 +49,7 @@ def test_the_default_configuration_is_unconfined_and_enforcing() -> None:
     conf = _conf(())
     assert (conf["TaskPlugin"], conf["ProctrackType"]) == ("task/none", "proctrack/linuxproc")
     assert conf["AccountingStorageEnforce"] == "associations,limits,qos"
+    assert "JobAcctGatherParams" not in conf and "JobAcctGatherFrequency" not in conf
 
 
 def test_cgroup_noenforce_and_typed_change_what_they_name() -> None:
@@ -62,6 +65,21 @@ def test_cgroup_noenforce_and_typed_change_what_they_name() -> None:
     assert " Gres=gpu:h100:4 " in typed
     gres = localgpu.gres_conf(Path("/b"), ["n1"], 4, "h100")
     assert "NodeName=n1 Name=gpu Type=h100 File=/b/dev/n1/nvidia[0-3]" in gres
+
+
+def test_memkill_kills_a_step_past_its_memory_and_keeps_memory_a_consumable() -> None:
+    conf = _conf(("cgroup", "noenforce", "memkill"))
+    # slurmstepd samples each step's RSS every second and kills it past its limit
+    assert conf["JobAcctGatherType"] == "jobacct_gather/linux"
+    assert conf["JobAcctGatherParams"] == "OverMemoryKill"
+    assert conf["JobAcctGatherFrequency"] == "task=1"
+    # a step without --mem gets 512 MB per CPU: only a step past its limit is killed
+    assert (conf["SelectTypeParameters"], conf["DefMemPerCPU"]) == ("CR_Core_Memory", "512")
+    assert conf["TaskPlugin"] == "task/cgroup,task/affinity"  # the others unchanged
+    assert "AccountingStorageEnforce" not in conf
+    # no memory cgroup: the kill is slurmstepd's, not the kernel's
+    assert not any(line.startswith("ConstrainRAMSpace")
+                   for line in localcluster._cgroup_conf().splitlines())
 
 
 def test_every_gpu_of_every_node_has_its_own_device_number() -> None:

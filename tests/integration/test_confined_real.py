@@ -2,7 +2,7 @@
 have (``task/cgroup`` + ``proctrack/cgroup``, ``ConstrainCores``, ``ConstrainDevices``;
 ``SLURM_FSM_LOCAL_CONFIG=cgroup``), without association enforcement (``noenforce``),
 and on the default one. Each test names the configuration it needs
-(``@pytest.mark.config``); ``make test-confined`` runs them on ``cgroup,noenforce``.
+(``@pytest.mark.config``); ``make test-confined`` runs them on ``cgroup,noenforce,memkill``.
 
 - an account accounting does not list: refused before ``salloc`` where Slurm enforces
   associations, run with a warning where it does not (fix 1);

@@ -1,14 +1,20 @@
-"""A persistent run's step cancelled from outside (issue 25, item 2), on real Slurm.
+"""A persistent run's step cancelled from outside or killed for memory (issue 25, item
+2), on real Slurm.
 
 ``scancel ALLOC.STEP`` of the run's step: srun exits 137, sacct says ``CANCELLED by
 <uid>``. The run asks accounting about its own steps and ends CANCELLED (not FAILED
 137); the allocation lives on, and the next run on it is judged by its own steps only.
+
+A step past its ``--mem`` on the ``memkill`` configuration (``OverMemoryKill``, no
+memory cgroup): slurmstepd kills it (``StepId=N exceeded memory limit``), sacct says
+``CANCELLED by 0``; the run ends OUT_OF_MEMORY and the allocation lives on.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -74,6 +80,53 @@ def test_a_step_cancelled_from_outside_ends_cancelled_and_the_allocation_lives_o
         script.write_text("#!/bin/bash\nsrun --overlap -n1 bash -c 'sleep 3; exit 3'\n")
         again = cli_report(_start(local_cluster, spec))
         assert (again["_rc"], again["status"], again["exit_code"]) == (1, "FAILED", 3), again
+        assert again["allocation_id"] == alloc
+        assert "step_states" not in again["metrics"]
+    finally:
+        subprocess.run([sys.executable, "-m", "slurm_fsm", "release", str(spec), "--quiet"],
+                       env=_env(local_cluster), timeout=120, check=False, capture_output=True)
+
+
+#: what the step asks (``srun --mem``) and what it then touches: four times as much
+STEP_MEM_MB = 100
+TOUCH_MB = 400
+
+
+@pytest.mark.config(memkill=True)
+def test_a_step_past_its_memory_limit_ends_out_of_memory_and_the_allocation_lives_on(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    name = names.new("stepoom")
+    go = tmp_path / "go"
+    # The step waits until the run has seen it (the test then makes `go`), then touches
+    # four times its limit and holds it: the kill never races the step's own exit, nor
+    # the run's look at its steps.
+    hog = (f"import time; b = b'x' * ({TOUCH_MB} << 20); print('touched', flush=True); "
+           "time.sleep(300)")
+    step = (f"while [ ! -e {shlex.quote(str(go))} ]; do sleep 0.2; done; "
+            f"exec {shlex.quote(sys.executable)} -c {shlex.quote(hog)}")
+    script = tmp_path / "job.slurm"
+    script.write_text(f"#!/bin/bash\nsrun --overlap -n1 --mem={STEP_MEM_MB}M "
+                      f"bash -c {shlex.quote(step)}\n")
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(spec_dict(local_cluster, tmp_path, name,
+                                         script_path=str(script))))
+    try:
+        run = _start(local_cluster, spec)
+        alloc, seen = until("the run's step seen by the run", lambda: _seen_steps(
+            tmp_path / "repo" / "work_dirs"), 120)
+        go.write_text("")
+        report = cli_report(run)
+        step_id = f"{alloc}.{seen[0]}"
+        assert (report["_rc"], report["status"]) == (1, "OUT_OF_MEMORY"), report
+        assert (f"step {step_id} was killed for exceeding its memory limit (the log says "
+                "so; sacct: CANCELLED by 0)") in report["summary"], report["summary"]
+        assert report["metrics"]["step_states"] == {step_id: "CANCELLED by 0"}
+        assert report["allocation_id"] == alloc
+        assert job_state(alloc, _env(local_cluster)) == "RUNNING"
+        # the allocation serves the next run, judged by its own step only
+        script.write_text("#!/bin/bash\nsrun --overlap -n1 true\n")
+        again = cli_report(_start(local_cluster, spec))
+        assert (again["_rc"], again["status"]) == (0, "PASSED"), again
         assert again["allocation_id"] == alloc
         assert "step_states" not in again["metrics"]
     finally:
