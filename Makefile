@@ -55,7 +55,8 @@ test-2411: chroot-2411    ## the real-Slurm tests (pytest -m slurm) on Slurm 24.
 
 # The real tests whose behaviour depends on the cluster's configuration
 # (@pytest.mark.config), on the configuration real GPU clusters have: task/cgroup with
-# ConstrainCores and ConstrainDevices, no association enforcement. A cluster of its own
+# ConstrainCores and ConstrainDevices, no association enforcement, a step past its --mem
+# killed (memkill: OverMemoryKill). A cluster of its own
 # (started and stopped by the session; one cgroup cluster per host at a time).
 CONFINED_DIR ?= /tmp/slurm_fsm-confined
 test-confined: setup      ## the configuration-dependent real tests on the cgroup-confined cluster
