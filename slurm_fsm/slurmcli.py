@@ -80,6 +80,7 @@ __all__ = [
     "GPU_QUERY_ARGV",
     "JOB_FORMAT",
     "JOB_GONE_MARKERS",
+    "LEASE_UP",
     "NO_STEP_MARKER",
     "SACCT_FIELDS",
     "SEP",
@@ -125,6 +126,7 @@ __all__ = [
     "squeue_job_argv",
     "squeue_steps_argv",
     "srun_help_argv",
+    "srun_lease_argv",
     "srun_step_argv",
     "stderr_tail",
     "with_true_exit_code",
@@ -328,6 +330,20 @@ def srun_step_argv(request: StepRequest) -> list[str]:
         argv.extend(_container_args(request.container))
     argv.extend(request.argv)
     return argv
+
+
+#: What a lease step's task prints once it runs: the step exists in slurmctld from then on.
+LEASE_UP = "fsm-lease-up"
+
+
+def srun_lease_argv(job_id: str, name: str) -> list[str]:
+    """``srun --overlap --gres=none -N1 -n1 -J NAME`` of a run's lease: a step that
+    sleeps until its ``srun`` ends, visible to every host in ``squeue -s`` under
+    ``name``. ``--overlap`` shares everything it holds (one CPU of one node) with the
+    allocation's other steps, ``--gres=none`` takes no GPU: it never delays a job. It
+    prints :data:`LEASE_UP` once its task runs."""
+    return ["srun", f"--jobid={job_id}", "-N1", "-n1", "--overlap", "--gres=none",
+            f"--job-name={name}", "sh", "-c", f"echo {LEASE_UP}; exec sleep infinity"]
 
 
 def mount_warmup_argv(targets: Sequence[str]) -> tuple[str, ...]:

@@ -74,7 +74,7 @@ __all__ = [
 #: Operations that talk to the controller (a down controller fails them).
 CONTROLLER_OPS = frozenset({
     "query_job", "find_jobs", "allocate", "run_step", "gpu_processes", "probe_gpu_name",
-    "list_steps", "step_details", "cancel", "submit", "job_outcome", "granted",
+    "list_steps", "step_details", "start_lease", "cancel", "submit", "job_outcome", "granted",
     "cluster_partitions", "accounting_enforce",
 })
 
@@ -349,6 +349,31 @@ class _LocalFakeScript:
         if self.exit_code is None:
             self._local.terminate(grace_s=2.0)
             self._end(self._local.poll() or 128 + signals.SIGTERM)
+
+
+class _FakeLease:
+    """A run's lease step on the fake cluster (implements
+    :class:`~slurm_fsm.backend.LeaseHandle`): a step named for the run, gone when
+    stopped, when its job ends, or when :meth:`FakeCluster.lease_owner_dies`."""
+
+    def __init__(self, cluster: FakeCluster, job_id: str, step_id: str, name: str) -> None:
+        self.cluster = cluster
+        self.job_id = job_id
+        self.step_id = step_id
+        self._name = name
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def alive(self) -> bool:
+        job = self.cluster.jobs.get(self.job_id)
+        return job is not None and job.active and self.step_id in job.steps
+
+    def stop(self) -> None:
+        job = self.cluster.jobs.get(self.job_id)
+        if job is not None:
+            job.steps.pop(self.step_id, None)
 
 
 #: How the ``srun`` on a script's PATH starts (``{python}`` and ``{shim}`` shell-quoted).
@@ -878,6 +903,30 @@ class FakeCluster:
         for r in self._running:
             r.poll()
         return list(job.steps.values())
+
+    def start_lease(self, job_id: str, name: str, timeout_s: float = 60.0) -> _FakeLease:
+        """A run's lease step ``name``: one step of the job (a ``srun``, counted as
+        one by :meth:`count`), until stopped or :meth:`lease_owner_dies`."""
+        self._call("start_lease", job_id=job_id, name=name)
+        job = self._job(job_id)
+        if job.state is not JobState.RUNNING:
+            raise JobNotFound(job_id, f"srun: error: Unable to create step for job {job_id}")
+        step_id = str(job.next_step)
+        job.next_step += 1
+        job.steps[step_id] = StepInfo(job_id=job_id, step_id=step_id, name=name,
+                                     state=JobState.RUNNING)
+        return _FakeLease(self, job_id, step_id, name)
+
+    def lease_owner_dies(self, run_id: str) -> list[str]:
+        """The orchestrator of run ``run_id`` is killed (``kill -9``): its lease step
+        ends, as Slurm's does a fraction of a second later. The steps ended."""
+        gone: list[str] = []
+        for job in self.jobs.values():
+            for sid, step in list(job.steps.items()):
+                if step.name.startswith(f"fsm-lease.{run_id}."):
+                    del job.steps[sid]
+                    gone.append(step.full_id)
+        return gone
 
     def step_details(self, job_id: str) -> list[StepInfo]:
         """The job's running numbered steps, as :meth:`list_steps` (the fake has no
