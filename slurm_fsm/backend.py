@@ -109,6 +109,9 @@ class JobInfo:
     reason: str = ""  # %r
     start_time: str = ""  # %S (ISO-like text, or N/A)
     comment: str = ""  # %k; slurm_fsm tags its allocations with their repo root
+    #: %V, as squeue prints it (local time, ``2026-12-04T13:44:37``); with the job id
+    #: and the tag it names one job: Slurm reuses ids (they wrap at MaxJobId)
+    submit_time: str = ""
 
     @property
     def is_active(self) -> bool:

@@ -19,8 +19,10 @@ container, it asks :class:`LeaseGate` to clear the way. The gate's holders
 (:meth:`LeaseGate.holders`, :func:`holders_of`) are:
 
 * every lease step Slurm lists on the allocation, but this run's own, a lease past its
-  ``max_until`` (broken: ``scancel <job>.<step>``, and said) and, for a container,
-  a run whose record names another container;
+  ``max_until`` or whose run's record is of this host and its orchestrator provably
+  dead (a ``srun`` killed with its whole group leaves its step behind; both broken:
+  ``scancel <job>.<step>``, and said) and, for a container, a run whose record names
+  another container;
 * every live run record of **this host** (its orchestrator's pid checked here) with no
   lease step: a run of this host in the moment before its lease step runs, or of a
   backend without lease steps. A record of another host without a lease step is not a
@@ -120,10 +122,11 @@ def holders_of(steps: Sequence[StepInfo] | None, records: Sequence[RunRecord], *
         leased.add(lease.run_id)
         if lease.run_id == own:
             continue
-        if now > lease.max_until:
-            stale.append(lease)
-            continue
         record = by_run.get(lease.run_id)
+        if now > lease.max_until or (record is not None and record.host == host
+                                     and not alive(record)):
+            stale.append(lease)  # past max_until, or its owner here is provably dead
+            continue
         if container is not None and record is not None and record.container != container:
             continue
         out.append(Holder(run_id=lease.run_id, lease=lease, record=record))
@@ -192,7 +195,7 @@ class LeaseGate:
             self.say(f"broke the lease of run {lease.run_id} on allocation {job_id} "
                      f"(step {lease.step.full_id} {lease.step.name}): past its max_until "
                      f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(lease.max_until))} "
-                     "UTC")
+                     "UTC, or its orchestrator on this host is gone")
         return found
 
     def clear(self, job_id: str, what: str, container: str | None = None) -> None:

@@ -79,6 +79,7 @@ __all__ = [
     "GPU_NODE_MARKER",
     "GPU_QUERY_ARGV",
     "JOB_FORMAT",
+    "JOB_FORMAT_V1",
     "JOB_GONE_MARKERS",
     "LEASE_UP",
     "NO_STEP_MARKER",
@@ -137,9 +138,14 @@ SEP = "|"
 
 #: ``squeue -o`` for jobs: everything :class:`JobInfo` holds, the name last.
 #: Fields: id, state, user, partition, nodes, nodelist, time left, elapsed,
-#: reason, start time, name.
-JOB_FORMAT = SEP.join(["%i", "%T", "%u", "%P", "%D", "%N", "%L", "%M", "%r", "%S", "%k", "%j"])
-_JOB_FIELD_COUNT = 12
+#: reason, start time, comment, submit time, name.
+JOB_FORMAT = SEP.join(["%i", "%T", "%u", "%P", "%D", "%N", "%L", "%M", "%r", "%S", "%k", "%V",
+                       "%j"])
+_JOB_FIELD_COUNT = 13
+#: The format before the submit time was read (issue 28): rows of it still parse.
+JOB_FORMAT_V1 = SEP.join(["%i", "%T", "%u", "%P", "%D", "%N", "%L", "%M", "%r", "%S", "%k",
+                          "%j"])
+_SUBMIT = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d|N/A|Unknown")
 
 #: ``squeue -s -O`` for steps: id, state, name (the name last, unpadded).
 STEP_FORMAT = f"StepId:64{SEP},StepState:24{SEP},StepName:0"
@@ -565,7 +571,11 @@ def parse_jobs(text: str) -> list[JobInfo]:
     jobs = []
     for line in _lines(text):
         fields = line.split(SEP, _JOB_FIELD_COUNT - 1)
-        if len(fields) != _JOB_FIELD_COUNT:
+        if len(fields) == _JOB_FIELD_COUNT and _SUBMIT.fullmatch(fields[11].strip()):
+            submit = fields.pop(11).strip()
+        else:  # a row of JOB_FORMAT_V1 (recorded before the submit time was read)
+            fields, submit = line.split(SEP, _JOB_FIELD_COUNT - 2), ""
+        if len(fields) != _JOB_FIELD_COUNT - 1:
             raise ValueError(f"not a squeue row of {JOB_FORMAT!r}: {line!r}")
         (job_id, state, user, partition, nodes, nodelist, left, used, reason, start, comment,
          name) = fields
@@ -583,6 +593,7 @@ def parse_jobs(text: str) -> list[JobInfo]:
                 reason=reason.strip(),
                 start_time=start.strip(),
                 comment="" if comment.strip() == "(null)" else comment.strip(),
+                submit_time="" if submit in ("N/A", "Unknown") else submit,
             )
         )
     return jobs

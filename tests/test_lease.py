@@ -5,6 +5,7 @@ the gate and a release on the fake cluster, whose lease steps die with their own
 
 from __future__ import annotations
 
+import json
 import socket
 from pathlib import Path
 
@@ -74,6 +75,8 @@ CASES = {
     "a lease past its max_until is broken": ([lease("1", A, NOW - 1)], [record(A)], None,
                                              [], ["12.1"]),
     "a lease at its max_until still holds": ([lease("1", A, NOW)], [], None, [A], []),
+    "this host's dead owner's lease is broken": ([lease("1", A)], [record(A, host="x")],
+                                                 None, [], ["12.1"]),
     "another host's record without a lease: dead": ([], [record(A, host="login-b")], None,
                                                     [], []),
     "another host's record with its lease": ([lease("2", A)], [record(A, host="login-b")],
@@ -95,8 +98,9 @@ CASES = {
 @pytest.mark.parametrize("case", CASES)
 def test_who_holds_an_allocation(case: str) -> None:
     steps, records, container, want, broken = CASES[case]
-    found, stale = holders_of(steps, records, job_id="12", own=OWN, now=NOW, host=HERE,
-                              alive=lambda r: r.host != "dead", container=container)
+    here = "x" if case.startswith("this host's dead") else HERE
+    found, stale = holders_of(steps, records, job_id="12", own=OWN, now=NOW, host=here,
+                              alive=lambda r: r.host != "x", container=container)
     assert [h.run_id for h in found] == want
     assert [s.step.full_id for s in stale] == broken
 
@@ -182,3 +186,99 @@ def test_release_no_wait_refuses_under_another_hosts_lease_and_goes_once_it_dies
     done = Executor(release, fake, clock=fake.clock, lease_wait_s=0).run()
     assert done.status is Status.RELEASED
     assert fake.jobs[alloc.job_id].state == "CANCELLED"
+
+
+# ------------------------------------------------------------- never the wrong allocation
+
+
+def _reused(spec_root: SpecFactory, fake: FakeCluster, *, tagged: bool
+            ) -> tuple[object, str, str]:
+    """A state file of allocation J (its submit time recorded); J ended and Slurm gave
+    its id to another job of ours by name (untagged, or with this checkout's tag),
+    submitted later."""
+    from slurm_fsm.machine import AllocationMachine, State, repo_tag
+
+    spec = spec_root()
+    m = AllocationMachine(spec, fake, clock=fake.clock)
+    assert m.prepare() is State.Ready
+    first = StateStore(spec.state_path).read()
+    assert first is not None and first.submit_time  # recorded with the allocation
+    fake.clock.advance(3600 * 24)
+    other = fake.make_job(spec.job_name, fake.user, job_id=first.job_id,
+                          comment=repo_tag(spec) if tagged else "")
+    assert fake.query_job(first.job_id).submit_time != first.submit_time
+    fake.reset_calls()
+    return spec, first.job_id, other.job_id
+
+
+@pytest.mark.parametrize("tagged", [False, True])
+def test_a_reused_job_id_is_never_released(make_spec: SpecFactory, tagged: bool) -> None:
+    """0A: the state file names J, but Slurm's J was submitted at another time: another
+    job. Before issue 28 it was cancelled (ours by name or tag); now the state file is
+    dropped with a warning and nothing is cancelled."""
+    from slurm_fsm.machine import AllocationMachine, State
+
+    fake = FakeCluster()
+    spec, job_id, _ = _reused(make_spec, fake, tagged=tagged)
+    m = AllocationMachine(attrs.evolve(spec, release_allocation=True), fake, clock=fake.clock)
+    assert m.prepare() is State.Released
+    assert "cancel" not in fake.ops()
+    assert fake.jobs[job_id].state == "RUNNING"
+    assert not spec.state_path.exists()
+    assert any("the id was reused by another job" in w for w in m.warnings), m.warnings
+
+
+@pytest.mark.parametrize("tagged", [False, True])
+def test_a_reused_job_id_is_never_reused_nor_cancelled_as_an_orphan(
+        make_spec: SpecFactory, tagged: bool) -> None:
+    """0C: the job of the recorded id is another generation: not reused; the state file
+    is dropped; the orphan search (0D) leaves it too; a new allocation is made."""
+    from slurm_fsm.machine import AllocationMachine, State
+
+    fake = FakeCluster()
+    spec, job_id, _ = _reused(make_spec, fake, tagged=tagged)
+    m = AllocationMachine(spec, fake, clock=fake.clock)
+    assert m.prepare() is State.Ready
+    assert m.path[:3] == ["NoState", "Validating", "NoState"]
+    assert "cancel" not in fake.ops()
+    assert fake.jobs[job_id].state == "RUNNING"
+    assert m.alloc is not None and m.alloc.job_id != job_id
+    assert any("the id was reused by another job" in w for w in m.warnings), m.warnings
+
+
+def test_a_state_file_without_a_submit_time_is_judged_as_before(
+        make_spec: SpecFactory) -> None:
+    """A state file of an older version (or of the procedure) has no submit_time: the
+    id and the tag decide, as before; the file written anew gets it."""
+    from slurm_fsm.machine import AllocationMachine, State
+
+    fake = FakeCluster()
+    spec = make_spec()
+    assert AllocationMachine(spec, fake, clock=fake.clock).prepare() is State.Ready
+    data = json.loads(spec.state_path.read_text())
+    assert "submit_time" in data
+    del data["submit_time"]
+    spec.state_path.write_text(json.dumps(data))
+    m = AllocationMachine(spec, fake, clock=fake.clock)
+    assert m.prepare() is State.Ready and m.path == ["NoState", "Validating", "Ready"]
+
+
+def test_the_next_run_stops_a_dead_runs_lease_step_slurm_kept(tmp_path: Path) -> None:
+    """A lease whose srun was killed with its whole group (SIGKILL to every process,
+    e.g. a pid namespace torn down) stays listed: the next run on this host stops it
+    with the dead run's other leftovers, and the gate breaks it meanwhile."""
+    from slurm_fsm.runsteps import stop_leftovers
+
+    fake = FakeCluster()
+    job = fake.make_job("alloc", fake.user).job_id
+    book = RunBook(tmp_path / ".slurm_alloc.json")
+    dead = attrs.evolve(book.start(job), pid_ticks=-1, srun_pids=(999_999,), ended=True)
+    book.save(dead)
+    fake.start_lease(job, lease_name(dead.run_id, 4_000_000_000))
+    gate = LeaseGate(book, wait_s=0, backend=fake)
+    assert gate.holders(job) == [] and gate.broken == [f"{job}.0"]
+    fake.start_lease(job, lease_name(dead.run_id, 4_000_000_000))  # listed again
+    warnings = stop_leftovers(fake, book, job, fake.clock)
+    assert fake.jobs[job].steps == {}, warnings
+    assert any(f"step {job}.1" in w for w in warnings), warnings
+    assert book.records() == []

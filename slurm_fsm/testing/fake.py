@@ -27,6 +27,7 @@ import tempfile
 import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -497,11 +498,15 @@ class FakeCluster:
                  nodes: int = 1, time_limit_s: int | None = 3600,
                  state: JobState | str = JobState.RUNNING,
                  account: str = "acct", comment: str = "", cpus_per_node: int = 1,
-                 gpus_per_node: int = 0) -> FakeJob:
-        """Put a job on the cluster directly (someone else's, an orphan, ...)."""
+                 gpus_per_node: int = 0, job_id: str | None = None) -> FakeJob:
+        """Put a job on the cluster directly (someone else's, an orphan, ...).
+        ``job_id``: reuse that id (Slurm's ids wrap): the job of that id, ended, is
+        replaced, as Slurm forgets it."""
         part = partition or next(iter(self.partitions))
+        if job_id is not None and job_id in self.jobs:
+            self._finish(self.jobs[job_id], JobState.COMPLETED)
         job = FakeJob(
-            job_id=str(next(self._ids)), name=name, user=user, partition=part,
+            job_id=job_id or str(next(self._ids)), name=name, user=user, partition=part,
             account=account, num_nodes=nodes, nodes=self.partitions[part][:nodes],
             time_limit_s=time_limit_s, submitted_at=self.clock.now(), kind="alloc",
             pending_until=self.clock.now(), state=state,
@@ -622,6 +627,7 @@ class FakeCluster:
             time_left=left, elapsed=elapsed,
             reason=job.reason if job.state is JobState.PENDING else "None",
             start_time="N/A", comment=job.comment,
+            submit_time=datetime.fromtimestamp(job.submitted_at).strftime("%Y-%m-%dT%H:%M:%S"),
         )
 
     def _job(self, job_id: str) -> FakeJob:

@@ -181,3 +181,54 @@ def test_a_lease_step_ends_with_its_owners_kill_9(
         owner.kill()
         owner.communicate(timeout=10)
         names.cleanup()
+
+
+def test_a_state_file_naming_a_reused_job_id_never_cancels_that_job(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    """Issue 28, never the wrong allocation: Slurm reuses job ids. A state file names
+    job J, submitted at another time than Slurm's J (the procedure's own job, untagged
+    under this checkout's job name: ours by name). Before, ``release`` cancelled it;
+    now it is left alone and the state file is dropped with a warning; ``run``
+    neither reuses it nor cancels it as an orphan."""
+    env = _env(local_cluster)
+    name = names.new("reused")
+    subprocess.run(["salloc", "--no-shell", f"--partition={local_cluster.partition}",
+                    f"--account={local_cluster.account}", "-N1", "-t", "10", "-J", name],
+                   env=env, check=True, capture_output=True, timeout=60)
+    job = until("the other job", lambda: next(iter(j for j, _ in names.jobs()), None), 30)
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(spec_dict(local_cluster, tmp_path, name)))
+    state = tmp_path / "repo" / "work_dirs" / ".slurm_alloc.json"
+
+    def forge() -> None:
+        state.parent.mkdir(parents=True, exist_ok=True)
+        state.write_text(json.dumps({
+            "job_id": job, "container_name": None, "nodelist": "n1",
+            "partition": local_cluster.partition, "account": local_cluster.account,
+            "nodes": 1, "gpus_per_node": None, "docker_image": None, "container_mounts": "",
+            "allocated_at": "2020-01-01T00:00:00+00:00", "time_limit": "00:10:00",
+            "installed": True, "submit_time": "2020-01-01T00:00:00"}))
+
+    try:
+        forge()
+        done = subprocess.run([sys.executable, "-m", "slurm_fsm", "release", str(spec),
+                               "--json"], capture_output=True, text=True, timeout=120,
+                              env=env, check=False)
+        report = json.loads(done.stdout)
+        assert report["status"] == "RELEASED", report
+        assert any("the id was reused by another job" in w for w in report["warnings"]), \
+            report
+        assert job_state(job) == "RUNNING"
+        assert not state.exists()
+        forge()
+        ran = subprocess.run([sys.executable, "-m", "slurm_fsm", "run", str(spec), "--json"],
+                             capture_output=True, text=True, timeout=180, env=env,
+                             check=False)
+        report = json.loads(ran.stdout)
+        assert report["status"] == "PASSED", report
+        assert report["allocation_id"] != job
+        assert job_state(job) == "RUNNING"
+    finally:
+        subprocess.run([sys.executable, "-m", "slurm_fsm", "release", str(spec), "--quiet"],
+                       env=env, timeout=120, check=False, capture_output=True)
+        names.cleanup()
