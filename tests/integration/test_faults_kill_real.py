@@ -167,7 +167,8 @@ def test_kill_9_of_the_script_s_guard_or_bash_stops_its_step(
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         ((alloc, _),) = until("the allocation", lambda: jobs_named(
             name, local_cluster.user) or None, 60)
-        until("the step", lambda: step_ids(alloc) or None, 60)
+        until("the script's step", lambda: [s for s, n in steps(alloc).items()
+                                            if not n.startswith("fsm-lease.")] or None, 60)
         pgid = until("the run record", lambda: next((
             json.loads(r.read_text())["script"].get("pgid") for r in _records(tmp_path)),
             None), 30)
