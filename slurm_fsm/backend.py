@@ -38,6 +38,7 @@ __all__ = [
     "JobFiles",
     "JobInfo",
     "JobOutcome",
+    "LeaseHandle",
     "RunningScript",
     "ScriptRequest",
     "SlurmBackend",
@@ -109,6 +110,9 @@ class JobInfo:
     reason: str = ""  # %r
     start_time: str = ""  # %S (ISO-like text, or N/A)
     comment: str = ""  # %k; slurm_fsm tags its allocations with their repo root
+    #: %V, as squeue prints it (local time, ``2026-12-04T13:44:37``); with the job id
+    #: and the tag it names one job: Slurm reuses ids (they wrap at MaxJobId)
+    submit_time: str = ""
 
     @property
     def is_active(self) -> bool:
@@ -334,6 +338,24 @@ class RunningScript(Protocol):
         ...
 
 
+class LeaseHandle(Protocol):
+    """A run's lease step, started by :meth:`SlurmBackend.start_lease`: it runs until
+    :meth:`stop` or until the process that started it dies (even by ``kill -9``)."""
+
+    @property
+    def name(self) -> str:
+        """The step's name (``fsm-lease.<run id>.<max_until>``)."""
+        ...
+
+    def alive(self) -> bool:
+        """Its ``srun`` still runs (no Slurm call)."""
+        ...
+
+    def stop(self) -> None:
+        """End the step (its ``srun``) and wait for it; stopping twice is harmless."""
+        ...
+
+
 @runtime_checkable
 class SlurmBackend(Protocol):
     """Every Slurm operation the procedure needs, and the clock it waits on."""
@@ -384,6 +406,18 @@ class SlurmBackend(Protocol):
 
     def probe_gpu_name(self, partition: str, account: str | None = None) -> str | None:
         """The GPU name of one node of ``partition`` (pre-step), or None."""
+        ...
+
+    def list_steps(self, job_id: str) -> list[StepInfo]:
+        """Every step of a job that ``squeue -s`` lists, with its name (one controller
+        call, from any host). Raises JobNotFound when Slurm has no such job."""
+        ...
+
+    def start_lease(self, job_id: str, name: str, timeout_s: float = 60.0) -> LeaseHandle:
+        """Start a run's lease step ``name`` in allocation ``job_id`` (one ``srun``,
+        tied to this process's life) and return once Slurm lists it. Raises
+        JobNotFound when the allocation is gone, another BackendError when the step
+        did not start within ``timeout_s``."""
         ...
 
     def step_details(self, job_id: str) -> list[StepInfo]:

@@ -69,6 +69,7 @@ __all__ = [
     "remaining_after",
     "repo_tag",
     "same_container",
+    "same_generation",
     "state_job_names",
 ]
 
@@ -230,6 +231,14 @@ def is_ours(info: JobInfo, user: str, spec: JobSpec,
     return owner_of(info, user, spec, names).ours
 
 
+def same_generation(alloc: AllocState | None, info: JobInfo) -> bool:
+    """``info`` is the very job the state file recorded: same id and, when both are
+    known, the same submit time. Slurm reuses job ids (they wrap at MaxJobId): a job
+    submitted at another time is another job, never ours to reuse or cancel."""
+    recorded = alloc.submit_time if alloc is not None else None
+    return not (recorded and info.submit_time and recorded != info.submit_time)
+
+
 def state_job_names(alloc: AllocState | None, spec: JobSpec) -> set[str]:
     """Names an allocation of this state file may carry: the spec's, and the default
     name of the account the state file was written for (the spec's account changed)."""
@@ -270,7 +279,8 @@ def _retries_left(o: Observation, _s: JobSpec) -> bool:
 
 
 def _job_is_ours(o: Observation, s: JobSpec) -> bool:
-    return o.info is not None and is_ours(o.info, o.user, s, state_job_names(o.alloc, s))
+    return (o.info is not None and is_ours(o.info, o.user, s, state_job_names(o.alloc, s))
+            and same_generation(o.alloc, o.info))
 
 
 def _job_pending(o: Observation, _s: JobSpec) -> bool:

@@ -1,31 +1,151 @@
-"""Leases: nothing changes an allocation under another run's job.
+"""Leases: nothing changes an allocation under another run's job. Slurm is the arbiter.
 
-A running persistent job holds a lease on its allocation: its run record
-(:mod:`slurm_fsm.runrecord`), alive while its orchestrator process lives. Before step 0
-cancels an allocation (``release``, the replacement of an expiring or incompatible
-allocation, an orphan found by its tag) or re-imports or installs into a container,
-it asks :class:`LeaseGate` to clear the way: the gate waits for the leases on that
-allocation (the container's users only, for a container) to end, saying whose it waits
-for, or, when told not to wait (``wait_s=0``) or past ``wait_s``, raises
-:class:`AllocationInUse` and nothing is changed. The state file's lock is held
-meanwhile: no new lease can be taken while the gate waits.
+A running persistent job holds a lease on its allocation, in two forms:
+
+* a **lease step** that Slurm itself lists: ``srun --overlap --gres=none -N1 -n1
+  -J fsm-lease.<run id>.<max_until> sleep`` (:func:`lease_name`), one CPU shared with
+  every other step, no GPU. It is tied to the run's orchestrator
+  (:mod:`slurm_fsm.scriptguard`): when the orchestrator dies, even by ``kill -9``,
+  the step ends a fraction of a second later. Any process on any login node sees it
+  with one ``squeue -s -j <job>``: the lease of a run on another host is a question
+  to Slurm, never a guess. ``max_until`` (seconds since the epoch) is when it may be
+  broken: the run's own job has outlived its monitor timeout by 15 minutes then;
+* its **run record** (:mod:`slurm_fsm.runrecord`), a hint: it says whose the lease is
+  (pid, host, model, container) and lists what a dead run left.
+
+Before step 0 cancels an allocation (``release``, the replacement of an expiring or
+incompatible allocation, an orphan found by its tag) or re-imports or installs into a
+container, it asks :class:`LeaseGate` to clear the way. The gate's holders
+(:meth:`LeaseGate.holders`, :func:`holders_of`) are:
+
+* every lease step Slurm lists on the allocation, but this run's own, a lease past its
+  ``max_until`` or whose run's record is of this host and its orchestrator provably
+  dead (a ``srun`` killed with its whole group leaves its step behind; both broken:
+  ``scancel <job>.<step>``, and said) and, for a container, a run whose record names
+  another container;
+* every live run record of **this host** (its orchestrator's pid checked here) with no
+  lease step: a run of this host in the moment before its lease step runs, or of a
+  backend without lease steps. A record of another host without a lease step is not a
+  holder: its run is dead (Slurm ended its lease) or never took one.
+
+The gate waits for the holders to go (polling Slurm, at most every
+:data:`MAX_POLL_S`), saying whose it waits for, or, when told not to wait
+(``wait_s=0``) or past ``wait_s``, raises :class:`AllocationInUse` and nothing is
+changed. The state file's lock is held meanwhile: on one host, no new lease is taken
+while the gate waits (the lock saves work; the lease steps decide).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+import socket
+import time
+from collections.abc import Callable, Iterable, Sequence
 
-from slurm_fsm.clock import Clock, SystemClock
-from slurm_fsm.errors import SlurmFsmError
-from slurm_fsm.runrecord import RunBook, RunRecord
+import attrs
 
-__all__ = ["AllocationInUse", "LeaseGate"]
+from slurm_fsm.backend import SlurmBackend, StepInfo
+from slurm_fsm.clock import Clock, SystemClock, backoff
+from slurm_fsm.errors import JobNotFound, SlurmFsmError
+from slurm_fsm.runrecord import RunBook, RunRecord, owner_alive
+
+__all__ = ["LEASE_PREFIX", "MAX_POLL_S", "AllocationInUse", "Holder", "LeaseGate",
+           "LeaseStep", "holders_of", "lease_name", "lease_steps"]
+
+#: Every lease step's name starts with this.
+LEASE_PREFIX = "fsm-lease"
+#: The gate asks Slurm again at most this often while it waits.
+MAX_POLL_S = 5.0
+_LEASE = re.compile(re.escape(LEASE_PREFIX) + r"\.(r[0-9a-f]{12})\.(\d{1,12})")
+
+
+def lease_name(run_id: str, max_until: float) -> str:
+    """The step name of run ``run_id``'s lease, breakable after ``max_until`` (epoch s)."""
+    return f"{LEASE_PREFIX}.{run_id}.{int(max_until)}"
+
+
+@attrs.frozen(kw_only=True)
+class LeaseStep:
+    """A lease step as Slurm lists it: whose run, until when, which step."""
+
+    run_id: str
+    max_until: int
+    step: StepInfo
+
+    @classmethod
+    def of(cls, step: StepInfo) -> LeaseStep | None:
+        """The lease ``step`` is, or None for any other step."""
+        found = _LEASE.fullmatch(step.name.strip())
+        if found is None or not step.step_id.isdigit() or not step.state.is_live:
+            return None
+        return cls(run_id=found.group(1), max_until=int(found.group(2)), step=step)
+
+
+def lease_steps(steps: Iterable[StepInfo]) -> list[LeaseStep]:
+    """The lease steps among ``steps``."""
+    return [lease for lease in map(LeaseStep.of, steps) if lease is not None]
+
+
+@attrs.frozen(kw_only=True)
+class Holder:
+    """A run whose job holds the allocation: its lease step (as Slurm lists it), its
+    run record (when one is readable here), or both."""
+
+    run_id: str
+    lease: LeaseStep | None = None
+    record: RunRecord | None = None
+
+    def describe(self) -> str:
+        """``pid 123 on h (model m, ...), lease step 7.3`` for progress messages."""
+        where = f"lease step {self.lease.step.full_id}" if self.lease else \
+            "no lease step yet"
+        if self.record is not None:
+            return f"{self.record.describe()}, {where}"
+        return f"run {self.run_id} ({where}; no run record here)"
+
+
+def holders_of(steps: Sequence[StepInfo] | None, records: Sequence[RunRecord], *,
+               job_id: str, own: str | None, now: float, host: str,
+               alive: Callable[[RunRecord], bool] = owner_alive,
+               container: str | None = None) -> tuple[list[Holder], list[LeaseStep]]:
+    """The holders of allocation ``job_id`` (the module's rule), and the lease steps
+    past their ``max_until`` (to break). Pure but for ``alive``: table-tested.
+
+    ``steps``: what Slurm lists on the job (None: no lease steps to be had, the
+    records alone decide, another host's counting as alive); ``records``: the run
+    records beside the state file; ``own``: this run's id; ``now``: epoch seconds."""
+    by_run = {r.run_id: r for r in records}
+    out: list[Holder] = []
+    stale: list[LeaseStep] = []
+    leased: set[str] = set()
+    for lease in lease_steps(steps or ()):
+        leased.add(lease.run_id)
+        if lease.run_id == own:
+            continue
+        record = by_run.get(lease.run_id)
+        if now > lease.max_until or (record is not None and record.host == host
+                                     and not alive(record)):
+            stale.append(lease)  # past max_until, or its owner here is provably dead
+            continue
+        if container is not None and record is not None and record.container != container:
+            continue
+        out.append(Holder(run_id=lease.run_id, lease=lease, record=record))
+    for record in records:
+        if (record.run_id == own or record.run_id in leased or record.ended
+                or record.allocation != job_id
+                or (container is not None and record.container != container)):
+            continue
+        if steps is not None and record.host != host:
+            continue  # another host's run without a lease step: Slurm says it is gone
+        if alive(record):
+            out.append(Holder(run_id=record.run_id, record=record))
+    return out, stale
 
 
 class AllocationInUse(SlurmFsmError):
     """Other runs' jobs still use the allocation (or container); nothing was changed."""
 
-    def __init__(self, job_id: str, what: str, holders: list[RunRecord]) -> None:
+    def __init__(self, job_id: str, what: str, holders: list[Holder]) -> None:
         self.job_id = job_id
         self.holders = holders
         whose = "; ".join(r.describe() for r in holders)
@@ -35,22 +155,48 @@ class AllocationInUse(SlurmFsmError):
 
 
 class LeaseGate:
-    """Waits for (or refuses on) the live leases of an allocation. ``own``: this run's
-    own record, never waited for."""
+    """Waits for (or refuses on) the leases of an allocation. ``own``: this run's id,
+    never waited for. ``backend``: where the lease steps are asked (None: the run
+    records alone, another host's counting as alive until it ends). ``wall``: epoch
+    seconds, what ``max_until`` is compared with."""
 
     def __init__(self, book: RunBook, *, wait_s: float, clock: Clock | None = None,
-                 say: Callable[[str], None] | None = None, poll_s: float = 0.5) -> None:
+                 say: Callable[[str], None] | None = None, poll_s: float = 0.5,
+                 backend: SlurmBackend | None = None,
+                 wall: Callable[[], float] = time.time) -> None:
         self.book = book
         self.wait_s = wait_s
         self.clock = clock or SystemClock()
         self.say = say or (lambda _m: None)
         self.poll_s = poll_s
+        self.backend = backend
+        self.wall = wall
         self.own: str | None = None
+        #: lease steps this gate broke (past their max_until), as ``job.step``
+        self.broken: list[str] = []
 
-    def holders(self, job_id: str, container: str | None = None) -> list[RunRecord]:
-        """Live leases on ``job_id`` (of runs using ``container``, when given)."""
-        return [r for r in self.book.live(job_id) if r.run_id != self.own
-                and (container is None or r.container == container)]
+    def holders(self, job_id: str, container: str | None = None) -> list[Holder]:
+        """Who holds ``job_id`` (of runs using ``container``, when given): one
+        ``squeue -s`` when there is a backend. A lease past its ``max_until`` is broken
+        here (``scancel job.step``)."""
+        steps: list[StepInfo] | None = None
+        if self.backend is not None:
+            try:
+                steps = self.backend.list_steps(job_id)
+            except JobNotFound:
+                steps = []  # no job, no lease on it
+        found, stale = holders_of(steps, self.book.records(), job_id=job_id, own=self.own,
+                                  now=self.wall(), host=socket.gethostname(),
+                                  container=container)
+        for lease in stale:
+            assert self.backend is not None
+            self.backend.cancel(job_id, lease.step.step_id)
+            self.broken.append(lease.step.full_id)
+            self.say(f"broke the lease of run {lease.run_id} on allocation {job_id} "
+                     f"(step {lease.step.full_id} {lease.step.name}): past its max_until "
+                     f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(lease.max_until))} "
+                     "UTC, or its orchestrator on this host is gone")
+        return found
 
     def clear(self, job_id: str, what: str, container: str | None = None) -> None:
         """Return once no other run's job holds ``job_id`` (or ``container`` on it);
@@ -62,6 +208,7 @@ class LeaseGate:
             raise AllocationInUse(job_id, what, holders)
         deadline = self.clock.now() + self.wait_s
         said: set[str] = set()
+        attempt = 0
         while holders:
             key = ",".join(r.run_id for r in holders)
             if key not in said:
@@ -72,5 +219,7 @@ class LeaseGate:
                          + f" (at most {self.wait_s:g} s)")
             if self.clock.now() >= deadline:
                 raise AllocationInUse(job_id, what, holders)
-            self.clock.sleep(self.poll_s)
+            self.clock.sleep(backoff(attempt, first=self.poll_s, factor=1.5,
+                                     cap=max(self.poll_s, MAX_POLL_S)))
+            attempt += 1
             holders = self.holders(job_id, container)

@@ -92,6 +92,7 @@ from slurm_fsm.edges import (
     remaining_after,
     repo_tag,
     same_container,
+    same_generation,
     state_job_names,
 )
 from slurm_fsm.errors import (
@@ -288,6 +289,7 @@ class AllocationMachine:
         self._pending_since: float | None = None
         self._pending_polls = 0
         self._cancelled: set[str] = set()
+        self._reused: set[str] = set()  # ids the state file named, given to another job
         self._grant_unsaved = False  # the grant was read into alloc, not yet written
         self._taken: Edge | None = None
         self._applied: list[Effect] = []  # the effects of the last edge that did something
@@ -530,6 +532,10 @@ class AllocationMachine:
         elif effect is Effect.WARN_NOT_OURS:
             if obs.info is None:  # no job row: nobody's job to describe
                 return False
+            if not same_generation(alloc, obs.info):
+                self._warn(self._reused_id(alloc, obs.info))
+                self._reused.add(obs.info.job_id)  # nor cancelled as an orphan (0D)
+                return True
             owner = owner_of(obs.info, obs.user, self.spec, state_job_names(alloc, self.spec))
             self._warn(
                 f"state file names job {obs.info.job_id}, but it is not ours: it is "
@@ -723,8 +729,9 @@ class AllocationMachine:
         spec = self.spec
         held: set[str] = set()  # orphans left alone: running jobs of this checkout use them
         for job in self.backend.find_jobs(None, self.user):
-            if job.job_id in self._cancelled or not job.state.is_live:
-                continue  # already cancelled by us, or ending anyway
+            if job.job_id in self._cancelled or job.job_id in self._reused \
+                    or not job.state.is_live:
+                continue  # already cancelled by us, another job of a recorded id, ending
             owner = owner_of(job, self.user, spec)
             if owner is Ownership.OTHER_CHECKOUT and job.name == spec.job_name:
                 self.notes.append(f"allocation {job.job_id} has our job name but belongs to "
@@ -821,7 +828,8 @@ class AllocationMachine:
         # the state file holds what Slurm GRANTED (it may differ from the request); when
         # it cannot be read now, the next run's validation reads it
         self.alloc = self._complete_grant(
-            attrs.evolve(pending, nodelist=info.nodelist, installed=spec.docker_image is None),
+            attrs.evolve(pending, nodelist=info.nodelist, installed=spec.docker_image is None,
+                         submit_time=info.submit_time or None),
             info)
         self._grant_unsaved = False
         self.store.write(self.alloc)
@@ -1033,6 +1041,9 @@ class AllocationMachine:
             info = self.backend.query_job(job_id)
         except JobNotFound:
             info = None
+        if info is not None and not same_generation(alloc, info):
+            self._warn(self._reused_id(alloc, info))
+            info = None  # not the allocation the state file recorded: nothing to cancel
         if info is not None:
             owner = owner_of(info, self.user, self.spec, state_job_names(alloc, self.spec))
             if not owner.ours:
@@ -1050,6 +1061,14 @@ class AllocationMachine:
         self.released_job_id = job_id
         self._log(f"Allocation {job_id} released.")
         return f"Allocation {job_id} released."
+
+    @staticmethod
+    def _reused_id(alloc: AllocState | None, info: JobInfo) -> str:
+        """The warning for a state file whose job id Slurm gave to another job."""
+        return (f"state file names job {info.job_id} submitted at "
+                f"{alloc.submit_time if alloc else '?'}, but Slurm's job {info.job_id} was "
+                f"submitted at {info.submit_time}: the id was reused by another job; it is "
+                "left alone (never reused, never cancelled) and the state file is dropped")
 
     def _drop_files(self, cancelled: Sequence[str]) -> None:
         """Remove the state file and salloc log after a release; a failure says what was

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -18,23 +19,26 @@ from typing import Any
 import attrs
 
 from slurm_fsm import placement
-from slurm_fsm.backend import RunningScript, ScriptRequest, SlurmBackend
+from slurm_fsm.backend import LeaseHandle, RunningScript, ScriptRequest, SlurmBackend
 from slurm_fsm.clock import Clock
 from slurm_fsm.errors import BackendError, JobNotFound
 from slurm_fsm.events import Events
 from slurm_fsm.joboutput import output_for_spec
 from slurm_fsm.jobstate import JobState
-from slurm_fsm.lease import LeaseGate
+from slurm_fsm.lease import LeaseGate, lease_name
 from slurm_fsm.logs import tail_lines
 from slurm_fsm.machine import AllocationMachine, SetupFailed, State
 from slurm_fsm.monitor import PollPolicy, Watch, final_outcome, watch_script
 from slurm_fsm.runfacts import Failure, Mode, Phase, RunFacts, StateSource, StepEnd
-from slurm_fsm.runrecord import RunBook, RunRecord
+from slurm_fsm.runrecord import RunBook, RunRecord, new_run_id
 from slurm_fsm.runsteps import RunSteps, stop_leftovers
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState, StateStore
 
 __all__ = ["PersistentRun", "point_latest", "run_book", "run_log_path", "salloc_log_for"]
+
+#: A lease may be broken this long after its job's monitor timeout (its ``max_until``).
+LEASE_MARGIN_S = 900.0
 
 #: What srun prints when Slurm ends a step at its job's time limit.
 TIME_LIMIT_MARK = "DUE TO TIME LIMIT"
@@ -134,6 +138,8 @@ class PersistentRun:
         self.machine: AllocationMachine | None = None
         self.log_path: Path | None = None  # this run's job log, once known
         self.timings: dict[str, float] = {}
+        #: this run's lease step (from the end of step 0 until its job's steps are gone)
+        self.lease: LeaseHandle | None = None
 
     # ----------------------------------------------------------------------- facts
     def _facts(self, phase: Phase, mode: Mode = Mode.PERSISTENT, **what: Any) -> RunFacts:
@@ -174,7 +180,7 @@ class PersistentRun:
         store = StateStore(self.state_path,
                            lock_timeout_s=self.spec.monitor_timeout_seconds + 900.0)
         gate = LeaseGate(self.runs, wait_s=self.lease_wait_s, clock=self.clock,
-                         say=self.events.message)
+                         say=self.events.message, backend=self.backend)
         m = AllocationMachine(self.spec, self.backend, clock=self.clock,
                               log=self.events.message, store=store, salloc_log=self.salloc_log,
                               leases=gate)
@@ -209,6 +215,8 @@ class PersistentRun:
         finally:  # an error or an interrupt on the way: the same end as a normal one
             if not steps.finished and (steps.script is None or steps.script.poll() is not None):
                 steps.finish()
+            if steps.finished and self.lease is not None:  # its job's steps are gone
+                self.lease.stop()
 
     def _step0(self, m: AllocationMachine) -> RunFacts | RunRecord:
         """Under the state file's lock: step 0, then what dead runs left is stopped and
@@ -230,11 +238,22 @@ class PersistentRun:
         for text in stop_leftovers(self.backend, self.runs, alloc.job_id, self.clock):
             self.warnings.append(text)
             self.events.message(f"WARNING: {text}")
+        # the lease step first (every host sees it), then the record that names its run
+        run_id = new_run_id()
+        max_until = time.time() + spec.monitor_timeout_seconds + LEASE_MARGIN_S
+        try:
+            self.lease = self.backend.start_lease(alloc.job_id, lease_name(run_id, max_until))
+        except BackendError as exc:
+            msg = (f"could not take this run's lease on allocation {alloc.job_id} (a step "
+                   f"every host sees in squeue -s): {exc}; the job was not started")
+            m.finish(reason=msg, allocation_gone=isinstance(exc, JobNotFound))
+            return self._facts(Phase.STEP0, failure=Failure(phase=Phase.STEP0, message=msg))
         try:
             lease = self.runs.start(alloc.job_id, spec=str(spec.script_path),
                                     model=spec.model_name or "",
-                                    container=spec.container_name or "")
+                                    container=spec.container_name or "", run_id=run_id)
         except OSError as exc:
+            self.lease.stop()
             msg = (f"could not write this run's record (its lease on allocation "
                    f"{alloc.job_id}) in {self.runs.folder}: {exc}; the job was not started")
             m.finish(reason=msg)

@@ -24,6 +24,7 @@ from slurm_fsm.backend import (
     JobFiles,
     JobInfo,
     JobOutcome,
+    LeaseHandle,
     RunningScript,
     ScriptRequest,
     SlurmBackend,
@@ -120,6 +121,23 @@ class Plan:
         return "\n".join(lines) + "\n"
 
 
+class _PlannedLease:
+    """The lease a dry run would take: nothing runs."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def alive(self) -> bool:
+        return False
+
+    def stop(self) -> None:
+        return None
+
+
 class PlanBackend:
     """Asks the real backend, records (and does not run) what would change things."""
 
@@ -185,6 +203,14 @@ class PlanBackend:
     def step_details(self, job_id: str) -> list[StepInfo]:
         self._ask(slurmcli.scontrol_show_steps_argv(job_id))
         return [] if job_id == PLANNED_JOB else self.real.step_details(job_id)
+
+    def list_steps(self, job_id: str) -> list[StepInfo]:
+        self._ask(slurmcli.squeue_steps_argv(job_id))
+        return [] if job_id == PLANNED_JOB else self.real.list_steps(job_id)
+
+    def start_lease(self, job_id: str, name: str, timeout_s: float = 60.0) -> LeaseHandle:
+        self._would(slurmcli.srun_lease_argv(job_id, name))
+        return _PlannedLease(name)
 
     def cancel(self, job_id: str, step_id: str | None = None) -> None:
         self._would(slurmcli.scancel_argv(job_id, step_id))

@@ -44,7 +44,8 @@ from slurm_fsm.errors import FileProblem
 from slurm_fsm.files import read_bounded, write_atomic
 from slurm_fsm.scriptguard import boot_id, live_start_ticks, start_ticks
 
-__all__ = ["RunBook", "RunRecord", "StepMark", "boot_id", "owner_alive", "start_ticks"]
+__all__ = ["RunBook", "RunRecord", "StepMark", "boot_id", "new_run_id", "owner_alive",
+           "start_ticks"]
 
 #: A record's run id: ``r`` and 12 hex digits (never a user's word).
 RUN_ID = re.compile(r"r[0-9a-f]{12}")
@@ -178,6 +179,11 @@ class RunRecord:
                 "ended": self.ended}
 
 
+def new_run_id() -> str:
+    """A new run id: ``r`` and 12 random hex digits."""
+    return "r" + secrets.token_hex(6)
+
+
 def owner_alive(record: RunRecord) -> bool:
     """Is the run's orchestrator alive? Its pid with the recorded start time, on this
     host and boot, and not a zombie (killed, not yet reaped: it holds nothing). A record
@@ -209,13 +215,14 @@ class RunBook:
         return self.folder / f"{self.stem}.{run_id}.json"
 
     def start(self, allocation: str, *, spec: str = "", model: str = "",
-              container: str = "") -> RunRecord:
+              container: str = "", run_id: str | None = None) -> RunRecord:
         """A new record of this process's run (the lease), written at once. Raises
         OSError or FileProblem when it cannot be written: a run without a lease must not
-        start (a release would not see it)."""
+        start (a release would not see it). ``run_id``: one of :func:`new_run_id`
+        (its lease step's name holds it), else a new one."""
         me = os.getpid()
         record = RunRecord(
-            run_id="r" + secrets.token_hex(6), allocation=allocation, pid=me,
+            run_id=run_id or new_run_id(), allocation=allocation, pid=me,
             pid_ticks=start_ticks(me) or 0, host=socket.gethostname(), boot_id=boot_id(),
             uid=os.getuid(), since=datetime.now(UTC).isoformat(timespec="seconds"),
             spec=spec, model=model, container=container,

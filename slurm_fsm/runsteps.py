@@ -47,6 +47,7 @@ from slurm_fsm import scriptguard
 from slurm_fsm.backend import RunningScript, SlurmBackend, StepInfo
 from slurm_fsm.clock import Clock
 from slurm_fsm.errors import BackendError, JobNotFound
+from slurm_fsm.lease import lease_steps
 from slurm_fsm.monitor import Watch
 from slurm_fsm.runrecord import RunBook, RunRecord, StepMark
 
@@ -353,6 +354,24 @@ class RunSteps:
         return problems
 
 
+def _dead_runs_steps(backend: SlurmBackend, old: RunRecord, pids: set[int],
+                     members: list[int], problems: list[str]) -> list[StepInfo]:
+    """The steps of dead run ``old`` on its allocation (:func:`steps_of`), and its lease
+    step when Slurm still lists it (its srun killed with its whole group)."""
+    alloc_id, host = old.allocation, socket.gethostname()
+    try:
+        steps = backend.step_details(alloc_id)
+    except JobNotFound:
+        return []  # the allocation is gone, and its steps with it
+    except BackendError as exc:
+        problems.append(f"could not list the steps of {alloc_id}: {exc}")
+        return []
+    found = steps_of(old, steps, host=host, uid=os.getuid(), pids=pids, members=members,
+                     alive=_alive(steps, host))
+    return found + [lease.step for lease in lease_steps(steps)
+                    if lease.run_id == old.run_id and lease.step not in found]
+
+
 def stop_leftovers(backend: SlurmBackend, book: RunBook, alloc_id: str, clock: Clock,
                    *, gone_wait_s: float = GONE_WAIT_S) -> list[str]:
     """Under the state file's lock, before this run takes its lease: stop what runs that
@@ -368,7 +387,7 @@ def stop_leftovers(backend: SlurmBackend, book: RunBook, alloc_id: str, clock: C
     for path, why in sorted(book.skipped.items()):
         out.append(f"run record {path} skipped: {why}; delete it")
     book.skipped.clear()
-    host, uid = socket.gethostname(), os.getuid()
+    host = socket.gethostname()
     for old in dead:
         what: list[str] = []
         problems: list[str] = []
@@ -383,14 +402,7 @@ def stop_leftovers(backend: SlurmBackend, book: RunBook, alloc_id: str, clock: C
                        f"allocation {old.allocation}, not {alloc_id} (this checkout's): "
                        "no step of it is touched")
         elif old.steps or pids or "fake_step" in old.script:
-            try:
-                steps = backend.step_details(alloc_id)
-                found = steps_of(old, steps, host=host, uid=uid, pids=pids,
-                                 members=members, alive=_alive(steps, host))
-            except JobNotFound:
-                pass  # the allocation is gone, and its steps with it
-            except BackendError as exc:
-                problems.append(f"could not list the steps of {alloc_id}: {exc}")
+            found = _dead_runs_steps(backend, old, pids, members, problems)
         if old.script:  # the backend proves the group ours before it stops anything
             stopped = backend.stop_stale_script(old.script)
             if stopped:

@@ -81,7 +81,9 @@ __all__ = [
     "GPU_NODE_MARKER",
     "GPU_QUERY_ARGV",
     "JOB_FORMAT",
+    "JOB_FORMAT_V1",
     "JOB_GONE_MARKERS",
+    "LEASE_UP",
     "NO_STEP_MARKER",
     "SACCT_FIELDS",
     "SEP",
@@ -133,6 +135,7 @@ __all__ = [
     "squeue_job_argv",
     "squeue_steps_argv",
     "srun_help_argv",
+    "srun_lease_argv",
     "srun_step_argv",
     "stderr_tail",
     "with_true_exit_code",
@@ -143,9 +146,14 @@ SEP = "|"
 
 #: ``squeue -o`` for jobs: everything :class:`JobInfo` holds, the name last.
 #: Fields: id, state, user, partition, nodes, nodelist, time left, elapsed,
-#: reason, start time, name.
-JOB_FORMAT = SEP.join(["%i", "%T", "%u", "%P", "%D", "%N", "%L", "%M", "%r", "%S", "%k", "%j"])
-_JOB_FIELD_COUNT = 12
+#: reason, start time, comment, submit time, name.
+JOB_FORMAT = SEP.join(["%i", "%T", "%u", "%P", "%D", "%N", "%L", "%M", "%r", "%S", "%k", "%V",
+                       "%j"])
+_JOB_FIELD_COUNT = 13
+#: The format before the submit time was read (issue 28): rows of it still parse.
+JOB_FORMAT_V1 = SEP.join(["%i", "%T", "%u", "%P", "%D", "%N", "%L", "%M", "%r", "%S", "%k",
+                          "%j"])
+_SUBMIT = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d|N/A|Unknown")
 
 #: ``squeue -s -O`` for steps: id, state, name (the name last, unpadded).
 STEP_FORMAT = f"StepId:64{SEP},StepState:24{SEP},StepName:0"
@@ -336,6 +344,20 @@ def srun_step_argv(request: StepRequest) -> list[str]:
         argv.extend(_container_args(request.container))
     argv.extend(request.argv)
     return argv
+
+
+#: What a lease step's task prints once it runs: the step exists in slurmctld from then on.
+LEASE_UP = "fsm-lease-up"
+
+
+def srun_lease_argv(job_id: str, name: str) -> list[str]:
+    """``srun --overlap --gres=none -N1 -n1 -J NAME`` of a run's lease: a step that
+    sleeps until its ``srun`` ends, visible to every host in ``squeue -s`` under
+    ``name``. ``--overlap`` shares everything it holds (one CPU of one node) with the
+    allocation's other steps, ``--gres=none`` takes no GPU: it never delays a job. It
+    prints :data:`LEASE_UP` once its task runs."""
+    return ["srun", f"--jobid={job_id}", "-N1", "-n1", "--overlap", "--gres=none",
+            f"--job-name={name}", "sh", "-c", f"echo {LEASE_UP}; exec sleep infinity"]
 
 
 def mount_warmup_argv(targets: Sequence[str]) -> tuple[str, ...]:
@@ -579,7 +601,11 @@ def parse_jobs(text: str) -> list[JobInfo]:
     jobs = []
     for line in _lines(text):
         fields = line.split(SEP, _JOB_FIELD_COUNT - 1)
-        if len(fields) != _JOB_FIELD_COUNT:
+        if len(fields) == _JOB_FIELD_COUNT and _SUBMIT.fullmatch(fields[11].strip()):
+            submit = fields.pop(11).strip()
+        else:  # a row of JOB_FORMAT_V1 (recorded before the submit time was read)
+            fields, submit = line.split(SEP, _JOB_FIELD_COUNT - 2), ""
+        if len(fields) != _JOB_FIELD_COUNT - 1:
             raise ValueError(f"not a squeue row of {JOB_FORMAT!r}: {line!r}")
         (job_id, state, user, partition, nodes, nodelist, left, used, reason, start, comment,
          name) = fields
@@ -597,6 +623,7 @@ def parse_jobs(text: str) -> list[JobInfo]:
                 reason=reason.strip(),
                 start_time=start.strip(),
                 comment="" if comment.strip() == "(null)" else comment.strip(),
+                submit_time="" if submit in ("N/A", "Unknown") else submit,
             )
         )
     return jobs

@@ -49,7 +49,7 @@ PROBE_BYTES = 4096
 KEYS = (
     "job_id", "container_name", "nodelist", "partition", "account", "nodes", "gpus_per_node",
     "docker_image", "container_mounts", "allocated_at", "time_limit", "installed",
-    "cpus_per_node",
+    "cpus_per_node", "submit_time",
 )
 #: The keys procedure.md lists (always written).
 ORIGINAL_KEYS = KEYS[:12]
@@ -78,6 +78,10 @@ class AllocState:
     time_limit: str = "04:00:00"
     installed: bool = False
     cpus_per_node: int | None = None
+    #: Slurm's submit time of the job (``squeue %V``), written once the job is seen:
+    #: with ``job_id`` and the tag it names the allocation, and a job that reused the
+    #: id (another submit time) is never reused nor cancelled. None in older files.
+    submit_time: str | None = None
 
     def to_json(self) -> str:
         data: dict[str, Any] = converter.unstructure(self)

@@ -9,10 +9,11 @@ of :mod:`slurm_fsm.slurmcli`; this module only runs them:
   less the ``SLURM_*`` of any job the caller itself runs in;
 * on a timeout the tool gets SIGTERM first (``srun`` and ``salloc`` then give
   back what they hold), SIGKILL only after a grace period;
-* two processes outlive a call on purpose: the detached ``salloc --no-shell``
-  of :meth:`SubprocessBackend.allocate` (reaped by a daemon thread) and the
+* three processes outlive a call on purpose: the detached ``salloc --no-shell``
+  of :meth:`SubprocessBackend.allocate` (reaped by a daemon thread), the
   local script of :meth:`SubprocessBackend.start_script`
-  (a :class:`LocalScript`).
+  (a :class:`LocalScript`) and a run's lease step of
+  :meth:`SubprocessBackend.start_lease` (a :class:`LocalLease`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import select
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -74,6 +76,7 @@ from slurm_fsm.preflight import (
 
 __all__ = [
     "CommandResult",
+    "LocalLease",
     "LocalScript",
     "Runner",
     "SubprocessBackend",
@@ -348,6 +351,54 @@ class LocalScript:
     def _close(self) -> None:
         if not self._log_file.closed:
             self._log_file.close()
+
+
+class LocalLease:
+    """A run's lease step: its ``srun`` (:func:`slurmcli.srun_lease_argv`) under
+    :mod:`slurm_fsm.scriptguard`, in a session of its own. Implements
+    :class:`slurm_fsm.backend.LeaseHandle`. When this process dies, even by
+    ``kill -9``, the kernel signals the guard, the guard stops ``srun`` and ``srun``
+    ends the step: Slurm lists it no more a fraction of a second later."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], name: str, stderr: IO[bytes]) -> None:
+        self._proc = proc
+        self._name = name
+        self._stderr = stderr
+
+    @property
+    def name(self) -> str:
+        """The step's name."""
+        return self._name
+
+    @property
+    def pid(self) -> int:
+        """The guard's pid (its process group)."""
+        return self._proc.pid
+
+    def alive(self) -> bool:
+        """The guard (and so its ``srun``) still runs."""
+        return self._proc.poll() is None
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """SIGTERM to the group (``srun`` ends its step), SIGKILL after ``grace_s``."""
+        if self._proc.poll() is None:
+            scriptguard.stop_group(
+                self._proc.pid, grace_s,
+                ended=lambda: self._proc.poll() is not None and not _group_alive(
+                    self._proc.pid), poll_s=0.02)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._proc.wait(timeout=grace_s)
+        for stream in (self._proc.stdout, self._stderr):
+            if stream is not None and not stream.closed:
+                stream.close()
+
+    def stderr_text(self) -> str:
+        """What ``srun`` said on stderr so far."""
+        try:
+            self._stderr.seek(0)
+            return self._stderr.read().decode("utf-8", "replace")
+        except (OSError, ValueError):
+            return ""
 
 
 class SubprocessBackend:
@@ -656,6 +707,47 @@ class SubprocessBackend:
         """``squeue -s -j ID``: every step squeue lists (numeric, ``batch``, ``extern``)."""
         result = self._run(slurmcli.squeue_steps_argv(check_job_id(job_id)))
         return self._parse(result, lambda text: slurmcli.parse_steps(text, job_id))
+
+    def start_lease(self, job_id: str, name: str, timeout_s: float = 60.0) -> LocalLease:
+        """A run's lease step ``name`` (:func:`slurmcli.srun_lease_argv`), tied to this
+        process's life (:func:`guarded`); returns once its task runs, i.e. once every
+        host's ``squeue -s`` lists it. JobNotFound when the allocation is gone,
+        ControllerUnreachable, or CommandTimedOut at ``timeout_s`` (srun is stopped)."""
+        argv = slurmcli.srun_lease_argv(check_job_id(job_id), name)
+        err = tempfile.TemporaryFile()  # noqa: SIM115 - LocalLease closes it
+        started = time.monotonic()
+        try:
+            proc = subprocess.Popen(  # noqa: S603 - an argument list, never a shell
+                guarded(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=err, env=self.environment(), start_new_session=True)
+        except BaseException:
+            err.close()
+            raise
+        lease = LocalLease(proc, name, err)
+        assert proc.stdout is not None
+        seen = b""
+        mark = slurmcli.LEASE_UP.encode()
+        while mark not in seen:
+            left = started + timeout_s - time.monotonic()
+            if left <= 0:
+                break
+            ready, _, _ = select.select([proc.stdout], [], [], min(left, 1.0))
+            if ready:
+                chunk = os.read(proc.stdout.fileno(), 4096)
+                if not chunk:  # srun ended before its task ran
+                    break
+                seen += chunk
+        if mark in seen:
+            return lease
+        timed_out = proc.poll() is None
+        lease.stop(grace_s=5.0)
+        result = CommandResult(argv=tuple(argv), returncode=None if timed_out else
+                               (proc.returncode or 1), stdout=seen.decode("utf-8", "replace"),
+                               stderr=lease.stderr_text(),
+                               seconds=time.monotonic() - started, timeout_s=timeout_s)
+        error = self._classify(result)
+        raise error or CommandFailed(argv, result.returncode or 1, result.stderr,
+                                     f"lease step {name} did not start")
 
     def step_details(self, job_id: str) -> list[StepInfo]:
         """``scontrol -o show step ID``: the job's steps with their srun's host and pid

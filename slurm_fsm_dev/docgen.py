@@ -245,7 +245,10 @@ _CONDITION_DOCS: dict[str, str] = {
     "controller_unreachable": "`squeue` could not reach the controller or timed out",
     "retries_left": "an unreachable controller is retried again (`unreachable_retries`)",
     "job_is_ours": "this user's job with this checkout's tag, or untagged under our job "
-                   "name (`slurm_fsm.ownership`)",
+                   "name (`slurm_fsm.ownership`), and the very job the state file "
+                   "recorded: when both are known, Slurm's submit time of the id is the "
+                   "state file's `submit_time` (`edges.same_generation`: Slurm reuses "
+                   "job ids)",
     "job_pending": "the job waits to run (`JobState.is_pending`): "
                    + ", ".join(sorted(s.value for s in JobState if s.is_pending)),
     "pending_wait_left": "a pending allocation of the state file is still waited for "

@@ -243,17 +243,20 @@ def _backend_row(method: str) -> str:
 
 
 def test_backends_md_list_steps_and_step_details_say_who_uses_them() -> None:
-    """list_steps is no member of the protocol (no product path uses it); each run's
-    own steps come from step_details (scontrol show step), passed as ``stop``."""
+    """list_steps is the lease gate's one question (issue 28: the other runs' lease
+    steps, from any host); each run's own steps come from step_details (scontrol show
+    step), passed as ``stop``."""
     import inspect
 
-    from slurm_fsm import backend, monitor, persistent, runsteps
+    from slurm_fsm import backend, lease, monitor, persistent, runsteps
     from slurm_fsm.subprocess_backend import SubprocessBackend
 
     row = _backend_row("list_steps")
-    assert "not part of the protocol" in row and "squeue -s -j ID" in row
-    assert not hasattr(backend.SlurmBackend, "list_steps")
+    assert "lease gate" in row and "squeue -s -j ID" in row
+    assert hasattr(backend.SlurmBackend, "list_steps")
+    assert "backend.list_steps(job_id)" in inspect.getsource(lease)
     assert hasattr(SubprocessBackend, "list_steps")
+    assert "--overlap --gres=none" in _backend_row("start_lease")
     assert not hasattr(monitor, "stop_steps")
     assert "list_steps" not in inspect.getsource(runsteps)
     assert "stop=steps.stop" in inspect.getsource(persistent)

@@ -59,8 +59,8 @@ def test_persistent_pass_then_reuse_with_one_query(make_spec: SpecFactory,
     assert second.path == ["NoState", "Validating", "Ready", "Running", "Ready"]
     before_start = fake.ops()[: fake.ops().index("start_script")]
     assert [op for op in before_start if op == "query_job"] == ["query_job"]
-    # no GPUs asked: no GPU pre-flight srun
-    assert [op for op in before_start if op in CONTROLLER_OPS] == ["query_job"]
+    # no GPUs asked: no GPU pre-flight srun; the run's lease step (issue 28) is the one srun
+    assert [op for op in before_start if op in CONTROLLER_OPS] == ["query_job", "start_lease"]
     env = next(c for c in fake.calls if c.op == "start_script").args["request"].env
     assert env["SLURM_JOB_ID"] == first.allocation_id
     assert env["SLURM_NNODES"] == env["SLURM_JOB_NUM_NODES"] == "1"
@@ -101,9 +101,10 @@ def test_persistent_hang_cancels_only_the_step(make_spec: SpecFactory, fake: Fak
     assert report.status is Status.HANG_DETECTED
     alloc = report.allocation_id or ""
     cancels = [c.args for c in fake.calls if c.op == "cancel"]
-    assert cancels == [{"job_id": alloc, "step_id": "0"}]
+    # step 0 is the run's lease step (issue 28), step 1 its script
+    assert cancels == [{"job_id": alloc, "step_id": "1"}]
     assert fake.query_job(alloc).state == "RUNNING"
-    assert report.metrics["cancelled_steps"] == [f"{alloc}.0"]
+    assert report.metrics["cancelled_steps"] == [f"{alloc}.1"]
     assert report.log_tail[-1] == "NCCL watchdog: Hang Detected"
     assert any(d["symptom"] == "HANG_DETECTED" for d in report.diagnosis)
     # the next run reuses the same allocation
@@ -286,7 +287,7 @@ def test_interrupt_stops_the_step_and_keeps_the_allocation(make_spec: SpecFactor
     alloc = next(j for j in fake.jobs.values() if j.kind == "alloc")
     assert alloc.state == "RUNNING" and alloc.steps == {}
     assert [c.args for c in fake.calls if c.op == "cancel"] == [
-        {"job_id": alloc.job_id, "step_id": "0"}]
+        {"job_id": alloc.job_id, "step_id": "1"}]  # 0: the run's lease step
 
 
 @pytest.mark.parametrize("persistent", [True, False])

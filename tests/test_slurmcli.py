@@ -74,7 +74,7 @@ def recorded(name: str) -> tuple[list[str], int, str, str]:
 
 
 def test_squeue_builders() -> None:
-    fmt = "%i|%T|%u|%P|%D|%N|%L|%M|%r|%S|%k|%j"
+    fmt = "%i|%T|%u|%P|%D|%N|%L|%M|%r|%S|%k|%V|%j"
     assert fmt == slurmcli.JOB_FORMAT
     assert slurmcli.squeue_job_argv("12") == ["squeue", "-j", "12", "-h", "-o", fmt]
     assert slurmcli.squeue_find_argv("acct-trtllm.persistent", "alice") == [
@@ -373,7 +373,8 @@ def test_nodelists() -> None:
 
 def test_parse_running_allocation_row() -> None:
     argv, rc, out, _ = recorded("squeue_job_running")
-    assert argv[:4] == ["squeue", "-j", argv[2], "-h"] and argv[5] == slurmcli.JOB_FORMAT
+    # recorded before the submit time (%V) was read: rows of that format still parse
+    assert argv[:4] == ["squeue", "-j", argv[2], "-h"] and argv[5] == slurmcli.JOB_FORMAT_V1
     assert rc == 0
     job = slurmcli.parse_job(out, argv[2])
     assert job.state == "RUNNING"
@@ -416,6 +417,20 @@ def test_name_is_last_so_a_bar_in_it_is_kept() -> None:
     assert job.comment == "slurm_fsm:repo=ab12"
     assert job.time_left.seconds == 3600
     assert job.elapsed.seconds == 300
+
+
+def test_the_submit_time_is_read_and_a_bar_in_the_name_still_kept() -> None:
+    """Issue 28: (job id, submit time, tag) name an allocation; squeue's %V sits before
+    the name, which stays last."""
+    row = ("7|RUNNING|bob|batch|1|n1|1:00:00|5:00|None|2026-01-01T00:00:00|"
+           "slurm_fsm:repo=ab12|2025-12-31T23:59:58|odd|name|x\n")
+    (job,) = slurmcli.parse_jobs(row)
+    assert job.submit_time == "2025-12-31T23:59:58"
+    assert job.name == "odd|name|x" and job.comment == "slurm_fsm:repo=ab12"
+    (old,) = slurmcli.parse_jobs(row.replace("2025-12-31T23:59:58|", ""))
+    assert old.submit_time == "" and old.name == "odd|name|x"
+    (unknown,) = slurmcli.parse_jobs(row.replace("2025-12-31T23:59:58", "N/A"))
+    assert unknown.submit_time == "" and unknown.name == "odd|name|x"
 
 
 def test_parse_job_absent_is_job_not_found() -> None:

@@ -27,6 +27,7 @@ import tempfile
 import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +81,8 @@ __all__ = [
 #: Operations that talk to the controller (a down controller fails them).
 CONTROLLER_OPS = frozenset({
     "query_job", "find_jobs", "allocate", "run_step", "gpu_processes", "probe_gpu_name",
-    "list_steps", "step_details", "cancel", "submit", "job_outcome", "granted", "job_files",
+    "list_steps", "step_details", "start_lease", "cancel", "submit", "job_outcome", "granted",
+    "job_files",
     "cluster_partitions", "accounting_enforce",
 })
 
@@ -382,6 +384,31 @@ class _LocalFakeScript:
             self._end(self._local.poll() or 128 + signals.SIGTERM)
 
 
+class _FakeLease:
+    """A run's lease step on the fake cluster (implements
+    :class:`~slurm_fsm.backend.LeaseHandle`): a step named for the run, gone when
+    stopped, when its job ends, or when :meth:`FakeCluster.lease_owner_dies`."""
+
+    def __init__(self, cluster: FakeCluster, job_id: str, step_id: str, name: str) -> None:
+        self.cluster = cluster
+        self.job_id = job_id
+        self.step_id = step_id
+        self._name = name
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def alive(self) -> bool:
+        job = self.cluster.jobs.get(self.job_id)
+        return job is not None and job.active and self.step_id in job.steps
+
+    def stop(self) -> None:
+        job = self.cluster.jobs.get(self.job_id)
+        if job is not None:
+            job.steps.pop(self.step_id, None)
+
+
 #: How the ``srun`` on a script's PATH starts (``{python}`` and ``{shim}`` shell-quoted).
 _SRUN_WRAPPER = '#!/bin/bash\nexec {python} -I -S {shim} "$@"\n'
 
@@ -519,11 +546,15 @@ class FakeCluster:
                  nodes: int = 1, time_limit_s: int | None = 3600,
                  state: JobState | str = JobState.RUNNING,
                  account: str = "acct", comment: str = "", cpus_per_node: int = 1,
-                 gpus_per_node: int = 0) -> FakeJob:
-        """Put a job on the cluster directly (someone else's, an orphan, ...)."""
+                 gpus_per_node: int = 0, job_id: str | None = None) -> FakeJob:
+        """Put a job on the cluster directly (someone else's, an orphan, ...).
+        ``job_id``: reuse that id (Slurm's ids wrap): the job of that id, ended, is
+        replaced, as Slurm forgets it."""
         part = partition or next(iter(self.partitions))
+        if job_id is not None and job_id in self.jobs:
+            self._finish(self.jobs[job_id], JobState.COMPLETED)
         job = FakeJob(
-            job_id=str(next(self._ids)), name=name, user=user, partition=part,
+            job_id=job_id or str(next(self._ids)), name=name, user=user, partition=part,
             account=account, num_nodes=nodes, nodes=self.partitions[part][:nodes],
             time_limit_s=time_limit_s, submitted_at=self.clock.now(), kind="alloc",
             pending_until=self.clock.now(), state=state,
@@ -644,6 +675,7 @@ class FakeCluster:
             time_left=left, elapsed=elapsed,
             reason=job.reason if job.state is JobState.PENDING else "None",
             start_time="N/A", comment=job.comment,
+            submit_time=datetime.fromtimestamp(job.submitted_at).strftime("%Y-%m-%dT%H:%M:%S"),
         )
 
     def _job(self, job_id: str) -> FakeJob:
@@ -925,6 +957,30 @@ class FakeCluster:
         for r in self._running:
             r.poll()
         return list(job.steps.values())
+
+    def start_lease(self, job_id: str, name: str, timeout_s: float = 60.0) -> _FakeLease:
+        """A run's lease step ``name``: one step of the job (a ``srun``, counted as
+        one by :meth:`count`), until stopped or :meth:`lease_owner_dies`."""
+        self._call("start_lease", job_id=job_id, name=name)
+        job = self._job(job_id)
+        if job.state is not JobState.RUNNING:
+            raise JobNotFound(job_id, f"srun: error: Unable to create step for job {job_id}")
+        step_id = str(job.next_step)
+        job.next_step += 1
+        job.steps[step_id] = StepInfo(job_id=job_id, step_id=step_id, name=name,
+                                     state=JobState.RUNNING)
+        return _FakeLease(self, job_id, step_id, name)
+
+    def lease_owner_dies(self, run_id: str) -> list[str]:
+        """The orchestrator of run ``run_id`` is killed (``kill -9``): its lease step
+        ends, as Slurm's does a fraction of a second later. The steps ended."""
+        gone: list[str] = []
+        for job in self.jobs.values():
+            for sid, step in list(job.steps.items()):
+                if step.name.startswith(f"fsm-lease.{run_id}."):
+                    del job.steps[sid]
+                    gone.append(step.full_id)
+        return gone
 
     def step_details(self, job_id: str) -> list[StepInfo]:
         """The job's running numbered steps, as :meth:`list_steps` (the fake has no

@@ -167,7 +167,7 @@ def test_hang_cancels_only_the_step_and_the_allocation_is_reused(
     assert report.elapsed_s is not None and report.elapsed_s < 30
     if variant == "marker while the step runs":
         # no GPUs asked, no GPU pre-flight step: the script's step is the first
-        assert report.metrics["cancelled_steps"] == [f"{job_id}.0"]
+        assert report.metrics["cancelled_steps"] == [f"{job_id}.1"]  # 0: the run's lease
     assert until("no step left", lambda: True if not step_ids(job_id) else None, 10)
     assert job_state(job_id) == "RUNNING"
 
@@ -189,7 +189,8 @@ def test_monitor_timeout_cancels_the_step_and_keeps_the_allocation(
     assert "monitor timeout" in report.summary
     job_id = report.allocation_id
     assert job_id is not None
-    assert report.metrics["cancelled_steps"] == [f"{job_id}.0"]  # no GPU pre-flight step
+    # no GPU pre-flight step; step 0 is the run's lease (issue 28)
+    assert report.metrics["cancelled_steps"] == [f"{job_id}.1"]
     assert until("no step left", lambda: True if not step_ids(job_id) else None, 10)
     assert job_state(job_id) == "RUNNING"
 
