@@ -54,6 +54,23 @@ def _alloc(fake: FakeCluster) -> str:
     return next(j.job_id for j in fake.jobs.values() if j.kind == "alloc" and j.active)
 
 
+def _script_step(fake: FakeCluster) -> str:
+    """The running script's step on the allocation (the run's lease is a step too)."""
+    steps = fake.jobs[_alloc(fake)].steps.values()
+    return next(s.step_id for s in steps if not s.name.startswith("fsm-lease."))
+
+
+class _Hit:
+    """Acts on the script's own step when ``line`` is printed; remembers which it was."""
+
+    def __init__(self, fake: FakeCluster, act: str, **kw: str) -> None:
+        self.fake, self.act, self.kw, self.step = fake, act, kw, ""
+
+    def __call__(self) -> None:
+        self.step = _script_step(self.fake)
+        getattr(self.fake, self.act)(_alloc(self.fake), self.step, **self.kw)
+
+
 def _step_asks(fake: FakeCluster) -> int:
     return fake.count("step_outcomes")
 
@@ -62,13 +79,13 @@ def test_a_step_cancelled_from_outside_is_cancelled(make_spec: SpecFactory) -> N
     fake = FakeCluster()
     spec = make_spec()
     fake.script(spec.script_path, FakeScript(lines=LINES, exit_code=0))
-    events = _OnLine("step starts", lambda: fake.cancel_step(_alloc(fake), "0", by="0"))
-    report = _run(spec, fake, events)
+    hit = _Hit(fake, "cancel_step", by="0")
+    report = _run(spec, fake, _OnLine("step starts", hit))
     alloc = report.allocation_id
     assert report.exit_code == 143  # what the script said: a signal
     assert report.status is Status.CANCELLED, report.summary
-    assert f"step {alloc}.0 was cancelled by uid 0" in report.summary
-    assert report.metrics["step_states"] == {f"{alloc}.0": "CANCELLED by 0"}
+    assert f"step {alloc}.{hit.step} was cancelled by uid 0" in report.summary
+    assert report.metrics["step_states"] == {f"{alloc}.{hit.step}": "CANCELLED by 0"}
     assert report.metrics["cancelled_by"] == "0"
     assert fake.query_job(alloc or "").state == "RUNNING"  # the allocation lives on
 
@@ -77,12 +94,12 @@ def test_a_step_killed_for_memory_is_out_of_memory(make_spec: SpecFactory) -> No
     fake = FakeCluster()
     spec = make_spec()
     fake.script(spec.script_path, FakeScript(lines=LINES))
-    events = _OnLine("step starts", lambda: fake.oom_step(_alloc(fake), "0"))
-    report = _run(spec, fake, events)
+    hit = _Hit(fake, "oom_step")
+    report = _run(spec, fake, _OnLine("step starts", hit))
     alloc = report.allocation_id
     assert report.exit_code == 137
     assert report.status is Status.OUT_OF_MEMORY, report.summary
-    assert f"step {alloc}.0 ran out of memory (sacct: OUT_OF_MEMORY)" in report.summary
+    assert f"step {alloc}.{hit.step} ran out of memory (sacct: OUT_OF_MEMORY)" in report.summary
     assert any(d["symptom"] == "OUT_OF_MEMORY" for d in report.diagnosis)
     assert fake.query_job(alloc or "").state == "RUNNING"
 
@@ -94,8 +111,9 @@ def test_a_failed_script_step_leaves_the_exit_code_to_decide(make_spec: SpecFact
     report = _run(spec, fake)
     assert report.status is Status.FAILED and report.exit_code == 3
     assert "step_states" not in report.metrics  # only a step that did not just fail
+    # the fake's first run: its lease is step 0, its script step 1
     assert [c.args for c in fake.calls if c.op == "step_outcomes"] == [
-        {"job_id": report.allocation_id, "step_ids": ("0",)}]
+        {"job_id": report.allocation_id, "step_ids": ("1",)}]
 
 
 def test_a_passing_run_does_not_ask_accounting(make_spec: SpecFactory) -> None:
@@ -120,7 +138,7 @@ def test_accounting_off_falls_back_to_the_exit_code(make_spec: SpecFactory) -> N
     fake = FakeCluster(accounting=False)
     spec = make_spec()
     fake.script(spec.script_path, FakeScript(lines=LINES))
-    events = _OnLine("step starts", lambda: fake.cancel_step(_alloc(fake), "0"))
+    events = _OnLine("step starts", _Hit(fake, "cancel_step"))
     report = _run(spec, fake, events)
     assert (report.status, report.exit_code) == (Status.FAILED, 143)
     assert _step_asks(fake) == 1  # off: asking again would not help
@@ -136,7 +154,7 @@ def test_accounting_that_does_not_answer_is_asked_a_few_times_then_the_exit_code
     fake.script(spec.script_path, FakeScript(lines=LINES))
     fake.fail_next("step_outcomes", ControllerUnreachable(
         "sacct: error: Problem talking to the database: Connection refused"), times=99)
-    events = _OnLine("step starts", lambda: fake.cancel_step(_alloc(fake), "0"))
+    events = _OnLine("step starts", _Hit(fake, "cancel_step"))
     before = fake.clock.now()
     report = _run(spec, fake, events)
     assert (report.status, report.exit_code) == (Status.FAILED, 143)
@@ -150,7 +168,7 @@ def test_accounting_that_lags_is_asked_again(make_spec: SpecFactory) -> None:
     fake.accounting_lag_s = 1.2  # the row comes after the first two questions
     spec = make_spec()
     fake.script(spec.script_path, FakeScript(lines=LINES))
-    events = _OnLine("step starts", lambda: fake.cancel_step(_alloc(fake), "0"))
+    events = _OnLine("step starts", _Hit(fake, "cancel_step"))
     report = _run(spec, fake, events)
     assert report.status is Status.CANCELLED, report.summary
     assert 2 <= _step_asks(fake) <= len(STEP_ACCOUNTING_WAITS_S) + 1
@@ -173,7 +191,8 @@ def test_a_siblings_step_is_never_asked_about(make_spec: SpecFactory) -> None:
     fake.reset_calls()
     report = _run(spec, fake)
     asked = [c.args for c in fake.calls if c.op == "step_outcomes"]
-    assert asked == [{"job_id": alloc, "step_ids": ("1",)}]  # its own step only
+    # its own step only (the second run: its lease is step 2, its script step 3)
+    assert asked == [{"job_id": alloc, "step_ids": ("3",)}]
     assert "step_states" not in report.metrics  # the sibling's step 7 is not there
     assert (report.status, report.exit_code) == (Status.FAILED, 2)
 
@@ -305,11 +324,12 @@ def test_a_fake_step_killed_over_its_memory_limit_is_out_of_memory(
     fake = FakeCluster()
     spec = make_spec()
     alloc = "100"  # the fake's first job
+    step = "1"  # its first run's lease is step 0, the script step 1 (asserted below)
     fake.script(spec.script_path, FakeScript(lines=(
-        "step starts", f"slurmstepd-node01: error: StepId={alloc}.0 exceeded memory limit "
+        "step starts", f"slurmstepd-node01: error: StepId={alloc}.{step} exceeded memory limit "
         "(433336320 > 104857600), being killed", "working", "working", "working")))
-    events = _OnLine("exceeded memory limit", lambda: fake.cancel_step(alloc, "0", by="0"))
-    report = _run(spec, fake, events)
-    assert report.allocation_id == alloc
+    hit = _Hit(fake, "cancel_step", by="0")
+    report = _run(spec, fake, _OnLine("exceeded memory limit", hit))
+    assert (report.allocation_id, hit.step) == (alloc, step)
     assert report.status is Status.OUT_OF_MEMORY, report.summary
-    assert report.metrics["step_states"] == {f"{alloc}.0": "CANCELLED by 0"}
+    assert report.metrics["step_states"] == {f"{alloc}.{step}": "CANCELLED by 0"}
