@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from slurm_fsm import sharedview
 from slurm_fsm.clock import Clock
 from slurm_fsm.duration import Duration
 from slurm_fsm.errors import JobNotFound, SlurmFsmError, SpecError
@@ -354,9 +355,12 @@ class Allocation:
             return []
         workers = min(len(specs), max_parallel or len(specs))
         specs = self._sized_for(specs, workers)
+        # the runs share one fresh view of the allocation (slurm_fsm.sharedview)
+        view = sharedview.SharedView(self.backend, self.clock)
         with ThreadPoolExecutor(max_workers=workers,
                                 thread_name_prefix="slurm_fsm-run") as pool:
-            futures = [pool.submit(self._run_checked, spec) for spec in specs]
+            futures = [pool.submit(sharedview.active(view).run, self._run_checked, spec)
+                       for spec in specs]
             for f in futures:
                 f.exception()  # wait for every run, whatever one of them raised
         return [f.result() for f in futures]

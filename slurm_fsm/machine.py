@@ -54,7 +54,7 @@ from typing import Any
 import attrs
 from transitions import EventData, Machine, MachineError
 
-from slurm_fsm import files
+from slurm_fsm import files, sharedview
 from slurm_fsm.backend import (
     AllocationRequest,
     ContainerOptions,
@@ -645,7 +645,7 @@ class AllocationMachine:
             self._pending_polls += 1
         base = Observation(trigger="advance", source=State.Validating, alloc=self.alloc)
         try:
-            info = self.backend.query_job(job_id)
+            info, asked_at = self._query_job(job_id)
         except JobNotFound:
             return attrs.evolve(base, at=self.clock.now(), gone=True,
                                 summary=f"allocation {job_id} is gone")
@@ -661,7 +661,7 @@ class AllocationMachine:
             )
         now = self.clock.now()  # the one reading every time of this observation uses
         self._attempt = 0
-        self._job = (info, now)
+        self._job = (info, now if asked_at is None else asked_at)
         if info.state.is_running and info.nodelist and (
                 not self.alloc.nodelist or self.alloc.cpus_per_node is None):
             # written while PENDING, or by an older version: complete it with what Slurm
@@ -690,6 +690,15 @@ class AllocationMachine:
             failure=f"allocation {job_id} still {info.state} after {self.pending_wait_s:g} s "
                     f"(reason {info.reason or 'unknown'}); state file kept, not cancelled",
         )
+
+    def _query_job(self, job_id: str) -> tuple[JobInfo, float | None]:
+        """The job's row; in ``run_many``, the row a sibling run asked at most
+        :data:`~slurm_fsm.sharedview.JOB_MAX_AGE_S` ago (newer than this machine's last)
+        and when it was asked (:mod:`slurm_fsm.sharedview`)."""
+        view = sharedview.current(self.backend)
+        if view is None:
+            return self.backend.query_job(job_id), None
+        return view.query_job(job_id, not_before=self._job[1] if self._job else None)
 
     def _complete_grant(self, alloc: AllocState, info: JobInfo) -> AllocState:
         alloc = attrs.evolve(alloc, nodelist=alloc.nodelist or info.nodelist)
@@ -977,8 +986,9 @@ class AllocationMachine:
         if not self.spec.slurm_params.gpus_per_node:
             return []  # no GPUs asked: nothing to judge, no srun
         try:
-            procs = self.backend.gpu_processes(self.alloc.job_id, self.alloc.nodes,
-                                               self.alloc.gpus_per_node)
+            view = sharedview.current(self.backend)  # run_many: a sibling's fresh check
+            procs = (view or self.backend).gpu_processes(self.alloc.job_id, self.alloc.nodes,
+                                                         self.alloc.gpus_per_node)
         except NvidiaSmiFailed as exc:  # a node whose GPUs nobody can see is not clean
             procs = exc.processes
             for failure in exc.failures:

@@ -18,7 +18,7 @@ from typing import Any
 
 import attrs
 
-from slurm_fsm import placement
+from slurm_fsm import placement, sharedview
 from slurm_fsm.backend import LeaseHandle, RunningScript, ScriptRequest, SlurmBackend
 from slurm_fsm.clock import Clock
 from slurm_fsm.errors import BackendError, JobNotFound
@@ -412,8 +412,11 @@ class PersistentRun:
         allocation fails (``srun: error: Node failure on n1``, Slurm 22.05)."""
         if watch.hang or watch.timed_out:
             return None
+        view = sharedview.current(self.backend)  # run_many: a row asked after this end
+        ended_at = self.clock.now()
         try:
-            info = self.backend.query_job(alloc_id)
+            info = (self.backend.query_job(alloc_id) if view is None
+                    else view.query_job(alloc_id, not_before=ended_at)[0])
         except JobNotFound:
             pass
         except BackendError as exc:

@@ -37,6 +37,7 @@ import hmac
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 
@@ -131,14 +132,54 @@ def _set_pdeathsig(sig: int) -> bool:
 
 
 def group_members(pgid: int, *, exclude: int | None = None) -> list[int]:
-    """Live (not zombie) processes of process group ``pgid``, from ``/proc``."""
-    found: list[int] = []
+    """Live (not zombie) processes of process group ``pgid``, from ``/proc``: a scan
+    that started after this call (:func:`_process_groups`: concurrent callers of one
+    process share one scan)."""
+    return [pid for pid in _process_groups().get(pgid, ()) if pid != exclude]
+
+
+class _Scans:
+    """One ``/proc`` scan for many threads: the callers that arrive while a scan runs
+    share the next one (it starts after each of them asked, so its answer is as fresh
+    as a scan of their own). Many runs at once in one process (``run_many``) each read
+    ``/proc`` every sample; one scan a round instead of one each (issue 28)."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.started = 0  # scans begun
+        self.done = 0  # the scan whose table is kept
+        self.running = False
+        self.table: dict[int, list[int]] = {}
+
+    def get(self) -> dict[int, list[int]]:
+        with self.cond:
+            want = self.started + 1  # a scan that begins after this call
+            while self.done < want:
+                if self.running:
+                    self.cond.wait()
+                    continue
+                self.running = True
+                self.started += 1
+                mine = self.started
+                self.cond.release()
+                try:
+                    table = _scan_groups()
+                finally:
+                    self.cond.acquire()
+                    self.running = False
+                    self.cond.notify_all()
+                self.table, self.done = table, mine
+            return self.table
+
+
+def _scan_groups() -> dict[int, list[int]]:
+    found: dict[int, list[int]] = {}
     try:
         entries = os.listdir("/proc")
     except OSError:
         return found
     for name in entries:
-        if not name.isdigit() or int(name) == exclude:
+        if not name.isdigit():
             continue
         try:
             with open(f"/proc/{name}/stat", encoding="utf-8", errors="replace") as fh:
@@ -146,9 +187,18 @@ def group_members(pgid: int, *, exclude: int | None = None) -> list[int]:
         except OSError:
             continue
         fields = stat.rsplit(")", 1)[-1].split()
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
-            found.append(int(name))
+        if len(fields) > 2 and fields[0] != "Z" and fields[2].lstrip("-").isdigit():
+            found.setdefault(int(fields[2]), []).append(int(name))
     return found
+
+
+_SCANS = _Scans()
+
+
+def _process_groups() -> dict[int, list[int]]:
+    """Every live process's pid by its process group, from a ``/proc`` scan begun after
+    this call."""
+    return _SCANS.get()
 
 
 def _environ_token(pid: int) -> str | None:

@@ -187,3 +187,44 @@ def test_stop_group_kills_nothing_it_can_no_longer_prove() -> None:
             assert proc.poll() is None  # still there: not killed
         finally:
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_concurrent_callers_share_one_proc_scan_begun_after_they_asked(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """issue 28: many runs of one process read /proc at once; the callers that arrive
+    while a scan runs share the next scan (never one begun before they asked)."""
+    import threading
+
+    from slurm_fsm import scriptguard
+
+    scans: list[int] = []
+    first_started, go_on = threading.Event(), threading.Event()
+
+    def slow_scan() -> dict[int, list[int]]:
+        n = len(scans) + 1
+        scans.append(n)
+        if n == 1:
+            first_started.set()
+            go_on.wait(10)
+        return {42: [n]}  # which scan answered, as the "pid"
+
+    monkeypatch.setattr(scriptguard, "_scan_groups", slow_scan)
+    monkeypatch.setattr(scriptguard, "_SCANS", scriptguard._Scans())
+    got: dict[str, list[int]] = {}
+    first = threading.Thread(target=lambda: got.update(first=scriptguard.group_members(42)))
+    first.start()
+    assert first_started.wait(10)
+    late = [threading.Thread(target=lambda i=i: got.update({f"late{i}":  # type: ignore[misc]
+                                                            scriptguard.group_members(42)}))
+            for i in range(6)]
+    for t in late:
+        t.start()
+    scans_state = scriptguard._SCANS
+    wait_for("the late callers waiting", lambda: len(scans_state.cond._waiters) == 6)  # type: ignore[attr-defined]
+    go_on.set()
+    for t in [first, *late]:
+        t.join(10)
+    assert got["first"] == [1]
+    assert all(got[f"late{i}"] == [2] for i in range(6))  # one scan, begun after they asked
+    assert scans == [1, 2]
+    assert scriptguard.group_members(42, exclude=3) == []  # a new call: a new scan
+    assert scans == [1, 2, 3]

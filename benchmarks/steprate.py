@@ -1,0 +1,249 @@
+"""Many tiny jobs through ``run_many`` against the same steps started raw (issue 28).
+
+``python -m benchmarks.steprate`` (needs the local cluster: it is brought up when it is
+not) measures, in one warm allocation of 2 nodes x 4 GPUs:
+
+- **raw**: ``--jobs`` (24) steps ``srun --jobid=J --exact -N1 -n1 --gpus-per-node=1
+  true``, ``--parallel`` (8) at once, started from a thread pool with no lock and no
+  question to Slurm in between: Slurm's step-creation rate is the floor;
+- **run_many**: the same ``--jobs`` 1-GPU jobs (each a script ``srun true``) through
+  ``Allocation.run_many(specs, max_parallel=--parallel)``: whole runs (step 0, the
+  pre-flight, the script, the monitor, the allocation-end check).
+
+The ratio run_many / raw is the figure (target: at most 1.5x). The Slurm commands
+``run_many`` issued are counted (the backend's runner records them, as the demo does:
+the script's own ``srun`` and the detached ``salloc`` are not the backend's, so not
+counted) and given per run, with the wall time each kind took: a profile of the work
+per run that is not the job's own step. Results go to ``benchmarks/steprate.json``;
+``docs/steprate.md`` gets the table (``--no-docs`` leaves it). Figures, not pass/fail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from slurm_fsm import Allocation, JobSpec, Status, SubprocessBackend
+from slurm_fsm.subprocess_backend import CommandResult, run_command
+from slurm_fsm_dev import localcluster
+from slurm_fsm_dev.localcluster import GPUS_PER_NODE, ClusterInfo
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "benchmarks" / "steprate.json"
+DOC = REPO / "docs" / "steprate.md"
+TABLE_BEGIN = "<!-- steprate-table:begin -->"
+TABLE_END = "<!-- steprate-table:end -->"
+NODES = 2
+
+
+def say(text: str) -> None:
+    print(f"steprate: {text}", file=sys.stderr, flush=True)
+
+
+class Recorder:
+    """The backend's Slurm commands: how many of each kind and the seconds they took."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.count: Counter[str] = Counter()
+        self.seconds: defaultdict[str, float] = defaultdict(float)
+        self.examples: dict[str, str] = {}
+
+    @staticmethod
+    def kind(argv: Sequence[str]) -> str:
+        name = os.path.basename(argv[0]) if argv else "?"
+        if name == "scontrol" and len(argv) > 2:
+            return f"scontrol {argv[1]} {argv[2]}"
+        if name == "squeue" and ("-s" in argv or "--steps" in argv):
+            return "squeue -s"
+        return name
+
+    def runner(self, argv: Sequence[str], timeout_s: float,
+               env: Mapping[str, str]) -> CommandResult:
+        result = run_command(argv, timeout_s, env)
+        k = self.kind(argv)
+        with self.lock:
+            self.count[k] += 1
+            self.seconds[k] += result.seconds
+            self.examples.setdefault(k, shlex.join(argv))
+        return result
+
+    def reset(self) -> None:
+        with self.lock:
+            self.count.clear()
+            self.seconds.clear()
+
+
+class Bench:
+    def __init__(self, cluster: ClusterInfo, root: Path) -> None:
+        self.cluster = cluster
+        self.root = root
+        self.recorder = Recorder()
+        self.backend = SubprocessBackend(runner=self.recorder.runner)
+        self.name = f"{cluster.account}-bench-steprate-{os.getpid()}.persistent"
+
+    def spec(self, tag: str, gpus: int, *, nodes: int = 1, tasks: int = 1,
+             body: str = "srun true") -> JobSpec:
+        folder = self.root / "steprate" / tag
+        folder.mkdir(parents=True, exist_ok=True)
+        script = folder / "job.slurm"
+        script.write_text(f"#!/bin/bash\n{body}\n")
+        return JobSpec.from_dict({
+            "script_path": str(script), "work_dir": str(folder / "work"),
+            "model_name": tag, "workflow_type": "custom",
+            "repo_root": str(self.root / "steprate"), "alloc_job_name": self.name,
+            "alloc_time_limit": "00:30:00",
+            "slurm_params": {"partition": self.cluster.partition,
+                             "account": self.cluster.account, "nodes": nodes,
+                             "gpus_per_node": gpus, "ntasks_per_node": tasks},
+        })
+
+    def warm(self) -> Allocation:
+        alloc = Allocation(self.root / "steprate", self.backend)
+        r = alloc.run(self.spec("warm", GPUS_PER_NODE, nodes=NODES, tasks=GPUS_PER_NODE,
+                                body="srun true"))
+        if r.status is not Status.PASSED:
+            raise RuntimeError(f"warm-up run: {r.render_text()}")
+        return alloc
+
+    def raw(self, job_id: str, jobs: int, parallel: int) -> float:
+        """``jobs`` 1-GPU steps, ``parallel`` at once, no lock, no question between."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+        env.update(self.cluster.env)
+        argv = ["srun", f"--jobid={job_id}", "--exact", "-N1", "-n1", "--gpus-per-node=1",
+                "true"]
+
+        def one(_i: int) -> None:
+            p = subprocess.run(argv, env=env, capture_output=True, text=True,  # noqa: S603
+                               timeout=300, check=False)
+            if p.returncode != 0:
+                raise RuntimeError(f"raw step exited {p.returncode}: {p.stderr.strip()}")
+
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(max_workers=parallel) as pool:
+            list(pool.map(one, range(jobs)))
+        return time.monotonic() - t0
+
+
+def measure(b: Bench, reps: int, jobs: int, parallel: int) -> dict[str, Any]:
+    rows: dict[str, list[float]] = {"raw_s": [], "run_many_s": []}
+    alloc = b.warm()
+    state = alloc.state()
+    assert state is not None
+    specs = [b.spec(f"job{i}", 1) for i in range(jobs)]
+    counts: list[dict[str, int]] = []
+    seconds: list[dict[str, float]] = []
+    timings: defaultdict[str, list[float]] = defaultdict(list)
+    try:
+        for rep in range(reps):
+            say(f"rep {rep + 1}/{reps}: raw")
+            rows["raw_s"].append(b.raw(state.job_id, jobs, parallel))
+            say(f"rep {rep + 1}/{reps}: run_many")
+            b.recorder.reset()
+            t0 = time.monotonic()
+            reports = alloc.run_many(specs, max_parallel=parallel)
+            rows["run_many_s"].append(time.monotonic() - t0)
+            bad = [r for r in reports if r.status is not Status.PASSED]
+            if bad:
+                raise RuntimeError(f"a run did not pass: {bad[0].render_text()}")
+            counts.append(dict(b.recorder.count))
+            seconds.append(dict(b.recorder.seconds))
+            for r in reports:
+                for k, v in r.timings.items():
+                    timings[k].append(v)
+    finally:
+        alloc.release()
+    med = {k: statistics.median(v) for k, v in rows.items()}
+    last = counts[-1]
+    return {
+        "jobs": jobs, "parallel": parallel, "reps": reps, "nodes": NODES,
+        "gpus_per_node": GPUS_PER_NODE, "samples": rows, "median": med,
+        "ratio": med["run_many_s"] / med["raw_s"],
+        "commands_per_run": {k: v / jobs for k, v in sorted(last.items())},
+        "command_total_per_run": sum(last.values()) / jobs,
+        "command_seconds_per_run": {k: round(v / jobs, 4)
+                                    for k, v in sorted(seconds[-1].items())},
+        "command_examples": dict(sorted(b.recorder.examples.items())),
+        "run_timings_median_s": {k: round(statistics.median(v), 4)
+                                 for k, v in sorted(timings.items())},
+    }
+
+
+def table(res: dict[str, Any]) -> str:
+    m = res["median"]
+    lines = [
+        f"Median of {res['reps']} on the local cluster ({res['jobs']} jobs `srun true`, "
+        f"1 GPU each, {res['parallel']} at once, a warm allocation of {res['nodes']} nodes "
+        f"x {res['gpus_per_node']} GPUs; load average at the end "
+        f"{res.get('load_1min', 'not recorded')} on {os.cpu_count()} CPUs):",
+        "",
+        "| what | seconds | vs raw |",
+        "|---|---:|---:|",
+        f"| raw steps (`srun --jobid --exact --gpus-per-node=1 true`) | {m['raw_s']:.2f} "
+        "| 1.00x |",
+        f"| `Allocation.run_many(max_parallel={res['parallel']})` | {m['run_many_s']:.2f} | "
+        f"{res['ratio']:.2f}x (target <= 1.5x) |",
+        "",
+        f"Slurm commands per run in `run_many` ({res['command_total_per_run']:.2f} in all; "
+        "the script's own `srun` not counted), and the seconds each kind took per run "
+        "(summed over the runs, which overlap):",
+        "",
+        "| command | per run | seconds per run |",
+        "|---|---:|---:|",
+    ]
+    for k, v in res["commands_per_run"].items():
+        lines.append(f"| `{k}` | {v:.2f} | {res['command_seconds_per_run'].get(k, 0):.3f} |")
+    lines += ["", "Each run's own timings (median seconds): " + ", ".join(
+        f"{k} {v:.3f}" for k, v in res["run_timings_median_s"].items()) + "."]
+    return "\n".join(lines)
+
+
+def update_docs(res: dict[str, Any]) -> None:
+    text = DOC.read_text()
+    begin, end = text.index(TABLE_BEGIN), text.index(TABLE_END)
+    DOC.write_text(text[: begin + len(TABLE_BEGIN)] + "\n" + table(res) + "\n" + text[end:])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--jobs", type=int, default=24)
+    p.add_argument("--parallel", type=int, default=8)
+    p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument("--no-docs", action="store_true")
+    p.add_argument("--render-docs", action="store_true",
+                   help="only redraw docs/steprate.md's table from --out")
+    args = p.parse_args(argv)
+    if args.render_docs:
+        update_docs(json.loads(args.out.read_text()))
+        return 0
+    cluster = localcluster.up()
+    os.environ.update(cluster.env)
+    with tempfile.TemporaryDirectory(prefix="slurm_fsm-steprate-") as tmp:
+        res = measure(Bench(cluster, Path(tmp)), args.reps, args.jobs, args.parallel)
+    res["config"] = cluster.config_name
+    res["load_1min"] = round(os.getloadavg()[0], 2)  # the machine may be shared
+    args.out.write_text(json.dumps(res, indent=2, sort_keys=True) + "\n")
+    print(table(res))
+    print(json.dumps({k: res[k] for k in ("command_examples", "command_seconds_per_run")},
+                     indent=1))
+    if not args.no_docs:
+        update_docs(res)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
