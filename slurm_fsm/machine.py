@@ -115,6 +115,7 @@ from slurm_fsm.project import install_commands
 from slurm_fsm.slurmcli import mount_warmup_argv
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState, StateStore
+from slurm_fsm.successor import SINGLETON
 
 # AllocationMachine, Failure, PossibleEdge and Transition are defined here (SetupFailed
 # lives in errors.py and is re-exported);
@@ -810,6 +811,7 @@ class AllocationMachine:
             user=self.user,
             ntasks_per_node=size.ntasks_per_node,
             comment=repo_tag(spec),
+            dependency=SINGLETON if spec.warm_successor else None,
         )
         job_id = self.backend.allocate(request)
         pending = self._track_pending(job_id, size)

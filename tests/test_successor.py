@@ -8,13 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from slurm_fsm.backend import JobInfo
+from slurm_fsm.backend import AllocationRequest, JobInfo
 from slurm_fsm.duration import Duration
+from slurm_fsm.errors import JobNotFound, SpecError
 from slurm_fsm.history import RunEntry
+from slurm_fsm.machine import AllocationMachine
+from slurm_fsm.slurmcli import salloc_argv
 from slurm_fsm.spec import EXPIRY_MARGIN_S
 from slurm_fsm.successor import (
     DEFAULT_LEAD_S,
     LEAD_SLACK_S,
+    SINGLETON,
     Candidate,
     DrainAction,
     Phase,
@@ -35,6 +39,9 @@ from slurm_fsm.successor import (
     time_min_s,
     write_successor,
 )
+from slurm_fsm.testing import FakeCluster
+
+from conftest import SpecFactory
 
 M = EXPIRY_MARGIN_S
 
@@ -234,3 +241,95 @@ def test_a_record_is_additive(tmp_path: Path) -> None:
     rec = read_successor(path)
     assert rec == SuccessorRecord(job_id="12", job_name="n", predecessor="1",
                                   phase=Phase.READY)
+
+
+# ------------------------------------------------------------------ spec, request, fake
+
+
+def test_warm_successor_is_off_by_default(make_spec: SpecFactory) -> None:
+    assert make_spec().warm_successor is False
+    assert make_spec(warm_successor=True).warm_successor is True
+
+
+def test_warm_successor_must_be_a_bool(make_spec: SpecFactory) -> None:
+    with pytest.raises(SpecError, match="warm_successor"):
+        make_spec(warm_successor="maybe")
+
+
+def request(**over: object) -> AllocationRequest:
+    fields: dict[str, object] = {
+        "partition": "p", "account": "a", "nodes": 1,
+        "time_limit": Duration.parse("00:10:00"), "job_name": "x",
+        "log_path": Path("/nonexistent/.salloc.log"),
+    }
+    fields.update(over)
+    return AllocationRequest(**fields)  # type: ignore[arg-type]
+
+
+def test_salloc_asks_singleton_and_time_min_only_when_set() -> None:
+    assert not any(a.startswith(("--dependency", "--time-min")) for a in salloc_argv(request()))
+    argv = salloc_argv(request(dependency=SINGLETON,
+                               time_min=Duration.of_seconds(time_min_s(600))))
+    assert argv[-2:] == ["--dependency=singleton", "--time-min=00:15:00"]
+    assert salloc_argv(request(dependency="afterok:12:13"))[-1] == "--dependency=afterok:12:13"
+
+
+@pytest.mark.parametrize("bad", ["singleton,after:1", "after:x", "--x", "singleton "])
+def test_salloc_refuses_another_dependency(bad: str) -> None:
+    with pytest.raises(ValueError, match="dependency"):
+        salloc_argv(request(dependency=bad))
+
+
+def fake_alloc(fake: FakeCluster, tmp_path: Path, name: str, **over: object) -> str:
+    return fake.allocate(request(partition="batch", account="acct", job_name=name,
+                                 log_path=tmp_path / f"{name}.log", **over))
+
+
+def test_fake_singleton_runs_one_job_of_a_name(tmp_path: Path) -> None:
+    """Two racing singleton allocations of one name: 1 RUNNING + 1 PENDING(Dependency);
+    the other parity name runs beside them; never a third of the checkout."""
+    fake = FakeCluster()
+    first = fake_alloc(fake, tmp_path, "x", dependency=SINGLETON)
+    second = fake_alloc(fake, tmp_path, "x", dependency=SINGLETON)
+    other = fake_alloc(fake, tmp_path, "x-b", dependency=SINGLETON)
+    rows = {j: fake.query_job(j) for j in (first, second, other)}
+    assert rows[first].state.is_running and rows[other].state.is_running
+    assert rows[second].state.is_pending and rows[second].reason == "Dependency"
+    fake.clock.advance(100)
+    fake.cancel(first)
+    row = fake.query_job(second)
+    assert row.state.is_running
+    assert row.time_left == Duration.of_seconds(600)  # started when the first ended
+
+
+def test_fake_singleton_waits_out_a_walltime(tmp_path: Path) -> None:
+    fake = FakeCluster()
+    first = fake_alloc(fake, tmp_path, "x", dependency=SINGLETON)
+    second = fake_alloc(fake, tmp_path, "x", dependency=SINGLETON)
+    fake.clock.advance(650)  # the first timed out at 600 s: the second ran from then
+    with pytest.raises(JobNotFound):
+        fake.query_job(first)
+    row = fake.query_job(second)
+    assert row.state.is_running and row.time_left == Duration.of_seconds(550)
+
+
+def test_fake_without_singleton_runs_both(tmp_path: Path) -> None:
+    fake = FakeCluster()
+    ids = [fake_alloc(fake, tmp_path, "x"), fake_alloc(fake, tmp_path, "x")]
+    assert all(fake.query_job(j).state.is_running for j in ids)
+
+
+def test_a_warm_successor_checkout_allocates_as_a_singleton(make_spec: SpecFactory) -> None:
+    fake = FakeCluster()
+    spec = make_spec(warm_successor=True)
+    m = AllocationMachine(spec, fake, clock=fake.clock)  # type: ignore[arg-type]
+    m.prepare()
+    (req,) = [c.args["request"] for c in fake.calls if c.op == "allocate"]
+    assert req.dependency == SINGLETON and req.job_name == spec.job_name
+
+
+def test_without_it_no_dependency_is_asked(make_spec: SpecFactory) -> None:
+    fake = FakeCluster()
+    AllocationMachine(make_spec(), fake, clock=fake.clock).prepare()  # type: ignore[arg-type]
+    (req,) = [c.args["request"] for c in fake.calls if c.op == "allocate"]
+    assert req.dependency is None
