@@ -54,7 +54,7 @@ from typing import Any
 import attrs
 from transitions import EventData, Machine, MachineError
 
-from slurm_fsm import files
+from slurm_fsm import files, handoff
 from slurm_fsm.backend import (
     AllocationRequest,
     ContainerOptions,
@@ -256,8 +256,12 @@ class AllocationMachine:
         salloc_log: Path | None = None,
         leases: LeaseGate | None = None,
         run_history: RunHistory | None = None,
+        warmer: handoff.Warmer | None = None,
     ) -> None:
         self.spec = spec
+        #: warm successor: starts the process that sets a queued successor up
+        self.warmer = warmer
+        self.handoff = handoff.HandoffState()
         #: other runs' running jobs: waited for (or refused on) before a cancel, a
         #: re-import or an install would change what they use (None: not checked)
         self.leases = leases
@@ -543,6 +547,12 @@ class AllocationMachine:
                 return False
             self._warn(f"Allocation expiring soon: {obs.info.job_id} has "
                        f"{obs.info.time_left} left.")
+        elif effect is Effect.DROP_SUCCESSOR:
+            return handoff.drop_successor(self)
+        elif effect is Effect.RELEASE_DRAINED:
+            return handoff.release_drained(
+                self, self.handoff.drained if self.state is State.Switching
+                else alloc.job_id if alloc else None)
         elif effect is Effect.WARN_TOO_SHORT:
             if obs.info is None:
                 return False
@@ -583,10 +593,12 @@ class AllocationMachine:
             return self._read_state_file()
         if trigger == "advance" and state is State.Validating:
             return self._validate()
+        if trigger == "advance" and state is State.AwaitingSuccessor:
+            return handoff.await_successor(self)
         if trigger == "finish":
             gone = bool(kwargs.get("allocation_gone", False))
             return self._seen(trigger, str(kwargs.get("reason", "") or "job finished"),
-                              gone=gone)
+                              gone=gone, replaced=handoff.replaced(self))
         if trigger == "release":
             summary = self._release()
         elif trigger == "run":
@@ -599,6 +611,8 @@ class AllocationMachine:
                 State.Allocating: self._allocate,
                 State.Importing: self._import,
                 State.Installing: self._install,
+                State.QueueingSuccessor: partial(handoff.queue_successor, self),
+                State.Switching: partial(handoff.switch, self),
             }
             summary = work[state]()
         return self._seen(trigger, summary)
@@ -625,8 +639,11 @@ class AllocationMachine:
             self._warn(f"{exc}; handled like a missing state file")
         summary = (f"state file names allocation {self.alloc.job_id}" if self.alloc
                    else read_problem or "no state file")
+        queued = ("pending" if self.spec.warm_successor and self.alloc is None
+                  and handoff.successor_alloc(self) is not None else "")
         return Observation(trigger="start", source=self.state, at=self.clock.now(),
-                           alloc=self.alloc, state_file_problem=read_problem, summary=summary)
+                           alloc=self.alloc, state_file_problem=read_problem, summary=summary,
+                           successor=queued)
 
     def _validate(self) -> Observation:
         """0C: one ``squeue`` of the state file's job. Decides nothing: it observes."""
@@ -679,12 +696,15 @@ class AllocationMachine:
             summary = f"allocation {job_id} is {info.state}: ending, not reusable"
         elif info.name != self.spec.job_name:
             summary += f", named {info.name!r} (not {self.spec.job_name!r})"
-        return attrs.evolve(
+        obs = attrs.evolve(
             base, at=now, info=info, user=user, pending_wait_left_s=max(0.0, wait_left),
             summary=summary, expected_s=estimate.seconds, expected=estimate.describe(),
             failure=f"allocation {job_id} still {info.state} after {self.pending_wait_s:g} s "
                     f"(reason {info.reason or 'unknown'}); state file kept, not cancelled",
         )
+        if self.spec.warm_successor and info.state.is_live:
+            return handoff.with_successor(self, obs, info, estimate)
+        return obs
 
     def _complete_grant(self, alloc: AllocState, info: JobInfo) -> AllocState:
         alloc = attrs.evolve(alloc, nodelist=alloc.nodelist or info.nodelist)
@@ -726,6 +746,8 @@ class AllocationMachine:
         for job in self.backend.find_jobs(None, self.user):
             if job.job_id in self._cancelled or not job.state.is_live:
                 continue  # already cancelled by us, or ending anyway
+            if spec.warm_successor and job.job_id in handoff.successor_ids(self):
+                continue  # the queued successor: its own state file names it
             owner = owner_of(job, self.user, spec)
             if owner is Ownership.OTHER_CHECKOUT and job.name == spec.job_name:
                 self.notes.append(f"allocation {job.job_id} has our job name but belongs to "
