@@ -17,6 +17,7 @@ no other run's job is on it, else by the last run whose job ends on it.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -44,6 +45,7 @@ from slurm_fsm.successor import (
     judge_successor,
     lead_time,
     other_name,
+    read_successor,
     successor_due,
     successor_path_for,
     time_min_s,
@@ -51,6 +53,7 @@ from slurm_fsm.successor import (
 )
 
 __all__ = [
+    "SWITCH_LOCK_S",
     "HandoffState",
     "Machine",
     "Warmer",
@@ -71,6 +74,9 @@ __all__ = [
 #: Starts the process that sets the successor up (import, install) and returns its pid;
 #: None: none started (the run that needs the successor then finishes its setup, 0F).
 Warmer = Callable[[JobSpec], int | None]
+#: How long the switch waits for the successor file's lock (a warmer whose set-up is
+#: done only writes its last lines under it).
+SWITCH_LOCK_S = 120.0
 
 
 def successor_state_path(state_path: Path) -> Path:
@@ -166,7 +172,23 @@ def observe_successor(m: Machine, current: str | None) -> dict[str, Any]:
         state = "pending"
     else:
         state = "lost"
-    return {"successor": state, "warmer_alive": warmer_alive(m)}
+    record = read_successor(successor_path_for(m.store.path))
+    pid = record.warmer_pid if record is not None and record.job_id == succ.job_id else None
+    return {"successor": state, "warmer_alive": warmer_alive(m) or _pid_alive(pid)}
+
+
+def _pid_alive(pid: int | None) -> bool:
+    """The warmer's process exists (on this host: the record's pid; a warmer on another
+    host shows by its lock). Between its start and its taking the lock, this says so."""
+    if pid is None:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def with_successor(m: Machine, obs: Observation, info: JobInfo,
@@ -281,13 +303,15 @@ def await_successor(m: Machine) -> Observation:
 def switch(m: Machine) -> str:
     """Switching: the successor's file becomes the state file (new jobs go to it); the
     old allocation is remembered to release once no job is on it (the edge's effect)."""
-    succ = successor_alloc(m)
-    if succ is None:
-        raise StateFileError(str(successor_state_path(m.store.path)),
-                             "the successor's state file vanished while switching")
-    old = m.alloc
-    m.store.write(succ)
-    _store(m).delete()
+    store = StateStore(successor_state_path(m.store.path), lock_timeout_s=SWITCH_LOCK_S)
+    with store.locked(on_wait=m._log):  # a warmer finishing its last write
+        succ = successor_alloc(m)
+        if succ is None:
+            raise StateFileError(str(store.path),
+                                 "the successor's state file vanished while switching")
+        old = m.alloc
+        m.store.write(succ)
+        store.delete()
     clear_successor(successor_path_for(m.store.path))
     m.alloc = succ
     m.handoff.await_since = None

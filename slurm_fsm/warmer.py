@@ -23,6 +23,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -90,6 +91,9 @@ def spawner(state_path: Path) -> Callable[[JobSpec], int | None]:
                     start_new_session=True, close_fds=True)
         except OSError:
             return None
+        # reaped in a daemon thread (never a zombie; it outlives this process anyway)
+        threading.Thread(target=proc.wait, name=f"reap-warmer-{proc.pid}",
+                         daemon=True).start()
         return proc.pid
 
     return spawn

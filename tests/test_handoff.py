@@ -4,8 +4,10 @@ with it off nothing here happens (the rest of the suite, untouched, is that proo
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+import attrs
 import pytest
 
 from slurm_fsm.edges import EDGES, Edge, Effect, Observation, State, choose
@@ -21,6 +23,7 @@ from slurm_fsm.successor import (
     Phase,
     read_successor,
     successor_path_for,
+    write_successor,
 )
 from slurm_fsm.testing import FakeCluster
 from slurm_fsm.warmer import warm
@@ -227,12 +230,15 @@ def test_the_warmer_sets_the_successor_up_and_marks_it_ready(
     first_allocation(spec, fake)
     fake.clock.advance(HOUR - DUE_AT)
     started: list[JobSpec] = []
-    m = machine(spec, fake, warmer=lambda s: started.append(s) or 4242)
-    m.prepare()
+    alive = os.getpid()  # a live process stands for the warmer
+    m = machine(spec, fake, warmer=lambda s: started.append(s) or alive)
+    assert m.prepare() is State.Ready
+    # the warmer works on the successor: the job runs on the old one meanwhile
+    assert m.path == ["NoState", "Validating", "QueueingSuccessor", "Validating", "Ready"]
     (succ_spec,) = started
     assert succ_spec.job_name == spec.job_name + "-b" and not succ_spec.warm_successor
     record = read_successor(successor_path_for(spec.state_path))
-    assert record is not None and record.phase is Phase.WARMING and record.warmer_pid == 4242
+    assert record is not None and record.phase is Phase.WARMING and record.warmer_pid == alive
     assert warm(succ_spec, fake, spec.state_path, clock=fake.clock) is State.Ready
     succ = successor_file(spec)
     assert succ is not None and succ.installed and succ.container_name == "c"
@@ -252,14 +258,52 @@ def test_a_dead_warmer_leaves_a_successor_the_next_run_finishes(
                      warm_successor=True, docker_image="nvcr.io/x:1", container_name="c")
     first_allocation(spec, fake)
     fake.clock.advance(HOUR - DUE_AT)
-    machine(spec, fake, warmer=lambda _s: 999_999).prepare()  # "started", never ran
-    fake.clock.advance(DUE_AT - EXPECTED - MARGIN + 1)
+    machine(spec, fake, warmer=lambda _s: os.getpid()).prepare()
+    path = successor_path_for(spec.state_path)
+    record = read_successor(path)
+    assert record is not None
+    write_successor(path, attrs.evolve(record, warmer_pid=dead_pid()))  # kill -9
     m = machine(spec, fake)
     assert m.prepare() is State.Ready
-    assert m.path[:4] == ["NoState", "Validating", "AwaitingSuccessor", "Switching"]
+    assert m.path[:4] == ["NoState", "Validating", "Switching", "Validating"]
     assert "Importing" in m.path and "Installing" in m.path
     state = StateStore(spec.state_path).read()
     assert state is not None and state.installed
+
+
+def test_a_job_that_does_not_fit_waits_while_the_warmer_works_then_finishes_it(
+        make_spec: SpecFactory, fake: FakeCluster) -> None:
+    spec = make_spec(alloc_time_limit="01:00:00", expected_duration_seconds=EXPECTED,
+                     warm_successor=True, docker_image="nvcr.io/x:1", container_name="c")
+    first_allocation(spec, fake)
+    fake.clock.advance(HOUR - DUE_AT)
+    machine(spec, fake, warmer=lambda _s: os.getpid()).prepare()
+    fake.clock.advance(DUE_AT - EXPECTED - MARGIN + 1)  # no longer fits the old one
+    path = successor_path_for(spec.state_path)
+    record = read_successor(path)
+    assert record is not None
+
+    class WarmerDies(type(fake.clock)):  # type: ignore[misc]
+        def sleep(self, seconds: float) -> None:
+            super().sleep(seconds)
+            write_successor(path, attrs.evolve(record, warmer_pid=dead_pid()))
+
+    m = AllocationMachine(spec, fake, clock=WarmerDies(fake.clock.now()))
+    assert m.prepare() is State.Ready
+    assert m.path[:5] == ["NoState", "Validating", "AwaitingSuccessor", "AwaitingSuccessor",
+                          "Switching"]
+    assert "Importing" in m.path
+
+
+def dead_pid() -> int:
+    """A pid no process has."""
+    pid = 2**22 - 1  # above the default pid_max of most systems
+    while True:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return pid
+        pid -= 1
 
 
 def test_without_warm_successor_the_table_never_takes_the_new_edges(
