@@ -7,7 +7,11 @@ waits for it (``until``) and then asserts what must follow."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,12 +22,14 @@ from slurm_fsm.executor import Executor
 from slurm_fsm.handoff import successor_state_path
 from slurm_fsm.results import Status
 from slurm_fsm.slurmcli import salloc_argv
+from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import StateStore
 from slurm_fsm.subprocess_backend import SubprocessBackend
-from slurm_fsm.successor import SINGLETON
-from slurm_fsm_dev.localcluster import ClusterInfo
+from slurm_fsm.successor import SINGLETON, read_successor, successor_path_for
+from slurm_fsm_dev.localcluster import ClusterInfo, ContainerInfo
 
-from .helpers import JobNames, jobs_named, make_spec, slurm, until, wait_gone
+from .containers import ContainerNames
+from .helpers import JobNames, jobs_named, make_spec, slurm, spec_dict, until, wait_gone
 
 pytestmark = pytest.mark.slurm
 
@@ -123,3 +129,77 @@ def test_a_hand_off_queues_a_successor_switches_to_it_and_releases_the_old_one(
                        SubprocessBackend()).run()
     assert release.status is Status.RELEASED, release.render_text()
     wait_gone(new)
+
+
+def test_kill_9_of_the_run_that_started_the_warmer_leaves_a_successor_the_next_run_uses(
+        local_cluster: ClusterInfo, pyxis: ContainerInfo, names: JobNames,
+        cnames: ContainerNames, tmp_path: Path) -> None:
+    """The warmer is detached: the run that started it dies (kill -9) while its job runs
+    on the old allocation; the successor is still imported (by the warmer, or, if the
+    warmer is gone too, by the next run through 0F), and the next run uses it."""
+    name = names.new("k9warm")
+    names.names.append(name + "-b")
+    container = cnames.new("k9warm")
+    script = tmp_path / "job.slurm"
+    script.write_text("#!/bin/bash\nsrun true\necho started\nsleep 60\n")
+    data = spec_dict(local_cluster, tmp_path, name, script_path=str(script),
+                     docker_image=str(pyxis.images["busybox"]), container_name=container,
+                     workflow_type="custom", skip_install=True,
+                     expected_duration_seconds=30, warm_successor=True)
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(json.dumps(data))
+    spec = JobSpec.from_dict(data)
+    quick = dict(data, script_path=str(tmp_path / "quick.slurm"))
+    (tmp_path / "quick.slurm").write_text("#!/bin/bash\nsrun true\n")
+    first = Executor(JobSpec.from_dict(quick), SubprocessBackend()).run()
+    assert first.status is Status.PASSED, first.render_text()
+    old = first.allocation_id
+    assert old is not None
+    shorten(old, "00:06:00")  # due, and the job still fits (see the test above)
+
+    dying = subprocess.Popen([sys.executable, "-m", "slurm_fsm", "run", str(spec_file),
+                              "--json", "--quiet"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    record_path = successor_path_for(spec.state_path)
+    log = tmp_path / "work" / "itmodel_custom.log"
+    try:
+        record = until("the successor queued, its warmer started", lambda: (
+            r if (r := read_successor(record_path)) is not None and r.warmer_pid else None),
+            timeout=60)
+        until("the run's job running", lambda: True if log.exists()
+              and "started" in log.read_text() else None, timeout=60)
+    finally:
+        dying.send_signal(signal.SIGKILL)
+        dying.wait(timeout=10)
+    assert record.predecessor == old
+    # the warmer outlives the run: it ends by itself (its pid goes)
+    until("the warmer done", lambda: True if not _alive(record.warmer_pid) else None,
+          timeout=120)
+    assert len(jobs_named(name, local_cluster.user)) + len(
+        jobs_named(name + "-b", local_cluster.user)) <= 2
+
+    nxt = Executor(JobSpec.from_dict(quick), SubprocessBackend()).run()
+    assert nxt.status is Status.PASSED, nxt.render_text()
+    assert nxt.allocation_id == record.job_id, nxt.path
+    assert "Switching" in nxt.path and "Allocating" not in nxt.path, nxt.path
+    ready = read_successor(record_path)  # gone with the switch
+    assert ready is None
+    named = StateStore(spec.state_path).read()
+    assert named is not None and named.job_id == record.job_id
+    assert named.container_name == container
+    wait_gone(old)  # the dead run's lease is no lease: the old one is released
+
+    release = Executor(JobSpec.from_dict(dict(quick, release_allocation=True)),
+                       SubprocessBackend()).run()
+    assert release.status is Status.RELEASED, release.render_text()
+    wait_gone(record.job_id)
+
+
+def _alive(pid: int | None) -> bool:
+    if pid is None:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
