@@ -349,3 +349,27 @@ def test_awaiting_successor_edges(make_spec: SpecFactory, obs: dict[str, object]
 def test_the_successor_state_file_sits_beside_the_state_file(tmp_path: Path) -> None:
     assert successor_state_path(tmp_path / ".slurm_alloc.json") == \
         tmp_path / ".slurm_alloc.successor.json"
+
+
+def test_status_shows_both_allocations_and_the_successor_state(
+        spec: JobSpec, fake: FakeCluster) -> None:
+    from slurm_fsm.allocation import Allocation
+
+    old = first_allocation(spec, fake)
+    alloc = Allocation(spec.repo_root, backend=fake, clock=fake.clock)  # type: ignore[arg-type]
+    assert alloc.status(spec).successor is None
+    assert "successor" not in alloc.status(spec).to_dict()  # keys unchanged without one
+    succ = queue_pending(spec, fake)
+    status = alloc.status(spec)
+    assert status.job_id == old.job_id
+    assert status.successor is not None
+    assert status.successor["job_id"] == succ.job_id
+    assert status.successor["slurm_state"] == "PENDING"
+    assert status.successor["phase"] == "pending"
+    assert status.successor["predecessor"] == old.job_id
+    text = status.render_text()
+    assert f"successor allocation {succ.job_id} ({spec.job_name}-b): PENDING" in text
+    assert f"follows {old.job_id}" in text
+    fake.clock.advance(121)
+    assert alloc.status(spec).successor["phase"] == "ready"  # type: ignore[index]
+    assert alloc.status(spec).to_dict()["successor"]["slurm_state"] == "RUNNING"
