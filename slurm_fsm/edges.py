@@ -85,6 +85,13 @@ class State(Enum):
     #: duration plus the margin (admission by time left): replaced, never started on it
     TooShort = "TooShort"
     Incompatible = "Incompatible"
+    #: warm successor (issue 27): the time left nears the longest job + the lead time:
+    #: queue the next allocation under the other name, start its warmer
+    QueueingSuccessor = "QueueingSuccessor"
+    #: the job does not fit the old allocation and a successor is coming: wait for it
+    AwaitingSuccessor = "AwaitingSuccessor"
+    #: the successor is up: the state file names it; the old one drains
+    Switching = "Switching"
     Allocating = "Allocating"
     Importing = "Importing"
     Installing = "Installing"
@@ -93,13 +100,6 @@ class State(Enum):
     Gone = "Gone"  # the allocation ended under a running job (scancel, time limit)
     Released = "Released"
     Failed = "Failed"
-    #: warm successor (issue 27): the time left nears the longest job + the lead time:
-    #: queue the next allocation under the other name, start its warmer
-    QueueingSuccessor = "QueueingSuccessor"
-    #: the job does not fit the old allocation and a successor is coming: wait for it
-    AwaitingSuccessor = "AwaitingSuccessor"
-    #: the successor is up: the state file names it; the old one drains
-    Switching = "Switching"
 
 
 #: The states that own a piece of work: ``advance`` does it and leaves them.
@@ -355,20 +355,17 @@ def _successor_queued(o: Observation, _s: JobSpec) -> bool:
     return o.successor in ("pending", "running", "ready")
 
 
-def _successor_running(o: Observation, _s: JobSpec) -> bool:
-    return o.successor in ("running", "ready")
+def _successor_usable(o: Observation, _s: JobSpec) -> bool:
+    # set up; or RUNNING with no warmer on it (it died): this run finishes it (0F)
+    return o.successor == "ready" or (o.successor == "running" and not o.warmer_alive)
 
 
-def _successor_ready(o: Observation, _s: JobSpec) -> bool:
-    return o.successor == "ready"
+def _old_too_short(o: Observation, s: JobSpec) -> bool:
+    return o.info is not None and (job_expiring(o.info) or not _job_fits(o, s))
 
 
 def _successor_lost(o: Observation, _s: JobSpec) -> bool:
     return o.successor == "lost"
-
-
-def _warmer_alive(o: Observation, _s: JobSpec) -> bool:
-    return o.warmer_alive
 
 
 def _replaced(o: Observation, _s: JobSpec) -> bool:
@@ -396,10 +393,9 @@ CONDITIONS: Mapping[str, Condition] = {
     "warm_successor": _warm_successor,
     "successor_due": _successor_due,
     "successor_queued": _successor_queued,
-    "successor_running": _successor_running,
-    "successor_ready": _successor_ready,
+    "successor_usable": _successor_usable,
+    "old_too_short": _old_too_short,
     "successor_lost": _successor_lost,
-    "warmer_alive": _warmer_alive,
     "replaced": _replaced,
 }
 
@@ -483,18 +479,13 @@ EDGES: tuple[Edge, ...] = (
          effects=(Effect.DROP_SUCCESSOR,), step="0C",
          doc="successor gone or never starts: cancel it, report, today's path"),
     Edge("advance", S.Validating, S.Switching,
-         conditions=("warm_successor", "job_running", "successor_ready"), step="0C",
-         doc="successor ready: new jobs go to it (most time left); the old one drains"),
-    Edge("advance", S.Validating, S.Switching,
-         conditions=("warm_successor", "job_running", "successor_running"),
-         unless=("warmer_alive",), step="0C/0F",
-         doc="successor running, no warmer on it (it died): switch, finish its setup (0F)"),
+         conditions=("warm_successor", "job_running", "successor_usable"), step="0C/0F",
+         doc="successor ready (or running, its warmer dead: its setup finished here, 0F): "
+             "new jobs go to it (most time left); the old one drains"),
     Edge("advance", S.Validating, S.AwaitingSuccessor,
-         conditions=("warm_successor", "job_running", "successor_queued", "job_expiring"),
-         step="0C", doc="<= 5 min left, successor coming: wait for it, never cut the old"),
-    Edge("advance", S.Validating, S.AwaitingSuccessor,
-         conditions=("warm_successor", "job_running", "successor_queued"), unless=("job_fits",),
-         step="0C", doc="the job does not fit the old one: wait for the successor"),
+         conditions=("warm_successor", "job_running", "successor_queued", "old_too_short"),
+         step="0C", doc="the job does not fit the old one (or <= 5 min left), successor "
+                        "coming: wait for it, never a cold replacement"),
     Edge("advance", S.Validating, S.QueueingSuccessor,
          conditions=("warm_successor", "job_running", "successor_due", "is_compatible",
                      "same_job_name"), unless=("successor_queued",), step="0C",
@@ -526,24 +517,6 @@ EDGES: tuple[Edge, ...] = (
          doc="other runs' jobs ended: scancel, delete state"),
     Edge("advance", S.Incompatible, S.Allocating, effects=_REPLACE, step="0C",
          doc="scancel, delete state"),
-    # the warm successor's own states
-    Edge("advance", S.QueueingSuccessor, S.Validating, step="0C",
-         doc="successor queued (other name, singleton), warmer started: validate again"),
-    Edge("advance", S.AwaitingSuccessor, S.Switching, conditions=("successor_ready",),
-         step="0C", doc="successor ready"),
-    Edge("advance", S.AwaitingSuccessor, S.Switching, conditions=("successor_running",),
-         unless=("warmer_alive",), step="0C/0F",
-         doc="successor running, its warmer gone: switch, finish its setup here (0F)"),
-    Edge("advance", S.AwaitingSuccessor, S.Validating, conditions=("successor_lost",),
-         effects=(Effect.DROP_SUCCESSOR,), step="0C",
-         doc="successor gone or never starts: cancel it, report, today's path"),
-    Edge("advance", S.AwaitingSuccessor, S.AwaitingSuccessor,
-         conditions=("pending_wait_left",), step="0C",
-         doc="wait: the successor's pending reason and estimated start"),
-    Edge("advance", S.AwaitingSuccessor, S.Failed, effects=(Effect.RECORD_FAILURE,),
-         step="0C", doc="successor not ready in time: both allocations kept"),
-    Edge("advance", S.Switching, S.Validating, effects=(Effect.RELEASE_DRAINED,), step="0C",
-         doc="the state file names the successor; the old one released or draining"),
     # 0D + 0E
     Edge("advance", S.Allocating, S.Importing, conditions=("has_image",), step="0E",
          doc="granted; image set"),
@@ -560,6 +533,21 @@ EDGES: tuple[Edge, ...] = (
          effects=(Effect.RELEASE_DRAINED,), step="3-5",
          doc="job finished on a replaced allocation: released if no other run's job is on it"),
     Edge("finish", S.Running, S.Ready, step="3-5", doc="job finished; allocation stays"),
+    # the warm successor's own states
+    Edge("advance", S.QueueingSuccessor, S.Validating, step="0C",
+         doc="successor queued (other name, singleton), warmer started: validate again"),
+    Edge("advance", S.AwaitingSuccessor, S.Switching, conditions=("successor_usable",),
+         step="0C/0F", doc="successor ready, or running with its warmer gone (0F here)"),
+    Edge("advance", S.AwaitingSuccessor, S.Validating, conditions=("successor_lost",),
+         effects=(Effect.DROP_SUCCESSOR,), step="0C",
+         doc="successor gone or never starts: cancel it, report, today's path"),
+    Edge("advance", S.AwaitingSuccessor, S.AwaitingSuccessor,
+         conditions=("pending_wait_left",), step="0C",
+         doc="wait: the successor's pending reason and estimated start"),
+    Edge("advance", S.AwaitingSuccessor, S.Failed, effects=(Effect.RECORD_FAILURE,),
+         step="0C", doc="successor not ready in time: both allocations kept"),
+    Edge("advance", S.Switching, S.Validating, effects=(Effect.RELEASE_DRAINED,), step="0C",
+         doc="the state file names the successor; the old one released or draining"),
     # failures of any work
     Edge("fail", "*", S.Failed, doc="the work of the current state failed"),
 )

@@ -296,10 +296,12 @@ _CONDITION_DOCS: dict[str, str] = {
     "successor_due": "the time left is at most the longest expected job + the lead time "
                      "(p90 of the measured queue wait, import, install + 60 s) + 5 minutes",
     "successor_queued": "the successor's state file names a job that is PENDING or RUNNING",
-    "successor_running": "the successor is RUNNING",
-    "successor_ready": "the successor is RUNNING and set up (same container, installed)",
+    "successor_usable": "the successor is RUNNING and set up (same container, installed), "
+                        "or RUNNING with no warmer on it (neither its lock held nor its "
+                        "recorded pid alive: it died), to be finished here (0F)",
+    "old_too_short": "the job does not fit the allocation's time left (`job_fits` fails) "
+                     "or 5 minutes or less are left",
     "successor_lost": "the successor is gone, or PENDING for a reason that never passes",
-    "warmer_alive": "a warmer holds the successor's state-file lock (it is setting it up)",
     "replaced": "at `finish`: the state file names another allocation than this run's",
 }
 
