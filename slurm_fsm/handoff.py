@@ -30,7 +30,7 @@ from slurm_fsm.backend import AllocationRequest, JobInfo, SlurmBackend
 from slurm_fsm.capacity import allocation_request_size
 from slurm_fsm.clock import Clock
 from slurm_fsm.duration import Duration
-from slurm_fsm.edges import Observation, State, repo_tag, same_container
+from slurm_fsm.edges import Observation, State, is_ours, repo_tag, same_container
 from slurm_fsm.errors import JobNotFound, StateFileError
 from slurm_fsm.history import Estimate, RunHistory
 from slurm_fsm.lease import LeaseGate
@@ -45,6 +45,7 @@ from slurm_fsm.successor import (
     judge_successor,
     lead_time,
     other_name,
+    parity_names,
     read_successor,
     successor_due,
     successor_path_for,
@@ -62,6 +63,7 @@ __all__ = [
     "observe_successor",
     "queue_successor",
     "release_drained",
+    "release_successor",
     "replaced",
     "successor_alloc",
     "successor_ids",
@@ -386,6 +388,27 @@ def replaced(m: Machine) -> bool:
         return False
     named = _named(m)
     return named is not None and named != m.alloc.job_id
+
+
+def release_successor(m: Machine) -> str | None:
+    """At a release (0A): cancel the queued successor too (when it is this checkout's)
+    and drop its files; its job id, or None when there was none."""
+    succ = successor_alloc(m)
+    if succ is None:
+        return None
+    try:
+        info: JobInfo | None = m.backend.query_job(succ.job_id)
+    except JobNotFound:
+        info = None
+    if info is not None and info.state.is_live and is_ours(
+            info, m.user, m.spec, set(parity_names(m.spec.job_name))):
+        if m.leases is not None:  # never under another run's job
+            m.leases.clear(succ.job_id, "releasing it")
+        m.backend.cancel(succ.job_id)
+        m._log(f"Successor allocation {succ.job_id} released.")
+    _store(m).delete()
+    clear_successor(successor_path_for(m.store.path))
+    return succ.job_id
 
 
 def successor_ids(m: Machine) -> set[str]:

@@ -115,7 +115,7 @@ from slurm_fsm.project import install_commands
 from slurm_fsm.slurmcli import mount_warmup_argv
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState, StateStore
-from slurm_fsm.successor import SINGLETON
+from slurm_fsm.successor import SINGLETON, parity_names
 
 # AllocationMachine, Failure, PossibleEdge and Transition are defined here (SetupFailed
 # lives in errors.py and is re-exported);
@@ -694,7 +694,8 @@ class AllocationMachine:
             summary += f"; job {estimate.describe()}"
         if not info.state.is_live:
             summary = f"allocation {job_id} is {info.state}: ending, not reusable"
-        elif info.name != self.spec.job_name:
+        elif info.name != self.spec.job_name and not (
+                self.spec.warm_successor and info.name in parity_names(self.spec.job_name)):
             summary += f", named {info.name!r} (not {self.spec.job_name!r})"
         obs = attrs.evolve(
             base, at=now, info=info, user=user, pending_wait_left_s=max(0.0, wait_left),
@@ -1073,6 +1074,9 @@ class AllocationMachine:
         self.alloc = None
         self.released_job_id = job_id
         self._log(f"Allocation {job_id} released.")
+        succ = handoff.release_successor(self)  # a queued warm successor goes too
+        if succ is not None:
+            return f"Allocation {job_id} released (and its successor {succ})."
         return f"Allocation {job_id} released."
 
     def _drop_files(self, cancelled: Sequence[str]) -> None:

@@ -373,3 +373,16 @@ def test_status_shows_both_allocations_and_the_successor_state(
     fake.clock.advance(121)
     assert alloc.status(spec).successor["phase"] == "ready"  # type: ignore[index]
     assert alloc.status(spec).to_dict()["successor"]["slurm_state"] == "RUNNING"
+
+
+def test_a_release_releases_the_queued_successor_too(spec: JobSpec,
+                                                     fake: FakeCluster) -> None:
+    old = first_allocation(spec, fake)
+    succ = queue_pending(spec, fake)
+    m = machine(attrs.evolve(spec, release_allocation=True), fake)
+    assert m.prepare() is State.Released
+    assert fake.jobs[old.job_id].state == "CANCELLED"
+    assert fake.jobs[succ.job_id].state == "CANCELLED"
+    assert successor_file(spec) is None
+    assert read_successor(successor_path_for(spec.state_path)) is None
+    assert f"its successor {succ.job_id}" in m.history[-1].reason
