@@ -118,6 +118,9 @@ class HandoffState:
 
     #: a successor failed in this run: today's path, no new one queued
     failed: bool = False
+    #: this run queued one already: never a second (even when its file cannot be read
+    #: back, as in ``plan``'s dry run)
+    queued: bool = False
     #: when this run began waiting for the successor (clock reading)
     await_since: float | None = None
     polls: int = 0
@@ -199,7 +202,8 @@ def with_successor(m: Machine, obs: Observation, info: JobInfo,
     state, and whether one is due (time left <= longest job + lead time + margin)."""
     fields = observe_successor(m, info.job_id)
     due = False
-    if not m.handoff.failed and info.state.is_running and info.time_left.is_finite:
+    if not (m.handoff.failed or m.handoff.queued) and info.state.is_running \
+            and info.time_left.is_finite:
         spec = m.spec
         lead = lead_time(m.run_history.entries(), partition=spec.slurm_params.partition,
                          nodes=spec.alloc_nodes or spec.slurm_params.nodes,
@@ -234,6 +238,7 @@ def queue_successor(m: Machine) -> str:
         time_min=_time_min(spec.alloc_time_limit, estimate),
     )
     job_id = m.backend.allocate(request)
+    m.handoff.queued = True
     pending = AllocState(
         job_id=job_id, nodelist="", partition=params.partition, account=params.account,
         nodes=size.nodes, gpus_per_node=size.gpus_per_node, docker_image=spec.docker_image,

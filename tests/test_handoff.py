@@ -386,3 +386,22 @@ def test_a_release_releases_the_queued_successor_too(spec: JobSpec,
     assert successor_file(spec) is None
     assert read_successor(successor_path_for(spec.state_path)) is None
     assert f"its successor {succ.job_id}" in m.history[-1].reason
+
+
+def test_plan_says_what_the_next_hand_off_does_and_changes_nothing(
+        spec: JobSpec, fake: FakeCluster) -> None:
+    from slurm_fsm.plan import make_plan
+
+    old = first_allocation(spec, fake)
+    fake.clock.advance(HOUR - DUE_AT)
+    plan = make_plan(spec, fake, clock=fake.clock)
+    assert plan.path == ["NoState", "Validating", "QueueingSuccessor", "Validating", "Ready"]
+    (salloc,) = [c.argv for c in plan.commands if c.argv[0] == "salloc"]
+    assert f"--job-name={spec.job_name}-b" in salloc and "--dependency=singleton" in salloc
+    assert successor_file(spec) is None and live_allocations(fake) == [old.job_id]
+    # with one queued (pending), the plan sees it: nothing more is queued
+    fake.pending_s = 120
+    machine(spec, fake).prepare()
+    plan = make_plan(spec, fake, clock=fake.clock)
+    assert plan.path == ["NoState", "Validating", "Ready"]
+    assert not [c for c in plan.commands if c.argv[0] == "salloc"]
