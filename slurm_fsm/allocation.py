@@ -133,7 +133,7 @@ class AllocationStatus:
         if s is None:
             return text
         where = (f"{s['slurm_state']}" + (f" ({s['reason']}), est. start {s['start_time']}"
-                                          if s["slurm_state"] == "PENDING" else
+                                          if s["phase"] == "pending" else
                                           f", {s['time_left']} left")
                  if s["slurm_state"] else "gone from Slurm")
         warmer = f", warmer pid {s['warmer_pid']}" if s.get("warmer_pid") else ""

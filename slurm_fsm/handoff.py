@@ -60,6 +60,7 @@ __all__ = [
     "Warmer",
     "await_successor",
     "drop_successor",
+    "job_names",
     "observe_successor",
     "queue_successor",
     "release_drained",
@@ -199,7 +200,10 @@ def _pid_alive(pid: int | None) -> bool:
 def with_successor(m: Machine, obs: Observation, info: JobInfo,
                    estimate: Estimate) -> Observation:
     """The Validating observation of a warm-successor spec, completed: the successor's
-    state, and whether one is due (time left <= longest job + lead time + margin)."""
+    state, and whether one is due (time left <= longest job + lead time + margin).
+    ``obs`` as it is without ``warm_successor`` or for an allocation that is ending."""
+    if not m.spec.warm_successor or not info.state.is_live:
+        return obs
     fields = observe_successor(m, info.job_id)
     due = False
     if not (m.handoff.failed or m.handoff.queued) and info.state.is_running \
@@ -414,6 +418,12 @@ def release_successor(m: Machine) -> str | None:
     _store(m).delete()
     clear_successor(successor_path_for(m.store.path))
     return succ.job_id
+
+
+def job_names(spec: JobSpec) -> tuple[str, ...]:
+    """The names the state file's allocation may carry: the spec's job name, and with
+    ``warm_successor`` its ``-b`` twin too."""
+    return parity_names(spec.job_name) if spec.warm_successor else (spec.job_name,)
 
 
 def successor_ids(m: Machine) -> set[str]:

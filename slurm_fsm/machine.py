@@ -115,7 +115,7 @@ from slurm_fsm.project import install_commands
 from slurm_fsm.slurmcli import mount_warmup_argv
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState, StateStore
-from slurm_fsm.successor import SINGLETON, parity_names
+from slurm_fsm.successor import SINGLETON
 
 # AllocationMachine, Failure, PossibleEdge and Transition are defined here (SetupFailed
 # lives in errors.py and is re-exported);
@@ -694,8 +694,7 @@ class AllocationMachine:
             summary += f"; job {estimate.describe()}"
         if not info.state.is_live:
             summary = f"allocation {job_id} is {info.state}: ending, not reusable"
-        elif info.name != self.spec.job_name and not (
-                self.spec.warm_successor and info.name in parity_names(self.spec.job_name)):
+        elif info.name not in handoff.job_names(self.spec):
             summary += f", named {info.name!r} (not {self.spec.job_name!r})"
         obs = attrs.evolve(
             base, at=now, info=info, user=user, pending_wait_left_s=max(0.0, wait_left),
@@ -703,9 +702,7 @@ class AllocationMachine:
             failure=f"allocation {job_id} still {info.state} after {self.pending_wait_s:g} s "
                     f"(reason {info.reason or 'unknown'}); state file kept, not cancelled",
         )
-        if self.spec.warm_successor and info.state.is_live:
-            return handoff.with_successor(self, obs, info, estimate)
-        return obs
+        return handoff.with_successor(self, obs, info, estimate)
 
     def _complete_grant(self, alloc: AllocState, info: JobInfo) -> AllocState:
         alloc = attrs.evolve(alloc, nodelist=alloc.nodelist or info.nodelist)
