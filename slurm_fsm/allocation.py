@@ -39,11 +39,11 @@ import attrs
 from slurm_fsm import sharedview
 from slurm_fsm.clock import Clock
 from slurm_fsm.duration import Duration
-from slurm_fsm.errors import JobNotFound, SlurmFsmError, SpecError
+from slurm_fsm.errors import JobNotFound, SlurmFsmError, SpecError, StateFileError
 from slurm_fsm.runrecord import RunBook
 
 if TYPE_CHECKING:
-    from slurm_fsm.backend import SlurmBackend
+    from slurm_fsm.backend import JobInfo, SlurmBackend
     from slurm_fsm.events import Events
     from slurm_fsm.monitor import PollPolicy
     from slurm_fsm.report import Report
@@ -95,6 +95,10 @@ class AllocationStatus:
     #: admission by time left for the spec asked about (``status(spec)``): its expected
     #: duration (``expected_s``, ``source``, ``detail``) and whether it ``fits``
     admission: dict[str, Any] | None = None
+    #: the warm successor (issue 27), when one is queued: its job id, name, Slurm state
+    #: (and pending reason, estimated start), time left, phase (pending, warming,
+    #: ready, failed), the allocation it follows, its warmer's pid
+    successor: dict[str, Any] | None = None
 
     @property
     def exists(self) -> bool:
@@ -109,6 +113,8 @@ class AllocationStatus:
     def to_dict(self) -> dict[str, Any]:
         """The ``slurm-fsm status --json`` document (its keys are unchanged)."""
         data: dict[str, Any] = {"allocation": self.job_id, "state_file": str(self.state_file)}
+        if self.successor is not None:
+            data["successor"] = dict(self.successor)
         if self.job_id is None:
             return data
         data.update(nodelist=self.nodelist, partition=self.partition, nodes=self.nodes,
@@ -123,6 +129,19 @@ class AllocationStatus:
         return data
 
     def render_text(self) -> str:
+        text = self._render_text()
+        s = self.successor
+        if s is None:
+            return text
+        where = (f"{s['slurm_state']}" + (f" ({s['reason']}), est. start {s['start_time']}"
+                                          if s["phase"] == "pending" else
+                                          f", {s['time_left']} left")
+                 if s["slurm_state"] else "gone from Slurm")
+        warmer = f", warmer pid {s['warmer_pid']}" if s.get("warmer_pid") else ""
+        return (text + f"\nsuccessor allocation {s['job_id']} ({s['job_name']}): {where}, "
+                f"{s['phase']}{warmer}; follows {s['predecessor'] or '-'}")
+
+    def _render_text(self) -> str:
         if self.job_id is None:
             return f"no allocation (no state file at {self.state_file})"
         if self.slurm_state is None:
@@ -416,13 +435,15 @@ class Allocation:
         With ``spec``: also whether its job would be admitted on the allocation's time
         left (its expected duration from the run history beside the state file)."""
         alloc = self.state()
+        successor = self._successor(spec)
         if alloc is None:
-            return AllocationStatus(state_file=self.state_path, job_id=None)
+            return AllocationStatus(state_file=self.state_path, job_id=None,
+                                    successor=successor)
         known = AllocationStatus(
             state_file=self.state_path, job_id=alloc.job_id, nodelist=alloc.nodelist,
             partition=alloc.partition, account=alloc.account, nodes=alloc.nodes,
             container_name=alloc.container_name, docker_image=alloc.docker_image,
-            installed=alloc.installed,
+            installed=alloc.installed, successor=successor,
         )
         try:
             info = self.backend.query_job(alloc.job_id)
@@ -444,6 +465,47 @@ class Allocation:
                             jobs=tuple(running_jobs(self.backend, RunBook(self.state_path),
                                                     alloc.job_id)),
                             admission=admission)
+
+    def _successor(self, spec: JobSpec | None) -> dict[str, Any] | None:
+        """The warm successor's state file and record, and one ``squeue -j`` of it."""
+        from slurm_fsm.handoff import successor_state_path
+        from slurm_fsm.state import StateStore
+        from slurm_fsm.successor import read_successor, successor_path_for
+
+        try:
+            succ = StateStore(successor_state_path(self.state_path)).read()
+        except StateFileError:
+            return None
+        if succ is None:
+            return None
+        record = read_successor(successor_path_for(self.state_path))
+        if record is not None and record.job_id != succ.job_id:
+            record = None
+        try:
+            info: JobInfo | None = self.backend.query_job(succ.job_id)
+        except JobNotFound:
+            info = None
+        set_up = succ.installed or succ.docker_image is None or (
+            spec is not None and not spec.installs and succ.container_name is not None)
+        if info is None or not info.state.is_live:
+            phase = "gone"
+        elif info.state.is_pending:
+            phase = "pending"
+        elif set_up:
+            phase = "ready"
+        elif record is not None and record.phase.value == "failed":
+            phase = "failed"
+        else:
+            phase = ("installing" if succ.container_name else "importing") \
+                if record is not None and record.warmer_pid else "not set up (no warmer)"
+        return {"job_id": succ.job_id, "job_name": record.job_name if record else None,
+                "slurm_state": info.state.value if info else None,
+                "reason": info.reason if info else None,
+                "start_time": info.start_time if info else None,
+                "time_left": info.time_left.as_slurm() if info else None,
+                "phase": phase, "predecessor": record.predecessor if record else None,
+                "warmer_pid": record.warmer_pid if record else None,
+                "requested_at": record.requested_at if record else None}
 
     def time_left(self) -> Duration | None:
         """Time left of the allocation, ``None`` when there is none (or it is gone)."""

@@ -193,6 +193,11 @@ class AllocationRequest:
     ntasks: int | None = None
     #: ``--comment``: which checkout (repo root) the allocation belongs to
     comment: str | None = None
+    #: ``--dependency``: ``"singleton"`` for a warm-successor checkout (at most one job
+    #: of ``job_name`` of the user runs at once: :mod:`slurm_fsm.successor`)
+    dependency: str | None = None
+    #: ``--time-min``: backfill may start it sooner with at least this much
+    time_min: Duration | None = None
 
 
 @attrs.frozen(kw_only=True)

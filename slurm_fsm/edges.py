@@ -45,6 +45,7 @@ from slurm_fsm.ownership import Ownership, checkout_tag, ownership
 from slurm_fsm.project import DEFAULT_JOB_NAME_SUFFIX
 from slurm_fsm.spec import EXPIRY_MARGIN_S, JobSpec
 from slurm_fsm.state import AllocState
+from slurm_fsm.successor import parity_names
 
 __all__ = [
     "CONDITIONS",
@@ -85,6 +86,13 @@ class State(Enum):
     #: duration plus the margin (admission by time left): replaced, never started on it
     TooShort = "TooShort"
     Incompatible = "Incompatible"
+    #: warm successor (issue 27): the time left nears the longest job + the lead time:
+    #: queue the next allocation under the other name, start its warmer
+    QueueingSuccessor = "QueueingSuccessor"
+    #: the job does not fit the old allocation and a successor is coming: wait for it
+    AwaitingSuccessor = "AwaitingSuccessor"
+    #: the successor is up: the state file names it; the old one drains
+    Switching = "Switching"
     Allocating = "Allocating"
     Importing = "Importing"
     Installing = "Installing"
@@ -97,7 +105,8 @@ class State(Enum):
 
 #: The states that own a piece of work: ``advance`` does it and leaves them.
 IN_PROGRESS = frozenset({State.Validating, State.Expiring, State.TooShort, State.Incompatible,
-                         State.Allocating, State.Importing, State.Installing})
+                         State.Allocating, State.Importing, State.Installing,
+                         State.QueueingSuccessor, State.AwaitingSuccessor, State.Switching})
 
 
 class Effect(Enum):
@@ -118,6 +127,11 @@ class Effect(Enum):
     WARN_EXPIRING = "expiring soon"
     #: say that the job does not fit in the allocation's time left (admission)
     WARN_TOO_SHORT = "too little time left for the job"
+    #: cancel a successor that never starts (if live) and forget its record
+    DROP_SUCCESSOR = "successor dropped"
+    #: release the allocation this run used, replaced by a successor, if no other run's
+    #: job is on it (drain)
+    RELEASE_DRAINED = "drained allocation released"
 
 
 @attrs.frozen(kw_only=True)
@@ -158,6 +172,15 @@ class Observation:
     expected_s: int | None = None
     #: where ``expected_s`` came from, in words (``expects 00:20:00 (history: ...)``)
     expected: str = ""
+    #: warm successor: the time left nears the longest job + the lead time
+    successor_due: bool = False
+    #: the successor's state: "" (none), "pending", "running" (set-up not done),
+    #: "ready", "lost" (gone, or pending for a reason waiting does not cure)
+    successor: str = ""
+    #: a warmer is setting the successor up now (it holds the successor's lock)
+    warmer_alive: bool = False
+    #: at ``finish``: the state file names another allocation than the one this run used
+    replaced: bool = False
 
 
 # --------------------------------------------------------------------------------------
@@ -308,7 +331,9 @@ def _is_compatible(o: Observation, s: JobSpec) -> bool:
 
 
 def _same_job_name(o: Observation, s: JobSpec) -> bool:
-    return o.info is not None and o.info.name == s.job_name
+    # a warm-successor checkout's allocations alternate between its two names
+    names = parity_names(s.job_name) if s.warm_successor else (s.job_name,)
+    return o.info is not None and o.info.name in names
 
 
 def _same_container(o: Observation, s: JobSpec) -> bool:
@@ -326,6 +351,35 @@ def _has_image(_o: Observation, s: JobSpec) -> bool:
 
 def _installs(_o: Observation, s: JobSpec) -> bool:
     return s.installs
+
+
+def _warm_successor(_o: Observation, s: JobSpec) -> bool:
+    return s.warm_successor
+
+
+def _successor_due(o: Observation, _s: JobSpec) -> bool:
+    return o.successor_due
+
+
+def _successor_queued(o: Observation, _s: JobSpec) -> bool:
+    return o.successor in ("pending", "running", "ready")
+
+
+def _successor_usable(o: Observation, _s: JobSpec) -> bool:
+    # set up; or RUNNING with no warmer on it (it died): this run finishes it (0F)
+    return o.successor == "ready" or (o.successor == "running" and not o.warmer_alive)
+
+
+def _old_too_short(o: Observation, s: JobSpec) -> bool:
+    return o.info is not None and (job_expiring(o.info) or not _job_fits(o, s))
+
+
+def _successor_lost(o: Observation, _s: JobSpec) -> bool:
+    return o.successor == "lost"
+
+
+def _replaced(o: Observation, _s: JobSpec) -> bool:
+    return o.replaced
 
 
 #: Every condition an edge may name, by that name.
@@ -346,6 +400,13 @@ CONDITIONS: Mapping[str, Condition] = {
     "setup_complete": _setup_complete,
     "has_image": _has_image,
     "installs": _installs,
+    "warm_successor": _warm_successor,
+    "successor_due": _successor_due,
+    "successor_queued": _successor_queued,
+    "successor_usable": _successor_usable,
+    "old_too_short": _old_too_short,
+    "successor_lost": _successor_lost,
+    "replaced": _replaced,
 }
 
 
@@ -403,6 +464,8 @@ EDGES: tuple[Edge, ...] = (
     # 0C / 0D
     Edge("start", S.NoState, S.Validating, conditions=("has_state_file",), step="0C",
          doc="state file"),
+    Edge("start", S.NoState, S.Switching, conditions=("warm_successor", "successor_queued"),
+         step="0C", doc="no state file, a successor queued: it becomes the allocation"),
     Edge("start", S.NoState, S.Allocating, step="0D", doc="no state file"),
     Edge("advance", S.Validating, S.NoState, conditions=("job_gone",), effects=_DROP,
          step="0C", doc="job gone: state file deleted"),
@@ -421,6 +484,22 @@ EDGES: tuple[Edge, ...] = (
     Edge("advance", S.Validating, S.Failed, conditions=("job_pending",),
          effects=(Effect.RECORD_FAILURE,), step="0C",
          doc="allocation pending too long: state file kept"),
+    # the warm successor (issue 27; only with the spec's warm_successor): never cold
+    Edge("advance", S.Validating, S.Validating, conditions=("warm_successor", "successor_lost"),
+         effects=(Effect.DROP_SUCCESSOR,), step="0C",
+         doc="successor gone or never starts: cancel it, report, today's path"),
+    Edge("advance", S.Validating, S.Switching,
+         conditions=("warm_successor", "job_running", "successor_usable"), step="0C/0F",
+         doc="successor ready (or running, its warmer dead: its setup finished here, 0F): "
+             "new jobs go to it (most time left); the old one drains"),
+    Edge("advance", S.Validating, S.AwaitingSuccessor,
+         conditions=("warm_successor", "job_running", "successor_queued", "old_too_short"),
+         step="0C", doc="the job does not fit the old one (or <= 5 min left), successor "
+                        "coming: wait for it, never a cold replacement"),
+    Edge("advance", S.Validating, S.QueueingSuccessor,
+         conditions=("warm_successor", "job_running", "successor_due", "is_compatible",
+                     "same_job_name"), unless=("successor_queued",), step="0C",
+         doc="time left <= longest job + lead time + 5 min: queue the successor"),
     Edge("advance", S.Validating, S.Expiring, conditions=("job_running", "job_expiring"),
          effects=(Effect.WARN_EXPIRING,), step="0C", doc="<= 5 min left"),
     Edge("advance", S.Validating, S.Incompatible, unless=("job_running",), step="0C",
@@ -460,7 +539,25 @@ EDGES: tuple[Edge, ...] = (
     Edge("run", S.Ready, S.Running, step="1", doc="pre-flight: time left, GPUs"),
     Edge("finish", S.Running, S.Gone, conditions=("job_gone",), effects=_DROP, step="3-5",
          doc="the allocation ended under the job: state file dropped"),
+    Edge("finish", S.Running, S.Ready, conditions=("warm_successor", "replaced"),
+         effects=(Effect.RELEASE_DRAINED,), step="3-5",
+         doc="job finished on a replaced allocation: released if no other run's job is on it"),
     Edge("finish", S.Running, S.Ready, step="3-5", doc="job finished; allocation stays"),
+    # the warm successor's own states
+    Edge("advance", S.QueueingSuccessor, S.Validating, step="0C",
+         doc="successor queued (other name, singleton), warmer started: validate again"),
+    Edge("advance", S.AwaitingSuccessor, S.Switching, conditions=("successor_usable",),
+         step="0C/0F", doc="successor ready, or running with its warmer gone (0F here)"),
+    Edge("advance", S.AwaitingSuccessor, S.Validating, conditions=("successor_lost",),
+         effects=(Effect.DROP_SUCCESSOR,), step="0C",
+         doc="successor gone or never starts: cancel it, report, today's path"),
+    Edge("advance", S.AwaitingSuccessor, S.AwaitingSuccessor,
+         conditions=("pending_wait_left",), step="0C",
+         doc="wait: the successor's pending reason and estimated start"),
+    Edge("advance", S.AwaitingSuccessor, S.Failed, effects=(Effect.RECORD_FAILURE,),
+         step="0C", doc="successor not ready in time: both allocations kept"),
+    Edge("advance", S.Switching, S.Validating, effects=(Effect.RELEASE_DRAINED,), step="0C",
+         doc="the state file names the successor; the old one released or draining"),
     # failures of any work
     Edge("fail", "*", S.Failed, doc="the work of the current state failed"),
 )

@@ -54,7 +54,7 @@ from typing import Any
 import attrs
 from transitions import EventData, Machine, MachineError
 
-from slurm_fsm import files, sharedview
+from slurm_fsm import files, handoff, sharedview
 from slurm_fsm.backend import (
     AllocationRequest,
     ContainerOptions,
@@ -116,6 +116,7 @@ from slurm_fsm.project import install_commands
 from slurm_fsm.slurmcli import mount_warmup_argv
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState, StateStore
+from slurm_fsm.successor import SINGLETON
 
 # AllocationMachine, Failure, PossibleEdge and Transition are defined here (SetupFailed
 # lives in errors.py and is re-exported);
@@ -256,8 +257,12 @@ class AllocationMachine:
         salloc_log: Path | None = None,
         leases: LeaseGate | None = None,
         run_history: RunHistory | None = None,
+        warmer: handoff.Warmer | None = None,
     ) -> None:
         self.spec = spec
+        #: warm successor: starts the process that sets a queued successor up
+        self.warmer = warmer
+        self.handoff = handoff.HandoffState()
         #: other runs' running jobs: waited for (or refused on) before a cancel, a
         #: re-import or an install would change what they use (None: not checked)
         self.leases = leases
@@ -548,6 +553,12 @@ class AllocationMachine:
                 return False
             self._warn(f"Allocation expiring soon: {obs.info.job_id} has "
                        f"{obs.info.time_left} left.")
+        elif effect is Effect.DROP_SUCCESSOR:
+            return handoff.drop_successor(self)
+        elif effect is Effect.RELEASE_DRAINED:
+            return handoff.release_drained(
+                self, self.handoff.drained if self.state is State.Switching
+                else alloc.job_id if alloc else None)
         elif effect is Effect.WARN_TOO_SHORT:
             if obs.info is None:
                 return False
@@ -588,10 +599,12 @@ class AllocationMachine:
             return self._read_state_file()
         if trigger == "advance" and state is State.Validating:
             return self._validate()
+        if trigger == "advance" and state is State.AwaitingSuccessor:
+            return handoff.await_successor(self)
         if trigger == "finish":
             gone = bool(kwargs.get("allocation_gone", False))
             return self._seen(trigger, str(kwargs.get("reason", "") or "job finished"),
-                              gone=gone)
+                              gone=gone, replaced=handoff.replaced(self))
         if trigger == "release":
             summary = self._release()
         elif trigger == "run":
@@ -604,6 +617,8 @@ class AllocationMachine:
                 State.Allocating: self._allocate,
                 State.Importing: self._import,
                 State.Installing: self._install,
+                State.QueueingSuccessor: partial(handoff.queue_successor, self),
+                State.Switching: partial(handoff.switch, self),
             }
             summary = work[state]()
         return self._seen(trigger, summary)
@@ -630,8 +645,11 @@ class AllocationMachine:
             self._warn(f"{exc}; handled like a missing state file")
         summary = (f"state file names allocation {self.alloc.job_id}" if self.alloc
                    else read_problem or "no state file")
+        queued = ("pending" if self.spec.warm_successor and self.alloc is None
+                  and handoff.successor_alloc(self) is not None else "")
         return Observation(trigger="start", source=self.state, at=self.clock.now(),
-                           alloc=self.alloc, state_file_problem=read_problem, summary=summary)
+                           alloc=self.alloc, state_file_problem=read_problem, summary=summary,
+                           successor=queued)
 
     def _validate(self) -> Observation:
         """0C: one ``squeue`` of the state file's job. Decides nothing: it observes."""
@@ -682,14 +700,15 @@ class AllocationMachine:
             summary += f"; job {estimate.describe()}"
         if not info.state.is_live:
             summary = f"allocation {job_id} is {info.state}: ending, not reusable"
-        elif info.name != self.spec.job_name:
+        elif info.name not in handoff.job_names(self.spec):
             summary += f", named {info.name!r} (not {self.spec.job_name!r})"
-        return attrs.evolve(
+        obs = attrs.evolve(
             base, at=now, info=info, user=user, pending_wait_left_s=max(0.0, wait_left),
             summary=summary, expected_s=estimate.seconds, expected=estimate.describe(),
             failure=f"allocation {job_id} still {info.state} after {self.pending_wait_s:g} s "
                     f"(reason {info.reason or 'unknown'}); state file kept, not cancelled",
         )
+        return handoff.with_successor(self, obs, info, estimate)
 
     def _query_job(self, job_id: str) -> tuple[JobInfo, float | None]:
         """The job's row; in ``run_many``, the row a sibling run asked at most
@@ -741,6 +760,8 @@ class AllocationMachine:
             if job.job_id in self._cancelled or job.job_id in self._reused \
                     or not job.state.is_live:
                 continue  # already cancelled by us, another job of a recorded id, ending
+            if spec.warm_successor and job.job_id in handoff.successor_ids(self):
+                continue  # the queued successor: its own state file names it
             owner = owner_of(job, self.user, spec)
             if owner is Ownership.OTHER_CHECKOUT and job.name == spec.job_name:
                 self.notes.append(f"allocation {job.job_id} has our job name but belongs to "
@@ -826,6 +847,7 @@ class AllocationMachine:
             user=self.user,
             ntasks_per_node=size.ntasks_per_node,
             comment=repo_tag(spec),
+            dependency=SINGLETON if spec.warm_successor else None,
         )
         job_id = self.backend.allocate(request)
         pending = self._track_pending(job_id, size)
@@ -1070,6 +1092,9 @@ class AllocationMachine:
         self.alloc = None
         self.released_job_id = job_id
         self._log(f"Allocation {job_id} released.")
+        succ = handoff.release_successor(self)  # a queued warm successor goes too
+        if succ is not None:
+            return f"Allocation {job_id} released (and its successor {succ})."
         return f"Allocation {job_id} released."
 
     @staticmethod

@@ -34,6 +34,7 @@ from slurm_fsm.runrecord import RunBook, RunRecord, new_run_id
 from slurm_fsm.runsteps import RunSteps, stop_leftovers
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState, StateStore
+from slurm_fsm.warmer import warmer_for
 
 __all__ = ["PersistentRun", "point_latest", "run_book", "run_log_path", "salloc_log_for"]
 
@@ -183,7 +184,8 @@ class PersistentRun:
                          say=self.events.message, backend=self.backend)
         m = AllocationMachine(self.spec, self.backend, clock=self.clock,
                               log=self.events.message, store=store, salloc_log=self.salloc_log,
-                              leases=gate)
+                              leases=gate,
+                              warmer=warmer_for(self.spec, self.backend, self.state_path))
         self.machine = m
         return m
 

@@ -286,6 +286,22 @@ def admission_text(m: AllocationMachine) -> str:
     return f"{head} + {margin} margin: fits"
 
 
+def _copy_successor(state_path: Path, scratch_state: Path) -> None:
+    """The warm successor's state file (and record), as a run would see them."""
+    from slurm_fsm.handoff import successor_state_path
+    from slurm_fsm.successor import MAX_RECORD_BYTES, successor_path_for
+
+    for source, target in ((successor_state_path(state_path),
+                            successor_state_path(scratch_state)),
+                           (successor_path_for(state_path), successor_path_for(scratch_state))):
+        try:
+            raw = read_regular_file(source, max(MAX_STATE_BYTES, MAX_RECORD_BYTES))
+        except StateFileError:
+            continue
+        if raw is not None:
+            target.write_bytes(raw)
+
+
 def make_plan(spec: JobSpec, real: SlurmBackend, *, clock: Clock | None = None,
               history: RunHistory | None = None) -> Plan:
     """Dry-run step 0 for ``spec`` against ``real``: the state file and the
@@ -308,6 +324,7 @@ def make_plan(spec: JobSpec, real: SlurmBackend, *, clock: Clock | None = None,
             raw, problem = None, f"{exc}; handled like a missing state file"
         if raw is not None:
             (scratch / spec.state_path.name).write_bytes(raw)
+        _copy_successor(spec.state_path, scratch / spec.state_path.name)
         m = AllocationMachine(
             spec, backend, clock=clock, store=StateStore(scratch / spec.state_path.name),
             salloc_log=scratch / ".salloc.log", unreachable_retries=0,

@@ -255,6 +255,11 @@ def squeue_steps_argv(job_id: str) -> list[str]:
     return ["squeue", "-s", "-j", str(job_id), "-h", "-O", STEP_FORMAT]
 
 
+#: The ``--dependency`` values an allocation may carry: ``singleton`` (the warm
+#: successor's fence), or ``after[ok|any|notok]:<job id>[:<job id>...]``.
+_DEPENDENCY = re.compile(r"singleton|after(?:ok|any|notok)?:[0-9]+(?::[0-9]+)*", re.ASCII)
+
+
 def salloc_argv(request: AllocationRequest) -> list[str]:
     """``salloc --no-shell`` for the persistent allocation (step 0E).
 
@@ -278,6 +283,12 @@ def salloc_argv(request: AllocationRequest) -> list[str]:
         argv.append(f"--ntasks-per-node={request.ntasks_per_node}")
     if request.ntasks is not None:
         argv.append(f"--ntasks={request.ntasks}")
+    if request.dependency:
+        if not _DEPENDENCY.fullmatch(request.dependency):
+            raise ValueError(f"not a dependency slurm_fsm asks: {request.dependency!r}")
+        argv.append(f"--dependency={request.dependency}")
+    if request.time_min is not None:
+        argv.append(f"--time-min={_time_arg(request.time_min)}")
     return argv
 
 

@@ -422,6 +422,9 @@ class JobSpec:
     #: only when its time left covers this plus EXPIRY_MARGIN_S (admission, step 0C).
     #: Default: slurm_params.time_limit, else past runs, else monitor_timeout_seconds.
     expected_duration_seconds: PositiveInt | None = None
+    #: Queue the next allocation before this one expires, and set it up while this one
+    #: still serves (issue 27, :mod:`slurm_fsm.successor`). Off: exactly as before.
+    warm_successor: bool = False
     #: What loading noticed but let pass (an unknown key close to a known one). Not a
     #: key of the document; the report and the CLI show them.
     load_warnings: tuple[str, ...] = attrs.field(default=(), kw_only=True, eq=False,
@@ -546,6 +549,7 @@ _RULES.update({
         "alloc_nodes": _optional(_integer(1, MAX_NODES)),
         "alloc_gpus_per_node": _optional(_integer(0, MAX_GPUS_PER_NODE)),
         "expected_duration_seconds": _optional(_integer(1, MAX_SECONDS)),
+        "warm_successor": _bool,
         "load_warnings": _instance(tuple, "a tuple"),
     },
 })

@@ -76,6 +76,12 @@ WORK_COMMANDS: dict[str, str] = {
     "TooShort": "none while other runs' jobs use it (the lease gate waits, saying whose and "
                 "until when), then `scancel ID`",
     "Incompatible": "`scancel ID`",
+    "QueueingSuccessor": "`salloc --no-shell ... --job-name=<other name> "
+                         "--dependency=singleton --time-min=...` (detached; returns while "
+                         "PENDING), then the warmer is started",
+    "AwaitingSuccessor": "`squeue -j SUCC` per poll (backing off, at most 10 s apart)",
+    "Switching": "none (the successor's state file becomes the state file); the effect: "
+                 "`scancel OLD` when no other run's job is on it",
     "Allocating": "`srun --help` (only with an image), `squeue -u USER` (orphans: this "
                   "checkout's tag, or untagged under the job name), `scancel` per orphan, "
                   "`salloc --no-shell ...`, `squeue -j ID` until RUNNING, "
@@ -219,8 +225,31 @@ def states_markdown() -> str:
         "fresh allocation, and most of its runs make a new one: give the allocation room",
         "for several jobs.",
         "",
-        "The warm successor (issue 27's next part) adds its edges before TooShort's: a",
-        "ready successor that fits takes the job; a warming one is waited for.",
+        "## The warm successor",
+        "",
+        "With the spec's `warm_successor` (off by default: none of these edges is then",
+        "taken), validation also reads the successor's state file",
+        "(`work_dirs/.slurm_alloc.successor.json`) and, when it names a job, asks Slurm",
+        "about it (one more `squeue`). The rules are `slurm_fsm.successor`'s:",
+        "",
+        "| case | what happens |",
+        "|---|---|",
+        "| time left <= longest job + lead time + 5 min, no successor | QueueingSuccessor: "
+        "`salloc` under the other of the checkout's two names with `--dependency=singleton`, "
+        "its own state file, the warmer started; then validated again |",
+        "| successor ready (RUNNING, set up) | Switching: the state file names it, the job "
+        "runs there; the old one is released now if no other run's job is on it, else by "
+        "the last of them at its `finish` (drain) |",
+        "| the job does not fit the old one (or <= 5 min left), successor coming | "
+        "AwaitingSuccessor: waits (its pending reason and `squeue --start` estimate are "
+        "logged), never cuts the old one |",
+        "| successor running but its warmer gone (killed) | Switching, then 0F finishes its "
+        "setup in this run |",
+        "| successor gone, or pending for a reason that never passes | DROP_SUCCESSOR: "
+        "cancelled, warned, today's path for this run |",
+        "| no state file, a successor queued | `start` goes to Switching: it becomes the "
+        "allocation |",
+        "",
         "`slurm-fsm plan` prints what admission decides (`admission:`); `slurm-fsm status`",
         "shows the spec's expected duration against the time left.",
         "",
@@ -266,6 +295,17 @@ _CONDITION_DOCS: dict[str, str] = {
     "setup_complete": "the install finished (or there is none to do)",
     "has_image": "the spec sets `docker_image`",
     "installs": "the workflow installs the repo (not `custom` with `skip_install`)",
+    "warm_successor": "the spec sets `warm_successor`",
+    "successor_due": "the time left is at most the longest expected job + the lead time "
+                     "(p90 of the measured queue wait, import, install + 60 s) + 5 minutes",
+    "successor_queued": "the successor's state file names a job that is PENDING or RUNNING",
+    "successor_usable": "the successor is RUNNING and set up (same container, installed), "
+                        "or RUNNING with no warmer on it (neither its lock held nor its "
+                        "recorded pid alive: it died), to be finished here (0F)",
+    "old_too_short": "the job does not fit the allocation's time left (`job_fits` fails) "
+                     "or 5 minutes or less are left",
+    "successor_lost": "the successor is gone, or PENDING for a reason that never passes",
+    "replaced": "at `finish`: the state file names another allocation than this run's",
 }
 
 _EFFECT_DOCS: dict[Effect, str] = {
@@ -279,6 +319,10 @@ _EFFECT_DOCS: dict[Effect, str] = {
     Effect.WARN_TOO_SHORT: "warn: the job does not fit in the allocation's time left "
                            "(its expected duration and where it came from); it is not "
                            "started on it",
+    Effect.DROP_SUCCESSOR: "cancel a successor that cannot start, forget its files; this "
+                           "run goes today's path",
+    Effect.RELEASE_DRAINED: "`scancel` the allocation the successor replaced, when no "
+                            "other run's job is on it (else the last of them does)",
 }
 
 

@@ -293,6 +293,7 @@ SPEC_BAD: dict[str, st.SearchStrategy[object]] = {
     "alloc_nodes": bad_ints(1, MAX_NODES),
     "alloc_gpus_per_node": bad_ints(0, MAX_GPUS_PER_NODE),
     "expected_duration_seconds": bad_ints(1, MAX_SECONDS),
+    "warm_successor": BOOL_BAD,
     "slurm_env": st.one_of(
         NOT_TEXT.filter(lambda v: not isinstance(v, dict)), SAFE,
         st.fixed_dictionaries({"partitions": st.one_of(SAFE, st.integers(),

@@ -227,6 +227,8 @@ class FakeJob:
     gpus_per_node: int = 0
     #: accounting's rows of the numbered steps that ended (and when each ended)
     ended_steps: dict[str, tuple[JobOutcome, float]] = attrs.field(factory=dict)
+    #: ``--dependency`` as asked (``"singleton"`` is honoured)
+    dependency: str = ""
 
     @property
     def active(self) -> bool:
@@ -609,9 +611,13 @@ class FakeCluster:
             if not job.active:
                 continue
             if job.state is JobState.PENDING and now >= job.pending_until:
+                if self._singleton_blocked(job):
+                    job.reason = "Dependency"
+                    continue
                 job.state = JobState.RUNNING
+                job.started_at = (self._freed_at(job) if job.dependency == "singleton"
+                                  else job.pending_until)
                 job.reason = "None"
-                job.started_at = job.pending_until
             if job.state is not JobState.RUNNING or job.started_at is None:
                 continue
             if job.time_limit_s is not None and now >= job.started_at + job.time_limit_s:
@@ -635,6 +641,23 @@ class FakeCluster:
                                               else JobState.FAILED)
                     self._finish(job, state, s.exit_code)
                     job.ended_at = job.started_at + s.duration_s
+
+    def _singleton_blocked(self, job: FakeJob) -> bool:
+        """``--dependency=singleton``: another job of the same name and user runs (or is
+        suspended), so this one waits, as Slurm makes it (reason ``Dependency``)."""
+        if job.dependency != "singleton":
+            return False
+        return any(other is not job and other.name == job.name and other.user == job.user
+                   and other.state in (JobState.RUNNING, JobState.SUSPENDED)
+                   for other in self.jobs.values())
+
+    def _freed_at(self, job: FakeJob) -> float:
+        """When the last job that held ``job`` back by singleton ended (no earlier
+        than its own queue wait)."""
+        ends = [other.ended_at for other in self.jobs.values()
+                if other is not job and other.name == job.name and other.user == job.user
+                and other.ended_at is not None]
+        return max([job.pending_until, *ends])
 
     def _write_batch_output(self, job: FakeJob, upto: float) -> None:
         if job.script is None or job.out_path is None or job.started_at is None:
@@ -822,7 +845,7 @@ class FakeCluster:
             time_limit_s=request.time_limit.seconds, submitted_at=self.clock.now(),
             kind="alloc", pending_until=self.clock.now() + self.pending_s,
             reason=(self.pending_reason or "Resources") if self.pending_s else "None",
-            comment=request.comment or "",
+            comment=request.comment or "", dependency=request.dependency or "",
         )
         self.jobs[job.job_id] = job
         log.write_text(f"salloc: Pending job allocation {job.job_id}\n"

@@ -1,0 +1,432 @@
+"""The work of the warm successor's states (issue 27), for :mod:`slurm_fsm.machine`.
+
+:mod:`slurm_fsm.successor` holds the rules; :mod:`slurm_fsm.edges` the edges
+(QueueingSuccessor, AwaitingSuccessor, Switching, the drain at ``finish``); this module
+does the work of those states and effects on the machine it is given, through the
+machine's backend (no command line here).
+
+The successor is tracked in a second state file beside the first,
+``.slurm_alloc.successor.json`` (:func:`successor_state_path`): the same keys as the
+state file (the procedure's), so that its setup (import, install) is done by the
+machine's own step 0 on that file (:mod:`slurm_fsm.warmer`), under that file's own lock.
+The successor record ``.slurm_fsm_successor.json`` says, for people and ``status``,
+which allocation it follows, since when, and the warmer's pid. At the switch the
+successor's file becomes the state file; the old allocation is released at once when
+no other run's job is on it, else by the last run whose job ends on it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+import attrs
+import filelock
+
+from slurm_fsm.backend import AllocationRequest, JobInfo, SlurmBackend
+from slurm_fsm.capacity import allocation_request_size
+from slurm_fsm.clock import Clock
+from slurm_fsm.duration import Duration
+from slurm_fsm.edges import Observation, State, is_ours, repo_tag, same_container
+from slurm_fsm.errors import JobNotFound, StateFileError
+from slurm_fsm.history import Estimate, RunHistory
+from slurm_fsm.lease import LeaseGate
+from slurm_fsm.spec import JobSpec
+from slurm_fsm.state import AllocState, StateStore
+from slurm_fsm.successor import (
+    SINGLETON,
+    Phase,
+    SuccessorRecord,
+    SuccessorVerdict,
+    clear_successor,
+    judge_successor,
+    lead_time,
+    other_name,
+    parity_names,
+    read_successor,
+    successor_due,
+    successor_path_for,
+    time_min_s,
+    write_successor,
+)
+
+__all__ = [
+    "SWITCH_LOCK_S",
+    "HandoffState",
+    "Machine",
+    "Warmer",
+    "await_successor",
+    "drop_successor",
+    "job_names",
+    "observe_successor",
+    "queue_successor",
+    "release_drained",
+    "release_successor",
+    "replaced",
+    "successor_alloc",
+    "successor_ids",
+    "successor_state_path",
+    "switch",
+    "warmer_alive",
+    "with_successor",
+]
+
+#: Starts the process that sets the successor up (import, install) and returns its pid;
+#: None: none started (the run that needs the successor then finishes its setup, 0F).
+Warmer = Callable[[JobSpec], int | None]
+#: How long the switch waits for the successor file's lock (a warmer whose set-up is
+#: done only writes its last lines under it).
+SWITCH_LOCK_S = 120.0
+
+
+def successor_state_path(state_path: Path) -> Path:
+    """``.slurm_alloc.successor.json`` beside ``.slurm_alloc.json`` (and
+    ``.slurm_alloc.fake.successor.json`` beside the fake CLI's file)."""
+    return state_path.with_name(state_path.stem + ".successor.json")
+
+
+class Machine(Protocol):
+    """What the hand-off work uses of :class:`slurm_fsm.machine.AllocationMachine`."""
+
+    spec: JobSpec
+    backend: SlurmBackend
+    store: StateStore
+    clock: Clock
+    alloc: AllocState | None
+    leases: LeaseGate | None
+    run_history: RunHistory
+    notes: list[str]
+    observation: Observation
+    salloc_log: Path
+    pending_wait_s: float
+    warmer: Warmer | None
+    handoff: HandoffState
+
+    @property
+    def state(self) -> State: ...
+    @property
+    def user(self) -> str: ...
+    def _log(self, text: str) -> None: ...
+    def _warn(self, text: str) -> None: ...
+
+
+@attrs.define
+class HandoffState:
+    """The machine's own memory of the hand-off, within one run."""
+
+    #: a successor failed in this run: today's path, no new one queued
+    failed: bool = False
+    #: this run queued one already: never a second (even when its file cannot be read
+    #: back, as in ``plan``'s dry run)
+    queued: bool = False
+    #: when this run began waiting for the successor (clock reading)
+    await_since: float | None = None
+    polls: int = 0
+    #: the allocation replaced by the switch, to release once no job is on it
+    drained: str | None = None
+    #: the job ids cancelled here
+    cancelled: set[str] = attrs.field(factory=set)
+
+
+def _store(m: Machine) -> StateStore:
+    return StateStore(successor_state_path(m.store.path))
+
+
+def successor_alloc(m: Machine) -> AllocState | None:
+    """The successor's state file (None: none, or unreadable)."""
+    try:
+        return _store(m).read()
+    except StateFileError:
+        return None
+
+
+def warmer_alive(m: Machine) -> bool:
+    """Someone (a warmer) holds the successor file's lock now."""
+    probe = filelock.FileLock(str(_store(m).lock_path), timeout=0)
+    try:
+        probe.acquire()
+    except filelock.Timeout:
+        return True
+    probe.release()
+    return False
+
+
+def _set_up(alloc: AllocState, spec: JobSpec) -> bool:
+    return same_container(alloc, spec) and (
+        alloc.installed or spec.docker_image is None or not spec.installs)
+
+
+def observe_successor(m: Machine, current: str | None) -> dict[str, Any]:
+    """The successor fields of an observation: ``successor`` ("", "pending", "running",
+    "ready", "lost") and ``warmer_alive``; one ``squeue`` of the successor when its file
+    names one other than ``current``."""
+    succ = successor_alloc(m)
+    if succ is None or succ.job_id == current:
+        return {"successor": "", "warmer_alive": False}
+    info: JobInfo | None
+    try:
+        info = m.backend.query_job(succ.job_id)
+    except JobNotFound:
+        info = None
+    verdict = judge_successor(info)
+    if verdict is SuccessorVerdict.SET_UP:
+        state = "ready" if _set_up(succ, m.spec) else "running"
+    elif verdict is SuccessorVerdict.WAIT:
+        state = "pending"
+    else:
+        state = "lost"
+    record = read_successor(successor_path_for(m.store.path))
+    pid = record.warmer_pid if record is not None and record.job_id == succ.job_id else None
+    return {"successor": state, "warmer_alive": warmer_alive(m) or _pid_alive(pid)}
+
+
+def _pid_alive(pid: int | None) -> bool:
+    """The warmer's process exists (on this host: the record's pid; a warmer on another
+    host shows by its lock). Between its start and its taking the lock, this says so."""
+    if pid is None:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def with_successor(m: Machine, obs: Observation, info: JobInfo,
+                   estimate: Estimate) -> Observation:
+    """The Validating observation of a warm-successor spec, completed: the successor's
+    state, and whether one is due (time left <= longest job + lead time + margin).
+    ``obs`` as it is without ``warm_successor`` or for an allocation that is ending."""
+    if not m.spec.warm_successor or not info.state.is_live:
+        return obs
+    fields = observe_successor(m, info.job_id)
+    due = False
+    if not (m.handoff.failed or m.handoff.queued) and info.state.is_running \
+            and info.time_left.is_finite:
+        spec = m.spec
+        lead = lead_time(m.run_history.entries(), partition=spec.slurm_params.partition,
+                         nodes=spec.alloc_nodes or spec.slurm_params.nodes,
+                         image=spec.docker_image)
+        due = successor_due(info.time_left.seconds, estimate.seconds, lead.seconds)
+    summary = obs.summary
+    if fields["successor"]:
+        summary += f"; successor {fields['successor']}"
+    elif due:
+        summary += "; a successor is due"
+    return attrs.evolve(obs, successor_due=due, summary=summary, **fields)
+
+
+def queue_successor(m: Machine) -> str:
+    """QueueingSuccessor: ``salloc`` under the other name, ``--dependency=singleton``
+    (Slurm then never runs two of that name: racing runs get 1 RUNNING + 1 PENDING),
+    its state file written from the moment it exists, the record, then the warmer."""
+    assert m.alloc is not None
+    spec, params = m.spec, m.spec.slurm_params
+    info = m.observation.info
+    current_name = info.name if info is not None and info.name else spec.job_name
+    name = other_name(current_name, spec.job_name)
+    size = allocation_request_size(spec)
+    estimate = m.observation.expected_s
+    request = AllocationRequest(
+        partition=params.partition, account=params.account, nodes=size.nodes,
+        time_limit=spec.alloc_time_limit, job_name=name,
+        log_path=m.salloc_log.with_name(m.salloc_log.name + ".successor"),
+        gpus_per_node=size.gpus_per_node, user=m.user,
+        ntasks_per_node=size.ntasks_per_node, comment=repo_tag(spec),
+        dependency=SINGLETON,
+        time_min=_time_min(spec.alloc_time_limit, estimate),
+    )
+    job_id = m.backend.allocate(request)
+    m.handoff.queued = True
+    pending = AllocState(
+        job_id=job_id, nodelist="", partition=params.partition, account=params.account,
+        nodes=size.nodes, gpus_per_node=size.gpus_per_node, docker_image=spec.docker_image,
+        container_mounts=spec.mounts_text, time_limit=spec.alloc_time_limit.as_slurm(),
+        installed=False,
+    )
+    try:
+        _store(m).write(pending)
+    except OSError as exc:  # never leaked: nothing would name it
+        m.backend.cancel(job_id)
+        raise StateFileError(str(successor_state_path(m.store.path)),
+                             f"cannot be written ({exc}); successor {job_id} was cancelled") \
+            from exc
+    pid = None
+    if m.warmer is not None:
+        pid = m.warmer(attrs.evolve(spec, alloc_job_name=name, warm_successor=False))
+    record = SuccessorRecord(job_id=job_id, job_name=name, predecessor=m.alloc.job_id,
+                             phase=Phase.WARMING if pid else Phase.PENDING,
+                             requested_at=datetime.now(UTC).isoformat(timespec="seconds"),
+                             warmer_pid=pid)
+    try:
+        write_successor(successor_path_for(m.store.path), record)
+    except OSError as exc:
+        m.notes.append(f"the successor record was not written ({exc}); status shows less")
+    warmed = f", warmer pid {pid}" if pid else ", no warmer: the run that needs it sets it up"
+    m._log(f"Queued successor allocation {job_id} ({name}, singleton) to follow "
+           f"{m.alloc.job_id}{warmed}.")
+    return f"successor {job_id} queued as {name}{warmed}"
+
+
+def _time_min(limit: Duration, expected_s: int | None) -> Duration | None:
+    want = time_min_s(expected_s)
+    if not limit.is_finite or want >= (limit.seconds or 0):
+        return None
+    return Duration.of_seconds(want)
+
+
+def await_successor(m: Machine) -> Observation:
+    """AwaitingSuccessor: poll the successor (backing off) until it is ready, lost, its
+    warmer gone, or ``pending_wait_s`` passed; says what it waits for and why."""
+    h = m.handoff
+    now = m.clock.now()
+    if h.await_since is None:
+        h.await_since = now
+    elif m.observation.source is State.AwaitingSuccessor:
+        m.clock.sleep(min(10.0, 0.5 * 2 ** min(h.polls, 5)))
+        h.polls += 1
+        now = m.clock.now()
+    succ = successor_alloc(m)
+    fields = observe_successor(m, m.alloc.job_id if m.alloc else None)
+    job = succ.job_id if succ else "?"
+    why = fields["successor"] or "gone"
+    if fields["successor"] == "pending":
+        try:
+            row = m.backend.query_job(job)
+            why = f"PENDING ({row.reason or 'unknown'}), est. start {row.start_time or 'N/A'}"
+        except JobNotFound:
+            why = "gone"
+    summary = f"waiting for successor {job}: {why}"
+    m._log(summary.capitalize() + ".")
+    waited = now - h.await_since
+    return Observation(trigger="advance", source=m.state, at=now, alloc=m.alloc,
+                       user=m.user, summary=summary,
+                       pending_wait_left_s=max(0.0, m.pending_wait_s - waited),
+                       failure=f"successor {job} not ready after {waited:.0f} s ({why}); "
+                               "both allocations kept, run again", **fields)
+
+
+def switch(m: Machine) -> str:
+    """Switching: the successor's file becomes the state file (new jobs go to it); the
+    old allocation is remembered to release once no job is on it (the edge's effect)."""
+    store = StateStore(successor_state_path(m.store.path), lock_timeout_s=SWITCH_LOCK_S)
+    with store.locked(on_wait=m._log):  # a warmer finishing its last write
+        succ = successor_alloc(m)
+        if succ is None:
+            raise StateFileError(str(store.path),
+                                 "the successor's state file vanished while switching")
+        old = m.alloc
+        m.store.write(succ)
+        store.delete()
+    clear_successor(successor_path_for(m.store.path))
+    m.alloc = succ
+    m.handoff.await_since = None
+    if old is not None and old.job_id != succ.job_id:
+        m.handoff.drained = old.job_id
+    m._log(f"Switched to allocation {succ.job_id}"
+           + (f"; {old.job_id} takes no new job and drains." if old else "."))
+    return f"state file names successor {succ.job_id}" + (
+        f"; {old.job_id} drains" if old else "")
+
+
+def drop_successor(m: Machine) -> bool:
+    """Effect DROP_SUCCESSOR: cancel a successor pending for a reason that does not pass
+    (a gone one needs nothing), forget its files, go today's path for this run."""
+    succ = successor_alloc(m)
+    m.handoff.failed = True
+    if succ is None:
+        return False
+    try:
+        info: JobInfo | None = m.backend.query_job(succ.job_id)
+    except JobNotFound:
+        info = None
+    if info is not None and info.state.is_live:
+        m.backend.cancel(succ.job_id)
+        m.handoff.cancelled.add(succ.job_id)
+        m._warn(f"successor allocation {succ.job_id} cannot start ({info.state}, reason "
+                f"{info.reason}): cancelled; the allocation is replaced at expiry as before")
+    else:
+        m._warn(f"successor allocation {succ.job_id} is gone: the allocation is replaced "
+                "at expiry as before")
+    _store(m).delete()
+    clear_successor(successor_path_for(m.store.path))
+    return True
+
+
+def release_drained(m: Machine, job_id: str | None) -> bool:
+    """Effect RELEASE_DRAINED: release ``job_id`` (replaced by a successor) when no other
+    run's job is on it; else the last of them does, when its job ends."""
+    if job_id is None or job_id in m.handoff.cancelled:
+        return False
+    current = _named(m)
+    if current == job_id:
+        return False  # named again: it serves
+    holders = m.leases.holders(job_id) if m.leases is not None else []
+    if holders:
+        m.notes.append(f"allocation {job_id} drains: {len(holders)} job(s) of other runs "
+                       "still on it; the last one releases it")
+        return False
+    try:
+        info = m.backend.query_job(job_id)
+    except JobNotFound:
+        return False
+    if not info.state.is_live:
+        return False
+    m._log(f"Releasing drained allocation {job_id} (no job on it).")
+    m.backend.cancel(job_id)
+    m.handoff.cancelled.add(job_id)
+    return True
+
+
+def _named(m: Machine) -> str | None:
+    try:
+        alloc = m.store.read()
+    except StateFileError:
+        return None
+    return alloc.job_id if alloc else None
+
+
+def replaced(m: Machine) -> bool:
+    """At ``finish``: the state file names an allocation other than this run's."""
+    if not m.spec.warm_successor or m.alloc is None:
+        return False
+    named = _named(m)
+    return named is not None and named != m.alloc.job_id
+
+
+def release_successor(m: Machine) -> str | None:
+    """At a release (0A): cancel the queued successor too (when it is this checkout's)
+    and drop its files; its job id, or None when there was none."""
+    succ = successor_alloc(m)
+    if succ is None:
+        return None
+    try:
+        info: JobInfo | None = m.backend.query_job(succ.job_id)
+    except JobNotFound:
+        info = None
+    if info is not None and info.state.is_live and is_ours(
+            info, m.user, m.spec, set(parity_names(m.spec.job_name))):
+        if m.leases is not None:  # never under another run's job
+            m.leases.clear(succ.job_id, "releasing it")
+        m.backend.cancel(succ.job_id)
+        m._log(f"Successor allocation {succ.job_id} released.")
+    _store(m).delete()
+    clear_successor(successor_path_for(m.store.path))
+    return succ.job_id
+
+
+def job_names(spec: JobSpec) -> tuple[str, ...]:
+    """The names the state file's allocation may carry: the spec's job name, and with
+    ``warm_successor`` its ``-b`` twin too."""
+    return parity_names(spec.job_name) if spec.warm_successor else (spec.job_name,)
+
+
+def successor_ids(m: Machine) -> set[str]:
+    """The job the successor file names (never an orphan)."""
+    succ = successor_alloc(m)
+    return {succ.job_id} if succ else set()

@@ -1,0 +1,373 @@
+"""The warm successor before expiry (issue 27): the rules, and the successor record.
+
+Theory of operation
+-------------------
+
+A persistent allocation lives ``alloc_time_limit``. With ``warm_successor`` on, a run
+that finds the time left near the longest expected job plus the *lead time* (what a
+new allocation takes to be usable: queue wait + import + install) queues the next
+allocation early, under the *other* of the checkout's two names, so that it is set up
+while the old one still serves. Everything that decides is a pure function here
+(table-tested in ``tests/test_successor.py``); this module runs no command, reads no
+clock and knows no command line.
+
+* **Two alternating names** (:func:`parity_names`): the checkout's job name (parity
+  ``a``, today's name, so an existing allocation is parity ``a``) and the same name
+  with :data:`PARITY_SUFFIX` (parity ``b``). Every allocation of a warm-successor
+  checkout asks ``--dependency=singleton`` (:data:`SINGLETON`): Slurm then runs at
+  most one job of each name of the user, so at most **2** allocations of the checkout
+  run at once, whatever races between runs or hosts (two racing sallocs of one name
+  give 1 RUNNING + 1 PENDING(Dependency); a third name never exists).
+* **When to queue** (:func:`successor_due`): when the time left is at most the longest
+  expected job + the lead time + :data:`~slurm_fsm.spec.EXPIRY_MARGIN_S`.
+* **The lead time** (:func:`lead_time`): p90 of each measured part (``queue_wait_s``,
+  ``import_s``, ``install_s``) of the run history beside the state file
+  (:mod:`slurm_fsm.history` already records them, keyed by partition, nodes and
+  image) + :data:`LEAD_SLACK_S`; :data:`DEFAULT_LEAD_S` when nothing was measured.
+* **Where a job goes** (:func:`choose_allocation`): the ready, compatible allocation
+  with the most time left that fits the job (time left >= expected + margin).
+* **Drain and release** (:func:`drain_action`): an allocation that is no longer the
+  one the state file names takes no new job, and is released as soon as no job of any
+  run is on it: never cut under a running job, never left idle until its walltime.
+* **The successor record** (:class:`SuccessorRecord`, :func:`successor_path_for`): a
+  small JSON file beside the state file (``.slurm_fsm_successor.json``). It is
+  additive: the state file keeps exactly the procedure's keys and names the
+  allocation new jobs should use; the record only says which allocation is coming
+  and how far its setup got (pending, warming, ready, failed). A bad or missing
+  record is no record.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from slurm_fsm import files
+from slurm_fsm.backend import JobInfo
+from slurm_fsm.history import RunEntry
+from slurm_fsm.spec import EXPIRY_MARGIN_S
+
+__all__ = [
+    "DEFAULT_LEAD_S",
+    "LEAD_SLACK_S",
+    "MAX_RECORD_BYTES",
+    "PARITY_SUFFIX",
+    "SINGLETON",
+    "SUCCESSOR_NAME",
+    "Candidate",
+    "DrainAction",
+    "LeadTime",
+    "Phase",
+    "SuccessorRecord",
+    "SuccessorVerdict",
+    "choose_allocation",
+    "clear_successor",
+    "drain_action",
+    "judge_successor",
+    "lead_time",
+    "other_name",
+    "p90",
+    "parity_names",
+    "parity_of",
+    "read_successor",
+    "successor_due",
+    "successor_path_for",
+    "time_min_s",
+    "write_successor",
+]
+
+#: The second name of a checkout's allocations: ``<job name>-b``.
+PARITY_SUFFIX = "-b"
+#: The ``--dependency`` every allocation of a warm-successor checkout asks.
+SINGLETON = "singleton"
+#: Added to the measured parts of the lead time (the design's "+ 60 s").
+LEAD_SLACK_S = 60
+#: The lead time before any was measured: queue wait, a cold import and the installs.
+DEFAULT_LEAD_S = 600
+#: The successor record's name beside the default state file ``.slurm_alloc.json``.
+SUCCESSOR_NAME = ".slurm_fsm_successor.json"
+#: A record is a few hundred bytes; anything larger is not one.
+MAX_RECORD_BYTES = 16 * 1024
+
+
+# --------------------------------------------------------------------------------------
+# Names: two alternating names per checkout, each a Slurm singleton.
+
+
+def parity_names(base: str) -> tuple[str, str]:
+    """The checkout's two allocation names: ``(base, base + "-b")``. ``base`` is the
+    spec's job name; an allocation made before warm successors existed is parity a."""
+    if not base:
+        raise ValueError("an allocation name is needed")
+    return base, base + PARITY_SUFFIX
+
+
+def parity_of(name: str, base: str) -> str | None:
+    """``"a"`` or ``"b"`` for one of ``base``'s two names, else None."""
+    a, b = parity_names(base)
+    return "a" if name == a else "b" if name == b else None
+
+
+def other_name(name: str, base: str) -> str:
+    """The name the successor of an allocation named ``name`` takes: the other one of
+    ``base``'s pair (a name outside the pair counts as parity a: its successor is b)."""
+    a, b = parity_names(base)
+    return a if name == b else b
+
+
+# --------------------------------------------------------------------------------------
+# The lead time and when to queue a successor.
+
+
+def p90(values: Sequence[float]) -> float:
+    """The 90th percentile by nearest rank (one of the values, never interpolated)."""
+    if not values:
+        raise ValueError("p90 of no values")
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(0.9 * len(ordered)) - 1)]
+
+
+@attrs.frozen
+class LeadTime:
+    """How long before it is needed a successor must be asked for."""
+
+    seconds: int
+    #: p90 of each measured part, by history field (only the parts measured)
+    parts: dict[str, float] = attrs.field(factory=dict)
+    #: one line for people
+    detail: str = ""
+
+
+_PARTS = ("queue_wait_s", "import_s", "install_s")
+
+
+def lead_time(entries: Iterable[RunEntry], *, partition: str | None, nodes: int | None,
+              image: str | None, last: int = 20) -> LeadTime:
+    """The lead time of an allocation of this shape: p90 of the last ``last`` measures
+    of each part (queue wait, import, install) among ``entries`` of the same partition,
+    nodes and image, plus :data:`LEAD_SLACK_S`; :data:`DEFAULT_LEAD_S` when no part was
+    ever measured. A part never measured (no image: no import) counts 0."""
+    same = [e for e in entries
+            if e.partition == partition and e.nodes == nodes and (e.image or None) == image]
+    parts: dict[str, float] = {}
+    for field in _PARTS:
+        values = [v for v in (getattr(e, field) for e in same) if v is not None][-last:]
+        if values:
+            parts[field] = p90(values)
+    if not parts:
+        return LeadTime(DEFAULT_LEAD_S, {}, f"nothing measured yet: {DEFAULT_LEAD_S} s")
+    total = math.ceil(sum(parts.values())) + LEAD_SLACK_S
+    shown = " + ".join(f"{k[:-2]} {v:g} s" for k, v in parts.items())
+    return LeadTime(total, parts, f"p90 {shown} + {LEAD_SLACK_S} s")
+
+
+def successor_due(time_left_s: int | None, longest_expected_s: int | None, lead_s: int,
+                  margin_s: int = EXPIRY_MARGIN_S) -> bool:
+    """Queue a successor now: the allocation's time left (None: unlimited) is at most
+    the longest expected job (None: unknown, counts 0) + the lead time + the margin."""
+    if time_left_s is None:
+        return False
+    return time_left_s <= (longest_expected_s or 0) + lead_s + margin_s
+
+
+def time_min_s(longest_expected_s: int | None, margin_s: int = EXPIRY_MARGIN_S) -> int:
+    """The successor's ``--time-min``: the longest expected job plus the margin, at
+    least a minute (backfill may start it sooner with that much)."""
+    return max(60, (longest_expected_s or 0) + margin_s)
+
+
+# --------------------------------------------------------------------------------------
+# Which allocation a job goes to, and when an old one goes.
+
+
+@attrs.frozen(kw_only=True)
+class Candidate:
+    """An allocation a job could go to, as the last observation saw it."""
+
+    job_id: str
+    #: seconds left; None: unlimited
+    time_left_s: int | None
+    #: RUNNING with its setup done (container imported, installs done)
+    ready: bool
+    #: partition, account, image and grant can hold the job (``incompatibilities``)
+    compatible: bool = True
+
+
+def _fits(c: Candidate, expected_s: int | None, margin_s: int) -> bool:
+    if c.time_left_s is None or expected_s is None:
+        return c.time_left_s is None or c.time_left_s > margin_s
+    return c.time_left_s >= expected_s + margin_s
+
+
+def choose_allocation(candidates: Iterable[Candidate], expected_s: int | None,
+                      margin_s: int = EXPIRY_MARGIN_S) -> Candidate | None:
+    """The ready, compatible candidate with the most time left that fits the job (time
+    left >= expected + margin; an unknown duration needs more than the margin, as
+    today); ties go to the older (lower) job id. None: no allocation can take it now."""
+    fitting = [c for c in candidates
+               if c.ready and c.compatible and _fits(c, expected_s, margin_s)]
+    if not fitting:
+        return None
+
+    def rank(c: Candidate) -> tuple[float, int]:
+        left = math.inf if c.time_left_s is None else float(c.time_left_s)
+        return (-left, int(c.job_id) if c.job_id.isdigit() else 0)
+
+    return min(fitting, key=rank)
+
+
+class DrainAction(Enum):
+    """What becomes of an allocation at a hand-off."""
+
+    #: the state file names it: it takes new jobs
+    SERVE = "serve"
+    #: replaced, jobs of some run still on it: no new job, wait for them
+    DRAIN = "drain"
+    #: replaced and no job of any run on it: release it now
+    RELEASE = "release"
+
+
+def drain_action(job_id: str, current_id: str | None, jobs_on_it: int) -> DrainAction:
+    """:class:`DrainAction` of allocation ``job_id`` when the state file names
+    ``current_id`` and ``jobs_on_it`` jobs of any run (steps of any lease) are on it."""
+    if job_id == current_id:
+        return DrainAction.SERVE
+    return DrainAction.DRAIN if jobs_on_it > 0 else DrainAction.RELEASE
+
+
+class SuccessorVerdict(Enum):
+    """What to do with a queued successor, seen in ``squeue``."""
+
+    #: PENDING for a reason that may pass: keep it, the old one serves what fits
+    WAIT = "wait"
+    #: RUNNING: set it up (or use it when set up)
+    SET_UP = "set up"
+    #: PENDING for a reason that never passes: cancel it, report, today's path
+    CANCEL = "cancel"
+    #: Slurm no longer knows it, or it ended: forget the record, today's path
+    FORGET = "forget"
+
+
+def judge_successor(info: JobInfo | None) -> SuccessorVerdict:
+    """:class:`SuccessorVerdict` of the successor whose ``squeue`` row is ``info``
+    (None: not listed)."""
+    if info is None or not info.state.is_live:
+        return SuccessorVerdict.FORGET
+    if info.never_starts:
+        return SuccessorVerdict.CANCEL
+    if info.state.is_pending:
+        return SuccessorVerdict.WAIT
+    return SuccessorVerdict.SET_UP
+
+
+# --------------------------------------------------------------------------------------
+# The successor record beside the state file.
+
+
+class Phase(Enum):
+    """How far a successor got."""
+
+    PENDING = "pending"
+    WARMING = "warming"
+    READY = "ready"
+    FAILED = "failed"
+
+
+@attrs.frozen(kw_only=True)
+class SuccessorRecord:
+    """``.slurm_fsm_successor.json``: the allocation that follows the state file's."""
+
+    job_id: str
+    job_name: str
+    #: the job id of the allocation it follows (the state file's when it was asked)
+    predecessor: str
+    phase: Phase = Phase.PENDING
+    requested_at: str = ""
+    ready_at: str = ""
+    #: the pid of the detached warmer, when one was started (a hint: same host only)
+    warmer_pid: int | None = None
+    #: the lead time the decision used, seconds
+    lead_s: int | None = None
+    #: one line: why it failed, what it waits for
+    detail: str = ""
+
+    def to_json(self) -> str:
+        data: dict[str, Any] = attrs.asdict(self)
+        data["phase"] = self.phase.value
+        return json.dumps({k: v for k, v in data.items() if v is not None and v != ""},
+                          indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> SuccessorRecord | None:
+        """None for anything that is not a record (unknown keys are ignored: additive)."""
+        try:
+            data = json.loads(text)
+        except (ValueError, RecursionError):
+            return None
+        if not isinstance(data, dict):
+            return None
+        job_id, name, pred = data.get("job_id"), data.get("job_name"), data.get("predecessor")
+        if not all(isinstance(v, str) and v for v in (job_id, name, pred)):
+            return None
+        assert isinstance(job_id, str) and isinstance(name, str) and isinstance(pred, str)
+        if not job_id.isdigit():
+            return None
+        try:
+            phase = Phase(data.get("phase", Phase.PENDING.value))
+        except ValueError:
+            return None
+        pid = data.get("warmer_pid")
+        lead = data.get("lead_s")
+        return cls(job_id=job_id, job_name=name, predecessor=pred, phase=phase,
+                   requested_at=_text(data.get("requested_at")),
+                   ready_at=_text(data.get("ready_at")),
+                   warmer_pid=pid if isinstance(pid, int) and not isinstance(pid, bool)
+                   and pid > 0 else None,
+                   lead_s=lead if isinstance(lead, int) and not isinstance(lead, bool)
+                   and lead >= 0 else None,
+                   detail=_text(data.get("detail")))
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def successor_path_for(state_path: Path) -> Path:
+    """The record beside ``state_path``: ``.slurm_fsm_successor.json`` beside
+    ``.slurm_alloc.json``; ``.slurm_fsm_successor.fake.json`` beside the CLI's fake
+    ``.slurm_alloc.fake.json``."""
+    name = state_path.name
+    if name.startswith(".slurm_alloc") and name.endswith(".json"):
+        middle = name[len(".slurm_alloc"):-len(".json")]
+        return state_path.with_name(f".slurm_fsm_successor{middle}.json")
+    return state_path.with_name(f"{name}.successor.json")
+
+
+def read_successor(path: Path) -> SuccessorRecord | None:
+    """The record at ``path``; None when there is none or it cannot be read (a record is
+    a hint: Slurm is asked before anything is done with it)."""
+    try:
+        raw = files.read_bounded(path, MAX_RECORD_BYTES)
+    except OSError:  # FileProblem included
+        return None
+    try:
+        return SuccessorRecord.from_json(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        return None
+
+
+def write_successor(path: Path, record: SuccessorRecord) -> None:
+    """Write the record atomically (private). Raises OSError when it cannot."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    files.write_atomic(path, record.to_json().encode("utf-8"))
+
+
+def clear_successor(path: Path) -> None:
+    """Remove the record (none is fine)."""
+    path.unlink(missing_ok=True)

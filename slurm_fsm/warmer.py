@@ -1,0 +1,133 @@
+"""The warmer: sets a queued successor up while the old allocation still serves.
+
+The run that queues a successor (QueueingSuccessor, :mod:`slurm_fsm.handoff`) starts
+the warmer as a detached process (:func:`spawn`), so that the set-up outlives the run:
+``python -m slurm_fsm.warmer <spec.json> <state file>``. It runs the machine's own
+step 0 on the successor's state file (``.slurm_alloc.successor.json``), holding that
+file's lock the whole time (so runs can tell it is alive): Validating (waits while the
+successor is PENDING), then Importing and Installing, and stops at Ready. It never
+allocates and never cancels: a successor that is gone or unusable is left to the next
+run's validation (DROP_SUCCESSOR). A warmer that dies (``kill -9``) leaves the file with
+``installed: false``; the next run that needs the successor switches to it and finishes
+the set-up itself (0F).
+
+Option B of the design note (a keeper batch job doing the set-up on the node) needs no
+login-node process to survive, but adds a batch step that the lease and GPU accounting
+would have to ignore; the detached warmer reuses step 0 as it is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import attrs
+
+from slurm_fsm import files
+from slurm_fsm.backend import SlurmBackend
+from slurm_fsm.clock import Clock
+from slurm_fsm.edges import State
+from slurm_fsm.handoff import successor_state_path
+from slurm_fsm.machine import AllocationMachine
+from slurm_fsm.spec import JobSpec
+from slurm_fsm.state import StateStore
+from slurm_fsm.successor import Phase, read_successor, successor_path_for, write_successor
+
+__all__ = ["main", "spawner", "warm", "warmer_for"]
+
+#: The states whose work the warmer does; any other ends it (it never allocates or
+#: cancels).
+_WARMING = frozenset({State.Validating, State.Importing, State.Installing})
+
+
+def warm(spec: JobSpec, backend: SlurmBackend, state_path: Path, *,
+         clock: Clock | None = None, log: Callable[[str], None] | None = None) -> State:
+    """Set the successor of ``state_path``'s allocation up (see the module). ``spec`` is
+    the successor's: the spec with the successor's job name. Returns the state it
+    stopped in (Ready when set up)."""
+    store = StateStore(successor_state_path(state_path))
+    wait = float(spec.alloc_time_limit.seconds or 86400) if spec.alloc_time_limit.is_finite \
+        else 86400.0
+    m = AllocationMachine(attrs.evolve(spec, warm_successor=False), backend, clock=clock,
+                          store=store, log=log, pending_wait_s=wait,
+                          salloc_log=state_path.with_name(".salloc.log.successor"))
+    with m.locked():
+        if not store.exists():
+            return m.state
+        m.start()
+        while m.state in _WARMING:
+            m.advance()
+    record_path = successor_path_for(state_path)
+    record = read_successor(record_path)
+    if record is not None:
+        phase = Phase.READY if m.state is State.Ready else Phase.FAILED
+        detail = "" if m.state is State.Ready else f"warmer stopped in {m.state.value}" + (
+            f": {m.failure.message}" if m.failure else "")
+        with contextlib.suppress(OSError):  # a hint only
+            write_successor(record_path, attrs.evolve(record, phase=phase, detail=detail))
+    return m.state
+
+
+def spawner(state_path: Path) -> Callable[[JobSpec], int | None]:
+    """A :data:`slurm_fsm.handoff.Warmer` that starts ``python -m slurm_fsm.warmer``
+    detached (its own session, output in ``work_dirs/.slurm_fsm_warmer.log``)."""
+
+    def spawn(spec: JobSpec) -> int | None:
+        spec_path = state_path.with_name(".slurm_fsm_warmer.spec.json")
+        log_path = state_path.with_name(".slurm_fsm_warmer.log")
+        try:
+            files.write_atomic(spec_path, json.dumps(spec.to_dict()).encode("utf-8"))
+            with files.open_private(log_path, append=True, mode=0o600) as out:
+                proc = subprocess.Popen(  # noqa: S603 - argument list, no shell
+                    [sys.executable, "-m", "slurm_fsm.warmer", str(spec_path),
+                     str(state_path)],
+                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                    start_new_session=True, close_fds=True)
+        except OSError:
+            return None
+        # reaped in a daemon thread (never a zombie; it outlives this process anyway)
+        threading.Thread(target=proc.wait, name=f"reap-warmer-{proc.pid}",
+                         daemon=True).start()
+        return proc.pid
+
+    return spawn
+
+
+def warmer_for(spec: JobSpec, backend: SlurmBackend,
+               state_path: Path) -> Callable[[JobSpec], int | None] | None:
+    """The warmer a run starts: the detached process over the real backend (it makes
+    its own); None for another backend (a fake cluster lives in its process: the run
+    that needs the successor sets it up itself, 0F) or without ``warm_successor``."""
+    from slurm_fsm.subprocess_backend import SubprocessBackend
+
+    if not spec.warm_successor or not isinstance(backend, SubprocessBackend):
+        return None
+    return spawner(state_path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m slurm_fsm.warmer SPEC_JSON STATE_FILE``: :func:`warm` over the real
+    backend; exit 0 when the successor is set up."""
+    from slurm_fsm.subprocess_backend import SubprocessBackend
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2:
+        print("usage: python -m slurm_fsm.warmer SPEC_JSON STATE_FILE", file=sys.stderr)
+        return 2
+    data = json.loads(Path(args[0]).read_text(encoding="utf-8"))
+    spec = JobSpec.from_dict(data, base_dir=Path(args[0]).parent, check_script=False)
+    print(f"warmer {os.getpid()}: setting up the successor of {args[1]}", flush=True)
+    state = warm(spec, SubprocessBackend(), Path(args[1]),
+                 log=lambda line: print(line, flush=True))
+    print(f"warmer {os.getpid()}: {state.value}", flush=True)
+    return 0 if state is State.Ready else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,205 @@
+"""The warm successor (issue 27) on the real local Slurm cluster.
+
+Nothing here waits for an allocation's walltime: the time left is shortened with
+``scontrol update TimeLimit`` (root on the local cluster). No assertion depends on how
+fast Slurm grants a job: where the successor may or may not be RUNNING yet, the test
+waits for it (``until``) and then asserts what must follow."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from slurm_fsm.backend import AllocationRequest
+from slurm_fsm.duration import Duration
+from slurm_fsm.executor import Executor
+from slurm_fsm.handoff import successor_state_path
+from slurm_fsm.results import Status
+from slurm_fsm.slurmcli import salloc_argv
+from slurm_fsm.spec import JobSpec
+from slurm_fsm.state import StateStore
+from slurm_fsm.subprocess_backend import SubprocessBackend
+from slurm_fsm.successor import SINGLETON, read_successor, successor_path_for
+from slurm_fsm_dev.localcluster import ClusterInfo, ContainerInfo
+
+from .containers import ContainerNames
+from .helpers import JobNames, jobs_named, make_spec, slurm, spec_dict, until, wait_gone
+
+pytestmark = pytest.mark.slurm
+
+
+def shorten(job_id: str, limit: str) -> None:
+    proc = slurm("scontrol", "update", f"JobId={job_id}", f"TimeLimit={limit}")
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_two_racing_singleton_requests_give_one_running_and_one_pending(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    """Slurm is the fence: two sallocs of one name started at once, both singleton,
+    give 1 RUNNING + 1 PENDING (Dependency); the other name of the pair runs beside;
+    a third allocation of the checkout never runs."""
+    name = names.new("race")
+    names.names.append(name + "-b")
+    procs = []
+    for i, job_name in enumerate((name, name, name + "-b")):
+        request = AllocationRequest(
+            partition=local_cluster.partition, account=local_cluster.account, nodes=1,
+            time_limit=Duration.parse("00:05:00"), job_name=job_name,
+            log_path=tmp_path / f"salloc{i}.log", dependency=SINGLETON)
+        with open(tmp_path / f"salloc{i}.log", "wb") as log:
+            procs.append(subprocess.Popen(salloc_argv(request), stdout=log,
+                                          stderr=subprocess.STDOUT, start_new_session=True))
+    try:
+        rows = until("three jobs listed",
+                     lambda: (r if len(r := jobs_named(name, local_cluster.user)) == 2
+                              and jobs_named(name + "-b", local_cluster.user) else None))
+        running = until("one RUNNING of the name", lambda: [
+            j for j, s in jobs_named(name, local_cluster.user) if s == "RUNNING"] or None)
+        assert len(running) == 1, rows
+        (pending,) = [j for j, _ in jobs_named(name, local_cluster.user) if j not in running]
+        reason = slurm("squeue", "-j", pending, "-h", "-o", "%T %r").stdout.split()
+        assert reason == ["PENDING", "Dependency"], reason
+        other = until("the -b one RUNNING", lambda: [
+            j for j, s in jobs_named(name + "-b", local_cluster.user) if s == "RUNNING"] or None)
+        assert len(other) == 1
+        # the running one ends: only then does the pending one of its name run
+        slurm("scancel", running[0])
+        wait_gone(running[0])
+        until("the pending one RUNNING", lambda: True if jobs_named(
+            name, local_cluster.user) == [(pending, "RUNNING")] else None)
+    finally:
+        names.cleanup()
+        for proc in procs:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+
+
+def test_a_hand_off_queues_a_successor_switches_to_it_and_releases_the_old_one(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    name = names.new("handoff")
+    names.names.append(name + "-b")
+    script = tmp_path / "job.slurm"
+    script.write_text('#!/bin/bash\nset -e\necho "ran in allocation $SLURM_JOB_ID"\n'
+                      'srun true\n')
+    spec = make_spec(local_cluster, tmp_path, name, alloc_time_limit="00:30:00",
+                     expected_duration_seconds=30, warm_successor=True)
+    first = Executor(spec, SubprocessBackend()).run()
+    assert first.status is Status.PASSED, first.render_text()
+    old = first.allocation_id
+    assert old is not None
+
+    # the lead time is now measured (history): about 60 s + the queue wait; with 6
+    # minutes left (Slurm keeps whole minutes) a successor is due (30 + lead + 300 >= 360)
+    # and the job still fits (360 >= 30 + 300)
+    shorten(old, "00:06:00")
+    second = Executor(spec, SubprocessBackend()).run()
+    assert second.status is Status.PASSED, second.render_text()
+    assert second.path[:3] == ["NoState", "Validating", "QueueingSuccessor"], second.path
+    succ = [j for j, _ in jobs_named(name + "-b", local_cluster.user)]
+    switched = "Switching" in second.path
+    if switched:  # granted at once: the job ran on it, the idle old one released
+        assert second.allocation_id == succ[0]
+    else:  # still pending when validated again: the job ran on the old one
+        assert second.allocation_id == old
+        (succ_id,) = succ
+        until("the successor RUNNING", lambda: True if jobs_named(
+            name + "-b", local_cluster.user) == [(succ_id, "RUNNING")] else None)
+        third = Executor(spec, SubprocessBackend()).run()
+        assert third.status is Status.PASSED, third.render_text()
+        assert third.path[:3] == ["NoState", "Validating", "Switching"], third.path
+        assert third.allocation_id == succ_id
+    wait_gone(old)
+    (new, state) = jobs_named(name + "-b", local_cluster.user)[0]
+    assert state == "RUNNING" and jobs_named(name, local_cluster.user) == []
+    named = StateStore(spec.state_path).read()
+    assert named is not None and named.job_id == new  # the procedure's state file
+    assert not successor_state_path(spec.state_path).exists()
+
+    release = Executor(make_spec(local_cluster, tmp_path, name, alloc_time_limit="00:30:00",
+                                 warm_successor=True, release_allocation=True),
+                       SubprocessBackend()).run()
+    assert release.status is Status.RELEASED, release.render_text()
+    wait_gone(new)
+
+
+def test_kill_9_of_the_run_that_started_the_warmer_leaves_a_successor_the_next_run_uses(
+        local_cluster: ClusterInfo, pyxis: ContainerInfo, names: JobNames,
+        cnames: ContainerNames, tmp_path: Path) -> None:
+    """The warmer is detached: the run that started it dies (kill -9) while its job runs
+    on the old allocation; the successor is still imported (by the warmer, or, if the
+    warmer is gone too, by the next run through 0F), and the next run uses it."""
+    name = names.new("k9warm")
+    names.names.append(name + "-b")
+    container = cnames.new("k9warm")
+    script = tmp_path / "job.slurm"
+    script.write_text("#!/bin/bash\nsrun true\necho started\nsleep 60\n")
+    data = spec_dict(local_cluster, tmp_path, name, script_path=str(script),
+                     docker_image=str(pyxis.images["busybox"]), container_name=container,
+                     workflow_type="custom", skip_install=True,
+                     expected_duration_seconds=30, warm_successor=True)
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(json.dumps(data))
+    spec = JobSpec.from_dict(data)
+    quick = dict(data, script_path=str(tmp_path / "quick.slurm"))
+    (tmp_path / "quick.slurm").write_text("#!/bin/bash\nsrun true\n")
+    first = Executor(JobSpec.from_dict(quick), SubprocessBackend()).run()
+    assert first.status is Status.PASSED, first.render_text()
+    old = first.allocation_id
+    assert old is not None
+    shorten(old, "00:06:00")  # due, and the job still fits (see the test above)
+
+    dying = subprocess.Popen([sys.executable, "-m", "slurm_fsm", "run", str(spec_file),
+                              "--json", "--quiet"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    record_path = successor_path_for(spec.state_path)
+    log = tmp_path / "work" / "itmodel_custom.log"
+    try:
+        record = until("the successor queued, its warmer started", lambda: (
+            r if (r := read_successor(record_path)) is not None and r.warmer_pid else None),
+            timeout=60)
+        until("the run's job running", lambda: True if log.exists()
+              and "started" in log.read_text() else None, timeout=60)
+    finally:
+        dying.send_signal(signal.SIGKILL)
+        dying.wait(timeout=10)
+    assert record.predecessor == old
+    # the warmer outlives the run: it ends by itself (its pid goes)
+    until("the warmer done", lambda: True if not _alive(record.warmer_pid) else None,
+          timeout=120)
+    assert len(jobs_named(name, local_cluster.user)) + len(
+        jobs_named(name + "-b", local_cluster.user)) <= 2
+
+    nxt = Executor(JobSpec.from_dict(quick), SubprocessBackend()).run()
+    assert nxt.status is Status.PASSED, nxt.render_text()
+    assert nxt.allocation_id == record.job_id, nxt.path
+    assert "Switching" in nxt.path and "Allocating" not in nxt.path, nxt.path
+    ready = read_successor(record_path)  # gone with the switch
+    assert ready is None
+    named = StateStore(spec.state_path).read()
+    assert named is not None and named.job_id == record.job_id
+    assert named.container_name == container
+    wait_gone(old)  # the dead run's lease is no lease: the old one is released
+
+    release = Executor(JobSpec.from_dict(dict(quick, release_allocation=True)),
+                       SubprocessBackend()).run()
+    assert release.status is Status.RELEASED, release.render_text()
+    wait_gone(record.job_id)
+
+
+def _alive(pid: int | None) -> bool:
+    if pid is None:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

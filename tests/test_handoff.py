@@ -1,0 +1,407 @@
+"""The warm successor's hand-off (issue 27) on the fake cluster: queue, switch, drain,
+wait for it, lose it, the warmer and its death. Every test has ``warm_successor`` on;
+with it off nothing here happens (the rest of the suite, untouched, is that proof)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import attrs
+import pytest
+
+from slurm_fsm.edges import EDGES, Edge, Effect, Observation, State, choose
+from slurm_fsm.handoff import successor_state_path
+from slurm_fsm.lease import LeaseGate
+from slurm_fsm.machine import AllocationMachine
+from slurm_fsm.runrecord import RunBook
+from slurm_fsm.spec import JobSpec
+from slurm_fsm.state import AllocState, StateStore
+from slurm_fsm.successor import (
+    DEFAULT_LEAD_S,
+    SINGLETON,
+    Phase,
+    read_successor,
+    successor_path_for,
+    write_successor,
+)
+from slurm_fsm.testing import FakeCluster
+from slurm_fsm.warmer import warm
+
+from conftest import SpecFactory
+
+HOUR = 3600
+MARGIN = 300
+EXPECTED = 600
+#: the time left at which a successor is due: longest job + lead time + margin
+DUE_AT = EXPECTED + DEFAULT_LEAD_S + MARGIN
+
+
+@pytest.fixture
+def fake() -> FakeCluster:
+    return FakeCluster()
+
+
+@pytest.fixture
+def spec(make_spec: SpecFactory) -> JobSpec:
+    return make_spec(alloc_time_limit="01:00:00", expected_duration_seconds=EXPECTED,
+                     warm_successor=True)
+
+
+def machine(spec: JobSpec, fake: FakeCluster, **kw: object) -> AllocationMachine:
+    return AllocationMachine(spec, fake, clock=fake.clock, **kw)  # type: ignore[arg-type]
+
+
+def first_allocation(spec: JobSpec, fake: FakeCluster) -> AllocState:
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready
+    assert m.alloc is not None
+    return m.alloc
+
+
+def successor_file(spec: JobSpec) -> AllocState | None:
+    return StateStore(successor_state_path(spec.state_path)).read()
+
+
+def queue_pending(spec: JobSpec, fake: FakeCluster, pending_s: float = 120) -> AllocState:
+    """A run near expiry queues the successor, which pends ``pending_s``."""
+    fake.pending_s = pending_s
+    fake.clock.advance(HOUR - DUE_AT)
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready
+    assert m.path == ["NoState", "Validating", "QueueingSuccessor", "Validating", "Ready"]
+    fake.pending_s = 0
+    succ = successor_file(spec)
+    assert succ is not None
+    return succ
+
+
+def live_allocations(fake: FakeCluster) -> list[str]:
+    return [j.job_id for j in fake.jobs.values() if j.kind == "alloc" and j.active]
+
+
+def test_plenty_of_time_left_queues_nothing(spec: JobSpec, fake: FakeCluster) -> None:
+    first_allocation(spec, fake)
+    fake.clock.advance(HOUR - DUE_AT - 1)
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready
+    assert m.path == ["NoState", "Validating", "Ready"]
+    assert successor_file(spec) is None
+
+
+def test_near_expiry_the_first_run_queues_a_singleton_successor(spec: JobSpec,
+                                                                fake: FakeCluster) -> None:
+    old = first_allocation(spec, fake)
+    succ = queue_pending(spec, fake)
+    assert succ.job_id != old.job_id and not succ.nodelist
+    job = fake.jobs[succ.job_id]
+    assert job.name == spec.job_name + "-b" and job.dependency == SINGLETON
+    record = read_successor(successor_path_for(spec.state_path))
+    assert record is not None and record.predecessor == old.job_id
+    assert record.phase is Phase.PENDING  # no warmer on the fake
+    # the next run sees it queued: never a second one (at most 2 allocations)
+    m2 = machine(spec, fake)
+    assert m2.prepare() is State.Ready
+    assert m2.path == ["NoState", "Validating", "Ready"]
+    assert m2.alloc is not None and m2.alloc.job_id == old.job_id  # the job fits the old
+    assert len(live_allocations(fake)) == 2
+
+
+def test_a_successor_up_at_once_takes_the_job_at_once(spec: JobSpec,
+                                                      fake: FakeCluster) -> None:
+    """No queue wait, nothing to set up: the successor is ready when validated again,
+    has the most time left, so the job goes there and the idle old one is released."""
+    old = first_allocation(spec, fake)
+    fake.clock.advance(HOUR - DUE_AT)
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready
+    assert m.path == ["NoState", "Validating", "QueueingSuccessor", "Validating",
+                      "Switching", "Validating", "Ready"]
+    assert fake.jobs[old.job_id].state == "CANCELLED"
+    assert len(live_allocations(fake)) == 1
+
+
+def test_a_ready_successor_takes_new_jobs_and_the_idle_old_one_is_released(
+        spec: JobSpec, fake: FakeCluster) -> None:
+    old = first_allocation(spec, fake)
+    succ = queue_pending(spec, fake)
+    fake.clock.advance(121)
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready
+    assert m.path == ["NoState", "Validating", "Switching", "Validating", "Ready"]
+    assert m.alloc is not None and m.alloc.job_id == succ.job_id
+    state = StateStore(spec.state_path).read()
+    assert state is not None and state.job_id == succ.job_id  # the procedure's file
+    assert successor_file(spec) is None
+    assert read_successor(successor_path_for(spec.state_path)) is None
+    assert fake.jobs[old.job_id].state == "CANCELLED"  # nothing on it: released now
+    assert live_allocations(fake) == [succ.job_id]
+    # the switched-to allocation, named -b, is reused (not "Incompatible")
+    again = machine(spec, fake)
+    assert again.prepare() is State.Ready
+    assert again.path == ["NoState", "Validating", "Ready"]
+
+
+def test_the_old_one_drains_under_another_runs_job_and_its_end_releases_it(
+        spec: JobSpec, fake: FakeCluster) -> None:
+    old = first_allocation(spec, fake)
+    book = RunBook(spec.state_path)
+    other = book.start(old.job_id, model="other-model")
+    queue_pending(spec, fake)
+    fake.clock.advance(121)
+    m = machine(spec, fake, leases=LeaseGate(book, wait_s=0, clock=fake.clock))
+    assert m.prepare() is State.Ready
+    assert m.path[-3:] == ["Switching", "Validating", "Ready"]
+    assert fake.jobs[old.job_id].state == "RUNNING"  # never cut under the other job
+    assert any("drains" in n for n in m.notes)
+    # the other run's job ends: its finish releases the old allocation
+    on_old = machine(spec, fake, leases=LeaseGate(book, wait_s=0, clock=fake.clock))
+    on_old.alloc = old
+    on_old.machine.set_state(State.Running)
+    book.delete(other)
+    assert on_old.finish(reason="job finished")
+    assert on_old.state is State.Ready
+    assert Effect.RELEASE_DRAINED.value in on_old.history[-1].reason or \
+        fake.jobs[old.job_id].state == "CANCELLED"
+    assert fake.jobs[old.job_id].state == "CANCELLED"
+
+
+def test_a_job_that_does_not_fit_waits_for_the_successor_never_cold(
+        spec: JobSpec, fake: FakeCluster) -> None:
+    old = first_allocation(spec, fake)
+    succ = queue_pending(spec, fake, pending_s=900)
+    fake.clock.advance(DUE_AT - EXPECTED - MARGIN + 1)  # the job no longer fits the old
+    said: list[str] = []
+    m = machine(spec, fake, log=said.append)
+    assert m.prepare() is State.Ready
+    assert m.path[:3] == ["NoState", "Validating", "AwaitingSuccessor"]
+    assert m.path[-3:] == ["Switching", "Validating", "Ready"]
+    assert "TooShort" not in m.path and "Allocating" not in m.path
+    assert any("waiting for successor" in s.lower() and "PENDING" in s for s in said)
+    assert m.alloc is not None and m.alloc.job_id == succ.job_id != old.job_id
+    assert len(live_allocations(fake)) == 1
+
+
+def test_a_successor_that_never_starts_is_cancelled_and_today_path_follows(
+        spec: JobSpec, fake: FakeCluster) -> None:
+    old = first_allocation(spec, fake)
+    fake.pending_s = 10 * HOUR
+    fake.pending_reason = "PartitionTimeLimit"
+    fake.clock.advance(HOUR - DUE_AT)
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready
+    assert m.path == ["NoState", "Validating", "QueueingSuccessor", "Validating",
+                      "Validating", "Ready"]
+    (succ_id,) = [j for j in fake.jobs if j != old.job_id]
+    assert fake.jobs[succ_id].state == "CANCELLED"
+    assert any("cannot start" in w for w in m.warnings)
+    assert successor_file(spec) is None
+    assert m.alloc is not None and m.alloc.job_id == old.job_id
+
+
+def test_with_the_state_file_gone_a_queued_successor_becomes_the_allocation(
+        spec: JobSpec, fake: FakeCluster) -> None:
+    old = first_allocation(spec, fake)
+    succ = queue_pending(spec, fake)
+    fake.clock.advance(121)
+    fake.cancel(old.job_id)  # the old allocation dies early
+    StateStore(spec.state_path).delete()
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready
+    assert m.path == ["NoState", "Switching", "Validating", "Ready"]
+    assert m.alloc is not None and m.alloc.job_id == succ.job_id
+    assert live_allocations(fake) == [succ.job_id]  # no orphan search, no third one
+
+
+def test_the_orphan_search_never_cancels_the_queued_successor(
+        spec: JobSpec, fake: FakeCluster) -> None:
+    old = first_allocation(spec, fake)
+    succ = queue_pending(spec, fake)
+    fake.jobs[old.job_id].state = "CANCELLED"  # gone, with its state file
+    m = machine(spec, fake)
+    m.prepare()
+    assert fake.jobs[succ.job_id].state != "CANCELLED"
+
+
+def test_the_warmer_sets_the_successor_up_and_marks_it_ready(
+        make_spec: SpecFactory, fake: FakeCluster) -> None:
+    spec = make_spec(alloc_time_limit="01:00:00", expected_duration_seconds=EXPECTED,
+                     warm_successor=True, docker_image="nvcr.io/x:1", container_name="c")
+    first_allocation(spec, fake)
+    fake.clock.advance(HOUR - DUE_AT)
+    started: list[JobSpec] = []
+    alive = os.getpid()  # a live process stands for the warmer
+    m = machine(spec, fake, warmer=lambda s: started.append(s) or alive)
+    assert m.prepare() is State.Ready
+    # the warmer works on the successor: the job runs on the old one meanwhile
+    assert m.path == ["NoState", "Validating", "QueueingSuccessor", "Validating", "Ready"]
+    (succ_spec,) = started
+    assert succ_spec.job_name == spec.job_name + "-b" and not succ_spec.warm_successor
+    record = read_successor(successor_path_for(spec.state_path))
+    assert record is not None and record.phase is Phase.WARMING and record.warmer_pid == alive
+    assert warm(succ_spec, fake, spec.state_path, clock=fake.clock) is State.Ready
+    succ = successor_file(spec)
+    assert succ is not None and succ.installed and succ.container_name == "c"
+    record = read_successor(successor_path_for(spec.state_path))
+    assert record is not None and record.phase is Phase.READY
+    n = machine(spec, fake)
+    assert n.prepare() is State.Ready
+    assert n.path == ["NoState", "Validating", "Switching", "Validating", "Ready"]
+    assert n.alloc is not None and n.alloc.job_id == succ.job_id
+
+
+def test_a_dead_warmer_leaves_a_successor_the_next_run_finishes(
+        make_spec: SpecFactory, fake: FakeCluster) -> None:
+    """kill -9 of the warmer: the successor runs, its file says not installed, nobody
+    holds its lock; the run that needs it switches and finishes the set-up (0F)."""
+    spec = make_spec(alloc_time_limit="01:00:00", expected_duration_seconds=EXPECTED,
+                     warm_successor=True, docker_image="nvcr.io/x:1", container_name="c")
+    first_allocation(spec, fake)
+    fake.clock.advance(HOUR - DUE_AT)
+    machine(spec, fake, warmer=lambda _s: os.getpid()).prepare()
+    path = successor_path_for(spec.state_path)
+    record = read_successor(path)
+    assert record is not None
+    write_successor(path, attrs.evolve(record, warmer_pid=dead_pid()))  # kill -9
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready
+    assert m.path[:4] == ["NoState", "Validating", "Switching", "Validating"]
+    assert "Importing" in m.path and "Installing" in m.path
+    state = StateStore(spec.state_path).read()
+    assert state is not None and state.installed
+
+
+def test_a_job_that_does_not_fit_waits_while_the_warmer_works_then_finishes_it(
+        make_spec: SpecFactory, fake: FakeCluster) -> None:
+    spec = make_spec(alloc_time_limit="01:00:00", expected_duration_seconds=EXPECTED,
+                     warm_successor=True, docker_image="nvcr.io/x:1", container_name="c")
+    first_allocation(spec, fake)
+    fake.clock.advance(HOUR - DUE_AT)
+    machine(spec, fake, warmer=lambda _s: os.getpid()).prepare()
+    fake.clock.advance(DUE_AT - EXPECTED - MARGIN + 1)  # no longer fits the old one
+    path = successor_path_for(spec.state_path)
+    record = read_successor(path)
+    assert record is not None
+
+    class WarmerDies(type(fake.clock)):  # type: ignore[misc]
+        def sleep(self, seconds: float) -> None:
+            super().sleep(seconds)
+            write_successor(path, attrs.evolve(record, warmer_pid=dead_pid()))
+
+    m = AllocationMachine(spec, fake, clock=WarmerDies(fake.clock.now()))
+    assert m.prepare() is State.Ready
+    assert m.path[:5] == ["NoState", "Validating", "AwaitingSuccessor", "AwaitingSuccessor",
+                          "Switching"]
+    assert "Importing" in m.path
+
+
+def dead_pid() -> int:
+    """A pid no process has."""
+    pid = 2**22 - 1  # above the default pid_max of most systems
+    while True:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return pid
+        pid -= 1
+
+
+def test_without_warm_successor_the_table_never_takes_the_new_edges(
+        make_spec: SpecFactory) -> None:
+    spec = make_spec(alloc_time_limit="01:00:00")
+    obs = Observation(trigger="advance", source=State.Validating, successor_due=True,
+                      successor="ready")
+    new = {State.QueueingSuccessor, State.AwaitingSuccessor, State.Switching}
+    for source in (State.NoState, State.Validating):
+        for trigger in ("start", "advance"):
+            edge = choose(trigger, source, obs, spec)
+            assert edge is None or edge.dest not in new
+
+
+def _edges(dest: State) -> list[Edge]:
+    return [e for e in EDGES if e.dest is dest]
+
+
+def test_every_edge_into_the_successor_states_needs_warm_successor() -> None:
+    for dest in (State.QueueingSuccessor, State.AwaitingSuccessor, State.Switching):
+        for e in _edges(dest):
+            if e.source in (State.NoState, State.Validating):
+                assert "warm_successor" in e.conditions, e
+
+
+@pytest.mark.parametrize(("obs", "dest"), [
+    ({"successor": "ready"}, State.Switching),
+    ({"successor": "running", "warmer_alive": True, "pending_wait_left_s": 5.0},
+     State.AwaitingSuccessor),
+    ({"successor": "running", "warmer_alive": False}, State.Switching),
+    ({"successor": "pending", "pending_wait_left_s": 5.0}, State.AwaitingSuccessor),
+    ({"successor": "pending", "pending_wait_left_s": 0.0}, State.Failed),
+    ({"successor": "lost"}, State.Validating),
+])
+def test_awaiting_successor_edges(make_spec: SpecFactory, obs: dict[str, object],
+                                  dest: State) -> None:
+    spec = make_spec(warm_successor=True)
+    o = Observation(trigger="advance", source=State.AwaitingSuccessor, **obs)  # type: ignore[arg-type]
+    edge = choose("advance", State.AwaitingSuccessor, o, spec)
+    assert edge is not None and edge.dest is dest
+
+
+def test_the_successor_state_file_sits_beside_the_state_file(tmp_path: Path) -> None:
+    assert successor_state_path(tmp_path / ".slurm_alloc.json") == \
+        tmp_path / ".slurm_alloc.successor.json"
+
+
+def test_status_shows_both_allocations_and_the_successor_state(
+        spec: JobSpec, fake: FakeCluster) -> None:
+    from slurm_fsm.allocation import Allocation
+
+    old = first_allocation(spec, fake)
+    alloc = Allocation(spec.repo_root, backend=fake, clock=fake.clock)  # type: ignore[arg-type]
+    assert alloc.status(spec).successor is None
+    assert "successor" not in alloc.status(spec).to_dict()  # keys unchanged without one
+    succ = queue_pending(spec, fake)
+    status = alloc.status(spec)
+    assert status.job_id == old.job_id
+    assert status.successor is not None
+    assert status.successor["job_id"] == succ.job_id
+    assert status.successor["slurm_state"] == "PENDING"
+    assert status.successor["phase"] == "pending"
+    assert status.successor["predecessor"] == old.job_id
+    text = status.render_text()
+    assert f"successor allocation {succ.job_id} ({spec.job_name}-b): PENDING" in text
+    assert f"follows {old.job_id}" in text
+    fake.clock.advance(121)
+    assert alloc.status(spec).successor["phase"] == "ready"  # type: ignore[index]
+    assert alloc.status(spec).to_dict()["successor"]["slurm_state"] == "RUNNING"
+
+
+def test_a_release_releases_the_queued_successor_too(spec: JobSpec,
+                                                     fake: FakeCluster) -> None:
+    old = first_allocation(spec, fake)
+    succ = queue_pending(spec, fake)
+    m = machine(attrs.evolve(spec, release_allocation=True), fake)
+    assert m.prepare() is State.Released
+    assert fake.jobs[old.job_id].state == "CANCELLED"
+    assert fake.jobs[succ.job_id].state == "CANCELLED"
+    assert successor_file(spec) is None
+    assert read_successor(successor_path_for(spec.state_path)) is None
+    assert f"its successor {succ.job_id}" in m.history[-1].reason
+
+
+def test_plan_says_what_the_next_hand_off_does_and_changes_nothing(
+        spec: JobSpec, fake: FakeCluster) -> None:
+    from slurm_fsm.plan import make_plan
+
+    old = first_allocation(spec, fake)
+    fake.clock.advance(HOUR - DUE_AT)
+    plan = make_plan(spec, fake, clock=fake.clock)
+    assert plan.path == ["NoState", "Validating", "QueueingSuccessor", "Validating", "Ready"]
+    (salloc,) = [c.argv for c in plan.commands if c.argv[0] == "salloc"]
+    assert f"--job-name={spec.job_name}-b" in salloc and "--dependency=singleton" in salloc
+    assert successor_file(spec) is None and live_allocations(fake) == [old.job_id]
+    # with one queued (pending), the plan sees it: nothing more is queued
+    fake.pending_s = 120
+    machine(spec, fake).prepare()
+    plan = make_plan(spec, fake, clock=fake.clock)
+    assert plan.path == ["NoState", "Validating", "Ready"]
+    assert not [c for c in plan.commands if c.argv[0] == "salloc"]
