@@ -89,6 +89,12 @@ _USERS = ".slurm_fsm-users"  # pids of the processes that use the mounts (beside
 _DEBOOTSTRAP_TIMEOUT_S = 1800.0
 _APT_TIMEOUT_S = 1800.0
 _CMD_TIMEOUT_S = 30.0
+#: The emulated login nodes of the two-login-node tests (tests/integration/
+#: test_arbiter_real.py: a host name each, ``unshare --uts``). slurmctld 24.11 resolves
+#: the name of the host an srun runs on to reach it (when a step is signalled or the job
+#: cancelled) and stalls its RPCs about 10 s per unresolvable name (measured: node B's
+#: ``release`` then failed "Socket timed out"); real login nodes resolve, so these do too.
+LOGIN_NODES = ("login-a", "login-b")
 
 
 class ChrootError(RuntimeError):
@@ -289,14 +295,15 @@ def _ensure_pivot_dir(root: Path) -> None:
 
 
 def _ensure_hosts(root: Path) -> None:
-    """The host's name in the root's /etc/hosts: slurmctld 24.11 resolves it (K9)."""
+    """The host's name and the emulated login nodes' (:data:`LOGIN_NODES`) in the root's
+    /etc/hosts: slurmctld 24.11 resolves them (K9)."""
     hosts = root / "etc" / "hosts"
-    name = socket.gethostname()
     text = hosts.read_text() if hosts.exists() else "127.0.0.1 localhost\n"
-    if hosts_line_missing(text, name):
+    missing = [n for n in (socket.gethostname(), *LOGIN_NODES) if hosts_line_missing(text, n)]
+    if missing:
         if text and not text.endswith("\n"):
             text += "\n"
-        hosts.write_text(text + f"127.0.0.1 {name}\n")
+        hosts.write_text(text + "".join(f"127.0.0.1 {n}\n" for n in missing))
 
 
 def _remove_root(root: Path) -> None:

@@ -3,6 +3,7 @@ running the real suite in it are `make test-2411`."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -129,3 +130,19 @@ def test_run_without_a_made_root_says_how_to_make_it(
     monkeypatch.setenv(chroot.ENV_ROOT, str(tmp_path / "nothing"))
     assert chroot.main(["run", "--", "true"]) == 1
     assert "python -m slurm_fsm_dev.chroot make" in capsys.readouterr().err
+
+
+def test_the_roots_hosts_name_the_machine_and_the_emulated_login_nodes_once(
+        tmp_path: Path) -> None:
+    """slurmctld 24.11 resolves the host an srun runs on; an emulated login node whose
+    name does not resolve stalled the controller ("Socket timed out")."""
+    (tmp_path / "etc").mkdir()
+    hosts = tmp_path / "etc" / "hosts"
+    hosts.write_text("127.0.0.1 localhost\n127.0.0.1 login-a")  # no newline at the end
+    chroot._ensure_hosts(tmp_path)
+    chroot._ensure_hosts(tmp_path)  # a second call adds nothing
+    text = hosts.read_text()
+    for name in (socket.gethostname(), *chroot.LOGIN_NODES):
+        assert not chroot.hosts_line_missing(text, name), text
+    assert text.count("login-a") == 1 and text.endswith("\n")
+    assert text.startswith("127.0.0.1 localhost\n")

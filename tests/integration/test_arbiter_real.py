@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from slurm_fsm_dev.chroot import LOGIN_NODES
 from slurm_fsm_dev.localcluster import ClusterInfo
 
 from .helpers import JobNames, cli_report, job_state, spec_dict, steps, until
@@ -107,27 +108,27 @@ def test_another_login_nodes_release_never_cancels_under_a_job_and_goes_once_it_
     allocation gone (before: node A's record counted as alive for 75 minutes)."""
     spec_a, spec_b = _specs(local_cluster, tmp_path, names.new("arbiter"), 300)
     work_dirs = tmp_path / "repo" / "work_dirs"
-    node_a = _on_node(local_cluster, "login-a", "run", str(spec_a), linger_s=20)
+    node_a = _on_node(local_cluster, LOGIN_NODES[0], "run", str(spec_a), linger_s=20)
     try:
         record = until("node A's job to run", lambda: next(
             (p for p in work_dirs.glob(".slurm_run.r*.json") if '"pgid"' in p.read_text()),
             None), 120)
         data = json.loads(record.read_text())
-        assert data["host"] == "login-a"
+        assert data["host"] == LOGIN_NODES[0]
         alloc = data["allocation"]
         (lease,) = _leases(alloc)
         assert lease.startswith(f"fsm-lease.{data['run_id']}.")
         assert int(lease.rsplit(".", 1)[1]) > time.time() + 600  # its max_until
-        refused = cli_report(_on_node(local_cluster, "login-b", "release", str(spec_b),
+        refused = cli_report(_on_node(local_cluster, LOGIN_NODES[1], "release", str(spec_b),
                                       "--no-wait"))
         assert refused["_rc"] == 3 and refused["status"] == "ERROR", refused
         assert "in use by 1 running job(s)" in refused["summary"]
-        assert "login-a" in refused["summary"] and "lease step" in refused["summary"]
+        assert LOGIN_NODES[0] in refused["summary"] and "lease step" in refused["summary"]
         assert job_state(alloc) == "RUNNING"
         orchestrator = until("node A's orchestrator", lambda: _orchestrator(node_a.pid), 10)
         os.kill(orchestrator, signal.SIGSTOP)  # paused: its lease holds
         try:
-            paused = cli_report(_on_node(local_cluster, "login-b", "release", str(spec_b),
+            paused = cli_report(_on_node(local_cluster, LOGIN_NODES[1], "release", str(spec_b),
                                          "--no-wait"))
             assert paused["_rc"] == 3 and "in use by 1" in paused["summary"], paused
             assert job_state(alloc) == "RUNNING" and _leases(alloc) == [lease]
@@ -135,12 +136,12 @@ def test_another_login_nodes_release_never_cancels_under_a_job_and_goes_once_it_
             os.kill(orchestrator, signal.SIGCONT)
         os.kill(orchestrator, signal.SIGKILL)  # mid-job
         killed = time.monotonic()
-        released = cli_report(_on_node(local_cluster, "login-b", "release", str(spec_b)),
+        released = cli_report(_on_node(local_cluster, LOGIN_NODES[1], "release", str(spec_b)),
                               timeout=60)
         took = time.monotonic() - killed
         print(f"node B's release went {took:.1f} s after node A's kill -9")
         assert released["status"] == "RELEASED" and released["allocation_id"] == alloc, \
-            released
+            (released.get("summary"), released.get("errors"), released.get("notes"))
         assert took < 30, took
         until("the allocation gone", lambda: True if job_state(alloc) in (
             None, "CANCELLED", "COMPLETED") else None, 30)
