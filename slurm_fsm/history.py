@@ -60,6 +60,7 @@ __all__ = [
     "expected_duration",
     "history_path_for",
     "lead_times",
+    "nearest_rank",
     "p95",
     "record_run",
     "spec_key",
@@ -102,12 +103,18 @@ def spec_key(spec: JobSpec) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
+def nearest_rank(values: Sequence[float], percent: int) -> float:
+    """The ``percent``-th percentile by nearest rank (one of the values, never
+    interpolated)."""
+    if not values:
+        raise ValueError(f"p{percent} of no values")
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(percent / 100 * len(ordered)) - 1)]
+
+
 def p95(values: Sequence[float]) -> float:
     """The 95th percentile by nearest rank (one of the values, never interpolated)."""
-    if not values:
-        raise ValueError("p95 of no values")
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
+    return nearest_rank(values, 95)
 
 
 @attrs.frozen

@@ -50,7 +50,7 @@ import attrs
 
 from slurm_fsm import files
 from slurm_fsm.backend import JobInfo
-from slurm_fsm.history import RunEntry
+from slurm_fsm.history import RunEntry, nearest_rank
 from slurm_fsm.spec import EXPIRY_MARGIN_S
 
 __all__ = [
@@ -127,10 +127,7 @@ def other_name(name: str, base: str) -> str:
 
 def p90(values: Sequence[float]) -> float:
     """The 90th percentile by nearest rank (one of the values, never interpolated)."""
-    if not values:
-        raise ValueError("p90 of no values")
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(0.9 * len(ordered)) - 1)]
+    return nearest_rank(values, 90)
 
 
 @attrs.frozen
