@@ -36,8 +36,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from slurm_fsm import Allocation, JobSpec, Status, SubprocessBackend
-from slurm_fsm.subprocess_backend import CommandResult, run_command
+from slurm_fsm import Allocation, JobSpec, Status, SubprocessBackend, slurmcli
+from slurm_fsm.subprocess_backend import CommandResult, LocalLease, run_command
 from slurm_fsm_dev import localcluster
 from slurm_fsm_dev.localcluster import GPUS_PER_NODE, ClusterInfo
 
@@ -87,12 +87,31 @@ class Recorder:
             self.seconds.clear()
 
 
+class CountingBackend(SubprocessBackend):
+    """The backend whose lease steps are counted too (their ``srun`` is a ``Popen`` of
+    its own, not the runner's): ``srun (lease)`` in the counts."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        super().__init__(runner=recorder.runner)
+        self.recorder = recorder
+
+    def start_lease(self, job_id: str, name: str, timeout_s: float = 60.0) -> LocalLease:
+        t0 = time.monotonic()
+        lease = super().start_lease(job_id, name, timeout_s)
+        with self.recorder.lock:
+            self.recorder.count["srun (lease)"] += 1
+            self.recorder.seconds["srun (lease)"] += time.monotonic() - t0
+            self.recorder.examples.setdefault(
+                "srun (lease)", shlex.join(slurmcli.srun_lease_argv(job_id, name)))
+        return lease
+
+
 class Bench:
     def __init__(self, cluster: ClusterInfo, root: Path) -> None:
         self.cluster = cluster
         self.root = root
         self.recorder = Recorder()
-        self.backend = SubprocessBackend(runner=self.recorder.runner)
+        self.backend = CountingBackend(self.recorder)
         self.name = f"{cluster.account}-bench-steprate-{os.getpid()}.persistent"
 
     def spec(self, tag: str, gpus: int, *, nodes: int = 1, tasks: int = 1,

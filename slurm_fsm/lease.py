@@ -40,7 +40,7 @@ from __future__ import annotations
 import re
 import socket
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 
 import attrs
 
@@ -107,20 +107,24 @@ class Holder:
 def holders_of(steps: Sequence[StepInfo] | None, records: Sequence[RunRecord], *,
                job_id: str, own: str | None, now: float, host: str,
                alive: Callable[[RunRecord], bool] = owner_alive,
-               container: str | None = None) -> tuple[list[Holder], list[LeaseStep]]:
+               container: str | None = None,
+               shared: Collection[str] = ()) -> tuple[list[Holder], list[LeaseStep]]:
     """The holders of allocation ``job_id`` (the module's rule), and the lease steps
     past their ``max_until`` (to break). Pure but for ``alive``: table-tested.
 
     ``steps``: what Slurm lists on the job (None: no lease steps to be had, the
     records alone decide, another host's counting as alive); ``records``: the run
-    records beside the state file; ``own``: this run's id; ``now``: epoch seconds."""
+    records beside the state file; ``own``: this run's id; ``now``: epoch seconds;
+    ``shared``: the run ids of the batch lease steps this run shares with its siblings
+    of one ``run_many`` (:meth:`slurm_fsm.sharedview.SharedView.lease`): not holders
+    for it (its siblings hold the allocation by their own records, of this host)."""
     by_run = {r.run_id: r for r in records}
     out: list[Holder] = []
     stale: list[LeaseStep] = []
     leased: set[str] = set()
     for lease in lease_steps(steps or ()):
         leased.add(lease.run_id)
-        if lease.run_id == own:
+        if lease.run_id == own or lease.run_id in shared:
             continue
         record = by_run.get(lease.run_id)
         if now > lease.max_until or (record is not None and record.host == host
@@ -131,7 +135,8 @@ def holders_of(steps: Sequence[StepInfo] | None, records: Sequence[RunRecord], *
             continue
         out.append(Holder(run_id=lease.run_id, lease=lease, record=record))
     for record in records:
-        if (record.run_id == own or record.run_id in leased or record.ended
+        if (record.run_id == own or record.run_id in leased or record.run_id in shared
+                or record.ended
                 or record.allocation != job_id
                 or (container is not None and record.container != container)):
             continue
@@ -172,6 +177,8 @@ class LeaseGate:
         self.backend = backend
         self.wall = wall
         self.own: str | None = None
+        #: the batch lease steps this run shares (``run_many``): its own, as ``own``
+        self.shared: set[str] = set()
         #: lease steps this gate broke (past their max_until), as ``job.step``
         self.broken: list[str] = []
 
@@ -187,7 +194,7 @@ class LeaseGate:
                 steps = []  # no job, no lease on it
         found, stale = holders_of(steps, self.book.records(), job_id=job_id, own=self.own,
                                   now=self.wall(), host=socket.gethostname(),
-                                  container=container)
+                                  container=container, shared=self.shared)
         for lease in stale:
             assert self.backend is not None
             self.backend.cancel(job_id, lease.step.step_id)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import secrets
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -243,12 +244,25 @@ class PersistentRun:
         # the lease step first (every host sees it), then the record that names its run
         run_id = new_run_id()
         max_until = time.time() + spec.monitor_timeout_seconds + LEASE_MARGIN_S
+        shared: str | None = None
         try:
-            self.lease = self.backend.start_lease(alloc.job_id, lease_name(run_id, max_until))
+            view = sharedview.current(self.backend)
+            if view is None:
+                self.lease = self.backend.start_lease(alloc.job_id,
+                                                      lease_name(run_id, max_until))
+            else:  # run_many: one lease step for the batch's runs (sharedview)
+                self.lease, shared = view.lease(
+                    (alloc.job_id, spec.container_name or ""), max_until,
+                    self._batch_lease_taker(alloc.job_id))
         except BackendError as exc:
             msg = (f"could not take this run's lease on allocation {alloc.job_id} (a step "
                    f"every host sees in squeue -s): {exc}; the job was not started")
             m.finish(reason=msg, allocation_gone=isinstance(exc, JobNotFound))
+            return self._facts(Phase.STEP0, failure=Failure(phase=Phase.STEP0, message=msg))
+        except OSError as exc:  # the batch lease's record
+            msg = (f"could not write the record of this batch's lease on allocation "
+                   f"{alloc.job_id} in {self.runs.folder}: {exc}; the job was not started")
+            m.finish(reason=msg)
             return self._facts(Phase.STEP0, failure=Failure(phase=Phase.STEP0, message=msg))
         try:
             lease = self.runs.start(alloc.job_id, spec=str(spec.script_path),
@@ -262,7 +276,29 @@ class PersistentRun:
             return self._facts(Phase.STEP0, failure=Failure(phase=Phase.STEP0, message=msg))
         if m.leases is not None:
             m.leases.own = lease.run_id
+            if shared is not None:
+                m.leases.shared.add(shared)
         return lease
+
+    def _batch_lease_taker(self, job_id: str) -> sharedview.TakeLease:
+        """How a ``run_many`` batch takes its shared lease on ``job_id``: the step, then
+        a record of its own (the batch's run id, this process: a dead process's lease
+        is broken on this host as a run's is), deleted once the step is stopped."""
+        spec = self.spec
+
+        def take(until: float) -> tuple[LeaseHandle, str, Callable[[], None]]:
+            batch_id = new_run_id()
+            handle = self.backend.start_lease(job_id, lease_name(batch_id, until))
+            try:
+                record = self.runs.start(job_id, spec="(the shared lease of a run_many)",
+                                         container=spec.container_name or "",
+                                         run_id=batch_id)
+            except OSError:
+                handle.stop()
+                raise
+            return handle, batch_id, lambda: self.runs.delete(record)
+
+        return take
 
     def _run(self, m: AllocationMachine, steps: RunSteps) -> RunFacts:
         """Pre-flight, the script, how it ended (the lock is free: other runs overlap)."""

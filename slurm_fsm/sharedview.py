@@ -20,6 +20,16 @@ are the same; the runs of one ``run_many`` share them through a :class:`SharedVi
 The checks all still happen for every run: the run judges the shared answer as its
 own (state, name, time left from the moment asked). Outside ``run_many`` (no view
 active, :func:`current` is None) every run asks Slurm itself, as before.
+
+The runs of one ``run_many`` also share one **lease step** per allocation and
+container (:meth:`SharedView.lease`): the first run to need it starts it (under the
+state file's lock, as a run's own lease), the others join it while it runs and its
+``max_until`` is at least their own; the last run to give its share back stops it.
+So the lease is listed in Slurm (every host sees it) from the end of the first run's
+step 0 until the last run's steps are gone, and a batch pays one lease step, not one
+per run. A run that needs a later ``max_until`` than the running lease's starts a
+new one (:data:`LEASE_HEADROOM_S` later than it needs, so that the runs after it
+join it).
 """
 
 from __future__ import annotations
@@ -29,15 +39,25 @@ import threading
 from collections.abc import Callable, Hashable
 from typing import TypeVar
 
-from slurm_fsm.backend import GpuProcess, JobInfo, SlurmBackend
+import attrs
+
+from slurm_fsm.backend import GpuProcess, JobInfo, LeaseHandle, SlurmBackend
 from slurm_fsm.clock import Clock
 
-__all__ = ["GPU_MAX_AGE_S", "JOB_MAX_AGE_S", "SharedView", "active", "current"]
+__all__ = ["GPU_MAX_AGE_S", "JOB_MAX_AGE_S", "LEASE_HEADROOM_S", "SharedLease", "SharedView",
+           "active", "current"]
 
 #: The oldest job row (``squeue`` of the allocation) a run takes from a sibling, in s.
 JOB_MAX_AGE_S = 1.0
 #: The oldest GPU check (pre-flight ``srun nvidia-smi``) a run takes from a sibling, in s.
 GPU_MAX_AGE_S = 2.0
+#: A shared lease step is started this much later a ``max_until`` than the run that
+#: starts it needs, so that the runs that follow within that time join it, in s.
+LEASE_HEADROOM_S = 300.0
+
+#: What :meth:`SharedView.lease` calls to start a lease breakable after ``max_until``:
+#: the step's handle, its run id, and what to do once it is stopped (its record).
+TakeLease = Callable[[float], tuple[LeaseHandle, str, Callable[[], None]]]
 
 T = TypeVar("T")
 
@@ -61,6 +81,11 @@ class SharedView:
         #: questions asked of Slurm / answers reused (for tests and the benchmark)
         self.asked = 0
         self.reused = 0
+        self._lease_lock = threading.Lock()
+        self._leases: dict[Hashable, _Lease] = {}
+        #: lease steps started / shares of a running one given (tests, the benchmark)
+        self.leases_started = 0
+        self.leases_joined = 0
 
     def _shared(self, key: Hashable, max_age_s: float, not_before: float | None,
                 ask: Callable[[], T]) -> tuple[T, float]:
@@ -94,6 +119,83 @@ class SharedView:
                                    lambda: self.backend.gpu_processes(job_id, nodes,
                                                                       gpus_per_node))
         return list(answer)
+
+
+    def lease(self, key: Hashable, max_until: float, take: TakeLease
+              ) -> tuple[SharedLease, str]:
+        """A share of the batch's lease step ``key`` (an allocation and container),
+        breakable no earlier than ``max_until``, and its run id: the running one's
+        when it runs and lasts that long, else a new one (``take(until)``, ``until``
+        :data:`LEASE_HEADROOM_S` past ``max_until``; an error propagates and nothing is
+        kept). The share's :meth:`SharedLease.stop` gives it back; the last share
+        given back stops the step."""
+        with self._lease_lock:
+            cur = self._leases.get(key)
+            if (cur is not None and cur.holders > 0 and cur.max_until >= max_until
+                    and cur.handle.alive()):
+                cur.holders += 1
+                self.leases_joined += 1
+                return SharedLease(self, key, cur), cur.run_id
+            until = max_until + LEASE_HEADROOM_S
+            handle, run_id, drop = take(until)
+            cur = _Lease(handle=handle, run_id=run_id, max_until=until, drop=drop)
+            self._leases[key] = cur  # an older one ends with its last holder
+            self.leases_started += 1
+            return SharedLease(self, key, cur), run_id
+
+    def _give_back(self, key: Hashable, lease: _Lease) -> None:
+        with self._lease_lock:
+            lease.holders -= 1
+            last = lease.holders == 0
+            if last and self._leases.get(key) is lease:
+                del self._leases[key]
+        if last:  # no share left: no new one is given of it (gone from the table)
+            lease.handle.stop()
+            lease.drop()
+
+
+@attrs.define(kw_only=True)
+class _Lease:
+    handle: LeaseHandle
+    run_id: str
+    max_until: float
+    drop: Callable[[], None]
+    holders: int = 1
+
+
+class SharedLease:
+    """One run's share of a batch's lease step (:meth:`SharedView.lease`): a
+    :class:`~slurm_fsm.backend.LeaseHandle` whose :meth:`stop` gives the share back
+    (once); the step ends when the last share is given back."""
+
+    def __init__(self, view: SharedView, key: Hashable, lease: _Lease) -> None:
+        self._view = view
+        self._key = key
+        self._lease = lease
+        self._given = False
+        self._mutex = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        """The shared step's name."""
+        return self._lease.handle.name
+
+    @property
+    def run_id(self) -> str:
+        """The run id in the step's name (the batch's, not a run's)."""
+        return self._lease.run_id
+
+    def alive(self) -> bool:
+        """This share is held and the step's ``srun`` runs."""
+        return not self._given and self._lease.handle.alive()
+
+    def stop(self) -> None:
+        """Give this share back (the last one stops the step); twice is harmless."""
+        with self._mutex:
+            if self._given:
+                return
+            self._given = True
+        self._view._give_back(self._key, self._lease)
 
 
 def current(backend: SlurmBackend) -> SharedView | None:

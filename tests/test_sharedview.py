@@ -136,3 +136,126 @@ def test_run_many_shares_the_job_row_and_the_gpu_check(make_spec: SpecFactory) -
 def test_runs_one_after_another_each_ask_slurm(make_spec: SpecFactory) -> None:
     ops = _run_ops(make_spec, many=False)
     assert ops["gpu_processes"] == 4 and ops["query_job"] == 8
+
+
+# ---------------------------------------------------------------- the batch's lease step
+class _Handle:
+    """A lease handle that says when it is stopped."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.stopped = 0
+
+    def alive(self) -> bool:
+        return self.stopped == 0
+
+    def stop(self) -> None:
+        self.stopped += 1
+
+
+def _taker(log: list[tuple[str, float]], handles: list[_Handle], dropped: list[str]):  # type: ignore[no-untyped-def]
+    def take(until: float):  # type: ignore[no-untyped-def]
+        run_id = f"r{len(log):012x}"
+        log.append((run_id, until))
+        handles.append(_Handle(f"fsm-lease.{run_id}.{int(until)}"))
+        return handles[-1], run_id, lambda: dropped.append(run_id)
+    return take
+
+
+def test_the_runs_of_a_batch_share_one_lease_step_until_the_last_gives_it_back() -> None:
+    from slurm_fsm.sharedview import LEASE_HEADROOM_S
+
+    view = SharedView(FakeCluster(), FakeClock())
+    log: list[tuple[str, float]] = []
+    handles: list[_Handle] = []
+    dropped: list[str] = []
+    take = _taker(log, handles, dropped)
+    a, ida = view.lease(("7", ""), 1000.0, take)
+    b, idb = view.lease(("7", ""), 1000.0 + LEASE_HEADROOM_S, take)  # within its max_until
+    assert ida == idb and len(log) == 1 and log[0][1] == 1000.0 + LEASE_HEADROOM_S
+    assert view.leases_started == 1 and view.leases_joined == 1
+    a.stop()
+    a.stop()  # twice: one share given back
+    assert handles[0].stopped == 0 and b.alive() and not a.alive()
+    b.stop()  # the last share: the step ends, then its record is dropped
+    assert handles[0].stopped == 1 and dropped == [ida]
+    c, idc = view.lease(("7", ""), 1000.0, take)  # none runs now: a new one
+    assert idc != ida and len(log) == 2
+    c.stop()
+
+
+def test_a_lease_that_ends_too_early_or_is_gone_is_not_joined() -> None:
+    from slurm_fsm.sharedview import LEASE_HEADROOM_S
+
+    view = SharedView(FakeCluster(), FakeClock())
+    log: list[tuple[str, float]] = []
+    handles: list[_Handle] = []
+    dropped: list[str] = []
+    take = _taker(log, handles, dropped)
+    a, ida = view.lease(("7", ""), 1000.0, take)
+    later, idl = view.lease(("7", ""), 1000.0 + LEASE_HEADROOM_S + 1, take)  # too early
+    assert idl != ida and len(log) == 2
+    other, ido = view.lease(("7", "c2"), 1000.0, take)  # another container: its own
+    assert ido not in (ida, idl)
+    handles[1].stopped = 1  # its srun died
+    again, idg = view.lease(("7", ""), 1000.0, take)
+    assert idg not in (ida, idl, ido) and len(log) == 4
+    a.stop()  # the first one still ends with its own last holder
+    assert handles[0].stopped == 1 and ida in dropped
+    for share in (later, other, again):
+        share.stop()
+
+
+def test_a_lease_that_could_not_be_taken_is_not_kept() -> None:
+    view = SharedView(FakeCluster(), FakeClock())
+
+    def fail(until: float):  # type: ignore[no-untyped-def]
+        raise ControllerUnreachable("down")
+
+    with pytest.raises(ControllerUnreachable):
+        view.lease(("7", ""), 1000.0, fail)
+    log: list[tuple[str, float]] = []
+    share, _ = view.lease(("7", ""), 1000.0, _taker(log, [], []))
+    assert len(log) == 1
+    share.stop()
+
+
+def test_run_many_holds_one_lease_step_every_host_sees(make_spec: SpecFactory) -> None:
+    """4 runs at once: one lease step, listed while their jobs run, seen by another
+    process's gate as a holder, and by each run's own gate as its own; gone after."""
+    from slurm_fsm.lease import LeaseGate, lease_steps
+    from slurm_fsm.persistent import run_book
+
+    seen: dict[str, object] = {}
+    barrier = threading.Barrier(4, timeout=20)
+
+    class Together(FakeCluster):
+        batch = False
+
+        def start_script(self, request):  # type: ignore[no-untyped-def]
+            if self.batch and barrier.wait() == 0:  # every run of the batch is past its step 0 here
+                job = request.env["SLURM_JOB_ID"]
+                seen["leases"] = lease_steps(self.list_steps(job))
+                other = LeaseGate(run_book(specs[0]), wait_s=0, backend=self)
+                seen["holders"] = other.holders(job)
+            return super().start_script(request)
+
+    fake = Together(preflight=True, gpus_per_node=8)
+    specs = [make_spec(model_name=f"m{i}", slurm_params={"gpus_per_node": 1})
+             for i in range(4)]
+    alloc = Allocation(specs[0].repo_root, fake)
+    assert alloc.run(specs[0]).status is Status.PASSED  # warm: a run alone, its own lease
+    fake.reset_calls()
+    fake.batch = True
+    reports = alloc.run_many(specs, max_parallel=4)
+    assert [r.status for r in reports] == [Status.PASSED] * 4
+    assert fake.count("start_lease") == 1
+    leases = seen["leases"]
+    assert isinstance(leases, list) and len(leases) == 1
+    holders = seen["holders"]
+    assert isinstance(holders, list) and leases[0].run_id in {h.run_id for h in holders}
+    state = alloc.state()
+    assert state is not None
+    assert lease_steps(fake.list_steps(state.job_id)) == []  # stopped with the last run
+    assert run_book(specs[0]).records() == []  # every record deleted, the batch's too
+
