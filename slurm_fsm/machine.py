@@ -630,7 +630,9 @@ class AllocationMachine:
                            user=self._user or "", summary=summary, **fields)
 
     def _read_state_file(self) -> Observation:
-        problem = self.store.writable_problem()
+        view = sharedview.current(self.backend)  # run_many: a sibling's proof, 1 s old
+        problem = (self.store.writable_problem() if view is None else
+                   view.writable_problem(str(self.store.path), self.store.writable_problem))
         if problem is not None:
             # checked before anything is allocated: an allocation whose state file cannot
             # be written would be leaked by every run

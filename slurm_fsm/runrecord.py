@@ -227,12 +227,15 @@ class RunBook:
             uid=os.getuid(), since=datetime.now(UTC).isoformat(timespec="seconds"),
             spec=spec, model=model, container=container,
         )
-        self.save(record)
+        self.save(record, fsync=False)
         return record
 
-    def save(self, record: RunRecord) -> None:
+    def save(self, record: RunRecord, *, fsync: bool = True) -> None:
+        """Write ``record`` (atomically). ``fsync=False`` for a run's first record: it
+        is the lease of a live process (a ``kill -9`` loses no written byte) and lists
+        no step yet; a host crash ends the process, its lease and its ``srun`` s with it."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        write_atomic(self.path(record.run_id), record.to_json(), mode=0o600)
+        write_atomic(self.path(record.run_id), record.to_json(), mode=0o600, fsync=fsync)
 
     def delete(self, record: RunRecord) -> None:
         with contextlib.suppress(OSError):

@@ -17,6 +17,10 @@ are the same; the runs of one ``run_many`` share them through a :class:`SharedVi
 - only answers are shared, never errors: a failed question is asked again by the next
   run, as without sharing.
 
+Step 0's proof that the state file's folder is writable (a probe file written, synced
+and removed) is shared the same way (:meth:`SharedView.writable_problem`, at most
+:data:`WRITABLE_MAX_AGE_S` old); a problem is never shared.
+
 The checks all still happen for every run: the run judges the shared answer as its
 own (state, name, time left from the moment asked). Outside ``run_many`` (no view
 active, :func:`current` is None) every run asks Slurm itself, as before.
@@ -44,13 +48,16 @@ import attrs
 from slurm_fsm.backend import GpuProcess, JobInfo, LeaseHandle, SlurmBackend
 from slurm_fsm.clock import Clock
 
-__all__ = ["GPU_MAX_AGE_S", "JOB_MAX_AGE_S", "LEASE_HEADROOM_S", "SharedLease", "SharedView",
-           "active", "current"]
+__all__ = ["GPU_MAX_AGE_S", "JOB_MAX_AGE_S", "LEASE_HEADROOM_S", "WRITABLE_MAX_AGE_S",
+           "SharedLease", "SharedView", "active", "current"]
 
 #: The oldest job row (``squeue`` of the allocation) a run takes from a sibling, in s.
 JOB_MAX_AGE_S = 1.0
 #: The oldest GPU check (pre-flight ``srun nvidia-smi``) a run takes from a sibling, in s.
 GPU_MAX_AGE_S = 2.0
+#: The oldest proof that the state file's folder is writable (step 0's probe file) a
+#: run takes from a sibling, in s. Only a proof is shared, never a problem.
+WRITABLE_MAX_AGE_S = 1.0
 #: A shared lease step is started this much later a ``max_until`` than the run that
 #: starts it needs, so that the runs that follow within that time join it, in s.
 LEASE_HEADROOM_S = 300.0
@@ -120,6 +127,25 @@ class SharedView:
                                                                       gpus_per_node))
         return list(answer)
 
+
+    def writable_problem(self, folder: str, ask: Callable[[], str | None]) -> str | None:
+        """Why the state file in ``folder`` cannot be written (``ask()``, step 0's probe
+        file), or None: a sibling's proof (None) asked at most
+        :data:`WRITABLE_MAX_AGE_S` ago is taken; a problem is never kept."""
+        key = ("writable", folder)
+        with self._mutex:
+            got = self._answers.get(key)
+        if got is not None and self.clock.now() - got[0] <= WRITABLE_MAX_AGE_S:
+            with self._mutex:
+                self.reused += 1
+            return None
+        asked_at = self.clock.now()
+        problem = ask()
+        if problem is None:
+            with self._mutex:
+                self._answers[key] = (asked_at, None)
+                self.asked += 1
+        return problem
 
     def lease(self, key: Hashable, max_until: float, take: TakeLease
               ) -> tuple[SharedLease, str]:

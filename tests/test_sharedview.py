@@ -259,3 +259,73 @@ def test_run_many_holds_one_lease_step_every_host_sees(make_spec: SpecFactory) -
     assert lease_steps(fake.list_steps(state.job_id)) == []  # stopped with the last run
     assert run_book(specs[0]).records() == []  # every record deleted, the batch's too
 
+
+
+def test_a_proof_of_a_writable_folder_is_shared_a_problem_never() -> None:
+    from slurm_fsm.sharedview import WRITABLE_MAX_AGE_S
+
+    view = SharedView(FakeCluster(), FakeClock())
+    clock = view.clock
+    assert isinstance(clock, FakeClock)
+    answers = iter(["disk full", None, None])
+    asked: list[int] = []
+
+    def ask() -> str | None:
+        asked.append(1)
+        return next(answers)
+
+    assert view.writable_problem("/x", ask) == "disk full"
+    assert view.writable_problem("/x", ask) is None  # the problem was not kept: asked
+    assert view.writable_problem("/x", ask) is None and len(asked) == 2  # the proof taken
+    clock.advance(WRITABLE_MAX_AGE_S + 0.01)
+    assert view.writable_problem("/x", ask) is None and len(asked) == 3  # too old: asked
+
+
+# ------------------------------------------------------ the budget of controller calls
+#: The published budget (docs/steprate.md): the controller calls of one warm run that
+#: asks GPUs, besides its script's own srun: step 0's squeue, the GPU check (a step), the
+#: lease step, the allocation-end squeue.
+WARM_RUN_BUDGET = {"query_job": 2, "gpu_processes": 1, "start_lease": 1}
+
+
+def test_a_warm_run_keeps_to_the_budget_of_controller_calls(make_spec: SpecFactory) -> None:
+    from slurm_fsm.testing.fake import CONTROLLER_OPS
+
+    fake = FakeCluster(preflight=True, gpus_per_node=8)
+    spec = make_spec(slurm_params={"gpus_per_node": 1})
+    alloc = Allocation(spec.repo_root, fake)
+    assert alloc.run(spec).status is Status.PASSED  # the first run allocates
+    fake.reset_calls()
+    assert alloc.run(spec).status is Status.PASSED
+    assert Counter(op for op in fake.ops() if op in CONTROLLER_OPS) == WARM_RUN_BUDGET
+
+
+def test_a_batch_keeps_to_the_budget_per_run(make_spec: SpecFactory) -> None:
+    """8 runs, 4 at once, that overlap: one lease step for the batch, one GPU check,
+    and at most the single run's squeues each; nothing else asked of Slurm."""
+    from slurm_fsm.testing.fake import CONTROLLER_OPS
+
+    barrier = threading.Barrier(4, timeout=20)
+
+    class Overlapping(FakeCluster):
+        batch = False
+
+        def start_script(self, request):  # type: ignore[no-untyped-def]
+            if self.batch:
+                barrier.wait()  # 4 runs past their step 0 at once, twice
+            return super().start_script(request)
+
+    fake = Overlapping(preflight=True, gpus_per_node=8)
+    specs = [make_spec(model_name=f"m{i}", slurm_params={"gpus_per_node": 1})
+             for i in range(8)]
+    alloc = Allocation(specs[0].repo_root, fake)
+    assert alloc.run(specs[0]).status is Status.PASSED
+    fake.reset_calls()
+    fake.batch = True
+    reports = alloc.run_many(specs, max_parallel=4)
+    assert [r.status for r in reports] == [Status.PASSED] * 8
+    ops = Counter(op for op in fake.ops() if op in CONTROLLER_OPS)
+    assert set(ops) <= set(WARM_RUN_BUDGET)
+    assert ops["start_lease"] <= 2  # one per batch (a second if every share was given back)
+    assert ops["gpu_processes"] <= 2  # the fake's clock stands: one check, shared
+    assert ops["query_job"] <= 8 * WARM_RUN_BUDGET["query_job"]
