@@ -4,6 +4,7 @@ allocation-end squeue; every run still passes on the allocation Slurm has now.""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -67,5 +68,49 @@ def test_run_many_shares_the_questions_and_every_run_passes(
             [r.render_text() for r in again]
         new_ids = {r.allocation_id for r in again}
         assert len(new_ids) == 1 and job_id not in new_ids
+    finally:
+        alloc.release()
+
+
+def test_run_many_holds_one_lease_step_that_slurm_lists_while_its_jobs_run(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    """The batch's lease is a step Slurm lists (any host's ``squeue -s`` sees it) while
+    each run's script runs; the runs of the batch start fewer lease steps than runs;
+    none is left after the batch."""
+    name = names.new("steprate-lease")
+    backend = RecordingBackend()
+    warm = make_spec(local_cluster, tmp_path, name, slurm_params={"gpus_per_node": 4})
+    alloc = Allocation(warm.repo_root, backend)
+    try:
+        first = alloc.run(warm)
+        assert first.status is Status.PASSED, first.render_text()
+        job_id = first.allocation_id
+        assert job_id is not None
+        specs = _specs(local_cluster, tmp_path, name, 6)
+        started = tmp_path / "started"
+        started.mkdir()
+        for i, spec in enumerate(specs):
+            # the first 3 scripts wait for each other (their runs overlap for sure), then
+            # each says which lease steps Slurm lists while it runs
+            spec.script_path.write_text(
+                f"#!/bin/bash\nsrun true\ntouch {started}/{i}\n"
+                f"for _ in $(seq 300); do [ $(ls {started} | wc -l) -ge 3 ] && break; "
+                "sleep 0.1; done\n"
+                "squeue -s -h -j \"$SLURM_JOB_ID\" -O StepName:200 "
+                "| grep '^fsm-lease\\.' > \"$PWD/leases.txt\"\n")
+        reports = alloc.run_many(specs, max_parallel=3)
+        assert [r.status for r in reports] == [Status.PASSED] * 6, \
+            [r.render_text() for r in reports if r.status is not Status.PASSED]
+        seen = [set((spec.work_dir / "leases.txt").read_text().split()) for spec in specs]
+        assert all(seen), seen  # every script saw a lease step listed
+        assert len(set().union(*seen)) < 6  # shared: fewer lease steps than runs
+        deadline = time.monotonic() + 30  # slurmctld forgets an ended step soon, not at once
+        while True:
+            left = slurm("squeue", "-s", "-h", "-j", job_id, "-O", "StepName:200")
+            assert left.returncode == 0, left.stderr
+            if "fsm-lease." not in left.stdout or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert "fsm-lease." not in left.stdout
     finally:
         alloc.release()
