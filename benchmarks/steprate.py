@@ -156,6 +156,42 @@ class Bench:
             list(pool.map(one, range(jobs)))
         return time.monotonic() - t0
 
+    def bare(self, job_id: str) -> float:
+        """The bare script of one job: ``bash -c 'srun ... true'`` in the allocation, its
+        one 1-GPU step and nothing else."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+        env.update(self.cluster.env)
+        step = shlex.join(["srun", f"--jobid={job_id}", "--exact", "-N1", "-n1",
+                           "--gpus-per-node=1", "true"])
+        t0 = time.monotonic()
+        p = subprocess.run(["bash", "-c", step], env=env, capture_output=True,  # noqa: S603
+                           text=True, timeout=300, check=False)
+        if p.returncode != 0:
+            raise RuntimeError(f"bare script exited {p.returncode}: {p.stderr.strip()}")
+        return time.monotonic() - t0
+
+
+def measure_single(b: Bench, alloc: Allocation, job_id: str, reps: int) -> dict[str, Any]:
+    """One warm run alone (``Allocation.run``) against its bare script, ``reps`` times
+    each, back to back; the commands of one run counted."""
+    spec = b.spec("single", 1)
+    bare: list[float] = []
+    run: list[float] = []
+    counts: dict[str, int] = {}
+    for _ in range(reps):
+        bare.append(b.bare(job_id))
+        b.recorder.reset()
+        t0 = time.monotonic()
+        r = alloc.run(spec)
+        run.append(time.monotonic() - t0)
+        if r.status is not Status.PASSED:
+            raise RuntimeError(f"a single run did not pass: {r.render_text()}")
+        counts = dict(b.recorder.count)
+    mb, mr = statistics.median(bare), statistics.median(run)
+    return {"bare_s": bare, "run_s": run, "median_bare_s": mb, "median_run_s": mr,
+            "extra_s": mr - mb, "extra_in_bare_scripts": (mr - mb) / mb,
+            "commands": dict(sorted(counts.items()))}
+
 
 def measure(b: Bench, reps: int, jobs: int, parallel: int) -> dict[str, Any]:
     rows: dict[str, list[float]] = {"raw_s": [], "run_many_s": []}
@@ -183,6 +219,8 @@ def measure(b: Bench, reps: int, jobs: int, parallel: int) -> dict[str, Any]:
             for r in reports:
                 for k, v in r.timings.items():
                     timings[k].append(v)
+        say("single warm runs against the bare script")
+        single = measure_single(b, alloc, state.job_id, max(reps, 5))
     finally:
         alloc.release()
     med = {k: statistics.median(v) for k, v in rows.items()}
@@ -198,6 +236,8 @@ def measure(b: Bench, reps: int, jobs: int, parallel: int) -> dict[str, Any]:
         "command_examples": dict(sorted(b.recorder.examples.items())),
         "run_timings_median_s": {k: round(statistics.median(v), 4)
                                  for k, v in sorted(timings.items())},
+        "ratios": [m / r for m, r in zip(rows["run_many_s"], rows["raw_s"], strict=True)],
+        "single": single,
     }
 
 
@@ -227,6 +267,19 @@ def table(res: dict[str, Any]) -> str:
         lines.append(f"| `{k}` | {v:.2f} | {res['command_seconds_per_run'].get(k, 0):.3f} |")
     lines += ["", "Each run's own timings (median seconds): " + ", ".join(
         f"{k} {v:.3f}" for k, v in res["run_timings_median_s"].items()) + "."]
+    ratios = res.get("ratios")
+    if ratios:
+        lines += ["", "Each repetition's ratio (raw and `run_many` back to back): "
+                  + ", ".join(f"{r:.2f}x" for r in ratios) + "."]
+    one = res.get("single")
+    if one:
+        lines += [
+            "", f"One warm run alone (`Allocation.run`, median of {len(one['run_s'])}): "
+            f"{one['median_run_s']:.2f} s against {one['median_bare_s']:.2f} s for its "
+            "bare script (`bash -c 'srun --exact --gpus-per-node=1 true'`): "
+            f"{one['extra_s']:.2f} s more, {one['extra_in_bare_scripts']:.1f} times the "
+            "bare script. Its Slurm commands: " + ", ".join(
+                f"{v} `{k}`" for k, v in one["commands"].items()) + "."]
     return "\n".join(lines)
 
 
