@@ -53,13 +53,17 @@ def test_a_job_beside_siblings_gets_the_free_gpu_and_ignores_their_processes(
     job = _allocation(make_spec, fake)
     pids = tmp_path / "pids"
     pids.mkdir()
-    siblings = _steps(fake, job, 3, f'echo "$$" > {pids}/$CUDA_VISIBLE_DEVICES; sleep 6')
+    siblings = _steps(fake, job, 3, f'echo "$$" > {pids}/.$CUDA_VISIBLE_DEVICES && '
+                      f'mv {pids}/.$CUDA_VISIBLE_DEVICES {pids}/$CUDA_VISIBLE_DEVICES; sleep 6')
     try:
         deadline = 0
-        while len(list(pids.iterdir())) < 3 and deadline < 600:
+        # each file appears whole (written aside, then renamed): a file seen is never empty
+        while len([f for f in pids.iterdir() if not f.name.startswith(".")]) < 3 \
+                and deadline < 600:
             subprocess.run(["sleep", "0.05"], check=True)
             deadline += 1
-        held = {int(f.name): int(f.read_text()) for f in pids.iterdir()}
+        held = {int(f.name): int(f.read_text()) for f in pids.iterdir()
+                if not f.name.startswith(".")}
         free = ({0, 1, 2, 3} - set(held)).pop()
         assert set(fake.gpus_in_use()["node01"]) == set(held)
         for pid in held.values():
