@@ -116,6 +116,11 @@ def test_five_one_gpu_steps_on_four_gpus_one_waits(world: World) -> None:
         assert sum(WAITING_MARKER in e for _, e in outs) == int(says)
 
 
+def _whole(folder: Path) -> list[Path]:
+    """The files renamed into place (not the ``.N`` ones still being written)."""
+    return [f for f in folder.iterdir() if not f.name.startswith(".")]
+
+
 @pytest.mark.config(cgroup=False)  # CUDA_VISIBLE_DEVICES is the node's index (task/none)
 def test_a_job_beside_siblings_gets_the_free_gpu_and_warns_only_of_strangers(
         world: World, tmp_path: Path) -> None:
@@ -123,11 +128,13 @@ def test_a_job_beside_siblings_gets_the_free_gpu_and_warns_only_of_strangers(
     pids = tmp_path / "pids"
     pids.mkdir()
     siblings = world.steps(job, GPUS_PER_NODE - 1,
-                           f'echo "$$" > {pids}/$CUDA_VISIBLE_DEVICES; sleep 8')
+                           f'echo "$$" > {pids}/.$CUDA_VISIBLE_DEVICES && '
+                           f'mv {pids}/.$CUDA_VISIBLE_DEVICES {pids}/$CUDA_VISIBLE_DEVICES; '
+                           'sleep 8')  # a file appears whole: never read empty
     try:
         until("siblings running",
-              lambda: True if len(list(pids.iterdir())) == GPUS_PER_NODE - 1 else None, 30)
-        held = {int(f.name): int(f.read_text()) for f in pids.iterdir()}
+              lambda: True if len(_whole(pids)) == GPUS_PER_NODE - 1 else None, 30)
+        held = {int(f.name): int(f.read_text()) for f in _whole(pids)}
         free = (set(range(GPUS_PER_NODE)) - set(held)).pop()
         for gpu, pid in held.items():
             world.put_process(node, gpu, pid, "python3", "20000 MiB")
