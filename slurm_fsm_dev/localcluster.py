@@ -565,6 +565,23 @@ def _pids_in_uts(namespaces: set[str]) -> list[int]:
     return found
 
 
+def _hold_namespaces(namespaces: set[str]) -> dict[str, int]:
+    """An open descriptor on each of these UTS namespaces that still has a process
+    (a namespace lives, and keeps its number, while a descriptor on it is open)."""
+    held: dict[str, int] = {}
+    for pid in _pids_in_uts(namespaces):
+        try:
+            fd = os.open(f"/proc/{pid}/ns/uts", os.O_RDONLY)
+        except OSError:
+            continue  # gone meanwhile
+        ns = os.readlink(f"/proc/self/fd/{fd}")
+        if ns in namespaces and ns not in held:
+            held[ns] = fd
+        else:
+            os.close(fd)  # a number reused since the scan, or one held already
+    return held
+
+
 def _marked_pids(base: Path) -> list[int]:
     """Live processes started by us for ``base`` (the marker in their environment)."""
     marker = f"{_DAEMON_MARKER}={base}".encode() + b"\0"
@@ -1247,17 +1264,26 @@ def _stop(layout: _Layout) -> list[str]:
     """
     _info, daemons = _read_state(layout)
     namespaces = _our_namespaces(daemons)
-    # the nodes first: slurmd, slurmstepd and the job tasks
-    node_pids = {d.pid for d in daemons if d.uts_ns and _is_ours(d)}
-    node_pids.update(_pids_in_uts(namespaces))
-    survivors = _kill_all(sorted(node_pids), grace=2.0)
-    # then the rest together; their state is thrown away, so a short grace is enough
-    # (slurmctld takes 1.5 s to stop on SIGTERM)
-    rest = {d.pid for d in daemons if not d.uts_ns and _is_ours(d)}
-    rest.update(_marked_pids(layout.base))
-    rest.difference_update(node_pids)
-    survivors += _kill_all(sorted(rest), grace=0.5)
-    survivors += [p for p in _pids_in_uts(namespaces) if p not in survivors]
+    # Hold each node namespace open while we stop it: the kernel gives a freed
+    # namespace's number to the next one made (lowest free), so without a hold the
+    # recount below could find another cluster's or a test's `unshare --uts`
+    # processes under our old number and call them ours.
+    held = _hold_namespaces(namespaces)
+    try:
+        # the nodes first: slurmd, slurmstepd and the job tasks
+        node_pids = {d.pid for d in daemons if d.uts_ns and _is_ours(d)}
+        node_pids.update(_pids_in_uts(namespaces))
+        survivors = _kill_all(sorted(node_pids), grace=2.0)
+        # then the rest together; their state is thrown away, so a short grace is
+        # enough (slurmctld takes 1.5 s to stop on SIGTERM)
+        rest = {d.pid for d in daemons if not d.uts_ns and _is_ours(d)}
+        rest.update(_marked_pids(layout.base))
+        rest.difference_update(node_pids)
+        survivors += _kill_all(sorted(rest), grace=0.5)
+        survivors += [p for p in _pids_in_uts(set(held)) if p not in survivors]
+    finally:
+        for fd in held.values():
+            os.close(fd)
     if not survivors:
         _release_cgroups(layout)
     layout.state_file.unlink(missing_ok=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -121,3 +122,42 @@ def _stand_in(tmp_path: Path, **env: str) -> list[str]:
 def test_unconfined_the_stand_in_lists_what_cuda_visible_devices_names(tmp_path: Path) -> None:
     assert _stand_in(tmp_path) == ["GPU 0", "GPU 1", "GPU 2", "GPU 3"]
     assert _stand_in(tmp_path, CUDA_VISIBLE_DEVICES="1,3") == ["GPU 1", "GPU 3"]
+
+
+def _in_new_uts(seconds: int) -> tuple[subprocess.Popen[bytes], str]:
+    """A ``sleep`` in a UTS namespace of its own, and that namespace."""
+    proc = subprocess.Popen(["unshare", "--uts", "sleep", str(seconds)])
+    for _ in range(200):
+        try:
+            ns = os.readlink(f"/proc/{proc.pid}/ns/uts")
+        except OSError:
+            ns = ""
+        if ns and ns != os.readlink("/proc/self/ns/uts"):
+            return proc, ns
+        time.sleep(0.02)
+    proc.kill()
+    raise AssertionError("unshare --uts did not make a namespace")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="unshare --uts needs root (the suite runs as root)")
+def test_a_held_node_namespace_keeps_its_number_so_a_new_one_is_never_taken_for_ours() -> None:
+    """Found in make test: stopping a cluster recounted the processes in its nodes' old
+    namespace numbers after killing them, and a namespace made meanwhile (another
+    test's `unshare --uts`) had been given a freed number: its processes were called
+    the old cluster's survivors. `_stop` holds the namespaces open while it works."""
+    ours, ns = _in_new_uts(60)
+    held = localcluster._hold_namespaces({ns})
+    try:
+        assert set(held) == {ns}
+        ours.kill()
+        ours.wait(timeout=10)
+        stranger, other = _in_new_uts(60)
+        try:
+            assert other != ns  # the held number is not given out again
+            assert stranger.pid not in localcluster._pids_in_uts(set(held))
+        finally:
+            stranger.kill()
+            stranger.wait(timeout=10)
+    finally:
+        for fd in held.values():
+            os.close(fd)
