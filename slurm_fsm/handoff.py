@@ -125,6 +125,11 @@ class HandoffState:
     #: when this run began waiting for the successor (clock reading)
     await_since: float | None = None
     polls: int = 0
+    #: seconds this run's job waited for a successor (it did not fit the old allocation's
+    #: time left): the report's ``timings.successor_wait_s``; None: it never waited
+    waited_s: float | None = None
+    #: the successor it waited for
+    waited_for: str | None = None
     #: the allocation replaced by the switch, to release once no job is on it
     drained: str | None = None
     #: the job ids cancelled here
@@ -304,6 +309,7 @@ def await_successor(m: Machine) -> Observation:
     summary = f"waiting for successor {job}: {why}"
     m._log(summary.capitalize() + ".")
     waited = now - h.await_since
+    h.waited_s, h.waited_for = waited, job
     return Observation(trigger="advance", source=m.state, at=now, alloc=m.alloc,
                        user=m.user, summary=summary,
                        pending_wait_left_s=max(0.0, m.pending_wait_s - waited),
@@ -325,6 +331,9 @@ def switch(m: Machine) -> str:
         store.delete()
     clear_successor(successor_path_for(m.store.path))
     m.alloc = succ
+    if m.handoff.await_since is not None:  # the job waited for it: the report says so
+        m.handoff.waited_s = m.clock.now() - m.handoff.await_since
+        m.handoff.waited_for = succ.job_id
     m.handoff.await_since = None
     if old is not None and old.job_id != succ.job_id:
         m.handoff.drained = old.job_id

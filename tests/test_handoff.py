@@ -405,3 +405,51 @@ def test_plan_says_what_the_next_hand_off_does_and_changes_nothing(
     plan = make_plan(spec, fake, clock=fake.clock)
     assert plan.path == ["NoState", "Validating", "Ready"]
     assert not [c for c in plan.commands if c.argv[0] == "salloc"]
+
+
+# --------------------------------------------------------------------------------------
+# issue 27, the rest: the report names the wait; the drain after a kill -9; a successor
+# of another shape.
+
+
+def test_the_report_says_the_job_waited_for_the_successor_and_how_long(
+        spec: JobSpec, fake: FakeCluster) -> None:
+    from slurm_fsm.executor import Executor
+    from slurm_fsm.results import Status
+
+    old = first_allocation(spec, fake)
+    succ = queue_pending(spec, fake, pending_s=900)
+    fake.clock.advance(DUE_AT - EXPECTED - MARGIN + 1)  # the job no longer fits the old
+    pending_for = fake.jobs[succ.job_id].pending_until - fake.clock.now()
+    assert pending_for > 0
+    report = Executor(spec, fake, clock=fake.clock).run()
+    assert report.status is Status.PASSED, report.render_text()
+    assert report.allocation_id == succ.job_id != old.job_id
+    assert "AwaitingSuccessor" in report.path
+    waited = report.timings["successor_wait_s"]
+    # it waited until the successor ran (the fake clock: the polls' back-off past it)
+    assert pending_for <= waited <= pending_for + 11
+    assert waited <= report.timings["step0_s"]
+    assert any(n.startswith(f"waited {waited:.1f} s for successor allocation {succ.job_id}")
+               for n in report.notes), report.notes
+    text = report.render_text()
+    assert "hand-off:" in text and "for a successor allocation" in text
+    assert _round_trips(report)
+
+
+def test_a_job_that_fits_reports_no_successor_wait(spec: JobSpec, fake: FakeCluster) -> None:
+    from slurm_fsm.executor import Executor
+
+    first_allocation(spec, fake)
+    queue_pending(spec, fake, pending_s=900)
+    report = Executor(spec, fake, clock=fake.clock).run()
+    assert "successor_wait_s" not in report.timings
+    assert "hand-off:" not in report.render_text()
+
+
+def _round_trips(report: object) -> bool:
+    from slurm_fsm.report import Report
+
+    assert isinstance(report, Report)
+    back = Report.from_json(report.to_json())
+    return back.timings == report.timings
