@@ -29,7 +29,16 @@ from slurm_fsm.successor import SINGLETON, read_successor, successor_path_for
 from slurm_fsm_dev.localcluster import ClusterInfo, ContainerInfo
 
 from .containers import ContainerNames
-from .helpers import JobNames, jobs_named, make_spec, slurm, spec_dict, until, wait_gone
+from .helpers import (
+    JobNames,
+    job_state,
+    jobs_named,
+    make_spec,
+    slurm,
+    spec_dict,
+    until,
+    wait_gone,
+)
 
 pytestmark = pytest.mark.slurm
 
@@ -203,3 +212,64 @@ def _alive(pid: int | None) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def test_a_drained_allocation_whose_last_run_is_killed_is_released_by_the_next_run(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    """Run A's job is on the old allocation when run B switches to the successor: the
+    old one drains under A's lease. A is killed (kill -9): its finish never comes. The
+    next run's validation releases the old one (it no longer lives to its walltime)."""
+    from slurm_fsm.handoff import drained_state_path
+
+    name = names.new("k9drain")
+    names.names.append(name + "-b")
+    quick = spec_dict(local_cluster, tmp_path, name, expected_duration_seconds=30,
+                      warm_successor=True)
+    long_script = tmp_path / "long.slurm"
+    long_script.write_text("#!/bin/bash\nsrun true\necho started\nsleep 300\n")
+    spec_file = tmp_path / "long.json"
+    spec_file.write_text(json.dumps(dict(quick, script_path=str(long_script))))
+    spec = JobSpec.from_dict(quick)
+    first = Executor(spec, SubprocessBackend()).run()
+    assert first.status is Status.PASSED, first.render_text()
+    old = first.allocation_id
+    assert old is not None
+
+    run_a = subprocess.Popen([sys.executable, "-m", "slurm_fsm", "run", str(spec_file),
+                              "--json", "--quiet"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        log = tmp_path / "work" / "itmodel_custom.log"
+        until("run A's job running on the old allocation", lambda: True if log.exists()
+              and "started" in log.read_text() else None, timeout=60)
+        shorten(old, "00:06:00")  # a successor is due; a 30 s job still fits
+        second = Executor(spec, SubprocessBackend()).run()
+        assert second.status is Status.PASSED, second.render_text()
+        assert second.path[:3] == ["NoState", "Validating", "QueueingSuccessor"], second.path
+        (succ_id,) = [j for j, _ in jobs_named(name + "-b", local_cluster.user)]
+        if "Switching" not in second.path:  # pending when validated again: once more
+            until("the successor RUNNING", lambda: True if jobs_named(
+                name + "-b", local_cluster.user) == [(succ_id, "RUNNING")] else None)
+            third = Executor(spec, SubprocessBackend()).run()
+            assert third.status is Status.PASSED, third.render_text()
+            assert "Switching" in third.path, third.path
+        # switched: the old one drains under A's job (its lease step), never cut
+        assert jobs_named(name, local_cluster.user) == [(old, "RUNNING")]
+        drained = StateStore(drained_state_path(spec.state_path)).read()
+        assert drained is not None and drained.job_id == old
+    finally:
+        run_a.send_signal(signal.SIGKILL)  # its finish never comes
+        run_a.wait(timeout=10)
+
+    nxt = Executor(spec, SubprocessBackend()).run()
+    assert nxt.status is Status.PASSED, nxt.render_text()
+    assert nxt.allocation_id == succ_id
+    # released by that run (scancel'd: at most COMPLETING for a moment), not at walltime
+    assert job_state(old) in (None, "CANCELLED", "COMPLETING"), job_state(old)
+    assert not drained_state_path(spec.state_path).exists()
+    wait_gone(old)
+
+    release = Executor(JobSpec.from_dict(dict(quick, release_allocation=True)),
+                       SubprocessBackend()).run()
+    assert release.status is Status.RELEASED, release.render_text()
+    wait_gone(succ_id)
