@@ -603,3 +603,32 @@ def test_a_successor_granted_fewer_gpus_is_cancelled_before_a_job_waits_on_it(
     assert fake.jobs[succ.job_id].state == "CANCELLED"
     assert any("granted another shape" in w and "gpus_per_node 2" in w for w in m.warnings)
     assert m.alloc is not None and m.alloc.job_id not in (old.job_id, succ.job_id)
+
+
+def test_plan_says_it_would_release_a_drained_allocation_and_changes_nothing(
+        spec: JobSpec, fake: FakeCluster) -> None:
+    from slurm_fsm.plan import make_plan
+
+    old, book, _ = switch_under_another_run(spec, fake)
+    kill_9(book)
+    plan = make_plan(spec, fake, clock=fake.clock)
+    assert ["scancel", old.job_id] in [list(c.argv) for c in plan.commands], plan.commands
+    assert fake.jobs[old.job_id].state == "RUNNING"
+    assert drained_file(spec) is not None  # the real record: untouched
+
+
+def test_status_shows_the_draining_allocation(spec: JobSpec, fake: FakeCluster) -> None:
+    from slurm_fsm.allocation import Allocation
+
+    alloc = Allocation(spec.repo_root, backend=fake, clock=fake.clock)  # type: ignore[arg-type]
+    old, book, succ = switch_under_another_run(spec, fake)
+    status = alloc.status(spec)
+    assert status.job_id == succ
+    assert status.drained is not None and status.drained["job_id"] == old.job_id
+    assert status.to_dict()["drained"]["slurm_state"] == "RUNNING"
+    assert f"draining allocation {old.job_id}: RUNNING" in status.render_text()
+    assert fake.jobs[old.job_id].state == "RUNNING"  # status releases nothing
+    kill_9(book)
+    machine(spec, fake, leases=LeaseGate(book, wait_s=0, clock=fake.clock)).prepare()
+    assert alloc.status(spec).drained is None
+    assert "drained" not in alloc.status(spec).to_dict()
