@@ -40,7 +40,7 @@ from slurm_fsm.edges import (
 )
 from slurm_fsm.errors import BackendError, JobNotFound, StateFileError
 from slurm_fsm.history import Estimate, RunHistory
-from slurm_fsm.lease import LeaseGate
+from slurm_fsm.lease import AllocationInUse, LeaseGate
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState, StateStore
 from slurm_fsm.successor import (
@@ -507,7 +507,12 @@ def release_stale_drained(m: Machine, *, wait: bool = False) -> str | None:
         return None
     if m.leases is not None:
         if wait:
-            m.leases.clear(old.job_id, "releasing it")
+            try:
+                m.leases.clear(old.job_id, "releasing it")
+            except AllocationInUse as exc:  # the release itself is done: not failed
+                m._warn(f"the drained allocation {old.job_id} was not released: {exc}; "
+                        "its last run releases it when its job ends")
+                return None
         elif m.leases.holders(old.job_id):
             m.notes.append(f"allocation {old.job_id} drains: job(s) of other runs still "
                            "on it; the last one releases it")

@@ -632,3 +632,15 @@ def test_status_shows_the_draining_allocation(spec: JobSpec, fake: FakeCluster) 
     machine(spec, fake, leases=LeaseGate(book, wait_s=0, clock=fake.clock)).prepare()
     assert alloc.status(spec).drained is None
     assert "drained" not in alloc.status(spec).to_dict()
+
+
+def test_a_release_leaves_a_drained_allocation_in_use_and_says_so(
+        spec: JobSpec, fake: FakeCluster) -> None:
+    old, book, succ = switch_under_another_run(spec, fake)  # its run's job still runs
+    m = machine(attrs.evolve(spec, release_allocation=True), fake,
+                leases=LeaseGate(book, wait_s=0, clock=fake.clock))
+    assert m.prepare() is State.Released
+    assert fake.jobs[succ].state == "CANCELLED"
+    assert fake.jobs[old.job_id].state == "RUNNING"  # never under a running job
+    assert any(f"the drained allocation {old.job_id} was not released" in w
+               for w in m.warnings), m.warnings
