@@ -99,6 +99,9 @@ class AllocationStatus:
     #: (and pending reason, estimated start), time left, phase (pending, warming,
     #: ready, failed), the allocation it follows, its warmer's pid
     successor: dict[str, Any] | None = None
+    #: the allocation a hand-off replaced, while it drains (issue 27): its job id, Slurm
+    #: state and time left (None: none recorded, or gone)
+    drained: dict[str, Any] | None = None
 
     @property
     def exists(self) -> bool:
@@ -115,6 +118,8 @@ class AllocationStatus:
         data: dict[str, Any] = {"allocation": self.job_id, "state_file": str(self.state_file)}
         if self.successor is not None:
             data["successor"] = dict(self.successor)
+        if self.drained is not None:
+            data["drained"] = dict(self.drained)
         if self.job_id is None:
             return data
         data.update(nodelist=self.nodelist, partition=self.partition, nodes=self.nodes,
@@ -130,6 +135,11 @@ class AllocationStatus:
 
     def render_text(self) -> str:
         text = self._render_text()
+        d = self.drained
+        if d is not None:
+            text += (f"\ndraining allocation {d['job_id']}: {d['slurm_state']}, "
+                     f"{d['time_left']} left; takes no new job, released once no job of "
+                     "any run is on it")
         s = self.successor
         if s is None:
             return text
@@ -436,14 +446,15 @@ class Allocation:
         left (its expected duration from the run history beside the state file)."""
         alloc = self.state()
         successor = self._successor(spec)
+        drained = self._drained(alloc.job_id if alloc else None)
         if alloc is None:
             return AllocationStatus(state_file=self.state_path, job_id=None,
-                                    successor=successor)
+                                    successor=successor, drained=drained)
         known = AllocationStatus(
             state_file=self.state_path, job_id=alloc.job_id, nodelist=alloc.nodelist,
             partition=alloc.partition, account=alloc.account, nodes=alloc.nodes,
             container_name=alloc.container_name, docker_image=alloc.docker_image,
-            installed=alloc.installed, successor=successor,
+            installed=alloc.installed, successor=successor, drained=drained,
         )
         try:
             info = self.backend.query_job(alloc.job_id)
@@ -465,6 +476,29 @@ class Allocation:
                             jobs=tuple(running_jobs(self.backend, RunBook(self.state_path),
                                                     alloc.job_id)),
                             admission=admission)
+
+    def _drained(self, current: str | None) -> dict[str, Any] | None:
+        """The allocation a hand-off left draining (its record beside the state file)
+        and one ``squeue -j`` of it; None when there is none, or it is gone. Status
+        releases nothing: the next run's validation does."""
+        from slurm_fsm.edges import same_generation
+        from slurm_fsm.handoff import drained_state_path
+        from slurm_fsm.state import StateStore
+
+        try:
+            old = StateStore(drained_state_path(self.state_path)).read()
+        except StateFileError:
+            return None
+        if old is None or old.job_id == current:
+            return None
+        try:
+            info = self.backend.query_job(old.job_id)
+        except JobNotFound:
+            return None
+        if not info.state.is_live or not same_generation(old, info):
+            return None
+        return {"job_id": old.job_id, "slurm_state": str(info.state),
+                "time_left": info.time_left.as_slurm()}
 
     def _successor(self, spec: JobSpec | None) -> dict[str, Any] | None:
         """The warm successor's state file and record, and one ``squeue -j`` of it."""

@@ -487,7 +487,8 @@ EDGES: tuple[Edge, ...] = (
     # the warm successor (issue 27; only with the spec's warm_successor): never cold
     Edge("advance", S.Validating, S.Validating, conditions=("warm_successor", "successor_lost"),
          effects=(Effect.DROP_SUCCESSOR,), step="0C",
-         doc="successor gone or never starts: cancel it, report, today's path"),
+         doc="successor gone, never starts or granted another shape: cancel it, "
+             "report, today's path"),
     Edge("advance", S.Validating, S.Switching,
          conditions=("warm_successor", "job_running", "successor_usable"), step="0C/0F",
          doc="successor ready (or running, its warmer dead: its setup finished here, 0F): "
@@ -550,7 +551,8 @@ EDGES: tuple[Edge, ...] = (
          step="0C/0F", doc="successor ready, or running with its warmer gone (0F here)"),
     Edge("advance", S.AwaitingSuccessor, S.Validating, conditions=("successor_lost",),
          effects=(Effect.DROP_SUCCESSOR,), step="0C",
-         doc="successor gone or never starts: cancel it, report, today's path"),
+         doc="successor gone, never starts or granted another shape: cancel it, "
+             "report, today's path"),
     Edge("advance", S.AwaitingSuccessor, S.AwaitingSuccessor,
          conditions=("pending_wait_left",), step="0C",
          doc="wait: the successor's pending reason and estimated start"),

@@ -27,13 +27,20 @@ import attrs
 import filelock
 
 from slurm_fsm.backend import AllocationRequest, JobInfo, SlurmBackend
-from slurm_fsm.capacity import allocation_request_size
+from slurm_fsm.capacity import allocation_request_size, capacity_problems, with_grant
 from slurm_fsm.clock import Clock
 from slurm_fsm.duration import Duration
-from slurm_fsm.edges import Observation, State, is_ours, repo_tag, same_container
-from slurm_fsm.errors import JobNotFound, StateFileError
+from slurm_fsm.edges import (
+    Observation,
+    State,
+    is_ours,
+    repo_tag,
+    same_container,
+    same_generation,
+)
+from slurm_fsm.errors import BackendError, JobNotFound, StateFileError
 from slurm_fsm.history import Estimate, RunHistory
-from slurm_fsm.lease import LeaseGate
+from slurm_fsm.lease import AllocationInUse, LeaseGate
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState, StateStore
 from slurm_fsm.successor import (
@@ -59,11 +66,13 @@ __all__ = [
     "Machine",
     "Warmer",
     "await_successor",
+    "drained_state_path",
     "drop_successor",
     "job_names",
     "observe_successor",
     "queue_successor",
     "release_drained",
+    "release_stale_drained",
     "release_successor",
     "replaced",
     "successor_alloc",
@@ -86,6 +95,13 @@ def successor_state_path(state_path: Path) -> Path:
     """``.slurm_alloc.successor.json`` beside ``.slurm_alloc.json`` (and
     ``.slurm_alloc.fake.successor.json`` beside the fake CLI's file)."""
     return state_path.with_name(state_path.stem + ".successor.json")
+
+
+def drained_state_path(state_path: Path) -> Path:
+    """``.slurm_alloc.drained.json`` beside ``.slurm_alloc.json``: the allocation a switch
+    replaced while jobs of other runs were still on it (the procedure's keys, its submit
+    time included: its generation), until it is released."""
+    return state_path.with_name(state_path.stem + ".drained.json")
 
 
 class Machine(Protocol):
@@ -125,10 +141,20 @@ class HandoffState:
     #: when this run began waiting for the successor (clock reading)
     await_since: float | None = None
     polls: int = 0
+    #: seconds this run's job waited for a successor (it did not fit the old allocation's
+    #: time left): the report's ``timings.successor_wait_s``; None: it never waited
+    waited_s: float | None = None
+    #: the successor it waited for
+    waited_for: str | None = None
     #: the allocation replaced by the switch, to release once no job is on it
     drained: str | None = None
     #: the job ids cancelled here
     cancelled: set[str] = attrs.field(factory=set)
+    #: a drained allocation left by an earlier switch was looked for in this run
+    swept: bool = False
+    #: successors whose grant was judged in this run: job id -> what the spec needs
+    #: that the grant lacks (``[]``: it can serve the spec)
+    misfits: dict[str, list[str]] = attrs.field(factory=dict)
 
 
 def _store(m: Machine) -> StateStore:
@@ -172,7 +198,9 @@ def observe_successor(m: Machine, current: str | None) -> dict[str, Any]:
     except JobNotFound:
         info = None
     verdict = judge_successor(info)
-    if verdict is SuccessorVerdict.SET_UP:
+    if verdict is SuccessorVerdict.SET_UP and info is not None and _misfit(m, succ, info):
+        state = "lost"  # granted another shape than the spec needs: DROP_SUCCESSOR
+    elif verdict is SuccessorVerdict.SET_UP:
         state = "ready" if _set_up(succ, m.spec) else "running"
     elif verdict is SuccessorVerdict.WAIT:
         state = "pending"
@@ -181,6 +209,28 @@ def observe_successor(m: Machine, current: str | None) -> dict[str, Any]:
     record = read_successor(successor_path_for(m.store.path))
     pid = record.warmer_pid if record is not None and record.job_id == succ.job_id else None
     return {"successor": state, "warmer_alive": warmer_alive(m) or _pid_alive(pid)}
+
+
+def _misfit(m: Machine, succ: AllocState, info: JobInfo) -> list[str]:
+    """What the spec needs that the RUNNING successor was not granted (another node
+    count, fewer GPUs or CPUs per node: a ``--nodes=1-2`` range, a site's rewrite of the
+    request); ``[]`` when it can serve the spec. Judged once per run and successor: on
+    its state file when the grant is recorded there (a warmer's validation), else on one
+    ``scontrol show job`` (:meth:`~slurm_fsm.backend.SlurmBackend.granted`)."""
+    if succ.job_id in m.handoff.misfits:
+        return m.handoff.misfits[succ.job_id]
+    alloc = succ
+    if not succ.nodelist or succ.cpus_per_node is None:
+        try:
+            alloc = with_grant(attrs.evolve(succ, nodelist=succ.nodelist or info.nodelist),
+                               m.backend.granted(succ.job_id))
+        except (BackendError, ValueError) as exc:  # not judged now: judged at its use
+            m.notes.append(f"what Slurm granted successor {succ.job_id} could not be read "
+                           f"({exc}); judged once it is the allocation")
+            return []
+    problems = capacity_problems(alloc, m.spec)
+    m.handoff.misfits[succ.job_id] = problems
+    return problems
 
 
 def _pid_alive(pid: int | None) -> bool:
@@ -202,7 +252,10 @@ def with_successor(m: Machine, obs: Observation, info: JobInfo,
     """The Validating observation of a warm-successor spec, completed: the successor's
     state, and whether one is due (time left <= longest job + lead time + margin).
     ``obs`` as it is without ``warm_successor`` or for an allocation that is ending."""
-    if not m.spec.warm_successor or not info.state.is_live:
+    if not m.spec.warm_successor:
+        return obs
+    release_stale_drained(m)  # a drained one whose last run died: released now
+    if not info.state.is_live:
         return obs
     fields = observe_successor(m, info.job_id)
     due = False
@@ -304,6 +357,7 @@ def await_successor(m: Machine) -> Observation:
     summary = f"waiting for successor {job}: {why}"
     m._log(summary.capitalize() + ".")
     waited = now - h.await_since
+    h.waited_s, h.waited_for = waited, job
     return Observation(trigger="advance", source=m.state, at=now, alloc=m.alloc,
                        user=m.user, summary=summary,
                        pending_wait_left_s=max(0.0, m.pending_wait_s - waited),
@@ -325,9 +379,17 @@ def switch(m: Machine) -> str:
         store.delete()
     clear_successor(successor_path_for(m.store.path))
     m.alloc = succ
+    if m.handoff.await_since is not None:  # the job waited for it: the report says so
+        m.handoff.waited_s = m.clock.now() - m.handoff.await_since
+        m.handoff.waited_for = succ.job_id
     m.handoff.await_since = None
     if old is not None and old.job_id != succ.job_id:
         m.handoff.drained = old.job_id
+        try:  # the next runs release it if its last run dies (kill -9) before its end
+            StateStore(drained_state_path(m.store.path)).write(old)
+        except OSError as exc:
+            m.notes.append(f"the drained allocation {old.job_id} was not recorded ({exc}): "
+                           "if its last run dies, it is released only at its walltime")
     m._log(f"Switched to allocation {succ.job_id}"
            + (f"; {old.job_id} takes no new job and drains." if old else "."))
     return f"state file names successor {succ.job_id}" + (
@@ -345,11 +407,18 @@ def drop_successor(m: Machine) -> bool:
         info: JobInfo | None = m.backend.query_job(succ.job_id)
     except JobNotFound:
         info = None
+    misfit = m.handoff.misfits.get(succ.job_id)
     if info is not None and info.state.is_live:
         m.backend.cancel(succ.job_id)
         m.handoff.cancelled.add(succ.job_id)
-        m._warn(f"successor allocation {succ.job_id} cannot start ({info.state}, reason "
-                f"{info.reason}): cancelled; the allocation is replaced at expiry as before")
+        if misfit:
+            m._warn(f"successor allocation {succ.job_id} was granted another shape than "
+                    f"the job needs: {'; '.join(misfit)}; cancelled; the allocation is "
+                    "replaced at expiry as before")
+        else:
+            m._warn(f"successor allocation {succ.job_id} cannot start ({info.state}, "
+                    f"reason {info.reason}): cancelled; the allocation is replaced at "
+                    "expiry as before")
     else:
         m._warn(f"successor allocation {succ.job_id} is gone: the allocation is replaced "
                 "at expiry as before")
@@ -374,13 +443,86 @@ def release_drained(m: Machine, job_id: str | None) -> bool:
     try:
         info = m.backend.query_job(job_id)
     except JobNotFound:
+        _forget_drained(m, job_id)
         return False
     if not info.state.is_live:
+        _forget_drained(m, job_id)
         return False
     m._log(f"Releasing drained allocation {job_id} (no job on it).")
     m.backend.cancel(job_id)
     m.handoff.cancelled.add(job_id)
+    _forget_drained(m, job_id)
     return True
+
+
+def _forget_drained(m: Machine, job_id: str) -> None:
+    """Drop the drained record when it names ``job_id`` (never waits for its lock)."""
+    StateStore(drained_state_path(m.store.path)).delete_if_names(job_id)
+
+
+def release_stale_drained(m: Machine, *, wait: bool = False) -> str | None:
+    """Release the allocation an earlier switch left draining, once no job of any run is
+    on it: its last run died (``kill -9``) before its ``finish`` could release it. Never
+    one with a live lease (Slurm's lease steps; a dead run's lease on this host is
+    broken), never another checkout's or user's, never a job that reused its id (other
+    submit time: :func:`~slurm_fsm.edges.same_generation`); the record is dropped for
+    those, and for one gone or named again. ``wait``: at a release (0A), wait for its
+    leases as for the allocation itself. Once per run; the released job id or None."""
+    if m.handoff.swept:
+        return None
+    m.handoff.swept = True
+    store = StateStore(drained_state_path(m.store.path))
+    try:
+        old = store.read()
+    except StateFileError:
+        store.delete()
+        return None
+    if old is None:
+        return None
+    if old.job_id == m.handoff.drained:
+        return None  # this run's own switch: RELEASE_DRAINED did what can be done
+    if m.alloc is not None and old.job_id == m.alloc.job_id:
+        store.delete_if_names(old.job_id)  # named again: it serves
+        return None
+    try:
+        info = m.backend.query_job(old.job_id)
+    except JobNotFound:
+        info = None
+    except BackendError as exc:  # asked again by the next run
+        m.notes.append(f"the drained allocation {old.job_id} was not checked ({exc})")
+        return None
+    if info is None or not info.state.is_live:
+        store.delete_if_names(old.job_id)
+        return None
+    if not same_generation(old, info):
+        m._warn(f"the drained allocation {old.job_id} was submitted at {old.submit_time}, "
+                f"but Slurm's job {info.job_id} was submitted at {info.submit_time}: the "
+                "id was reused by another job; it is left alone and its record dropped")
+        store.delete_if_names(old.job_id)
+        return None
+    if not is_ours(info, m.user, m.spec, set(parity_names(m.spec.job_name))):
+        m.notes.append(f"the drained allocation {old.job_id} is not this checkout's now: "
+                       "left alone, its record dropped")
+        store.delete_if_names(old.job_id)
+        return None
+    if m.leases is not None:
+        if wait:
+            try:
+                m.leases.clear(old.job_id, "releasing it")
+            except AllocationInUse as exc:  # the release itself is done: not failed
+                m._warn(f"the drained allocation {old.job_id} was not released: {exc}; "
+                        "its last run releases it when its job ends")
+                return None
+        elif m.leases.holders(old.job_id):
+            m.notes.append(f"allocation {old.job_id} drains: job(s) of other runs still "
+                           "on it; the last one releases it")
+            return None
+    m._log(f"Releasing drained allocation {old.job_id}: no job of any run is on it (its "
+           "last run ended without releasing it).")
+    m.backend.cancel(old.job_id)
+    m.handoff.cancelled.add(old.job_id)
+    store.delete_if_names(old.job_id)
+    return old.job_id
 
 
 def _named(m: Machine) -> str | None:
@@ -402,6 +544,10 @@ def replaced(m: Machine) -> bool:
 def release_successor(m: Machine) -> str | None:
     """At a release (0A): cancel the queued successor too (when it is this checkout's)
     and drop its files; its job id, or None when there was none."""
+    if m.spec.warm_successor:
+        drained = release_stale_drained(m, wait=True)
+        if drained is not None:
+            m.notes.append(f"drained allocation {drained} released too")
     succ = successor_alloc(m)
     if succ is None:
         return None

@@ -287,13 +287,15 @@ def admission_text(m: AllocationMachine) -> str:
 
 
 def _copy_successor(state_path: Path, scratch_state: Path) -> None:
-    """The warm successor's state file (and record), as a run would see them."""
-    from slurm_fsm.handoff import successor_state_path
+    """The warm successor's state file (and record), and the drained allocation's
+    record, as a run would see them."""
+    from slurm_fsm.handoff import drained_state_path, successor_state_path
     from slurm_fsm.successor import MAX_RECORD_BYTES, successor_path_for
 
     for source, target in ((successor_state_path(state_path),
                             successor_state_path(scratch_state)),
-                           (successor_path_for(state_path), successor_path_for(scratch_state))):
+                           (successor_path_for(state_path), successor_path_for(scratch_state)),
+                           (drained_state_path(state_path), drained_state_path(scratch_state))):
         try:
             raw = read_regular_file(source, max(MAX_STATE_BYTES, MAX_RECORD_BYTES))
         except StateFileError:

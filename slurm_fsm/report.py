@@ -126,7 +126,8 @@ class Report:
     #: Last lines of the .err file (one-shot).
     err_tail: list[str] = attrs.field(factory=list)
     #: Seconds per phase on the executor's clock: ``pre_step_s``, ``step0_s``,
-    #: ``start_s``, ``run_s``, ``total_s`` (those of the path taken; docs/report.md),
+    #: ``successor_wait_s``, ``start_s``, ``run_s``, ``total_s`` (those of the path
+    #: taken; docs/report.md),
     #: rounded to the millisecond (:data:`TIMING_DIGITS`) when the report is made.
     timings: dict[str, float] = attrs.field(factory=dict, converter=_round_timings)
 
@@ -201,6 +202,10 @@ class Report:
             field("err", stderr)
         if self.work_dir:
             field("work dir", self.work_dir)
+        waited = self.timings.get("successor_wait_s")
+        if isinstance(waited, int | float):
+            field("hand-off", f"waited {format_seconds(waited)} for a successor allocation "
+                  "(the job did not fit the old one's time left)")
         if self.summary:
             field("summary", self.summary)
         # an error the summary already says is not printed again

@@ -71,7 +71,8 @@ WORK_COMMANDS: dict[str, str] = {
     "start": "none (checks the state file can be written, then reads it)",
     "release": "`squeue -j ID` (owner check), `scancel ID`",
     "Validating": "`squeue -j ID -h -o ...` (one query; `scontrol show job -d -o ID` too "
-                  "for a state file without the grant)",
+                  "for a state file without the grant; with `warm_successor`, see "
+                  "[the warm successor](allocation.md#the-warm-successor))",
     "Expiring": "`scancel ID`",
     "TooShort": "none while other runs' jobs use it (the lease gate waits, saying whose and "
                 "until when), then `scancel ID`",
@@ -304,7 +305,9 @@ _CONDITION_DOCS: dict[str, str] = {
                         "recorded pid alive: it died), to be finished here (0F)",
     "old_too_short": "the job does not fit the allocation's time left (`job_fits` fails) "
                      "or 5 minutes or less are left",
-    "successor_lost": "the successor is gone, or PENDING for a reason that never passes",
+    "successor_lost": "the successor is gone, PENDING for a reason that never passes, or "
+                      "RUNNING with a grant that cannot hold the job (another node count, "
+                      "fewer GPUs or CPUs per node)",
     "replaced": "at `finish`: the state file names another allocation than this run's",
 }
 
@@ -319,10 +322,11 @@ _EFFECT_DOCS: dict[Effect, str] = {
     Effect.WARN_TOO_SHORT: "warn: the job does not fit in the allocation's time left "
                            "(its expected duration and where it came from); it is not "
                            "started on it",
-    Effect.DROP_SUCCESSOR: "cancel a successor that cannot start, forget its files; this "
-                           "run goes today's path",
+    Effect.DROP_SUCCESSOR: "cancel a successor that cannot start or was granted another "
+                           "shape, say why, forget its files; this run goes today's path",
     Effect.RELEASE_DRAINED: "`scancel` the allocation the successor replaced, when no "
-                            "other run's job is on it (else the last of them does)",
+                            "other run's job is on it (else the last of them does; if it "
+                            "dies first, the next run's validation)",
 }
 
 

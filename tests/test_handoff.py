@@ -405,3 +405,242 @@ def test_plan_says_what_the_next_hand_off_does_and_changes_nothing(
     plan = make_plan(spec, fake, clock=fake.clock)
     assert plan.path == ["NoState", "Validating", "Ready"]
     assert not [c for c in plan.commands if c.argv[0] == "salloc"]
+
+
+# --------------------------------------------------------------------------------------
+# issue 27, the rest: the report names the wait; the drain after a kill -9; a successor
+# of another shape.
+
+
+def test_the_report_says_the_job_waited_for_the_successor_and_how_long(
+        spec: JobSpec, fake: FakeCluster) -> None:
+    from slurm_fsm.executor import Executor
+    from slurm_fsm.results import Status
+
+    old = first_allocation(spec, fake)
+    succ = queue_pending(spec, fake, pending_s=900)
+    fake.clock.advance(DUE_AT - EXPECTED - MARGIN + 1)  # the job no longer fits the old
+    pending_for = fake.jobs[succ.job_id].pending_until - fake.clock.now()
+    assert pending_for > 0
+    report = Executor(spec, fake, clock=fake.clock).run()
+    assert report.status is Status.PASSED, report.render_text()
+    assert report.allocation_id == succ.job_id != old.job_id
+    assert "AwaitingSuccessor" in report.path
+    waited = report.timings["successor_wait_s"]
+    # it waited until the successor ran (the fake clock: the polls' back-off past it)
+    assert pending_for <= waited <= pending_for + 11
+    assert waited <= report.timings["step0_s"]
+    assert any(n.startswith(f"waited {waited:.1f} s for successor allocation {succ.job_id}")
+               for n in report.notes), report.notes
+    text = report.render_text()
+    assert "hand-off:" in text and "for a successor allocation" in text
+    assert _round_trips(report)
+
+
+def test_a_job_that_fits_reports_no_successor_wait(spec: JobSpec, fake: FakeCluster) -> None:
+    from slurm_fsm.executor import Executor
+
+    first_allocation(spec, fake)
+    queue_pending(spec, fake, pending_s=900)
+    report = Executor(spec, fake, clock=fake.clock).run()
+    assert "successor_wait_s" not in report.timings
+    assert "hand-off:" not in report.render_text()
+
+
+def _round_trips(report: object) -> bool:
+    from slurm_fsm.report import Report
+
+    assert isinstance(report, Report)
+    back = Report.from_json(report.to_json())
+    return back.timings == report.timings
+
+
+def drained_file(spec: JobSpec) -> AllocState | None:
+    from slurm_fsm.handoff import drained_state_path
+
+    return StateStore(drained_state_path(spec.state_path)).read()
+
+
+def switch_under_another_run(spec: JobSpec, fake: FakeCluster) -> tuple[AllocState, RunBook,
+                                                                         str]:
+    """A run's job is on the old allocation when another run switches to the successor:
+    the old one drains (recorded beside the state file). The old one, the run book and
+    the successor's id."""
+    old = first_allocation(spec, fake)
+    book = RunBook(spec.state_path)
+    book.start(old.job_id, model="on-the-old-one")  # this process: alive
+    succ = queue_pending(spec, fake)
+    fake.clock.advance(121)
+    m = machine(spec, fake, leases=LeaseGate(book, wait_s=0, clock=fake.clock))
+    assert m.prepare() is State.Ready
+    assert m.path[-3:] == ["Switching", "Validating", "Ready"]
+    assert fake.jobs[old.job_id].state == "RUNNING"  # drains under the other run's job
+    recorded = drained_file(spec)
+    assert recorded is not None and recorded.job_id == old.job_id
+    assert recorded.submit_time  # its generation
+    return old, book, succ.job_id
+
+
+def kill_9(book: RunBook) -> None:
+    """The run on the old allocation dies by kill -9: its record stays, its pid is gone
+    (its lease step, tied to it, is gone with it on real Slurm)."""
+    for record in book.records():
+        book.save(attrs.evolve(record, pid=dead_pid()))
+
+
+def test_a_drained_allocation_whose_last_run_was_killed_is_released_by_the_next_run(
+        spec: JobSpec, fake: FakeCluster) -> None:
+    old, book, succ = switch_under_another_run(spec, fake)
+    kill_9(book)  # its finish never comes: today the old one lives to its walltime
+    said: list[str] = []
+    m = machine(spec, fake, leases=LeaseGate(book, wait_s=0, clock=fake.clock),
+                log=said.append)
+    assert m.prepare() is State.Ready
+    assert m.path == ["NoState", "Validating", "Ready"]
+    assert m.alloc is not None and m.alloc.job_id == succ
+    assert fake.jobs[old.job_id].state == "CANCELLED"
+    assert any(f"Releasing drained allocation {old.job_id}" in s for s in said)
+    assert drained_file(spec) is None
+    assert live_allocations(fake) == [succ]
+
+
+def test_a_drained_allocation_with_a_live_lease_is_never_released(
+        spec: JobSpec, fake: FakeCluster) -> None:
+    old, book, _ = switch_under_another_run(spec, fake)
+    for _ in range(2):  # the other run's job still runs: every next run leaves it
+        m = machine(spec, fake, leases=LeaseGate(book, wait_s=0, clock=fake.clock))
+        assert m.prepare() is State.Ready
+        assert fake.jobs[old.job_id].state == "RUNNING"
+        assert any(f"allocation {old.job_id} drains" in n for n in m.notes), m.notes
+    assert drained_file(spec) is not None  # still looked for by the next runs
+
+
+def test_a_drained_record_whose_id_slurm_reused_never_cancels_that_job(
+        spec: JobSpec, fake: FakeCluster) -> None:
+    old, book, _ = switch_under_another_run(spec, fake)
+    kill_9(book)
+    fake.jobs[old.job_id].submitted_at += 7 * 24 * HOUR  # another job under that id
+    m = machine(spec, fake, leases=LeaseGate(book, wait_s=0, clock=fake.clock))
+    assert m.prepare() is State.Ready
+    assert fake.jobs[old.job_id].state == "RUNNING"
+    assert any("reused by another job" in w for w in m.warnings), m.warnings
+    assert drained_file(spec) is None
+
+
+def test_a_drained_record_naming_another_checkouts_job_never_cancels_it(
+        spec: JobSpec, fake: FakeCluster) -> None:
+    old, book, _ = switch_under_another_run(spec, fake)
+    kill_9(book)
+    fake.jobs[old.job_id].comment = "slurm_fsm:repo=0123456789ab"
+    fake.jobs[old.job_id].name = "someone-else"
+    m = machine(spec, fake, leases=LeaseGate(book, wait_s=0, clock=fake.clock))
+    assert m.prepare() is State.Ready
+    assert fake.jobs[old.job_id].state == "RUNNING"
+    assert drained_file(spec) is None
+
+
+def test_a_release_releases_a_drained_allocation_too(spec: JobSpec,
+                                                     fake: FakeCluster) -> None:
+    old, book, succ = switch_under_another_run(spec, fake)
+    kill_9(book)
+    m = machine(attrs.evolve(spec, release_allocation=True), fake,
+                leases=LeaseGate(book, wait_s=0, clock=fake.clock))
+    assert m.prepare() is State.Released
+    assert fake.jobs[succ].state == "CANCELLED"
+    assert fake.jobs[old.job_id].state == "CANCELLED"
+    assert drained_file(spec) is None
+
+
+def test_the_finish_of_the_last_run_on_a_drained_one_forgets_its_record(
+        spec: JobSpec, fake: FakeCluster) -> None:
+    old, book, _ = switch_under_another_run(spec, fake)
+    on_old = machine(spec, fake, leases=LeaseGate(book, wait_s=0, clock=fake.clock))
+    on_old.alloc = old
+    on_old.machine.set_state(State.Running)
+    for record in book.records():
+        book.delete(record)
+    assert on_old.finish(reason="job finished")
+    assert fake.jobs[old.job_id].state == "CANCELLED"
+    assert drained_file(spec) is None
+
+
+def test_a_successor_granted_another_shape_is_cancelled_and_reported(
+        make_spec: SpecFactory, fake: FakeCluster) -> None:
+    """Asked for 2 nodes, granted 1 (a --nodes=1-2 range, a site's rewrite): it cannot
+    serve the spec. Cancelled, said why, and today's path: the job runs on the old one."""
+    spec = make_spec(alloc_time_limit="01:00:00", expected_duration_seconds=EXPECTED,
+                     warm_successor=True, slurm_params={"nodes": 2})
+    old = first_allocation(spec, fake)
+    succ = queue_pending(spec, fake)
+    job = fake.jobs[succ.job_id]
+    job.num_nodes, job.nodes = 1, job.nodes[:1]  # the grant: one node
+    fake.clock.advance(121)
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready
+    assert "Switching" not in m.path
+    assert m.alloc is not None and m.alloc.job_id == old.job_id
+    assert fake.jobs[succ.job_id].state == "CANCELLED"
+    (warning,) = [w for w in m.warnings if succ.job_id in w]
+    assert "granted another shape" in warning and "nodes 2" in warning, warning
+    assert successor_file(spec) is None
+    assert read_successor(successor_path_for(spec.state_path)) is None
+    assert live_allocations(fake) == [old.job_id]
+
+
+def test_a_successor_granted_fewer_gpus_is_cancelled_before_a_job_waits_on_it(
+        make_spec: SpecFactory, fake: FakeCluster) -> None:
+    spec = make_spec(alloc_time_limit="01:00:00", expected_duration_seconds=EXPECTED,
+                     warm_successor=True, slurm_params={"gpus_per_node": 2})
+    old = first_allocation(spec, fake)
+    succ = queue_pending(spec, fake)
+    fake.jobs[succ.job_id].gpus_per_node = 1  # granted fewer GPUs than asked
+    fake.clock.advance(121)
+    fake.clock.advance(DUE_AT - EXPECTED - MARGIN + 1 - 121)  # the job no longer fits old
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready
+    # never waits for it, never switches to it: today's path (a fresh allocation)
+    assert "AwaitingSuccessor" not in m.path and "Switching" not in m.path
+    assert fake.jobs[succ.job_id].state == "CANCELLED"
+    assert any("granted another shape" in w and "gpus_per_node 2" in w for w in m.warnings)
+    assert m.alloc is not None and m.alloc.job_id not in (old.job_id, succ.job_id)
+
+
+def test_plan_says_it_would_release_a_drained_allocation_and_changes_nothing(
+        spec: JobSpec, fake: FakeCluster) -> None:
+    from slurm_fsm.plan import make_plan
+
+    old, book, _ = switch_under_another_run(spec, fake)
+    kill_9(book)
+    plan = make_plan(spec, fake, clock=fake.clock)
+    assert ["scancel", old.job_id] in [list(c.argv) for c in plan.commands], plan.commands
+    assert fake.jobs[old.job_id].state == "RUNNING"
+    assert drained_file(spec) is not None  # the real record: untouched
+
+
+def test_status_shows_the_draining_allocation(spec: JobSpec, fake: FakeCluster) -> None:
+    from slurm_fsm.allocation import Allocation
+
+    alloc = Allocation(spec.repo_root, backend=fake, clock=fake.clock)  # type: ignore[arg-type]
+    old, book, succ = switch_under_another_run(spec, fake)
+    status = alloc.status(spec)
+    assert status.job_id == succ
+    assert status.drained is not None and status.drained["job_id"] == old.job_id
+    assert status.to_dict()["drained"]["slurm_state"] == "RUNNING"
+    assert f"draining allocation {old.job_id}: RUNNING" in status.render_text()
+    assert fake.jobs[old.job_id].state == "RUNNING"  # status releases nothing
+    kill_9(book)
+    machine(spec, fake, leases=LeaseGate(book, wait_s=0, clock=fake.clock)).prepare()
+    assert alloc.status(spec).drained is None
+    assert "drained" not in alloc.status(spec).to_dict()
+
+
+def test_a_release_leaves_a_drained_allocation_in_use_and_says_so(
+        spec: JobSpec, fake: FakeCluster) -> None:
+    old, book, succ = switch_under_another_run(spec, fake)  # its run's job still runs
+    m = machine(attrs.evolve(spec, release_allocation=True), fake,
+                leases=LeaseGate(book, wait_s=0, clock=fake.clock))
+    assert m.prepare() is State.Released
+    assert fake.jobs[succ].state == "CANCELLED"
+    assert fake.jobs[old.job_id].state == "RUNNING"  # never under a running job
+    assert any(f"the drained allocation {old.job_id} was not released" in w
+               for w in m.warnings), m.warnings

@@ -18,6 +18,7 @@ import pytest
 
 from slurm_fsm.backend import AllocationRequest
 from slurm_fsm.duration import Duration
+from slurm_fsm.events import Events
 from slurm_fsm.executor import Executor
 from slurm_fsm.handoff import successor_state_path
 from slurm_fsm.results import Status
@@ -29,7 +30,16 @@ from slurm_fsm.successor import SINGLETON, read_successor, successor_path_for
 from slurm_fsm_dev.localcluster import ClusterInfo, ContainerInfo
 
 from .containers import ContainerNames
-from .helpers import JobNames, jobs_named, make_spec, slurm, spec_dict, until, wait_gone
+from .helpers import (
+    JobNames,
+    job_state,
+    jobs_named,
+    make_spec,
+    slurm,
+    spec_dict,
+    until,
+    wait_gone,
+)
 
 pytestmark = pytest.mark.slurm
 
@@ -203,3 +213,171 @@ def _alive(pid: int | None) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def test_a_drained_allocation_whose_last_run_is_killed_is_released_by_the_next_run(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    """Run A's job is on the old allocation when run B switches to the successor: the
+    old one drains under A's lease. A is killed (kill -9): its finish never comes. The
+    next run's validation releases the old one (it no longer lives to its walltime)."""
+    from slurm_fsm.handoff import drained_state_path
+
+    name = names.new("k9drain")
+    names.names.append(name + "-b")
+    quick = spec_dict(local_cluster, tmp_path, name, expected_duration_seconds=30,
+                      warm_successor=True)
+    long_script = tmp_path / "long.slurm"
+    long_script.write_text("#!/bin/bash\nsrun true\necho started\nsleep 300\n")
+    spec_file = tmp_path / "long.json"
+    spec_file.write_text(json.dumps(dict(quick, script_path=str(long_script))))
+    spec = JobSpec.from_dict(quick)
+    first = Executor(spec, SubprocessBackend()).run()
+    assert first.status is Status.PASSED, first.render_text()
+    old = first.allocation_id
+    assert old is not None
+
+    run_a = subprocess.Popen([sys.executable, "-m", "slurm_fsm", "run", str(spec_file),
+                              "--json", "--quiet"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        log = tmp_path / "work" / "itmodel_custom.log"
+        until("run A's job running on the old allocation", lambda: True if log.exists()
+              and "started" in log.read_text() else None, timeout=60)
+        shorten(old, "00:06:00")  # a successor is due; a 30 s job still fits
+        second = Executor(spec, SubprocessBackend()).run()
+        assert second.status is Status.PASSED, second.render_text()
+        assert second.path[:3] == ["NoState", "Validating", "QueueingSuccessor"], second.path
+        (succ_id,) = [j for j, _ in jobs_named(name + "-b", local_cluster.user)]
+        if "Switching" not in second.path:  # pending when validated again: once more
+            until("the successor RUNNING", lambda: True if jobs_named(
+                name + "-b", local_cluster.user) == [(succ_id, "RUNNING")] else None)
+            third = Executor(spec, SubprocessBackend()).run()
+            assert third.status is Status.PASSED, third.render_text()
+            assert "Switching" in third.path, third.path
+        # switched: the old one drains under A's job (its lease step), never cut
+        assert jobs_named(name, local_cluster.user) == [(old, "RUNNING")]
+        drained = StateStore(drained_state_path(spec.state_path)).read()
+        assert drained is not None and drained.job_id == old
+    finally:
+        run_a.send_signal(signal.SIGKILL)  # its finish never comes
+        run_a.wait(timeout=10)
+
+    nxt = Executor(spec, SubprocessBackend()).run()
+    assert nxt.status is Status.PASSED, nxt.render_text()
+    assert nxt.allocation_id == succ_id
+    # released by that run (scancel'd: at most COMPLETING for a moment), not at walltime
+    assert job_state(old) in (None, "CANCELLED", "COMPLETING"), job_state(old)
+    assert not drained_state_path(spec.state_path).exists()
+    wait_gone(old)
+
+    release = Executor(JobSpec.from_dict(dict(quick, release_allocation=True)),
+                       SubprocessBackend()).run()
+    assert release.status is Status.RELEASED, release.render_text()
+    wait_gone(succ_id)
+
+
+def _hold_name(cluster: ClusterInfo, tmp_path: Path, name: str) -> str:
+    """A RUNNING untagged allocation named ``name``: a singleton successor of that name
+    pends (Dependency) until it ends, a queue wait the test ends when it chooses."""
+    job_id = SubprocessBackend().allocate(AllocationRequest(
+        partition=cluster.partition, account=cluster.account, nodes=1,
+        time_limit=Duration.parse("00:30:00"), job_name=name,
+        log_path=tmp_path / "blocker.salloc.log"))
+    until("the blocker RUNNING", lambda: True if job_state(job_id) == "RUNNING" else None)
+    return job_id
+
+
+def _queue_behind(cluster: ClusterInfo, tmp_path: Path, spec: JobSpec,
+                  name: str) -> tuple[str, str, str]:
+    """First run, then a run with 6 minutes left that queues the successor behind a
+    blocker of its name: (old allocation, blocker, successor)."""
+    first = Executor(spec, SubprocessBackend()).run()
+    assert first.status is Status.PASSED, first.render_text()
+    old = first.allocation_id
+    assert old is not None
+    blocker = _hold_name(cluster, tmp_path, name + "-b")
+    shorten(old, "00:06:00")  # due; a 30 s job still fits
+    second = Executor(spec, SubprocessBackend()).run()
+    assert second.status is Status.PASSED, second.render_text()
+    assert second.path[:5] == ["NoState", "Validating", "QueueingSuccessor", "Validating",
+                               "Ready"], second.path
+    assert second.allocation_id == old
+    assert "successor_wait_s" not in second.timings  # it fitted: it waited for nothing
+    (succ,) = [j for j, _ in jobs_named(name + "-b", cluster.user) if j != blocker]
+    assert job_state(succ) == "PENDING"
+    return old, blocker, succ
+
+
+class _OnWait(Events):
+    """Cancels the blocker when the run says it waits for the successor."""
+
+    def __init__(self, blocker: str) -> None:
+        self.blocker = blocker
+        self.said: list[str] = []
+
+    def message(self, text: str) -> None:
+        self.said.append(text)
+        if text.startswith("Waiting for successor") and self.blocker:
+            assert slurm("scancel", self.blocker).returncode == 0
+            self.blocker = ""
+
+
+def test_a_job_that_does_not_fit_waits_for_the_successor_and_the_report_says_how_long(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    name = names.new("waitsucc")
+    names.names.append(name + "-b")
+    spec = make_spec(local_cluster, tmp_path, name, expected_duration_seconds=30,
+                     warm_successor=True)
+    old, blocker, succ = _queue_behind(local_cluster, tmp_path, spec, name)
+    shorten(old, "00:05:00")  # 5 minutes or less left: the job does not fit the old one
+    events = _OnWait(blocker)
+    third = Executor(spec, SubprocessBackend(), events=events).run()
+    assert third.status is Status.PASSED, third.render_text()
+    assert not events.blocker, events.said  # it waited: the blocker went only then
+    assert third.path[:3] == ["NoState", "Validating", "AwaitingSuccessor"], third.path
+    assert "Switching" in third.path and third.allocation_id == succ
+    waited = third.timings["successor_wait_s"]
+    assert 0 < waited <= third.timings["step0_s"]
+    assert any(n.startswith(f"waited {waited:.1f} s for successor allocation {succ}")
+               for n in third.notes), third.notes
+    assert "hand-off:" in third.render_text()
+    wait_gone(old)  # nothing else on it: released at the switch
+
+    release = Executor(make_spec(local_cluster, tmp_path, name, warm_successor=True,
+                                 release_allocation=True), SubprocessBackend()).run()
+    assert release.status is Status.RELEASED, release.render_text()
+    wait_gone(succ)
+
+
+def test_a_successor_granted_another_shape_is_cancelled_and_the_job_runs_as_before(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    """The successor asked 2 nodes; while it pends, its request becomes 1 node (as a
+    ``--nodes=1-2`` range or a site's submit filter would grant): it cannot serve the
+    spec. The next run cancels it, says why, and runs the job on the old allocation."""
+    name = names.new("shape")
+    names.names.append(name + "-b")
+    spec = make_spec(local_cluster, tmp_path, name, expected_duration_seconds=30,
+                     warm_successor=True, slurm_params={"nodes": 2})
+    old, blocker, succ = _queue_behind(local_cluster, tmp_path, spec, name)
+    # Slurm 22.05 keeps NumNodes=2 unless the task count drops too; then the request
+    # reads NumNodes=1-2, and Slurm grants 1 node: a range granted its low end
+    proc = slurm("scontrol", "update", f"JobId={succ}", "NumTasks=1", "NumNodes=1")
+    assert proc.returncode == 0, proc.stderr
+    slurm("scancel", blocker)
+    until("the successor RUNNING", lambda: True if job_state(succ) == "RUNNING" else None)
+    nodes = slurm("squeue", "-j", succ, "-h", "-o", "%D").stdout.strip()
+    assert nodes == "1", nodes  # granted another shape than the spec asks
+    third = Executor(spec, SubprocessBackend()).run()
+    assert third.status is Status.PASSED, third.render_text()
+    assert "Switching" not in third.path and "AwaitingSuccessor" not in third.path, third.path
+    assert third.allocation_id == old
+    (warning,) = [w for w in third.warnings if succ in w]
+    assert "granted another shape" in warning and "nodes 2" in warning, warning
+    assert job_state(succ) in (None, "CANCELLED", "COMPLETING")
+    assert not successor_state_path(spec.state_path).exists()
+
+    release = Executor(make_spec(local_cluster, tmp_path, name, warm_successor=True,
+                                 slurm_params={"nodes": 2}, release_allocation=True),
+                       SubprocessBackend()).run()
+    assert release.status is Status.RELEASED, release.render_text()
+    wait_gone(old)

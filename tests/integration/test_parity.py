@@ -17,16 +17,20 @@ from typing import Any, Protocol
 import attrs
 import pytest
 
-from slurm_fsm.backend import SlurmBackend
+from slurm_fsm.backend import AllocationRequest, SlurmBackend
+from slurm_fsm.duration import Duration
+from slurm_fsm.handoff import drained_state_path
+from slurm_fsm.lease import LeaseGate
 from slurm_fsm.machine import AllocationMachine, SetupFailed, State
 from slurm_fsm.results import setup_error_lines
+from slurm_fsm.runrecord import RunBook
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.subprocess_backend import SubprocessBackend
 from slurm_fsm.testing import FakeCluster
 from slurm_fsm_dev.localcluster import ClusterInfo
 
 from .containers import ContainerNames, pyxis_or_skip
-from .helpers import JobNames, job_state, jobs_named, make_spec, slurm, wait_gone
+from .helpers import JobNames, job_state, jobs_named, make_spec, slurm, until, wait_gone
 
 pytestmark = pytest.mark.slurm
 
@@ -55,6 +59,12 @@ class World(Protocol):
 
     def image_in(self, job_id: str, name: str) -> list[str]: ...
 
+    def live(self, name: str) -> list[str]: ...
+
+    def wait_running(self, job_id: str) -> None: ...
+
+    def leases(self, spec: JobSpec) -> LeaseGate: ...
+
 
 class FakeWorld:
     kind = "fake"
@@ -82,7 +92,17 @@ class FakeWorld:
         return job is not None and job.active and job.state == "RUNNING"
 
     def our_jobs(self) -> list[str]:
-        return [j.job_id for j in self.fake.active_jobs() if j.name == self.name]
+        return self.live(self.name)
+
+    def live(self, name: str) -> list[str]:
+        return [j.job_id for j in self.fake.active_jobs() if j.name == name]
+
+    def wait_running(self, job_id: str) -> None:
+        assert self.fake.query_job(job_id).state.is_running  # the fake runs it at once
+
+    def leases(self, spec: JobSpec) -> LeaseGate:
+        return LeaseGate(RunBook(spec.state_path), wait_s=0, clock=self.fake.clock,
+                         backend=self.fake)
 
     def cancel_behind_our_back(self, job_id: str) -> None:
         self.fake.end_job(job_id, "CANCELLED")
@@ -112,6 +132,7 @@ class RealWorld:
         self.cluster = cluster
         self.root = root
         self.name = names.new("parity")
+        names.names.append(self.name + "-b")  # a warm successor's twin name: cleaned too
         self.backend: SlurmBackend = SubprocessBackend()
 
     def spec(self, **over: Any) -> JobSpec:
@@ -124,8 +145,17 @@ class RealWorld:
         return job_state(job_id) == "RUNNING"
 
     def our_jobs(self) -> list[str]:
-        return [job_id for job_id, state in jobs_named(self.name, self.cluster.user)
+        return self.live(self.name)
+
+    def live(self, name: str) -> list[str]:
+        return [job_id for job_id, state in jobs_named(name, self.cluster.user)
                 if state not in ("COMPLETING", "CANCELLED")]
+
+    def wait_running(self, job_id: str) -> None:
+        until(f"job {job_id} RUNNING", lambda: True if self.running(job_id) else None)
+
+    def leases(self, spec: JobSpec) -> LeaseGate:
+        return LeaseGate(RunBook(spec.state_path), wait_s=0, backend=self.backend)
 
     def cancel_behind_our_back(self, job_id: str) -> None:
         assert slurm("scancel", job_id).returncode == 0
@@ -346,7 +376,83 @@ def missing_mount_source(world: World) -> Outcome:
     return _container_error(world, container_mounts=f"{world.root}/no-such-dir:/x")  # type: ignore[attr-defined]
 
 
+def _hold_name(world: World, name: str) -> str:
+    """A RUNNING allocation of ``name`` that is not this checkout's (untagged): a
+    singleton successor of that name pends (``Dependency``) until it ends. The queue
+    wait of a hand-off, the same in both worlds."""
+    tmp = world.root  # type: ignore[attr-defined]
+    cluster = world.cluster  # type: ignore[attr-defined]
+    job_id = world.backend.allocate(AllocationRequest(
+        partition=cluster.partition, account=cluster.account, nodes=1,
+        time_limit=Duration.parse("00:30:00"), job_name=name,
+        log_path=tmp / "blocker.salloc.log"))
+    world.wait_running(job_id)
+    return job_id
+
+
+def _hand_off(world: World, *, drain: bool) -> Outcome:
+    """Warm successor (issue 27): 6 minutes left of the allocation (expiry emulated: the
+    fake's clock, ``scontrol update TimeLimit`` on real), a run queues the successor,
+    which pends (its singleton name is held); the job still fits and runs on the old
+    one. Once it runs, the next run switches to it. ``drain``: another run's job is on
+    the old one then (a live run record), so it drains; that run dies (kill -9) and the
+    run after releases the old one. Paths of the runs, ``|`` between them."""
+    # due: 360 s left <= 30 + the default lead time 600 + the margin 300; fits: Slurm
+    # shows 5:59 left a moment later, >= 30 + 300
+    spec = world.spec(alloc_time_limit="00:30:00", expected_duration_seconds=30,
+                      warm_successor=True)
+    twin = world.name + "-b"  # type: ignore[attr-defined]
+    first = _first(world, spec)
+    blocker = _hold_name(world, twin)
+    world.leave_minutes(6)
+    queue = world.machine(spec)
+    assert queue.prepare() is State.Ready, (queue.path, queue.failure)
+    assert queue.alloc is not None and queue.alloc.job_id == first
+    (succ,) = [j for j in world.live(twin) if j != blocker]
+    world.cancel_behind_our_back(blocker)
+    world.wait_running(succ)
+    book = RunBook(spec.state_path)
+    other = book.start(first, model="on-the-old-one") if drain else None
+    switch = world.machine(spec)
+    switch.leases = world.leases(spec)
+    switch.prepare()
+    paths = [*queue.path, "|", *switch.path]
+    last = switch
+    if other is not None:
+        assert world.running(first)  # never cut under the other run's job
+        assert drained_state_path(spec.state_path).exists()
+        book.save(attrs.evolve(other, pid=_dead_pid()))  # kill -9: no finish
+        last = world.machine(spec)
+        last.leases = world.leases(spec)
+        last.prepare()
+        paths += ["|", *last.path]
+    assert last.alloc is not None and last.alloc.job_id == succ
+    return Outcome(path=tuple(paths), state=last.state, state_file=spec.state_path.exists(),
+                   first_job_running=world.running(first), same_job=False,
+                   live_jobs=len(world.our_jobs()) + len(world.live(twin)))
+
+
+def _dead_pid() -> int:
+    pid = 2**22 - 1
+    while True:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return pid
+        pid -= 1
+
+
+def hand_off(world: World) -> Outcome:
+    return _hand_off(world, drain=False)
+
+
+def hand_off_drain_after_kill_9(world: World) -> Outcome:
+    return _hand_off(world, drain=True)
+
+
 NEW = ("NoState", "Allocating", "Ready")
+QUEUE = ("NoState", "Validating", "QueueingSuccessor", "Validating", "Ready")
+SWITCH = ("NoState", "Validating", "Switching", "Validating", "Ready")
 IMPORTED = ("NoState", "Allocating", "Importing", "Ready")
 IMPORT_FAILED = ("NoState", "Allocating", "Importing", "Failed")
 SCENARIOS: dict[str, tuple[Callable[[World], Outcome], Outcome]] = {
@@ -368,6 +474,11 @@ SCENARIOS: dict[str, tuple[Callable[[World], Outcome], Outcome]] = {
         False, False, 1)),
     "release": (release, Outcome(("NoState", "Released"), State.Released, False, False,
                                  None, 0)),
+    "hand-off": (hand_off, Outcome((*QUEUE, "|", *SWITCH), State.Ready, True, False,
+                                   False, 1)),
+    "hand-off, drain, kill -9": (hand_off_drain_after_kill_9, Outcome(
+        (*QUEUE, "|", *SWITCH, "|", "NoState", "Validating", "Ready"), State.Ready, True,
+        False, False, 1)),
     "bad partition": (bad_partition, Outcome(("NoState", "Allocating", "Failed"),
                                              State.Failed, False, False, None, 0)),
     "container first run": (container_first_run, Outcome(
