@@ -193,6 +193,10 @@ class AllocationRequest:
     ntasks: int | None = None
     #: ``--comment``: which checkout (repo root) the allocation belongs to
     comment: str | None = None
+    #: this request's nonce, sent in the comment as ``<comment>;req=<nonce>``
+    #: (:func:`slurm_fsm.ownership.request_comment`): after a lost answer the job this
+    #: request made is told from another run's. None: the backend picks one.
+    nonce: str | None = None
     #: ``--dependency``: ``"singleton"`` for a warm-successor checkout (at most one job
     #: of ``job_name`` of the user runs at once: :mod:`slurm_fsm.successor`)
     dependency: str | None = None

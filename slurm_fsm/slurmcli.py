@@ -72,6 +72,7 @@ from slurm_fsm.errors import (
     JobNotFound,
 )
 from slurm_fsm.jobstate import JobState
+from slurm_fsm.ownership import request_comment
 
 __all__ = [
     "CONTAINER_MARKS_DIR",
@@ -278,7 +279,7 @@ def salloc_argv(request: AllocationRequest) -> list[str]:
     if request.gpus_per_node is not None:
         argv.append(f"--gpus-per-node={request.gpus_per_node}")
     if request.comment:
-        argv.append(f"--comment={request.comment}")
+        argv.append(f"--comment={request_comment(request.comment, request.nonce)}")
     if request.ntasks_per_node is not None:
         argv.append(f"--ntasks-per-node={request.ntasks_per_node}")
     if request.ntasks is not None:

@@ -58,6 +58,7 @@ from slurm_fsm.errors import (
     JobNotFound,
 )
 from slurm_fsm.jobstate import JobState, to_job_state
+from slurm_fsm.ownership import made_by, new_nonce, request_comment
 from slurm_fsm.preflight import ClusterPartition, enforces_associations
 from slurm_fsm.scriptguard import stop_group
 from slurm_fsm.slurmcli import (
@@ -481,6 +482,10 @@ class FakeCluster:
         self.uid = str(os.getuid())
         self.pending_s = pending_s
         self.pending_reason = pending_reason  # the reason new allocations pend with
+        #: the next this many allocates make their job, then lose the answer (raise
+        #: ControllerUnreachable "Socket timed out"), as salloc does when the reply to
+        #: a granted request is lost
+        self.lose_allocate_answers = 0
         self.min_job_age_s = min_job_age_s
         self.jobs: dict[str, FakeJob] = {}
         self.calls: list[Call] = []
@@ -825,7 +830,22 @@ class FakeCluster:
         return [(a, "") for a in sorted(self.accounts)] or None
 
     def allocate(self, request: AllocationRequest, wait_s: float = 10.0) -> str:
+        """A job with the comment ``<tag>;req=<nonce>``. As
+        :meth:`SubprocessBackend.allocate` does, a live job that this request's nonce
+        made (its answer lost: :attr:`lose_allocate_answers`) is adopted, never a second
+        one made. (The subprocess backend also adopts any live job of the name and
+        checkout; the machine's orphan search leaves none in the fake's tests.)"""
         self._call("allocate", request=request)
+        if request.comment and request.nonce is None:
+            request = attrs.evolve(request, nonce=new_nonce())
+        if request.comment and request.nonce:
+            own = sorted((j for j in self.jobs.values()
+                          if j.name == request.job_name and j.state.is_live
+                          and made_by(self._info(j), user=self.user, tag=request.comment,
+                                      nonce=request.nonce)),
+                         key=lambda j: (len(j.job_id), j.job_id))
+            if own:
+                return own[0].job_id
         log = request.log_path
         log.parent.mkdir(parents=True, exist_ok=True)
         error = self._request_error(request.partition, request.account, request.nodes, "salloc")
@@ -845,9 +865,15 @@ class FakeCluster:
             time_limit_s=request.time_limit.seconds, submitted_at=self.clock.now(),
             kind="alloc", pending_until=self.clock.now() + self.pending_s,
             reason=(self.pending_reason or "Resources") if self.pending_s else "None",
-            comment=request.comment or "", dependency=request.dependency or "",
+            comment=request_comment(request.comment, request.nonce) if request.comment else "",
+            dependency=request.dependency or "",
         )
         self.jobs[job.job_id] = job
+        if self.lose_allocate_answers > 0:
+            self.lose_allocate_answers -= 1
+            raise ControllerUnreachable(
+                "salloc: error: Socket timed out on send/recv operation (the answer for "
+                f"job {job.job_id} was lost)")
         log.write_text(f"salloc: Pending job allocation {job.job_id}\n"
                        f"salloc: job {job.job_id} queued and waiting for resources\n",
                        encoding="utf-8")
