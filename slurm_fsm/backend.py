@@ -245,6 +245,12 @@ class StepRequest:
     chdir: str | None = None
     #: ``--gres=none``: the step takes none of the allocation's GPUs (a helper step)
     no_gpus: bool = False
+    #: Run the command at most once per node of this allocation (and container): on
+    #: each node it runs under a node-local lock and is skipped (exit 0) when a marker
+    #: says that it already succeeded there, e.g. the install of step 0F when two runs
+    #: race into one allocation. The text names the work (the same text, the same
+    #: marker). None: an ordinary step.
+    once: str | None = None
 
 
 @attrs.frozen

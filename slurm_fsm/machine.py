@@ -951,7 +951,7 @@ class AllocationMachine:
             return ""
 
     def _setup_step(self, what: str, argv: Sequence[str], container: ContainerOptions | None,
-                    *, chdir: str | None = None) -> StepResult:
+                    *, chdir: str | None = None, once: str | None = None) -> StepResult:
         assert self.alloc is not None
         result = self.backend.run_step(StepRequest(
             job_id=self.alloc.job_id,
@@ -964,6 +964,7 @@ class AllocationMachine:
             # a helper: no GPU, and beside the allocation's running jobs, not behind them
             overlap=True,
             no_gpus=True,
+            once=once,
         ))
         if result.exit_code != 0:
             raise SetupFailed(what, result)
@@ -1016,7 +1017,10 @@ class AllocationMachine:
                               options.name)
         for what, argv in commands:
             self._log(f"Installing: {what}")
-            self._setup_step(what, argv, options, chdir=str(spec.repo_root))
+            # node-locked, done once per node: a run racing into this allocation (another
+            # host, the state file not yet saying installed) waits, then skips it
+            self._setup_step(what, argv, options, chdir=str(spec.repo_root),
+                             once=f"install {options.name} {what}")
         self.alloc = attrs.evolve(self.alloc, installed=True)
         self.store.write(self.alloc)
         return "installed: " + "; ".join(w for w, _ in commands)

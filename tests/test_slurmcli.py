@@ -13,6 +13,7 @@ import pwd
 import shlex
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -1313,3 +1314,72 @@ def test_step_outcomes_when_accounting_is_off_or_down() -> None:
     with pytest.raises(BackendError) as err:
         backend.step_outcomes("2", ["0"])
     assert not isinstance(err.value, JobNotFound)
+
+
+# ------------------------------------------------ once steps: the node-local lock
+
+
+def _once_tools(tmp_path: Path, *, flock: bool) -> dict[str, str]:
+    """A PATH with the tools a container may have: with or without flock(1)."""
+    import shutil
+
+    bin_dir = tmp_path / ("bin-flock" if flock else "bin-noflock")
+    bin_dir.mkdir()
+    for tool in ("sh", "mkdir", "sleep", "cat", "hostname", *(("flock",) if flock else ())):
+        found = shutil.which(tool)
+        assert found, tool
+        (bin_dir / tool).symlink_to(found)
+    (bin_dir / "python3").symlink_to(sys.executable)
+    return {"PATH": str(bin_dir)}
+
+
+@pytest.mark.parametrize("flock", [True, False], ids=["flock", "python-fcntl"])
+def test_once_runs_the_command_once_under_the_lock(tmp_path: Path, flock: bool) -> None:
+    """Three racers on one node: one runs the command (it takes a second), the two
+    others wait for the lock, re-check the marker and skip; exit 0 for all."""
+    env = _once_tools(tmp_path, flock=flock)
+    counter = tmp_path / "counter"
+    argv = slurmcli.once_argv(["sh", "-c", f'echo x >> "{counter}"; sleep 1'], "k",
+                              str(tmp_path / "once"))
+    procs = [subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True)
+             for _ in range(3)]
+    results = []
+    for p in procs:
+        _, err = p.communicate(timeout=60)
+        results.append((p.returncode, err))
+    assert [rc for rc, _ in results] == [0, 0, 0]
+    assert counter.read_text() == "x\n"
+    skipped = [err for _, err in results if slurmcli.ONCE_SKIPPED in err]
+    assert len(skipped) == 2
+    assert not any("not node-locked" in err for _, err in results)
+
+
+def test_once_keeps_a_failure_and_tries_again(tmp_path: Path) -> None:
+    """A failed command leaves no marker and keeps its exit status: the next try runs."""
+    env = _once_tools(tmp_path, flock=True)
+    flag = tmp_path / "ok"
+    argv = slurmcli.once_argv(["sh", "-c", f'[ -e "{flag}" ] || exit 7'], "k",
+                              str(tmp_path / "once"))
+    assert subprocess.run(argv, env=env, check=False, timeout=60).returncode == 7
+    flag.touch()
+    assert subprocess.run(argv, env=env, check=False, timeout=60).returncode == 0
+    flag.unlink()  # done now: not run again, so its failure cannot show
+    done = subprocess.run(argv, env=env, check=False, timeout=60, capture_output=True,
+                          text=True)
+    assert done.returncode == 0 and slurmcli.ONCE_SKIPPED in done.stderr
+    other = slurmcli.once_argv(["sh", "-c", f'[ -e "{flag}" ] || exit 7'], "other key",
+                               str(tmp_path / "once"))
+    assert subprocess.run(other, env=env, check=False, timeout=60).returncode == 7
+
+
+def test_once_step_argv_quotes_nothing_from_the_request_into_the_script() -> None:
+    """The command, the lock and the marker are positional arguments of ``sh -c``."""
+    request = StepRequest(job_id="5", argv=("echo", "$(id)", "a'b"), nodes=2,
+                          chdir="/r", once="install x; rm -rf /")
+    argv = slurmcli.srun_step_argv(request)
+    assert argv[-3:] == ["echo", "$(id)", "a'b"]
+    script = argv[argv.index("-c") + 1]
+    assert "$(id)" not in script and "rm -rf" not in script
+    assert argv[argv.index("-c") + 3] == slurmcli.ONCE_DIR_HOST  # no container: the host
+    plain = slurmcli.srun_step_argv(attrs.evolve(request, once=None))
+    assert plain[-3:] == ["echo", "$(id)", "a'b"] and "flock" not in " ".join(plain)

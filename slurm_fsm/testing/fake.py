@@ -62,6 +62,7 @@ from slurm_fsm.ownership import made_by, new_nonce, request_comment
 from slurm_fsm.preflight import ClusterPartition, enforces_associations
 from slurm_fsm.scriptguard import stop_group
 from slurm_fsm.slurmcli import (
+    ONCE_SKIPPED,
     enroot_image,
     expand_output_pattern,
     foreign_container_message,
@@ -149,6 +150,7 @@ class FakeContainer:
     image: str
     packages: list[str] = attrs.field(factory=list)  # what writable installs left
     owner: str = ""  # the owner mark of a fresh import: "<checkout tag> <repo_root>"
+    done: set[str] = attrs.field(factory=set)  # markers of the ``once`` steps done in it
 
 
 @attrs.define
@@ -157,6 +159,7 @@ class FakeNode:
     gpu_name: str = "NVIDIA H100 80GB HBM3"
     gpu_processes: list[tuple[int, str, str]] = attrs.field(factory=list)  # pid, name, memory
     containers: dict[str, FakeContainer] = attrs.field(factory=dict)
+    done: set[str] = attrs.field(factory=set)  # markers of ``once`` steps on the host
 
 
 @attrs.frozen
@@ -918,15 +921,24 @@ class FakeCluster:
             failed = self._pyxis_step(c, nodes)
             if failed is not None:
                 return failed
-            if request.argv[:2] == ("pip", "install"):
-                if not c.writable:
-                    return StepResult(1, "", "".join(
-                        f"ERROR: Could not install packages due to an OSError: [Errno 30] "
-                        f"Read-only file system: '/usr/local/lib'\n"
-                        f"srun: error: {n}: task {i}: Exited with exit code 1\n"
-                        for i, n in enumerate(nodes)))
-                for n in nodes:
-                    self.nodes[n].containers[c.name].packages.append(command)
+        # a ``once`` step: under each node's lock, skipped where its marker is
+        holders = ([self.nodes[n].containers[c.name] if c is not None else self.nodes[n]
+                    for n in nodes] if request.once is not None else [])
+        once_key = "\0".join((request.job_id, request.chdir or "", request.once or ""))
+        if holders and all(once_key in h.done for h in holders):
+            job.next_step += 1
+            return StepResult(0, "", "".join(f"{ONCE_SKIPPED} {command}\n" for _ in nodes))
+        if c is not None and request.argv[:2] == ("pip", "install"):
+            if not c.writable:
+                return StepResult(1, "", "".join(
+                    f"ERROR: Could not install packages due to an OSError: [Errno 30] "
+                    f"Read-only file system: '/usr/local/lib'\n"
+                    f"srun: error: {n}: task {i}: Exited with exit code 1\n"
+                    for i, n in enumerate(nodes)))
+            for n in nodes:
+                self.nodes[n].containers[c.name].packages.append(command)
+        for holder in holders:
+            holder.done.add(once_key)
         out = ""
         if request.argv and request.argv[0] == "hostname":
             out = "".join(f"{n}\n" for n in nodes)
