@@ -566,8 +566,11 @@ class SubprocessBackend:
             own = [j for j in jobs if self._made(j, request, user)]
             if own:
                 return self._reconcile(own[0], jobs)
-            if rc is not None and rc != 0:
+            if rc is not None and rc != 0 and not self._answer_lost(request.log_path):
                 raise self._allocation_failed(argv, rc, request.log_path)
+            # salloc lost the controller's answer ("Socket timed out"): the job it asked
+            # for may exist all the same; it is looked for by this request's nonce until
+            # the deadline, then cancelled if it turns up late
             if self.clock.now() >= deadline:
                 break
             self.clock.sleep(pause)
@@ -583,6 +586,13 @@ class SubprocessBackend:
         if transient is not None:
             why += f" (last squeue: {transient})"
         raise self._allocation_failed(argv, rc, request.log_path, why)
+
+    @staticmethod
+    def _answer_lost(log_path: Path) -> bool:
+        """salloc failed because the controller's answer did not reach it, not because
+        the request was refused: its log names the controller unreachable."""
+        text = _read_text(log_path, shared=True)
+        return any(m in text for m in slurmcli.CONTROLLER_UNREACHABLE_MARKERS)
 
     @staticmethod
     def _made(job: JobInfo, request: AllocationRequest, user: str) -> bool:

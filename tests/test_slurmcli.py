@@ -1063,6 +1063,39 @@ def test_allocate_never_takes_a_concurrent_requests_job(tmp_path: Path) -> None:
     assert f"--comment={TAG};req=0123abcd" in slurmcli.salloc_argv(request)
 
 
+def test_allocate_adopts_its_job_after_salloc_lost_the_answer(tmp_path: Path) -> None:
+    """salloc exits 1 with "Socket timed out" although its job was made: the job of
+    the request's nonce, seen a moment later, is adopted (it used to be a failure, and
+    the job was left for the next run's orphan search)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    gone = tmp_path / "salloc-exited"
+    fake_tool(bin_dir, "salloc",
+              'echo "salloc: error: Socket timed out on send/recv operation"; '
+              f'touch "{gone}"; exit 1')
+    mine = row("60", f"{TAG};req=0123abcd", "PENDING")
+    calls: list[list[str]] = []
+
+    def squeue(argv: Sequence[str], timeout_s: float, env: Mapping[str, str]) -> CommandResult:
+        calls.append(list(argv))
+        out = ""
+        if len(calls) == 2:  # the first poll: answered once salloc has exited
+            until = time.monotonic() + 30
+            while not gone.exists() and time.monotonic() < until:
+                time.sleep(0.01)
+            time.sleep(1.0)  # its exit code reaped by then
+        elif len(calls) > 3:  # the poll after the one that saw salloc's exit code
+            out = mine  # the job shows up after salloc reported its failure
+        return CommandResult(argv=tuple(argv), returncode=0, stdout=out, stderr="",
+                             seconds=0.001, timeout_s=timeout_s)
+
+    backend = SubprocessBackend(runner=squeue, clock=FakeClock(),
+                                env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    request = req(log_path=tmp_path / ".salloc.log", user="root", comment=TAG,
+                  nonce="0123abcd")
+    assert backend.allocate(request, wait_s=60) == "60"
+
+
 def test_allocate_racing_an_older_request_cancels_only_its_own(tmp_path: Path) -> None:
     """Two requests raced past the existence check: the older job wins, ours is cancelled."""
     env = salloc_that_waits(tmp_path)
