@@ -542,14 +542,9 @@ class SubprocessBackend:
         user = request.user or self.current_user()
         if request.comment and request.nonce is None:
             request = attrs.evolve(request, nonce=new_nonce())
-        existing = self._live_jobs(request.job_name, user, request.comment)
-        if existing:
-            own = [j for j in existing if self._made(j, request, user)]
-            job = (own or existing)[0]
-            log.warning("job %s named %s already exists (%s); not allocating another",
-                        job.job_id, request.job_name,
-                        "this request's" if own else "an earlier request's")
-            return job.job_id
+        existing = self._existing(request, user)
+        if existing is not None:
+            return existing
 
         argv = slurmcli.salloc_argv(request)
         proc = self._start_salloc(argv, request.log_path)
@@ -586,6 +581,19 @@ class SubprocessBackend:
         if transient is not None:
             why += f" (last squeue: {transient})"
         raise self._allocation_failed(argv, rc, request.log_path, why)
+
+    def _existing(self, request: AllocationRequest, user: str) -> str | None:
+        """A live job of the request's name and checkout, to adopt: the one of its
+        nonce (an earlier attempt whose answer was lost) first, else the oldest."""
+        existing = self._live_jobs(request.job_name, user, request.comment)
+        if not existing:
+            return None
+        own = [j for j in existing if self._made(j, request, user)]
+        job = (own or existing)[0]
+        log.warning("job %s named %s already exists (%s); not allocating another",
+                    job.job_id, request.job_name,
+                    "this request's" if own else "an earlier request's")
+        return job.job_id
 
     @staticmethod
     def _answer_lost(log_path: Path) -> bool:

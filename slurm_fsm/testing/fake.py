@@ -439,6 +439,11 @@ class FakeCluster:
     ``salloc`` refuses them.
     """
 
+    #: The next this many allocates make their job, then lose the answer (raise
+    #: ControllerUnreachable "Socket timed out"), as salloc does when the reply to a
+    #: granted request is lost.
+    lose_allocate_answers: int = 0
+
     def __init__(
         self,
         partitions: Mapping[str, Iterable[str]] | None = None,
@@ -485,10 +490,6 @@ class FakeCluster:
         self.uid = str(os.getuid())
         self.pending_s = pending_s
         self.pending_reason = pending_reason  # the reason new allocations pend with
-        #: the next this many allocates make their job, then lose the answer (raise
-        #: ControllerUnreachable "Socket timed out"), as salloc does when the reply to
-        #: a granted request is lost
-        self.lose_allocate_answers = 0
         self.min_job_age_s = min_job_age_s
         self.jobs: dict[str, FakeJob] = {}
         self.calls: list[Call] = []
