@@ -193,6 +193,10 @@ class AllocationRequest:
     ntasks: int | None = None
     #: ``--comment``: which checkout (repo root) the allocation belongs to
     comment: str | None = None
+    #: this request's nonce, sent in the comment as ``<comment>;req=<nonce>``
+    #: (:func:`slurm_fsm.ownership.request_comment`): after a lost answer the job this
+    #: request made is told from another run's. None: the backend picks one.
+    nonce: str | None = None
     #: ``--dependency``: ``"singleton"`` for a warm-successor checkout (at most one job
     #: of ``job_name`` of the user runs at once: :mod:`slurm_fsm.successor`)
     dependency: str | None = None
@@ -241,6 +245,12 @@ class StepRequest:
     chdir: str | None = None
     #: ``--gres=none``: the step takes none of the allocation's GPUs (a helper step)
     no_gpus: bool = False
+    #: Run the command at most once per node of this allocation (and container): on
+    #: each node it runs under a node-local lock and is skipped (exit 0) when a marker
+    #: says that it already succeeded there, e.g. the install of step 0F when two runs
+    #: race into one allocation. The text names the work (the same text, the same
+    #: marker). None: an ordinary step.
+    once: str | None = None
 
 
 @attrs.frozen

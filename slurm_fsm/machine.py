@@ -110,7 +110,7 @@ from slurm_fsm.errors import (
 from slurm_fsm.history import Estimate, RunHistory, history_path_for
 from slurm_fsm.lease import LeaseGate
 from slurm_fsm.nvsmi import NvidiaSmiFailed
-from slurm_fsm.ownership import Ownership, describe
+from slurm_fsm.ownership import Ownership, describe, new_nonce, request_of
 from slurm_fsm.preflight import PreflightFailed, require
 from slurm_fsm.project import install_commands
 from slurm_fsm.slurmcli import mount_warmup_argv
@@ -849,9 +849,10 @@ class AllocationMachine:
             user=self.user,
             ntasks_per_node=size.ntasks_per_node,
             comment=repo_tag(spec),
+            nonce=new_nonce(),
             dependency=SINGLETON if spec.warm_successor else None,
         )
-        job_id = self.backend.allocate(request)
+        job_id = self._request_allocation(request)
         pending = self._track_pending(job_id, size)
         try:
             info = self._wait_running(job_id)
@@ -862,7 +863,7 @@ class AllocationMachine:
         # it cannot be read now, the next run's validation reads it
         self.alloc = self._complete_grant(
             attrs.evolve(pending, nodelist=info.nodelist, installed=spec.docker_image is None,
-                         submit_time=info.submit_time or None),
+                         submit_time=info.submit_time or None, request=request_of(info)),
             info)
         self._grant_unsaved = False
         self.store.write(self.alloc)
@@ -872,6 +873,23 @@ class AllocationMachine:
                 "no docker_image: container import, mount warm-up and install skipped"
             )
         return f"allocation {job_id} RUNNING on {info.nodelist}"
+
+    def _request_allocation(self, request: AllocationRequest) -> str:
+        """0E's salloc. An answer lost to the controller (unreachable, timed out) is
+        asked again with the *same* request: its nonce makes the backend adopt the job
+        the first attempt made, never a second one."""
+        attempt = 0
+        while True:
+            try:
+                return self.backend.allocate(request)
+            except (ControllerUnreachable, CommandTimedOut) as exc:
+                attempt += 1
+                if attempt > self.unreachable_retries:
+                    raise
+                self._warn(f"the allocation request's answer was lost ({exc}); asking "
+                           f"again with the same request (req={request.nonce}), which "
+                           "adopts its job if Slurm made one")
+                self.clock.sleep(backoff(attempt - 1, first=1.0, cap=15.0))
 
     def _wait_running(self, job_id: str) -> JobInfo:
         """Poll the new allocation until RUNNING: fast at first, then every 10 s.
@@ -935,7 +953,7 @@ class AllocationMachine:
             return ""
 
     def _setup_step(self, what: str, argv: Sequence[str], container: ContainerOptions | None,
-                    *, chdir: str | None = None) -> StepResult:
+                    *, chdir: str | None = None, once: str | None = None) -> StepResult:
         assert self.alloc is not None
         result = self.backend.run_step(StepRequest(
             job_id=self.alloc.job_id,
@@ -948,6 +966,7 @@ class AllocationMachine:
             # a helper: no GPU, and beside the allocation's running jobs, not behind them
             overlap=True,
             no_gpus=True,
+            once=once,
         ))
         if result.exit_code != 0:
             raise SetupFailed(what, result)
@@ -1000,7 +1019,10 @@ class AllocationMachine:
                               options.name)
         for what, argv in commands:
             self._log(f"Installing: {what}")
-            self._setup_step(what, argv, options, chdir=str(spec.repo_root))
+            # node-locked, done once per node: a run racing into this allocation (another
+            # host, the state file not yet saying installed) waits, then skips it
+            self._setup_step(what, argv, options, chdir=str(spec.repo_root),
+                             once=f"install {options.name} {what}")
         self.alloc = attrs.evolve(self.alloc, installed=True)
         self.store.write(self.alloc)
         return "installed: " + "; ".join(w for w, _ in commands)

@@ -42,6 +42,7 @@ not as ``ControllerUnreachable``: the tool may be slow for reasons of its own
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
@@ -72,6 +73,7 @@ from slurm_fsm.errors import (
     JobNotFound,
 )
 from slurm_fsm.jobstate import JobState
+from slurm_fsm.ownership import request_comment
 
 __all__ = [
     "CONTAINER_MARKS_DIR",
@@ -85,6 +87,9 @@ __all__ = [
     "JOB_GONE_MARKERS",
     "LEASE_UP",
     "NO_STEP_MARKER",
+    "ONCE_DIR_CONTAINER",
+    "ONCE_DIR_HOST",
+    "ONCE_SKIPPED",
     "SACCT_FIELDS",
     "SEP",
     "STDERR_TAIL_LINES",
@@ -104,6 +109,7 @@ __all__ = [
     "gpu_processes_script",
     "has_container_option",
     "mount_warmup_argv",
+    "once_argv",
     "parse_gpu_name",
     "parse_gpu_processes",
     "parse_job",
@@ -278,7 +284,7 @@ def salloc_argv(request: AllocationRequest) -> list[str]:
     if request.gpus_per_node is not None:
         argv.append(f"--gpus-per-node={request.gpus_per_node}")
     if request.comment:
-        argv.append(f"--comment={request.comment}")
+        argv.append(f"--comment={request_comment(request.comment, request.nonce)}")
     if request.ntasks_per_node is not None:
         argv.append(f"--ntasks-per-node={request.ntasks_per_node}")
     if request.ntasks is not None:
@@ -330,6 +336,57 @@ def _container_args(options: ContainerOptions) -> list[str]:
     return args
 
 
+#: Where a ``once`` step keeps its lock and its done-markers on each node: inside the
+#: container's own filesystem (it goes with the container: a fresh import starts
+#: without markers), or the node's /tmp for a step without a container.
+ONCE_DIR_CONTAINER = "/var/lib/slurm_fsm"
+ONCE_DIR_HOST = "/tmp"
+#: What a ``once`` step prints (stderr) on a node where the work was already done.
+ONCE_SKIPPED = "slurm_fsm: already done on this node (node-locked), skipped:"
+
+# Takes the lock on the file argv[1], keeps it across exec into argv[2:] (flock(2)
+# locks belong to the open file, which the exec'd program inherits).
+_PY_LOCK = (
+    "import fcntl, os, sys\n"
+    "fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)\n"
+    "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+    "os.set_inheritable(fd, True)\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n"
+)
+# Under the lock: the marker re-checked (a racer that waited finds it and skips), the
+# command run, the marker written only when it succeeded. $1 = marker, then the argv.
+_ONCE_BODY = (
+    'done=$1; shift; '
+    f'if [ -e "$done" ]; then echo "{ONCE_SKIPPED} $*" >&2; exit 0; fi; '
+    '"$@" && : > "$done"'
+)
+
+
+def once_argv(argv: Sequence[str], key: str, directory: str) -> list[str]:
+    """``sh -c`` that runs ``argv`` at most once per node under ``key``: ``flock`` on
+    ``<directory>/once.lock`` (``flock(1)``, else Python's ``fcntl.flock``; with
+    neither, unlocked with a warning), then the done-marker
+    ``<directory>/<hash of key>.done`` re-checked under the lock. The command and
+    paths are positional arguments; what the script embeds is ``shlex.quote``-d."""
+    if not argv:
+        raise ValueError("a step needs a command")
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    lock, done = f"{directory}/once.lock", f"{directory}/{digest}.done"
+    body = shlex.quote(_ONCE_BODY)
+    script = (
+        'dir=$1; lock=$2; done=$3; shift 3; '
+        'mkdir -p "$dir" 2>/dev/null; '
+        'if command -v flock >/dev/null 2>&1; then '
+        f'exec flock "$lock" sh -c {body} slurm_fsm-once "$done" "$@"; fi; '
+        'if command -v python3 >/dev/null 2>&1; then '
+        f'exec python3 -c {shlex.quote(_PY_LOCK)} "$lock" '
+        f'sh -c {body} slurm_fsm-once "$done" "$@"; fi; '
+        'echo "slurm_fsm: neither flock nor python3 on $(hostname): not node-locked" >&2; '
+        f'exec sh -c {body} slurm_fsm-once "$done" "$@"'
+    )
+    return ["sh", "-c", script, "slurm_fsm-once", directory, lock, done, *argv]
+
+
 def srun_step_argv(request: StepRequest) -> list[str]:
     """``srun --jobid=ID -N n --ntasks-per-node=k [...] ARGV`` for a step in an allocation.
 
@@ -353,7 +410,12 @@ def srun_step_argv(request: StepRequest) -> list[str]:
         argv.append(f"--chdir={request.chdir}")
     if request.container is not None:
         argv.extend(_container_args(request.container))
-    argv.extend(request.argv)
+    if request.once is not None:
+        directory = ONCE_DIR_HOST if request.container is None else ONCE_DIR_CONTAINER
+        key = "\0".join((request.job_id, request.chdir or "", request.once))
+        argv.extend(once_argv(request.argv, key, directory))
+    else:
+        argv.extend(request.argv)
     return argv
 
 

@@ -49,7 +49,7 @@ PROBE_BYTES = 4096
 KEYS = (
     "job_id", "container_name", "nodelist", "partition", "account", "nodes", "gpus_per_node",
     "docker_image", "container_mounts", "allocated_at", "time_limit", "installed",
-    "cpus_per_node", "submit_time",
+    "cpus_per_node", "submit_time", "request",
 )
 #: The keys procedure.md lists (always written).
 ORIGINAL_KEYS = KEYS[:12]
@@ -82,6 +82,10 @@ class AllocState:
     #: with ``job_id`` and the tag it names the allocation, and a job that reused the
     #: id (another submit time) is never reused nor cancelled. None in older files.
     submit_time: str | None = None
+    #: the nonce of the request that made the job (its comment ``<tag>;req=<nonce>``,
+    #: :mod:`slurm_fsm.ownership`), written once the job is seen. None in older files
+    #: and for a job made before the nonce.
+    request: str | None = None
 
     def to_json(self) -> str:
         data: dict[str, Any] = converter.unstructure(self)

@@ -63,7 +63,7 @@ from slurm_fsm.errors import (
     FileProblem,
     JobNotFound,
 )
-from slurm_fsm.ownership import Ownership, ownership
+from slurm_fsm.ownership import Ownership, made_by, new_nonce, ownership
 from slurm_fsm.preflight import (
     ClusterPartition,
     parse_accounting_enforce,
@@ -189,6 +189,11 @@ def _read_text(path: Path, limit: int = 65536, *, shared: bool = False) -> str:
         return files.read_bounded(path, 1 << 20).decode("utf-8", "replace")[:limit]
     except OSError:
         return ""
+
+
+def _id_order(job: JobInfo) -> tuple[int, str]:
+    """Job ids in the order the controller assigned them (the oldest first)."""
+    return (len(job.job_id), job.job_id)
 
 
 def _exit_status(returncode: int) -> int:
@@ -522,21 +527,24 @@ class SubprocessBackend:
     def allocate(self, request: AllocationRequest, wait_s: float = 10.0) -> str:
         """Start ``salloc --no-shell`` detached and return the job id it creates.
 
-        An existing live job of this name and user is returned as it is (an
-        earlier allocate whose answer was lost): never two allocations. salloc
-        writes to ``request.log_path``; when it exits non-zero, or no job of
-        ours appears within ``wait_s``, AllocationFailed carries its error
-        lines and no job is left behind. RUNNING is not awaited here.
+        An existing live job of this name, user and checkout tag is returned as it is
+        (an earlier allocate whose answer was lost: the one of this request's nonce
+        first, else the oldest): never two allocations. salloc carries the request's
+        nonce in its comment (``<tag>;req=<nonce>``, a nonce picked here when the
+        request has none), and only the job of that nonce is taken as the one it
+        made: another run's concurrent request is never mistaken for it. When another
+        run's job of the name is older than ours, ours is cancelled and theirs is
+        returned (the lowest id wins: racing requests end with one allocation).
+        salloc writes to ``request.log_path``; when it exits non-zero, or no job of
+        ours appears within ``wait_s``, AllocationFailed carries its error lines and
+        no job of this request is left behind. RUNNING is not awaited here.
         """
         user = request.user or self.current_user()
-        existing = self._live_jobs(request.job_name, user, request.comment)
-        if existing:
-            log.warning(
-                "job %s named %s already exists; not allocating another",
-                existing[0].job_id,
-                request.job_name,
-            )
-            return existing[0].job_id
+        if request.comment and request.nonce is None:
+            request = attrs.evolve(request, nonce=new_nonce())
+        existing = self._existing(request, user)
+        if existing is not None:
+            return existing
 
         argv = slurmcli.salloc_argv(request)
         proc = self._start_salloc(argv, request.log_path)
@@ -550,10 +558,14 @@ class SubprocessBackend:
                 jobs = self._live_jobs(request.job_name, user, request.comment)
             except (ControllerUnreachable, CommandTimedOut) as exc:
                 jobs, transient = [], exc  # keep polling: salloc may still get the job
-            if jobs:
-                return jobs[0].job_id
-            if rc is not None and rc != 0:
+            own = [j for j in jobs if self._made(j, request, user)]
+            if own:
+                return self._reconcile(own[0], jobs)
+            if rc is not None and rc != 0 and not self._answer_lost(request.log_path):
                 raise self._allocation_failed(argv, rc, request.log_path)
+            # salloc lost the controller's answer ("Socket timed out"): the job it asked
+            # for may exist all the same; it is looked for by this request's nonce until
+            # the deadline, then cancelled if it turns up late
             if self.clock.now() >= deadline:
                 break
             self.clock.sleep(pause)
@@ -569,6 +581,50 @@ class SubprocessBackend:
         if transient is not None:
             why += f" (last squeue: {transient})"
         raise self._allocation_failed(argv, rc, request.log_path, why)
+
+    def _existing(self, request: AllocationRequest, user: str) -> str | None:
+        """A live job of the request's name and checkout, to adopt: the one of its
+        nonce (an earlier attempt whose answer was lost) first, else the oldest."""
+        existing = self._live_jobs(request.job_name, user, request.comment)
+        if not existing:
+            return None
+        own = [j for j in existing if self._made(j, request, user)]
+        job = (own or existing)[0]
+        log.warning("job %s named %s already exists (%s); not allocating another",
+                    job.job_id, request.job_name,
+                    "this request's" if own else "an earlier request's")
+        return job.job_id
+
+    @staticmethod
+    def _answer_lost(log_path: Path) -> bool:
+        """salloc failed because the controller's answer did not reach it, not because
+        the request was refused: its log names the controller unreachable."""
+        text = _read_text(log_path, shared=True)
+        return any(m in text for m in slurmcli.CONTROLLER_UNREACHABLE_MARKERS)
+
+    @staticmethod
+    def _made(job: JobInfo, request: AllocationRequest, user: str) -> bool:
+        """``job`` is the one this request made: its nonce (a request without a tag or
+        nonce: any job of the name that the search returned)."""
+        if not request.comment or request.nonce is None:
+            return True
+        return made_by(job, user=user, tag=request.comment, nonce=request.nonce)
+
+    def _reconcile(self, own: JobInfo, jobs: Sequence[JobInfo]) -> str:
+        """Racing requests of one checkout and name end with one allocation: the
+        oldest (lowest id) wins; this request cancels only its own newer job."""
+        older = [j for j in jobs if _id_order(j) < _id_order(own)]
+        if not older:
+            return own.job_id
+        winner = older[0]
+        log.warning("allocation %s of a concurrent request is older than ours (%s): "
+                    "cancelling ours and using %s", winner.job_id, own.job_id, winner.job_id)
+        try:
+            self.cancel(own.job_id)
+        except BackendError as exc:
+            log.warning("could not cancel our duplicate allocation %s: %s", own.job_id, exc)
+            return own.job_id  # never leave a job of ours behind untracked
+        return winner.job_id
 
     def _start_salloc(self, argv: list[str], log_path: Path) -> subprocess.Popen[bytes]:
         """``salloc`` detached, its output in ``log_path`` (opened privately: never
@@ -601,8 +657,9 @@ class SubprocessBackend:
         announced = slurmcli.salloc_job_id(_read_text(request.log_path, shared=True))
         if announced:
             late.add(announced)  # salloc said so even if squeue did not answer
-        try:
-            late |= {j.job_id for j in self._live_jobs(request.job_name, user, request.comment)}
+        try:  # only this request's: another run's concurrent request is not ours to cancel
+            late |= {j.job_id for j in self._live_jobs(request.job_name, user, request.comment)
+                     if self._made(j, request, user)}
         except BackendError as exc:
             log.warning("could not look for a late allocation: %s", exc)
         for job_id in sorted(late):
@@ -612,15 +669,16 @@ class SubprocessBackend:
             except BackendError as exc:
                 log.warning("could not cancel late allocation %s: %s", job_id, exc)
 
-    def _live_jobs(self, name: str, user: str, comment: str | None = None) -> list[JobInfo]:
-        """Live jobs of that name and user that this request could have made: with a
-        ``comment`` (a checkout's tag), only jobs that :func:`~slurm_fsm.ownership.ownership`
-        calls that checkout's (``TAGGED``; an untagged or another checkout's job of the
-        same name is never returned nor cancelled); without one, any job of that name."""
+    def _live_jobs(self, name: str, user: str, checkout: str | None = None) -> list[JobInfo]:
+        """Live jobs of that name and user that this request could have made, oldest
+        first: with ``checkout`` (a checkout's tag), only jobs that
+        :func:`~slurm_fsm.ownership.ownership` calls that checkout's (``TAGGED``; an
+        untagged or another checkout's job of the same name is never returned nor
+        cancelled); without one, any job of that name."""
         jobs = [j for j in self.find_jobs(name, user) if j.state.is_live
-                and (comment is None
-                     or ownership(j, user=user, tag=comment, names=name) is Ownership.TAGGED)]
-        return sorted(jobs, key=lambda j: (len(j.job_id), j.job_id))
+                and (not checkout
+                     or ownership(j, user=user, tag=checkout, names=name) is Ownership.TAGGED)]
+        return sorted(jobs, key=_id_order)
 
     def _reap_later(self, proc: subprocess.Popen[bytes]) -> None:
         """Wait for the detached salloc in a daemon thread, so it never lingers a zombie."""

@@ -29,6 +29,11 @@ def step_argvs(fake: FakeCluster) -> list[list[str]]:
     return [slurmcli.srun_step_argv(c.args["request"]) for c in fake.calls if c.op == "run_step"]
 
 
+def once(job: str, repo: str, what: str, argv: Sequence[str]) -> list[str]:
+    key = "\0".join((job, repo, f"install llama_auto_test {what}"))
+    return slurmcli.once_argv(argv, key, slurmcli.ONCE_DIR_CONTAINER)
+
+
 def test_0e_import_warm_install_command_lines(make_spec: SpecFactory) -> None:
     fake = FakeCluster()
     spec = make_spec(docker_image=IMAGE, container_name="llama_auto_test",
@@ -48,12 +53,21 @@ def test_0e_import_warm_install_command_lines(make_spec: SpecFactory) -> None:
         # one warm-up step, one ls loop over both targets (procedure.md 0E.2)
         [*base, "--container-name=llama_auto_test", mounts, "sh", "-c",
          'for d in /data /workspace; do ls "$d" > /dev/null || true; done'],
-        [*base, f"--chdir={repo}", "--container-name=llama_auto_test", mounts,
-         "--container-writable", f"--container-workdir={repo}", "pip", "install", "-e", "."],
+        # the installs: node-locked, each done once per node (issue 28)
         [*base, f"--chdir={repo}", "--container-name=llama_auto_test", mounts,
          "--container-writable", f"--container-workdir={repo}",
-         "pip", "install", "-r", "requirements-dev.txt"],
+         *once(job, repo, "pip install -e .", ("pip", "install", "-e", "."))],
+        [*base, f"--chdir={repo}", "--container-name=llama_auto_test", mounts,
+         "--container-writable", f"--container-workdir={repo}",
+         *once(job, repo, "pip install -r requirements-dev.txt",
+               ("pip", "install", "-r", "requirements-dev.txt"))],
     ]
+    install = step_argvs(fake)[2]
+    assert install[-4:] == ["pip", "install", "-e", "."]
+    script = install[install.index("-c") + 1]
+    assert 'exec flock "$lock"' in script  # the node-local lock
+    assert '[ -e "$done" ]' in script  # the marker re-checked under it
+    assert install[install.index("-c") + 3] == slurmcli.ONCE_DIR_CONTAINER
     gpu = slurmcli.gpu_processes_argv(job, 2)
     assert gpu[:7] == base and "--container-name" not in " ".join(gpu)  # on the host
 

@@ -44,3 +44,26 @@ def test_a_switch_to_a_skip_install_container_is_not_recorded_installed(
     assert m.path == ["NoState", "Validating", "Importing", "Ready"]
     state = json.loads(custom.state_path.read_text())
     assert (state["container_name"], state["installed"]) == ("two", False)
+
+
+def test_two_runs_racing_into_one_allocation_install_once(make_spec: SpecFactory) -> None:
+    """Issue 28: run B read the state file (installed: false) before run A, on another
+    host, recorded its install. B's install steps wait for A's node-local lock, find
+    A's markers and skip: each pip install ran once per node."""
+    fake = FakeCluster()
+    spec = make_spec(docker_image=IMAGE, container_name="llama", slurm_params={"nodes": 2})
+    a = AllocationMachine(spec, fake, clock=fake.clock)  # type: ignore[arg-type]
+    assert a.prepare() is State.Ready
+    record = json.loads(spec.state_path.read_text())
+    assert record["installed"] is True
+    record["installed"] = False  # what B read before A wrote its record
+    spec.state_path.write_text(json.dumps(record))
+    b = AllocationMachine(spec, fake, clock=fake.clock)  # type: ignore[arg-type]
+    assert b.prepare() is State.Ready
+    assert b.path == ["NoState", "Validating", "Installing", "Ready"]
+    for node in ("node01", "node02"):
+        packages = fake.nodes[node].containers["llama"].packages
+        assert packages == ["pip install -e .", "pip install -r requirements-dev.txt"]
+    steps = [c.args["request"] for c in fake.calls if c.op == "run_step"]
+    installs = [r for r in steps if r.once is not None]
+    assert len(installs) == 4 and all(r.once.startswith("install llama ") for r in installs)

@@ -18,6 +18,7 @@ from slurm_fsm.backend import AllocationRequest, StepResult
 from slurm_fsm.edges import Effect
 from slurm_fsm.errors import CommandTimedOut, ControllerUnreachable, NotOurJobError
 from slurm_fsm.machine import EDGES, AllocationMachine, State, repo_tag
+from slurm_fsm.ownership import Ownership, ownership
 from slurm_fsm.slurmcli import mount_warmup_argv
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState, StateStore
@@ -953,8 +954,9 @@ class _AdoptingCluster(FakeCluster):
 
     def allocate(self, request: AllocationRequest, wait_s: float = 10.0) -> str:
         for job in self.jobs.values():
-            if job.kind == "alloc" and job.active and job.comment == request.comment \
-                    and job.name == request.job_name:
+            if job.kind == "alloc" and job.active and job.name == request.job_name \
+                    and ownership(self._info(job), user=self.user, tag=request.comment or "",
+                                  names=()) is Ownership.TAGGED:
                 return job.job_id
         return super().allocate(request, wait_s)
 

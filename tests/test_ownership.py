@@ -19,10 +19,19 @@ from pathlib import Path
 import attrs
 import pytest
 
-from slurm_fsm.backend import JobInfo, check_job_id, is_job_id
-from slurm_fsm.errors import NotOurJobError
+from slurm_fsm.backend import AllocationRequest, JobInfo, check_job_id, is_job_id
+from slurm_fsm.errors import ControllerUnreachable, NotOurJobError
 from slurm_fsm.machine import AllocationMachine, State, repo_tag
-from slurm_fsm.ownership import Ownership, checkout_tag, ownership
+from slurm_fsm.ownership import (
+    Ownership,
+    checkout_tag,
+    describe,
+    made_by,
+    ownership,
+    request_comment,
+    request_of,
+    split_comment,
+)
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState
 from slurm_fsm.testing import FakeCluster
@@ -86,9 +95,168 @@ def test_ownership_rule(info: JobInfo, expected: Ownership) -> None:
     assert owner.ours == (expected in (Ownership.TAGGED, Ownership.UNTAGGED))
 
 
+TAG = checkout_tag("/a/repo")
+OTHER_TAG = checkout_tag("/a/repo-copy")
+
+
+@pytest.mark.parametrize(("comment", "expected", "nonce"), [
+    (TAG, Ownership.TAGGED, None),  # the version before the nonce: still ours
+    (f"{TAG};req=0123abcd", Ownership.TAGGED, "0123abcd"),
+    (request_comment(TAG, "deadbeef"), Ownership.TAGGED, "deadbeef"),
+    (f"{OTHER_TAG};req=0123abcd", Ownership.OTHER_CHECKOUT, "0123abcd"),
+    (OTHER_TAG, Ownership.OTHER_CHECKOUT, None),
+    # someone's own comments that contain our tag are not ours
+    (f"see {TAG}", Ownership.OTHER_CHECKOUT, None),
+    (f"{TAG} copied by hand", Ownership.OTHER_CHECKOUT, None),
+    (f"{TAG}0", Ownership.OTHER_CHECKOUT, None),
+    (f"{TAG};req=", Ownership.OTHER_CHECKOUT, None),
+    (f"{TAG};req=NOT-HEX!", Ownership.OTHER_CHECKOUT, None),
+    (f"{TAG};req=0123abcd;more", Ownership.OTHER_CHECKOUT, None),
+    (f"x{TAG};req=0123abcd", Ownership.OTHER_CHECKOUT, None),
+    (f"{TAG};REQ=0123abcd", Ownership.OTHER_CHECKOUT, None),
+])
+def test_ownership_of_tags_with_and_without_a_nonce(
+        comment: str, expected: Ownership, nonce: str | None) -> None:
+    info = job(name="any", user="me", comment=comment)
+    assert ownership(info, user="me", tag=TAG, names={"new"}) is expected
+    assert request_of(info) == nonce
+    if expected is Ownership.OTHER_CHECKOUT:
+        assert comment in describe(info, expected)
+
+
+def test_made_by_is_the_requests_own_job_only() -> None:
+    mine = job(name="n", user="me", comment=request_comment(TAG, "0123abcd"))
+    assert made_by(mine, user="me", tag=TAG, nonce="0123abcd")
+    concurrent = job(name="n", user="me", comment=request_comment(TAG, "fedcba98"))
+    assert not made_by(concurrent, user="me", tag=TAG, nonce="0123abcd")
+    old = job(name="n", user="me", comment=TAG)  # ours, but no request's in particular
+    assert not made_by(old, user="me", tag=TAG, nonce="0123abcd")
+    theirs = job(name="n", user="me", comment=request_comment(OTHER_TAG, "0123abcd"))
+    assert not made_by(theirs, user="me", tag=TAG, nonce="0123abcd")
+    bobs = job(name="n", user="bob", comment=request_comment(TAG, "0123abcd"))
+    assert not made_by(bobs, user="me", tag=TAG, nonce="0123abcd")
+
+
+def test_request_comment_round_trips_and_refuses_a_bad_nonce() -> None:
+    assert split_comment(request_comment(TAG, "0123abcd")) == (TAG, "0123abcd")
+    assert request_comment(TAG, None) == TAG
+    with pytest.raises(ValueError, match="nonce"):
+        request_comment(TAG, "x;y")
+
+
+# every comparison of comments and tags is in ownership.py: none creeps back elsewhere
+_SOURCES = [Path(__file__).resolve().parents[1] / d
+            for d in ("slurm_fsm", "slurm_fsm_dev", "benchmarks")]
+_STRING_OPS = {"startswith", "endswith", "partition", "rpartition", "split", "find",
+               "index", "removeprefix", "removesuffix"}
+
+
+def _comment_comparisons(path: Path) -> list[str]:
+    import ast
+
+    def is_comment(node: ast.AST) -> bool:
+        return (isinstance(node, ast.Attribute) and node.attr == "comment") or \
+            (isinstance(node, ast.Name) and node.id in ("comment", "tag"))
+
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docs = {id(n.value) for n in ast.walk(tree)  # docstrings may say it
+            if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and any(
+                is_comment(side) for side in (node.left, *node.comparators)):
+            found.append(f"{path.name}:{node.lineno}: compares a comment")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr in _STRING_OPS and is_comment(node.func.value):
+            found.append(f"{path.name}:{node.lineno}: .{node.func.attr}() of a comment")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and id(node) not in docs \
+                and ("slurm_fsm:repo=" in node.value or ";req=" in node.value):
+            found.append(f"{path.name}:{node.lineno}: spells the tag's format")
+    return found
+
+
+def test_comments_are_compared_in_ownership_only() -> None:
+    found = [hit for root in _SOURCES for path in sorted(root.rglob("*.py"))
+             if path.name != "ownership.py" for hit in _comment_comparisons(path)]
+    assert found == [], "compare comments through slurm_fsm.ownership: " + "; ".join(found)
+
+
+def test_the_comment_guard_catches_a_second_comparison(tmp_path: Path) -> None:
+    sneaky = tmp_path / "sneaky.py"
+    sneaky.write_text("def mine(job, tag):\n    return job.comment == tag\n"
+                      "def also(job):\n    return job.comment.startswith('x')\n"
+                      "PREFIX = 'slurm_fsm:repo='\n")
+    assert len(_comment_comparisons(sneaky)) == 3
+
+
 def test_the_tag_is_the_checkout() -> None:
     assert checkout_tag("/a/repo") != checkout_tag("/a/repo-copy")
     assert checkout_tag("/a/repo").startswith("slurm_fsm:repo=")
+
+
+# ------------------------------------------------------ a lost answer, the nonce
+
+
+def test_a_lost_allocate_answer_is_adopted_not_allocated_again(
+        make_spec: SpecFactory, fake: FakeCluster) -> None:
+    """salloc made the job but its answer was lost ("Socket timed out"): the retry,
+    with the same request (nonce), adopts that job. Never two allocations."""
+    spec = make_spec()
+    fake.lose_allocate_answers = 1
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready
+    allocs = [j for j in fake.jobs.values() if j.kind == "alloc"]
+    assert len(allocs) == 1
+    assert m.alloc is not None and m.alloc.job_id == allocs[0].job_id
+    requests = [c.args["request"] for c in fake.calls if c.op == "allocate"]
+    assert len(requests) == 2 and requests[0] == requests[1]  # the same request, twice
+    nonce = requests[0].nonce
+    assert nonce is not None
+    assert allocs[0].comment == f"{repo_tag(spec)};req={nonce}"  # squeue %k
+    assert m.alloc.request == nonce  # recorded in the state file (an added key)
+    assert f'"request": "{nonce}"' in spec.state_path.read_text()
+    assert any("answer was lost" in w for w in m.warnings)
+    assert not cancelled(fake)
+
+
+def test_the_fake_adopts_its_own_request_only(
+        make_spec: SpecFactory, fake: FakeCluster) -> None:
+    """The fake models the lost answer: the retry of the same request (nonce) adopts
+    the job it made; another request's live job is not taken for it."""
+    spec = make_spec()
+    request = AllocationRequest(
+        partition="batch", account="acct", nodes=1, time_limit=spec.alloc_time_limit,
+        job_name=spec.job_name, log_path=spec.repo_root / "work_dirs" / ".salloc.log",
+        user=fake.user, comment=repo_tag(spec), nonce="0123abcd")
+    theirs = fake.make_job(spec.job_name, fake.user,
+                           comment=request_comment(repo_tag(spec), "fedcba98")).job_id
+    fake.lose_allocate_answers = 1
+    with pytest.raises(ControllerUnreachable):
+        fake.allocate(request)
+    mine = next(j.job_id for j in fake.jobs.values() if j.job_id != theirs)
+    assert fake.allocate(request) == mine != theirs
+    assert len([j for j in fake.jobs.values() if j.kind == "alloc"]) == 2
+
+
+def test_an_allocation_tagged_before_the_nonce_is_still_ours(
+        make_spec: SpecFactory, fake: FakeCluster) -> None:
+    """A live allocation of the version before (bare tag, no nonce) that the state
+    file names is reused; one without a state file is released as an orphan."""
+    spec = make_spec()
+    first = machine(spec, fake)
+    assert first.prepare() is State.Ready
+    assert first.alloc is not None
+    old = first.alloc.job_id
+    fake.jobs[old].comment = repo_tag(spec)  # as the version before wrote it
+    again = machine(spec, fake)
+    assert again.prepare() is State.Ready
+    assert again.alloc is not None and again.alloc.job_id == old
+    spec.state_path.unlink()
+    fake.reset_calls()
+    third = machine(spec, fake)
+    assert third.prepare() is State.Ready
+    assert old in cancelled(fake)  # 0D: ours, although it has no nonce
 
 
 # -------------------------------------------------------------- a copied checkout

@@ -13,10 +13,12 @@ import pwd
 import shlex
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import attrs
 import pytest
 
 from slurm_fsm import slurmcli
@@ -38,6 +40,7 @@ from slurm_fsm.errors import (
     ControllerUnreachable,
     JobNotFound,
 )
+from slurm_fsm.ownership import request_of, split_comment
 from slurm_fsm.subprocess_backend import CommandResult, SubprocessBackend, run_command
 from slurm_fsm.testing import FakeClock
 
@@ -136,6 +139,8 @@ def test_salloc_argv() -> None:
 def test_salloc_carries_the_checkout_tag() -> None:
     assert "--comment=slurm_fsm:repo=ab12" in slurmcli.salloc_argv(
         req(comment="slurm_fsm:repo=ab12"))
+    assert "--comment=slurm_fsm:repo=ab12;req=0123abcd" in slurmcli.salloc_argv(
+        req(comment="slurm_fsm:repo=ab12", nonce="0123abcd"))
     assert not any(a.startswith("--comment") for a in slurmcli.salloc_argv(req()))
 
 
@@ -1007,6 +1012,146 @@ def test_allocate_returns_the_existing_job(tmp_path: Path) -> None:
     assert runner.calls == [slurmcli.squeue_find_argv("acct-trtllm.persistent", "root")]
 
 
+def test_squeue_row_with_a_request_nonce_parses() -> None:
+    row = ("41|RUNNING|root|debug|2|n[1-2]|3:59:00|1:00|None|N/A|"
+           "slurm_fsm:repo=ab12;req=0123abcd|acct-trtllm.persistent\n")
+    (job,) = slurmcli.parse_jobs(row)
+    assert job.comment == "slurm_fsm:repo=ab12;req=0123abcd"
+    assert job.name == "acct-trtllm.persistent"
+    assert request_of(job) == "0123abcd"
+
+
+TAG = "slurm_fsm:repo=ab12"
+
+
+def row(job_id: str, comment: str, state: str = "RUNNING") -> str:
+    return (f"{job_id}|{state}|root|debug|2|n[1-2]|3:59:00|1:00|None|N/A|{comment}|"
+            "acct-trtllm.persistent\n")
+
+
+def test_allocate_prefers_its_own_earlier_job(tmp_path: Path) -> None:
+    """A retry of a request whose answer was lost adopts exactly its own job."""
+    rows = row("40", f"{TAG};req=ffffffff") + row("41", f"{TAG};req=0123abcd")
+    backend, _ = replay_backend({"squeue": [(0, rows, "")]})
+    request = req(log_path=tmp_path / ".salloc.log", user="root", comment=TAG,
+                  nonce="0123abcd")
+    assert backend.allocate(request) == "41"
+    assert not request.log_path.exists()  # no salloc started
+    # another request (another nonce) adopts the oldest of the checkout's jobs
+    assert backend.allocate(attrs.evolve(request, nonce="99999999")) == "40"
+
+
+def salloc_that_waits(tmp_path: Path) -> dict[str, str]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake_tool(bin_dir, "salloc", "exec sleep 60")
+    return {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+def test_allocate_never_takes_a_concurrent_requests_job(tmp_path: Path) -> None:
+    """Another run's job of the same checkout and name appears while our salloc waits:
+    it is not ours; ours (the nonce of the request) is returned once it appears."""
+    env = salloc_that_waits(tmp_path)
+    theirs = row("51", f"{TAG};req=ffffffff", "PENDING")
+    runner = Replay({"squeue": [(0, "", ""), (0, theirs, ""), (0, theirs, ""),
+                                (0, row("50", f"{TAG};req=0123abcd") + theirs, "")]})
+    backend = SubprocessBackend(runner=runner, clock=FakeClock(), env=env)
+    request = req(log_path=tmp_path / ".salloc.log", user="root", comment=TAG,
+                  nonce="0123abcd")
+    assert backend.allocate(request, wait_s=60) == "50"
+    assert not [c for c in runner.calls if c[0] == "scancel"]
+    assert f"--comment={TAG};req=0123abcd" in slurmcli.salloc_argv(request)
+
+
+def test_allocate_adopts_its_job_after_salloc_lost_the_answer(tmp_path: Path) -> None:
+    """salloc exits 1 with "Socket timed out" although its job was made: the job of
+    the request's nonce, seen a moment later, is adopted (it used to be a failure, and
+    the job was left for the next run's orphan search)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    gone = tmp_path / "salloc-exited"
+    fake_tool(bin_dir, "salloc",
+              'echo "salloc: error: Socket timed out on send/recv operation"; '
+              f'touch "{gone}"; exit 1')
+    mine = row("60", f"{TAG};req=0123abcd", "PENDING")
+    calls: list[list[str]] = []
+
+    def squeue(argv: Sequence[str], timeout_s: float, env: Mapping[str, str]) -> CommandResult:
+        calls.append(list(argv))
+        out = ""
+        if len(calls) == 2:  # the first poll: answered once salloc has exited
+            until = time.monotonic() + 30
+            while not gone.exists() and time.monotonic() < until:
+                time.sleep(0.01)
+            time.sleep(1.0)  # its exit code reaped by then
+        elif len(calls) > 3:  # the poll after the one that saw salloc's exit code
+            out = mine  # the job shows up after salloc reported its failure
+        return CommandResult(argv=tuple(argv), returncode=0, stdout=out, stderr="",
+                             seconds=0.001, timeout_s=timeout_s)
+
+    backend = SubprocessBackend(runner=squeue, clock=FakeClock(),
+                                env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    request = req(log_path=tmp_path / ".salloc.log", user="root", comment=TAG,
+                  nonce="0123abcd")
+    assert backend.allocate(request, wait_s=60) == "60"
+
+
+def test_allocate_racing_an_older_request_cancels_only_its_own(tmp_path: Path) -> None:
+    """Two requests raced past the existence check: the older job wins, ours is cancelled."""
+    env = salloc_that_waits(tmp_path)
+    both = row("50", f"{TAG};req=ffffffff") + row("51", f"{TAG};req=0123abcd", "PENDING")
+    runner = Replay({"squeue": [(0, "", ""), (0, both, "")], "scancel": [(0, "", "")]})
+    backend = SubprocessBackend(runner=runner, clock=FakeClock(), env=env)
+    request = req(log_path=tmp_path / ".salloc.log", user="root", comment=TAG,
+                  nonce="0123abcd")
+    assert backend.allocate(request, wait_s=60) == "50"
+    assert [c for c in runner.calls if c[0] == "scancel"] == [["scancel", "51"]]
+
+
+def test_allocate_picks_a_nonce_when_the_request_has_none(tmp_path: Path) -> None:
+    env = salloc_that_waits(tmp_path)
+    runner = Replay({"squeue": [(0, "", "")], "scancel": [(0, "", "")]})
+    backend = SubprocessBackend(runner=runner, clock=FakeClock(), env=env)
+    with pytest.raises(AllocationFailed) as caught:
+        backend.allocate(req(log_path=tmp_path / ".salloc.log", user="root", comment=TAG),
+                         wait_s=1)
+    comment = next(a for a in caught.value.argv if a.startswith("--comment="))
+    tag, nonce = split_comment(comment.removeprefix("--comment="))
+    assert tag == TAG and nonce is not None
+
+
+def test_a_failed_allocate_cancels_only_its_own_late_job(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Giving up: another run's job of the checkout and name is left alone."""
+    env = salloc_that_waits(tmp_path)
+    theirs = row("51", f"{TAG};req=ffffffff", "PENDING")
+    mine = row("52", f"{TAG};req=0123abcd", "PENDING")
+    clock = FakeClock()
+    runner = Replay({"scancel": [(0, "", "")]})
+    down = (1, "", "slurm_load_jobs error: Socket timed out on send/recv operation")
+
+    def squeue(argv: Sequence[str], timeout_s: float, env: Mapping[str, str]) -> CommandResult:
+        if argv[0] != "squeue":
+            return runner(argv, timeout_s, env)
+        runner.calls.append(list(argv))
+        # nothing at first; then the controller answers no poll within the window;
+        # after it the clean-up's squeue sees both requests' jobs
+        rc, out, err = ((0, "", "") if len(runner.calls) == 1
+                        else down if not stopped else (0, theirs + mine, ""))
+        return CommandResult(argv=tuple(argv), returncode=rc, stdout=out, stderr=err,
+                             seconds=0.001, timeout_s=timeout_s)
+
+    backend = SubprocessBackend(runner=squeue, clock=clock, env=env)
+    stopped: list[bool] = []
+    stop = backend._stop
+    monkeypatch.setattr(backend, "_stop", lambda proc: (stopped.append(True), stop(proc)))
+    request = req(log_path=tmp_path / ".salloc.log", user="root", comment=TAG,
+                  nonce="0123abcd")
+    with pytest.raises(AllocationFailed):
+        backend.allocate(request, wait_s=5)
+    assert [c for c in runner.calls if c[0] == "scancel"] == [["scancel", "52"]]
+
+
 def fake_tool(folder: Path, name: str, body: str) -> None:
     tool = folder / name
     tool.write_text(f"#!/bin/bash\n{body}\n")
@@ -1202,3 +1347,72 @@ def test_step_outcomes_when_accounting_is_off_or_down() -> None:
     with pytest.raises(BackendError) as err:
         backend.step_outcomes("2", ["0"])
     assert not isinstance(err.value, JobNotFound)
+
+
+# ------------------------------------------------ once steps: the node-local lock
+
+
+def _once_tools(tmp_path: Path, *, flock: bool) -> dict[str, str]:
+    """A PATH with the tools a container may have: with or without flock(1)."""
+    import shutil
+
+    bin_dir = tmp_path / ("bin-flock" if flock else "bin-noflock")
+    bin_dir.mkdir()
+    for tool in ("sh", "mkdir", "sleep", "cat", "hostname", *(("flock",) if flock else ())):
+        found = shutil.which(tool)
+        assert found, tool
+        (bin_dir / tool).symlink_to(found)
+    (bin_dir / "python3").symlink_to(sys.executable)
+    return {"PATH": str(bin_dir)}
+
+
+@pytest.mark.parametrize("flock", [True, False], ids=["flock", "python-fcntl"])
+def test_once_runs_the_command_once_under_the_lock(tmp_path: Path, flock: bool) -> None:
+    """Three racers on one node: one runs the command (it takes a second), the two
+    others wait for the lock, re-check the marker and skip; exit 0 for all."""
+    env = _once_tools(tmp_path, flock=flock)
+    counter = tmp_path / "counter"
+    argv = slurmcli.once_argv(["sh", "-c", f'echo x >> "{counter}"; sleep 1'], "k",
+                              str(tmp_path / "once"))
+    procs = [subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True)
+             for _ in range(3)]
+    results = []
+    for p in procs:
+        _, err = p.communicate(timeout=60)
+        results.append((p.returncode, err))
+    assert [rc for rc, _ in results] == [0, 0, 0]
+    assert counter.read_text() == "x\n"
+    skipped = [err for _, err in results if slurmcli.ONCE_SKIPPED in err]
+    assert len(skipped) == 2
+    assert not any("not node-locked" in err for _, err in results)
+
+
+def test_once_keeps_a_failure_and_tries_again(tmp_path: Path) -> None:
+    """A failed command leaves no marker and keeps its exit status: the next try runs."""
+    env = _once_tools(tmp_path, flock=True)
+    flag = tmp_path / "ok"
+    argv = slurmcli.once_argv(["sh", "-c", f'[ -e "{flag}" ] || exit 7'], "k",
+                              str(tmp_path / "once"))
+    assert subprocess.run(argv, env=env, check=False, timeout=60).returncode == 7
+    flag.touch()
+    assert subprocess.run(argv, env=env, check=False, timeout=60).returncode == 0
+    flag.unlink()  # done now: not run again, so its failure cannot show
+    done = subprocess.run(argv, env=env, check=False, timeout=60, capture_output=True,
+                          text=True)
+    assert done.returncode == 0 and slurmcli.ONCE_SKIPPED in done.stderr
+    other = slurmcli.once_argv(["sh", "-c", f'[ -e "{flag}" ] || exit 7'], "other key",
+                               str(tmp_path / "once"))
+    assert subprocess.run(other, env=env, check=False, timeout=60).returncode == 7
+
+
+def test_once_step_argv_quotes_nothing_from_the_request_into_the_script() -> None:
+    """The command, the lock and the marker are positional arguments of ``sh -c``."""
+    request = StepRequest(job_id="5", argv=("echo", "$(id)", "a'b"), nodes=2,
+                          chdir="/r", once="install x; rm -rf /")
+    argv = slurmcli.srun_step_argv(request)
+    assert argv[-3:] == ["echo", "$(id)", "a'b"]
+    script = argv[argv.index("-c") + 1]
+    assert "$(id)" not in script and "rm -rf" not in script
+    assert argv[argv.index("-c") + 3] == slurmcli.ONCE_DIR_HOST  # no container: the host
+    plain = slurmcli.srun_step_argv(attrs.evolve(request, once=None))
+    assert plain[-3:] == ["echo", "$(id)", "a'b"] and "flock" not in " ".join(plain)

@@ -58,9 +58,11 @@ from slurm_fsm.errors import (
     JobNotFound,
 )
 from slurm_fsm.jobstate import JobState, to_job_state
+from slurm_fsm.ownership import made_by, new_nonce, request_comment
 from slurm_fsm.preflight import ClusterPartition, enforces_associations
 from slurm_fsm.scriptguard import stop_group
 from slurm_fsm.slurmcli import (
+    ONCE_SKIPPED,
     enroot_image,
     expand_output_pattern,
     foreign_container_message,
@@ -148,6 +150,7 @@ class FakeContainer:
     image: str
     packages: list[str] = attrs.field(factory=list)  # what writable installs left
     owner: str = ""  # the owner mark of a fresh import: "<checkout tag> <repo_root>"
+    done: set[str] = attrs.field(factory=set)  # markers of the ``once`` steps done in it
 
 
 @attrs.define
@@ -156,6 +159,7 @@ class FakeNode:
     gpu_name: str = "NVIDIA H100 80GB HBM3"
     gpu_processes: list[tuple[int, str, str]] = attrs.field(factory=list)  # pid, name, memory
     containers: dict[str, FakeContainer] = attrs.field(factory=dict)
+    done: set[str] = attrs.field(factory=set)  # markers of ``once`` steps on the host
 
 
 @attrs.frozen
@@ -434,6 +438,11 @@ class FakeCluster:
     ``salloc`` as on a real cluster; by default it answers nothing and only its
     ``salloc`` refuses them.
     """
+
+    #: The next this many allocates make their job, then lose the answer (raise
+    #: ControllerUnreachable "Socket timed out"), as salloc does when the reply to a
+    #: granted request is lost.
+    lose_allocate_answers: int = 0
 
     def __init__(
         self,
@@ -825,7 +834,22 @@ class FakeCluster:
         return [(a, "") for a in sorted(self.accounts)] or None
 
     def allocate(self, request: AllocationRequest, wait_s: float = 10.0) -> str:
+        """A job with the comment ``<tag>;req=<nonce>``. As
+        :meth:`SubprocessBackend.allocate` does, a live job that this request's nonce
+        made (its answer lost: :attr:`lose_allocate_answers`) is adopted, never a second
+        one made. (The subprocess backend also adopts any live job of the name and
+        checkout; the machine's orphan search leaves none in the fake's tests.)"""
         self._call("allocate", request=request)
+        if request.comment and request.nonce is None:
+            request = attrs.evolve(request, nonce=new_nonce())
+        if request.comment and request.nonce:
+            own = sorted((j for j in self.jobs.values()
+                          if j.name == request.job_name and j.state.is_live
+                          and made_by(self._info(j), user=self.user, tag=request.comment,
+                                      nonce=request.nonce)),
+                         key=lambda j: (len(j.job_id), j.job_id))
+            if own:
+                return own[0].job_id
         log = request.log_path
         log.parent.mkdir(parents=True, exist_ok=True)
         error = self._request_error(request.partition, request.account, request.nodes, "salloc")
@@ -845,9 +869,15 @@ class FakeCluster:
             time_limit_s=request.time_limit.seconds, submitted_at=self.clock.now(),
             kind="alloc", pending_until=self.clock.now() + self.pending_s,
             reason=(self.pending_reason or "Resources") if self.pending_s else "None",
-            comment=request.comment or "", dependency=request.dependency or "",
+            comment=request_comment(request.comment, request.nonce) if request.comment else "",
+            dependency=request.dependency or "",
         )
         self.jobs[job.job_id] = job
+        if self.lose_allocate_answers > 0:
+            self.lose_allocate_answers -= 1
+            raise ControllerUnreachable(
+                "salloc: error: Socket timed out on send/recv operation (the answer for "
+                f"job {job.job_id} was lost)")
         log.write_text(f"salloc: Pending job allocation {job.job_id}\n"
                        f"salloc: job {job.job_id} queued and waiting for resources\n",
                        encoding="utf-8")
@@ -892,15 +922,24 @@ class FakeCluster:
             failed = self._pyxis_step(c, nodes)
             if failed is not None:
                 return failed
-            if request.argv[:2] == ("pip", "install"):
-                if not c.writable:
-                    return StepResult(1, "", "".join(
-                        f"ERROR: Could not install packages due to an OSError: [Errno 30] "
-                        f"Read-only file system: '/usr/local/lib'\n"
-                        f"srun: error: {n}: task {i}: Exited with exit code 1\n"
-                        for i, n in enumerate(nodes)))
-                for n in nodes:
-                    self.nodes[n].containers[c.name].packages.append(command)
+        # a ``once`` step: under each node's lock, skipped where its marker is
+        holders = ([self.nodes[n].containers[c.name] if c is not None else self.nodes[n]
+                    for n in nodes] if request.once is not None else [])
+        once_key = "\0".join((request.job_id, request.chdir or "", request.once or ""))
+        if holders and all(once_key in h.done for h in holders):
+            job.next_step += 1
+            return StepResult(0, "", "".join(f"{ONCE_SKIPPED} {command}\n" for _ in nodes))
+        if c is not None and request.argv[:2] == ("pip", "install"):
+            if not c.writable:
+                return StepResult(1, "", "".join(
+                    f"ERROR: Could not install packages due to an OSError: [Errno 30] "
+                    f"Read-only file system: '/usr/local/lib'\n"
+                    f"srun: error: {n}: task {i}: Exited with exit code 1\n"
+                    for i, n in enumerate(nodes)))
+            for n in nodes:
+                self.nodes[n].containers[c.name].packages.append(command)
+        for holder in holders:
+            holder.done.add(once_key)
         out = ""
         if request.argv and request.argv[0] == "hostname":
             out = "".join(f"{n}\n" for n in nodes)

@@ -19,6 +19,7 @@ import pytest
 from slurm_fsm.backend import is_job_id
 from slurm_fsm.errors import NotOurJobError
 from slurm_fsm.machine import AllocationMachine, State, repo_tag
+from slurm_fsm.ownership import split_comment
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState
 from slurm_fsm.subprocess_backend import SubprocessBackend
@@ -45,7 +46,11 @@ def ready(m: AllocationMachine) -> str:
 
 
 def comment_of(job_id: str) -> str:
-    return slurm("squeue", "-j", job_id, "-h", "-o", "%k").stdout.strip()
+    """The checkout tag of the job's comment (``squeue %k``: ``<tag>;req=<nonce>``)."""
+    comment = slurm("squeue", "-j", job_id, "-h", "-o", "%k").stdout.strip()
+    tag, nonce = split_comment(comment)
+    assert nonce is not None, comment  # every request carries its nonce
+    return tag
 
 
 def scancels(backend: RecordingBackend) -> list[tuple[str, ...]]:
