@@ -484,45 +484,62 @@ def release_stale_drained(m: Machine, *, wait: bool = False) -> str | None:
     if m.alloc is not None and old.job_id == m.alloc.job_id:
         store.delete_if_names(old.job_id)  # named again: it serves
         return None
-    try:
-        info = m.backend.query_job(old.job_id)
-    except JobNotFound:
-        info = None
-    except BackendError as exc:  # asked again by the next run
-        m.notes.append(f"the drained allocation {old.job_id} was not checked ({exc})")
+    if not _still_ours_and_live(m, store, old) or _drained_in_use(m, old.job_id, wait):
         return None
-    if info is None or not info.state.is_live:
-        store.delete_if_names(old.job_id)
-        return None
-    if not same_generation(old, info):
-        m._warn(f"the drained allocation {old.job_id} was submitted at {old.submit_time}, "
-                f"but Slurm's job {info.job_id} was submitted at {info.submit_time}: the "
-                "id was reused by another job; it is left alone and its record dropped")
-        store.delete_if_names(old.job_id)
-        return None
-    if not is_ours(info, m.user, m.spec, set(parity_names(m.spec.job_name))):
-        m.notes.append(f"the drained allocation {old.job_id} is not this checkout's now: "
-                       "left alone, its record dropped")
-        store.delete_if_names(old.job_id)
-        return None
-    if m.leases is not None:
-        if wait:
-            try:
-                m.leases.clear(old.job_id, "releasing it")
-            except AllocationInUse as exc:  # the release itself is done: not failed
-                m._warn(f"the drained allocation {old.job_id} was not released: {exc}; "
-                        "its last run releases it when its job ends")
-                return None
-        elif m.leases.holders(old.job_id):
-            m.notes.append(f"allocation {old.job_id} drains: job(s) of other runs still "
-                           "on it; the last one releases it")
-            return None
     m._log(f"Releasing drained allocation {old.job_id}: no job of any run is on it (its "
            "last run ended without releasing it).")
     m.backend.cancel(old.job_id)
     m.handoff.cancelled.add(old.job_id)
     store.delete_if_names(old.job_id)
     return old.job_id
+
+
+def _still_ours_and_live(m: Machine, store: StateStore, old: AllocState) -> bool:
+    """The drained allocation still lives and is still the one the record names (same
+    submit time) and this checkout's; else its record is dropped (or kept for the next
+    run when Slurm could not be asked) and False."""
+    try:
+        info = m.backend.query_job(old.job_id)
+    except JobNotFound:
+        info = None
+    except BackendError as exc:  # asked again by the next run
+        m.notes.append(f"the drained allocation {old.job_id} was not checked ({exc})")
+        return False
+    if info is None or not info.state.is_live:
+        store.delete_if_names(old.job_id)
+        return False
+    if not same_generation(old, info):
+        m._warn(f"the drained allocation {old.job_id} was submitted at {old.submit_time}, "
+                f"but Slurm's job {info.job_id} was submitted at {info.submit_time}: the "
+                "id was reused by another job; it is left alone and its record dropped")
+        store.delete_if_names(old.job_id)
+        return False
+    if not is_ours(info, m.user, m.spec, set(parity_names(m.spec.job_name))):
+        m.notes.append(f"the drained allocation {old.job_id} is not this checkout's now: "
+                       "left alone, its record dropped")
+        store.delete_if_names(old.job_id)
+        return False
+    return True
+
+
+def _drained_in_use(m: Machine, job_id: str, wait: bool) -> bool:
+    """Another run's job is still on the drained allocation (a live lease): it is left
+    to drain. ``wait`` (a release): wait for those leases first, as for the allocation."""
+    if m.leases is None:
+        return False
+    if wait:
+        try:
+            m.leases.clear(job_id, "releasing it")
+        except AllocationInUse as exc:  # the release itself is done: not failed
+            m._warn(f"the drained allocation {job_id} was not released: {exc}; "
+                    "its last run releases it when its job ends")
+            return True
+        return False
+    if m.leases.holders(job_id):
+        m.notes.append(f"allocation {job_id} drains: job(s) of other runs still "
+                       "on it; the last one releases it")
+        return True
+    return False
 
 
 def _named(m: Machine) -> str | None:

@@ -229,11 +229,7 @@ class PersistentRun:
         self.events.state(Phase.STEP0.value, "validating or allocating")
         state = m.prepare()
         self.timings["step0_s"] = self.clock.now() - t
-        if m.handoff.waited_s is not None:  # the job did not fit the old allocation
-            self.timings["successor_wait_s"] = m.handoff.waited_s
-            m.notes.append(f"waited {m.handoff.waited_s:.1f} s for successor allocation "
-                           f"{m.handoff.waited_for}: the job did not fit the time left of "
-                           "the allocation it replaces")
+        self._note_successor_wait(m)
         if state is not State.Ready or m.alloc is None:
             msg = m.failure.message if m.failure else f"step 0 ended in {state.value}"
             # a failed setup step: its pyxis / pip lines each on their own
@@ -284,6 +280,14 @@ class PersistentRun:
             if shared is not None:
                 m.leases.shared.add(shared)
         return lease
+
+    def _note_successor_wait(self, m: AllocationMachine) -> None:
+        """The job did not fit the old allocation and waited for the successor: how long."""
+        if m.handoff.waited_s is not None:
+            self.timings["successor_wait_s"] = m.handoff.waited_s
+            m.notes.append(f"waited {m.handoff.waited_s:.1f} s for successor allocation "
+                           f"{m.handoff.waited_for}: the job did not fit the time left of "
+                           "the allocation it replaces")
 
     def _batch_lease_taker(self, job_id: str) -> sharedview.TakeLease:
         """How a ``run_many`` batch takes its shared lease on ``job_id``: the step, then
