@@ -191,7 +191,7 @@ def stream_svg(results: Sequence[Mapping[str, Any]]) -> str:
     known = [r for r in results if r.get("jobs")]
     if not known:
         raise ValueError("no mode with jobs to draw")
-    fig = Figure(figsize=(7.2, 1.0 + 1.9 * len(known)), layout="constrained")
+    fig = Figure(figsize=(7.2, 0.8 + 2.2 * len(known)), layout="constrained")
     axes = fig.subplots(len(known), 1, sharex=True, squeeze=False)[:, 0]
     lowest = min(max(j["step0_s"], 0.01) for r in known for j in r["jobs"])
     highest = max(j["step0_s"] for r in known for j in r["jobs"])
@@ -216,7 +216,7 @@ def stream_svg(results: Sequence[Mapping[str, Any]]) -> str:
         after = [j["step0_s"] for j in jobs[1:]]
         worst = f"{max(after):.2f} s" if after else "n/a"
         passed = sum(1 for j in jobs if j["status"] == "PASSED")
-        ax.set_title(f"{label}: {passed}/{len(jobs)} PASSED, {len(_handoffs(jobs))} "
+        ax.set_title(f"{label}\n{passed}/{len(jobs)} PASSED, {len(_handoffs(jobs))} "
                      f"hand-offs, longest step 0 after the first {worst}, at most "
                      f"{r.get('most_allocations_alive', '?')} allocations alive",
                      loc="left", fontsize=9)

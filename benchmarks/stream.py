@@ -15,8 +15,9 @@ own clock.
   allocation serves, and switched to; the old one is released when its jobs end.
 
 One job of the stream expects ``--long`` seconds (``expected_duration_seconds``): it is
-started when the allocation in use has less than that + 5 minutes left (and, with the
-hand-off, once its successor is ready), so it must not be started there.
+started when the allocation in use has less than that + 5 minutes left (with the
+hand-off, once its successor is ready, or failing that when the old allocation is about
+to stop taking short jobs), so it must not be started there.
 
 Recorded, per job: its start (seconds into the stream), status, step 0 seconds, wall
 seconds, allocation, path, and the time left of the allocation in use before it; per
@@ -220,7 +221,11 @@ def run_mode(mode: str, cluster: localcluster.ClusterInfo, image: Path, root: Pa
                     is_long = EXPIRY_MARGIN_S < left < need
                 else:
                     ready = record is not None and record.phase is Phase.READY
-                    is_long = left < need and (ready or left < need - 25)
+                    # as soon as the successor is ready (the job then switches to it);
+                    # failing that, at the last moment the old one still takes short
+                    # jobs (the job then waits for the successor: admission by time left)
+                    is_long = left < need and (
+                        ready or left < EXPIRY_MARGIN_S + SHORT_EXPECTED_S + 10)
             spec = long if is_long else short
             start = time.time()
             report = Executor(spec, SubprocessBackend()).run()
