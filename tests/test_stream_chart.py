@@ -17,9 +17,6 @@ try:
 finally:
     sys.path.remove(str(REPO))
 
-pytest.importorskip("matplotlib", reason="matplotlib draws the benchmark charts (dev extra)")
-
-
 def _job(n: int, t: float, step0: float, alloc: str, *, long: bool = False,
          status: str = "PASSED") -> dict[str, Any]:
     return {"n": n, "t": t, "end": t + 0.5, "step0_s": step0, "allocation": alloc,
