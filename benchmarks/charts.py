@@ -9,10 +9,12 @@ each figure's table. matplotlib is imported only when a chart is drawn.
 from __future__ import annotations
 
 import io
+import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["CHARTS", "MARKER", "available", "charts_of", "marker", "render"]
+__all__ = ["CHARTS", "MARKER", "STREAM_MODES", "STREAM_TARGET_S", "available", "charts_of",
+           "marker", "render", "stream_svg"]
 
 Figs = Mapping[str, Mapping[str, Any]]
 
@@ -162,3 +164,77 @@ _DRAW: dict[str, Callable[[Any, Figs], None]] = {
     "warm-overhead": _warm_overhead,
     "monitor-cost": _monitor_cost,
 }
+
+
+# --------------------------------------------------------------------------------------
+# The stream of jobs across real expiries (benchmarks/stream.py, issue 27)
+
+#: how each mode of benchmarks/stream.json is named and coloured in the figure
+STREAM_MODES: dict[str, tuple[str, str]] = {
+    "today": ("today's path (warm_successor: false)", _ORANGE),
+    "handoff": ("warm successor (warm_successor: true)", _BLUE),
+}
+#: the most a job's step 0 may take after the first (issue 27's "done when"), seconds
+STREAM_TARGET_S = 3.0
+
+
+def stream_svg(results: Sequence[Mapping[str, Any]]) -> str:
+    """The stream figure as an SVG document: one panel per mode of ``results`` (the
+    ``results`` of ``benchmarks/stream.json``), each job's step 0 seconds (log scale)
+    against when it started; a dashed line at each hand-off (a job on another
+    allocation than the job before), the long job ringed, the 3 s target as a line.
+    Every mark has an SVG id (``stream-<mode>-jobs``, ``stream-<mode>-handoff-<k>``,
+    ``stream-<mode>-long``, ``stream-<mode>-target``), so a test can count them; text is
+    kept as text, no date: same input, same file."""
+    from matplotlib.figure import Figure
+
+    known = [r for r in results if r.get("jobs")]
+    if not known:
+        raise ValueError("no mode with jobs to draw")
+    fig = Figure(figsize=(7.2, 0.8 + 2.2 * len(known)), layout="constrained")
+    axes = fig.subplots(len(known), 1, sharex=True, squeeze=False)[:, 0]
+    lowest = min(max(j["step0_s"], 0.01) for r in known for j in r["jobs"])
+    highest = max(j["step0_s"] for r in known for j in r["jobs"])
+    for ax, r in zip(axes, known, strict=True):
+        mode = str(r["mode"])
+        label, color = STREAM_MODES.get(mode, (mode, _GREEN))
+        jobs = r["jobs"]
+        xs = [j["t"] for j in jobs]
+        ys = [max(j["step0_s"], 0.01) for j in jobs]
+        ax.scatter(xs, ys, s=12, color=color, zorder=3, gid=f"stream-{mode}-jobs")
+        for k, prev_next in enumerate(_handoffs(jobs)):
+            ax.axvline(prev_next, color=_GREY, linestyle="--", linewidth=1,
+                       gid=f"stream-{mode}-handoff-{k}")
+        longs = [j for j in jobs if j.get("long")]
+        for j in longs:
+            ax.scatter([j["t"]], [max(j["step0_s"], 0.01)], s=90, facecolors="none",
+                       edgecolors="black", linewidths=1.2, zorder=4,
+                       gid=f"stream-{mode}-long")
+            ax.annotate(f"long job ({j['expected_s']} s expected)", (j["t"], max(
+                j["step0_s"], 0.01)), xytext=(6, 6), textcoords="offset points", fontsize=8)
+        ax.axhline(STREAM_TARGET_S, color=_GREEN, linewidth=1, gid=f"stream-{mode}-target")
+        after = [j["step0_s"] for j in jobs[1:]]
+        worst = f"{max(after):.2f} s" if after else "n/a"
+        passed = sum(1 for j in jobs if j["status"] == "PASSED")
+        ax.set_title(f"{label}\n{passed}/{len(jobs)} PASSED, {len(_handoffs(jobs))} "
+                     f"hand-offs, longest step 0 after the first {worst}, at most "
+                     f"{r.get('most_allocations_alive', '?')} allocations alive",
+                     loc="left", fontsize=9)
+        ax.set_yscale("log")
+        ax.set_ylim(lowest / 2, highest * 2)
+        ax.set_ylabel("step 0 (s)")
+        ax.spines[["top", "right"]].set_visible(False)
+    axes[0].annotate("3 s", (0, STREAM_TARGET_S), xytext=(2, 2), textcoords="offset points",
+                     fontsize=8, color=_GREEN)
+    axes[-1].set_xlabel("seconds into the stream (a job per dot; dashed: a hand-off to "
+                        "another allocation)")
+    buf = io.StringIO()
+    with _rc():
+        fig.savefig(buf, format="svg", metadata={"Date": None})
+    return buf.getvalue()
+
+
+def _handoffs(jobs: Sequence[Mapping[str, Any]]) -> list[float]:
+    """When each job that ran on another allocation than the job before it started."""
+    return [j["t"] for prev, j in itertools.pairwise(jobs)
+            if j.get("allocation") != prev.get("allocation")]

@@ -181,6 +181,9 @@ class Observation:
     warmer_alive: bool = False
     #: at ``finish``: the state file names another allocation than the one this run used
     replaced: bool = False
+    #: the margin the job is admitted with (None: :data:`EXPIRY_MARGIN_S`); smaller on
+    #: the successor the run just switched to (:data:`slurm_fsm.handoff.SWITCHED_MARGIN_S`)
+    admit_margin_s: int | None = None
 
 
 # --------------------------------------------------------------------------------------
@@ -323,7 +326,7 @@ def _job_expiring(o: Observation, _s: JobSpec) -> bool:
 
 
 def _job_fits(o: Observation, _s: JobSpec) -> bool:
-    return o.info is None or job_fits(o.info, o.expected_s)
+    return o.info is None or job_fits(o.info, o.expected_s, o.admit_margin_s)
 
 
 def _is_compatible(o: Observation, s: JobSpec) -> bool:

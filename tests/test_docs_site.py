@@ -507,6 +507,17 @@ def test_benchmark_page_shows_charts_of_the_results(visit: Visit) -> None:
     assert "step 0 (squeue)" in warm
     monitor = next(s for u, s in svgs.items() if u.endswith("monitor-cost.svg"))
     assert "1 GiB" in monitor and "CPU s per GiB" in monitor
+    # the stream across real expiries (benchmarks/stream.py): present, loads, its numbers
+    stream = page.locator("article img[src$='stream.svg']")
+    assert stream.count() == 1
+    stream.scroll_into_view_if_needed()
+    assert stream.evaluate("i => i.complete && i.naturalWidth > 0")
+    assert "hand-off" in (stream.get_attribute("alt") or "")
+    drawn = page.evaluate("u => fetch(u).then(r => r.text())", stream.evaluate("i => i.src"))
+    for run in json.loads((REPO / "benchmarks" / "stream.json").read_text())["results"]:
+        passed = sum(1 for j in run["jobs"] if j["status"] == "PASSED")
+        assert f"{passed}/{len(run['jobs'])} PASSED" in drawn, run["mode"]
+        assert f'id="stream-{run["mode"]}-jobs"' in drawn
     visit.shot("benchmarks")
 
 
