@@ -40,6 +40,9 @@ __all__ = ["PersistentRun", "point_latest", "run_book", "run_log_path", "salloc_
 
 #: A lease may be broken this long after its job's monitor timeout (its ``max_until``).
 LEASE_MARGIN_S = 900.0
+#: Step 0 is done at most this often in one run: again when its allocation ended before
+#: the run's lease step started (another login node's release; issue 28's races).
+STEP0_ATTEMPTS = 3
 
 #: What srun prints when Slurm ends a step at its job's time limit.
 TIME_LIMIT_MARK = "DUE TO TIME LIMIT"
@@ -205,11 +208,15 @@ class PersistentRun:
 
     # ---------------------------------------------------------------------- the run
     def run(self) -> RunFacts:
-        m = self._new_machine()
-        with m.locked():  # step 0, the dead runs' leftovers, this run's lease
-            done = self._step0(m)
+        for attempt in range(1, STEP0_ATTEMPTS + 1):
+            m = self._new_machine()
+            with m.locked():  # step 0, the dead runs' leftovers, this run's lease
+                done = self._step0(m, again=attempt < STEP0_ATTEMPTS)
+            if done is not None:
+                break
         if isinstance(done, RunFacts):
             return done
+        assert done is not None
         steps = RunSteps(self.backend, self.runs, done, clock=self.clock,
                          say=self.events.message)
         try:
@@ -220,9 +227,13 @@ class PersistentRun:
             if steps.finished and self.lease is not None:  # its job's steps are gone
                 self.lease.stop()
 
-    def _step0(self, m: AllocationMachine) -> RunFacts | RunRecord:
+    def _step0(self, m: AllocationMachine, *, again: bool = False
+               ) -> RunFacts | RunRecord | None:
         """Under the state file's lock: step 0, then what dead runs left is stopped and
-        this run's lease is taken. The lease, or the facts of a failure."""
+        this run's lease is taken. The lease, or the facts of a failure; None (when
+        ``again``) when the allocation was gone before the lease step could start: a
+        release or a replacement on another login node (the state file's lock does
+        not hold across hosts) had found no lease of this run, rightly: step 0 again."""
         spec = self.spec
         t = self.clock.now()
         self.events.state(Phase.STEP0.value, "validating or allocating")
@@ -246,9 +257,18 @@ class PersistentRun:
         try:
             self.lease = self.backend.start_lease(alloc.job_id, lease_name(run_id, max_until))
         except BackendError as exc:
+            self.lease = None
+            if isinstance(exc, JobNotFound) and again:
+                text = (f"allocation {alloc.job_id} ended before this run's lease step "
+                        "started (released or replaced by another run, on another login "
+                        "node: no lease of this run held it yet); step 0 again")
+                self.warnings.append(text)
+                self.events.message(f"WARNING: {text}")
+                return None
             msg = (f"could not take this run's lease on allocation {alloc.job_id} (a step "
                    f"every host sees in squeue -s): {exc}; the job was not started")
-            m.finish(reason=msg, allocation_gone=isinstance(exc, JobNotFound))
+            # the machine stays in Ready (finish is no edge from it): the next run's
+            # step 0 validates the allocation anew
             return self._facts(Phase.STEP0, failure=Failure(phase=Phase.STEP0, message=msg))
         try:
             lease = self.runs.start(alloc.job_id, spec=str(spec.script_path),
@@ -258,7 +278,6 @@ class PersistentRun:
             self.lease.stop()
             msg = (f"could not write this run's record (its lease on allocation "
                    f"{alloc.job_id}) in {self.runs.folder}: {exc}; the job was not started")
-            m.finish(reason=msg)
             return self._facts(Phase.STEP0, failure=Failure(phase=Phase.STEP0, message=msg))
         if m.leases is not None:
             m.leases.own = lease.run_id

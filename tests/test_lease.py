@@ -13,6 +13,7 @@ import attrs
 import pytest
 
 from slurm_fsm.backend import StepInfo
+from slurm_fsm.errors import CommandFailed
 from slurm_fsm.executor import Executor
 from slurm_fsm.lease import (
     AllocationInUse,
@@ -282,3 +283,63 @@ def test_the_next_run_stops_a_dead_runs_lease_step_slurm_kept(tmp_path: Path) ->
     assert fake.jobs[job].steps == {}, warnings
     assert any(f"step {job}.1" in w for w in warnings), warnings
     assert book.records() == []
+
+
+class _ReleasedBeforeTheLease(FakeCluster):
+    """Another login node's ``release`` (its lock is not ours: a filesystem whose
+    locks do not hold across hosts) cancels the allocation in the moment between this
+    run's step 0 and its lease step: found by the race campaign (race 2 of seed 1)."""
+
+    def __init__(self, times: int = 1) -> None:
+        super().__init__()
+        self.times = times
+
+    def start_lease(self, job_id: str, name: str, timeout_s: float = 60.0):  # type: ignore[no-untyped-def]
+        if self.times > 0:
+            self.times -= 1
+            self.cancel(job_id)
+        return super().start_lease(job_id, name, timeout_s)
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+def test_an_allocation_released_by_another_host_before_the_lease_is_allocated_anew(
+        make_spec: SpecFactory, warm: bool) -> None:
+    """Issue 28, the race campaign: the run's allocation is cancelled by another
+    host's release after step 0 and before the run's lease step (no lease of this run
+    yet: the release was right to go). Before: ``MachineError`` "Can't trigger event
+    finish from state Ready", an ERROR. Now the run starts step 0 again (a new
+    allocation) and PASSES; never a second live allocation."""
+    fake = _ReleasedBeforeTheLease(times=0)
+    spec = make_spec()
+    fake.script(spec.script_path, FakeScript(lines=("ok",)))
+    if warm:
+        assert Executor(spec, fake, clock=fake.clock).run().status is Status.PASSED
+    fake.times = 1
+    report = Executor(spec, fake, clock=fake.clock).run()
+    assert report.status is Status.PASSED, (report.summary, report.errors)
+    live = [j for j, job in fake.jobs.items() if job.state == "RUNNING"]
+    assert live == [report.allocation_id]
+    assert len(fake.jobs) == 2
+    stored = StateStore(spec.state_path).read()
+    assert stored is not None and stored.job_id == report.allocation_id
+
+
+def test_a_lease_that_cannot_start_for_another_reason_is_an_error_not_a_crash(
+        make_spec: SpecFactory) -> None:
+    """The lease step fails while the allocation lives (not a crash of the machine:
+    ``finish`` is no edge from Ready): ERROR naming the lease, the allocation kept."""
+    fake = _ReleasedBeforeTheLease(times=0)
+    spec = make_spec()
+    fake.script(spec.script_path, FakeScript(lines=("ok",)))
+    assert Executor(spec, fake, clock=fake.clock).run().status is Status.PASSED
+
+    def broken(job_id: str, name: str, timeout_s: float = 60.0) -> None:
+        raise CommandFailed(["srun"], 1, "srun: error: something else", "lease failed")
+
+    fake.start_lease = broken  # type: ignore[method-assign,assignment]
+    report = Executor(spec, fake, clock=fake.clock).run()
+    assert report.status is Status.ERROR
+    assert "could not take this run's lease" in (report.summary or "")
+    assert "internal error" not in (report.summary or "")
+    assert [j for j, job in fake.jobs.items() if job.state == "RUNNING"] == \
+        [report.allocation_id]
