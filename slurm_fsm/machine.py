@@ -97,6 +97,7 @@ from slurm_fsm.edges import (
 )
 from slurm_fsm.errors import (
     AllocationFailed,
+    AllocationVanished,
     BackendError,
     CommandTimedOut,
     ContainerSupportMissing,
@@ -884,7 +885,7 @@ class AllocationMachine:
             try:
                 info = self.backend.query_job(job_id)
             except JobNotFound:
-                raise AllocationFailed(
+                raise AllocationVanished(
                     ["salloc"], 1, self._salloc_log_tail(),
                     f"allocation {job_id} disappeared before it started",
                 ) from None
@@ -892,7 +893,8 @@ class AllocationMachine:
                 self._job = (info, self.clock.now())
                 return info
             if not info.state.is_pending:
-                raise AllocationFailed(
+                vanished = info.state == "CANCELLED" or info.state.is_ending
+                raise (AllocationVanished if vanished else AllocationFailed)(
                     ["salloc"], 1, self._salloc_log_tail(),
                     f"allocation {job_id} ended as {info.state} before it started",
                 )

@@ -21,7 +21,7 @@ import attrs
 from slurm_fsm import placement, sharedview
 from slurm_fsm.backend import LeaseHandle, RunningScript, ScriptRequest, SlurmBackend
 from slurm_fsm.clock import Clock
-from slurm_fsm.errors import BackendError, JobNotFound
+from slurm_fsm.errors import AllocationVanished, BackendError, JobNotFound
 from slurm_fsm.events import Events
 from slurm_fsm.joboutput import output_for_spec
 from slurm_fsm.jobstate import JobState
@@ -240,6 +240,14 @@ class PersistentRun:
         state = m.prepare()
         self.timings["step0_s"] = self.clock.now() - t
         if state is not State.Ready or m.alloc is None:
+            if again and m.failure is not None and isinstance(m.failure.error,
+                                                              AllocationVanished):
+                text = (f"{m.failure.message} (cancelled by another run's release, on "
+                        "another login node: no lease of this run held it yet); step 0 "
+                        "again")
+                self.warnings.append(text)
+                self.events.message(f"WARNING: {text}")
+                return None
             msg = m.failure.message if m.failure else f"step 0 ended in {state.value}"
             # a failed setup step: its pyxis / pip lines each on their own
             error = m.failure.error if m.failure else None
@@ -258,7 +266,7 @@ class PersistentRun:
             self.lease = self.backend.start_lease(alloc.job_id, lease_name(run_id, max_until))
         except BackendError as exc:
             self.lease = None
-            if isinstance(exc, JobNotFound) and again:
+            if again and (isinstance(exc, JobNotFound) or self._gone(alloc.job_id)):
                 text = (f"allocation {alloc.job_id} ended before this run's lease step "
                         "started (released or replaced by another run, on another login "
                         "node: no lease of this run held it yet); step 0 again")
@@ -282,6 +290,16 @@ class PersistentRun:
         if m.leases is not None:
             m.leases.own = lease.run_id
         return lease
+
+    def _gone(self, job_id: str) -> bool:
+        """Slurm no longer runs allocation ``job_id`` (a lease step that failed with a
+        text of srun's not known as "gone": asked, not guessed); False when unknown."""
+        try:
+            return not self.backend.query_job(job_id).state.is_running
+        except JobNotFound:
+            return True
+        except BackendError:
+            return False
 
     def _run(self, m: AllocationMachine, steps: RunSteps) -> RunFacts:
         """Pre-flight, the script, how it ended (the lock is free: other runs overlap)."""

@@ -480,6 +480,14 @@ def table(summary: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _code_version() -> str:
+    """The worktree's commit (``+`` when it has changes): what the race ran."""
+    here = Path(__file__).resolve().parent.parent
+    head = _slurm("git", "-C", str(here), "rev-parse", "--short", "HEAD").stdout.strip()
+    dirty = _slurm("git", "-C", str(here), "status", "--porcelain", "--untracked-files=no")
+    return head + ("+" if dirty.stdout.strip() else "")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m slurm_fsm_dev.races",
                                      description=__doc__.split("\n\n")[0])
@@ -508,6 +516,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = run_race(race, root=work / f"race-{race.index:04d}", env=env,
                           partition=info.partition, account=info.account, user=info.user,
                           slurmctld_log=slurmctld_log)
+        result["code"] = _code_version()
         results.append(result)
         bad = {k: v for k, v in result["violations"].items() if v}
         print(f"race {race.index} {race.kind}: "

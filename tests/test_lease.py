@@ -290,26 +290,30 @@ class _ReleasedBeforeTheLease(FakeCluster):
     locks do not hold across hosts) cancels the allocation in the moment between this
     run's step 0 and its lease step: found by the race campaign (race 2 of seed 1)."""
 
-    def __init__(self, times: int = 1) -> None:
+    def __init__(self, times: int = 1, says: str = "") -> None:
         super().__init__()
         self.times = times
+        self.says = says
 
     def start_lease(self, job_id: str, name: str, timeout_s: float = 60.0):  # type: ignore[no-untyped-def]
         if self.times > 0:
             self.times -= 1
             self.cancel(job_id)
+            if self.says:  # srun failed with a text not known as "gone" (race 20)
+                raise CommandFailed(["srun"], 1, self.says, "lease step did not start")
         return super().start_lease(job_id, name, timeout_s)
 
 
-@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+@pytest.mark.parametrize(("warm", "says"), [(False, ""), (True, ""), (True, "srun: bye")],
+                         ids=["cold", "warm", "warm-unknown-text"])
 def test_an_allocation_released_by_another_host_before_the_lease_is_allocated_anew(
-        make_spec: SpecFactory, warm: bool) -> None:
+        make_spec: SpecFactory, warm: bool, says: str) -> None:
     """Issue 28, the race campaign: the run's allocation is cancelled by another
     host's release after step 0 and before the run's lease step (no lease of this run
     yet: the release was right to go). Before: ``MachineError`` "Can't trigger event
     finish from state Ready", an ERROR. Now the run starts step 0 again (a new
     allocation) and PASSES; never a second live allocation."""
-    fake = _ReleasedBeforeTheLease(times=0)
+    fake = _ReleasedBeforeTheLease(times=0, says=says)
     spec = make_spec()
     fake.script(spec.script_path, FakeScript(lines=("ok",)))
     if warm:
@@ -343,3 +347,32 @@ def test_a_lease_that_cannot_start_for_another_reason_is_an_error_not_a_crash(
     assert "internal error" not in (report.summary or "")
     assert [j for j, job in fake.jobs.items() if job.state == "RUNNING"] == \
         [report.allocation_id]
+
+
+class _ReleasedWhilePending(FakeCluster):
+    """Another login node's release cancels the allocation this run has just asked
+    for, before it starts (race 2 of the campaign's seed 28)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.times = 1
+
+    def allocate(self, request, wait_s: float = 10.0) -> str:  # type: ignore[no-untyped-def]
+        job = super().allocate(request, wait_s)
+        if self.times > 0:
+            self.times -= 1
+            self.cancel(job)
+        return job
+
+
+def test_an_allocation_released_by_another_host_before_it_started_is_asked_again(
+        make_spec: SpecFactory) -> None:
+    """Before: ERROR "allocation N ended as CANCELLED before it started". Now step 0
+    again: a new allocation, PASSED, the first one never used."""
+    fake = _ReleasedWhilePending()
+    spec = make_spec()
+    fake.script(spec.script_path, FakeScript(lines=("ok",)))
+    report = Executor(spec, fake, clock=fake.clock).run()
+    assert report.status is Status.PASSED, (report.summary, report.errors)
+    assert len(fake.jobs) == 2 and report.allocation_id == max(fake.jobs, key=int)
+    assert any("before it started" in w and "step 0 again" in w for w in report.warnings)
