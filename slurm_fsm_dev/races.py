@@ -174,21 +174,29 @@ def parse_sacct(text: str) -> list[SacctRow]:
 
 def check(rows: Sequence[SacctRow], samples: Sequence[Sample],
           outcomes: Sequence[Outcome], *, kill_asked: Mapping[str, float] | None = None,
-          lease_owner: Mapping[str, int] | None = None) -> dict[str, list[str]]:
+          lease_owner: Mapping[str, int] | None = None,
+          allocated: Mapping[str, float] | None = None) -> dict[str, list[str]]:
     """The race's violations, by invariant (``double``, ``foreign_cancel``,
     ``unasked_kill``): empty lists when all held.
 
     ``rows``: sacct of the race's jobs and steps; ``samples``: the sampler's ticks;
-    ``outcomes``: the actions' ends, in order; ``kill_asked``: when a cancel of an
-    allocation was asked (epoch s, from slurmctld's log); ``lease_owner``: which action
-    owns which lease run id."""
+    ``outcomes``: the actions' ends, in order; ``kill_asked`` and ``allocated``: when
+    a cancel of an allocation was asked and when it was made (epoch s to the ms, from
+    slurmctld's log; sacct's seconds where the log has none); ``lease_owner``: which
+    action owns which lease run id."""
     out: dict[str, list[str]] = {"double": [], "foreign_cancel": [], "unasked_kill": []}
     allocations = [r for r in rows if r.is_allocation]
+    asked = dict(kill_asked or {})
+    made = dict(allocated or {})
+
+    def span(r: SacctRow) -> tuple[float, float]:
+        begin = made.get(r.job_id, r.submit or 0.0)
+        end = asked.get(r.job_id, r.end if r.end is not None else float("inf"))
+        return begin, end
+
     for i, a in enumerate(allocations):
         for b in allocations[i + 1:]:
-            a0, b0 = a.submit or 0.0, b.submit or 0.0
-            a1 = a.end if a.end is not None else float("inf")
-            b1 = b.end if b.end is not None else float("inf")
+            (a0, a1), (b0, b1) = span(a), span(b)
             if a0 < b1 and b0 < a1:
                 out["double"].append(f"sacct: allocations {a.job_id} and {b.job_id} overlap "
                                      f"(submit-end {a0:.0f}-{a1:.0f}, {b0:.0f}-{b1:.0f})")
@@ -197,7 +205,6 @@ def check(rows: Sequence[SacctRow], samples: Sequence[Sample],
         if len(live) > 1:
             out["double"].append(f"squeue at {sample.t:.2f}: {len(live)} live allocations "
                                  f"{', '.join(live)}")
-    asked = dict(kill_asked or {})
     owners = dict(lease_owner or {})
     for alloc in allocations:
         if not alloc.state.startswith("CANCELLED"):
@@ -278,20 +285,25 @@ class Sampler(threading.Thread):
             self.done.wait(SAMPLE_S)
 
 
-def kill_requests(log: Path, since_offset: int) -> dict[str, float]:
-    """``{job id: when}`` of slurmctld's ``REQUEST_KILL_JOB JobId=N`` lines after byte
-    ``since_offset`` of its log (a whole job's cancel; the first one counts)."""
-    out: dict[str, float] = {}
+def controller_times(log: Path, since_offset: int) -> tuple[dict[str, float],
+                                                            dict[str, float]]:
+    """``({job id: made}, {job id: cancel asked})`` from slurmctld's log after byte
+    ``since_offset``: its ``_slurm_rpc_allocate_resources JobId=N`` and
+    ``REQUEST_KILL_JOB JobId=N`` lines (to the ms; the first of each counts)."""
+    made: dict[str, float] = {}
+    asked: dict[str, float] = {}
     try:
         with log.open("rb") as f:
             f.seek(since_offset)
             text = f.read().decode(errors="replace")
     except OSError:
-        return out
-    for found in re.finditer(r"^\[([0-9T:.-]+)\] _slurm_rpc_kill_job: REQUEST_KILL_JOB "
-                             r"JobId=(\d+) ", text, re.M):
-        out.setdefault(found.group(2), datetime.fromisoformat(found.group(1)).timestamp())
-    return out
+        return made, asked
+    for found in re.finditer(r"^\[([0-9T:.-]+)\] (?:sched: )?(_slurm_rpc_allocate_resources|"
+                             r"_slurm_rpc_kill_job: REQUEST_KILL_JOB) JobId=(\d+) ",
+                             text, re.M):
+        into = made if found.group(2) == "_slurm_rpc_allocate_resources" else asked
+        into.setdefault(found.group(3), datetime.fromisoformat(found.group(1)).timestamp())
+    return made, asked
 
 
 def _spec(root: Path, node: str, name: str, partition: str, account: str,
@@ -406,9 +418,10 @@ def run_race(race: Race, *, root: Path, env: Mapping[str, str], partition: str,
     sampler.join(timeout=20)
     _slurm("scancel", "-u", user, f"--name={name}")
     rows = _sacct(name)
-    asked = kill_requests(slurmctld_log, log_offset) if slurmctld_log else {}
+    made, asked = (controller_times(slurmctld_log, log_offset) if slurmctld_log
+                   else ({}, {}))
     violations = check(rows, sampler.samples, outcomes, kill_asked=asked,
-                       lease_owner=lease_owner)
+                       lease_owner=lease_owner, allocated=made)
     return {"index": race.index, "kind": race.kind, "name": name,
             "race": attrs.asdict(race),
             "outcomes": [attrs.asdict(o) for o in outcomes],
@@ -417,6 +430,9 @@ def run_race(race: Race, *, root: Path, env: Mapping[str, str], partition: str,
             "max_live": max((sum(s in _LIVE for s in x.jobs.values())
                              for x in sampler.samples), default=0),
             "events": [f"{t:.2f} {what}" for t, what in events],
+            "sacct": [attrs.asdict(r) for r in rows],
+            "controller": {"allocated": made, "cancel_asked": asked},
+            "lease_owner": lease_owner,
             "violations": violations,
             "wall_s": round(time.monotonic() - started, 2)}
 

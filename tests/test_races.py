@@ -14,6 +14,7 @@ from slurm_fsm_dev.races import (
     Outcome,
     Sample,
     check,
+    controller_times,
     parse_sacct,
     schedule,
     summarize,
@@ -68,6 +69,39 @@ def test_two_allocations_alive_at_once_are_a_double_allocation() -> None:
                                                                "5": "RUNNING"})],
                    [RUN, RELEASE])
     assert ending["double"] == []
+
+
+#: race 72 of seed 28 as recorded: node B's step 0 cancelled node A's new allocation
+#: 85 (no lease yet), node A's step 0 then allocated 86 again; all in one second
+RACE_72_SACCT = (
+    "85|race-72-2b0fea.persistent|CANCELLED by 0|2026-12-04T17:16:42|2026-12-04T17:16:42|"
+    "2026-12-04T17:16:42\n"
+    "86|race-72-2b0fea.persistent|CANCELLED by 0|2026-12-04T17:16:42|2026-12-04T17:16:42|"
+    "2026-12-04T17:16:49\n")
+RACE_72_LOG = """\
+[2026-12-04T17:16:42.094] sched: _slurm_rpc_allocate_resources JobId=85 NodeList=n1 usec=597
+[2026-12-04T17:16:42.382] _slurm_rpc_kill_job: REQUEST_KILL_JOB JobId=85 uid 0
+[2026-12-04T17:16:42.437] sched: _slurm_rpc_allocate_resources JobId=86 NodeList=n1 usec=264
+[2026-12-04T17:16:49.740] _slurm_rpc_kill_job: REQUEST_KILL_JOB JobId=86 uid 0
+"""
+
+
+def test_the_controllers_ms_decide_between_allocations_of_one_second(tmp_path: Path) -> None:
+    """sacct's seconds cannot order two allocations of one second: slurmctld's log
+    (ms) does. In race 72 the first was cancelled before the second was made: no
+    double allocation; 0.1 s later it would have been one."""
+    log = tmp_path / "slurmctld.log"
+    log.write_text("[2026-12-04T17:00:00.000] before the race JobId=1\n" + RACE_72_LOG)
+    made, asked = controller_times(log, len("[2026-12-04T17:00:00.000] before the race "
+                                            "JobId=1\n"))
+    assert sorted(made) == ["85", "86"] and sorted(asked) == ["85", "86"]
+    assert asked["85"] < made["86"]
+    rows = parse_sacct(RACE_72_SACCT)
+    run = Outcome(command="run", rc=0, status="PASSED")
+    assert check(rows, [], [run, run], kill_asked=asked, allocated=made)["double"] == []
+    late = {**asked, "85": made["86"] + 0.1}
+    found = check(rows, [], [run, run], kill_asked=late, allocated=made)["double"]
+    assert found and "85 and 86 overlap" in found[0]
 
 
 def test_a_cancel_under_a_live_lease_is_found() -> None:
