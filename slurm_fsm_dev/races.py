@@ -259,12 +259,29 @@ def _slurm(*argv: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str
 class Sampler(threading.Thread):
     """Lists the jobs of ``name`` and their lease steps every :data:`SAMPLE_S` s."""
 
-    def __init__(self, name: str, user: str) -> None:
+    def __init__(self, name: str, user: str, records: Path | None = None) -> None:
         super().__init__(daemon=True)
         self.name_ = name
         self.user = user
         self.samples: list[Sample] = []
         self.done = threading.Event()
+        #: the folder of the race's run records, and ``{run id: host}`` read from them
+        self.records = records
+        self.hosts: dict[str, str] = {}
+
+    def _read_records(self) -> None:
+        if self.records is None:
+            return
+        for path in self.records.glob(".slurm_run.r*.json"):
+            run_id = path.name.split(".")[2]
+            if run_id in self.hosts:
+                continue
+            try:
+                data = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if isinstance(data, dict) and isinstance(data.get("host"), str):
+                self.hosts[run_id] = data["host"]
 
     def run(self) -> None:
         while not self.done.is_set():
@@ -282,6 +299,7 @@ class Sampler(threading.Thread):
                     if found:
                         leases[step.strip()] = found.group(1)
             self.samples.append(Sample(t=t, jobs=jobs, leases=leases))
+            self._read_records()
             self.done.wait(SAMPLE_S)
 
 
@@ -344,7 +362,7 @@ def run_race(race: Race, *, root: Path, env: Mapping[str, str], partition: str,
     specs = {a.node: _spec(root, a.node, name, partition, account, a.job_s)
              for a in race.actions}
     hosts = {"a": LOGIN_NODES[0], "b": LOGIN_NODES[1]}
-    sampler = Sampler(name, user)
+    sampler = Sampler(name, user, root / "repo" / "work_dirs")
     sampler.start()
     started = time.monotonic()
     procs: list[subprocess.Popen[str] | None] = [None] * len(race.actions)
@@ -409,6 +427,9 @@ def run_race(race: Race, *, root: Path, env: Mapping[str, str], partition: str,
                                 exited=exited[i] or time.time(), killed=killed[i],
                                 stopped=stopped[i]))
     lease_owner = _lease_owners(root, hosts, race)
+    by_host = {hosts[a.node]: i for i, a in enumerate(race.actions) if a.command == "run"}
+    lease_owner.update({run: by_host[host] for run, host in sampler.hosts.items()
+                        if host in by_host})
     # clean up: release what is left, then every job of the name
     done = on_node(hosts["a"], ["release", str(specs["a"]), "--json", "--quiet"], env=env,
                    lock_dir=root / "locks-a")
@@ -420,6 +441,9 @@ def run_race(race: Race, *, root: Path, env: Mapping[str, str], partition: str,
     rows = _sacct(name)
     made, asked = (controller_times(slurmctld_log, log_offset) if slurmctld_log
                    else ({}, {}))
+    ours = {r.job for r in rows}  # other races (the suite's) share the controller
+    made = {j: t for j, t in made.items() if j in ours}
+    asked = {j: t for j, t in asked.items() if j in ours}
     violations = check(rows, sampler.samples, outcomes, kill_asked=asked,
                        lease_owner=lease_owner, allocated=made)
     return {"index": race.index, "kind": race.kind, "name": name,
@@ -496,6 +520,25 @@ def table(summary: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def recheck(result: dict[str, Any], log: Path | None) -> dict[str, list[str]]:
+    """The violations of a recorded race, checked again from what Slurm still has:
+    ``sacct`` of its name and slurmctld's whole log (for races recorded before their
+    rows were); the sampler's findings recorded then are kept (its samples were not)."""
+    rows = _sacct(result["name"])
+    jobs = {r.job for r in rows}
+    made, asked = controller_times(log, 0) if log is not None else ({}, {})
+    made = {j: t for j, t in made.items() if j in jobs}
+    asked = {j: t for j, t in asked.items() if j in jobs}
+    outcomes = [Outcome(**o) for o in result["outcomes"]]
+    found = check(rows, [], outcomes, kill_asked=asked, allocated=made,
+                  lease_owner=result.get("lease_owner", {}))
+    kept = {k: [v for v in found_then if v.startswith("squeue at") or "were listed at" in v]
+            for k, found_then in result["violations"].items()}
+    result.update(sacct=[attrs.asdict(r) for r in rows],
+                  controller={"allocated": made, "cancel_asked": asked})
+    return {k: found[k] + [v for v in kept.get(k, []) if v not in found[k]] for k in found}
+
+
 def _code_version() -> str:
     """The worktree's commit (``+`` when it has changes): what the race ran."""
     here = Path(__file__).resolve().parent.parent
@@ -515,6 +558,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=None,
                         help="where the races' checkouts go (default: a folder under "
                         "SLURM_FSM_LOCAL_DIR)")
+    parser.add_argument("--recheck", action="store_true",
+                        help="check the races recorded in --out again (sacct, slurmctld's "
+                        "log) where they lack their sacct rows; no race is run")
     args = parser.parse_args(argv)
     from slurm_fsm_dev import localcluster
 
@@ -524,6 +570,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     work = args.work or info.base_dir / "races"
     slurmctld_log = info.log_dir / "slurmctld.log"
     results: list[dict[str, Any]] = []
+    if args.recheck:
+        data = json.loads(args.out.read_text())
+        for result in data["races"]:
+            if "sacct" not in result:
+                result["violations"] = recheck(result, slurmctld_log)
+        data["summary"] = summarize(data["races"])
+        args.out.write_text(json.dumps(data, indent=1) + "\n")
+        print(table(data["summary"]))
+        return 0
     if args.first and args.out.exists():
         results = [r for r in json.loads(args.out.read_text()).get("races", [])
                    if r["index"] < args.first]
