@@ -109,6 +109,7 @@ from slurm_fsm.errors import (
     StateFileError,
 )
 from slurm_fsm.history import Estimate, RunHistory, history_path_for
+from slurm_fsm.jobstate import JobState
 from slurm_fsm.lease import LeaseGate
 from slurm_fsm.nvsmi import NvidiaSmiFailed
 from slurm_fsm.ownership import Ownership, describe
@@ -893,7 +894,7 @@ class AllocationMachine:
                 self._job = (info, self.clock.now())
                 return info
             if not info.state.is_pending:
-                vanished = info.state == "CANCELLED" or info.state.is_ending
+                vanished = info.state is JobState.CANCELLED or info.state.is_ending
                 raise (AllocationVanished if vanished else AllocationFailed)(
                     ["salloc"], 1, self._salloc_log_tail(),
                     f"allocation {job_id} ended as {info.state} before it started",

@@ -242,11 +242,8 @@ class PersistentRun:
         if state is not State.Ready or m.alloc is None:
             if again and m.failure is not None and isinstance(m.failure.error,
                                                               AllocationVanished):
-                text = (f"{m.failure.message} (cancelled by another run's release, on "
-                        "another login node: no lease of this run held it yet); step 0 "
-                        "again")
-                self.warnings.append(text)
-                self.events.message(f"WARNING: {text}")
+                self._again(f"{m.failure.message} (cancelled by another run's release, "
+                            "on another login node: no lease of this run held it yet)")
                 return None
             msg = m.failure.message if m.failure else f"step 0 ended in {state.value}"
             # a failed setup step: its pyxis / pip lines each on their own
@@ -267,11 +264,9 @@ class PersistentRun:
         except BackendError as exc:
             self.lease = None
             if again and (isinstance(exc, JobNotFound) or self._gone(alloc.job_id)):
-                text = (f"allocation {alloc.job_id} ended before this run's lease step "
-                        "started (released or replaced by another run, on another login "
-                        "node: no lease of this run held it yet); step 0 again")
-                self.warnings.append(text)
-                self.events.message(f"WARNING: {text}")
+                self._again(f"allocation {alloc.job_id} ended before this run's lease "
+                            "step started (released or replaced by another run, on another "
+                            "login node: no lease of this run held it yet)")
                 return None
             msg = (f"could not take this run's lease on allocation {alloc.job_id} (a step "
                    f"every host sees in squeue -s): {exc}; the job was not started")
@@ -290,6 +285,12 @@ class PersistentRun:
         if m.leases is not None:
             m.leases.own = lease.run_id
         return lease
+
+    def _again(self, why: str) -> None:
+        """Say (a warning) why step 0 is done again."""
+        text = f"{why}; step 0 again"
+        self.warnings.append(text)
+        self.events.message(f"WARNING: {text}")
 
     def _gone(self, job_id: str) -> bool:
         """Slurm no longer runs allocation ``job_id`` (a lease step that failed with a
