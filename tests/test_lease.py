@@ -13,7 +13,7 @@ import attrs
 import pytest
 
 from slurm_fsm.backend import StepInfo
-from slurm_fsm.errors import CommandFailed
+from slurm_fsm.errors import AllocationFailed, AllocationVanished, CommandFailed
 from slurm_fsm.executor import Executor
 from slurm_fsm.lease import (
     AllocationInUse,
@@ -27,6 +27,7 @@ from slurm_fsm.results import Status
 from slurm_fsm.runrecord import RunBook, RunRecord
 from slurm_fsm.slurmcli import srun_lease_argv
 from slurm_fsm.state import StateStore
+from slurm_fsm.subprocess_backend import SubprocessBackend
 from slurm_fsm.testing import FakeCluster, FakeScript
 
 from conftest import SpecFactory
@@ -376,3 +377,54 @@ def test_an_allocation_released_by_another_host_before_it_started_is_asked_again
     assert report.status is Status.PASSED, (report.summary, report.errors)
     assert len(fake.jobs) == 2 and report.allocation_id == max(fake.jobs, key=int)
     assert any("before it started" in w and "step 0 again" in w for w in report.warnings)
+
+
+@pytest.mark.parametrize(("log", "gone", "vanished"), [
+    ("salloc: Granted job allocation 155\nsalloc: Job allocation 155 has been revoked.\n",
+     True, True),
+    ("salloc: Pending job allocation 155\nsalloc: job 155 queued and waiting for resources\n",
+     True, True),
+    ("salloc: Granted job allocation 155\n", False, False),  # squeue did not answer
+    ("salloc: error: invalid partition specified: nope\n", True, False),
+], ids=["granted-revoked", "pending", "unknown", "never-made"])
+def test_an_allocate_whose_job_was_made_and_is_gone_says_it_vanished(
+        tmp_path: Path, log: str, gone: bool, vanished: bool) -> None:
+    """Race 133 of the campaign (seed 28): node A's salloc got job 155, node A was
+    paused, node B's release cancelled 155 (no lease yet), node A resumed and found no
+    job within 10 s: plain AllocationFailed, ERROR. A job salloc named and Slurm no
+    longer lists is AllocationVanished: the run does step 0 again."""
+    path = tmp_path / ".salloc.log"
+    path.write_text(log)
+    error = SubprocessBackend._allocation_failed(["salloc"], 1, path, "no job appeared",
+                                                 gone=gone)
+    assert isinstance(error, AllocationFailed)
+    assert isinstance(error, AllocationVanished) is vanished
+    assert ("was made and is gone" in str(error)) is vanished
+
+
+class _VanishedInAllocate(FakeCluster):
+    """salloc's job is cancelled from outside while allocate still polls for it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.times = 1
+
+    def allocate(self, request, wait_s: float = 10.0) -> str:  # type: ignore[no-untyped-def]
+        job = super().allocate(request, wait_s)
+        if self.times > 0:
+            self.times -= 1
+            self.cancel(job)
+            raise AllocationVanished(["salloc"], 1, "", f"its job {job} was made and is "
+                                     "gone, cancelled from outside")
+        return job
+
+
+def test_a_run_whose_allocate_found_its_job_cancelled_allocates_again(
+        make_spec: SpecFactory) -> None:
+    fake = _VanishedInAllocate()
+    spec = make_spec()
+    fake.script(spec.script_path, FakeScript(lines=("ok",)))
+    report = Executor(spec, fake, clock=fake.clock).run()
+    assert report.status is Status.PASSED, (report.summary, report.errors)
+    assert len(fake.jobs) == 2
+    assert any("was made and is gone" in w and "step 0 again" in w for w in report.warnings)
