@@ -566,14 +566,16 @@ class SubprocessBackend:
 
         # nothing appeared in time: stop salloc (it withdraws its request) and
         # make sure that no late job of ours survives the failure we report
-        if proc.poll() is None:
+        ended = proc.poll() is not None  # salloc had its answer (--no-shell: granted)
+        if not ended:
             self._stop(proc)
         self._cancel_late(request, user)
         rc = proc.returncode if proc.returncode is not None else -1
         why = f"no job named {request.job_name} of {user} appeared within {wait_s:g} s"
         if transient is not None:
             why += f" (last squeue: {transient})"
-        raise self._allocation_failed(argv, rc, request.log_path, why, gone=transient is None)
+        raise self._allocation_failed(argv, rc, request.log_path, why,
+                                      gone=ended and transient is None)
 
     def _start_salloc(self, argv: list[str], log_path: Path) -> subprocess.Popen[bytes]:
         """``salloc`` detached, its output in ``log_path`` (opened privately: never
