@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AllocationFailed",
+    "AllocationVanished",
     "BackendError",
     "BuildError",
     "CommandFailed",
@@ -148,6 +149,12 @@ class CommandFailed(BackendError):
 
 class AllocationFailed(CommandFailed):
     """salloc did not produce an allocation; ``stderr_tail`` is its own message."""
+
+
+class AllocationVanished(AllocationFailed):
+    """The new allocation ended before it started: cancelled from outside (another
+    run's ``release`` on another login node, whose state-file lock is not this one's,
+    found it with no lease), or gone from Slurm. A run may ask for one again."""
 
 
 class SetupFailed(SlurmFsmError):

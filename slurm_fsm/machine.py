@@ -97,6 +97,7 @@ from slurm_fsm.edges import (
 )
 from slurm_fsm.errors import (
     AllocationFailed,
+    AllocationVanished,
     BackendError,
     CommandTimedOut,
     ContainerSupportMissing,
@@ -108,6 +109,7 @@ from slurm_fsm.errors import (
     StateFileError,
 )
 from slurm_fsm.history import Estimate, RunHistory, history_path_for
+from slurm_fsm.jobstate import JobState
 from slurm_fsm.lease import LeaseGate
 from slurm_fsm.nvsmi import NvidiaSmiFailed
 from slurm_fsm.ownership import Ownership, describe, new_nonce, request_of
@@ -904,7 +906,7 @@ class AllocationMachine:
             try:
                 info = self.backend.query_job(job_id)
             except JobNotFound:
-                raise AllocationFailed(
+                raise AllocationVanished(
                     ["salloc"], 1, self._salloc_log_tail(),
                     f"allocation {job_id} disappeared before it started",
                 ) from None
@@ -912,7 +914,8 @@ class AllocationMachine:
                 self._job = (info, self.clock.now())
                 return info
             if not info.state.is_pending:
-                raise AllocationFailed(
+                vanished = info.state is JobState.CANCELLED or info.state.is_ending
+                raise (AllocationVanished if vanished else AllocationFailed)(
                     ["salloc"], 1, self._salloc_log_tail(),
                     f"allocation {job_id} ended as {info.state} before it started",
                 )

@@ -22,7 +22,7 @@ import attrs
 from slurm_fsm import placement, sharedview
 from slurm_fsm.backend import LeaseHandle, RunningScript, ScriptRequest, SlurmBackend
 from slurm_fsm.clock import Clock
-from slurm_fsm.errors import BackendError, JobNotFound
+from slurm_fsm.errors import AllocationVanished, BackendError, JobNotFound
 from slurm_fsm.events import Events
 from slurm_fsm.joboutput import output_for_spec
 from slurm_fsm.jobstate import JobState
@@ -41,6 +41,9 @@ __all__ = ["PersistentRun", "point_latest", "run_book", "run_log_path", "salloc_
 
 #: A lease may be broken this long after its job's monitor timeout (its ``max_until``).
 LEASE_MARGIN_S = 900.0
+#: Step 0 is done at most this often in one run: again when its allocation ended before
+#: the run's lease step started (another login node's release; issue 28's races).
+STEP0_ATTEMPTS = 3
 
 #: What srun prints when Slurm ends a step at its job's time limit.
 TIME_LIMIT_MARK = "DUE TO TIME LIMIT"
@@ -206,11 +209,15 @@ class PersistentRun:
 
     # ---------------------------------------------------------------------- the run
     def run(self) -> RunFacts:
-        m = self._new_machine()
-        with m.locked():  # step 0, the dead runs' leftovers, this run's lease
-            done = self._step0(m)
+        for attempt in range(1, STEP0_ATTEMPTS + 1):
+            m = self._new_machine()
+            with m.locked():  # step 0, the dead runs' leftovers, this run's lease
+                done = self._step0(m, again=attempt < STEP0_ATTEMPTS)
+            if done is not None:
+                break
         if isinstance(done, RunFacts):
             return done
+        assert done is not None
         steps = RunSteps(self.backend, self.runs, done, clock=self.clock,
                          say=self.events.message)
         try:
@@ -221,9 +228,13 @@ class PersistentRun:
             if steps.finished and self.lease is not None:  # its job's steps are gone
                 self.lease.stop()
 
-    def _step0(self, m: AllocationMachine) -> RunFacts | RunRecord:
+    def _step0(self, m: AllocationMachine, *, again: bool = False
+               ) -> RunFacts | RunRecord | None:
         """Under the state file's lock: step 0, then what dead runs left is stopped and
-        this run's lease is taken. The lease, or the facts of a failure."""
+        this run's lease is taken. The lease, or the facts of a failure; None (when
+        ``again``) when the allocation was gone before the lease step could start: a
+        release or a replacement on another login node (the state file's lock does
+        not hold across hosts) had found no lease of this run, rightly: step 0 again."""
         spec = self.spec
         t = self.clock.now()
         self.events.state(Phase.STEP0.value, "validating or allocating")
@@ -231,6 +242,11 @@ class PersistentRun:
         self.timings["step0_s"] = self.clock.now() - t
         self._note_successor_wait(m)
         if state is not State.Ready or m.alloc is None:
+            if again and m.failure is not None and isinstance(m.failure.error,
+                                                              AllocationVanished):
+                self._again(f"{m.failure.message} (cancelled by another run's release, "
+                            "on another login node: no lease of this run held it yet)")
+                return None
             msg = m.failure.message if m.failure else f"step 0 ended in {state.value}"
             # a failed setup step: its pyxis / pip lines each on their own
             error = m.failure.error if m.failure else None
@@ -256,14 +272,20 @@ class PersistentRun:
                     (alloc.job_id, spec.container_name or ""), max_until,
                     self._batch_lease_taker(alloc.job_id))
         except BackendError as exc:
+            self.lease = None
+            if again and (isinstance(exc, JobNotFound) or self._gone(alloc.job_id)):
+                self._again(f"allocation {alloc.job_id} ended before this run's lease "
+                            "step started (released or replaced by another run, on another "
+                            "login node: no lease of this run held it yet)")
+                return None
             msg = (f"could not take this run's lease on allocation {alloc.job_id} (a step "
                    f"every host sees in squeue -s): {exc}; the job was not started")
-            m.finish(reason=msg, allocation_gone=isinstance(exc, JobNotFound))
+            # the machine stays in Ready (finish is no edge from it): the next run's
+            # step 0 validates the allocation anew
             return self._facts(Phase.STEP0, failure=Failure(phase=Phase.STEP0, message=msg))
         except OSError as exc:  # the batch lease's record
             msg = (f"could not write the record of this batch's lease on allocation "
                    f"{alloc.job_id} in {self.runs.folder}: {exc}; the job was not started")
-            m.finish(reason=msg)
             return self._facts(Phase.STEP0, failure=Failure(phase=Phase.STEP0, message=msg))
         try:
             lease = self.runs.start(alloc.job_id, spec=str(spec.script_path),
@@ -273,7 +295,6 @@ class PersistentRun:
             self.lease.stop()
             msg = (f"could not write this run's record (its lease on allocation "
                    f"{alloc.job_id}) in {self.runs.folder}: {exc}; the job was not started")
-            m.finish(reason=msg)
             return self._facts(Phase.STEP0, failure=Failure(phase=Phase.STEP0, message=msg))
         if m.leases is not None:
             m.leases.own = lease.run_id
@@ -308,6 +329,22 @@ class PersistentRun:
             return handle, batch_id, lambda: self.runs.delete(record)
 
         return take
+
+    def _again(self, why: str) -> None:
+        """Say (a warning) why step 0 is done again."""
+        text = f"{why}; step 0 again"
+        self.warnings.append(text)
+        self.events.message(f"WARNING: {text}")
+
+    def _gone(self, job_id: str) -> bool:
+        """Slurm no longer runs allocation ``job_id`` (a lease step that failed with a
+        text of srun's not known as "gone": asked, not guessed); False when unknown."""
+        try:
+            return not self.backend.query_job(job_id).state.is_running
+        except JobNotFound:
+            return True
+        except BackendError:
+            return False
 
     def _run(self, m: AllocationMachine, steps: RunSteps) -> RunFacts:
         """Pre-flight, the script, how it ended (the lock is free: other runs overlap)."""

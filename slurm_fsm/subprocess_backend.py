@@ -23,6 +23,7 @@ import getpass
 import logging
 import os
 import pwd
+import re
 import secrets
 import select
 import socket
@@ -56,6 +57,7 @@ from slurm_fsm.backend import (
 from slurm_fsm.clock import Clock, SystemClock
 from slurm_fsm.errors import (
     AllocationFailed,
+    AllocationVanished,
     BackendError,
     CommandFailed,
     CommandTimedOut,
@@ -86,6 +88,9 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+#: salloc's line naming the job it was given (``salloc: Granted job allocation 155``)
+_SALLOC_GAVE = re.compile(r"(?:Pending|Granted) job allocation (\d+)")
 
 T = TypeVar("T")
 
@@ -562,7 +567,8 @@ class SubprocessBackend:
             if own:
                 return self._reconcile(own[0], jobs)
             if rc is not None and rc != 0 and not self._answer_lost(request.log_path):
-                raise self._allocation_failed(argv, rc, request.log_path)
+                raise self._allocation_failed(argv, rc, request.log_path,
+                                              gone=transient is None)
             # salloc lost the controller's answer ("Socket timed out"): the job it asked
             # for may exist all the same; it is looked for by this request's nonce until
             # the deadline, then cancelled if it turns up late
@@ -573,14 +579,16 @@ class SubprocessBackend:
 
         # nothing appeared in time: stop salloc (it withdraws its request) and
         # make sure that no late job of ours survives the failure we report
-        if proc.poll() is None:
+        ended = proc.poll() is not None  # salloc had its answer (--no-shell: granted)
+        if not ended:
             self._stop(proc)
         self._cancel_late(request, user)
         rc = proc.returncode if proc.returncode is not None else -1
         why = f"no job named {request.job_name} of {user} appeared within {wait_s:g} s"
         if transient is not None:
             why += f" (last squeue: {transient})"
-        raise self._allocation_failed(argv, rc, request.log_path, why)
+        raise self._allocation_failed(argv, rc, request.log_path, why,
+                                      gone=ended and transient is None)
 
     def _existing(self, request: AllocationRequest, user: str) -> str | None:
         """A live job of the request's name and checkout, to adopt: the one of its
@@ -694,11 +702,20 @@ class SubprocessBackend:
 
     @staticmethod
     def _allocation_failed(
-        argv: Sequence[str], rc: int, log_path: Path, why: str = ""
+        argv: Sequence[str], rc: int, log_path: Path, why: str = "", *, gone: bool = False
     ) -> AllocationFailed:
+        """The failure of an allocate. ``gone``: Slurm was asked after salloc and listed
+        no live job of the request: when salloc's log names the job it was given, that
+        job was cancelled from outside (another login node's release found it with no
+        lease: issue 28's races) and :class:`AllocationVanished` says so."""
         text = _read_text(log_path, shared=True)
         detail = slurmcli.salloc_error(text)
         message = why or f"salloc exited {rc}"
+        made = _SALLOC_GAVE.search(text) if gone else None
+        if made is not None:
+            return AllocationVanished(argv, rc, detail, (
+                f"{message}: its job {made.group(1)} was made and is gone, cancelled from "
+                f"outside (log: {log_path})"))
         return AllocationFailed(argv, rc, detail, f"{message} (log: {log_path})")
 
     def run_step(self, request: StepRequest) -> StepResult:

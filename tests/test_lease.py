@@ -13,6 +13,7 @@ import attrs
 import pytest
 
 from slurm_fsm.backend import StepInfo
+from slurm_fsm.errors import AllocationFailed, AllocationVanished, CommandFailed
 from slurm_fsm.executor import Executor
 from slurm_fsm.lease import (
     AllocationInUse,
@@ -26,6 +27,7 @@ from slurm_fsm.results import Status
 from slurm_fsm.runrecord import RunBook, RunRecord
 from slurm_fsm.slurmcli import srun_lease_argv
 from slurm_fsm.state import StateStore
+from slurm_fsm.subprocess_backend import SubprocessBackend
 from slurm_fsm.testing import FakeCluster, FakeScript
 
 from conftest import SpecFactory
@@ -282,3 +284,147 @@ def test_the_next_run_stops_a_dead_runs_lease_step_slurm_kept(tmp_path: Path) ->
     assert fake.jobs[job].steps == {}, warnings
     assert any(f"step {job}.1" in w for w in warnings), warnings
     assert book.records() == []
+
+
+class _ReleasedBeforeTheLease(FakeCluster):
+    """Another login node's ``release`` (its lock is not ours: a filesystem whose
+    locks do not hold across hosts) cancels the allocation in the moment between this
+    run's step 0 and its lease step: found by the race campaign (race 2 of seed 1)."""
+
+    def __init__(self, times: int = 1, says: str = "") -> None:
+        super().__init__()
+        self.times = times
+        self.says = says
+
+    def start_lease(self, job_id: str, name: str, timeout_s: float = 60.0):  # type: ignore[no-untyped-def]
+        if self.times > 0:
+            self.times -= 1
+            self.cancel(job_id)
+            if self.says:  # srun failed with a text not known as "gone" (race 20)
+                raise CommandFailed(["srun"], 1, self.says, "lease step did not start")
+        return super().start_lease(job_id, name, timeout_s)
+
+
+@pytest.mark.parametrize(("warm", "says"), [(False, ""), (True, ""), (True, "srun: bye")],
+                         ids=["cold", "warm", "warm-unknown-text"])
+def test_an_allocation_released_by_another_host_before_the_lease_is_allocated_anew(
+        make_spec: SpecFactory, warm: bool, says: str) -> None:
+    """Issue 28, the race campaign: the run's allocation is cancelled by another
+    host's release after step 0 and before the run's lease step (no lease of this run
+    yet: the release was right to go). Before: ``MachineError`` "Can't trigger event
+    finish from state Ready", an ERROR. Now the run starts step 0 again (a new
+    allocation) and PASSES; never a second live allocation."""
+    fake = _ReleasedBeforeTheLease(times=0, says=says)
+    spec = make_spec()
+    fake.script(spec.script_path, FakeScript(lines=("ok",)))
+    if warm:
+        assert Executor(spec, fake, clock=fake.clock).run().status is Status.PASSED
+    fake.times = 1
+    report = Executor(spec, fake, clock=fake.clock).run()
+    assert report.status is Status.PASSED, (report.summary, report.errors)
+    live = [j for j, job in fake.jobs.items() if job.state == "RUNNING"]
+    assert live == [report.allocation_id]
+    assert len(fake.jobs) == 2
+    stored = StateStore(spec.state_path).read()
+    assert stored is not None and stored.job_id == report.allocation_id
+
+
+def test_a_lease_that_cannot_start_for_another_reason_is_an_error_not_a_crash(
+        make_spec: SpecFactory) -> None:
+    """The lease step fails while the allocation lives (not a crash of the machine:
+    ``finish`` is no edge from Ready): ERROR naming the lease, the allocation kept."""
+    fake = _ReleasedBeforeTheLease(times=0)
+    spec = make_spec()
+    fake.script(spec.script_path, FakeScript(lines=("ok",)))
+    assert Executor(spec, fake, clock=fake.clock).run().status is Status.PASSED
+
+    def broken(job_id: str, name: str, timeout_s: float = 60.0) -> None:
+        raise CommandFailed(["srun"], 1, "srun: error: something else", "lease failed")
+
+    fake.start_lease = broken  # type: ignore[method-assign,assignment]
+    report = Executor(spec, fake, clock=fake.clock).run()
+    assert report.status is Status.ERROR
+    assert "could not take this run's lease" in (report.summary or "")
+    assert "internal error" not in (report.summary or "")
+    assert [j for j, job in fake.jobs.items() if job.state == "RUNNING"] == \
+        [report.allocation_id]
+
+
+class _ReleasedWhilePending(FakeCluster):
+    """Another login node's release cancels the allocation this run has just asked
+    for, before it starts (race 2 of the campaign's seed 28)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.times = 1
+
+    def allocate(self, request, wait_s: float = 10.0) -> str:  # type: ignore[no-untyped-def]
+        job = super().allocate(request, wait_s)
+        if self.times > 0:
+            self.times -= 1
+            self.cancel(job)
+        return job
+
+
+def test_an_allocation_released_by_another_host_before_it_started_is_asked_again(
+        make_spec: SpecFactory) -> None:
+    """Before: ERROR "allocation N ended as CANCELLED before it started". Now step 0
+    again: a new allocation, PASSED, the first one never used."""
+    fake = _ReleasedWhilePending()
+    spec = make_spec()
+    fake.script(spec.script_path, FakeScript(lines=("ok",)))
+    report = Executor(spec, fake, clock=fake.clock).run()
+    assert report.status is Status.PASSED, (report.summary, report.errors)
+    assert len(fake.jobs) == 2 and report.allocation_id == max(fake.jobs, key=int)
+    assert any("before it started" in w and "step 0 again" in w for w in report.warnings)
+
+
+@pytest.mark.parametrize(("log", "gone", "vanished"), [
+    ("salloc: Granted job allocation 155\nsalloc: Job allocation 155 has been revoked.\n",
+     True, True),
+    ("salloc: Pending job allocation 155\nsalloc: job 155 queued and waiting for resources\n",
+     True, True),
+    ("salloc: Granted job allocation 155\n", False, False),  # squeue did not answer
+    ("salloc: error: invalid partition specified: nope\n", True, False),
+], ids=["granted-revoked", "pending", "unknown", "never-made"])
+def test_an_allocate_whose_job_was_made_and_is_gone_says_it_vanished(
+        tmp_path: Path, log: str, gone: bool, vanished: bool) -> None:
+    """Race 133 of the campaign (seed 28): node A's salloc got job 155, node A was
+    paused, node B's release cancelled 155 (no lease yet), node A resumed and found no
+    job within 10 s: plain AllocationFailed, ERROR. A job salloc named and Slurm no
+    longer lists is AllocationVanished: the run does step 0 again."""
+    path = tmp_path / ".salloc.log"
+    path.write_text(log)
+    error = SubprocessBackend._allocation_failed(["salloc"], 1, path, "no job appeared",
+                                                 gone=gone)
+    assert isinstance(error, AllocationFailed)
+    assert isinstance(error, AllocationVanished) is vanished
+    assert ("was made and is gone" in str(error)) is vanished
+
+
+class _VanishedInAllocate(FakeCluster):
+    """salloc's job is cancelled from outside while allocate still polls for it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.times = 1
+
+    def allocate(self, request, wait_s: float = 10.0) -> str:  # type: ignore[no-untyped-def]
+        job = super().allocate(request, wait_s)
+        if self.times > 0:
+            self.times -= 1
+            self.cancel(job)
+            raise AllocationVanished(["salloc"], 1, "", f"its job {job} was made and is "
+                                     "gone, cancelled from outside")
+        return job
+
+
+def test_a_run_whose_allocate_found_its_job_cancelled_allocates_again(
+        make_spec: SpecFactory) -> None:
+    fake = _VanishedInAllocate()
+    spec = make_spec()
+    fake.script(spec.script_path, FakeScript(lines=("ok",)))
+    report = Executor(spec, fake, clock=fake.clock).run()
+    assert report.status is Status.PASSED, (report.summary, report.errors)
+    assert len(fake.jobs) == 2
+    assert any("was made and is gone" in w and "step 0 again" in w for w in report.warnings)

@@ -1416,3 +1416,23 @@ def test_once_step_argv_quotes_nothing_from_the_request_into_the_script() -> Non
     assert argv[argv.index("-c") + 3] == slurmcli.ONCE_DIR_HOST  # no container: the host
     plain = slurmcli.srun_step_argv(attrs.evolve(request, once=None))
     assert plain[-3:] == ["echo", "$(id)", "a'b"] and "flock" not in " ".join(plain)
+
+
+def test_allocate_whose_granted_job_is_gone_says_it_vanished(tmp_path: Path) -> None:
+    """salloc --no-shell was granted job 9 and exited 0, and squeue never lists it:
+    the job was cancelled from outside (issue 28, race 133) - AllocationVanished. A
+    salloc still pending when the wait ends (above) is a plain AllocationFailed."""
+    from slurm_fsm.errors import AllocationVanished
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake_tool(bin_dir, "salloc", 'echo "salloc: Granted job allocation 9"; exit 0')
+    runner = Replay({"squeue": [(0, "", "")], "scancel": [(0, "", "")]})
+    backend = SubprocessBackend(runner=runner, env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    request = req(log_path=tmp_path / ".salloc.log", user="root")
+    with pytest.raises(AllocationVanished, match=r"its job 9 was made and is gone"):
+        backend.allocate(request, wait_s=0.3)
+    fake_tool(bin_dir, "salloc", 'echo "salloc: Pending job allocation 9"; exec sleep 60')
+    with pytest.raises(AllocationFailed) as caught:
+        backend.allocate(request, wait_s=0.3)
+    assert not isinstance(caught.value, AllocationVanished)

@@ -24,6 +24,7 @@ import pytest
 
 from slurm_fsm_dev.chroot import LOGIN_NODES
 from slurm_fsm_dev.localcluster import ClusterInfo
+from slurm_fsm_dev.loginnodes import on_node, orchestrator
 
 from .helpers import JobNames, cli_report, job_state, spec_dict, steps, until
 
@@ -43,45 +44,13 @@ def _env(cluster: ClusterInfo) -> dict[str, str]:
 
 def _on_node(cluster: ClusterInfo, host: str, *args: str,
              linger_s: int = 0) -> subprocess.Popen[str]:
-    """``slurm-fsm ARGS --json --quiet`` on the emulated login node ``host``: its own
-    host name and pid namespace. The orchestrator is not the namespace's pid 1 (a
-    shell is, and stays ``linger_s`` after it), so a kill -9 of it is the kill of one
-    process, as on a real node (the end of pid 1 would SIGKILL every process of the
-    namespace at once, ``srun`` s included: a node that died, not a process)."""
-    inner = (f"hostname {host} && {sys.executable} -m slurm_fsm "
-             + " ".join(args) + f" --json --quiet; rc=$?; sleep {linger_s}; exit $rc")
-    return subprocess.Popen(["unshare", "--uts", "--pid", "--fork", "--mount-proc",
-                             "sh", "-c", inner],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=_env(cluster))
-
-
-def _children() -> dict[int, list[int]]:
-    out: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[-1].split()
-        except OSError:
-            continue
-        out.setdefault(int(stat[1]), []).append(int(name))
-    return out
+    """``slurm-fsm ARGS --json --quiet`` on the emulated login node ``host``
+    (:func:`slurm_fsm_dev.loginnodes.on_node`, the shared lock)."""
+    return on_node(host, [*args, "--json", "--quiet"], env=_env(cluster), linger_s=linger_s)
 
 
 def _orchestrator(root: int) -> int | None:
-    """The host pid of the ``python -m slurm_fsm`` under the unshare process ``root``."""
-    tree, todo = _children(), [root]
-    while todo:
-        pid = todo.pop()
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if argv[1:3] == [b"-m", b"slurm_fsm"]:
-            return pid
-        todo.extend(tree.get(pid, []))
-    return None
+    return orchestrator(root)
 
 
 def _specs(cluster: ClusterInfo, tmp_path: Path, name: str, seconds: float) -> list[Path]:
