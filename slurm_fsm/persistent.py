@@ -235,7 +235,6 @@ class PersistentRun:
         ``again``) when the allocation was gone before the lease step could start: a
         release or a replacement on another login node (the state file's lock does
         not hold across hosts) had found no lease of this run, rightly: step 0 again."""
-        spec = self.spec
         t = self.clock.now()
         self.events.state(Phase.STEP0.value, "validating or allocating")
         state = m.prepare()
@@ -258,7 +257,14 @@ class PersistentRun:
         for text in stop_leftovers(self.backend, self.runs, alloc.job_id, self.clock):
             self.warnings.append(text)
             self.events.message(f"WARNING: {text}")
-        # the lease step first (every host sees it), then the record that names its run
+        return self._take_lease(m, alloc, again=again)
+
+    def _take_lease(self, m: AllocationMachine, alloc: AllocState, *, again: bool
+                    ) -> RunFacts | RunRecord | None:
+        """This run's lease on ``alloc``: the lease step first (every host sees it; a
+        ``run_many`` batch shares one), then the record that names its run. The lease,
+        the facts of a failure, or None (``again``): the allocation ended first."""
+        spec = self.spec
         run_id = new_run_id()
         max_until = time.time() + spec.monitor_timeout_seconds + LEASE_MARGIN_S
         shared: str | None = None
