@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.doctable import splice_table
 from slurm_fsm import JobSpec, Status, SubprocessBackend
 from slurm_fsm.executor import Executor
 from slurm_fsm_dev import localcluster
@@ -165,14 +166,8 @@ def table(results: list[dict[str, Any]]) -> str:
 
 
 def write_doc(results: list[dict[str, Any]]) -> None:
-    text = DOC.read_text(encoding="utf-8")
-    if TABLE_BEGIN not in text:
+    if not splice_table(DOC, TABLE_BEGIN, TABLE_END, table(results)):
         say(f"{DOC} has no {TABLE_BEGIN}: table not written")
-        return
-    head, rest = text.split(TABLE_BEGIN, 1)
-    _, tail = rest.split(TABLE_END, 1)
-    DOC.write_text(head + TABLE_BEGIN + "\n" + table(results) + TABLE_END + tail,
-                   encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -49,6 +49,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from benchmarks.doctable import splice_table
 from slurm_fsm import JobSpec, Status, SubprocessBackend
 from slurm_fsm.executor import Executor
 from slurm_fsm.spec import EXPIRY_MARGIN_S
@@ -389,14 +390,8 @@ def write_docs(results: list[dict[str, Any]]) -> None:
 
     FIGURE.parent.mkdir(parents=True, exist_ok=True)
     FIGURE.write_text(charts.stream_svg(results), encoding="utf-8")
-    text = DOC.read_text(encoding="utf-8")
-    if TABLE_BEGIN not in text:
+    if not splice_table(DOC, TABLE_BEGIN, TABLE_END, table(results)):
         say(f"{DOC} has no {TABLE_BEGIN}: table not written")
-        return
-    head, rest = text.split(TABLE_BEGIN, 1)
-    _, tail = rest.split(TABLE_END, 1)
-    DOC.write_text(head + TABLE_BEGIN + "\n" + table(results) + TABLE_END + tail,
-                   encoding="utf-8")
 
 
 def ordered(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
