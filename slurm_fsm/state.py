@@ -20,6 +20,7 @@ import json
 import os
 import pwd
 import stat
+import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -94,6 +95,21 @@ class AllocState:
                            if k in ORIGINAL_KEYS or data[k] is not None}, indent=2) + "\n"
 
 
+#: The threads of one process that want one state file's lock queue here first
+#: (:func:`_in_process_lock`): woken at a sibling's release, never polling the file lock.
+_IN_PROCESS: dict[str, threading.Lock] = {}
+_IN_PROCESS_GUARD = threading.Lock()
+#: How often a process that waits for another process's lock tries it again, in s.
+LOCK_POLL_S = 0.02
+
+
+def _in_process_lock(lock_path: Path) -> threading.Lock:
+    """The one in-process lock of ``lock_path`` (by its absolute path)."""
+    key = os.path.abspath(lock_path)
+    with _IN_PROCESS_GUARD:
+        return _IN_PROCESS.setdefault(key, threading.Lock())
+
+
 class StateStore:
     """Reads, writes and locks one state file."""
 
@@ -101,7 +117,8 @@ class StateStore:
         self.path = Path(path)
         self.lock_path = self.path.with_name(self.path.name + ".lock")
         self.lock_timeout_s = lock_timeout_s
-        self._lock = filelock.FileLock(str(self.lock_path), timeout=lock_timeout_s)
+        self._lock = filelock.FileLock(str(self.lock_path), timeout=lock_timeout_s,
+                                       poll_interval=LOCK_POLL_S)
 
     def exists(self) -> bool:
         return self.path.exists()
@@ -242,20 +259,33 @@ class StateStore:
         problem = self.owner_problem()
         if problem is not None:
             raise StateFileError(str(self.path), problem)
+        # the threads of this process first (a run_many's runs): one at a time, each
+        # woken at once by the release before it; then the file lock (other processes)
+        siblings = _in_process_lock(self.lock_path)
+        said = False
+        if not siblings.acquire(blocking=False):
+            said = self._said_wait(on_wait)
+            if not siblings.acquire(timeout=self.lock_timeout_s):
+                raise self._timeout()
+        try:
+            with self._file_lock(on_wait, said):
+                yield
+        finally:
+            siblings.release()
+
+    @contextlib.contextmanager
+    def _file_lock(self, on_wait: Callable[[str], None] | None, said: bool
+                   ) -> Iterator[None]:
+        """The inter-process lock (this process's siblings are queued already)."""
         try:
             try:
                 self._lock.acquire(timeout=0)
             except filelock.Timeout:
-                if on_wait is not None:
-                    on_wait(f"waiting for {self.lock_path}: another run on this repo_root "
-                            f"holds it (at most {self.lock_timeout_s:g} s)")
+                if not said:
+                    self._said_wait(on_wait)
                 self._lock.acquire()
         except filelock.Timeout:
-            raise StateLockTimeout(
-                str(self.lock_path),
-                f"another orchestrator has held this lock for {self.lock_timeout_s:g} s "
-                "(step 0 of another run on the same repo_root); nothing was done",
-            ) from None
+            raise self._timeout() from None
         except OSError as exc:  # not a Timeout (an OSError too): a planted link (ELOOP)
             raise StateFileError(str(self.path), f"its lock {self.lock_path} cannot be "
                                  f"taken ({exc.strerror or exc}); nothing was done") from None
@@ -263,6 +293,18 @@ class StateStore:
             yield
         finally:
             self._lock.release()
+
+    def _said_wait(self, on_wait: Callable[[str], None] | None) -> bool:
+        if on_wait is not None:
+            on_wait(f"waiting for {self.lock_path}: another run on this repo_root "
+                    f"holds it (at most {self.lock_timeout_s:g} s)")
+        return True
+
+    def _timeout(self) -> StateLockTimeout:
+        return StateLockTimeout(
+            str(self.lock_path),
+            f"another orchestrator has held this lock for {self.lock_timeout_s:g} s "
+            "(step 0 of another run on the same repo_root); nothing was done")
 
 
 def _user_name(uid: int) -> str:

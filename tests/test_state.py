@@ -289,3 +289,42 @@ def test_plan_does_not_copy_what_is_not_a_state_file(tmp_path: Path, kind: str) 
     plan = json.loads(out.stdout)
     assert plan["path"] == ["NoState", "Allocating", "Ready"]
     assert any("not a regular file" in w or "symbolic link" in w for w in plan["warnings"])
+
+
+def test_threads_of_one_process_queue_for_the_lock_without_polling(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runs of one ``run_many`` are threads of one process, each with its own store
+    of one state file: a thread that finds a sibling holding the lock waits on an
+    in-process lock, woken at the sibling's release, instead of trying the file lock
+    again every poll interval (filelock's 50 ms: most of a tiny job's step 0 then)."""
+    import fcntl
+    import threading
+    import time
+
+    path = tmp_path / ".slurm_alloc.json"
+    first, second = StateStore(path), StateStore(path)
+    tries: list[str] = []
+    real_flock = fcntl.flock
+
+    def flock(fd: int, op: int) -> None:
+        tries.append(threading.current_thread().name)
+        real_flock(fd, op)
+
+    monkeypatch.setattr(fcntl, "flock", flock)
+    waiting = threading.Event()
+    order: list[str] = []
+
+    def sibling() -> None:
+        with second.locked(on_wait=lambda _m: waiting.set()):
+            order.append("second")
+
+    with first.locked():
+        thread = threading.Thread(target=sibling, name="sibling")
+        thread.start()
+        assert waiting.wait(10), "the sibling did not find the lock held"
+        time.sleep(0.3)  # a poller would try the file lock several times meanwhile
+        order.append("first")
+    thread.join(10)
+    assert order == ["first", "second"]
+    # the sibling took the file lock once (and released it), never tried it in vain
+    assert tries.count("sibling") <= 2, tries
