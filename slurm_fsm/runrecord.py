@@ -196,6 +196,32 @@ def owner_alive(record: RunRecord) -> bool:
     return live_start_ticks(record.pid) == record.pid_ticks
 
 
+#: The records this process wrote for its own runs that have not ended (absolute path
+#: -> this process's pid and the file as written: inode, mtime, size):
+#: :meth:`RunBook.dead` skips them unread while the file is unchanged (a run_many's
+#: siblings: alive by being this process). A dict's set and pop are atomic.
+_OURS_LIVE: dict[str, tuple[int, int, int, int]] = {}
+
+
+_MY_TICKS: dict[int, int | None] = {}
+
+
+def _is_this_process(record: RunRecord) -> bool:
+    """``record`` names this very process (pid and start time), not only its pid."""
+    me = os.getpid()
+    if me not in _MY_TICKS:
+        _MY_TICKS[me] = start_ticks(me)
+    return record.pid == me and record.pid_ticks == _MY_TICKS[me]
+
+
+def _signature(path: Path | str) -> tuple[int, int, int] | None:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
 class RunBook:
     """The run records that belong with one state file (``.slurm_alloc.json`` ->
     ``.slurm_run.<id>.json``; ``.slurm_alloc.fake.json`` -> ``.slurm_run.fake.<id>.json``)."""
@@ -235,11 +261,19 @@ class RunBook:
         is the lease of a live process (a ``kill -9`` loses no written byte) and lists
         no step yet; a host crash ends the process, its lease and its ``srun`` s with it."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        write_atomic(self.path(record.run_id), record.to_json(), mode=0o600, fsync=fsync)
+        path = self.path(record.run_id)
+        key = os.path.abspath(path)
+        _OURS_LIVE.pop(key, None)  # never skipped while being replaced
+        write_atomic(path, record.to_json(), mode=0o600, fsync=fsync)
+        sig = _signature(path)
+        if not record.ended and sig is not None and _is_this_process(record):
+            _OURS_LIVE[key] = (record.pid, *sig)
 
     def delete(self, record: RunRecord) -> None:
+        path = self.path(record.run_id)
+        _OURS_LIVE.pop(os.path.abspath(path), None)
         with contextlib.suppress(OSError):
-            self.path(record.run_id).unlink()
+            path.unlink()
 
     def _names(self) -> Iterator[str]:
         try:
@@ -250,11 +284,15 @@ class RunBook:
         except OSError:
             return
 
-    def records(self) -> list[RunRecord]:
+    def records(self, *, skip_ours: bool = False) -> list[RunRecord]:
         """Every readable record, oldest first. A link, a FIFO, another user's file,
-        or one that is not a record is skipped (and never followed)."""
+        or one that is not a record is skipped (and never followed). ``skip_ours``:
+        not the live records of this process's own runs (not read)."""
         found: list[RunRecord] = []
+        me = os.getpid()
         for name in self._names():
+            if skip_ours and self._ours_unchanged(self.folder / name, me):
+                continue
             try:
                 raw = read_bounded(self.folder / name, MAX_BYTES, follow=False, owned=True)
                 data = json.loads(raw.decode("utf-8", "replace"))
@@ -272,6 +310,12 @@ class RunBook:
                 self.skipped[str(self.folder / name)] = why
         return sorted(found, key=lambda r: (r.since, r.run_id))
 
+    @staticmethod
+    def _ours_unchanged(path: Path, me: int) -> bool:
+        """``path`` is a live record this process wrote, unchanged since."""
+        known = _OURS_LIVE.get(os.path.abspath(path))
+        return known is not None and known[0] == me and known[1:] == _signature(path)
+
     def live(self, allocation: str | None = None) -> list[RunRecord]:
         """The leases: records of jobs that have not ended, whose orchestrator lives (on
         ``allocation`` if given), this process's own included."""
@@ -281,4 +325,4 @@ class RunBook:
     def dead(self) -> list[RunRecord]:
         """Leftovers for the next run to stop: records whose orchestrator is gone, and
         records of jobs that ended with steps Slurm could not stop (kept, ``ended``)."""
-        return [r for r in self.records() if r.ended or not owner_alive(r)]
+        return [r for r in self.records(skip_ours=True) if r.ended or not owner_alive(r)]

@@ -116,6 +116,42 @@ def test_a_record_of_a_dead_orchestrator_is_no_lease(tmp_path: Path) -> None:
     assert book.live() == [] and ended in book.dead()
 
 
+def test_dead_skips_without_reading_the_live_records_this_process_wrote(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Step 0 of each of a run_many's runs looks for dead runs' records under the lock:
+    its siblings' records (this process's, alive by being this process) are not read
+    again; another process's, and one this process saved as ended, still are."""
+    from slurm_fsm import runrecord
+
+    book = RunBook(tmp_path / ".slurm_alloc.json")
+    mine = [book.start("12") for _ in range(3)]
+    from slurm_fsm.scriptguard import start_ticks
+
+    # init: alive, another process's run
+    other = attrs.evolve(book.start("12"), pid=1, pid_ticks=start_ticks(1) or 0)
+    book.save(other)
+    ended = attrs.evolve(book.start("12"), ended=True)
+    book.save(ended)
+    read: list[str] = []
+    real = runrecord.read_bounded
+
+    def counting(path: Path, *args: object, **kwargs: object) -> bytes:
+        read.append(Path(path).name)
+        return real(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(runrecord, "read_bounded", counting)
+    dead = book.dead()
+    assert dead == [ended]
+    assert sorted(read) == sorted(book.path(r.run_id).name for r in (other, ended))
+    assert not any(book.path(r.run_id).name in read for r in mine)
+    # once deleted, a record is no longer this process's to skip
+    book.delete(mine[0])
+    book.save(attrs.evolve(mine[0], pid=2**22 + 7))  # the same name, another pid: read
+    read.clear()
+    assert attrs.evolve(mine[0], pid=2**22 + 7) in book.dead()
+    assert book.path(mine[0].run_id).name in read
+
+
 class _Clock(Clock):
     def __init__(self) -> None:
         self.t = 0.0
