@@ -360,8 +360,12 @@ class Allocation:
 
     def run_many(self, specs: Iterable[JobSpec], *, max_parallel: int | None = None,
                  ) -> list[Report]:
-        """Run ``specs`` at once (at most ``max_parallel`` at a time, default all) and
-        return their reports in the order of ``specs``.
+        """Run ``specs`` at once (at most ``max_parallel`` jobs at a time, default all)
+        and return their reports in the order of ``specs``.
+
+        A run takes one of the ``max_parallel`` job slots before its step 0 and gives it
+        back once its script and the steps it started have ended: the checks after a
+        script (did the allocation end under it? the report) overlap the next job.
 
         Every spec is checked first: one that does not belong here raises
         :class:`SpecError` naming it, and nothing runs. When there is no allocation
@@ -384,15 +388,21 @@ class Allocation:
             return []
         workers = min(len(specs), max_parallel or len(specs))
         specs = self._sized_for(specs, workers)
-        # the runs share one fresh view of the allocation (slurm_fsm.sharedview)
-        view = sharedview.SharedView(self.backend, self.clock)
-        with ThreadPoolExecutor(max_workers=workers,
+        # the runs share one fresh view of the allocation (slurm_fsm.sharedview); at
+        # most `workers` jobs run at once (its slots), and as many runs again may be
+        # reporting on jobs that ended (the checks after a script hold no slot)
+        view = sharedview.SharedView(self.backend, self.clock, slots=workers)
+        with ThreadPoolExecutor(max_workers=min(len(specs), 2 * workers),
                                 thread_name_prefix="slurm_fsm-run") as pool:
-            futures = [pool.submit(sharedview.active(view).run, self._run_checked, spec)
-                       for spec in specs]
+            futures = [pool.submit(sharedview.active(view).run, self._run_in_slot, view,
+                                   spec) for spec in specs]
             for f in futures:
                 f.exception()  # wait for every run, whatever one of them raised
         return [f.result() for f in futures]
+
+    def _run_in_slot(self, view: sharedview.SharedView, spec: JobSpec) -> Report:
+        with view.slot():
+            return self._run_checked(spec)
 
     def _sized_for(self, specs: list[JobSpec], workers: int) -> list[JobSpec]:
         """``specs`` with ``alloc_nodes`` / ``alloc_gpus_per_node`` set for the batch

@@ -426,6 +426,9 @@ class PersistentRun:
             self.events.message(f"WARNING: {problem}")
             self.messages.append(problem)
         self.timings["run_s"] = watch.elapsed_s
+        view = sharedview.current(self.backend)
+        if view is not None:  # run_many: the job's slot, for the next job's script
+            view.free_slot()
         return watch
 
     def _ended(self, m: AllocationMachine, watch: Watch, alloc_id: str, log: Path,

@@ -38,9 +38,10 @@ join it).
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import threading
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from typing import TypeVar
 
 import attrs
@@ -77,8 +78,11 @@ class SharedView:
 
     def __init__(self, backend: SlurmBackend, clock: Clock, *,
                  job_max_age_s: float = JOB_MAX_AGE_S,
-                 gpu_max_age_s: float = GPU_MAX_AGE_S) -> None:
+                 gpu_max_age_s: float = GPU_MAX_AGE_S, slots: int | None = None) -> None:
         self.backend = backend
+        #: at most this many jobs' scripts at once (``run_many``'s ``max_parallel``)
+        self._slots = threading.BoundedSemaphore(slots) if slots else None
+        self._held = threading.local()
         self.clock = clock
         self.job_max_age_s = job_max_age_s
         self.gpu_max_age_s = gpu_max_age_s
@@ -93,6 +97,31 @@ class SharedView:
         #: lease steps started / shares of a running one given (tests, the benchmark)
         self.leases_started = 0
         self.leases_joined = 0
+
+    @contextlib.contextmanager
+    def slot(self) -> Iterator[None]:
+        """One of the batch's job slots, held by this thread around its run: taken
+        before step 0 (the job is admitted with it in hand), given back by
+        :meth:`free_slot` once the job's script and its steps have ended, or at the end
+        of the run. The checks after the script (the allocation-end ``squeue``, the
+        report) then overlap the next job's script: ``max_parallel`` bounds the jobs
+        running at once, not the runs reporting."""
+        if self._slots is None:
+            yield
+            return
+        self._slots.acquire()
+        self._held.slot = True
+        try:
+            yield
+        finally:
+            self.free_slot()
+
+    def free_slot(self) -> None:
+        """Give this thread's job slot back (its script has ended); a no-op when it
+        holds none."""
+        if self._slots is not None and getattr(self._held, "slot", False):
+            self._held.slot = False
+            self._slots.release()
 
     def _shared(self, key: Hashable, max_age_s: float, not_before: float | None,
                 ask: Callable[[], T]) -> tuple[T, float]:

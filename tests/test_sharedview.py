@@ -329,3 +329,54 @@ def test_a_batch_keeps_to_the_budget_per_run(make_spec: SpecFactory) -> None:
     assert ops["start_lease"] <= 2  # one per batch (a second if every share was given back)
     assert ops["gpu_processes"] <= 2  # the fake's clock stands: one check, shared
     assert ops["query_job"] <= 8 * WARM_RUN_BUDGET["query_job"]
+
+
+def test_run_many_bounds_the_jobs_at_once_not_the_runs_reporting(
+        make_spec: SpecFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``max_parallel`` jobs' scripts at once, never more; a run whose script has ended
+    gives its slot to the next job before its own checks after the script (the
+    allocation-end ``squeue``, the report): those overlap the next script. Here the
+    first runs' checks after their scripts wait until a third script has started: with
+    the slot held to the end of the run, none would (and each would wait 20 s)."""
+    from slurm_fsm import persistent
+
+    parallel, total = 2, 5
+    lock = threading.Lock()
+    started = threading.Condition(lock)
+    state = {"scripts": 0, "running": 0, "most": 0}
+
+    class Counting(FakeCluster):
+        def start_script(self, request):  # type: ignore[no-untyped-def]
+            with lock:
+                state["scripts"] += 1
+                state["running"] += 1
+                state["most"] = max(state["most"], state["running"])
+                started.notify_all()
+            return super().start_script(request)
+
+    real_watch, real_ended = persistent.PersistentRun._watch, persistent.PersistentRun._ended
+    overlapped: list[bool] = []
+
+    def watch(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        out = real_watch(self, *args, **kwargs)  # the script has ended: its slot is free
+        with lock:
+            state["running"] -= 1
+        return out
+
+    def ended(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        with lock:
+            overlapped.append(started.wait_for(lambda: state["scripts"] > parallel
+                                               or state["scripts"] == total, timeout=20))
+        return real_ended(self, *args, **kwargs)
+
+    monkeypatch.setattr(persistent.PersistentRun, "_watch", watch)
+    monkeypatch.setattr(persistent.PersistentRun, "_ended", ended)
+    fake = Counting(preflight=True, gpus_per_node=8)
+    specs = [make_spec(model_name=f"m{i}", slurm_params={"gpus_per_node": 1})
+             for i in range(total)]
+    alloc = Allocation(specs[0].repo_root, fake)
+    reports = alloc.run_many(specs, max_parallel=parallel)
+    assert [r.status for r in reports] == [Status.PASSED] * total
+    assert state["scripts"] == total
+    assert state["most"] == parallel  # never more jobs at once than asked
+    assert overlapped == [True] * total
