@@ -28,6 +28,16 @@ container, it asks :class:`LeaseGate` to clear the way. The gate's holders
   backend without lease steps. A record of another host without a lease step is not a
   holder: its run is dead (Slurm ended its lease) or never took one.
 
+A whole allocation is cancelled only through :func:`cancel_allocation`
+(:meth:`LeaseGate.cancel`), in Dekker's order with Slurm the one store every host
+reads in order: wait for the holders with nothing up, start a **closing marker**
+(:func:`closing_name`: ``fsm-closing.<run id>.<max_until>``, a step like a lease,
+``max_until`` = now + :data:`CLOSING_S`), list the steps once more, then ``scancel``,
+or stop the marker and wait again when a lease came up. A taker, once its lease step
+runs, lists the steps once (:func:`wait_out_closing`) and waits out another run's
+live marker: either side sees the other, never neither. A marker is not a holder,
+and one past its ``max_until`` is ignored.
+
 The gate waits for the holders to go (polling Slurm, at most every
 :data:`MAX_POLL_S`), saying whose it waits for, or, when told not to wait
 (``wait_s=0``) or past ``wait_s``, raises :class:`AllocationInUse` and nothing is
