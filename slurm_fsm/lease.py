@@ -288,6 +288,14 @@ class LeaseGate:
     def _close(self, job_id: str, what: str, *, wait: bool) -> bool | None:
         """One try of the marker: True cancelled, False gone, None withdrawn (again)."""
         assert self.backend is not None
+        try:
+            if not self.backend.query_job(job_id).state.is_running:
+                # a step never starts on a PENDING job (the marker's srun would wait):
+                # nor does a taker's lease, which needs it RUNNING
+                self.backend.cancel(job_id)
+                return True
+        except JobNotFound:
+            return False
         until = self.wall() + CLOSING_S
         try:
             marker = self.backend.start_lease(job_id, closing_name(self.own or new_run_id(),

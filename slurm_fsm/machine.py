@@ -242,6 +242,9 @@ class AllocationMachine:
     trigger raises :class:`transitions.MachineError` and does nothing.
     """
 
+    #: why the allocation is replaced (set by the work, read by the CANCEL effect)
+    _replace_why: str = ""
+
     def __init__(
         self,
         spec: JobSpec,
@@ -296,7 +299,6 @@ class AllocationMachine:
         self._pending_since: float | None = None
         self._pending_polls = 0
         self._cancelled: set[str] = set()
-        self._replace_why = ""  # why the allocation is replaced (the CANCEL effect's)
         self._reused: set[str] = set()  # ids the state file named, given to another job
         self._grant_unsaved = False  # the grant was read into alloc, not yet written
         self._taken: Edge | None = None
@@ -520,10 +522,7 @@ class AllocationMachine:
         elif effect is Effect.CANCEL:
             if alloc is None:  # nothing the state file names: nothing to cancel
                 return False
-            self._log(f"Cancelling allocation {alloc.job_id} ({self.state.value}).")
-            cancel_allocation(self.leases, self.backend, alloc.job_id,
-                              f"replacing it ({self._replace_why or self.state.value})")
-            self._cancelled.add(alloc.job_id)
+            self._replace(alloc.job_id)
         elif effect is Effect.RECORD_FAILURE:
             self.failure = Failure(self.state.value, obs.failure or obs.summary,
                                    state_file_kept=self.store.exists())
@@ -571,6 +570,14 @@ class AllocationMachine:
                        "more of margin: it is not started on it; the allocation is replaced "
                        "once no other run's job uses it.")
         return True
+
+    def _replace(self, job_id: str) -> None:
+        """The effect CANCEL: through the lease gate (a closing marker, then a last look
+        for another run's lease: :func:`slurm_fsm.lease.cancel_allocation`)."""
+        self._log(f"Cancelling allocation {job_id} ({self.state.value}).")
+        cancel_allocation(self.leases, self.backend, job_id,
+                          f"replacing it ({self._replace_why or self.state.value})")
+        self._cancelled.add(job_id)
 
     def _drop_state_file(self, obs: Observation, alloc: AllocState | None) -> None:
         """The effect DROP_STATE_FILE: say why, then drop only that allocation's file."""

@@ -188,3 +188,14 @@ def test_no_module_cancels_a_whole_allocation_past_the_gate() -> None:
     found = {(p.name, fn) for p in root.glob("*.py") if p.name != "lease.py"
              for fn in _whole_cancels(p)}
     assert found <= set(ALLOWED), sorted(found - set(ALLOWED))
+
+
+def test_a_pending_allocation_is_cancelled_without_a_marker(tmp_path: Path) -> None:
+    """A step never starts on a PENDING job (the marker's srun would wait for it,
+    measured: timed out), nor a taker's lease: cancelled at once."""
+    fake = FakeCluster()
+    pending = fake.make_job("alloc", fake.user, state="PENDING")
+    pending.pending_until = 1e12
+    job = pending.job_id
+    assert gate_on(fake, tmp_path).cancel(job, "releasing it") is True
+    assert "start_lease" not in fake.ops() and not fake.jobs[job].active
