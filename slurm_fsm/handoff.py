@@ -40,7 +40,7 @@ from slurm_fsm.edges import (
 )
 from slurm_fsm.errors import BackendError, JobNotFound, StateFileError
 from slurm_fsm.history import Estimate, RunHistory
-from slurm_fsm.lease import AllocationInUse, LeaseGate
+from slurm_fsm.lease import AllocationInUse, LeaseGate, cancel_allocation
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState, StateStore
 from slurm_fsm.successor import (
@@ -462,7 +462,12 @@ def release_drained(m: Machine, job_id: str | None) -> bool:
         _forget_drained(m, job_id)
         return False
     m._log(f"Releasing drained allocation {job_id} (no job on it).")
-    m.backend.cancel(job_id)
+    try:
+        cancel_allocation(m.leases, m.backend, job_id, "releasing it", wait=False)
+    except AllocationInUse:
+        m.notes.append(f"allocation {job_id} drains: a job of another run came up on it; "
+                       "the last one releases it")
+        return False
     m.handoff.cancelled.add(job_id)
     _forget_drained(m, job_id)
     return True
@@ -501,7 +506,12 @@ def release_stale_drained(m: Machine, *, wait: bool = False) -> str | None:
         return None
     m._log(f"Releasing drained allocation {old.job_id}: no job of any run is on it (its "
            "last run ended without releasing it).")
-    m.backend.cancel(old.job_id)
+    try:
+        cancel_allocation(m.leases, m.backend, old.job_id, "releasing it", wait=False)
+    except AllocationInUse:
+        m.notes.append(f"allocation {old.job_id} drains: a job of another run came up on "
+                       "it; the last one releases it")
+        return None
     m.handoff.cancelled.add(old.job_id)
     store.delete_if_names(old.job_id)
     return old.job_id
@@ -587,9 +597,8 @@ def release_successor(m: Machine) -> str | None:
         info = None
     if info is not None and info.state.is_live and is_ours(
             info, m.user, m.spec, set(parity_names(m.spec.job_name))):
-        if m.leases is not None:  # never under another run's job
-            m.leases.clear(succ.job_id, "releasing it")
-        m.backend.cancel(succ.job_id)
+        # never under another run's job
+        cancel_allocation(m.leases, m.backend, succ.job_id, "releasing it")
         m._log(f"Successor allocation {succ.job_id} released.")
     _store(m).delete()
     clear_successor(successor_path_for(m.store.path))

@@ -28,6 +28,16 @@ container, it asks :class:`LeaseGate` to clear the way. The gate's holders
   backend without lease steps. A record of another host without a lease step is not a
   holder: its run is dead (Slurm ended its lease) or never took one.
 
+A whole allocation is cancelled only through :func:`cancel_allocation`
+(:meth:`LeaseGate.cancel`), in Dekker's order with Slurm the one store every host
+reads in order: wait for the holders with nothing up, start a **closing marker**
+(:func:`closing_name`: ``fsm-closing.<run id>.<max_until>``, a step like a lease,
+``max_until`` = now + :data:`CLOSING_S`), list the steps once more, then ``scancel``,
+or stop the marker and wait again when a lease came up. A taker, once its lease step
+runs, lists the steps once (:func:`wait_out_closing`) and waits out another run's
+live marker: either side sees the other, never neither. A marker is not a holder,
+and one past its ``max_until`` is ignored.
+
 The gate waits for the holders to go (polling Slurm, at most every
 :data:`MAX_POLL_S`), saying whose it waits for, or, when told not to wait
 (``wait_s=0``) or past ``wait_s``, raises :class:`AllocationInUse` and nothing is
@@ -47,16 +57,68 @@ import attrs
 from slurm_fsm.backend import SlurmBackend, StepInfo
 from slurm_fsm.clock import Clock, SystemClock, backoff
 from slurm_fsm.errors import JobNotFound, SlurmFsmError
-from slurm_fsm.runrecord import RunBook, RunRecord, owner_alive
+from slurm_fsm.runrecord import RunBook, RunRecord, new_run_id, owner_alive
 
-__all__ = ["LEASE_PREFIX", "MAX_POLL_S", "AllocationInUse", "Holder", "LeaseGate",
-           "LeaseStep", "holders_of", "lease_name", "lease_steps"]
+__all__ = ["CLOSING_PREFIX", "CLOSING_S", "LEASE_PREFIX", "MAX_POLL_S", "AllocationInUse",
+           "Holder", "LeaseGate", "LeaseStep", "cancel_allocation", "closing_markers",
+           "closing_name", "holders_of", "lease_name", "lease_steps", "wait_out_closing"]
 
 #: Every lease step's name starts with this.
 LEASE_PREFIX = "fsm-lease"
 #: The gate asks Slurm again at most this often while it waits.
 MAX_POLL_S = 5.0
 _LEASE = re.compile(re.escape(LEASE_PREFIX) + r"\.(r[0-9a-f]{12})\.(\d{1,12})")
+#: Every closing marker's name starts with this (never a lease: not a holder).
+CLOSING_PREFIX = "fsm-closing"
+#: A closing marker may be ignored this many seconds after it was started (its
+#: ``max_until``): a canceller paused longer than that withdraws and checks again.
+CLOSING_S = 120.0
+_CLOSING = re.compile(re.escape(CLOSING_PREFIX) + r"\.(r[0-9a-f]{12})\.(\d{1,12})")
+
+
+def closing_name(run_id: str, max_until: float) -> str:
+    """The step name of run ``run_id``'s closing marker, ignored after ``max_until``."""
+    return f"{CLOSING_PREFIX}.{run_id}.{int(max_until)}"
+
+
+def closing_markers(steps: Iterable[StepInfo], *, own: Collection[str] = (),
+                    now: float) -> list[LeaseStep]:
+    """The live closing markers among ``steps`` of runs not in ``own``, not past their
+    ``max_until`` at ``now``."""
+    out: list[LeaseStep] = []
+    for step in steps:
+        found = _CLOSING.fullmatch(step.name.strip())
+        if found is None or not step.state.is_live or found.group(1) in own:
+            continue
+        if now <= int(found.group(2)):
+            out.append(LeaseStep(run_id=found.group(1), max_until=int(found.group(2)),
+                                 step=step))
+    return out
+
+
+def wait_out_closing(backend: SlurmBackend, job_id: str, *, own: Collection[str],
+                     clock: Clock, wall: Callable[[], float] = time.time,
+                     say: Callable[[str], None] | None = None) -> None:
+    """The taker's half (its lease step is up): list ``job_id``'s steps once; while
+    another run's closing marker is live (not past its ``max_until``), wait (backoff,
+    at most every :data:`MAX_POLL_S`) and list again. Returns once none is (go on);
+    raises :class:`JobNotFound` when the allocation is gone (step 0 again)."""
+    attempt = 0
+    said = False
+    while True:
+        steps = backend.list_steps(job_id)  # JobNotFound: the canceller cancelled it
+        if not steps or not any(s.state.is_live for s in steps):
+            raise JobNotFound(job_id, f"allocation {job_id} ended while its closing "
+                              "marker was up")
+        markers = closing_markers(steps, own=own, now=wall())
+        if not markers:
+            return
+        if not said and say is not None:
+            said = True
+            say(f"allocation {job_id} is being closed by run {markers[0].run_id} (step "
+                f"{markers[0].step.full_id}): waiting until it cancels or withdraws")
+        clock.sleep(backoff(attempt, first=0.2, factor=1.5, cap=MAX_POLL_S))
+        attempt += 1
 
 
 def lease_name(run_id: str, max_until: float) -> str:
@@ -205,6 +267,54 @@ class LeaseGate:
                      "UTC, or its orchestrator on this host is gone")
         return found
 
+    def cancel(self, job_id: str, what: str, *, wait: bool = True) -> bool:
+        """Cancel allocation ``job_id`` once no other run's job holds it (Dekker's order,
+        Slurm the one store): wait for the holders (:meth:`clear`, no marker up), start
+        a closing marker (:func:`closing_name`, every host sees it), list the steps once
+        more: another run's lease up -> withdraw the marker and wait again (or raise
+        :class:`AllocationInUse`); none -> ``scancel`` (the marker ends with the job).
+        ``wait`` False: raise at once when held. True: cancelled; False: it was gone."""
+        if self.backend is None:
+            raise RuntimeError("a gate without a backend cannot cancel: cancel_allocation")
+        while True:
+            if wait:
+                self.clear(job_id, what)
+            elif self.holders(job_id):
+                raise AllocationInUse(job_id, what, self.holders(job_id))
+            decided = self._close(job_id, what, wait=wait)
+            if decided is not None:
+                return decided
+
+    def _close(self, job_id: str, what: str, *, wait: bool) -> bool | None:
+        """One try of the marker: True cancelled, False gone, None withdrawn (again)."""
+        assert self.backend is not None
+        try:
+            if not self.backend.query_job(job_id).state.is_running:
+                # a step never starts on a PENDING job (the marker's srun would wait):
+                # nor does a taker's lease, which needs it RUNNING
+                self.backend.cancel(job_id)
+                return True
+        except JobNotFound:
+            return False
+        until = self.wall() + CLOSING_S
+        try:
+            marker = self.backend.start_lease(job_id, closing_name(self.own or new_run_id(),
+                                                                    until))
+        except JobNotFound:
+            return False  # no job: nothing to cancel
+        try:
+            holders = self.holders(job_id)
+            if not holders and self.wall() < until - MAX_POLL_S:
+                self.backend.cancel(job_id)
+                return True
+        finally:
+            marker.stop()
+        if holders and (not wait or self.wait_s <= 0):
+            raise AllocationInUse(job_id, what, holders)
+        self.say(f"not {what} yet: a lease on allocation {job_id} came up as it was "
+                 "being closed; closing marker withdrawn, waiting again")
+        return None
+
     def clear(self, job_id: str, what: str, container: str | None = None) -> None:
         """Return once no other run's job holds ``job_id`` (or ``container`` on it);
         raise :class:`AllocationInUse` when told not to wait or after ``wait_s``."""
@@ -230,3 +340,19 @@ class LeaseGate:
                                      cap=max(self.poll_s, MAX_POLL_S)))
             attempt += 1
             holders = self.holders(job_id, container)
+
+
+def cancel_allocation(gate: LeaseGate | None, backend: SlurmBackend, job_id: str,
+                      what: str, *, wait: bool = True) -> bool:
+    """Cancel a whole allocation: through ``gate`` (:meth:`LeaseGate.cancel`) when it
+    asks Slurm, after its run records when it does not, ``scancel`` alone without one.
+    The only whole-allocation cancel of step 0 (``tests/test_closing.py`` guards it)."""
+    if gate is not None and gate.backend is not None:
+        return gate.cancel(job_id, what, wait=wait)
+    if gate is not None:
+        if wait:
+            gate.clear(job_id, what)
+        elif gate.holders(job_id):
+            raise AllocationInUse(job_id, what, gate.holders(job_id))
+    backend.cancel(job_id)
+    return True

@@ -110,7 +110,7 @@ from slurm_fsm.errors import (
 )
 from slurm_fsm.history import Estimate, RunHistory, history_path_for
 from slurm_fsm.jobstate import JobState
-from slurm_fsm.lease import LeaseGate
+from slurm_fsm.lease import AllocationInUse, LeaseGate, cancel_allocation
 from slurm_fsm.nvsmi import NvidiaSmiFailed
 from slurm_fsm.ownership import Ownership, describe, new_nonce, request_of
 from slurm_fsm.preflight import PreflightFailed, require
@@ -241,6 +241,9 @@ class AllocationMachine:
     current state and the last :attr:`observation`, with no Slurm call. An illegal
     trigger raises :class:`transitions.MachineError` and does nothing.
     """
+
+    #: why the allocation is replaced (set by the work, read by the CANCEL effect)
+    _replace_why: str = ""
 
     def __init__(
         self,
@@ -519,9 +522,7 @@ class AllocationMachine:
         elif effect is Effect.CANCEL:
             if alloc is None:  # nothing the state file names: nothing to cancel
                 return False
-            self._log(f"Cancelling allocation {alloc.job_id} ({self.state.value}).")
-            self.backend.cancel(alloc.job_id)
-            self._cancelled.add(alloc.job_id)
+            self._replace(alloc.job_id)
         elif effect is Effect.RECORD_FAILURE:
             self.failure = Failure(self.state.value, obs.failure or obs.summary,
                                    state_file_kept=self.store.exists())
@@ -569,6 +570,14 @@ class AllocationMachine:
                        "more of margin: it is not started on it; the allocation is replaced "
                        "once no other run's job uses it.")
         return True
+
+    def _replace(self, job_id: str) -> None:
+        """The effect CANCEL: through the lease gate (a closing marker, then a last look
+        for another run's lease: :func:`slurm_fsm.lease.cancel_allocation`)."""
+        self._log(f"Cancelling allocation {job_id} ({self.state.value}).")
+        cancel_allocation(self.leases, self.backend, job_id,
+                          f"replacing it ({self._replace_why or self.state.value})")
+        self._cancelled.add(job_id)
 
     def _drop_state_file(self, obs: Observation, alloc: AllocState | None) -> None:
         """The effect DROP_STATE_FILE: say why, then drop only that allocation's file."""
@@ -747,8 +756,7 @@ class AllocationMachine:
                 ends = datetime.now(UTC) + timedelta(seconds=left.seconds or 0)
                 why += (f"; the allocation ends by {ends.strftime('%H:%M:%S')} UTC (in "
                         f"{left}) in any case")
-        if self.leases is not None:
-            self.leases.clear(self.alloc.job_id, f"replacing it ({why})")
+        self._replace_why = why  # the edge's CANCEL goes through the lease gate
         return f"replacing allocation {self.alloc.job_id} ({why})"
 
     def _release_orphans(self) -> set[str]:
@@ -772,12 +780,14 @@ class AllocationMachine:
                                   f"another checkout ({job.comment}); left alone")
             if not owner.ours:
                 continue
-            if self.leases is not None and self.leases.holders(job.job_id):
+            try:
+                cancel_allocation(self.leases, self.backend, job.job_id, "an orphan",
+                                  wait=False)
+            except AllocationInUse:
                 self.notes.append(f"allocation {job.job_id} has no state file but running "
                                   "jobs of this checkout use it; left alone")
                 held.add(job.job_id)
                 continue
-            self.backend.cancel(job.job_id)
             self._cancelled.add(job.job_id)
             self._log(f"Released orphaned allocation {job.job_id} - state file was missing.")
             self._warn(f"Released orphaned allocation {job.job_id} - state file was missing.")
@@ -1082,10 +1092,8 @@ class AllocationMachine:
             found = [j.job_id for j in self.backend.find_jobs(None, self.user)
                      if j.state.is_live
                      and owner_of(j, self.user, self.spec) is Ownership.TAGGED]
-            for job_id in found:
-                if self.leases is not None:  # never under another run's job
-                    self.leases.clear(job_id, "releasing it")
-                self.backend.cancel(job_id)
+            for job_id in found:  # never under another run's job
+                cancel_allocation(self.leases, self.backend, job_id, "releasing it")
             self._drop_files(found)
             if not found:
                 self._log("No allocation to release.")
@@ -1112,9 +1120,7 @@ class AllocationMachine:
                     f"({repo_tag(self.spec)}, user {self.user!r}); the state file "
                     f"{self.store.path} is kept",
                 )
-            if self.leases is not None:
-                self.leases.clear(job_id, "releasing it")
-            self.backend.cancel(job_id)
+            cancel_allocation(self.leases, self.backend, job_id, "releasing it")
         self._drop_files([job_id] if info is not None else [])
         self.alloc = None
         self.released_job_id = job_id

@@ -26,7 +26,7 @@ from slurm_fsm.errors import AllocationVanished, BackendError, JobNotFound
 from slurm_fsm.events import Events
 from slurm_fsm.joboutput import output_for_spec
 from slurm_fsm.jobstate import JobState
-from slurm_fsm.lease import LeaseGate, lease_name
+from slurm_fsm.lease import LeaseGate, lease_name, wait_out_closing
 from slurm_fsm.logs import tail_lines
 from slurm_fsm.machine import AllocationMachine, SetupFailed, State
 from slurm_fsm.monitor import PollPolicy, Watch, final_outcome, watch_script
@@ -271,8 +271,8 @@ class PersistentRun:
         try:
             view = sharedview.current(self.backend)
             if view is None:
-                self.lease = self.backend.start_lease(alloc.job_id,
-                                                      lease_name(run_id, max_until))
+                self.lease = self._lease_past_closing(alloc.job_id,
+                                                      lease_name(run_id, max_until), run_id)
             else:  # run_many: one lease step for the batch's runs (sharedview)
                 self.lease, shared = view.lease(
                     (alloc.job_id, spec.container_name or ""), max_until,
@@ -324,7 +324,7 @@ class PersistentRun:
 
         def take(until: float) -> tuple[LeaseHandle, str, Callable[[], None]]:
             batch_id = new_run_id()
-            handle = self.backend.start_lease(job_id, lease_name(batch_id, until))
+            handle = self._lease_past_closing(job_id, lease_name(batch_id, until), batch_id)
             try:
                 record = self.runs.start(job_id, spec="(the shared lease of a run_many)",
                                          container=spec.container_name or "",
@@ -335,6 +335,19 @@ class PersistentRun:
             return handle, batch_id, lambda: self.runs.delete(record)
 
         return take
+
+    def _lease_past_closing(self, job_id: str, name: str, run_id: str) -> LeaseHandle:
+        """Start lease step ``name``, then (the taker's half of Dekker's order) wait out
+        another run's closing marker (:func:`slurm_fsm.lease.wait_out_closing`): the
+        lease, or JobNotFound (the step stopped) when the canceller cancelled it."""
+        handle = self.backend.start_lease(job_id, name)
+        try:
+            wait_out_closing(self.backend, job_id, own=(run_id,), clock=self.clock,
+                             say=self.events.message)
+        except BaseException:
+            handle.stop()
+            raise
+        return handle
 
     def _again(self, why: str) -> None:
         """Say (a warning) why step 0 is done again."""

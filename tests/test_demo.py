@@ -19,8 +19,8 @@ def test_fake_demo_reuses_and_releases(tmp_path: Path, monkeypatch: pytest.Monke
     assert "NoState -> Allocating -> Ready -> Running -> Ready" in out
     assert "NoState -> Validating -> Ready -> Running -> Ready" in out
     assert "the second reused allocation" in out
-    # side by side; each run's lease step (issue 28) is one command
-    assert "run 1 (9 commands)" in out and "run 2 (4 commands)" in out
+    # side by side; each run's lease step (issue 28) is one command, its closing check one more
+    assert "run 1 (10 commands)" in out and "run 2 (5 commands)" in out
     skipped = out[out.index("it did not run: "):].splitlines()[0]
     assert "allocate" in skipped and "find_jobs" in skipped
     assert "released." in out

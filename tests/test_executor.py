@@ -59,8 +59,10 @@ def test_persistent_pass_then_reuse_with_one_query(make_spec: SpecFactory,
     assert second.path == ["NoState", "Validating", "Ready", "Running", "Ready"]
     before_start = fake.ops()[: fake.ops().index("start_script")]
     assert [op for op in before_start if op == "query_job"] == ["query_job"]
-    # no GPUs asked: no GPU pre-flight srun; the run's lease step (issue 28) is the one srun
-    assert [op for op in before_start if op in CONTROLLER_OPS] == ["query_job", "start_lease"]
+    # no GPUs asked: no GPU pre-flight srun; the run's lease step (issue 28) is the one
+    # srun, then one squeue -s: a closing marker of another run? (docs/reliability.md)
+    assert [op for op in before_start if op in CONTROLLER_OPS] == ["query_job", "start_lease",
+                                                                   "list_steps"]
     env = next(c for c in fake.calls if c.op == "start_script").args["request"].env
     assert env["SLURM_JOB_ID"] == first.allocation_id
     assert env["SLURM_NNODES"] == env["SLURM_JOB_NUM_NODES"] == "1"
@@ -531,7 +533,8 @@ def test_leftover_steps_of_a_dead_run_are_stopped_before_the_next(
     assert book.records() == []  # a run that ended leaves no record; the dead one is done
     fake.reset_calls()
     assert run(spec, fake).status is Status.PASSED
-    assert "list_steps" not in fake.ops()  # no record, no leftover search: no Slurm call
+    # no record, no leftover search: the one squeue -s is the lease's closing check
+    assert fake.ops().count("list_steps") == 1
 
 
 def test_a_pending_reason_that_never_clears_ends_the_wait_at_once(

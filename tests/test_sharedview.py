@@ -285,7 +285,8 @@ def test_a_proof_of_a_writable_folder_is_shared_a_problem_never() -> None:
 #: The published budget (docs/steprate.md): the controller calls of one warm run that
 #: asks GPUs, besides its script's own srun: step 0's squeue, the GPU check (a step), the
 #: lease step, the allocation-end squeue.
-WARM_RUN_BUDGET = {"query_job": 2, "gpu_processes": 1, "start_lease": 1}
+#: 3 query/list calls (2 squeue, 1 squeue -s: the taker's check for a closing marker)
+WARM_RUN_BUDGET = {"query_job": 2, "list_steps": 1, "gpu_processes": 1, "start_lease": 1}
 
 
 def test_a_warm_run_keeps_to_the_budget_of_controller_calls(make_spec: SpecFactory) -> None:
@@ -327,6 +328,7 @@ def test_a_batch_keeps_to_the_budget_per_run(make_spec: SpecFactory) -> None:
     ops = Counter(op for op in fake.ops() if op in CONTROLLER_OPS)
     assert set(ops) <= set(WARM_RUN_BUDGET)
     assert ops["start_lease"] <= 2  # one per batch (a second if every share was given back)
+    assert ops["list_steps"] == ops["start_lease"]  # the closing check: one per lease step
     assert ops["gpu_processes"] <= 2  # the fake's clock stands: one check, shared
     assert ops["query_job"] <= 8 * WARM_RUN_BUDGET["query_job"]
 
