@@ -81,7 +81,7 @@ def run(spec: JobSpec, backend: SubprocessBackend | None = None,
 # ------------------------------------------------------------------- persistent path
 
 
-def test_pytest_script_passes_and_the_warm_run_asks_slurm_once(
+def test_pytest_script_passes_and_the_warm_run_asks_slurm_once_per_question(
         local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
     body = f"""
         set -e
@@ -111,8 +111,12 @@ def test_pytest_script_passes_and_the_warm_run_asks_slurm_once(
     before = backend.before_script()
     queries = backend.job_queries()
     # one query of the allocation before the script (validation), one after it (is the
-    # allocation still whole? srun exits 0 on a node failure: issue 20 item 5)
-    assert [a for a in before if Path(a[0]).name == "squeue"] == queries[:1]
+    # allocation still whole? srun exits 0 on a node failure: issue 20 item 5); and one
+    # listing of its steps before the script (is another run closing it? issue 28's
+    # closing marker), nothing else
+    steps = [a for a in before if Path(a[0]).name == "squeue" and "-s" in a]
+    assert len(steps) == 1 and job_id in steps[0]
+    assert [a for a in before if Path(a[0]).name == "squeue" and "-s" not in a] == queries[:1]
     assert len(queries) == 2 and all(job_id in q for q in queries)
     assert job_state(job_id) == "RUNNING"  # never released after a job
 
