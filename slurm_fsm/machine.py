@@ -127,6 +127,7 @@ __all__ = [
     "CONDITIONS",
     "EDGES",
     "EXPIRY_MARGIN_S",
+    "ORPHAN_GRACE_S",
     "AllocationMachine",
     "Edge",
     "Effect",
@@ -154,6 +155,11 @@ TRIGGERS = ("start", "advance", "release", "run", "finish", "fail")
 #: The triggers of step 0: they take the state file's lock. ``run`` and ``finish``
 #: never do (the lock covers step 0 only).
 LOCKED_TRIGGERS = frozenset({"start", "advance", "release"})
+#: Step 0D leaves alone a job of the spec's name and of a request's nonce that no state
+#: file names while it is pending or has run less than this: it may be another run's,
+#: whose state file is not written yet (that run's salloc has just answered); step 0E
+#: adopts it. Older, it is an orphan (cancelled).
+ORPHAN_GRACE_S = 60.0
 
 
 @attrs.frozen(kw_only=True)
@@ -265,8 +271,7 @@ class AllocationMachine:
         warmer: handoff.Warmer | None = None,
     ) -> None:
         self.spec = spec
-        #: warm successor: starts the process that sets a queued successor up
-        self.warmer = warmer
+        self.warmer = warmer  # warm successor: sets a queued successor up
         self.handoff = handoff.HandoffState()
         #: other runs' running jobs: waited for (or refused on) before a cancel, a
         #: re-import or an install would change what they use (None: not checked)
@@ -300,6 +305,7 @@ class AllocationMachine:
         self._pending_polls = 0
         self._cancelled: set[str] = set()
         self._reused: set[str] = set()  # ids the state file named, given to another job
+        self._adopt: str | None = None  # 0D: another run's job, a moment old: 0E adopts it
         self._grant_unsaved = False  # the grant was read into alloc, not yet written
         self._taken: Edge | None = None
         self._applied: list[Effect] = []  # the effects of the last edge that did something
@@ -768,6 +774,7 @@ class AllocationMachine:
         # this user's jobs; the name is not a filter, the tag decides.
         spec = self.spec
         held: set[str] = set()  # orphans left alone: running jobs of this checkout use them
+        self._adopt = None
         for job in self.backend.find_jobs(None, self.user):
             if job.job_id in self._cancelled or job.job_id in self._reused \
                     or not job.state.is_live:
@@ -779,6 +786,14 @@ class AllocationMachine:
                 self.notes.append(f"allocation {job.job_id} has our job name but belongs to "
                                   f"another checkout ({job.comment}); left alone")
             if not owner.ours:
+                continue
+            if self._in_flight(job):
+                self.notes.append(
+                    f"allocation {job.job_id} has no state file yet, but another request "
+                    f"made it {job.elapsed} ago (req={request_of(job)}): a run on another "
+                    "host may be writing it; adopted, not cancelled")
+                self._adopt = self._adopt or job.job_id
+                held.add(job.job_id)  # never cancelled, even when it is too small
                 continue
             try:
                 cancel_allocation(self.leases, self.backend, job.job_id, "an orphan",
@@ -792,6 +807,16 @@ class AllocationMachine:
             self._log(f"Released orphaned allocation {job.job_id} - state file was missing.")
             self._warn(f"Released orphaned allocation {job.job_id} - state file was missing.")
         return held
+
+    def _in_flight(self, job: JobInfo) -> bool:
+        """A job of ours with no state file that may be another run's, made a moment ago
+        (its salloc answered, its state file not yet written: two login nodes without a
+        shared lock; issue 28's race campaign): a job of the spec's name, of a request's
+        nonce, pending or running for less than :data:`ORPHAN_GRACE_S`. Step 0E adopts
+        it (the allocate of a name returns its live job of the checkout); an older one
+        is an orphan."""
+        return (job.name == self.spec.job_name and request_of(job) is not None
+                and (job.elapsed.seconds or 0) < ORPHAN_GRACE_S)
 
     def _track_pending(self, job_id: str, size: RequestSize) -> AllocState:
         """The state file of ``job_id`` from the moment it exists (nodelist not yet
@@ -864,7 +889,11 @@ class AllocationMachine:
             nonce=new_nonce(),
             dependency=SINGLETON if spec.warm_successor else None,
         )
-        job_id = self._request_allocation(request)
+        if self._adopt:  # another request's, a moment old (0D): never a second one
+            job_id = self._adopt
+            self._log(f"Adopting allocation {job_id}, made a moment ago by another run.")
+        else:
+            job_id = self._request_allocation(request)
         pending = self._track_pending(job_id, size)
         try:
             info = self._wait_running(job_id)

@@ -17,7 +17,7 @@ from transitions import MachineError
 from slurm_fsm.backend import AllocationRequest, StepResult
 from slurm_fsm.edges import Effect
 from slurm_fsm.errors import CommandTimedOut, ControllerUnreachable, NotOurJobError
-from slurm_fsm.machine import EDGES, AllocationMachine, State, repo_tag
+from slurm_fsm.machine import EDGES, ORPHAN_GRACE_S, AllocationMachine, State, repo_tag
 from slurm_fsm.ownership import Ownership, ownership
 from slurm_fsm.slurmcli import mount_warmup_argv
 from slurm_fsm.spec import JobSpec
@@ -172,6 +172,7 @@ def test_corrupt_state_file_is_handled_like_a_missing_one(make_spec: SpecFactory
     spec = make_spec()
     orphan = ready_allocation(spec, fake)
     spec.state_path.write_text('{"job_id": "1')  # half-written
+    fake.clock.advance(ORPHAN_GRACE_S)  # not a moment old: an orphan, not another run's
     m = machine(spec, fake)
     assert m.prepare() is State.Ready
     assert m.path == ["NoState", "Allocating", "Ready"]

@@ -21,7 +21,7 @@ import pytest
 
 from slurm_fsm.backend import AllocationRequest, JobInfo, check_job_id, is_job_id
 from slurm_fsm.errors import ControllerUnreachable, NotOurJobError
-from slurm_fsm.machine import AllocationMachine, State, repo_tag
+from slurm_fsm.machine import ORPHAN_GRACE_S, AllocationMachine, State, repo_tag
 from slurm_fsm.ownership import (
     Ownership,
     checkout_tag,
@@ -351,6 +351,66 @@ def test_job_name_change_finds_the_orphan_by_tag(
     assert [j.name for j in fake.active_jobs()] == ["acct-new.persistent"]
 
 
+# ------------------------------------- a moment-old allocation is another run's, not an orphan
+
+
+def _made_on_another_host(spec: JobSpec, fake: FakeCluster, **kw: object) -> str:
+    """Run A's allocation, granted a moment ago on another login node, whose state file
+    A has not written yet (the race campaign's races 72, 98, 204, 636, 963)."""
+    return fake.make_job(spec.job_name, fake.user,  # type: ignore[arg-type]
+                         comment=request_comment(repo_tag(spec), "a1b2c3d4"), **kw).job_id
+
+
+def test_a_moment_old_allocation_without_a_state_file_is_adopted_not_cancelled(
+        make_spec: SpecFactory, fake: FakeCluster) -> None:
+    spec = make_spec()
+    theirs = _made_on_another_host(spec, fake)
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready
+    assert cancelled(fake) == []  # before: cancelled as an orphan 16 ms after its grant
+    assert "allocate" not in fake.ops()  # and no second allocation asked for
+    assert m.alloc is not None and m.alloc.job_id == theirs
+    assert f'"job_id": "{theirs}"' in spec.state_path.read_text()
+    assert any(f"allocation {theirs} has no state file yet" in n and "adopted" in n
+               for n in m.notes), m.notes
+
+
+def test_an_allocation_past_the_grace_without_a_state_file_is_an_orphan(
+        make_spec: SpecFactory, fake: FakeCluster) -> None:
+    spec = make_spec()
+    theirs = _made_on_another_host(spec, fake)
+    fake.clock.advance(ORPHAN_GRACE_S)
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready
+    assert cancelled(fake) == [theirs]
+    assert m.alloc is not None and m.alloc.job_id != theirs
+
+
+@pytest.mark.parametrize("why", ["no nonce (a version before, or the procedure's)",
+                                 "another job name"])
+def test_only_a_requests_job_of_the_specs_name_gets_the_grace(
+        make_spec: SpecFactory, fake: FakeCluster, why: str) -> None:
+    spec = make_spec()
+    if why.startswith("no nonce"):
+        job = fake.make_job(spec.job_name, fake.user, comment=repo_tag(spec)).job_id
+    else:
+        job = fake.make_job("acct-old.persistent", fake.user,
+                            comment=request_comment(repo_tag(spec), "a1b2c3d4")).job_id
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready
+    assert cancelled(fake) == [job]
+
+
+def test_a_moment_old_allocation_too_small_is_neither_used_nor_cancelled(
+        make_spec: SpecFactory, fake: FakeCluster) -> None:
+    spec = make_spec(slurm_params={"nodes": 2})
+    theirs = _made_on_another_host(spec, fake, nodes=1)
+    m = machine(spec, fake)
+    assert m.prepare() is State.Failed
+    assert m.failure is not None and "smaller than this job needs" in m.failure.message
+    assert cancelled(fake) == [] and fake.jobs[theirs].state == "RUNNING"
+
+
 def test_orphan_search_leaves_untagged_jobs_under_other_names_alone(
         make_spec: SpecFactory, fake: FakeCluster) -> None:
     mine_untagged = fake.make_job("acct-trtllm.persistent", "tester")
@@ -468,6 +528,7 @@ def test_a_bad_job_id_in_the_state_file_never_reaches_slurm(
     assert orphan.alloc is not None
     spec.state_path.write_text(attrs.evolve(orphan.alloc, job_id=bad).to_json())
     fake.reset_calls()
+    fake.clock.advance(ORPHAN_GRACE_S)  # not a moment old: an orphan, not another run's
 
     m = machine(spec, fake)
     assert m.prepare() is State.Ready  # recovers, no hand deletion

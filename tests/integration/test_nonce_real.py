@@ -215,3 +215,29 @@ def test_a_run_that_read_installed_false_skips_what_another_installed(
     assert len(results) == 2  # pip install -e . and -r requirements-dev.txt
     for result in results:
         assert result.stderr.count(slurmcli.ONCE_SKIPPED) == NODES, result.stderr
+
+
+def test_a_moment_old_allocation_of_another_run_is_adopted_not_cancelled(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    """The race campaign's races 72, 98, 204, 636, 963: run A's allocation is granted
+    (another request's nonce), A has not written its state file yet; run B must not
+    cancel it as an orphan (A would allocate again): B adopts it."""
+    from .test_run_real import persistent, run
+
+    spec = persistent(local_cluster, tmp_path, names.new("adopt"), "srun true")
+    request = AllocationRequest(
+        partition=local_cluster.partition, account=local_cluster.account, nodes=1,
+        time_limit=spec.alloc_time_limit, job_name=spec.job_name,
+        log_path=tmp_path / ".salloc.a.log", user=local_cluster.user,
+        comment=checkout_tag(spec.repo_root), nonce="a1b2c3d4")
+    theirs = SubprocessBackend().allocate(request, wait_s=60)  # run A's; no state file
+    assert not spec.state_path.exists()
+
+    backend = RecordingBackend()
+    report = run(spec, backend)
+    assert report.status.value == "PASSED", report.render_text()
+    assert report.allocation_id == theirs
+    used = [Path(a[0]).name for a in backend.argvs]
+    assert "scancel" not in used and "salloc" not in used  # neither cancelled nor a 2nd
+    assert live(spec.job_name, local_cluster.user) == [theirs]
+    assert f'"job_id": "{theirs}"' in spec.state_path.read_text()
