@@ -475,6 +475,8 @@ class AllocationMachine:
             raise RuntimeError("a run that holds a lease never waits for the state file's "
                                "lock (a release waiting for that lease holds it)")
         with self.store.locked(on_wait=self._log):
+            if self.store.unlocked and self.store.unlocked not in self.warnings:
+                self.warnings.append(self.store.unlocked)
             yield
 
     def estimate(self) -> Estimate:

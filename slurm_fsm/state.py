@@ -16,6 +16,7 @@ an id again), so no such text ever reaches a command line.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import pwd
@@ -110,6 +111,13 @@ def _in_process_lock(lock_path: Path) -> threading.Lock:
         return _IN_PROCESS.setdefault(key, threading.Lock())
 
 
+#: What ``flock`` says on a filesystem whose locks do not work (NFS without its lock
+#: daemon: ENOLCK; a FUSE or overlay mount without flock: EOPNOTSUPP, ENOSYS). The lock
+#: is then skipped with a warning, never a failure: it only saves duplicate work on one
+#: host; who uses an allocation is Slurm's to say (leases, closing markers, nonces).
+NO_LOCKS = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS})
+
+
 class StateStore:
     """Reads, writes and locks one state file."""
 
@@ -119,6 +127,11 @@ class StateStore:
         self.lock_timeout_s = lock_timeout_s
         self._lock = filelock.FileLock(str(self.lock_path), timeout=lock_timeout_s,
                                        poll_interval=LOCK_POLL_S)
+        #: why the file lock could not be taken on this filesystem (:data:`NO_LOCKS`),
+        #: once it was found so; the runs go on without it
+        self.unlocked: str | None = None
+        #: this thread's entries of locked() held without the file lock (NO_LOCKS)
+        self._unlocked = threading.local()
 
     def exists(self) -> bool:
         return self.path.exists()
@@ -213,8 +226,12 @@ class StateStore:
         return True
 
     def holds_lock(self) -> bool:
-        """This store (this process) holds the lock now."""
-        return bool(self._lock.is_locked)
+        """This store (this process) holds the lock now (or is inside :meth:`locked`
+        where the filesystem has no working locks)."""
+        return bool(self._lock.is_locked) or self._unlocked_depth() > 0
+
+    def _unlocked_depth(self) -> int:
+        return int(getattr(self._unlocked, "depth", 0))
 
     def delete_if_names(self, job_id: str) -> bool:
         """Delete the file when it names ``job_id`` (or is gone, or unreadable), under
@@ -255,6 +272,13 @@ class StateStore:
             finally:
                 self._lock.release()
             return
+        if self._unlocked_depth():  # held here, without the file lock (NO_LOCKS)
+            self._unlocked.depth += 1
+            try:
+                yield
+            finally:
+                self._unlocked.depth -= 1
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         problem = self.owner_problem()
         if problem is not None:
@@ -276,7 +300,9 @@ class StateStore:
     @contextlib.contextmanager
     def _file_lock(self, on_wait: Callable[[str], None] | None, said: bool
                    ) -> Iterator[None]:
-        """The inter-process lock (this process's siblings are queued already)."""
+        """The inter-process lock (this process's siblings are queued already); none
+        where the filesystem has no working locks (:data:`NO_LOCKS`: :attr:`unlocked`
+        says why)."""
         try:
             try:
                 self._lock.acquire(timeout=0)
@@ -287,8 +313,20 @@ class StateStore:
         except filelock.Timeout:
             raise self._timeout() from None
         except OSError as exc:  # not a Timeout (an OSError too): a planted link (ELOOP)
-            raise StateFileError(str(self.path), f"its lock {self.lock_path} cannot be "
-                                 f"taken ({exc.strerror or exc}); nothing was done") from None
+            if exc.errno not in NO_LOCKS:
+                raise StateFileError(str(self.path), f"its lock {self.lock_path} cannot be "
+                                     f"taken ({exc.strerror or exc}); nothing was "
+                                     "done") from None
+            self.unlocked = (f"the state file's lock {self.lock_path} cannot be taken on "
+                             f"this filesystem ({exc.strerror or exc}): going on without "
+                             "it (it only saves duplicate work on one host; Slurm decides "
+                             "who uses the allocation)")
+            self._unlocked.depth = 1
+            try:
+                yield
+            finally:
+                self._unlocked.depth = 0
+            return
         try:
             yield
         finally:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -12,6 +13,8 @@ import pytest
 
 from slurm_fsm.errors import StateFileError
 from slurm_fsm.state import MAX_STATE_BYTES, ORIGINAL_KEYS, AllocState, StateStore
+
+from conftest import SpecFactory
 
 #: A state file as the original agent procedure writes it (procedure.md).
 ORIGINAL = """{"job_id": "123", "container_name": "llama_auto_test", "nodelist": "node[01-02]",
@@ -328,3 +331,54 @@ def test_threads_of_one_process_queue_for_the_lock_without_polling(
     assert order == ["first", "second"]
     # the sibling took the file lock once (and released it), never tried it in vain
     assert tries.count("sibling") <= 2, tries
+
+
+# ------------------------------------------- a filesystem whose locks do not work (issue 28)
+
+
+def _flock_fails(monkeypatch: pytest.MonkeyPatch, store: StateStore, err: int) -> None:
+    """flock on the lock file fails with ``err``, as on NFS without its lock daemon
+    (ENOLCK) or a mount without flock (EOPNOTSUPP); a planted link gives ELOOP."""
+    def acquire(*_a: object, **_k: object) -> None:
+        raise OSError(err, os.strerror(err))
+    monkeypatch.setattr(store._lock, "acquire", acquire)
+
+
+@pytest.mark.parametrize("err", [errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS])
+def test_a_filesystem_without_working_locks_is_a_warning_not_a_failure(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, err: int) -> None:
+    store = StateStore(tmp_path / ".slurm_alloc.json")
+    _flock_fails(monkeypatch, store, err)
+    ran = []
+    with store.locked():
+        ran.append(True)
+        with store.locked():  # re-entrant (step 0's triggers inside prepare)
+            ran.append(True)
+    assert ran == [True, True]
+    assert store.unlocked is not None and os.strerror(err) in store.unlocked
+    assert "going on without it" in store.unlocked
+
+
+def test_a_lock_that_fails_for_another_reason_is_still_an_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = StateStore(tmp_path / ".slurm_alloc.json")
+    _flock_fails(monkeypatch, store, errno.ELOOP)
+    with pytest.raises(StateFileError, match="cannot be taken"), store.locked():
+        pytest.fail("ran without the lock")
+    assert store.unlocked is None
+
+
+def test_step_0_without_working_locks_goes_on_and_says_so(
+        make_spec: SpecFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    from slurm_fsm.machine import AllocationMachine, State
+    from slurm_fsm.testing import FakeCluster
+
+    fake = FakeCluster()
+    spec = make_spec()
+    store = StateStore(spec.state_path)
+    _flock_fails(monkeypatch, store, errno.ENOLCK)
+    m = AllocationMachine(spec, fake, clock=fake.clock, store=store)
+    assert m.prepare() is State.Ready
+    assert [w for w in m.warnings if "cannot be taken on this filesystem" in w] == [
+        store.unlocked]
+    assert store.read() is not None  # the allocation is tracked all the same
