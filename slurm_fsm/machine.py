@@ -269,8 +269,10 @@ class AllocationMachine:
         leases: LeaseGate | None = None,
         run_history: RunHistory | None = None,
         warmer: handoff.Warmer | None = None,
+        orphan_grace_s: float = ORPHAN_GRACE_S,
     ) -> None:
         self.spec = spec
+        self.orphan_grace_s = orphan_grace_s  # 0D: younger, another run's (0E adopts it)
         self.warmer = warmer  # warm successor: sets a queued successor up
         self.handoff = handoff.HandoffState()
         #: other runs' running jobs: waited for (or refused on) before a cancel, a
@@ -285,10 +287,8 @@ class AllocationMachine:
         self._estimate: Estimate | None = None
         self._log = log or (lambda _msg: None)
         self.unreachable_retries = unreachable_retries
-        self.pending_wait_s = pending_wait_s
-        self.alloc_wait_s = alloc_wait_s
-        self.pending_report_s = pending_report_s
-        self.setup_timeout_s = setup_timeout_s
+        self.pending_wait_s, self.alloc_wait_s = pending_wait_s, alloc_wait_s
+        self.pending_report_s, self.setup_timeout_s = pending_report_s, setup_timeout_s
         self._user = user
         self.alloc: AllocState | None = None
         #: what the work of the last trigger saw; the conditions read only this and the spec
@@ -814,11 +814,10 @@ class AllocationMachine:
         """A job of ours with no state file that may be another run's, made a moment ago
         (its salloc answered, its state file not yet written: two login nodes without a
         shared lock; issue 28's race campaign): a job of the spec's name, of a request's
-        nonce, pending or running for less than :data:`ORPHAN_GRACE_S`. Step 0E adopts
-        it (the allocate of a name returns its live job of the checkout); an older one
-        is an orphan."""
+        nonce, pending or running for less than ``orphan_grace_s`` (default
+        :data:`ORPHAN_GRACE_S`). Step 0E adopts it; an older one is an orphan."""
         return (job.name == self.spec.job_name and request_of(job) is not None
-                and (job.elapsed.seconds or 0) < ORPHAN_GRACE_S)
+                and (job.elapsed.seconds or 0) < self.orphan_grace_s)
 
     def _track_pending(self, job_id: str, size: RequestSize) -> AllocState:
         """The state file of ``job_id`` from the moment it exists (nodelist not yet

@@ -650,11 +650,14 @@ def _failed(failure: Failure) -> dict[str, Any]:
     """ERROR: the failure's message (or its own errors), then the pyxis / enroot / pip
     lines of a setup step's output; the diagnosis from the message."""
     errors = list(failure.errors or (failure.message,))
-    if failure.detail:
-        errors += setup_error_lines(failure.detail)
+    detail = setup_error_lines(failure.detail) if failure.detail else []
+    errors += detail
+    # the diagnosis reads the setup step's own error lines too: the message holds only
+    # part of its output, and which node's lines it holds varies from run to run
     return {"summary": failure.message, "errors": errors,
             "diagnosis": diagnose(Status.ERROR, exit_code=None, slurm_state=None,
-                                  log_empty=False, log_lines=failure.message.splitlines())}
+                                  log_empty=False,
+                                  log_lines=[*failure.message.splitlines(), *detail])}
 
 
 def _warnings_of(facts: RunFacts, warnings: list[str]) -> list[str]:

@@ -72,7 +72,7 @@ ROWS: list[tuple[str, dict[str, Any], RunFacts, Status, str, list[str]]] = [
     ("c", {}, failed(Phase.STEP0, "import failed",
                      detail="pyxis: importing docker image\npyxis: failed to import docker "
                             "image\ncurl: (6) Could not resolve host"),
-     Status.ERROR, "import failed", ["ERROR"]),
+     Status.ERROR, "import failed", ["pyxis: failed to import docker image"]),
     ("c", {}, RunFacts(mode=Mode.ONE_SHOT, phase=Phase.SUBMITTING, failure=Failure(
         phase=Phase.SUBMITTING, message="sbatch failed: Invalid partition",
         errors=("Invalid partition",))), Status.ERROR, "sbatch failed: Invalid partition",
@@ -197,6 +197,21 @@ def test_a_setup_step_s_pyxis_lines_are_errors_of_their_own(spec: JobSpec) -> No
                           "slurmstepd-n2: error: pyxis: failed to import docker image\n")
     assert report_of(facts, spec).errors == ["import failed",
                                              "pyxis: failed to import docker image"]
+
+
+def test_a_setup_step_s_own_lines_are_diagnosed_whatever_the_message_holds(
+        spec: JobSpec) -> None:
+    """The real import step's message held n2's output and n1's last line, the line that
+    says why (n1's) only in the step's detail: the diagnosis said "ERROR" one run in
+    four (test_containers_real, missing mount source)."""
+    facts = failed(Phase.STEP0, "container import of /i.sqsh failed with exit code 1:\n"
+                   "slurmstepd-n2: error: pyxis: container was not started successfully "
+                   "by another task\nslurmstepd-n1: error: pyxis: couldn't create enroot "
+                   "start configuration script",
+                   detail="slurmstepd-n1: error: pyxis: --container-mounts: source path "
+                          "does not exist: /no-such-dir\n")
+    assert [row["symptom"] for row in report_of(facts, spec).diagnosis] == [
+        "pyxis: --container-mounts: source path does not exist"]
 
 
 def test_the_judge_keeps_the_order_of_warnings_and_says_when_progress_stopped(

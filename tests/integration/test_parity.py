@@ -267,6 +267,7 @@ def orphan(world: World) -> Outcome:
     first = _first(world, spec)
     spec.state_path.unlink()
     m = world.machine(spec)
+    m.orphan_grace_s = 0.0  # an orphan at any age (a moment-old one is adopted: its tests)
     m.prepare()
     assert f"Released orphaned allocation {first} - state file was missing." in m.warnings
     return _outcome(world, spec, first, m)

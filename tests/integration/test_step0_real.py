@@ -162,7 +162,9 @@ def test_orphan_of_a_deleted_state_file_is_found_by_name_and_cancelled(
     orphan = ready(AllocationMachine(spec, backend))
     spec.state_path.unlink()
 
-    m = AllocationMachine(spec, backend)
+    # an orphan at any age (seconds old here, it would be adopted as another run's:
+    # test_nonce_real.py::test_a_moment_old_allocation_of_another_run_is_adopted_...)
+    m = AllocationMachine(spec, backend, orphan_grace_s=0)
     new = ready(m)
     assert m.path == ["NoState", "Allocating", "Ready"]
     assert new != orphan
