@@ -36,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from slurm_fsm import Allocation, JobSpec, Status, SubprocessBackend, slurmcli
+from slurm_fsm import Allocation, JobSpec, Status, SubprocessBackend, scriptguard, slurmcli
 from slurm_fsm.subprocess_backend import CommandResult, LocalLease, run_command
 from slurm_fsm_dev import localcluster
 from slurm_fsm_dev.localcluster import GPUS_PER_NODE, ClusterInfo
@@ -138,18 +138,26 @@ class Bench:
             raise RuntimeError(f"warm-up run: {r.render_text()}")
         return alloc
 
-    def raw(self, job_id: str, jobs: int, parallel: int) -> float:
-        """``jobs`` 1-GPU steps, ``parallel`` at once, no lock, no question between."""
+    def raw(self, job_id: str, jobs: int, parallel: int, how: str = "raw") -> float:
+        """``jobs`` 1-GPU steps, ``parallel`` at once, no lock, no question between.
+        ``how``: ``raw`` (the ``srun`` itself), ``script`` (the bare script: ``bash -c
+        'srun ...'``) or ``guarded`` (the bare script under ``scriptguard``, as a run
+        starts it): the floor of a run's script without the orchestrator."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
         env.update(self.cluster.env)
         argv = ["srun", f"--jobid={job_id}", "--exact", "-N1", "-n1", "--gpus-per-node=1",
                 "true"]
+        if how != "raw":
+            argv = ["bash", "-c", shlex.join(argv)]
+        if how == "guarded":
+            argv = [sys.executable, "-I", "-S", str(Path(scriptguard.__file__)),
+                    str(os.getpid()), *argv]
 
         def one(_i: int) -> None:
             p = subprocess.run(argv, env=env, capture_output=True, text=True,  # noqa: S603
                                timeout=300, check=False)
             if p.returncode != 0:
-                raise RuntimeError(f"raw step exited {p.returncode}: {p.stderr.strip()}")
+                raise RuntimeError(f"{how} step exited {p.returncode}: {p.stderr.strip()}")
 
         t0 = time.monotonic()
         with ThreadPoolExecutor(max_workers=parallel) as pool:
@@ -194,7 +202,8 @@ def measure_single(b: Bench, alloc: Allocation, job_id: str, reps: int) -> dict[
 
 
 def measure(b: Bench, reps: int, jobs: int, parallel: int) -> dict[str, Any]:
-    rows: dict[str, list[float]] = {"raw_s": [], "run_many_s": []}
+    rows: dict[str, list[float]] = {"raw_s": [], "script_s": [], "guarded_s": [],
+                                    "run_many_s": []}
     alloc = b.warm()
     state = alloc.state()
     assert state is not None
@@ -206,6 +215,8 @@ def measure(b: Bench, reps: int, jobs: int, parallel: int) -> dict[str, Any]:
         for rep in range(reps):
             say(f"rep {rep + 1}/{reps}: raw")
             rows["raw_s"].append(b.raw(state.job_id, jobs, parallel))
+            for how in ("script", "guarded"):  # the floor of a run's script
+                rows[f"{how}_s"].append(b.raw(state.job_id, jobs, parallel, how))
             say(f"rep {rep + 1}/{reps}: run_many")
             b.recorder.reset()
             t0 = time.monotonic()
@@ -253,6 +264,11 @@ def table(res: dict[str, Any]) -> str:
         "|---|---:|---:|",
         f"| raw steps (`srun --jobid --exact --gpus-per-node=1 true`) | {m['raw_s']:.2f} "
         "| 1.00x |",
+        *([f"| the bare scripts (`bash -c 'srun ...'`), no orchestrator | {m['script_s']:.2f} "
+           f"| {m['script_s'] / m['raw_s']:.2f}x |",
+           f"| the bare scripts under their guard (`python -I -S scriptguard.py`), no "
+           f"orchestrator | {m['guarded_s']:.2f} | {m['guarded_s'] / m['raw_s']:.2f}x |"]
+          if "guarded_s" in m else []),
         f"| `Allocation.run_many(max_parallel={res['parallel']})` | {m['run_many_s']:.2f} | "
         f"{res['ratio']:.2f}x (target <= 1.5x) |",
         "",
