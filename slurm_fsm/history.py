@@ -36,6 +36,7 @@ import hashlib
 import json
 import math
 import os
+import threading
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -224,6 +225,14 @@ class RunEntry:
         return cls(**kw)
 
 
+#: the entries of the history files last read, by file and version (device, inode,
+#: size, modification time): an append or a trim makes a new version. A history is a
+#: hint; a rewrite to the same size within one timestamp tick is the one case read stale.
+_PARSED: dict[tuple[str, int, int, int, int], tuple[RunEntry, ...]] = {}
+_PARSED_KEPT = 8
+_PARSED_LOCK = threading.Lock()
+
+
 class RunHistory:
     """The history file: read (bounded, bad lines skipped), appended, trimmed."""
 
@@ -235,6 +244,12 @@ class RunHistory:
         read (the estimate then falls back: a history is a hint, never a failure)."""
         try:
             with files.open_for_reading(self.path) as fh:
+                st = os.fstat(fh.fileno())
+                key = (str(self.path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+                with _PARSED_LOCK:
+                    known = _PARSED.get(key)
+                if known is not None:  # every run of a run_many reads it: parsed once
+                    return list(known)
                 size = fh.seek(0, os.SEEK_END)
                 start = max(0, size - 2 * MAX_HISTORY_BYTES)
                 fh.seek(start)
@@ -244,7 +259,14 @@ class RunHistory:
         lines = raw.decode("utf-8", "replace").splitlines()
         if start > 0 and lines:
             lines = lines[1:]  # a cut first line
-        return [e for e in (RunEntry.from_json(line) for line in lines) if e is not None]
+        entries = tuple(e for e in (RunEntry.from_json(line) for line in lines)
+                        if e is not None)
+        with _PARSED_LOCK:
+            _PARSED.pop(key, None)
+            _PARSED[key] = entries
+            while len(_PARSED) > _PARSED_KEPT:
+                del _PARSED[next(iter(_PARSED))]
+        return list(entries)
 
     def durations(self, key: str) -> list[float]:
         """The wall times of the PASSED runs under ``key``, oldest first."""

@@ -249,10 +249,12 @@ def stop_stale_group(identity: Mapping[str, object], grace_s: float = 10.0,
 def guarded(argv: Sequence[str]) -> list[str]:
     """``argv`` under :mod:`slurm_fsm.scriptguard`, tied to this process's life: when
     this process dies (even by ``kill -9``) the guard ends ``argv``'s whole group (an
-    ``srun`` then ends its step). Unchanged where there is no Python executable."""
+    ``srun`` then ends its step). The lean guard where the host can run it
+    (:func:`slurm_fsm.scriptguard.command`). Unchanged where there is no Python
+    executable."""
     if not sys.executable:
         return list(argv)
-    return [sys.executable, "-I", "-S", scriptguard.__file__, str(os.getpid()), *argv]
+    return scriptguard.command(os.getpid(), list(argv), python=sys.executable)
 
 
 def _wait_exit(pid: int, timeout_s: float) -> bool:

@@ -227,3 +227,32 @@ def test_what_fits_a_new_allocation_or_is_not_persistent_is_accepted(tmp_path: P
               expected_duration_seconds=10 * 3600)
     make_spec(tmp_path, release_allocation=True, alloc_time_limit="00:30:00",
               expected_duration_seconds=10 * 3600)
+
+
+def test_a_version_of_the_file_is_parsed_once_and_every_change_is_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every run of a ``run_many`` reads the history for its estimate (issue 28): one
+    version of the file is parsed once; an append (or another file) is read anew."""
+    parsed: list[str] = []
+    real = RunEntry.from_json
+
+    def counting(line: str) -> RunEntry | None:
+        parsed.append(line)
+        return real(line)
+
+    monkeypatch.setattr(RunEntry, "from_json", staticmethod(counting))
+    path = tmp_path / "h.jsonl"
+    history = RunHistory(path)
+    history.append(RunEntry(key="k", status="PASSED", run_s=5.0))
+    assert history.durations("k") == [5.0]
+    assert len(parsed) == 1
+    assert RunHistory(path).durations("k") == [5.0]  # another reader, the same version
+    assert len(parsed) == 1
+    history.append(RunEntry(key="k", status="PASSED", run_s=7.0))
+    assert RunHistory(path).durations("k") == [5.0, 7.0]
+    assert len(parsed) == 3
+    entries = history.entries()
+    entries.clear()  # a caller's list is its own
+    assert history.durations("k") == [5.0, 7.0]
+    path.unlink()
+    assert history.entries() == []

@@ -9,14 +9,65 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from slurm_fsm import scriptguard
 from slurm_fsm.backend import ScriptRequest
 from slurm_fsm.scriptguard import group_members
-from slurm_fsm.subprocess_backend import SubprocessBackend, stop_stale_group
+from slurm_fsm.subprocess_backend import SubprocessBackend, guarded, stop_stale_group
+
+# Every behaviour of a guard, in both of its forms: the lean one (setpriv + /bin/sh, what
+# this host runs) and the Python one (hosts without setpriv --pdeathsig, and the stop)
+FORMS = ("lean", "python")
 
 
-def guard(*command: str) -> list[str]:
-    return [sys.executable, "-I", "-S", scriptguard.__file__, str(os.getpid()), *command]
+@pytest.fixture(params=FORMS)
+def form(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The guard's form for this test: ``SLURM_FSM_GUARD`` as a user would set it (an
+    orchestrator started by the test inherits it)."""
+    if request.param == "python":
+        monkeypatch.setenv(scriptguard.GUARD_ENV, "python")
+    else:
+        monkeypatch.delenv(scriptguard.GUARD_ENV, raising=False)
+    return str(request.param)
+
+
+def guard(*command: str, parent: int | None = None) -> list[str]:
+    """``command`` under the guard of this environment's form (:func:`form`)."""
+    return scriptguard.command(os.getpid() if parent is None else parent, list(command),
+                               python=sys.executable)
+
+
+def test_this_host_runs_the_lean_guard_and_the_user_can_ask_for_the_python_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lean guard (about 2 ms of CPU, not 20: issue 28) is what this host runs: its
+    tools are here; ``SLURM_FSM_GUARD=python`` asks for the Python guard."""
+    monkeypatch.delenv(scriptguard.GUARD_ENV, raising=False)
+    lean = guarded(["bash", "job.sh"])
+    assert os.path.basename(lean[0]) == "setpriv" and lean[1:4] == ["--pdeathsig", "TERM", "--"]
+    assert lean[5].endswith("scriptguard.sh") and lean[-2:] == ["bash", "job.sh"]
+    monkeypatch.setenv(scriptguard.GUARD_ENV, "python")
+    py = guarded(["bash", "job.sh"])
+    assert py[:3] == [sys.executable, "-I", "-S"] and py[3].endswith("scriptguard.py")
+    assert py[4:] == [str(os.getpid()), "bash", "job.sh"]
+
+
+def test_the_guard_costs_a_fraction_of_a_python_start() -> None:
+    """What the lean guard is for: the CPU a guard takes to run a command, summed over
+    the guard and its children (the command is ``true``). The lean form's own tools
+    start in far less than one Python interpreter does."""
+    import resource
+
+    def cpu(argv: list[str], n: int = 10) -> float:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        for _ in range(n):
+            subprocess.run(argv, check=True, timeout=60)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) / n
+
+    lean = cpu(scriptguard.command(os.getpid(), ["true"], python=sys.executable, lean=True))
+    py = cpu(scriptguard.command(os.getpid(), ["true"], python=sys.executable, lean=False))
+    assert lean < py / 2, (lean, py)
 
 
 def wait_for(what: str, probe, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
@@ -26,13 +77,39 @@ def wait_for(what: str, probe, timeout: float = 10.0) -> None:  # type: ignore[n
         time.sleep(0.02)
 
 
-def test_the_guard_passes_the_exit_code_on_as_the_shell_does() -> None:
+def test_the_guard_passes_the_exit_code_on_as_the_shell_does(form: str) -> None:
     assert subprocess.run(guard("bash", "-c", "exit 7"), timeout=30).returncode == 7
-    killed = subprocess.run(guard("bash", "-c", "kill -KILL $$"), timeout=30)
-    assert killed.returncode == 128 + signal.SIGKILL  # 137, never -9
+    for sig in (signal.SIGKILL, signal.SIGSEGV, signal.SIGTERM):
+        killed = subprocess.run(guard("bash", "-c", f"echo said >&2; kill -{sig.name} $$"),
+                                capture_output=True, timeout=30)
+        assert killed.returncode == 128 + sig  # 137, never -9
+        assert killed.stderr == b"said\n"  # the guard adds no "Killed" to the job's log
+        assert killed.stdout == b""
 
 
-def test_the_script_dies_with_the_orchestrator(tmp_path: Path) -> None:
+def test_the_command_gets_sigint_and_sigquit_as_a_command_of_its_own(form: str) -> None:
+    """A shell starts an asynchronous command with SIGINT and SIGQUIT ignored; the lean
+    guard gives them back: under either guard, the command sees the default."""
+    out = subprocess.run(guard("bash", "-c", "kill -INT $$; echo survived"),
+                         capture_output=True, timeout=30)
+    assert out.returncode == 128 + signal.SIGINT and b"survived" not in out.stdout
+    mask = subprocess.run(guard("grep", "^SigIgn", "/proc/self/status"),
+                          capture_output=True, text=True, timeout=30)
+    ignored = int(mask.stdout.split()[1], 16)
+    assert not ignored & (1 << (signal.SIGINT - 1) | 1 << (signal.SIGQUIT - 1)), mask.stdout
+
+
+def test_a_guard_whose_starter_is_already_gone_runs_nothing(tmp_path: Path, form: str) -> None:
+    """The death signal is armed before the guard checks its starter: a guard whose
+    starter is not its parent (gone before the signal was armed) never starts the
+    command and ends as stopped."""
+    marker = tmp_path / "ran"
+    out = subprocess.run(guard("touch", str(marker), parent=1), timeout=30)
+    assert out.returncode == 128 + signal.SIGTERM
+    assert not marker.exists()
+
+
+def test_the_script_dies_with_the_orchestrator(tmp_path: Path, form: str) -> None:
     """kill -9 of the process that started the script: the script's whole group ends."""
     pidfile = tmp_path / "pgid"
     starter = (
@@ -61,7 +138,8 @@ def test_the_script_dies_with_the_orchestrator(tmp_path: Path) -> None:
             orchestrator.wait()
 
 
-def test_a_stale_group_is_stopped_only_when_it_is_provably_the_same(tmp_path: Path) -> None:
+def test_a_stale_group_is_stopped_only_when_it_is_provably_the_same(tmp_path: Path,
+                                                                     form: str) -> None:
     (tmp_path / "job.sh").write_text("sleep 600\n")
     script = SubprocessBackend().start_script(ScriptRequest(
         script_path=tmp_path / "job.sh", log_path=tmp_path / "job.log", env={},
@@ -112,7 +190,7 @@ def test_a_planted_record_never_makes_a_run_kill_an_unrelated_group() -> None:
         victim.wait()
 
 
-def test_a_guard_with_another_token_is_not_stopped(tmp_path: Path) -> None:
+def test_a_guard_with_another_token_is_not_stopped(tmp_path: Path, form: str) -> None:
     """A real guard of another run (its cmdline is scriptguard's), named by a record
     whose token is not its own: left alone."""
     env = {**os.environ, scriptguard.TOKEN_ENV: "a" * 32}
@@ -129,7 +207,8 @@ def test_a_guard_with_another_token_is_not_stopped(tmp_path: Path) -> None:
             os.killpg(other.pid, signal.SIGKILL)
 
 
-def test_with_the_guard_gone_only_the_token_proves_the_group(tmp_path: Path) -> None:
+def test_with_the_guard_gone_only_the_token_proves_the_group(tmp_path: Path,
+                                                             form: str) -> None:
     """kill -9 of the guard leaves bash and its child in the group, leaderless: a start
     time cannot prove anything then; a member holding the token does."""
     (tmp_path / "job.sh").write_text("sleep 600\n")
