@@ -141,17 +141,19 @@ class Bench:
     def raw(self, job_id: str, jobs: int, parallel: int, how: str = "raw") -> float:
         """``jobs`` 1-GPU steps, ``parallel`` at once, no lock, no question between.
         ``how``: ``raw`` (the ``srun`` itself), ``script`` (the bare script: ``bash -c
-        'srun ...'``) or ``guarded`` (the bare script under ``scriptguard``, as a run
-        starts it): the floor of a run's script without the orchestrator."""
+        'srun ...'``), ``guarded`` (the bare script under its guard, the lean one, as a
+        run starts it here) or ``guarded_python`` (under the Python guard, as on a host
+        without ``setpriv --pdeathsig``): the floor of a run's script without the
+        orchestrator."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
         env.update(self.cluster.env)
         argv = ["srun", f"--jobid={job_id}", "--exact", "-N1", "-n1", "--gpus-per-node=1",
                 "true"]
         if how != "raw":
             argv = ["bash", "-c", shlex.join(argv)]
-        if how == "guarded":
-            argv = [sys.executable, "-I", "-S", str(Path(scriptguard.__file__)),
-                    str(os.getpid()), *argv]
+        if how in ("guarded", "guarded_python"):  # the guard a run's script gets
+            argv = scriptguard.command(os.getpid(), argv, python=sys.executable,
+                                       lean=how == "guarded")
 
         def one(_i: int) -> None:
             p = subprocess.run(argv, env=env, capture_output=True, text=True,  # noqa: S603
@@ -179,6 +181,14 @@ class Bench:
         return time.monotonic() - t0
 
 
+def machine_cpu_s() -> float:
+    """The CPU seconds every process of this machine has used since boot (``/proc/stat``:
+    user, nice, system, irq, softirq): slurmctld, slurmd, the steps and the runs alike."""
+    with open("/proc/stat", encoding="ascii") as fh:
+        v = [int(x) for x in fh.readline().split()[1:]]
+    return (v[0] + v[1] + v[2] + v[5] + v[6]) / os.sysconf("SC_CLK_TCK")
+
+
 def measure_single(b: Bench, alloc: Allocation, job_id: str, reps: int) -> dict[str, Any]:
     """One warm run alone (``Allocation.run``) against its bare script, ``reps`` times
     each, back to back; the commands of one run counted."""
@@ -203,7 +213,8 @@ def measure_single(b: Bench, alloc: Allocation, job_id: str, reps: int) -> dict[
 
 def measure(b: Bench, reps: int, jobs: int, parallel: int) -> dict[str, Any]:
     rows: dict[str, list[float]] = {"raw_s": [], "script_s": [], "guarded_s": [],
-                                    "run_many_s": []}
+                                    "guarded_python_s": [], "run_many_s": []}
+    cpu: dict[str, list[float]] = {k: [] for k in rows}  # the machine's CPU seconds
     alloc = b.warm()
     state = alloc.state()
     assert state is not None
@@ -214,14 +225,17 @@ def measure(b: Bench, reps: int, jobs: int, parallel: int) -> dict[str, Any]:
     try:
         for rep in range(reps):
             say(f"rep {rep + 1}/{reps}: raw")
-            rows["raw_s"].append(b.raw(state.job_id, jobs, parallel))
-            for how in ("script", "guarded"):  # the floor of a run's script
+            for how in ("raw", "script", "guarded", "guarded_python"):  # the floor
+                c0 = machine_cpu_s()
                 rows[f"{how}_s"].append(b.raw(state.job_id, jobs, parallel, how))
+                cpu[f"{how}_s"].append(machine_cpu_s() - c0)
             say(f"rep {rep + 1}/{reps}: run_many")
             b.recorder.reset()
+            c0 = machine_cpu_s()
             t0 = time.monotonic()
             reports = alloc.run_many(specs, max_parallel=parallel)
             rows["run_many_s"].append(time.monotonic() - t0)
+            cpu["run_many_s"].append(machine_cpu_s() - c0)
             bad = [r for r in reports if r.status is not Status.PASSED]
             if bad:
                 raise RuntimeError(f"a run did not pass: {bad[0].render_text()}")
@@ -239,6 +253,7 @@ def measure(b: Bench, reps: int, jobs: int, parallel: int) -> dict[str, Any]:
     return {
         "jobs": jobs, "parallel": parallel, "reps": reps, "nodes": NODES,
         "gpus_per_node": GPUS_PER_NODE, "samples": rows, "median": med,
+        "cpu_samples": cpu, "cpu_median": {k: statistics.median(v) for k, v in cpu.items()},
         "ratio": med["run_many_s"] / med["raw_s"],
         "commands_per_run": {k: v / jobs for k, v in sorted(last.items())},
         "command_total_per_run": sum(last.values()) / jobs,
@@ -252,25 +267,35 @@ def measure(b: Bench, reps: int, jobs: int, parallel: int) -> dict[str, Any]:
     }
 
 
+NO_ROW = "\0"
+
+
 def table(res: dict[str, Any]) -> str:
     m = res["median"]
+    c = res.get("cpu_median", {})
+
+    def row(what: str, key: str, note: str = "") -> str:
+        if key not in m:  # a row older results do not have
+            return NO_ROW
+        used = f"{c[key]:.2f}" if key in c else "-"
+        return f"| {what} | {m[key]:.2f} | {m[key] / m['raw_s']:.2f}x{note} | {used} |"
+
     lines = [
         f"Median of {res['reps']} on the local cluster ({res['jobs']} jobs `srun true`, "
         f"1 GPU each, {res['parallel']} at once, a warm allocation of {res['nodes']} nodes "
         f"x {res['gpus_per_node']} GPUs; load average at the end "
         f"{res.get('load_1min', 'not recorded')} on {os.cpu_count()} CPUs):",
         "",
-        "| what | seconds | vs raw |",
-        "|---|---:|---:|",
-        f"| raw steps (`srun --jobid --exact --gpus-per-node=1 true`) | {m['raw_s']:.2f} "
-        "| 1.00x |",
-        *([f"| the bare scripts (`bash -c 'srun ...'`), no orchestrator | {m['script_s']:.2f} "
-           f"| {m['script_s'] / m['raw_s']:.2f}x |",
-           f"| the bare scripts under their guard (`python -I -S scriptguard.py`), no "
-           f"orchestrator | {m['guarded_s']:.2f} | {m['guarded_s'] / m['raw_s']:.2f}x |"]
-          if "guarded_s" in m else []),
-        f"| `Allocation.run_many(max_parallel={res['parallel']})` | {m['run_many_s']:.2f} | "
-        f"{res['ratio']:.2f}x (target <= 1.5x) |",
+        "| what | seconds | vs raw | CPU seconds (the machine's) |",
+        "|---|---:|---:|---:|",
+        row("raw steps (`srun --jobid --exact --gpus-per-node=1 true`)", "raw_s"),
+        row("the bare scripts (`bash -c 'srun ...'`), no orchestrator", "script_s"),
+        row("the bare scripts under the lean guard (`setpriv --pdeathsig TERM -- /bin/sh "
+            "scriptguard.sh ...`), no orchestrator", "guarded_s"),
+        row("the bare scripts under the Python guard (`python -I -S scriptguard.py`), no "
+            "orchestrator", "guarded_python_s"),
+        row(f"`Allocation.run_many(max_parallel={res['parallel']})`", "run_many_s",
+            " (target <= 1.5x)"),
         "",
         f"Slurm commands per run in `run_many` ({res['command_total_per_run']:.2f} in all; "
         "the script's own `srun` not counted), and the seconds each kind took per run "
@@ -279,6 +304,7 @@ def table(res: dict[str, Any]) -> str:
         "| command | per run | seconds per run |",
         "|---|---:|---:|",
     ]
+    lines = [line for line in lines if line != NO_ROW]
     for k, v in res["commands_per_run"].items():
         lines.append(f"| `{k}` | {v:.2f} | {res['command_seconds_per_run'].get(k, 0):.3f} |")
     lines += ["", "Each run's own timings (median seconds): " + ", ".join(

@@ -55,6 +55,7 @@ from pathlib import Path
 
 import attrs
 
+from slurm_fsm import scriptguard
 from slurm_fsm.backend import JobInfo, SlurmBackend, StepInfo
 from slurm_fsm.clock import Clock
 from slurm_fsm.errors import BackendError
@@ -264,31 +265,29 @@ def waiting_advice(gpus_per_node: int, allocation_gpus_per_node: int | None = No
             "for its batch by itself)")
 
 
-def _is_srun(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip() == "srun"
-    except OSError:
-        return False
-
-
 class PendingSteps:
     """This run's queued steps, as Slurm lists them (``scontrol show step`` has the
     pending step with its srun's host and pid, on 22.05 and 24.11).
 
     ``pids`` is the run's live view of its script's processes (``RunSteps.pids``). Slurm
     is asked only while one of those is an ``srun`` not yet seen running a step, at most
-    every :data:`PENDING_POLL_S`: a run whose sruns all started asks nothing more.
+    every :data:`PENDING_POLL_S`: a run whose sruns all started asks nothing more; and
+    not about an ``srun`` younger than ``settle_s``
+    (:data:`~slurm_fsm.scriptguard.SRUN_SETTLE_S`): most tiny jobs' are gone by then.
     """
 
     def __init__(self, backend: SlurmBackend, job_id: str, pids: Collection[int],
                  clock: Clock, *, every_s: float = PENDING_POLL_S,
-                 is_srun: Callable[[int], bool] = _is_srun) -> None:
+                 is_srun: Callable[[int], bool] = scriptguard.is_srun,
+                 settle_s: float = scriptguard.SRUN_SETTLE_S) -> None:
         self._backend = backend
         self._job_id = job_id
         self._pids = pids
         self._clock = clock
         self._every_s = every_s
         self._is_srun = is_srun
+        self._settle_s = settle_s
+        self._seen: dict[int, float] = {}  # srun pid: when it was first seen
         self._started: set[int] = set()  # srun pids seen running their step
         self._last: float | None = None
         self._pending: list[StepInfo] = []
@@ -297,11 +296,14 @@ class PendingSteps:
         now = self._clock.now()
         if self._last is not None and now - self._last < self._every_s:
             return self._pending
-        self._last = now
         sruns = {p for p in list(self._pids) if p not in self._started and self._is_srun(p)}
-        if not sruns:
+        for p in sruns:
+            self._seen.setdefault(p, now)
+        sruns = {p for p in sruns if now - self._seen[p] >= self._settle_s}
+        if not sruns:  # none, or only sruns too young to ask about (a tiny job's)
             self._pending = []
             return self._pending
+        self._last = now
         try:
             steps = self._backend.step_details(self._job_id)
         except BackendError:

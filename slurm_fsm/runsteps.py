@@ -27,7 +27,8 @@ the record is deleted only once they are gone. When Slurm cannot be reached the
 record stays, listing them, and the next run finishes the job
 (:func:`stop_leftovers`).
 
-While the script runs, the step of each of its ``srun`` s is looked up once (at most
+While the script runs, the step of each of its ``srun`` s that has run
+:data:`~slurm_fsm.scriptguard.SRUN_SETTLE_S` (half a second) is looked up once (at most
 every :data:`MARK_EVERY_S` while one has none yet) and its id noted in the record's
 ``seen_steps``: after a non-zero exit the run asks accounting how those steps ended
 (:meth:`RunSteps.own_step_ids`, :mod:`slurm_fsm.persistent`). A seen id is never a
@@ -126,14 +127,6 @@ def _alive(steps: Iterable[StepInfo], host: str) -> set[int]:
             and scriptguard.live_start_ticks(s.srun_pid) is not None}
 
 
-def _is_srun(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as fh:
-            return fh.read().strip() == "srun"
-    except OSError:
-        return False
-
-
 def _cancel(backend: SlurmBackend, job_id: str, step_ids: list[str],
             problems: list[str]) -> list[str]:
     """scancel each step by id; the ids cancelled (a gone step counts as cancelled)."""
@@ -191,6 +184,7 @@ class RunSteps:
         self._sruns: set[int] = set()  # the srun pids already written into the record
         self._last_sample = float("-inf")
         self._marked_sruns: set[int] = set()  # srun pids whose step was seen
+        self._srun_seen: dict[int, float] = {}  # srun pid: when a sample first saw it
         self._last_mark = float("-inf")
 
     @property
@@ -225,11 +219,14 @@ class RunSteps:
         self._last_sample = now
         members = scriptguard.group_members(self.pgid)
         self.pids.update(members)
-        sruns = {p for p in members if p not in self._sruns and _is_srun(p)}
+        sruns = {p for p in members if p not in self._sruns and scriptguard.is_srun(p)}
         if sruns:
             self._sruns |= sruns
+            self._srun_seen.update(dict.fromkeys(sruns, now))
             self.save(srun_pids=tuple(sorted(set(self.record.srun_pids) | self.pids)))
-        unmarked = (self._sruns & set(members)) - self._marked_sruns
+        # an srun is asked about once it has run SRUN_SETTLE_S: a tiny job's is gone first
+        unmarked = {p for p in (self._sruns & set(members)) - self._marked_sruns
+                    if now - self._srun_seen.get(p, now) >= scriptguard.SRUN_SETTLE_S}
         if unmarked and now - self._last_mark >= MARK_EVERY_S:
             self._last_mark = now
             self._mark()

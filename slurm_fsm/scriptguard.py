@@ -45,9 +45,9 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["GRACE_S", "GUARD_ENV", "TOKEN_ENV", "boot_id", "command", "group_members",
-           "live_start_ticks", "main", "proven_members", "signal_group", "start_ticks",
-           "stop_group"]
+__all__ = ["GRACE_S", "GUARD_ENV", "SRUN_SETTLE_S", "TOKEN_ENV", "boot_id", "command",
+           "group_members", "is_srun", "live_start_ticks", "main", "proven_members",
+           "signal_group", "start_ticks", "stop_group"]
 
 #: The environment variable that carries the guard's secret token.
 TOKEN_ENV = "SLURM_FSM_GUARD_TOKEN"
@@ -191,6 +191,27 @@ def _set_pdeathsig(sig: int) -> bool:
         return int(libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)) == 0
     except (OSError, AttributeError):
         return False
+
+
+#: An ``srun`` of a run's script is asked about (``scontrol show step``: its step's
+#: id, whether it waits for GPUs) once it has run this long: the ``srun`` of a tiny job
+#: is gone by then, and a controller call for each would cost more than the job
+#: (issue 28); a step that waits for GPUs is said to wait half a second later.
+SRUN_SETTLE_S = 0.5
+
+
+def is_srun(pid: int) -> bool:
+    """Process ``pid`` runs ``srun`` (``/proc/PID/comm``); False when it is gone."""
+    try:
+        fd = os.open(f"/proc/{pid}/comm", os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        return os.read(fd, 64).strip() == b"srun"
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def group_members(pgid: int, *, exclude: int | None = None) -> list[int]:

@@ -20,6 +20,7 @@ from slurm_fsm.placement import (
     script_memory,
     waiting_advice,
 )
+from slurm_fsm.scriptguard import SRUN_SETTLE_S
 from slurm_fsm.spec import SlurmParams
 from slurm_fsm.testing.fake import FakeClock
 
@@ -219,6 +220,8 @@ def test_pending_steps_are_this_runs_queued_steps_from_slurm() -> None:
                      _step("TDB", "PENDING", 999), _step("TDB", "PENDING", 200, "other")])
     pending = PendingSteps(backend, "7", pids, clock,  # type: ignore[arg-type]
                            is_srun=lambda p: p in (200, 300))
+    assert pending() == [] and backend.asked == 0  # srun 200 is new: not asked about yet
+    clock.advance(SRUN_SETTLE_S)
     found = pending()
     assert [(s.step_id, s.srun_pid) for s in found] == [("TDB", 200)]  # not another run's
     assert pending() == found and backend.asked == 1  # rate-limited
@@ -231,7 +234,7 @@ def test_pending_steps_ask_nothing_once_every_srun_has_started() -> None:
     clock = FakeClock()
     backend = Steps([_step("0", "RUNNING", 200)])
     pending = PendingSteps(backend, "7", {100, 200}, clock,  # type: ignore[arg-type]
-                           is_srun=lambda p: p == 200)
+                           is_srun=lambda p: p == 200, settle_s=0)
     assert pending() == [] and backend.asked == 1
     for _ in range(5):
         clock.advance(PENDING_POLL_S)
@@ -243,13 +246,36 @@ def test_pending_steps_ask_nothing_once_every_srun_has_started() -> None:
     assert no_srun.asked == 0
 
 
+def test_an_srun_that_ends_young_costs_no_question() -> None:
+    """Issue 28: a tiny job's srun is gone before it has run SRUN_SETTLE_S; Slurm is
+    never asked about it. Sruns of one run seen at different times: each waits its own
+    settling (a younger one does not hold back an older one)."""
+    clock = FakeClock()
+    pids = {200}
+    backend = Steps([_step("TDB", "PENDING", 200), _step("TDB", "PENDING", 300)])
+    pending = PendingSteps(backend, "7", pids, clock,  # type: ignore[arg-type]
+                           is_srun=lambda p: p in pids)
+    assert pending() == []
+    clock.advance(SRUN_SETTLE_S / 2)
+    pids.clear()  # ended young
+    clock.advance(SRUN_SETTLE_S)
+    assert pending() == [] and backend.asked == 0
+    pids.update({300})
+    assert pending() == [] and backend.asked == 0
+    clock.advance(SRUN_SETTLE_S / 2)
+    pids.add(400)  # a newer one
+    assert pending() == [] and backend.asked == 0
+    clock.advance(SRUN_SETTLE_S / 2)
+    assert [s.srun_pid for s in pending()] == [300] and backend.asked == 1
+
+
 def test_queue_watch_polls_pending_steps_once_and_a_silent_slurm_is_no_wait() -> None:
     clock = FakeClock()
     backend = Steps(BackendError("scontrol: timed out"), [_step("TDB", "PENDING", 200)])
     msgs: list[str] = []
     w = QueueWatch(lambda _t: None, msgs.append, gpus_per_node=2,
                    pending=PendingSteps(backend, "7", {200}, clock,  # type: ignore[arg-type]
-                                        is_srun=lambda p: True))
+                                        is_srun=lambda p: True, settle_s=0))
     w.poll()
     assert msgs == [] and not w.waiting  # Slurm did not answer: nothing said
     clock.advance(PENDING_POLL_S)

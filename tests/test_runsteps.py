@@ -118,14 +118,16 @@ class _Steps:
 
 def test_a_run_notes_the_steps_of_its_sruns_while_they_run(tmp_path: Any) -> None:
     """An ``srun`` of the script's group: its step is noted in the record (``seen_steps``,
-    not among the marks the next run stops), once; Slurm is asked again only while an
-    srun has no step seen, at most every MARK_EVERY_S."""
+    not among the marks the next run stops), once it has run SRUN_SETTLE_S (a tiny job's
+    srun costs no question, issue 28); Slurm is asked again only while an srun has no
+    step seen, at most every MARK_EVERY_S."""
     import os
     import shutil
     import subprocess
 
     from slurm_fsm.runrecord import RunBook
     from slurm_fsm.runsteps import MARK_EVERY_S, RunSteps
+    from slurm_fsm.scriptguard import SRUN_SETTLE_S
     from slurm_fsm.testing import FakeClock
 
     srun = tmp_path / "srun"  # a process whose name is srun
@@ -138,6 +140,10 @@ def test_a_run_notes_the_steps_of_its_sruns_while_they_run(tmp_path: Any) -> Non
         clock = FakeClock()
         steps = RunSteps(backend, book, record, clock=clock)  # type: ignore[arg-type]
         steps.pgid = os.getpgid(proc.pid)
+        steps.sample()
+        assert backend.asked == 0  # a new srun: asked about once it has run a while
+        assert steps.record.srun_pids == (proc.pid,)  # but in the record at once
+        clock.advance(SRUN_SETTLE_S)
         steps.sample()
         assert backend.asked == 1
         assert steps.record.seen_steps == ("3",) and steps.record.steps == ()
