@@ -225,12 +225,31 @@ class RunEntry:
         return cls(**kw)
 
 
-#: the entries of the history files last read, by file and version (device, inode,
-#: size, modification time): an append or a trim makes a new version. A history is a
-#: hint; a rewrite to the same size within one timestamp tick is the one case read stale.
-_PARSED: dict[tuple[str, int, int, int, int], tuple[RunEntry, ...]] = {}
+@attrs.frozen
+class _Parsed:
+    """What :meth:`RunHistory.entries` parsed of one history file: the bytes from
+    ``start`` to ``end`` (complete lines), their first bytes (``head``: the file was
+    not rewritten in place when they are still there) and the entries."""
+
+    start: int
+    end: int
+    head: bytes
+    entries: tuple[RunEntry, ...]
+
+
+#: the history files last read, by file (path, device, inode). The file only grows by
+#: appends between trims (a trim writes a new file: another inode), so a read parses
+#: only the lines appended since the last one: every run of a ``run_many`` reads the
+#: history for its estimate, and a full history is thousands of lines (issue 28).
+_PARSED: dict[tuple[str, int, int], _Parsed] = {}
 _PARSED_KEPT = 8
 _PARSED_LOCK = threading.Lock()
+_HEAD_BYTES = 256
+
+
+def _parse_lines(raw: bytes) -> tuple[RunEntry, ...]:
+    return tuple(e for e in (RunEntry.from_json(line) for line in
+                             raw.decode("utf-8", "replace").splitlines()) if e is not None)
 
 
 class RunHistory:
@@ -244,29 +263,44 @@ class RunHistory:
         read (the estimate then falls back: a history is a hint, never a failure)."""
         try:
             with files.open_for_reading(self.path) as fh:
-                st = os.fstat(fh.fileno())
-                key = (str(self.path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-                with _PARSED_LOCK:
-                    known = _PARSED.get(key)
-                if known is not None:  # every run of a run_many reads it: parsed once
-                    return list(known)
-                size = fh.seek(0, os.SEEK_END)
-                start = max(0, size - 2 * MAX_HISTORY_BYTES)
-                fh.seek(start)
-                raw = fh.read(2 * MAX_HISTORY_BYTES)
+                parsed = self._read(fh.fileno())
         except OSError:  # FileProblem included
             return []
-        lines = raw.decode("utf-8", "replace").splitlines()
-        if start > 0 and lines:
-            lines = lines[1:]  # a cut first line
-        entries = tuple(e for e in (RunEntry.from_json(line) for line in lines)
-                        if e is not None)
+        return list(parsed.entries)
+
+    def _read(self, fd: int) -> _Parsed:
+        """The file's entries: the lines appended since the last read of this file
+        parsed and added to what that read found, else every line of its last
+        ``2 * MAX_HISTORY_BYTES``. A line still being written (no newline yet) waits."""
+        st = os.fstat(fd)
+        key = (str(self.path), st.st_dev, st.st_ino)
+        size = st.st_size
+        with _PARSED_LOCK:
+            known = _PARSED.get(key)
+        if (known is not None and known.end <= size
+                and size - known.start <= 2 * MAX_HISTORY_BYTES
+                and os.pread(fd, len(known.head), known.start) == known.head):
+            if known.end == size:
+                return known
+            raw = os.pread(fd, size - known.end, known.end)
+            raw = raw[:raw.rfind(b"\n") + 1]
+            parsed = _Parsed(start=known.start, end=known.end + len(raw), head=known.head,
+                             entries=known.entries + _parse_lines(raw))
+        else:
+            start = max(0, size - 2 * MAX_HISTORY_BYTES)
+            raw = os.pread(fd, size - start, start)
+            if start > 0:  # a cut first line
+                cut = raw.find(b"\n") + 1
+                raw, start = raw[cut:], start + cut
+            raw = raw[:raw.rfind(b"\n") + 1]
+            parsed = _Parsed(start=start, end=start + len(raw), head=raw[:_HEAD_BYTES],
+                             entries=_parse_lines(raw))
         with _PARSED_LOCK:
             _PARSED.pop(key, None)
-            _PARSED[key] = entries
+            _PARSED[key] = parsed
             while len(_PARSED) > _PARSED_KEPT:
                 del _PARSED[next(iter(_PARSED))]
-        return list(entries)
+        return parsed
 
     def durations(self, key: str) -> list[float]:
         """The wall times of the PASSED runs under ``key``, oldest first."""

@@ -229,10 +229,12 @@ def test_what_fits_a_new_allocation_or_is_not_persistent_is_accepted(tmp_path: P
               expected_duration_seconds=10 * 3600)
 
 
-def test_a_version_of_the_file_is_parsed_once_and_every_change_is_read(
+def test_each_line_is_parsed_once_and_every_change_is_read(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every run of a ``run_many`` reads the history for its estimate (issue 28): one
-    version of the file is parsed once; an append (or another file) is read anew."""
+    """Every run of a ``run_many`` reads the history for its estimate (issue 28), and a
+    full history is thousands of lines: a read parses only the lines appended since the
+    last read of the file; a file rewritten (a trim: another file; in place: other first
+    bytes; shorter) is read whole again; a line still being written waits."""
     parsed: list[str] = []
     real = RunEntry.from_json
 
@@ -246,13 +248,28 @@ def test_a_version_of_the_file_is_parsed_once_and_every_change_is_read(
     history.append(RunEntry(key="k", status="PASSED", run_s=5.0))
     assert history.durations("k") == [5.0]
     assert len(parsed) == 1
-    assert RunHistory(path).durations("k") == [5.0]  # another reader, the same version
+    assert RunHistory(path).durations("k") == [5.0]  # another reader, the same file
     assert len(parsed) == 1
     history.append(RunEntry(key="k", status="PASSED", run_s=7.0))
     assert RunHistory(path).durations("k") == [5.0, 7.0]
-    assert len(parsed) == 3
+    assert len(parsed) == 2  # only the new line
     entries = history.entries()
     entries.clear()  # a caller's list is its own
     assert history.durations("k") == [5.0, 7.0]
+
+    with path.open("ab") as fh:  # a writer half-way through its line
+        fh.write(b'{"key":"k","run_s":9.0,')
+    assert history.durations("k") == [5.0, 7.0] and len(parsed) == 2
+    with path.open("ab") as fh:
+        fh.write(b'"status":"PASSED"}\n')
+    assert history.durations("k") == [5.0, 7.0, 9.0] and len(parsed) == 3
+
+    text = path.read_text()
+    path.write_text(text.replace("5.0", "6.0"))  # in place, the same size
+    assert history.durations("k") == [6.0, 7.0, 9.0]
+    path.write_text(RunEntry(key="k", status="PASSED", run_s=1.0).to_json() + "\n")
+    assert history.durations("k") == [1.0]  # shorter
+    history._trim()  # another file (write_atomic)
+    assert history.durations("k") == [1.0]
     path.unlink()
     assert history.entries() == []
