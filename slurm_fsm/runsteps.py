@@ -194,6 +194,9 @@ class RunSteps:
     def started(self, script: RunningScript, log: str) -> None:
         """The script runs: its group and its guard's token go into the record."""
         self.script = script
+        # its first sample a sample period on: just started, the group is its guard
+        # (bash has no srun yet), and a /proc scan would cost each tiny job (issue 28)
+        self._last_sample = self.clock.now()
         identity = script.identity
         pgid = identity.get("pgid")
         self.pgid = pgid if isinstance(pgid, int) else None

@@ -217,7 +217,15 @@ def is_srun(pid: int) -> bool:
 def group_members(pgid: int, *, exclude: int | None = None) -> list[int]:
     """Live (not zombie) processes of process group ``pgid``, from ``/proc``: a scan
     that started after this call (:func:`_process_groups`: concurrent callers of one
-    process share one scan)."""
+    process share one scan). A group the kernel says does not exist (``killpg`` with
+    signal 0: no such process) is empty without a scan: after most scripts, their
+    group."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return []
+    except OSError:  # another user's process in it, or pgid not valid: read /proc
+        pass
     return [pid for pid in _process_groups().get(pgid, ()) if pid != exclude]
 
 

@@ -158,3 +158,33 @@ def test_a_run_notes_the_steps_of_its_sruns_while_they_run(tmp_path: Any) -> Non
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_the_first_sample_waits_a_sample_period_after_the_start(
+        tmp_path: Any, monkeypatch: Any) -> None:
+    """A script just started is only its guard (its bash has not yet started an srun):
+    a ``/proc`` scan then finds nothing to record and costs every tiny job one scan
+    (issue 28). The first sample comes SAMPLE_EVERY_S after the start."""
+    from slurm_fsm import scriptguard
+    from slurm_fsm.runrecord import RunBook
+    from slurm_fsm.runsteps import SAMPLE_EVERY_S, RunSteps
+    from slurm_fsm.testing import FakeClock
+
+    scans: list[int] = []
+    monkeypatch.setattr(scriptguard, "group_members",
+                        lambda pgid, **_kw: scans.append(pgid) or [])
+
+    class Script:
+        identity = {"pgid": 4242, "pid": 4242, "token": "t" * 32}
+
+    book = RunBook(tmp_path / ".slurm_alloc.json")
+    clock = FakeClock()
+    steps = RunSteps(_Steps("42", 1), book, book.start("42"), clock=clock)  # type: ignore[arg-type]
+    steps.started(Script(), str(tmp_path / "log"))  # type: ignore[arg-type]
+    steps.sample()
+    clock.advance(SAMPLE_EVERY_S / 2)
+    steps.sample()
+    assert scans == []
+    clock.advance(SAMPLE_EVERY_S / 2)
+    steps.sample()
+    assert scans == [4242]

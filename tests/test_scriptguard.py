@@ -281,6 +281,7 @@ def test_concurrent_callers_share_one_proc_scan_begun_after_they_asked(monkeypat
 
     from slurm_fsm import scriptguard
 
+    me = os.getpgrp()  # a group that exists (a gone one is known empty without a scan)
     scans: list[int] = []
     first_started, go_on = threading.Event(), threading.Event()
 
@@ -290,16 +291,16 @@ def test_concurrent_callers_share_one_proc_scan_begun_after_they_asked(monkeypat
         if n == 1:
             first_started.set()
             go_on.wait(10)
-        return {42: [n]}  # which scan answered, as the "pid"
+        return {me: [n]}  # which scan answered, as the "pid"
 
     monkeypatch.setattr(scriptguard, "_scan_groups", slow_scan)
     monkeypatch.setattr(scriptguard, "_SCANS", scriptguard._Scans())
     got: dict[str, list[int]] = {}
-    first = threading.Thread(target=lambda: got.update(first=scriptguard.group_members(42)))
+    first = threading.Thread(target=lambda: got.update(first=scriptguard.group_members(me)))
     first.start()
     assert first_started.wait(10)
     late = [threading.Thread(target=lambda i=i: got.update({f"late{i}":  # type: ignore[misc]
-                                                            scriptguard.group_members(42)}))
+                                                            scriptguard.group_members(me)}))
             for i in range(6)]
     for t in late:
         t.start()
@@ -311,7 +312,7 @@ def test_concurrent_callers_share_one_proc_scan_begun_after_they_asked(monkeypat
     assert got["first"] == [1]
     assert all(got[f"late{i}"] == [2] for i in range(6))  # one scan, begun after they asked
     assert scans == [1, 2]
-    assert scriptguard.group_members(42, exclude=3) == []  # a new call: a new scan
+    assert scriptguard.group_members(me, exclude=3) == []  # a new call: a new scan
     assert scans == [1, 2, 3]
 
 
@@ -330,3 +331,23 @@ def test_the_guard_starts_without_what_only_the_orchestrator_needs() -> None:
     assert "ctypes" in imported  # the death signal is armed
     assert not imported & {"hmac", "threading", "contextlib", "typing", "_hashlib"}, \
         sorted(imported)
+
+
+def test_a_group_with_no_process_is_known_empty_without_a_proc_scan(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """After every script the run asks what is left of its group; usually nothing: the
+    kernel says so (``killpg(pgid, 0)``: no such process group) and ``/proc`` is not
+    read (issue 28). A live group is still read from ``/proc``."""
+    scans: list[int] = []
+    real = scriptguard._scan_groups
+    monkeypatch.setattr(scriptguard, "_scan_groups", lambda: scans.append(1) or real())
+    gone = subprocess.Popen(["true"], start_new_session=True)
+    gone.wait()
+    assert group_members(gone.pid) == [] and scans == []
+    alive = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        assert group_members(alive.pid) == [alive.pid] and scans == [1]
+    finally:
+        alive.kill()
+        alive.wait()
+    assert group_members(alive.pid) == []  # reaped: gone, no scan
+    assert scans == [1]
