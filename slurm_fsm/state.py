@@ -265,12 +265,8 @@ class StateStore:
         (:meth:`owner_problem`), checked when the lock is first taken only: taken again
         inside (re-entrant, step 0's triggers) nothing is checked, nothing can fail, so
         a StateFileError (exit 2 on the CLI) never comes after a Slurm command."""
-        if self._lock.is_locked:  # held by this store already: only count the entry
-            self._lock.acquire()
-            try:
-                yield
-            finally:
-                self._lock.release()
+        if self._lock.is_locked:  # held by this thread already (its context is per
+            yield                 # thread): an entry nested in the one that releases it
             return
         if self._unlocked_depth():  # held here, without the file lock (NO_LOCKS)
             self._unlocked.depth += 1

@@ -382,3 +382,39 @@ def test_step_0_without_working_locks_goes_on_and_says_so(
     assert [w for w in m.warnings if "cannot be taken on this filesystem" in w] == [
         store.unlocked]
     assert store.read() is not None  # the allocation is tracked all the same
+
+
+def test_a_nested_entry_keeps_the_lock_until_the_outer_one_ends(tmp_path: Path) -> None:
+    """Re-entrant in one thread (step 0's triggers inside prepare): the inner exit
+    releases nothing; another thread (a sibling run) and another process get the lock
+    only once the outer entry ends."""
+    import subprocess
+    import sys
+    import threading
+
+    path = tmp_path / ".slurm_alloc.json"
+    store = StateStore(path)
+    probe = ("import sys, filelock\n"
+             f"l = filelock.FileLock({str(store.lock_path)!r})\n"
+             "try:\n    l.acquire(timeout=0)\nexcept filelock.Timeout:\n    sys.exit(3)\n")
+
+    def other_process_gets_it() -> bool:
+        return subprocess.run([sys.executable, "-c", probe], timeout=60).returncode == 0
+
+    got: list[str] = []
+
+    def sibling_run() -> None:
+        with StateStore(path).locked():
+            got.append("in")
+
+    sibling = threading.Thread(target=sibling_run)
+    with store.locked():
+        with store.locked():
+            assert store.holds_lock()
+        assert store.holds_lock()  # the inner exit released nothing
+        assert not other_process_gets_it()
+        sibling.start()
+        sibling.join(0.3)
+        assert got == []  # the sibling thread waits
+    sibling.join(30)
+    assert got == ["in"]
