@@ -181,10 +181,10 @@ class RunSteps:
         self.cancelled: set[str] = set()  # by :meth:`stop`, already
         self.unsure = False  # Slurm could not list the steps once: the record stays
         self.pids: set[int] = set()
-        self._sruns: set[int] = set()  # the srun pids already written into the record
         self._last_sample = float("-inf")
         self._marked_sruns: set[int] = set()  # srun pids whose step was seen
-        self._srun_seen: dict[int, float] = {}  # srun pid: when a sample first saw it
+        #: the srun pids already written into the record: when a sample first saw each
+        self._srun_seen: dict[int, float] = {}
         self._last_mark = float("-inf")
 
     @property
@@ -222,14 +222,13 @@ class RunSteps:
         self._last_sample = now
         members = scriptguard.group_members(self.pgid)
         self.pids.update(members)
-        sruns = {p for p in members if p not in self._sruns and scriptguard.is_srun(p)}
+        sruns = {p for p in members if p not in self._srun_seen and scriptguard.is_srun(p)}
         if sruns:
-            self._sruns |= sruns
             self._srun_seen.update(dict.fromkeys(sruns, now))
             self.save(srun_pids=tuple(sorted(set(self.record.srun_pids) | self.pids)))
         # an srun is asked about once it has run SRUN_SETTLE_S: a tiny job's is gone first
-        unmarked = {p for p in (self._sruns & set(members)) - self._marked_sruns
-                    if now - self._srun_seen.get(p, now) >= scriptguard.SRUN_SETTLE_S}
+        unmarked = {p for p in members if p in self._srun_seen and p not in self._marked_sruns
+                    and now - self._srun_seen[p] >= scriptguard.SRUN_SETTLE_S}
         if unmarked and now - self._last_mark >= MARK_EVERY_S:
             self._last_mark = now
             self._mark()

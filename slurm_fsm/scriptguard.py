@@ -127,7 +127,7 @@ def command(parent: int, argv: list[str], *, python: str, lean: bool | None = No
     """``argv`` under a guard tied to the life of process ``parent`` (its starter).
 
     The lean guard (``setpriv --pdeathsig TERM -- /bin/sh scriptguard.sh ...``, about
-    2 ms of CPU) where this host's tools can run it, else the Python guard
+    3 ms of CPU) where this host's tools can run it, else the Python guard
     (``python -I -S scriptguard.py ...``, about 20 ms): the same death signal, the same
     exit codes, the same stop (the lean guard execs the Python one to stop). ``lean``:
     None decides by the tools and :data:`GUARD_ENV` (``python``: never lean), True or
