@@ -13,7 +13,10 @@ are the same; the runs of one ``run_many`` share them through a :class:`SharedVi
   fresh), and never when the caller needs an answer asked after a given moment
   (``not_before``: a run never takes again an answer it has already seen);
 - one question at a time per key: a run that needs an answer being asked waits for it
-  instead of asking again (single flight);
+  instead of asking again (single flight); a run whose need the kept answer meets
+  takes it at once, never waiting behind a question asked for a newer one (the
+  allocation-end checks of the jobs that just ended: the next jobs' step 0 does not
+  wait for them);
 - only answers are shared, never errors: a failed question is asked again by the next
   run, as without sharing.
 
@@ -125,21 +128,37 @@ class SharedView:
 
     def _shared(self, key: Hashable, max_age_s: float, not_before: float | None,
                 ask: Callable[[], T]) -> tuple[T, float]:
+        kept: tuple[T, float] | None
         with self._mutex:
+            kept = self._kept(key, max_age_s, not_before)
+            if kept is not None:  # no wait behind a question in flight for a newer one
+                return kept
             lock = self._locks.setdefault(key, threading.Lock())
         with lock:  # single flight: a sibling asking the same waits for its answer
-            now = self.clock.now()
-            got = self._answers.get(key)
-            if got is not None:
-                at, answer = got
-                if now - at <= max_age_s and (not_before is None or at > not_before):
-                    self.reused += 1
-                    return answer, at  # type: ignore[return-value]
-            asked_at = now
+            with self._mutex:  # asked while this one waited?
+                kept = self._kept(key, max_age_s, not_before)
+            if kept is not None:
+                return kept
+            asked_at = self.clock.now()
             answer_new = ask()  # an error propagates and is not kept
-            self._answers[key] = (asked_at, answer_new)
-            self.asked += 1
+            with self._mutex:
+                self._answers[key] = (asked_at, answer_new)
+                self.asked += 1
             return answer_new, asked_at
+
+    def _kept(self, key: Hashable, max_age_s: float, not_before: float | None
+              ) -> tuple[T, float] | None:
+        """The kept answer to ``key`` when it meets the caller's need (at most
+        ``max_age_s`` old, asked after ``not_before``), counted as reused; else None.
+        Under :attr:`_mutex`."""
+        got = self._answers.get(key)
+        if got is None:
+            return None
+        at, answer = got
+        if self.clock.now() - at > max_age_s or (not_before is not None and at <= not_before):
+            return None
+        self.reused += 1
+        return answer, at  # type: ignore[return-value]
 
     def query_job(self, job_id: str, *, not_before: float | None = None
                   ) -> tuple[JobInfo, float]:
