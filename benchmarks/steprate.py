@@ -16,11 +16,19 @@ the script's own ``srun`` and the detached ``salloc`` are not the backend's, so 
 counted) and given per run, with the wall time each kind took: a profile of the work
 per run that is not the job's own step. Results go to ``benchmarks/steprate.json``;
 ``docs/steprate.md`` gets the table (``--no-docs`` leaves it). Figures, not pass/fail.
+
+``--split-cpus`` measures the same on a machine split in two, as a cluster is: the local
+cluster's daemons (slurmctld, slurmdbd, MariaDB, munged, every slurmd, and so every
+step's slurmstepd they start from then on) on the first CPU, this process and all it
+starts (the orchestrator, the guards and scripts, the ``srun`` and ``squeue`` clients:
+the login node) on the second; the affinities are given back at the end. Results go to
+``benchmarks/steprate-split.json`` and the second table of ``docs/steprate.md``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
@@ -31,7 +39,7 @@ import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -43,9 +51,12 @@ from slurm_fsm_dev.localcluster import GPUS_PER_NODE, ClusterInfo
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "steprate.json"
+SPLIT_RESULTS = REPO / "benchmarks" / "steprate-split.json"
 DOC = REPO / "docs" / "steprate.md"
 TABLE_BEGIN = "<!-- steprate-table:begin -->"
 TABLE_END = "<!-- steprate-table:end -->"
+SPLIT_BEGIN = "<!-- steprate-split:begin -->"
+SPLIT_END = "<!-- steprate-split:end -->"
 NODES = 2
 
 
@@ -189,6 +200,46 @@ def machine_cpu_s() -> float:
     return (v[0] + v[1] + v[2] + v[5] + v[6]) / os.sysconf("SC_CLK_TCK")
 
 
+def _threads(pid: int) -> list[int]:
+    try:
+        return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:  # gone
+        return []
+
+
+@contextlib.contextmanager
+def split_cpus() -> Iterator[dict[str, Any]]:
+    """The local cluster's daemons (every thread) on this process's first CPU, this
+    process on its second: what runs where, for the results. Every affinity changed is
+    given back at the end (a daemon thread started meanwhile keeps the cluster's CPU)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit(f"steprate: --split-cpus needs 2 CPUs, this process may use {cpus}")
+    cluster_cpu, login_cpu = cpus[0], cpus[1]
+    daemons = localcluster.daemon_pids()
+    if not any(name.startswith("slurmd") for name in daemons) or "slurmctld" not in daemons:
+        raise SystemExit(f"steprate: --split-cpus: no slurmctld or slurmd found ({daemons})")
+    changed: dict[int, set[int]] = {}
+    try:
+        for pid in daemons.values():
+            for tid in _threads(pid):
+                with contextlib.suppress(OSError):
+                    before = os.sched_getaffinity(tid)
+                    os.sched_setaffinity(tid, {cluster_cpu})
+                    changed[tid] = before
+        mine = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {login_cpu})  # threads and children made from now on
+        try:
+            yield {"cluster_cpu": cluster_cpu, "login_cpu": login_cpu,
+                   "daemons": sorted(daemons)}
+        finally:
+            os.sched_setaffinity(0, mine)
+    finally:
+        for tid, before in changed.items():
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(tid, before)
+
+
 def measure_single(b: Bench, alloc: Allocation, job_id: str, reps: int) -> dict[str, Any]:
     """One warm run alone (``Allocation.run``) against its bare script, ``reps`` times
     each, back to back; the commands of one run counted."""
@@ -280,11 +331,16 @@ def table(res: dict[str, Any]) -> str:
         used = f"{c[key]:.2f}" if key in c else "-"
         return f"| {what} | {m[key]:.2f} | {m[key] / m['raw_s']:.2f}x{note} | {used} |"
 
+    split = res.get("split")
+    where = "" if not split else (
+        f"; split: Slurm's daemons and every step on CPU {split['cluster_cpu']}, this "
+        f"process and all it starts (the orchestrator, guards, scripts, `srun` and "
+        f"`squeue` clients) on CPU {split['login_cpu']}")
     lines = [
         f"Median of {res['reps']} on the local cluster ({res['jobs']} jobs `srun true`, "
         f"1 GPU each, {res['parallel']} at once, a warm allocation of {res['nodes']} nodes "
         f"x {res['gpus_per_node']} GPUs; load average at the end "
-        f"{res.get('load_1min', 'not recorded')} on {os.cpu_count()} CPUs):",
+        f"{res.get('load_1min', 'not recorded')} on {os.cpu_count()} CPUs{where}):",
         "",
         "| what | seconds | vs raw | CPU seconds (the machine's) |",
         "|---|---:|---:|---:|",
@@ -326,9 +382,11 @@ def table(res: dict[str, Any]) -> str:
 
 
 def update_docs(res: dict[str, Any]) -> None:
+    """The results' table into docs/steprate.md: the first one, or the second (split)."""
+    first, last = (SPLIT_BEGIN, SPLIT_END) if res.get("split") else (TABLE_BEGIN, TABLE_END)
     text = DOC.read_text()
-    begin, end = text.index(TABLE_BEGIN), text.index(TABLE_END)
-    DOC.write_text(text[: begin + len(TABLE_BEGIN)] + "\n" + table(res) + "\n" + text[end:])
+    begin, end = text.index(first), text.index(last)
+    DOC.write_text(text[: begin + len(first)] + "\n" + table(res) + "\n" + text[end:])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -336,18 +394,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--jobs", type=int, default=24)
     p.add_argument("--parallel", type=int, default=8)
-    p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument("--out", type=Path, default=None,
+                   help=f"default {RESULTS.name}, or {SPLIT_RESULTS.name} with --split-cpus")
+    p.add_argument("--split-cpus", action="store_true",
+                   help="the cluster's daemons on one CPU, this process on another")
     p.add_argument("--no-docs", action="store_true")
     p.add_argument("--render-docs", action="store_true",
                    help="only redraw docs/steprate.md's table from --out")
     args = p.parse_args(argv)
+    if args.out is None:
+        args.out = SPLIT_RESULTS if args.split_cpus else RESULTS
     if args.render_docs:
         update_docs(json.loads(args.out.read_text()))
         return 0
     cluster = localcluster.up()
     os.environ.update(cluster.env)
-    with tempfile.TemporaryDirectory(prefix="slurm_fsm-steprate-") as tmp:
+    with contextlib.ExitStack() as stack:
+        split = stack.enter_context(split_cpus()) if args.split_cpus else None
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="slurm_fsm-steprate-"))
         res = measure(Bench(cluster, Path(tmp)), args.reps, args.jobs, args.parallel)
+    if split is not None:
+        res["split"] = split
     res["config"] = cluster.config_name
     res["load_1min"] = round(os.getloadavg()[0], 2)  # the machine may be shared
     args.out.write_text(json.dumps(res, indent=2, sort_keys=True) + "\n")

@@ -101,6 +101,7 @@ __all__ = [
     "config_features",
     "config_name",
     "current",
+    "daemon_pids",
     "down",
     "ensure_packages",
     "log_tails",
@@ -1212,6 +1213,13 @@ def current() -> ClusterInfo | None:
     if info is None or _check(info, daemons):
         return None
     return info
+
+
+def daemon_pids() -> dict[str, int]:
+    """The running daemons of the local cluster (munged, mariadbd, slurmdbd, slurmctld,
+    each slurmd) by name: the pids started here that still run their program."""
+    _info, daemons = _read_state(_Layout(base_dir()))
+    return {d.name: d.pid for d in daemons if _is_ours(d)}
 
 
 def bring_up(nodes: int = DEFAULT_NODES, *, install: bool = True) -> UpResult:

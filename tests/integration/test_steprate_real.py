@@ -114,3 +114,43 @@ def test_run_many_holds_one_lease_step_that_slurm_lists_while_its_jobs_run(
         assert "fsm-lease." not in left.stdout
     finally:
         alloc.release()
+
+
+def test_the_split_benchmark_pins_the_daemons_then_gives_their_cpus_back(
+        local_cluster: ClusterInfo) -> None:
+    """``benchmarks/steprate.py --split-cpus``: while measuring, every thread of the
+    local cluster's daemons runs on one CPU and the benchmark (with all it starts) on
+    another; afterwards each has its own CPUs back."""
+    import os
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    sys.path.insert(0, str(repo))
+    try:
+        from benchmarks import steprate
+    finally:
+        sys.path.remove(str(repo))
+    from slurm_fsm_dev import localcluster
+
+    daemons = localcluster.daemon_pids()
+    assert "slurmctld" in daemons and any(n.startswith("slurmd") for n in daemons), daemons
+
+    def masks() -> dict[int, set[int]]:
+        return {tid: os.sched_getaffinity(tid)
+                for pid in daemons.values() for tid in steprate._threads(pid)}
+
+    before, mine = masks(), os.sched_getaffinity(0)
+    if len(mine) < 2:
+        with pytest.raises(SystemExit, match="needs 2 CPUs"), steprate.split_cpus():
+            pass
+        return
+    with steprate.split_cpus() as split:
+        assert split["cluster_cpu"] != split["login_cpu"]
+        during = masks()
+        assert during and set(map(frozenset, during.values())) == {
+            frozenset({split["cluster_cpu"]})}
+        assert os.sched_getaffinity(0) == {split["login_cpu"]}
+    after = masks()
+    assert {tid: m for tid, m in after.items() if tid in before} == \
+        {tid: before[tid] for tid in after if tid in before}
+    assert os.sched_getaffinity(0) == mine
