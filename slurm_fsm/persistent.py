@@ -522,7 +522,7 @@ class PersistentRun:
         ended_at = self.clock.now()
         try:
             info = (self.backend.query_job(alloc_id) if view is None
-                    else view.query_job(alloc_id, not_before=ended_at)[0])
+                    else view.allocation_end_row(alloc_id, ended_at=ended_at)[0])
         except JobNotFound:
             pass
         except BackendError as exc:

@@ -28,6 +28,12 @@ The checks all still happen for every run: the run judges the shared answer as i
 own (state, name, time left from the moment asked). Outside ``run_many`` (no view
 active, :func:`current` is None) every run asks Slurm itself, as before.
 
+The allocation-end checks of jobs that end while other jobs of the batch still run
+wait for each other, at most :data:`END_GATHER_S`, and share one ``squeue``
+(:meth:`SharedView.allocation_end_row`): at most one such question per
+:data:`END_GATHER_S` for a batch, however fast its jobs end; a report comes that much
+later at most, and the batch's last jobs ask at once.
+
 The runs of one ``run_many`` also share one **lease step** per allocation and
 container (:meth:`SharedView.lease`): the first run to need it starts it (under the
 state file's lock, as a run's own lease), the others join it while it runs and its
@@ -44,6 +50,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import threading
+import time
 from collections.abc import Callable, Hashable, Iterator
 from typing import TypeVar
 
@@ -52,8 +59,8 @@ import attrs
 from slurm_fsm.backend import GpuProcess, JobInfo, LeaseHandle, SlurmBackend
 from slurm_fsm.clock import Clock
 
-__all__ = ["GPU_MAX_AGE_S", "JOB_MAX_AGE_S", "LEASE_HEADROOM_S", "WRITABLE_MAX_AGE_S",
-           "SharedLease", "SharedView", "active", "current"]
+__all__ = ["END_GATHER_S", "GPU_MAX_AGE_S", "JOB_MAX_AGE_S", "LEASE_HEADROOM_S",
+           "WRITABLE_MAX_AGE_S", "SharedLease", "SharedView", "active", "current"]
 
 #: The oldest job row (``squeue`` of the allocation) a run takes from a sibling, in s.
 JOB_MAX_AGE_S = 1.0
@@ -62,6 +69,9 @@ GPU_MAX_AGE_S = 2.0
 #: The oldest proof that the state file's folder is writable (step 0's probe file) a
 #: run takes from a sibling, in s. Only a proof is shared, never a problem.
 WRITABLE_MAX_AGE_S = 1.0
+#: The longest an allocation-end check waits for other jobs of the batch to end and
+#: share its ``squeue`` (only while another job of the batch holds a slot), in s.
+END_GATHER_S = 0.1
 #: A shared lease step is started this much later a ``max_until`` than the run that
 #: starts it needs, so that the runs that follow within that time join it, in s.
 LEASE_HEADROOM_S = 300.0
@@ -81,11 +91,17 @@ class SharedView:
 
     def __init__(self, backend: SlurmBackend, clock: Clock, *,
                  job_max_age_s: float = JOB_MAX_AGE_S,
-                 gpu_max_age_s: float = GPU_MAX_AGE_S, slots: int | None = None) -> None:
+                 gpu_max_age_s: float = GPU_MAX_AGE_S, slots: int | None = None,
+                 end_gather_s: float = END_GATHER_S) -> None:
         self.backend = backend
         #: at most this many jobs' scripts at once (``run_many``'s ``max_parallel``)
         self._slots = threading.BoundedSemaphore(slots) if slots else None
         self._held = threading.local()
+        self._slot_change = threading.Condition()
+        self._slots_held = 0
+        self.end_gather_s = end_gather_s
+        #: allocation-end checks waiting for more ends (tests)
+        self.gathering = 0
         self.clock = clock
         self.job_max_age_s = job_max_age_s
         self.gpu_max_age_s = gpu_max_age_s
@@ -114,6 +130,8 @@ class SharedView:
             return
         self._slots.acquire()
         self._held.slot = True
+        with self._slot_change:
+            self._slots_held += 1
         try:
             yield
         finally:
@@ -125,6 +143,9 @@ class SharedView:
         if self._slots is not None and getattr(self._held, "slot", False):
             self._held.slot = False
             self._slots.release()
+            with self._slot_change:
+                self._slots_held -= 1
+                self._slot_change.notify_all()
 
     def _shared(self, key: Hashable, max_age_s: float, not_before: float | None,
                 ask: Callable[[], T]) -> tuple[T, float]:
@@ -165,6 +186,25 @@ class SharedView:
         """The job's row and when it was asked (at most :attr:`job_max_age_s` ago)."""
         return self._shared(("job", job_id), self.job_max_age_s, not_before,
                             lambda: self.backend.query_job(job_id))
+
+    def allocation_end_row(self, job_id: str, *, ended_at: float) -> tuple[JobInfo, float]:
+        """The allocation's row asked after ``ended_at`` (a job's end, on :attr:`clock`),
+        and when it was asked: the check whether the allocation ended under the job.
+
+        While another job of the batch holds a slot (its script may end any moment), the
+        check first waits up to :attr:`end_gather_s` (real time) for more ends, so that
+        the jobs ending together share one ``squeue``; with no job running (the batch's
+        last ones) it asks at once. Called without a slot in hand (the job has ended)."""
+        deadline = time.monotonic() + self.end_gather_s
+        with self._slot_change:
+            self.gathering += 1
+            try:
+                self._slot_change.wait_for(
+                    lambda: self._slots_held == 0 or time.monotonic() >= deadline,
+                    timeout=self.end_gather_s)
+            finally:
+                self.gathering -= 1
+        return self.query_job(job_id, not_before=ended_at)
 
     def gpu_processes(self, job_id: str, nodes: int, gpus_per_node: int | None
                       ) -> list[GpuProcess]:

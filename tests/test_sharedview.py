@@ -143,6 +143,89 @@ def test_a_fresh_answer_is_taken_without_waiting_for_a_question_in_flight() -> N
     assert view.asked == 2 and view.reused == 1
 
 
+def _hold_slot(view: SharedView) -> tuple[threading.Thread, threading.Event]:
+    """A thread that holds one of the view's job slots (a job still running) until the
+    event is set."""
+    holding, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with view.slot():
+            holding.set()
+            done.wait(30)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    assert holding.wait(10)
+    return t, done
+
+
+def test_end_checks_of_jobs_ending_together_share_one_question() -> None:
+    """The allocation-end checks of jobs that end while other jobs of the batch run
+    wait for each other (at most ``end_gather_s``) and share one ``squeue``: measured
+    on the real cluster, 24 tiny jobs asked 21 of them, one per job. The wait ends at
+    once when no job of the batch holds a slot any more (here: the holder's end)."""
+    fake = FakeCluster()
+    view, job_id = _view(fake)
+    view = SharedView(fake, fake.clock, slots=3, end_gather_s=30.0)
+    holder, done = _hold_slot(view)
+    before = _ops(fake)["query_job"]
+    got: list[float] = []
+    enders = [threading.Thread(target=lambda: got.append(
+        view.allocation_end_row(job_id, ended_at=fake.clock.now())[1])) for _ in range(2)]
+    for t in enders:
+        t.start()
+    pause = threading.Event()
+    for _ in range(1000):  # both checks wait for more ends while a job still runs
+        if view.gathering == 2 or pause.wait(0.01):
+            break
+    assert view.gathering == 2 and _ops(fake)["query_job"] == before
+    clock = fake.clock
+    assert isinstance(clock, FakeClock)
+    clock.advance(0.01)  # the question comes after both ends
+    done.set()  # the last running job ends: nothing more to wait for
+    holder.join(10)
+    for t in enders:
+        t.join(10)
+    assert len(got) == 2 and got[0] == got[1]
+    assert _ops(fake)["query_job"] == before + 1
+
+
+def test_an_end_check_with_no_job_running_asks_at_once() -> None:
+    """No other job of the batch runs (the batch's last ones): nothing to wait for."""
+    fake = FakeCluster()
+    _, job_id = _view(fake)
+    view = SharedView(fake, fake.clock, slots=3, end_gather_s=60.0)
+    got: list[object] = []
+    t = threading.Thread(target=lambda: got.append(
+        view.allocation_end_row(job_id, ended_at=fake.clock.now())))
+    t.start()
+    t.join(10)
+    assert not t.is_alive() and len(got) == 1
+
+
+def test_an_end_check_waits_no_longer_than_its_gather_time() -> None:
+    fake = FakeCluster()
+    _, job_id = _view(fake)
+    view = SharedView(fake, fake.clock, slots=3, end_gather_s=0.05)
+    holder, done = _hold_slot(view)
+    try:
+        info, _at = view.allocation_end_row(job_id, ended_at=fake.clock.now())
+        assert info.job_id == job_id  # asked while the other job still runs
+        assert view.gathering == 0
+    finally:
+        done.set()
+        holder.join(10)
+
+
+def test_an_end_check_never_takes_an_answer_asked_before_its_end() -> None:
+    fake = FakeCluster()
+    _, job_id = _view(fake)
+    view = SharedView(fake, fake.clock, slots=3, end_gather_s=0.0)
+    _, at = view.query_job(job_id)
+    _, at2 = view.allocation_end_row(job_id, ended_at=at)
+    assert at2 >= at and view.asked == 2
+
+
 def test_the_view_is_active_only_where_it_was_made_active() -> None:
     fake = FakeCluster()
     view, _ = _view(fake)
