@@ -44,8 +44,11 @@ or to the end of step 0 with :meth:`AllocationMachine.prepare`.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
@@ -298,6 +301,8 @@ class AllocationMachine:
         self.notes: list[str] = []  # steps skipped and why
         self.failure: Failure | None = None
         self.released_job_id: str | None = None  # set by release (0A)
+        #: the pre-flight's GPU check begun early (start_gpu_check): for which job
+        self._gpu_ahead: tuple[str, Future[list[GpuProcess]]] | None = None
         self.edges: tuple[Edge, ...] = tuple(EDGES)
         self._job: tuple[JobInfo, float] | None = None  # the last job row and when
         self._attempt = 0  # unreachable controller, in a row
@@ -353,6 +358,28 @@ class AllocationMachine:
     def run(self) -> bool:
         """Step 1's pre-flight on a Ready allocation (time left, GPU processes)."""
         return self._fire("run")
+
+    def start_gpu_check(self) -> None:
+        """Begin step 1's GPU check now, in the background, on a Ready allocation (a
+        no-op otherwise, or when the job asks no GPU): the caller starts its lease step
+        meanwhile, and :meth:`run`'s pre-flight takes this check's answer, or its
+        error, as its own. Call it once what a dead run left is stopped (the check
+        would see its GPU processes)."""
+        alloc = self.alloc
+        if (self.state is not State.Ready or alloc is None
+                or not self.spec.slurm_params.gpus_per_node):
+            return
+        future: Future[list[GpuProcess]] = Future()
+        context = contextvars.copy_context()  # run_many's shared view, in the thread too
+
+        def ask() -> None:
+            try:
+                future.set_result(context.run(self._ask_gpus, alloc))
+            except BaseException as exc:  # the pre-flight's, as if asked there
+                future.set_exception(exc)
+
+        threading.Thread(target=ask, name="slurm_fsm-gpu-check", daemon=True).start()
+        self._gpu_ahead = (alloc.job_id, future)
 
     def finish(self, reason: str = "", allocation_gone: bool = False) -> bool:
         """The job on the allocation ended; ``allocation_gone``: the allocation ended too."""
@@ -1074,10 +1101,10 @@ class AllocationMachine:
         assert self.alloc is not None
         if not self.spec.slurm_params.gpus_per_node:
             return []  # no GPUs asked: nothing to judge, no srun
+        ahead, self._gpu_ahead = self._gpu_ahead, None
         try:
-            view = sharedview.current(self.backend)  # run_many: a sibling's fresh check
-            procs = (view or self.backend).gpu_processes(self.alloc.job_id, self.alloc.nodes,
-                                                         self.alloc.gpus_per_node)
+            procs = (ahead[1].result() if ahead is not None and ahead[0] == self.alloc.job_id
+                     else self._ask_gpus(self.alloc))
         except NvidiaSmiFailed as exc:  # a node whose GPUs nobody can see is not clean
             procs = exc.processes
             for failure in exc.failures:
@@ -1091,6 +1118,11 @@ class AllocationMachine:
                 "These may interfere with the job."
             )
         return procs
+
+    def _ask_gpus(self, alloc: AllocState) -> list[GpuProcess]:
+        view = sharedview.current(self.backend)  # run_many: a sibling's fresh check
+        return (view or self.backend).gpu_processes(alloc.job_id, alloc.nodes,
+                                                    alloc.gpus_per_node)
 
     def _preflight(self) -> str:
         """Step 1's pre-flight. Reuses the validation's answer: no extra job query."""

@@ -257,6 +257,7 @@ class PersistentRun:
         for text in stop_leftovers(self.backend, self.runs, alloc.job_id, self.clock):
             self.warnings.append(text)
             self.events.message(f"WARNING: {text}")
+        m.start_gpu_check()  # the pre-flight's step, while the lease step starts
         return self._take_lease(m, alloc, again=again)
 
     def _take_lease(self, m: AllocationMachine, alloc: AllocState, *, again: bool
