@@ -241,6 +241,11 @@ def _now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
+#: the pre-flight's GPU check begun early (:meth:`AllocationMachine.start_gpu_check`):
+#: the allocation it asks about, and its answer to come
+_GpuAhead = tuple[str, Future[list[GpuProcess]]]
+
+
 class AllocationMachine:
     """One persistent allocation for one spec, stepped by triggers.
 
@@ -301,13 +306,11 @@ class AllocationMachine:
         self.notes: list[str] = []  # steps skipped and why
         self.failure: Failure | None = None
         self.released_job_id: str | None = None  # set by release (0A)
-        #: the pre-flight's GPU check begun early (start_gpu_check): for which job
-        self._gpu_ahead: tuple[str, Future[list[GpuProcess]]] | None = None
+        self._gpu_ahead: _GpuAhead | None = None  # start_gpu_check's, for which job
         self.edges: tuple[Edge, ...] = tuple(EDGES)
         self._job: tuple[JobInfo, float] | None = None  # the last job row and when
-        self._attempt = 0  # unreachable controller, in a row
         self._pending_since: float | None = None
-        self._pending_polls = 0
+        self._attempt = self._pending_polls = 0  # _attempt: unreachable controller, in a row
         self._cancelled: set[str] = set()
         self._reused: set[str] = set()  # ids the state file named, given to another job
         self._adopt: str | None = None  # 0D: another run's job, a moment old: 0E adopts it
