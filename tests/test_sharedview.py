@@ -482,6 +482,9 @@ def test_run_many_bounds_the_jobs_at_once_not_the_runs_reporting(
     overlapped: list[bool] = []
 
     def watch(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        with lock:  # the fake's scripts end at once: each runs until a sibling runs too
+            started.wait_for(lambda: state["running"] >= parallel
+                             or state["scripts"] == total, timeout=20)
         out = real_watch(self, *args, **kwargs)  # the script has ended: its slot is free
         with lock:
             state["running"] -= 1
