@@ -207,11 +207,28 @@ def _threads(pid: int) -> list[int]:
         return []
 
 
+def _pin(pids: Sequence[int], cpu: int) -> dict[int, set[int]]:
+    """Every thread of ``pids`` on ``cpu``; the affinity each had, by thread id. Listed
+    again until a pass finds no thread left to pin (a thread started by one not yet
+    pinned would keep its CPUs; one started by a pinned thread inherits ``cpu``)."""
+    before: dict[int, set[int]] = {}
+    for _ in range(10):
+        new = [t for pid in pids for t in _threads(pid) if t not in before]
+        if not new:
+            break
+        for tid in new:
+            with contextlib.suppress(OSError):  # a thread that ended meanwhile
+                mask = os.sched_getaffinity(tid)
+                os.sched_setaffinity(tid, {cpu})
+                before[tid] = mask
+    return before
+
+
 @contextlib.contextmanager
 def split_cpus() -> Iterator[dict[str, Any]]:
     """The local cluster's daemons (every thread) on this process's first CPU, this
-    process on its second: what runs where, for the results. Every affinity changed is
-    given back at the end (a daemon thread started meanwhile keeps the cluster's CPU)."""
+    process on its second: what runs where, for the results. At the end every daemon
+    thread gets its CPUs back (one started meanwhile: its daemon's)."""
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         raise SystemExit(f"steprate: --split-cpus needs 2 CPUs, this process may use {cpus}")
@@ -219,14 +236,9 @@ def split_cpus() -> Iterator[dict[str, Any]]:
     daemons = localcluster.daemon_pids()
     if not any(name.startswith("slurmd") for name in daemons) or "slurmctld" not in daemons:
         raise SystemExit(f"steprate: --split-cpus: no slurmctld or slurmd found ({daemons})")
-    changed: dict[int, set[int]] = {}
+    before: dict[int, set[int]] = {}
     try:
-        for pid in daemons.values():
-            for tid in _threads(pid):
-                with contextlib.suppress(OSError):
-                    before = os.sched_getaffinity(tid)
-                    os.sched_setaffinity(tid, {cluster_cpu})
-                    changed[tid] = before
+        before = _pin(list(daemons.values()), cluster_cpu)
         mine = os.sched_getaffinity(0)
         os.sched_setaffinity(0, {login_cpu})  # threads and children made from now on
         try:
@@ -235,9 +247,10 @@ def split_cpus() -> Iterator[dict[str, Any]]:
         finally:
             os.sched_setaffinity(0, mine)
     finally:
-        for tid, before in changed.items():
-            with contextlib.suppress(OSError):
-                os.sched_setaffinity(tid, before)
+        for pid in daemons.values():
+            for tid in _threads(pid):
+                with contextlib.suppress(OSError, KeyError):  # gone; a daemon never pinned
+                    os.sched_setaffinity(tid, before.get(tid) or before[pid])
 
 
 def measure_single(b: Bench, alloc: Allocation, job_id: str, reps: int) -> dict[str, Any]:

@@ -50,7 +50,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import threading
-import time
 from collections.abc import Callable, Hashable, Iterator
 from typing import TypeVar
 
@@ -195,13 +194,11 @@ class SharedView:
         check first waits up to :attr:`end_gather_s` (real time) for more ends, so that
         the jobs ending together share one ``squeue``; with no job running (the batch's
         last ones) it asks at once. Called without a slot in hand (the job has ended)."""
-        deadline = time.monotonic() + self.end_gather_s
         with self._slot_change:
             self.gathering += 1
             try:
-                self._slot_change.wait_for(
-                    lambda: self._slots_held == 0 or time.monotonic() >= deadline,
-                    timeout=self.end_gather_s)
+                self._slot_change.wait_for(lambda: self._slots_held == 0,
+                                           timeout=self.end_gather_s)
             finally:
                 self.gathering -= 1
         return self.query_job(job_id, not_before=ended_at)
