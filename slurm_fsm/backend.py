@@ -295,6 +295,11 @@ class JobOutcome:
     signal: int = 0
     elapsed: Duration = Duration.of_seconds(0)
     max_rss: str = ""
+    #: ``max_rss`` in bytes, where it was read (a step's row of ``sacct_steps_argv``)
+    max_rss_bytes: int | None = None
+    #: the memory a step was given on each of its nodes, in bytes (its ``AllocTRES``
+    #: ``mem`` over its ``node`` count): the limit ``OverMemoryKill`` holds it to
+    memory_limit: int | None = None
     cancelled_by: str = ""  # uid from "CANCELLED by <uid>"
     source: str = "sacct"  # sacct | scontrol | fake
     steps: tuple[JobOutcome, ...] = ()

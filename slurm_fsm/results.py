@@ -22,9 +22,9 @@ The decision order of :func:`decide` (first match wins):
 3. Slurm's final state (:func:`status_of_state`): TIMEOUT/DEADLINE -> TIMEOUT,
    OUT_OF_MEMORY -> OUT_OF_MEMORY, CANCELLED/PREEMPTED/REVOKED -> CANCELLED,
    NODE_FAIL/BOOT_FAIL -> FAILED; in persistent mode, how the run's own steps ended
-   (:func:`step_verdict`): a step OUT_OF_MEMORY (or killed for its memory limit, the log
-   says) -> OUT_OF_MEMORY, a step ``CANCELLED by <uid>`` when the script died of a
-   signal (exit code above 128) -> CANCELLED
+   (:func:`step_verdict`): a step OUT_OF_MEMORY (or killed for its memory limit, as the
+   log or accounting's MaxRSS says) -> OUT_OF_MEMORY, a step ``CANCELLED by <uid>``
+   when the script died of a signal (exit code above 128) -> CANCELLED
 4. a failure pattern matched -> FAILED
 5. the workflow's verdict (:meth:`~slurm_fsm.workflows.Workflow.verdict`) ->
    FAILED: eval, a ``--check_accuracy`` assertion; pytest, failed or errors in
@@ -160,6 +160,25 @@ def _memory_killed(lines: Sequence[str]) -> set[str]:
     return found
 
 
+#: Who accounting says cancelled a step slurmstepd killed past its memory limit
+#: (``OverMemoryKill``: slurmstepd, as root, asks the controller to cancel it).
+_SLURMSTEPD_UID = "0"
+
+
+def _mib(size: int) -> str:
+    return f"{size / (1 << 20):.0f} MiB"
+
+
+def _memory_kill_evidence(end: StepEnd, logged: bool) -> str:
+    """What says ``end``'s step was killed for its memory: the log's line, and
+    accounting (its state, and its ``MaxRSS`` above its limit when it is)."""
+    acct = f"sacct: {end.state}" + (f" by {end.cancelled_by}" if end.cancelled_by else "")
+    if end.over_memory_limit:
+        assert end.max_rss is not None and end.memory_limit is not None
+        acct += f", MaxRSS {_mib(end.max_rss)} above its {_mib(end.memory_limit)}"
+    return f"the log says so; {acct}" if logged else acct
+
+
 def step_verdict(step_ends: Sequence[StepEnd], exit_code: int | None,
                  lines: Sequence[str] = ()) -> Decision | None:
     """What accounting's word on a persistent run's own steps decides (rule 3), or None
@@ -167,7 +186,10 @@ def step_verdict(step_ends: Sequence[StepEnd], exit_code: int | None,
 
     A step that ran out of memory (``OUT_OF_MEMORY``; or ``CANCELLED`` while the job's
     output ``lines`` have slurmstepd's memory kill of that very step, as
-    ``OverMemoryKill`` does it) -> OUT_OF_MEMORY. A step that
+    ``OverMemoryKill`` does it; or ``CANCELLED by 0`` with a ``MaxRSS`` above the memory
+    it was given per node, :attr:`StepEnd.over_memory_limit`: the same kill told by
+    accounting alone: slurmstepd's line reaches the log only as srun relays it, which
+    Slurm does not promise before srun ends) -> OUT_OF_MEMORY. A step that
     someone cancelled (``CANCELLED by <uid>``: ``scancel ALLOC.N`` from outside; the
     steps the run cancelled itself are never among ``step_ends``) -> CANCELLED, when
     the script died of a signal (exit code above 128: its ``srun`` was killed with the
@@ -179,13 +201,15 @@ def step_verdict(step_ends: Sequence[StepEnd], exit_code: int | None,
         return Decision(Status.OUT_OF_MEMORY, "step " + ", ".join(e.step for e in oom)
                         + " ran out of memory (sacct: OUT_OF_MEMORY)")
     killed = _memory_killed(lines) if step_ends else set()
-    over = [e for e in step_ends if e.state is JobState.CANCELLED and e.step in killed]
+    over = [e for e in step_ends if e.state is JobState.CANCELLED and (
+        e.step in killed or (e.cancelled_by == _SLURMSTEPD_UID and e.over_memory_limit))]
     if over:
+        said = [_memory_kill_evidence(e, e.step in killed) for e in over]
+        if len(over) > 1:
+            said = [f"{e.step}: {why}" for e, why in zip(over, said, strict=True)]
         return Decision(Status.OUT_OF_MEMORY, "step " + ", ".join(e.step for e in over)
-                        + " was killed for exceeding its memory limit (the log says so; "
-                        "sacct: " + ", ".join(str(e.state) + (
-                            f" by {e.cancelled_by}" if e.cancelled_by else "")
-                            for e in over) + ")")
+                        + " was killed for exceeding its memory limit ("
+                        + "; ".join(said) + ")")
     if exit_code is None or exit_code <= 128:
         return None
     cancelled = [e for e in step_ends if e.state is JobState.CANCELLED and e.cancelled_by]

@@ -106,6 +106,18 @@ class StepEnd:
     #: the uid in ``CANCELLED by <uid>``; empty when Slurm names nobody (a task that
     #: died of a signal is ``CANCELLED`` alone)
     cancelled_by: str = ""
+    #: accounting's ``MaxRSS`` of the step (its largest task), in bytes, when it has one
+    max_rss: int | None = None
+    #: the memory the step was given on each node, in bytes (``AllocTRES``), when known
+    memory_limit: int | None = None
+
+    @property
+    def over_memory_limit(self) -> bool:
+        """Its ``MaxRSS`` is above the memory it was given on a node, by more than the
+        rounding of a limit accounting prints in gigabytes with two decimals (1%): one
+        task alone held more than its node's share."""
+        return (self.max_rss is not None and self.memory_limit is not None
+                and self.max_rss > self.memory_limit + self.memory_limit // 100)
 
 
 @attrs.frozen(kw_only=True)

@@ -91,6 +91,7 @@ __all__ = [
     "ONCE_DIR_HOST",
     "ONCE_SKIPPED",
     "SACCT_FIELDS",
+    "SACCT_STEP_FIELDS",
     "SEP",
     "STDERR_TAIL_LINES",
     "STEP_FORMAT",
@@ -166,6 +167,11 @@ STEP_FORMAT = f"StepId:64{SEP},StepState:24{SEP},StepName:0"
 
 #: ``sacct --format`` fields parsed by :func:`parse_sacct`.
 SACCT_FIELDS = ("JobID", "State", "ExitCode", "Elapsed", "MaxRSS")
+
+#: ``sacct --format`` fields of a run's own steps (:func:`sacct_steps_argv`):
+#: :data:`SACCT_FIELDS` and ``AllocTRES``, whose ``mem`` and ``node`` say the memory each
+#: node of the step was given, the limit ``OverMemoryKill`` kills it past.
+SACCT_STEP_FIELDS = (*SACCT_FIELDS, "AllocTRES")
 
 #: The line each node prints before its nvidia-smi rows in :func:`gpu_processes_script`.
 GPU_NODE_MARKER = nvsmi.NODE_MARKER
@@ -617,7 +623,7 @@ def sacct_steps_argv(job_id: str, step_ids: Sequence[str]) -> list[str]:
     if not step_ids:
         raise ValueError("sacct_steps_argv needs at least one step id")
     ids = ",".join(f"{job_id}.{step}" for step in step_ids)
-    return ["sacct", "-j", ids, f"--format={','.join(SACCT_FIELDS)}", "-n", "-P"]
+    return ["sacct", "-j", ids, f"--format={','.join(SACCT_STEP_FIELDS)}", "-n", "-P"]
 
 
 def scontrol_show_job_argv(job_id: str) -> list[str]:
@@ -760,6 +766,29 @@ def _rss_bytes(text: str) -> float:
     return float(m.group(1)) * _RSS_UNITS[m.group(2)] if m else -1.0
 
 
+def _size(text: str) -> int | None:
+    """``423048K`` -> 433201152; empty or not a size -> None."""
+    size = _rss_bytes(text)
+    return int(size) if size >= 0 and text.strip() else None
+
+
+def _memory_per_node(tres: str) -> int | None:
+    """``cpu=1,mem=100M,node=1`` -> 104857600: a step's ``AllocTRES`` memory over its
+    node count (sacct prints ``mem`` in megabytes unless it is a whole number of larger
+    units, ``mem=2G``, or above 1024 of them, ``mem=1.95G``; without a unit, megabytes).
+    None when it has no memory (or none to speak of)."""
+    fields = dict(part.partition("=")[::2] for part in tres.split(",") if "=" in part)
+    mem = fields.get("mem", "").strip()
+    if mem and mem[-1].isdigit():
+        mem += "M"
+    size = _size(mem)
+    try:
+        nodes = max(int(fields.get("node", "1")), 1)
+    except ValueError:
+        nodes = 1
+    return size // nodes if size else None
+
+
 def parse_sacct(text: str, job_id: str) -> JobOutcome | None:
     """``sacct -n -P --format=JobID,State,ExitCode,Elapsed,MaxRSS`` -> JobOutcome.
 
@@ -824,10 +853,12 @@ def parse_sacct(text: str, job_id: str) -> JobOutcome | None:
 
 def parse_sacct_steps(text: str, job_id: str) -> list[JobOutcome]:
     """The numbered step rows of ``job_id`` in ``sacct -n -P`` output of
-    :data:`SACCT_FIELDS` (:func:`sacct_steps_argv`): each step's state (``CANCELLED by
-    0`` -> CANCELLED, ``cancelled_by`` "0"; ``CANCELLED`` alone, a step whose task died
-    of a signal, has no ``cancelled_by``), exit code and signal. The job's own row, its
-    ``batch`` / ``extern`` steps and other jobs' rows are left out."""
+    :data:`SACCT_STEP_FIELDS` (:func:`sacct_steps_argv`): each step's state (``CANCELLED
+    by 0`` -> CANCELLED, ``cancelled_by`` "0"; ``CANCELLED`` alone, a step whose task
+    died of a signal, has no ``cancelled_by``), exit code and signal, its ``MaxRSS`` and
+    the memory it was given per node (``AllocTRES``; rows of :data:`SACCT_FIELDS` alone
+    have none). The job's own row, its ``batch`` / ``extern`` steps and other jobs' rows
+    are left out."""
     out: list[JobOutcome] = []
     for line in _lines(text):
         fields = line.split(SEP)
@@ -839,8 +870,10 @@ def parse_sacct_steps(text: str, job_id: str) -> list[JobOutcome]:
             continue
         state, by = _state(state_text)
         code, sig = _exit(exit_text) or (0, 0)
+        tres = fields[5].strip() if len(fields) > 5 else ""
         out.append(JobOutcome(job_id=jid, state=state, exit_code=code, signal=sig,
                               elapsed=_duration(elapsed_text, "0:00"), max_rss=rss,
+                              max_rss_bytes=_size(rss), memory_limit=_memory_per_node(tres),
                               cancelled_by=by, source="sacct"))
     return out
 

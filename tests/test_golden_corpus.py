@@ -35,6 +35,7 @@ from slurm_fsm.results import (
 )
 from slurm_fsm.slurmcli import (
     SACCT_FIELDS,
+    SACCT_STEP_FIELDS,
     parse_gpu_processes,
     parse_sacct,
     parse_sacct_steps,
@@ -96,9 +97,10 @@ def _text_file(path: Path, tmp: Path) -> dict[str, Any]:
     return {name: _text_parsers(lines, tmp) for name, lines in _blocks(path).items()}
 
 
-def _sacct_row(header: list[str], fields: list[str]) -> str:
+def _sacct_row(header: list[str], fields: list[str],
+               names: tuple[str, ...] = SACCT_FIELDS) -> str:
     by_name = dict(zip(header, fields, strict=False))
-    return "|".join(by_name.get(name.lower(), "") for name in SACCT_FIELDS)
+    return "|".join(by_name.get(name.lower(), "") for name in names)
 
 
 def _sacct_file(path: Path, _tmp: Path) -> dict[str, Any]:
@@ -141,9 +143,11 @@ def _sacct_steps_file(path: Path, _tmp: Path) -> dict[str, Any]:
         header = [c.strip().lower() for c in rows[0].split("|")]
         if "jobidraw" in header:
             header[header.index("jobidraw")] = "jobid"
-        text = "\n".join(_sacct_row(header, r.split("|")) for r in rows[1:]) + "\n"
+        text = "\n".join(_sacct_row(header, r.split("|"), SACCT_STEP_FIELDS)
+                         for r in rows[1:]) + "\n"
         job_id = rows[1].split("|")[0].split(".")[0]
-        out[name] = [[s.job_id, str(s.state), s.exit_code, s.signal, s.cancelled_by]
+        out[name] = [[s.job_id, str(s.state), s.exit_code, s.signal, s.cancelled_by,
+                      s.max_rss_bytes, s.memory_limit]
                      for s in parse_sacct_steps(text, job_id)]
     return out
 

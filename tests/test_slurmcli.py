@@ -1327,7 +1327,8 @@ def test_step_outcomes_asks_sacct_for_those_steps_only() -> None:
         (0, "2.0|CANCELLED by 0|0:9|00:00:03|\n2.1|COMPLETED|0:0|00:00:00|\n", "")]})
     got = backend.step_outcomes("2", ["0", "1"])
     assert runner.calls == [["sacct", "-j", "2.0,2.1",
-                             "--format=JobID,State,ExitCode,Elapsed,MaxRSS", "-n", "-P"]]
+                             "--format=JobID,State,ExitCode,Elapsed,MaxRSS,AllocTRES", "-n",
+                             "-P"]]
     assert [(o.job_id, o.state, o.cancelled_by) for o in got] == [
         ("2.0", "CANCELLED", "0"), ("2.1", "COMPLETED", "")]
     assert backend.step_outcomes("2", []) == [] and len(runner.calls) == 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import attrs
 import pytest
 
 from slurm_fsm.errors import ControllerUnreachable, JobNotFound
@@ -21,7 +22,12 @@ from slurm_fsm.persistent import STEP_ACCOUNTING_WAITS_S
 from slurm_fsm.report import Report
 from slurm_fsm.results import Status, decide, step_verdict
 from slurm_fsm.runfacts import StepEnd
-from slurm_fsm.slurmcli import SACCT_FIELDS, parse_sacct_steps, sacct_steps_argv
+from slurm_fsm.slurmcli import (
+    SACCT_FIELDS,
+    SACCT_STEP_FIELDS,
+    parse_sacct_steps,
+    sacct_steps_argv,
+)
 from slurm_fsm.spec import JobSpec, WorkflowType
 from slurm_fsm.testing import FakeCluster, FakeScript
 
@@ -236,20 +242,21 @@ def test_the_jobs_own_state_and_a_hang_come_first() -> None:
 # --------------------------------------------------- the command line and its parser
 def test_sacct_asks_for_those_steps_only() -> None:
     assert sacct_steps_argv("2", ["0", "1"]) == [
-        "sacct", "-j", "2.0,2.1", "--format=JobID,State,ExitCode,Elapsed,MaxRSS", "-n", "-P"]
+        "sacct", "-j", "2.0,2.1", "--format=JobID,State,ExitCode,Elapsed,MaxRSS,AllocTRES",
+        "-n", "-P"]
     with pytest.raises(ValueError):
         sacct_steps_argv("2", [])
 
 
-def _recorded(block: str) -> str:
+def _recorded(block: str, fields: tuple[str, ...] = SACCT_FIELDS) -> str:
     """The rows of a block of tests/data/real/slurm/sacct_steps.txt, as sacct prints
-    them with :data:`~slurm_fsm.slurmcli.SACCT_FIELDS` (the block's header row off)."""
+    them with ``fields`` (the block's header row off)."""
     text = (REAL / "slurm" / "sacct_steps.txt").read_text(encoding="utf-8")
     rows = text.split(f"## {block} ", 1)[1].split("\n## ", 1)[0].splitlines()[2:]
     header = rows and [c.lower() for c in
                        text.split(f"## {block} ", 1)[1].splitlines()[1].split("|")]
     header = ["jobid" if c == "jobidraw" else c for c in header]
-    pick = [header.index(f.lower()) if f.lower() in header else None for f in SACCT_FIELDS]
+    pick = [header.index(f.lower()) if f.lower() in header else None for f in fields]
     return "\n".join("|".join(r.split("|")[i] if i is not None else "" for i in pick)
                      for r in rows if r.strip()) + "\n"
 
@@ -333,3 +340,99 @@ def test_a_fake_step_killed_over_its_memory_limit_is_out_of_memory(
     assert (report.allocation_id, hit.step) == (alloc, step)
     assert report.status is Status.OUT_OF_MEMORY, report.summary
     assert report.metrics["step_states"] == {f"{alloc}.{step}": "CANCELLED by 0"}
+
+
+# ------------------- the memory kill told by accounting alone (its log line not relayed)
+MIB = 1 << 20
+
+
+def _killed(by: str = "0", rss: int | None = 413 * MIB, limit: int | None = 100 * MIB
+            ) -> StepEnd:
+    return StepEnd(step="5.1", state=JobState.CANCELLED, signal=9, cancelled_by=by,
+                   max_rss=rss, memory_limit=limit)
+
+
+@pytest.mark.parametrize(("end", "status"), [
+    # slurmstepd's OverMemoryKill: CANCELLED by 0, MaxRSS past its limit
+    (_killed(), Status.OUT_OF_MEMORY),
+    # someone's scancel of a step past its --mem where nothing enforces it: a cancel
+    (_killed(by="1000"), Status.CANCELLED),
+    # a step under its limit, or one within the rounding of a limit in gigabytes
+    (_killed(rss=90 * MIB), Status.CANCELLED),
+    (_killed(rss=101 * MIB), Status.CANCELLED),
+    (_killed(rss=102 * MIB), Status.OUT_OF_MEMORY),
+    # accounting without a MaxRSS, or without the step's memory
+    (_killed(rss=None), Status.CANCELLED),
+    (_killed(limit=None), Status.CANCELLED),
+])
+def test_accountings_maxrss_past_the_limit_is_the_memory_kill(end: StepEnd,
+                                                              status: Status) -> None:
+    verdict = step_verdict([end], 137)
+    assert verdict is not None and verdict.status is status, verdict
+
+
+def test_the_memory_kill_says_what_told_it() -> None:
+    alone = step_verdict([_killed()], 137)
+    assert alone is not None and alone.reason == (
+        "step 5.1 was killed for exceeding its memory limit (sacct: CANCELLED by 0, "
+        "MaxRSS 413 MiB above its 100 MiB)")
+    line = "slurmstepd-n1: error: StepId=5.1 exceeded memory limit (433 > 104), being killed"
+    both = step_verdict([_killed()], 137, [line])
+    assert both is not None and both.reason == (
+        "step 5.1 was killed for exceeding its memory limit (the log says so; sacct: "
+        "CANCELLED by 0, MaxRSS 413 MiB above its 100 MiB)")
+    two = step_verdict([_killed(), attrs.evolve(_killed(rss=None), step="5.2")], 137,
+                       [line.replace("5.1", "5.2")])
+    assert two is not None and two.reason == (
+        "step 5.1, 5.2 was killed for exceeding its memory limit (5.1: sacct: CANCELLED "
+        "by 0, MaxRSS 413 MiB above its 100 MiB; 5.2: the log says so; sacct: CANCELLED "
+        "by 0)")
+
+
+def test_recorded_over_memory_kill_is_out_of_memory_by_accounting_alone() -> None:
+    """The same kill on the local cluster's ``memkill`` configuration, asked with the
+    steps' ``AllocTRES``: accounting alone tells it, whether or not the log has
+    slurmstepd's line; root's ``scancel`` of a small step beside it stays a cancel."""
+    got = parse_sacct_steps(_recorded("local_overmemorykill_step_tres", SACCT_STEP_FIELDS),
+                            "1")
+    assert [(o.job_id, o.state, o.cancelled_by, o.max_rss_bytes, o.memory_limit)
+            for o in got] == [("1.0", JobState.CANCELLED, "0", 409488 << 10, 100 * MIB),
+                              ("1.1", JobState.CANCELLED, "0", 1432 << 10, 512 * MIB)]
+    ends = [StepEnd(step=o.job_id, state=o.state, cancelled_by=o.cancelled_by,
+                    max_rss=o.max_rss_bytes, memory_limit=o.memory_limit) for o in got]
+    verdict = step_verdict(ends[:1], 137)
+    assert verdict is not None and verdict.status is Status.OUT_OF_MEMORY
+    assert verdict.reason == ("step 1.0 was killed for exceeding its memory limit (sacct: "
+                              "CANCELLED by 0, MaxRSS 400 MiB above its 100 MiB)")
+    cancel = step_verdict(ends[1:], 137)
+    assert cancel is not None and cancel.status is Status.CANCELLED
+
+
+@pytest.mark.parametrize(("tres", "per_node"), [
+    ("cpu=1,mem=100M,node=1", 100 * MIB),
+    ("billing=4,cpu=4,gres/gpu=2,mem=2G,node=2", 1 << 30),
+    ("cpu=2,mem=1.50G,node=1", int(1.5 * (1 << 30))),
+    ("cpu=1,mem=4000,node=1", 4000 * MIB),  # no unit: megabytes
+    ("cpu=1,node=1", None),
+    ("cpu=1,mem=0,node=1", None),
+    ("", None),
+])
+def test_a_steps_memory_per_node_from_its_alloctres(tres: str, per_node: int | None) -> None:
+    row = f"7.0|CANCELLED by 0|0:9|00:00:01|1024K|{tres}\n"
+    assert [o.memory_limit for o in parse_sacct_steps(row, "7")] == [per_node]
+
+
+def test_a_fake_step_killed_past_its_limit_without_its_log_line_is_out_of_memory(
+        make_spec: SpecFactory) -> None:
+    """The fake's ``memory_kill_step``: no ``exceeded memory limit`` line in the log,
+    accounting's MaxRSS decides."""
+    fake = FakeCluster()
+    spec = make_spec()
+    fake.script(spec.script_path, FakeScript(lines=LINES))
+    hit = _Hit(fake, "memory_kill_step")
+    report = _run(spec, fake, _OnLine("step starts", hit))
+    step = f"{report.allocation_id}.{hit.step}"
+    assert (report.status, report.exit_code) == (Status.OUT_OF_MEMORY, 137), report.summary
+    assert (f"step {step} was killed for exceeding its memory limit (sacct: CANCELLED by 0, "
+            "MaxRSS 413 MiB above its 100 MiB)") in report.summary
+    assert report.metrics["step_states"] == {step: "CANCELLED by 0"}

@@ -239,13 +239,17 @@ class FakeJob:
         return self.ended_at is None
 
     def end_step(self, step_id: str, state: JobState | str, *, at: float, exit_code: int = 0,
-                 signal: int = 0, by: str = "") -> None:
-        """Step ``step_id`` ends (it leaves :attr:`steps`; accounting keeps its row)."""
+                 signal: int = 0, by: str = "", max_rss: int | None = None,
+                 memory_limit: int | None = None) -> None:
+        """Step ``step_id`` ends (it leaves :attr:`steps`; accounting keeps its row, with
+        ``max_rss`` and the ``memory_limit`` per node in bytes when given)."""
         self.steps.pop(step_id, None)
         if step_id.isdigit() and step_id not in self.ended_steps:
             self.ended_steps[step_id] = (JobOutcome(
                 job_id=f"{self.job_id}.{step_id}", state=state, exit_code=exit_code,
-                signal=signal, cancelled_by=by), at)
+                signal=signal, cancelled_by=by,
+                max_rss=f"{max_rss >> 10}K" if max_rss is not None else "",
+                max_rss_bytes=max_rss, memory_limit=memory_limit), at)
 
 
 @attrs.frozen
@@ -296,7 +300,8 @@ class _FakeRunningScript:
             # the step was cancelled (scancel ID.STEP), killed for memory (srun says
             # 137), or the allocation ended
             ended = job.ended_steps.get(self.step_id) if job is not None else None
-            oom = ended is not None and ended[0].state is JobState.OUT_OF_MEMORY
+            oom = ended is not None and (ended[0].state is JobState.OUT_OF_MEMORY
+                                         or ended[0].memory_limit is not None)
             self.exit_code = 137 if oom else 143
             if job is not None:
                 job.steps.pop(self.step_id, None)
@@ -529,6 +534,16 @@ class FakeCluster:
         ``by``): accounting says ``CANCELLED by <by>``, its srun exits 143."""
         self.jobs[job_id].end_step(step_id, JobState.CANCELLED, at=self.clock.now(),
                                    signal=9, by=by)
+
+    def memory_kill_step(self, job_id: str, step_id: str, max_rss_mb: int = 413,
+                         limit_mb: int = 100) -> None:
+        """slurmstepd kills step ``job_id.step_id`` past its memory limit
+        (``OverMemoryKill``, no memory cgroup): accounting says ``CANCELLED by 0`` with a
+        ``MaxRSS`` of ``max_rss_mb`` and the step's ``limit_mb`` per node; its srun exits
+        137. The log line slurmstepd may print is the script's to write."""
+        self.jobs[job_id].end_step(step_id, JobState.CANCELLED, at=self.clock.now(),
+                                   signal=9, by="0", max_rss=max_rss_mb << 20,
+                                   memory_limit=limit_mb << 20)
 
     def oom_step(self, job_id: str, step_id: str) -> None:
         """The kernel kills step ``job_id.step_id`` for memory: accounting says

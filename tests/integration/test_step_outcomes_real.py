@@ -7,13 +7,15 @@
 
 A step past its ``--mem`` on the ``memkill`` configuration (``OverMemoryKill``, no
 memory cgroup): slurmstepd kills it (``StepId=N exceeded memory limit``), sacct says
-``CANCELLED by 0``; the run ends OUT_OF_MEMORY and the allocation lives on.
+``CANCELLED by 0`` with the step's MaxRSS above its ``--mem``; the run ends OUT_OF_MEMORY
+and the allocation lives on.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -93,8 +95,13 @@ TOUCH_MB = 400
 
 
 @pytest.mark.config(memkill=True)
+@pytest.mark.parametrize("relayed", [True, False], ids=["stderr-to-log", "stderr-dropped"])
 def test_a_step_past_its_memory_limit_ends_out_of_memory_and_the_allocation_lives_on(
-        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path, relayed: bool) -> None:
+    """``relayed=False``: the step's stderr goes to /dev/null (``srun --error``), so
+    slurmstepd's ``exceeded memory limit`` line never reaches the log, as when srun ends
+    before relaying it (CI once judged this step CANCELLED for want of that line):
+    accounting alone tells the kill."""
     name = names.new("stepoom")
     go = tmp_path / "go"
     # The step waits until the run has seen it (the test then makes `go`), then touches
@@ -105,7 +112,8 @@ def test_a_step_past_its_memory_limit_ends_out_of_memory_and_the_allocation_live
     step = (f"while [ ! -e {shlex.quote(str(go))} ]; do sleep 0.2; done; "
             f"exec {shlex.quote(sys.executable)} -c {shlex.quote(hog)}")
     script = tmp_path / "job.slurm"
-    script.write_text(f"#!/bin/bash\nsrun --overlap -n1 --mem={STEP_MEM_MB}M "
+    dropped = "" if relayed else "--error=/dev/null "
+    script.write_text(f"#!/bin/bash\nsrun --overlap -n1 --mem={STEP_MEM_MB}M {dropped}"
                       f"bash -c {shlex.quote(step)}\n")
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps(spec_dict(local_cluster, tmp_path, name,
@@ -118,8 +126,16 @@ def test_a_step_past_its_memory_limit_ends_out_of_memory_and_the_allocation_live
         report = cli_report(run)
         step_id = f"{alloc}.{seen[0]}"
         assert (report["_rc"], report["status"]) == (1, "OUT_OF_MEMORY"), report
-        assert (f"step {step_id} was killed for exceeding its memory limit (the log says "
-                "so; sacct: CANCELLED by 0)") in report["summary"], report["summary"]
+        # accounting tells the kill whether or not srun relayed slurmstepd's line to the
+        # log: the step's MaxRSS above its --mem
+        summary = report["summary"]
+        if not relayed:
+            log = "\n".join(report["log_tail"])
+            assert "exceeded memory limit" not in log, log
+            assert "the log says so" not in summary, summary
+        assert f"step {step_id} was killed for exceeding its memory limit (" in summary
+        assert re.search(r"sacct: CANCELLED by 0, MaxRSS \d+ MiB above its "
+                         f"{STEP_MEM_MB} MiB\\)", summary), summary
         assert report["metrics"]["step_states"] == {step_id: "CANCELLED by 0"}
         assert report["allocation_id"] == alloc
         assert job_state(alloc, _env(local_cluster)) == "RUNNING"
