@@ -774,8 +774,7 @@ def _size(text: str) -> int | None:
 
 def _memory_per_node(tres: str) -> int | None:
     """``cpu=1,mem=100M,node=1`` -> 104857600: a step's ``AllocTRES`` memory over its
-    node count (sacct prints ``mem`` in megabytes unless it is a whole number of larger
-    units, ``mem=2G``, or above 1024 of them, ``mem=1.95G``; without a unit, megabytes).
+    node count (``mem=100M``, ``mem=2G``, ``mem=1.95G``; a bare number is megabytes).
     None when it has no memory (or none to speak of)."""
     fields = dict(part.partition("=")[::2] for part in tres.split(",") if "=" in part)
     mem = fields.get("mem", "").strip()
