@@ -33,11 +33,12 @@ typecheck: setup
 unit: setup docs-deps     ## fast tests only (no real cluster)
 	$(VENV)/bin/pytest -m "not slurm" -q
 
-test: lint typecheck docs-deps  ## everything CI runs: lint, types, unit and real-cluster tests, the cgroup-confined ones, docs, then the real tests on Slurm 24.11
+test: lint typecheck docs-deps  ## everything CI runs: lint, types, unit and real-cluster tests, the cgroup-confined ones, docs, then the real tests on Slurm 24.11 (and its configuration-dependent ones)
 	$(VENV)/bin/pytest -q
 	$(MAKE) --no-print-directory test-confined
 	$(MAKE) --no-print-directory docs
 	$(MAKE) --no-print-directory test-2411
+	$(MAKE) --no-print-directory test-2411-config
 
 # The second real cluster: Debian 13's Slurm 24.11 in a chroot (slurm_fsm_dev/chroot.py,
 # docs/local-cluster.md). The root is made once per machine (as root: debootstrap,
@@ -52,6 +53,12 @@ chroot-2411-umount: setup ## undo the chroot's bind mounts (also after a crash)
 
 test-2411: chroot-2411    ## the real-Slurm tests (pytest -m slurm) on Slurm 24.11, in the chroot
 	$(PY) -m slurm_fsm_dev.chroot test
+
+# The configuration-dependent real tests on Slurm 24.11 too: no association enforcement,
+# a step past its --mem killed (memkill). Not task/cgroup: one cgroup cluster per host,
+# and Slurm 24.11's cgroup plugins in the chroot are not measured here.
+test-2411-config: chroot-2411  ## the configuration-dependent real tests on Slurm 24.11 (noenforce,memkill)
+	SLURM_FSM_LOCAL_CONFIG=noenforce,memkill $(PY) -m slurm_fsm_dev.chroot test -- -m "slurm and config" -q -rfE
 
 # The real tests whose behaviour depends on the cluster's configuration
 # (@pytest.mark.config), on the configuration real GPU clusters have: task/cgroup with
