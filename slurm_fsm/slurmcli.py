@@ -769,7 +769,7 @@ def _rss_bytes(text: str) -> float:
 def _size(text: str) -> int | None:
     """``423048K`` -> 433201152; empty or not a size -> None."""
     size = _rss_bytes(text)
-    return int(size) if size >= 0 and text.strip() else None
+    return int(size) if size >= 0 else None
 
 
 def _memory_per_node(tres: str) -> int | None:
