@@ -8,21 +8,31 @@ allocation and every sibling job in it.
 
 :func:`slurm_fsm.placement.script_env` therefore puts a directory first on the
 script's ``PATH`` holding a ``scancel`` that runs this module
-(``python -I -S scancelshim.py ARGS``). It passes every call to the real
-``scancel`` (the next one on ``PATH``) unchanged except:
+(``python -I -S scancelshim.py ARGS``). It reads the call as ``scancel`` does
+(getopt_long: unique prefixes of long options, bundled short options, values inline
+or apart; job ids as numbers, ``007`` is job 7, in comma lists; the ``SCANCEL_*``
+variables as the options they stand for) and runs the real ``scancel`` (the next one on
+``PATH``) only with what it understood, written out in full (``--signal=USR1 7.2``),
+with no ``SCANCEL_*`` variable. What it cannot prove harmless is refused: a message
+on stderr, exit 1, no Slurm command:
 
-* a job id that is the allocation (:data:`ALLOCATION_ENV`, bare, no ``.step``)
-  becomes the ids of this run's steps (``ALLOC.N``: the steps whose ``srun`` runs on
-  this host in the script's process group, from ``scontrol -o show step``); options
-  such as ``--signal=USR1`` are kept, so a signal goes to those steps. With no step
-  of this run left there is nothing to cancel: it says so and exits 0;
-* ``--batch`` with the allocation, and a ``scancel`` with filters but no job id
-  (``-u``, ``--name``, ``--me``, ...: they would select the allocation too), are
-  refused: a message on stderr, exit 1, no Slurm command.
+* the allocation (:data:`ALLOCATION_ENV`, bare, in any spelling) becomes the ids of
+  this run's steps (``ALLOC.N``: the steps whose ``srun`` runs on this host in the
+  script's process group, from ``scontrol -o show step``); options such as
+  ``--signal=USR1`` are kept, so a signal goes to those steps. With no step of this
+  run left there is nothing to cancel: it says so and exits 0;
+* a step of the allocation that is not this run's (a sibling job's), or the
+  allocation's ``batch``/``extern`` step, array or het forms: refused;
+* ``--batch`` with the allocation, and filters with no job id (``-u``, ``--name``,
+  ``--me``, ``--state``, ``--nodelist``, ..., or their ``SCANCEL_*`` variables: they
+  would select the allocation too): refused. With ids, filters only narrow, and pass;
+* ``--clusters``/``-M``, ``--sibling`` and ``SLURM_CLUSTERS`` (jobs of another
+  cluster), an option or ``SCANCEL_*`` variable it does not know (a newer Slurm's), an
+  ambiguous prefix, an id it cannot read: refused.
 
 The script itself is not stopped (under ``sbatch``, ``scancel`` of the job would
 end the batch shell too): it goes on and its exit status counts as usual.
-An explicit step id (``ALLOC.3``) and any other job id are passed on untouched.
+Any other job id is passed on (in full digits).
 
 Standard library only, no slurm_fsm import: it is started by path with
 ``python -I -S``, like :mod:`slurm_fsm.scriptguard`.
@@ -33,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import shlex
 import shutil
 import socket
@@ -40,26 +51,52 @@ import stat
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["ALLOCATION_ENV", "Plan", "main", "needs_steps", "own_steps", "plan", "shim_dir",
-           "shim_env", "shim_text"]
+__all__ = ["ALLOCATION_ENV", "ENV_OPTIONS", "OPTIONS", "Parsed", "Plan", "Refused", "main",
+           "needs_steps", "own_steps", "parse", "plan", "shim_dir", "shim_env", "shim_text"]
 
 #: The variable that names the allocation to the shim (set by ``script_env``).
 ALLOCATION_ENV = "SLURM_FSM_ALLOCATION_ID"
 #: How long one ``scontrol`` / ``scancel`` may take.
 TIMEOUT_S = 60.0
 
-#: scancel options that take a value (short and long forms)
-_VALUE_SHORT = frozenset("AMnpqRstuw")
-_VALUE_LONG = frozenset({"account", "clusters", "cluster", "jobname", "name", "partition",
-                         "qos", "reservation", "signal", "state", "user", "nodelist",
-                         "wckey", "sibling"})
-#: options that select jobs by something other than their id
-_FILTER_SHORT = frozenset("AnpqRtuw")
-_FILTER_LONG = frozenset({"account", "jobname", "name", "partition", "qos", "reservation",
-                          "state", "user", "nodelist", "wckey", "me"})
+#: scancel's options (its man page, Slurm 22.05-26.05): long name -> (short letter or
+#: "", takes a value, kind). Kinds: "filter" selects jobs by something other than their
+#: id (only narrows when ids are given; refused without ids: it would select the
+#: allocation too), "plain" changes nothing about which jobs are hit, "refused" can
+#: select jobs on another cluster or federation member, which the shim cannot check.
+#: An option not here (a newer Slurm's) is refused: what cannot be proved harmless.
+OPTIONS: dict[str, tuple[str, bool, str]] = {
+    "account": ("A", True, "filter"), "batch": ("b", False, "plain"),
+    "clusters": ("M", True, "refused"), "cluster": ("M", True, "refused"),
+    "ctld": ("", False, "plain"),
+    "full": ("f", False, "plain"), "help": ("", False, "plain"),
+    "hurry": ("H", False, "plain"), "interactive": ("i", False, "plain"),
+    "jobname": ("n", True, "filter"), "me": ("", False, "filter"),
+    "name": ("n", True, "filter"), "nodelist": ("w", True, "filter"),
+    "partition": ("p", True, "filter"), "qos": ("q", True, "filter"),
+    "quiet": ("Q", False, "plain"), "reservation": ("R", True, "filter"),
+    "sibling": ("", True, "refused"), "signal": ("s", True, "plain"),
+    "state": ("t", True, "filter"), "usage": ("", False, "plain"),
+    "user": ("u", True, "filter"), "verbose": ("v", False, "plain"),
+    "version": ("V", False, "plain"), "wckey": ("", True, "filter"),
+}
+#: short letter -> the long name written out for the real scancel
+_SHORT = {short: name for name, (short, _v, _k) in OPTIONS.items()
+          if short and name not in ("cluster", "jobname")}
+#: the variables scancel reads as options (its man page, INPUT ENVIRONMENT VARIABLES)
+ENV_OPTIONS = {"SCANCEL_ACCOUNT": "account", "SCANCEL_BATCH": "batch",
+               "SCANCEL_CTLD": "ctld", "SCANCEL_FULL": "full", "SCANCEL_HURRY": "hurry",
+               "SCANCEL_INTERACTIVE": "interactive", "SCANCEL_NAME": "name",
+               "SCANCEL_PARTITION": "partition", "SCANCEL_QOS": "qos",
+               "SCANCEL_STATE": "state", "SCANCEL_USER": "user",
+               "SCANCEL_VERBOSE": "verbose", "SCANCEL_WCKEY": "wckey",
+               "SLURM_CLUSTERS": "clusters"}
+#: one job id element as scancel reads it: job, array task or range, het component,
+#: step (numbers may have leading zeros: scancel reads them as numbers)
+_ID = re.compile(r"(\d+)(?:_(\d+|\[[\d,%-]+\]))?(?:\+(\d+))?(?:\.(\d+|batch|extern))?")
 
 
 class Plan:
@@ -75,74 +112,181 @@ class Plan:
         return f"Plan({self.argv!r}, {self.message!r}, {self.status})"
 
 
-def _split(args: Sequence[str]) -> tuple[list[str], list[str], set[str]]:
-    """(options with their values, job ids, the option names seen)."""
-    options: list[str] = []
-    ids: list[str] = []
-    names: set[str] = set()
+class Refused(Exception):
+    """A call the shim will not pass on: its message says why."""
+
+
+class Parsed:
+    """One ``scancel`` call as scancel reads it: ``options`` (long name, value or
+    None) in order, the variables' first, and the job id elements (comma lists split),
+    each as (job number, rest of the id with its numbers as numbers)."""
+
+    def __init__(self) -> None:
+        self.options: list[tuple[str, str | None]] = []
+        self.ids: list[tuple[int, str]] = []
+
+    def kinds(self) -> set[str]:
+        return {OPTIONS[name][2] for name, _ in self.options}
+
+    def names(self) -> set[str]:
+        return {name for name, _ in self.options}
+
+
+def _long(arg: str) -> tuple[str, str | None]:
+    """``--prefix[=value]``: the option's full name (getopt_long: an exact name or a
+    unique prefix; aliases of one option count once) and its inline value."""
+    text, eq, value = arg[2:].partition("=")
+    if text in OPTIONS:
+        return text, value if eq else None
+    found = {n for n in OPTIONS if n.startswith(text)} if text else set()
+    letters = {OPTIONS[n][0] or n for n in found}
+    if len(letters) != 1:
+        raise Refused(f"`{arg}` is {'ambiguous' if found else 'not an option'} "
+                      "of scancel as slurm_fsm knows it")
+    return sorted(found, key=len)[0], value if eq else None
+
+
+def _element(text: str) -> tuple[int, str]:
+    m = _ID.fullmatch(text)
+    if m is None:
+        raise Refused(f"`{text}` is not a job or step id as slurm_fsm reads them")
+    job, task, het, step = m.groups()
+    rest = (f"_{int(task)}" if task and task.isdigit() else f"_{task}" if task else "")
+    rest += f"+{int(het)}" if het is not None else ""
+    rest += f".{int(step) if step.isdigit() else step}" if step is not None else ""
+    return int(job), rest
+
+
+def _ids(arg: str) -> list[tuple[int, str]]:
+    """The elements of one id argument: a comma list (commas inside an array's
+    brackets belong to it)."""
+    return [_element(e) for e in re.split(r",(?![^\[]*\])", arg)]
+
+
+def parse(args: Sequence[str], env: Mapping[str, str] | None = None) -> Parsed:
+    """``scancel ARGS`` with the variables ``env`` as scancel reads them (getopt_long
+    with permutation; the variables first). Raises :class:`Refused`."""
+    out = Parsed()
+    for var, text in sorted((env or {}).items()):
+        if var.startswith("SCANCEL_") or var == "SLURM_CLUSTERS":
+            if var not in ENV_OPTIONS:
+                raise Refused(f"{var} is set: not a variable of scancel slurm_fsm knows")
+            out.options.append((ENV_OPTIONS[var],
+                                text if OPTIONS[ENV_OPTIONS[var]][1] else None))
     i = 0
     while i < len(args):
         arg = args[i]
+        i += 1
         if arg == "--":
-            ids.extend(args[i + 1:])
+            for rest in args[i:]:
+                out.ids += _ids(rest)
             break
         if arg.startswith("--"):
-            name, eq, _ = arg[2:].partition("=")
-            names.add(name)
-            options.append(arg)
-            if not eq and name in _VALUE_LONG and i + 1 < len(args):
-                options.append(args[i + 1])
-                i += 1
-        elif arg.startswith("-") and len(arg) > 1:
-            options.append(arg)
-            for j, ch in enumerate(arg[1:], start=1):
-                names.add(ch)
-                if ch in _VALUE_SHORT:
-                    if j == len(arg) - 1 and i + 1 < len(args):
-                        options.append(args[i + 1])
-                        i += 1
-                    break
+            name, value = _long(arg)
+            if OPTIONS[name][1] and value is None:
+                if i >= len(args):
+                    raise Refused(f"`{arg}` needs a value")
+                value, i = args[i], i + 1
+            elif not OPTIONS[name][1] and value is not None:
+                raise Refused(f"`{arg}` takes no value")
+            out.options.append((name, value))
+        elif arg.startswith("-") and arg != "-":
+            i = _short(arg, args, i, out)
         else:
-            ids.append(arg)
-        i += 1
-    return options, ids, names
+            out.ids += _ids(arg)
+    return out
 
 
-def plan(args: Sequence[str], allocation: str, steps: Sequence[str] | None) -> Plan:
-    """What ``scancel ARGS`` does in a run on ``allocation`` whose own steps are
-    ``steps`` (step numbers; None: not looked up yet, the caller looks them up when
-    :func:`needs_steps` says so)."""
-    options, ids, names = _split(args)
+def _short(arg: str, args: Sequence[str], i: int, out: Parsed) -> int:
+    """One bundle of short options (``-bQ``, ``-sKILL``, ``-s KILL``) into ``out``;
+    returns the index of the next argument."""
+    for j, ch in enumerate(arg[1:], start=1):
+        if ch not in _SHORT:
+            raise Refused(f"`-{ch}` is not an option of scancel as slurm_fsm knows it")
+        name = _SHORT[ch]
+        if not OPTIONS[name][1]:
+            out.options.append((name, None))
+            continue
+        if j < len(arg) - 1:
+            out.options.append((name, arg[j + 1:]))
+            return i
+        if i >= len(args):
+            raise Refused(f"`-{ch}` needs a value")
+        out.options.append((name, args[i]))
+        return i + 1
+    return i
+
+
+def _canonical(options: Sequence[tuple[str, str | None]]) -> list[str]:
+    """The options written out in full, for the real scancel (a later one of the same
+    name wins, as on scancel's command line over its variables)."""
+    last: dict[str, str | None] = {}
+    for name, value in options:
+        last.pop(name, None)
+        last[name] = value
+    return [f"--{n}" if v is None else f"--{n}={v}" for n, v in last.items()]
+
+
+def _refusal(args: Sequence[str], allocation: str, why: str) -> Plan:
+    return Plan(None, f"slurm_fsm: refused `scancel {shlex.join(args)}`: {why}; this "
+                f"script runs in the shared allocation {allocation} (persistent mode); "
+                "name the job or step ids to cancel (`scancel $SLURM_JOB_ID` cancels this "
+                "run's own steps)", 1)
+
+
+def plan(args: Sequence[str], allocation: str, steps: Sequence[str] | None,
+         env: Mapping[str, str] | None = None) -> Plan:
+    """What ``scancel ARGS`` (with the variables ``env``) does in a run on
+    ``allocation`` whose own steps are ``steps`` (step numbers; None: not looked up yet,
+    the caller looks them up when :func:`needs_steps` says so). The real scancel is
+    only ever run with what was understood, written out in full, ids as plain numbers."""
     if not allocation:
         return Plan(list(args))
-    filters = sorted(n for n in names if n in _FILTER_SHORT or n in _FILTER_LONG)
-    if not ids and filters:
-        return Plan(None, f"slurm_fsm: refused `scancel {shlex.join(args)}`: this script "
-                    f"runs in the shared allocation {allocation} (persistent mode), which "
-                    f"these filters would cancel too; name the job or step ids to cancel "
-                    f"(`scancel $SLURM_JOB_ID` cancels this run's own steps)", 1)
-    if allocation not in ids:
-        return Plan(list(args))
-    if "b" in names or "batch" in names:
-        return Plan(None, f"slurm_fsm: refused `scancel {shlex.join(args)}`: in persistent "
-                    f"mode {allocation} is the shared allocation and has no batch step of "
-                    "this run; `scancel $SLURM_JOB_ID` (without --batch) cancels this run's "
-                    "own steps", 1)
-    mine = [f"{allocation}.{s}" for s in (steps or ())]
-    others = [i for i in ids if i != allocation]
+    try:
+        parsed = parse(args, env)
+    except Refused as exc:
+        return _refusal(args, allocation, str(exc))
+    kinds, alloc = parsed.kinds(), int(allocation)
+    if "refused" in kinds:
+        return _refusal(args, allocation, "it can select jobs on another cluster, which "
+                        "slurm_fsm cannot check")
+    if not parsed.ids and "filter" in kinds:
+        return _refusal(args, allocation, "these filters would cancel the allocation too")
+    ours = [(job, rest) for job, rest in parsed.ids if job == alloc]
+    if ours and "batch" in parsed.names():
+        return _refusal(args, allocation, f"--batch: {allocation} is the shared "
+                        "allocation and has no batch step of this run")
+    own = {str(int(s)) for s in (steps or ())}
+    for _job, rest in ours:
+        if rest and not (rest[0] == "." and rest[1:] in own):
+            return _refusal(args, allocation, f"{allocation}{rest} is not a step of this "
+                            "run")
+    others = list(dict.fromkeys(f"{job}{rest}" for job, rest in parsed.ids
+                                if job != alloc or rest))
+    mine = [f"{allocation}.{s}" for s in sorted(own, key=int)
+            if any(rest == "" for _j, rest in ours)]
+    others = [i for i in others if i not in mine]
+    if not parsed.ids:
+        return Plan(_canonical(parsed.options))
     if not mine and not others:
         return Plan(None, f"slurm_fsm: scancel {allocation}: no step of this run is "
                     f"running on the shared allocation {allocation}; nothing to cancel "
                     "(the allocation itself is never cancelled by a run's script)", 0)
-    return Plan([*options, *others, *mine],
-                f"slurm_fsm: scancel {allocation} -> this run's steps "
-                f"{' '.join(mine) or '(none)'} (persistent mode: {allocation} is the "
-                "shared allocation, never cancelled by a run's script)")
+    message = (f"slurm_fsm: scancel {allocation} -> this run's steps {' '.join(mine)} "
+               f"(persistent mode: {allocation} is the shared allocation, never "
+               "cancelled by a run's script)") if any(r == "" for _j, r in ours) else ""
+    return Plan([*_canonical(parsed.options), *others, *mine], message)
 
 
-def needs_steps(args: Sequence[str], allocation: str) -> bool:
+def needs_steps(args: Sequence[str], allocation: str,
+                env: Mapping[str, str] | None = None) -> bool:
     """Whether :func:`plan` needs this run's steps (the allocation's id is named)."""
-    return bool(allocation) and allocation in _split(args)[1]
+    if not allocation:
+        return False
+    try:
+        return any(job == int(allocation) for job, _ in parse(args, env).ids)
+    except Refused:
+        return False
 
 
 def _pgid_of(pid: int) -> int | None:
@@ -202,7 +346,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return 127
     steps: list[str] | None = None
-    if needs_steps(args, allocation):
+    if needs_steps(args, allocation, os.environ):
         try:
             done = subprocess.run(  # noqa: S603 - an argument list
                 [shutil.which("scontrol") or "scontrol", "-o", "show", "step", allocation],
@@ -212,14 +356,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                   "nothing cancelled", file=sys.stderr)
             return 1
         steps = own_steps(done.stdout, allocation, socket.gethostname(), os.getpgrp())
-    p = plan(args, allocation, steps)
+    p = plan(args, allocation, steps, os.environ)
     if p.message:
         print(p.message, file=sys.stderr)
     if p.argv is None:
         return p.status
+    # in a persistent run the variables were read into p.argv: the real scancel gets
+    # none of them (it would read them again, unchecked)
+    env = {k: v for k, v in os.environ.items()
+           if not allocation or (k not in ENV_OPTIONS and not k.startswith("SCANCEL_"))}
     try:
         return subprocess.run([real, *p.argv], timeout=TIMEOUT_S,  # noqa: S603
-                              check=False).returncode
+                              env=env, check=False).returncode
     except subprocess.TimeoutExpired:
         print(f"slurm_fsm: scancel: {real} took over {TIMEOUT_S:.0f} s", file=sys.stderr)
         return 1

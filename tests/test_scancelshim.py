@@ -17,15 +17,15 @@ from slurm_fsm.spec import SlurmParams
 from slurm_fsm.subprocess_backend import SubprocessBackend
 
 
-@pytest.mark.parametrize("args", [["7"], ["--signal=USR1", "7"], ["-s", "KILL", "7"],
-                                  ["-sTERM", "7"], ["-Q", "7"], ["--", "7"]])
-def test_the_allocation_id_becomes_this_runs_steps_options_kept(args: list[str]) -> None:
+@pytest.mark.parametrize(("args", "options"), [
+    (["7"], []), (["--signal=USR1", "7"], ["--signal=USR1"]),
+    (["-s", "KILL", "7"], ["--signal=KILL"]), (["-sTERM", "7"], ["--signal=TERM"]),
+    (["-Q", "7"], ["--quiet"]), (["--", "7"], [])])
+def test_the_allocation_id_becomes_this_runs_steps_options_kept(
+        args: list[str], options: list[str]) -> None:
+    """Options are kept, written out in full for the real scancel (issue 43, item 2)."""
     p = plan(args, "7", ["2", "4"])
-    assert p.argv is not None
-    assert p.argv[-2:] == ["7.2", "7.4"]
-    assert "7" not in p.argv
-    assert [a for a in p.argv if not a.startswith("7.")] == [a for a in args
-                                                             if a not in ("7", "--")]
+    assert p.argv == [*options, "7.2", "7.4"]
     assert "shared allocation" in p.message
 
 
@@ -35,8 +35,9 @@ def test_no_step_of_this_run_left_cancels_nothing_and_exits_0() -> None:
     assert "nothing to cancel" in p.message
 
 
-def test_other_ids_and_explicit_steps_pass_through_untouched() -> None:
-    assert plan(["8", "7.3"], "7", None).argv == ["8", "7.3"]
+def test_other_ids_and_this_runs_explicit_steps_pass_through() -> None:
+    assert plan(["8", "7.3"], "7", ["3"]).argv == ["8", "7.3"]
+    assert plan(["8", "7.3"], "7", ["2"]).argv is None  # a sibling's step: refused
     assert plan(["7", "8"], "7", ["1"]).argv == ["8", "7.1"]
     assert plan(["7"], "", None).argv == ["7"]  # not in a persistent run: unchanged
 

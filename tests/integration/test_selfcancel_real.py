@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -109,3 +110,65 @@ def test_a_self_cancelling_script_cancels_its_own_steps_and_its_sibling_passes(
         subprocess.run([sys.executable, "-m", "slurm_fsm", "release", str(sibling),
                         "--quiet"], env=_env(local_cluster), timeout=120, check=False,
                        capture_output=True)
+
+
+#: issue 43, item 2: every disguise of "cancel the allocation" the fourth campaign found,
+#: run by a persistent script while a sibling job runs in the same allocation
+DISGUISES = """#!/bin/bash
+scancel --acc=acct
+scancel --part debug
+scancel --stat=RUNNING
+scancel --nodel=n1,n2,n3
+scancel 0$SLURM_JOB_ID
+scancel $SLURM_JOB_ID,$SLURM_JOB_ID
+SCANCEL_STATE=RUNNING scancel
+SCANCEL_USER=$(id -un) scancel
+touch {go}
+echo disguises done
+"""
+
+
+def test_disguised_scancels_cancel_neither_the_allocation_nor_its_sibling(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    name = names.new("disguise")
+    go = tmp_path / "go"
+    sibling = _spec(local_cluster, tmp_path, name, "sibling", SIBLING.format(go=go),
+                    "sibling end")
+    own = _spec(local_cluster, tmp_path, name, "disguise", DISGUISES.format(go=go),
+                "disguises done")
+    try:
+        first = _start(local_cluster, sibling)
+        work_dirs = tmp_path / "repo" / "work_dirs"
+        until("the sibling's step running", lambda: True if any(
+            '"pgid"' in p.read_text() for p in work_dirs.glob(".slurm_run.r*.json"))
+            else None, 120)
+        alloc = json.loads((work_dirs / ".slurm_alloc.json").read_text())["job_id"]
+        until("the sibling's step on the allocation",
+              lambda: True if any(not n.startswith("fsm-lease.")
+                                  for n in steps(alloc).values()) else None, 60)
+        mine = cli_report(_start(local_cluster, own))
+        theirs = cli_report(first)
+        assert (theirs["_rc"], theirs["status"]) == (0, "PASSED"), theirs
+        assert (mine["_rc"], mine["status"]) == (0, "PASSED"), mine
+        assert job_state(alloc) == "RUNNING"
+        log = Path(mine["log_files"]["stdout"]).read_text()
+        assert log.count("slurm_fsm: refused `scancel") == 6, log
+        # 0$SLURM_JOB_ID and the list: this run's steps (none left), never the allocation
+        assert log.count(f"scancel {alloc}: no step of this run") == 2, log
+    finally:
+        subprocess.run([sys.executable, "-m", "slurm_fsm", "release", str(sibling),
+                        "--quiet"], env=_env(local_cluster), timeout=120, check=False,
+                       capture_output=True)
+
+
+def test_the_shim_knows_every_option_of_this_clusters_scancel(
+        local_cluster: ClusterInfo) -> None:
+    """The shim refuses an option it does not know; this tells when a Slurm version adds
+    one (so that its kind is decided, not refused by accident)."""
+    from slurm_fsm.scancelshim import OPTIONS
+
+    done = subprocess.run(["scancel", "--help"], capture_output=True, text=True,
+                          timeout=60, env=_env(local_cluster), check=False)
+    listed = set(re.findall(r"--([a-z][a-z-]*)", done.stdout + done.stderr))
+    assert len(listed) > 15, done
+    assert listed - set(OPTIONS) == set()
