@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from slurm_fsm.spec import JobSpec
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_ERROR", "FAKE_ACCOUNTS", "FAKE_PARTITIONS",
-           "fake_state_path", "main"]
+           "fake_backend", "fake_state_path", "main"]
 
 EXIT_BAD_INPUT = 2
 EXIT_ERROR = 3
@@ -113,16 +113,24 @@ def _parser() -> argparse.ArgumentParser:
         return c
 
     for name, what in (("run", "replace an allocation"), ("release", "release")):
-        spec_command(name, "run the job of SPEC and print its report" if name == "run"
-                     else "release the persistent allocation of SPEC's repo_root"
-                     ).add_argument(
+        c = spec_command(name, "run the job of SPEC and print its report" if name == "run"
+                         else "release the persistent allocation of SPEC's repo_root")
+        c.add_argument(
             "--no-wait", action="store_true",
             help=f"when other runs' jobs use the allocation, do not {what} under them "
                  "nor wait for them: say so, change nothing (exit 3)")
+        if name == "run":
+            c.add_argument("--detach", action="store_true",
+                           help="step 0 and the job's start as usual, then return: a "
+                                "supervisor owns the run; print its run id and how to "
+                                "follow it (attach, logs, wait, report, cancel)")
     spec_command("status", "show the persistent allocation: job, state, time left, and "
                            "the jobs running on it (pid, spec, steps, GPUs)")
     spec_command("plan", "show what step 0 would do now and which Slurm commands it "
                          "would issue, changing nothing")
+    from slurm_fsm import cli_runs
+
+    cli_runs.add_parsers(sub, EXIT_CODES_HELP)
     d = sub.add_parser("diagram", help="print the state diagram")
     d.add_argument("--format", choices=("mermaid", "dot"), default="mermaid",
                    help="mermaid (default; renders in GitHub and notebooks) or Graphviz dot")
@@ -162,14 +170,19 @@ def fake_state_path(spec: JobSpec) -> Path:
 
 
 def _fake_for(args: argparse.Namespace) -> SlurmBackend:
+    return fake_backend(args.fake_partition or [], args.fake_account or [])
+
+
+def fake_backend(partitions: Sequence[str], accounts: Sequence[str]) -> SlurmBackend:
     """The fake cluster of ``--backend fake``: it runs the script for real on this machine
-    (``run_scripts=True``) and knows only the declared partitions and accounts."""
+    (``run_scripts=True``) and knows only the declared partitions and accounts (the
+    defaults when none are given)."""
     from slurm_fsm.testing import FakeCluster
 
-    parts = args.fake_partition or list(FAKE_PARTITIONS)
+    parts = list(partitions) or list(FAKE_PARTITIONS)
     nodes = [f"node{i:02d}" for i in range(1, FAKE_NODES + 1)]
     return FakeCluster(partitions={p: nodes for p in parts},
-                       accounts=args.fake_account or list(FAKE_ACCOUNTS), run_scripts=True,
+                       accounts=list(accounts) or list(FAKE_ACCOUNTS), run_scripts=True,
                        preflight=True)
 
 
@@ -284,6 +297,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
+    from slurm_fsm.detach import UnknownRun
     from slurm_fsm.errors import SlurmFsmError, SpecError, StateFileError
 
     current = _Run()
@@ -303,6 +317,12 @@ def _main(args: argparse.Namespace) -> int:
             _print_json_error(_error_document("BAD_INPUT", EXIT_BAD_INPUT, command, str(exc),
                                               problems, file))
         return EXIT_BAD_INPUT
+    except UnknownRun as exc:  # a run id that names no run: bad input
+        _say(f"slurm-fsm: {exc}")
+        if as_json:
+            _print_json_error(_error_document("BAD_INPUT", EXIT_BAD_INPUT, command, str(exc),
+                                              [str(exc)]))
+        return EXIT_BAD_INPUT
     except (SlurmFsmError, OSError) as exc:
         _say(f"slurm-fsm: error: {exc}")
         if as_json:
@@ -312,6 +332,8 @@ def _main(args: argparse.Namespace) -> int:
         signum = exc.signum if isinstance(exc, _Stopped) else signal.SIGINT
         name = signal.Signals(signum).name
         _say(f"slurm-fsm: stopped by {name} (the persistent allocation, if any, is kept)")
+        if current.executor is not None and not as_json:  # its report is saved
+            current.executor.interrupted_report(f"stopped by {name}")
         if as_json:
             _emit_stopped(current, command, f"stopped by {name}", 128 + signum)
         return 128 + signum
@@ -373,6 +395,10 @@ def _dispatch(args: argparse.Namespace, current: _Run) -> int:
         from slurm_fsm.demo import run_demo
 
         return run_demo(fake=args.fake, keep=args.keep, quiet=args.quiet)
+    if args.command in ("runs", "logs", "attach", "wait", "report", "cancel"):
+        from slurm_fsm import cli_runs
+
+        return cli_runs.dispatch(args)
 
     spec = _load_spec(args)
     fake = args.backend == "fake"
@@ -430,6 +456,8 @@ def _run_job(args: argparse.Namespace, current: _Run, spec: JobSpec, backend: Sl
         import attrs
 
         spec = attrs.evolve(spec, release_allocation=True)
+    elif args.detach:
+        return _run_detached(args, spec)
     events = (_release_events if args.command == "release" else StderrEvents)(
         quiet=args.quiet, stream_output=not args.json, report_follows=True)
     # the clock is the backend's own (SlurmBackend.clock)
@@ -439,6 +467,32 @@ def _run_job(args: argparse.Namespace, current: _Run, spec: JobSpec, backend: Sl
     events.close()
     _emit(*_labelled(report.to_dict(), report.render_text(), fake), args.json, sys.stdout)
     return report.exit_code_for_cli
+
+
+def _run_detached(args: argparse.Namespace, spec: JobSpec) -> int:
+    """``run --detach``: a supervisor runs the job; this command returns once the job
+    has started, printing the run id (or the report of a run that ended before)."""
+    from pathlib import Path
+
+    from slurm_fsm.cli_runs import print_detached
+    from slurm_fsm.detach import submit
+
+    def relay(chunk: bytes) -> None:
+        if not args.quiet:
+            sys.stderr.buffer.write(chunk)
+            sys.stderr.flush()
+
+    try:
+        handle = submit(spec, spec_path=str(Path(args.spec).resolve()),
+                        backend=args.backend,
+                        fake_partitions=tuple(args.fake_partition or ()),
+                        fake_accounts=tuple(args.fake_account or ()), no_wait=args.no_wait,
+                        on_progress=relay)
+    except KeyboardInterrupt:
+        _say("slurm-fsm: detached before the job started; the run goes on (`slurm-fsm "
+             "runs` shows it)")
+        return 130
+    return print_detached(handle, args.json)
 
 
 def _release_events(**kwargs: Any) -> StderrEvents:

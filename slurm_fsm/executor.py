@@ -26,6 +26,8 @@ from slurm_fsm.persistent import PersistentRun, point_latest, run_book, run_log_
 from slurm_fsm.report import Report
 from slurm_fsm.results import report_of
 from slurm_fsm.runfacts import Failure, Mode, Phase, RunFacts
+from slurm_fsm.runowner import OnStarted, OwnedRun, Owner, RunFiles
+from slurm_fsm.runrecord import new_run_id
 from slurm_fsm.scriptcheck import input_problems
 from slurm_fsm.spec import JobSpec
 
@@ -54,12 +56,22 @@ class Executor:
         pre_step: PreStep | None = None,  # default: slurm_fsm.build.default_pre_step
         state_path: Path | None = None,
         lease_wait_s: float | None = None,
+        run_id: str | None = None,
+        owner: Owner = Owner.FOREGROUND,
+        spec_path: str = "",
+        progress: str = "",
     ) -> None:
         self.spec = spec
+        #: this run's id (:func:`slurm_fsm.runrecord.new_run_id` unless given): its
+        #: lease, its owner record and its saved report are named after it
+        self.run_id = run_id or new_run_id()
+        #: who owns it, its owner record and its saved report (slurm_fsm.runowner)
         #: the allocation's state file: ``spec.state_path`` unless given (the fake
         #: backend of the CLI keeps its own, ``.slurm_alloc.fake.json``); the run record
         #: lives beside it and is named after it
         self.state_path = state_path or spec.state_path
+        self.owned = OwnedRun(RunFiles(self.state_path), self.run_id, owner,
+                              spec_path=spec_path or str(spec.script_path), progress=progress)
         #: how long a release or replacement waits for other runs' jobs (0: refuse)
         self.lease_wait_s = (float(spec.monitor_timeout_seconds) + 900.0
                              if lease_wait_s is None else lease_wait_s)
@@ -67,7 +79,7 @@ class Executor:
         # the backend's own clock unless told otherwise (a FakeCluster's fake clock)
         self.clock: Clock = clock or backend.clock
         # progress is best effort: nothing a sink does can fail or stall the run
-        self.events = GuardedEvents(events or Events())
+        self.events = GuardedEvents(OnStarted(events or Events(), self._mark_started))
         self.policy = policy or PollPolicy()
         self.pre_step = pre_step
         self._path: PersistentRun | OneShotRun | None = None
@@ -83,6 +95,8 @@ class Executor:
         if not spec.release_allocation:
             self._check_inputs()
         warnings: list[str] = list(spec.load_warnings)  # did-you-mean keys
+        if not spec.release_allocation:
+            warnings.extend(self.owned.begin(mode=self._mode().value, spec=spec.to_dict()))
         if spec.build_project and not spec.release_allocation:
             failed = self._pre(warnings)
             if failed is not None:
@@ -142,6 +156,17 @@ class Executor:
             + (f" (build job {pre.job_id}, log {pre.log_path})" if pre.job_id else ""))
         return None
 
+    def _mark_started(self) -> None:
+        """The job has started: its log and job or allocation id, for other shells."""
+        path = self._path
+        if path is None:
+            return
+        machine = path.machine if isinstance(path, PersistentRun) else None
+        self.owned.started(log=str(path.log_path or ""),
+                           job_id=path.job_id if isinstance(path, OneShotRun) else None,
+                           allocation_id=machine.alloc.job_id
+                           if machine is not None and machine.alloc else None)
+
     def _mode(self) -> Mode:
         spec = self.spec
         return (Mode.RELEASE if spec.release_allocation else
@@ -153,7 +178,8 @@ class Executor:
                               policy=self.policy, warnings=warnings)
         return PersistentRun(spec, self.backend, clock=self.clock, events=self.events,
                              policy=self.policy, state_path=self.state_path,
-                             lease_wait_s=self.lease_wait_s, warnings=warnings)
+                             lease_wait_s=self.lease_wait_s, warnings=warnings,
+                             run_id=self.run_id)
 
     def _judge(self, facts: RunFacts) -> Report:
         """The one report of the run: the facts with the pre-step's notes first, the
@@ -169,10 +195,13 @@ class Executor:
             facts = attrs.evolve(facts, warnings=(*facts.warnings, unkept))
             report = report_of(facts, self.spec)
         self.events.state(Phase.DONE.value, report.summary)
-        if self.events.problem is None:
-            return report
-        # a sink broke on the way (perhaps on this last event): the report says so
-        return report_of(attrs.evolve(facts, progress_problem=self.events.problem), self.spec)
+        if self.events.problem is not None:
+            # a sink broke on the way (perhaps on this last event): the report says so
+            report = report_of(attrs.evolve(facts, progress_problem=self.events.problem),
+                               self.spec)
+        if (problem := self.owned.save(report)) is not None:
+            self.events.message(f"WARNING: {problem}")
+        return report
 
     def _record(self, report: Report) -> str | None:
         """Add the run to admission's history (slurm_fsm.history): the job's wall time
@@ -181,3 +210,4 @@ class Executor:
         machine = path.machine if isinstance(path, PersistentRun) else None
         return record_run(history_path_for(self.state_path), self.spec, report,
                           machine.history if machine is not None else ())
+

@@ -126,8 +126,10 @@ class PersistentRun:
 
     def __init__(self, spec: JobSpec, backend: SlurmBackend, *, clock: Clock, events: Events,
                  policy: PollPolicy, state_path: Path, lease_wait_s: float,
-                 warnings: list[str]) -> None:
+                 warnings: list[str], run_id: str | None = None) -> None:
         self.spec = spec
+        #: this run's id: its lease step, its record and its owner's files
+        self.run_id = run_id or new_run_id()
         self.backend = backend
         self.clock = clock
         self.events = events
@@ -266,7 +268,7 @@ class PersistentRun:
         ``run_many`` batch shares one), then the record that names its run. The lease,
         the facts of a failure, or None (``again``): the allocation ended first."""
         spec = self.spec
-        run_id = new_run_id()
+        run_id = self.run_id
         max_until = time.time() + spec.monitor_timeout_seconds + LEASE_MARGIN_S
         shared: str | None = None
         try:

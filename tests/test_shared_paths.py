@@ -48,7 +48,8 @@ _RECORDING: list[tuple[str, int]] | None = None
 
 #: Names made unguessable on purpose (random temp names, a run's time-stamped log):
 #: nobody can plant a link at them in advance.
-UNPREDICTABLE = re.compile(r"\.[0-9a-f]{16}\.tmp$|\.probe\.|\.\d{8}T\d{6}")
+UNPREDICTABLE = re.compile(r"\.[0-9a-f]{16}\.tmp$|\.probe\.|\.\d{8}T\d{6}"
+                           r"|\.r[0-9a-f]{12}\.(owner|report)\.json$")
 
 
 def _opener(frame: FrameType | None) -> Path | None:

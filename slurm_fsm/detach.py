@@ -1,0 +1,316 @@
+"""Runs that outlive the shell: start a run detached, find it again, follow it, settle it.
+
+Every run has a run id, an owner record and, once judged, a saved report beside the
+state file (:mod:`slurm_fsm.runowner`). A detached run is owned by a supervisor
+(:mod:`slurm_fsm.supervise`) instead of the process that asked for it. From any shell
+of a login node that shares the checkout:
+
+* :func:`submit` starts a run detached and returns once its job has started (or it
+  ended before: a failed step 0);
+* :func:`attach` gives a :class:`RunHandle` for a run id; :func:`runs` lists the
+  checkout's runs, newest first;
+* :meth:`RunHandle.result` waits for the verdict; when the owner is gone without one,
+  :func:`settle` makes it from what the run left, through the same judge
+  (:func:`slurm_fsm.results.report_of`), saved with ``source: rebuilt`` and a note
+  saying why.
+
+Nothing here blocks on Slurm to answer "what is this run doing": the files say it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import attrs
+
+from slurm_fsm.errors import SlurmFsmError, SpecError
+from slurm_fsm.report import Report
+from slurm_fsm.runowner import (
+    OwnedRun,
+    OwnerRecord,
+    RunFiles,
+    RunPhase,
+    SavedReport,
+    is_run_id,
+    owner_alive,
+)
+from slurm_fsm.runrecord import new_run_id
+from slurm_fsm.spec import JobSpec
+
+__all__ = ["RunHandle", "RunState", "RunView", "UnknownRun", "attach", "find", "follow",
+           "run_files", "runs", "settle", "submit"]
+
+#: How often a follower looks at a run's files again.
+POLL_S = 0.2
+
+
+class UnknownRun(SlurmFsmError, LookupError):
+    """No run of this id in the checkout."""
+
+
+def run_files(repo: Path) -> list[RunFiles]:
+    """The run files of a checkout: those of its real state file, then of the fake
+    backend's (``--backend fake``)."""
+    work = Path(repo) / "work_dirs"
+    return [RunFiles(work / ".slurm_alloc.json"), RunFiles(work / ".slurm_alloc.fake.json")]
+
+
+class RunState:
+    """What a run is doing, as its files say (strings, for the CLI's table)."""
+
+    STARTING = "starting"
+    RUNNING = "running"
+    DONE = "done"
+    #: the owner is gone and no report was saved: :func:`settle` rebuilds it
+    LOST = "lost"
+
+
+@attrs.frozen(kw_only=True)
+class RunView:
+    """One run as its files show it."""
+
+    run_id: str
+    files: RunFiles
+    record: OwnerRecord | None
+    saved: SavedReport | None
+
+    @property
+    def state(self) -> str:
+        if self.saved is not None:
+            return RunState.DONE
+        if self.record is None or owner_alive(self.record) is False:
+            return RunState.LOST
+        return RunState.RUNNING if self.record.phase is RunPhase.RUNNING \
+            else RunState.STARTING
+
+    @property
+    def log(self) -> Path | None:
+        """The job's log once it has started; a detached run's progress before."""
+        rec = self.record
+        if rec is not None and rec.log:
+            return Path(rec.log)
+        if self.saved is not None and self.saved.report.log_files.get("stdout"):
+            return Path(str(self.saved.report.log_files["stdout"]))
+        return Path(rec.progress) if rec is not None and rec.progress else None
+
+    def to_dict(self) -> dict[str, object]:
+        rec, report = self.record, self.saved.report if self.saved else None
+        return {"run_id": self.run_id, "state": self.state,
+                "spec": rec.spec_path if rec else (self.saved.spec_path if self.saved else ""),
+                "mode": rec.mode if rec else (report.mode if report else ""),
+                "owner": rec.owner.value if rec else "",
+                "host": rec.host if rec else "", "pid": rec.pid if rec else None,
+                "started": rec.since if rec else "",
+                "allocation_id": (rec.allocation_id if rec else "") or
+                (report.allocation_id if report else "") or "",
+                "job_id": (rec.job_id if rec else "") or (report.job_id if report else "")
+                or "",
+                "log": str(self.log or ""),
+                "progress": rec.progress if rec else "",
+                "status": report.status.name if report else None,
+                "exit_code": report.exit_code_for_cli if report else None,
+                "report_source": self.saved.source if self.saved else None}
+
+
+def find(repo: Path, run_id: str) -> RunView:
+    """The run ``run_id`` of the checkout ``repo``; :class:`UnknownRun` when there is
+    none (or the id is not one)."""
+    if not is_run_id(run_id):
+        raise UnknownRun(f"{run_id!r} is not a run id (r and 12 hex digits, as `slurm-fsm "
+                         "runs` prints them)")
+    for files in run_files(repo):
+        record, saved = files.owner(run_id), files.report(run_id)
+        if record is not None or saved is not None:
+            return RunView(run_id=run_id, files=files, record=record, saved=saved)
+    raise UnknownRun(f"no run {run_id} in {Path(repo) / 'work_dirs'} (`slurm-fsm runs` "
+                     "lists this checkout's runs)")
+
+
+def runs(repo: Path) -> list[RunView]:
+    """The checkout's runs, newest first."""
+    found = []
+    for files in run_files(repo):
+        for record in files.owners():
+            found.append(RunView(run_id=record.run_id, files=files, record=record,
+                                 saved=files.report(record.run_id)))
+    return sorted(found, key=lambda v: (v.record.since if v.record else "", v.run_id),
+                  reverse=True)
+
+
+# ------------------------------------------------------------------- settling
+def _rebuilt_facts(view: RunView) -> tuple[Report, str]:
+    """The verdict of a run whose owner is gone without one, and the note saying so."""
+    from slurm_fsm.logs import tail_lines
+    from slurm_fsm.results import report_of
+    from slurm_fsm.runfacts import Mode, Phase, RunFacts
+
+    rec = view.record
+    assert rec is not None
+    spec = JobSpec.from_dict(rec.spec, check_script=False) if rec.spec else None
+    log = Path(rec.log) if rec.log else None
+    why = (f"its {rec.owner.value} (pid {rec.pid} on {rec.host}) is gone without a report")
+    note = (f"rebuilt by pid {os.getpid()} on {os.uname().nodename}: {why}; the job's "
+            "script was stopped with it (a run's script never outlives its owner)")
+    facts = RunFacts(
+        mode=Mode(rec.mode), phase=Phase.RUNNING if log else Phase.STEP0,
+        interrupted=why, job_id=rec.job_id or None, allocation_id=rec.allocation_id or None,
+        stdout=str(log) if log else None,
+        log_tail=tuple(tail_lines(log, 50)) if log is not None else (), notes=(note,))
+    return report_of(facts, spec), note
+
+
+def settle(view: RunView) -> SavedReport | None:
+    """The run's verdict: the saved one; else, when its owner is gone, one rebuilt from
+    what it left and saved (``source: rebuilt``); else None (it still runs, or its
+    owner is on another host and nothing says it is gone)."""
+    if view.saved is not None:
+        return view.saved
+    if view.state != RunState.LOST or view.record is None:
+        return None
+    rec = view.record
+    report, _note = _rebuilt_facts(view)
+    owned = OwnedRun(view.files, rec.run_id, rec.owner, spec_path=rec.spec_path)
+    owned.record = rec
+    owned.save(report, source="rebuilt")
+    return view.files.report(rec.run_id) or SavedReport(run_id=rec.run_id, report=report,
+                                                        source="rebuilt",
+                                                        spec_path=rec.spec_path)
+
+
+# ------------------------------------------------------------------- following
+def follow(path: Path, *, until: Callable[[], bool], offset: int = 0,
+           poll_s: float = POLL_S) -> Iterator[bytes]:
+    """The bytes of ``path`` from ``offset``, as they are written, until ``until()``
+    says so (then what is left is read once more). A file not there yet is waited for.
+    Read by offset from an open file (``fstat``), not by polling its size by name."""
+    fh = None
+    try:
+        while True:
+            done = until()
+            if fh is None:
+                try:
+                    fh = open(path, "rb")  # noqa: SIM115 - kept open across polls
+                    fh.seek(offset)
+                except OSError:
+                    fh = None
+            if fh is not None:
+                while chunk := fh.read(65536):
+                    yield chunk
+            if done:
+                return
+            time.sleep(poll_s)
+    finally:
+        if fh is not None:
+            fh.close()
+
+
+class RunHandle:
+    """A run found by its id (:func:`attach`) or started detached (:func:`submit`)."""
+
+    def __init__(self, repo: Path, run_id: str) -> None:
+        self.repo = Path(repo)
+        self.run_id = run_id
+
+    def __repr__(self) -> str:
+        return f"RunHandle({self.run_id!r}, repo={str(self.repo)!r})"
+
+    def view(self) -> RunView:
+        return find(self.repo, self.run_id)
+
+    def state(self) -> str:
+        return self.view().state
+
+    def done(self) -> bool:
+        return self.view().state in (RunState.DONE, RunState.LOST)
+
+    def result(self, timeout: float | None = None) -> Report:
+        """The report, once the run is judged (rebuilt when its owner is gone without
+        one). TimeoutError after ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            saved = settle(self.view())
+            if saved is not None:
+                return saved.report
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"run {self.run_id} has no verdict after {timeout} s")
+            time.sleep(POLL_S)
+
+    def cancel(self) -> str:
+        """Stop the run's job (its steps; the allocation stays): its owner is told as a
+        foreground run is by Ctrl-C (SIGTERM), and saves the CANCELLED report. What was
+        done, in words. SlurmFsmError when the owner cannot be told from here."""
+        view = self.view()
+        rec = view.record
+        if view.state == RunState.DONE or rec is None:
+            return f"run {self.run_id} has ended already"
+        alive = owner_alive(rec)
+        if alive is None:
+            raise SlurmFsmError(f"run {self.run_id} is owned by pid {rec.pid} on {rec.host}: "
+                                f"cancel it there (`slurm-fsm cancel {self.run_id}`)")
+        if alive:
+            os.kill(rec.pid, signal.SIGTERM)
+            return f"run {self.run_id}: its {rec.owner.value} (pid {rec.pid}) was told to stop"
+        return f"run {self.run_id}: its {rec.owner.value} is gone already"
+
+
+def attach(run_id: str, repo: str | Path = ".") -> RunHandle:
+    """A handle on run ``run_id`` of the checkout ``repo`` (UnknownRun when none)."""
+    handle = RunHandle(Path(repo).resolve(), run_id)
+    handle.view()
+    return handle
+
+
+def submit(spec: JobSpec, *, spec_path: str = "", state_path: Path | None = None,
+           backend: str = "slurm", fake_partitions: tuple[str, ...] = (),
+           fake_accounts: tuple[str, ...] = (), no_wait: bool = False,
+           on_progress: Callable[[bytes], None] | None = None,
+           timeout: float | None = None) -> RunHandle:
+    """Start ``spec`` detached: a supervisor owns the run (:mod:`slurm_fsm.supervise`).
+    Returns once the job has started (or the run has ended, a failed step 0 included);
+    ``on_progress`` gets the supervisor's progress meanwhile. The spec's inputs are
+    checked here first (SpecError: nothing started)."""
+    from slurm_fsm.scriptcheck import input_problems
+    from slurm_fsm.supervise import Task, spawn
+
+    if spec.release_allocation:
+        raise SpecError("job spec", ["release_allocation: a release is not a run to "
+                                     "detach; use `slurm-fsm release`"])
+    if problems := input_problems(spec):
+        raise SpecError("job spec", problems)
+    if state_path is None:
+        state_path = spec.state_path if backend == "slurm" else \
+            spec.state_path.with_name(".slurm_alloc.fake.json")
+    run_id = new_run_id()
+    task = Task(spec=spec.to_dict(), spec_path=spec_path, backend=backend,
+                fake_partitions=fake_partitions, fake_accounts=fake_accounts,
+                no_wait=no_wait)
+    proc = spawn(task, state_path, run_id)
+    handle = RunHandle(spec.repo_root, run_id)
+    files = RunFiles(state_path)
+
+    def started() -> bool:
+        rec = files.owner(run_id)
+        if (rec is not None and rec.phase is not RunPhase.STARTING) or \
+                files.report(run_id) is not None:
+            return True
+        if proc.poll() is not None:  # gone before it wrote anything more
+            return True
+        if timeout is not None and time.monotonic() > deadline:
+            raise TimeoutError(f"run {run_id}: its job has not started after {timeout} s "
+                               "(it goes on: `slurm-fsm attach " + run_id + "`)")
+        return False
+
+    deadline = time.monotonic() + (timeout or 0.0)
+    for chunk in follow(files.progress_path(run_id), until=started):
+        if on_progress is not None:
+            on_progress(chunk)
+    if files.owner(run_id) is None and files.report(run_id) is None:
+        tail = files.progress_path(run_id).read_text(errors="replace")[-2000:]
+        raise SlurmFsmError(f"run {run_id}: its supervisor ended (exit {proc.poll()}) "
+                            f"before the run began:\n{tail}")
+    return handle
+

@@ -1,0 +1,338 @@
+"""Who owns a run, and the verdict that outlives it.
+
+Every run (foreground or detached, persistent or one-shot) has a run id and, beside the
+state file, two files of its own (named after the state file as the run records are,
+:class:`slurm_fsm.runrecord.RunBook`):
+
+* ``.slurm_run.<id>.owner.json``, the **owner record** (:class:`OwnerRecord`): written
+  when the run starts, by the process that owns it (the orchestrator in the foreground,
+  the supervisor of a detached run, :mod:`slurm_fsm.supervise`); it says who that is
+  (pid with its start time, host, boot), the spec, and, once the job has started, its
+  log, its job or allocation id. Another shell, on any login node that shares the
+  checkout, finds the run by it (``slurm-fsm runs``, ``logs``, ``attach``, ``wait``).
+* ``.slurm_run.<id>.report.json``, the **saved report** (:class:`SavedReport`): written
+  atomically by whoever judged the run, the moment it is judged, a stopped foreground
+  run included. When the owner is gone without one, :func:`slurm_fsm.detach.settle`
+  makes it from what is left, through the same judge, and says so.
+
+A detached run also has ``.slurm_run.<id>.out``: its supervisor's progress (what a
+foreground run prints on stderr), which ``attach`` replays.
+
+Files are written with :func:`slurm_fsm.files.write_atomic` (mode 0600) and read with
+:func:`slurm_fsm.files.read_bounded` (``follow=False, owned=True``): a planted link or
+another user's file is never read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import socket
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from slurm_fsm.errors import FileProblem
+from slurm_fsm.events import Events
+from slurm_fsm.files import read_bounded, write_atomic
+from slurm_fsm.report import Report
+from slurm_fsm.runrecord import RUN_ID, RunBook, boot_id
+from slurm_fsm.scriptguard import live_start_ticks, start_ticks
+
+__all__ = ["KEEP_RUNS", "MAX_BYTES", "OnStarted", "OwnedRun", "Owner", "OwnerRecord",
+           "RunFiles", "RunPhase", "SavedReport", "is_run_id", "owner_alive"]
+
+#: The most bytes an owner record or a saved report may have.
+MAX_BYTES = 4 << 20
+#: How many finished runs' files a checkout keeps (the oldest are removed beyond).
+KEEP_RUNS = 500
+
+
+def is_run_id(text: str) -> bool:
+    """``text`` is a run id (``r`` and 12 hex digits)."""
+    return RUN_ID.fullmatch(text) is not None
+
+
+class Owner(Enum):
+    """Who runs a run: the process that was asked in the foreground, or a detached
+    supervisor (:mod:`slurm_fsm.supervise`) on the login node."""
+
+    FOREGROUND = "foreground"
+    SUPERVISOR = "supervisor"
+
+
+class RunPhase(Enum):
+    """How far a run got, as its owner last wrote."""
+
+    STARTING = "starting"  # step 0, or sbatch
+    RUNNING = "running"  # the job has started: its log is known
+    DONE = "done"  # judged: the report is saved
+
+
+@attrs.frozen(kw_only=True)
+class OwnerRecord:
+    """One run's owner and what another shell needs to find its job (the module)."""
+
+    run_id: str
+    owner: Owner
+    pid: int
+    pid_ticks: int
+    host: str
+    boot_id: str
+    uid: int
+    since: str
+    mode: str
+    spec_path: str = ""
+    #: the spec as the run used it (``JobSpec.to_dict``): what a rebuild judges with
+    spec: dict[str, Any] = attrs.field(factory=dict)
+    phase: RunPhase = RunPhase.STARTING
+    log: str = ""
+    job_id: str = ""
+    allocation_id: str = ""
+    #: a detached run's progress file (its supervisor's output)
+    progress: str = ""
+
+    @classmethod
+    def new(cls, run_id: str, owner: Owner, *, mode: str, spec_path: str,
+            spec: Mapping[str, Any], progress: str = "") -> OwnerRecord:
+        """A record naming this process as the run's owner."""
+        me = os.getpid()
+        return cls(run_id=run_id, owner=owner, pid=me, pid_ticks=start_ticks(me) or 0,
+                   host=socket.gethostname(), boot_id=boot_id(), uid=os.getuid(),
+                   since=datetime.now(UTC).isoformat(timespec="seconds"), mode=mode,
+                   spec_path=spec_path, spec=dict(spec), progress=progress)
+
+    def to_json(self) -> bytes:
+        data = attrs.asdict(self)
+        data["owner"] = self.owner.value
+        data["phase"] = self.phase.value
+        return json.dumps(data, indent=1).encode()
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> OwnerRecord | None:
+        """A record from its JSON; None when a field is missing or of the wrong type."""
+        try:
+            texts = {k: data.get(k, "") for k in ("spec_path", "log", "job_id",
+                                                  "allocation_id", "progress")}
+            ints = {k: data[k] for k in ("pid", "pid_ticks", "uid")}
+            spec = data.get("spec", {})
+            if (not all(isinstance(v, str) for v in texts.values())
+                    or not all(isinstance(v, int) and not isinstance(v, bool)
+                               for v in ints.values()) or not isinstance(spec, dict)):
+                return None
+            rec = cls(run_id=str(data["run_id"]), owner=Owner(data["owner"]),
+                      host=str(data["host"]), boot_id=str(data["boot_id"]),
+                      since=str(data["since"]), mode=str(data["mode"]),
+                      phase=RunPhase(data.get("phase", "starting")), spec=spec,
+                      **ints, **texts)
+        except (KeyError, TypeError, ValueError):
+            return None
+        return rec if is_run_id(rec.run_id) else None
+
+
+def owner_alive(record: OwnerRecord) -> bool | None:
+    """Is the run's owner alive? True or False on its own host (pid with its start
+    time, same boot); None on another host: it cannot be told from here."""
+    if record.host != socket.gethostname():
+        return None
+    if record.boot_id != boot_id():
+        return False
+    return live_start_ticks(record.pid) == record.pid_ticks
+
+
+@attrs.frozen(kw_only=True)
+class SavedReport:
+    """A run's verdict as saved: the report, who judged it (``live``: the run's owner;
+    ``rebuilt``: another process, from what the run left) and when."""
+
+    run_id: str
+    report: Report
+    source: str = "live"
+    saved_at: str = ""
+    spec_path: str = ""
+
+    def to_json(self) -> bytes:
+        return json.dumps({"run_id": self.run_id, "source": self.source,
+                           "saved_at": self.saved_at, "spec_path": self.spec_path,
+                           "report": self.report.to_dict()}, indent=1).encode()
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SavedReport | None:
+        try:
+            report = Report.from_dict(data["report"])
+            run_id = data["run_id"]
+            if not isinstance(run_id, str) or not is_run_id(run_id):
+                return None
+            return cls(run_id=run_id, report=report, source=str(data.get("source", "")),
+                       saved_at=str(data.get("saved_at", "")),
+                       spec_path=str(data.get("spec_path", "")))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+class RunFiles:
+    """The per-run files beside one state file (see the module)."""
+
+    def __init__(self, state_path: Path) -> None:
+        book = RunBook(state_path)
+        self.folder = book.folder
+        self.stem = book.stem
+        self._pattern = re.compile(re.escape(self.stem) + r"\.(r[0-9a-f]{12})\.owner\.json")
+
+    def owner_path(self, run_id: str) -> Path:
+        return self.folder / f"{self.stem}.{run_id}.owner.json"
+
+    def report_path(self, run_id: str) -> Path:
+        return self.folder / f"{self.stem}.{run_id}.report.json"
+
+    def progress_path(self, run_id: str) -> Path:
+        return self.folder / f"{self.stem}.{run_id}.out"
+
+    # ------------------------------------------------------------------- writing
+    def write_owner(self, record: OwnerRecord) -> None:
+        """Write ``record`` (atomically); OSError when it cannot be."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.owner_path(record.run_id), record.to_json(), mode=0o600,
+                     fsync=False)
+
+    def save_report(self, saved: SavedReport) -> None:
+        """Write the verdict (atomically, synced: it is what outlives the run), then
+        mark the owner record done and keep at most :data:`KEEP_RUNS` runs' files."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.report_path(saved.run_id), saved.to_json(), mode=0o600)
+        record = self.owner(saved.run_id)
+        if record is not None and record.phase is not RunPhase.DONE:
+            with contextlib.suppress(OSError):
+                self.write_owner(attrs.evolve(record, phase=RunPhase.DONE))
+        self._trim()
+
+    def _trim(self) -> None:
+        records = self.owners()
+        for old in records[:max(0, len(records) - KEEP_RUNS)]:
+            if old.phase is RunPhase.DONE:
+                for path in (self.owner_path(old.run_id), self.report_path(old.run_id),
+                             self.progress_path(old.run_id)):
+                    with contextlib.suppress(OSError):
+                        path.unlink()
+
+    # ------------------------------------------------------------------- reading
+    def _read(self, path: Path) -> dict[str, Any] | None:
+        try:
+            data = json.loads(read_bounded(path, MAX_BYTES, follow=False, owned=True))
+        except (FileProblem, OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def owner(self, run_id: str) -> OwnerRecord | None:
+        data = self._read(self.owner_path(run_id))
+        record = OwnerRecord.from_dict(data) if data is not None else None
+        return record if record is not None and record.run_id == run_id else None
+
+    def report(self, run_id: str) -> SavedReport | None:
+        data = self._read(self.report_path(run_id))
+        saved = SavedReport.from_dict(data) if data is not None else None
+        return saved if saved is not None and saved.run_id == run_id else None
+
+    def owners(self) -> list[OwnerRecord]:
+        """Every readable owner record, oldest first."""
+        found = []
+        try:
+            names = [e.name for e in os.scandir(self.folder)]
+        except OSError:
+            return []
+        for name in names:
+            m = self._pattern.fullmatch(name)
+            if m is not None and (record := self.owner(m.group(1))) is not None:
+                found.append(record)
+        return sorted(found, key=lambda r: (r.since, r.run_id))
+
+
+class OwnedRun:
+    """One run's owner record and saved report, as its owner keeps them: written when
+    the run begins, told when the job starts, the verdict saved when it is judged. A
+    file that cannot be written is a warning, never a failed run."""
+
+    def __init__(self, files: RunFiles, run_id: str, owner: Owner, *, spec_path: str,
+                 progress: str = "") -> None:
+        self.files = files
+        self.run_id = run_id
+        self.owner = owner
+        self.spec_path = spec_path
+        self.progress = progress
+        self.record: OwnerRecord | None = None
+
+    def begin(self, *, mode: str, spec: Mapping[str, Any]) -> list[str]:
+        """Write the owner record; the warnings (none when written)."""
+        record = OwnerRecord.new(self.run_id, self.owner, mode=mode,
+                                 spec_path=self.spec_path, spec=spec,
+                                 progress=self.progress)
+        try:
+            self.files.write_owner(record)
+        except OSError as exc:
+            return [f"could not write this run's owner record "
+                    f"{self.files.owner_path(self.run_id)}: {exc}; other shells will not "
+                    "find the run"]
+        self.record = record
+        return []
+
+    def started(self, *, log: str, job_id: str | None, allocation_id: str | None) -> None:
+        """The job has started: where its log is, its job or allocation id."""
+        if self.record is None:
+            return
+        record = attrs.evolve(self.record, phase=RunPhase.RUNNING, log=log,
+                              job_id=job_id or "", allocation_id=allocation_id or "")
+        with contextlib.suppress(OSError):
+            self.files.write_owner(record)
+            self.record = record
+
+    def save(self, report: Report, source: str = "live") -> str | None:
+        """Save the verdict (nothing for a run that never began: a release); a warning
+        when it cannot be written."""
+        if self.record is None:
+            return None
+        saved = SavedReport(run_id=self.run_id, report=report, source=source,
+                            saved_at=datetime.now(UTC).isoformat(timespec="seconds"),
+                            spec_path=self.spec_path)
+        try:
+            self.files.save_report(saved)
+        except OSError as exc:
+            return (f"could not save this run's report "
+                    f"{self.files.report_path(self.run_id)}: {exc}")
+        return None
+
+
+class OnStarted(Events):
+    """Passes every event on to ``inner``; calls ``started`` when the job starts (the
+    RUNNING state of a persistent run, MONITORING of a one-shot job)."""
+
+    STARTED = frozenset({"Running", "Monitoring"})
+
+    def __init__(self, inner: Events, started: Callable[[], None]) -> None:
+        self._inner = inner
+        self._started = started
+
+    def state(self, machine_state: str, detail: str = "") -> None:
+        self._inner.state(machine_state, detail)
+        if machine_state in self.STARTED:
+            self._started()
+
+    def message(self, text: str) -> None:
+        self._inner.message(text)
+
+    def output(self, text: str) -> None:
+        self._inner.output(text)
+
+    def job_state(self, slurm_state: str) -> None:
+        self._inner.job_state(slurm_state)
+
+    def tick(self, elapsed_s: float, last_line: str) -> None:
+        self._inner.tick(elapsed_s, last_line)
+
+    def __getattr__(self, name: str) -> Any:  # a sink's own methods (close, ...)
+        return getattr(self._inner, name)

@@ -1,0 +1,172 @@
+"""The supervisor of a detached run: the run's owner on the login node.
+
+``slurm-fsm run SPEC --detach`` (and :func:`slurm_fsm.detach.submit`) starts
+``python -m slurm_fsm.supervise STATE_FILE RUN_ID`` as a process of its own session
+(:func:`spawn`, as the warmer is started), its task (the spec as loaded, the backend)
+on its stdin, never through a file another user could swap, bounded at
+:data:`TASK_LIMIT`. It runs the job exactly as a foreground run does (one
+:class:`~slurm_fsm.executor.Executor` run, step 0 included), with its progress in
+``work_dirs/.slurm_run.<id>.out`` instead of a terminal, and the run's owner record
+naming it (:class:`~slurm_fsm.runowner.Owner` ``SUPERVISOR``). The shell that asked can
+go: the run's script is guarded by the supervisor, which lives on.
+
+SIGTERM or SIGHUP (``slurm-fsm cancel``) stops it as they stop a foreground run: the
+job's steps are cancelled (the allocation is kept) and the CANCELLED report is saved.
+When the supervisor itself dies (``kill -9``, the login node lost), its script dies
+with it (the guard), and ``wait``/``report`` rebuild the verdict
+(:func:`slurm_fsm.detach.settle`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import attrs
+
+from slurm_fsm import files
+from slurm_fsm.runowner import Owner, RunFiles, is_run_id
+
+__all__ = ["TASK_LIMIT", "Task", "main", "spawn"]
+
+#: The most bytes of task the supervisor reads from its stdin.
+TASK_LIMIT = 1 << 20
+
+
+@attrs.frozen(kw_only=True)
+class Task:
+    """What a supervisor runs: the spec (``JobSpec.to_dict()``), where it came from,
+    the backend (``slurm`` or ``fake``, with the fake's partitions and accounts), and
+    whether it may wait for other runs' leases (``no_wait``: refuse)."""
+
+    spec: dict[str, Any]
+    spec_path: str = ""
+    backend: str = "slurm"
+    fake_partitions: tuple[str, ...] = ()
+    fake_accounts: tuple[str, ...] = ()
+    no_wait: bool = False
+
+    def to_json(self) -> bytes:
+        data = attrs.asdict(self)
+        data["fake_partitions"] = list(self.fake_partitions)
+        data["fake_accounts"] = list(self.fake_accounts)
+        return json.dumps(data).encode("utf-8")
+
+    @classmethod
+    def read(cls, stream: BinaryIO) -> Task:
+        """The task on ``stream``; ValueError when it is not one."""
+        raw = stream.read(TASK_LIMIT + 1)
+        if len(raw) > TASK_LIMIT:
+            raise ValueError(f"the task on stdin is too big (over {TASK_LIMIT} bytes)")
+        data = json.loads(raw.decode("utf-8"))
+        if not isinstance(data, dict) or not isinstance(data.get("spec"), dict):
+            raise ValueError("the task on stdin is not a JSON object with a spec")
+        backend = data.get("backend", "slurm")
+        if backend not in ("slurm", "fake"):
+            raise ValueError(f"backend: {backend!r} is neither slurm nor fake")
+        lists = [data.get(k) or [] for k in ("fake_partitions", "fake_accounts")]
+        if not all(isinstance(v, list) and all(isinstance(x, str) for x in v)
+                   for v in lists):
+            raise ValueError("fake_partitions/fake_accounts: lists of names")
+        return cls(spec=data["spec"], spec_path=str(data.get("spec_path", "")),
+                   backend=backend, fake_partitions=tuple(lists[0]),
+                   fake_accounts=tuple(lists[1]), no_wait=bool(data.get("no_wait")))
+
+
+def spawn(task: Task, state_path: Path, run_id: str) -> subprocess.Popen[bytes]:
+    """Start the supervisor of run ``run_id`` detached (its own session), its output in
+    the run's progress file, ``task`` written to its stdin. Raises OSError."""
+    progress = RunFiles(state_path).progress_path(run_id)
+    progress.parent.mkdir(parents=True, exist_ok=True)
+    with files.open_private(progress, append=True, mode=0o600) as out:
+        proc = subprocess.Popen(  # noqa: S603 - argument list, no shell
+            [sys.executable, "-m", "slurm_fsm.supervise", str(state_path), run_id],
+            stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True, close_fds=True)
+    try:
+        assert proc.stdin is not None  # stdin=PIPE above
+        with proc.stdin:
+            proc.stdin.write(task.to_json())
+    except OSError:
+        proc.kill()
+        proc.wait()
+        raise
+    # reaped in a daemon thread (never a zombie while this process lives)
+    threading.Thread(target=proc.wait, name=f"reap-supervisor-{proc.pid}",
+                     daemon=True).start()
+    return proc
+
+
+class _Stopped(BaseException):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _stop(signum: int, _frame: object) -> None:
+    raise _Stopped(signum)
+
+
+def _run(task: Task, state_path: Path, run_id: str) -> int:
+    from slurm_fsm.executor import Executor
+    from slurm_fsm.progress import StderrEvents
+    from slurm_fsm.spec import JobSpec
+
+    spec = JobSpec.from_dict(task.spec, check_script=False)
+    if task.backend == "fake":
+        from slurm_fsm.cli import fake_backend
+
+        backend = fake_backend(list(task.fake_partitions), list(task.fake_accounts))
+    else:
+        from slurm_fsm.subprocess_backend import SubprocessBackend
+
+        backend = SubprocessBackend()
+    events = StderrEvents(stream_output=True, stream=sys.stdout, plain_interval_s=10.0)
+    executor = Executor(spec, backend, events=events, state_path=state_path, run_id=run_id,
+                        owner=Owner.SUPERVISOR, spec_path=task.spec_path,
+                        progress=str(RunFiles(state_path).progress_path(run_id)),
+                        lease_wait_s=0.0 if task.no_wait else None)
+    try:
+        report = executor.run()
+    except (KeyboardInterrupt, _Stopped) as exc:
+        signum = exc.signum if isinstance(exc, _Stopped) else signal.SIGINT
+        name = signal.Signals(signum).name
+        report = executor.interrupted_report(f"stopped by {name} (slurm-fsm cancel, or a "
+                                             "signal to the supervisor)")
+    print(f"supervisor {os.getpid()}: {report.status.name}: {report.summary}", flush=True)
+    return report.exit_code_for_cli
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m slurm_fsm.supervise STATE_FILE RUN_ID``, the task (JSON) on stdin."""
+    from slurm_fsm.errors import SlurmFsmError
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2 or not is_run_id(args[1]):
+        print("usage: python -m slurm_fsm.supervise STATE_FILE RUN_ID  (the task as JSON "
+              "on stdin)", file=sys.stderr)
+        return 2
+    try:
+        task = Task.read(sys.stdin.buffer)
+    except (ValueError, OSError) as exc:
+        print(f"supervisor {os.getpid()}: no task: {exc}", file=sys.stderr)
+        return 2
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _stop)
+    print(f"supervisor {os.getpid()}: run {args[1]} of {task.spec_path or '(a spec)'}",
+          flush=True)
+    try:
+        return _run(task, Path(args[0]), args[1])
+    except (SlurmFsmError, OSError) as exc:
+        print(f"supervisor {os.getpid()}: error: {exc}", flush=True)
+        return 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())

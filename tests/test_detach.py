@@ -1,0 +1,216 @@
+"""Runs that outlive the shell (issue 39), on the fake cluster: every run saves its
+verdict by run id; ``run --detach`` hands the run to a supervisor and returns while the
+job runs; ``runs``, ``logs``, ``attach``, ``wait``, ``report`` and ``cancel`` find it by
+its id; a supervisor killed with ``kill -9`` leaves a run whose report is rebuilt.
+
+The scripts wait for a gate file, so "the command returned while the job ran" is a fact
+the test makes, not a timing."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from slurm_fsm.detach import RunState, attach, runs
+from slurm_fsm.executor import Executor
+from slurm_fsm.runowner import Owner, OwnerRecord, RunFiles, RunPhase
+from slurm_fsm.testing import FakeCluster
+
+from conftest import SpecFactory
+
+GATED = """#!/bin/bash
+echo "script pid $$"
+until [ -e {gate} ]; do sleep 0.05; done
+echo "3 passed in 0.5s"
+"""
+
+
+def cli(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "slurm_fsm", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    (tmp_path / "job.slurm").write_text(GATED.format(gate=tmp_path / "gate"))
+    (tmp_path / "spec.json").write_text(json.dumps({
+        "script_path": "job.slurm", "work_dir": "work", "model_name": "m",
+        "workflow_type": "pytest", "success_patterns": "passed", "persistent_mode": True,
+        "alloc_time_limit": "01:00:00", "repo_root": ".", "monitor_timeout_seconds": 120,
+        "slurm_params": {"partition": "debug", "account": "acct", "nodes": 1,
+                         "time_limit": "00:05:00"}}))
+    return tmp_path
+
+
+def detach(repo: Path) -> str:
+    done = cli("run", "spec.json", "--detach", "--backend", "fake", "--json", "--quiet",
+               cwd=repo)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["state"] == "running" and doc["owner"] == "supervisor", doc
+    assert doc["allocation_id"] and doc["log"], doc
+    assert doc["attach"] == f"slurm-fsm attach {doc['run_id']}"
+    return str(doc["run_id"])
+
+
+def until(what: str, check: object, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if callable(check) and check():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_a_foreground_run_saves_its_report_by_run_id(make_spec: SpecFactory) -> None:
+    spec = make_spec()
+    fake = FakeCluster()
+    executor = Executor(spec, fake)
+    report = executor.run()
+    files = RunFiles(spec.state_path)
+    saved = files.report(executor.run_id)
+    assert saved is not None and saved.source == "live"
+    assert saved.report == report
+    record = files.owner(executor.run_id)
+    assert record is not None and record.owner is Owner.FOREGROUND
+    assert record.phase is RunPhase.DONE and record.pid == os.getpid()
+    assert record.allocation_id == report.allocation_id
+    assert record.log == report.log_files["stdout"]
+    # the lease of the run carried the same id
+    assert [v.run_id for v in runs(spec.repo_root)] == [executor.run_id]
+
+
+def test_detach_returns_while_the_job_runs_and_the_verdict_is_found_by_id(
+        repo: Path) -> None:
+    run_id = detach(repo)
+    # the job is blocked on its gate: the command returned before its end
+    listed = json.loads(cli("runs", "--json", cwd=repo).stdout)
+    assert [(r["run_id"], r["state"]) for r in listed] == [(run_id, "running")]
+    until("the script's first line", lambda: "script pid" in cli("logs", run_id,
+                                                                  cwd=repo).stdout)
+    assert cli("report", run_id, cwd=repo).returncode == 3  # no verdict yet
+    waiting = subprocess.Popen([sys.executable, "-m", "slurm_fsm", "wait", run_id, "--json"],
+                               cwd=repo, stdout=subprocess.PIPE, text=True)
+    (repo / "gate").touch()
+    out, _ = waiting.communicate(timeout=60)
+    assert waiting.returncode == 0
+    [doc] = json.loads(out)
+    assert (doc["run_id"], doc["status"], doc["report_source"]) == (run_id, "PASSED", "live")
+    assert doc["metrics"]["passed"] == 3
+    report = json.loads(cli("report", run_id, "--json", cwd=repo).stdout)
+    assert report == doc
+    assert json.loads(cli("runs", "--json", cwd=repo).stdout)[0]["status"] == "PASSED"
+    follow = cli("logs", run_id, "-f", cwd=repo)
+    assert follow.stdout.splitlines()[-1] == "3 passed in 0.5s"
+
+
+def test_attach_replays_the_progress_then_prints_the_report(repo: Path) -> None:
+    run_id = detach(repo)
+    attached = subprocess.Popen([sys.executable, "-m", "slurm_fsm", "attach", run_id],
+                                cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+    (repo / "gate").touch()
+    out, err = attached.communicate(timeout=60)
+    assert attached.returncode == 0, err
+    assert "Step0: validating or allocating" in err  # step 0's progress, replayed
+    assert "3 passed in 0.5s" in err
+    assert out.startswith(f"run {run_id}\nPASSED")
+
+
+def _script_pid(repo: Path, run_id: str) -> int:
+    until("the script's pid", lambda: "script pid" in cli("logs", run_id, cwd=repo).stdout)
+    line = cli("logs", run_id, cwd=repo).stdout.splitlines()[0]
+    return int(line.split()[-1])
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+
+
+def test_a_killed_supervisor_leaves_a_rebuilt_report_and_no_script(repo: Path) -> None:
+    run_id = detach(repo)
+    script = _script_pid(repo, run_id)
+    owner = json.loads(cli("runs", "--json", cwd=repo).stdout)[0]["pid"]
+    os.kill(owner, signal.SIGKILL)
+    until("the script stopped with its owner", lambda: _gone(script))
+    until("the run lost", lambda: runs(repo)[0].state == RunState.LOST)
+    done = cli("report", run_id, "--json", cwd=repo)
+    assert done.returncode == 1
+    doc = json.loads(done.stdout)
+    assert (doc["status"], doc["report_source"]) == ("CANCELLED", "rebuilt")
+    assert any(f"supervisor (pid {owner}" in n and "rebuilt by" in n for n in doc["notes"])
+    # rebuilt once, then read: the same document
+    assert json.loads(cli("report", run_id, "--json", cwd=repo).stdout) == doc
+    assert cli("wait", run_id, cwd=repo).returncode == 1
+
+
+def test_cancel_stops_the_job_and_wait_gives_the_worst_exit_code(repo: Path) -> None:
+    first = detach(repo)
+    _script_pid(repo, first)
+    done = cli("cancel", first, cwd=repo)
+    assert done.returncode == 0 and "told to stop" in done.stdout
+    assert attach(first, repo).result(60).status.name == "CANCELLED"
+    second = detach(repo)
+    (repo / "gate").touch()
+    waited = cli("wait", first, second, cwd=repo)
+    assert waited.returncode == 1  # CANCELLED (1) beside PASSED (0)
+    assert f"{second}: PASSED" in waited.stdout
+    assert cli("cancel", second, cwd=repo).stdout.endswith("has ended already\n")
+
+
+def test_a_foreground_run_stopped_by_sigterm_saves_a_report_that_says_so(
+        repo: Path) -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "slurm_fsm", "run", "spec.json",
+                             "--backend", "fake", "--quiet"], cwd=repo,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    until("the foreground run's job", lambda: any(v.state == RunState.RUNNING
+                                                  for v in runs(repo)))
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM
+    [view] = runs(repo)
+    assert view.saved is not None and view.saved.source == "live"
+    assert view.saved.report.status.name == "CANCELLED"
+    assert "stopped by SIGTERM" in view.saved.report.summary
+    assert view.record is not None and view.record.owner is Owner.FOREGROUND
+
+
+@pytest.mark.parametrize("bad", ["rnotanid", "r000000000000", "../etc"])
+def test_an_unknown_run_id_is_bad_input(repo: Path, bad: str) -> None:
+    for command in ("report", "logs", "attach", "wait", "cancel"):
+        done = cli(command, bad, cwd=repo)
+        assert done.returncode == 2, (command, done.stderr)
+        assert bad in done.stderr
+
+
+def test_logs_of_a_run_not_started_answers_at_once(repo: Path) -> None:
+    files = RunFiles(repo / "work_dirs" / ".slurm_alloc.json")
+    record = OwnerRecord.new("r0123456789ab", Owner.FOREGROUND, mode="persistent",
+                             spec_path="spec.json", spec={})
+    files.write_owner(record)
+    done = cli("logs", "r0123456789ab", cwd=repo, timeout=10)
+    assert done.returncode == 0 and "no log yet" in done.stderr
+    assert cli("runs", cwd=repo).stdout.splitlines()[1].split()[:2] == [
+        "r0123456789ab", "starting"]
+
+
+def test_an_owner_record_or_report_planted_as_a_link_is_not_read(tmp_path: Path) -> None:
+    files = RunFiles(tmp_path / ".slurm_alloc.json")
+    victim = tmp_path / "victim.json"
+    record = OwnerRecord.new("r0123456789ab", Owner.FOREGROUND, mode="persistent",
+                             spec_path="x", spec={})
+    victim.write_bytes(record.to_json())
+    files.owner_path("r0123456789ab").symlink_to(victim)
+    assert files.owner("r0123456789ab") is None
+    assert files.owners() == []
