@@ -40,6 +40,7 @@ from slurm_fsm import sharedview
 from slurm_fsm.clock import Clock
 from slurm_fsm.duration import Duration
 from slurm_fsm.errors import JobNotFound, SlurmFsmError, SpecError, StateFileError
+from slurm_fsm.paths import StatePaths
 from slurm_fsm.runrecord import RunBook
 
 if TYPE_CHECKING:
@@ -294,7 +295,7 @@ class Allocation:
     def state_path(self) -> Path:
         """The state file that identifies the allocation:
         ``<repo_root>/work_dirs/.slurm_alloc.json`` unless another was given."""
-        return self._state_path or self.repo_root / "work_dirs" / ".slurm_alloc.json"
+        return self._state_path or StatePaths.for_repo(self.repo_root).state
 
     def state(self) -> AllocState | None:
         """What the state file says (no Slurm call); ``None`` without a state file."""
