@@ -476,9 +476,9 @@ class Allocation:
         admission = None
         if spec is not None:
             from slurm_fsm.edges import job_fits
-            from slurm_fsm.history import RunHistory, history_path_for
+            from slurm_fsm.history import RunHistory
 
-            est = RunHistory(history_path_for(self.state_path)).estimate(spec)
+            est = RunHistory(StatePaths.for_state_file(self.state_path).history).estimate(spec)
             admission = {"expected_s": est.seconds, "source": est.source,
                          "detail": est.detail, "text": est.describe(),
                          "fits": job_fits(info, est.seconds)}

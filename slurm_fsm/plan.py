@@ -36,9 +36,10 @@ from slurm_fsm.clock import Clock
 from slurm_fsm.duration import Duration
 from slurm_fsm.edges import CONDITIONS, EXPIRY_MARGIN_S, IN_PROGRESS, State, job_fits
 from slurm_fsm.errors import JobNotFound, StateFileError
-from slurm_fsm.history import RunHistory, history_path_for
+from slurm_fsm.history import RunHistory
 from slurm_fsm.jobstate import JobState
 from slurm_fsm.machine import AllocationMachine
+from slurm_fsm.paths import StatePaths
 from slurm_fsm.preflight import (
     ClusterPartition,
     ClusterQueries,
@@ -330,7 +331,7 @@ def make_plan(spec: JobSpec, real: SlurmBackend, *, clock: Clock | None = None,
         m = AllocationMachine(
             spec, backend, clock=clock, store=StateStore(scratch / spec.state_path.name),
             salloc_log=scratch / ".salloc.log", unreachable_retries=0,
-            run_history=history or RunHistory(history_path_for(spec.state_path)),
+            run_history=history or RunHistory(StatePaths.for_state_file(spec.state_path).history),
         )
         if spec.release_allocation:
             m.release()

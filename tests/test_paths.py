@@ -129,7 +129,7 @@ def names_built(path: Path) -> list[str]:
 
 
 #: Modules not yet moved onto the record (emptied commit by commit).
-NOT_YET = {"handoff.py", "history.py", "persistent.py",
+NOT_YET = {"handoff.py", "persistent.py",
            "plan.py", "runrecord.py", "successor.py", "warmer.py"}
 
 
