@@ -515,7 +515,7 @@ class Allocation:
         """The warm successor's state file and record, and one ``squeue -j`` of it."""
         from slurm_fsm.handoff import successor_state_path
         from slurm_fsm.state import StateStore
-        from slurm_fsm.successor import read_successor, successor_path_for
+        from slurm_fsm.successor import read_successor
 
         try:
             succ = StateStore(successor_state_path(self.state_path)).read()
@@ -523,7 +523,7 @@ class Allocation:
             return None
         if succ is None:
             return None
-        record = read_successor(successor_path_for(self.state_path))
+        record = read_successor(StatePaths.for_state_file(self.state_path).successor_record)
         if record is not None and record.job_id != succ.job_id:
             record = None
         try:

@@ -41,6 +41,7 @@ from slurm_fsm.edges import (
 from slurm_fsm.errors import BackendError, JobNotFound, StateFileError
 from slurm_fsm.history import Estimate, RunHistory
 from slurm_fsm.lease import AllocationInUse, LeaseGate, cancel_allocation
+from slurm_fsm.paths import StatePaths
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState, StateStore
 from slurm_fsm.successor import (
@@ -55,7 +56,6 @@ from slurm_fsm.successor import (
     parity_names,
     read_successor,
     successor_due,
-    successor_path_for,
     time_min_s,
     write_successor,
 )
@@ -167,6 +167,11 @@ class HandoffState:
     misfits: dict[str, list[str]] = attrs.field(factory=dict)
 
 
+def _paths(m: Machine) -> StatePaths:
+    """The files beside the machine's state file."""
+    return StatePaths.for_state_file(m.store.path)
+
+
 def _store(m: Machine) -> StateStore:
     return StateStore(successor_state_path(m.store.path))
 
@@ -216,7 +221,7 @@ def observe_successor(m: Machine, current: str | None) -> dict[str, Any]:
         state = "pending"
     else:
         state = "lost"
-    record = read_successor(successor_path_for(m.store.path))
+    record = read_successor(_paths(m).successor_record)
     pid = record.warmer_pid if record is not None and record.job_id == succ.job_id else None
     return {"successor": state, "warmer_alive": warmer_alive(m) or _pid_alive(pid)}
 
@@ -329,7 +334,7 @@ def queue_successor(m: Machine) -> str:
                              requested_at=datetime.now(UTC).isoformat(timespec="seconds"),
                              warmer_pid=pid)
     try:
-        write_successor(successor_path_for(m.store.path), record)
+        write_successor(_paths(m).successor_record, record)
     except OSError as exc:
         m.notes.append(f"the successor record was not written ({exc}); status shows less")
     warmed = f", warmer pid {pid}" if pid else ", no warmer: the run that needs it sets it up"
@@ -389,7 +394,7 @@ def switch(m: Machine) -> str:
         old = m.alloc
         m.store.write(succ)
         store.delete()
-    clear_successor(successor_path_for(m.store.path))
+    clear_successor(_paths(m).successor_record)
     m.alloc = succ
     if m.handoff.await_since is not None:  # the job waited for it: the report says so
         m.handoff.waited_s = m.clock.now() - m.handoff.await_since
@@ -436,7 +441,7 @@ def drop_successor(m: Machine) -> bool:
         m._warn(f"successor allocation {succ.job_id} is gone: the allocation is replaced "
                 "at expiry as before")
     _store(m).delete()
-    clear_successor(successor_path_for(m.store.path))
+    clear_successor(_paths(m).successor_record)
     return True
 
 
@@ -601,7 +606,7 @@ def release_successor(m: Machine) -> str | None:
         cancel_allocation(m.leases, m.backend, succ.job_id, "releasing it")
         m._log(f"Successor allocation {succ.job_id} released.")
     _store(m).delete()
-    clear_successor(successor_path_for(m.store.path))
+    clear_successor(_paths(m).successor_record)
     return succ.job_id
 
 

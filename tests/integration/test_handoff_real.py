@@ -21,12 +21,13 @@ from slurm_fsm.duration import Duration
 from slurm_fsm.events import Events
 from slurm_fsm.executor import Executor
 from slurm_fsm.handoff import successor_state_path
+from slurm_fsm.paths import StatePaths
 from slurm_fsm.results import Status
 from slurm_fsm.slurmcli import salloc_argv
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import StateStore
 from slurm_fsm.subprocess_backend import SubprocessBackend
-from slurm_fsm.successor import SINGLETON, read_successor, successor_path_for
+from slurm_fsm.successor import SINGLETON, read_successor
 from slurm_fsm_dev.localcluster import ClusterInfo, ContainerInfo
 
 from .containers import ContainerNames
@@ -170,7 +171,7 @@ def test_kill_9_of_the_run_that_started_the_warmer_leaves_a_successor_the_next_r
     dying = subprocess.Popen([sys.executable, "-m", "slurm_fsm", "run", str(spec_file),
                               "--json", "--quiet"],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    record_path = successor_path_for(spec.state_path)
+    record_path = StatePaths.for_state_file(spec.state_path).successor_record
     log = tmp_path / "work" / "itmodel_custom.log"
     try:
         record = until("the successor queued, its warmer started", lambda: (
