@@ -493,11 +493,10 @@ class Allocation:
         and one ``squeue -j`` of it; None when there is none, or it is gone. Status
         releases nothing: the next run's validation does."""
         from slurm_fsm.edges import same_generation
-        from slurm_fsm.handoff import drained_state_path
         from slurm_fsm.state import StateStore
 
         try:
-            old = StateStore(drained_state_path(self.state_path)).read()
+            old = StateStore(StatePaths.for_state_file(self.state_path).drained_state).read()
         except StateFileError:
             return None
         if old is None or old.job_id == current:
@@ -513,12 +512,11 @@ class Allocation:
 
     def _successor(self, spec: JobSpec | None) -> dict[str, Any] | None:
         """The warm successor's state file and record, and one ``squeue -j`` of it."""
-        from slurm_fsm.handoff import successor_state_path
         from slurm_fsm.state import StateStore
         from slurm_fsm.successor import read_successor
 
         try:
-            succ = StateStore(successor_state_path(self.state_path)).read()
+            succ = StateStore(StatePaths.for_state_file(self.state_path).successor_state).read()
         except StateFileError:
             return None
         if succ is None:

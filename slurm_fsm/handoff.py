@@ -6,9 +6,10 @@ does the work of those states and effects on the machine it is given, through th
 machine's backend (no command line here).
 
 The successor is tracked in a second state file beside the first,
-``.slurm_alloc.successor.json`` (:func:`successor_state_path`): the same keys as the
-state file (the procedure's), so that its setup (import, install) is done by the
-machine's own step 0 on that file (:mod:`slurm_fsm.warmer`), under that file's own lock.
+``.slurm_alloc.successor.json`` (:attr:`~slurm_fsm.paths.StatePaths.successor_state`):
+the same keys as the state file (the procedure's), so that its setup (import, install)
+is done by the machine's own step 0 on that file (:mod:`slurm_fsm.warmer`), under that
+file's own lock.
 The successor record ``.slurm_fsm_successor.json`` says, for people and ``status``,
 which allocation it follows, since when, and the warmer's pid. At the switch the
 successor's file becomes the state file; the old allocation is released at once when
@@ -41,7 +42,7 @@ from slurm_fsm.edges import (
 from slurm_fsm.errors import BackendError, JobNotFound, StateFileError
 from slurm_fsm.history import Estimate, RunHistory
 from slurm_fsm.lease import AllocationInUse, LeaseGate, cancel_allocation
-from slurm_fsm.paths import StatePaths
+from slurm_fsm.paths import StatePaths, successor_log_of
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState, StateStore
 from slurm_fsm.successor import (
@@ -67,7 +68,6 @@ __all__ = [
     "Machine",
     "Warmer",
     "await_successor",
-    "drained_state_path",
     "drop_successor",
     "job_names",
     "observe_successor",
@@ -78,7 +78,6 @@ __all__ = [
     "replaced",
     "successor_alloc",
     "successor_ids",
-    "successor_state_path",
     "switch",
     "warmer_alive",
     "with_successor",
@@ -96,19 +95,6 @@ SWITCHED_MARGIN_S = 60
 #: How long the switch waits for the successor file's lock (a warmer whose set-up is
 #: done only writes its last lines under it).
 SWITCH_LOCK_S = 120.0
-
-
-def successor_state_path(state_path: Path) -> Path:
-    """``.slurm_alloc.successor.json`` beside ``.slurm_alloc.json`` (and
-    ``.slurm_alloc.fake.successor.json`` beside the fake CLI's file)."""
-    return state_path.with_name(state_path.stem + ".successor.json")
-
-
-def drained_state_path(state_path: Path) -> Path:
-    """``.slurm_alloc.drained.json`` beside ``.slurm_alloc.json``: the allocation a switch
-    replaced while jobs of other runs were still on it (the procedure's keys, its submit
-    time included: its generation), until it is released."""
-    return state_path.with_name(state_path.stem + ".drained.json")
 
 
 class Machine(Protocol):
@@ -173,7 +159,7 @@ def _paths(m: Machine) -> StatePaths:
 
 
 def _store(m: Machine) -> StateStore:
-    return StateStore(successor_state_path(m.store.path))
+    return StateStore(_paths(m).successor_state)
 
 
 def successor_alloc(m: Machine) -> AllocState | None:
@@ -305,7 +291,7 @@ def queue_successor(m: Machine) -> str:
     request = AllocationRequest(
         partition=params.partition, account=params.account, nodes=size.nodes,
         time_limit=spec.alloc_time_limit, job_name=name,
-        log_path=m.salloc_log.with_name(m.salloc_log.name + ".successor"),
+        log_path=successor_log_of(m.salloc_log),
         gpus_per_node=size.gpus_per_node, user=m.user,
         ntasks_per_node=size.ntasks_per_node, comment=repo_tag(spec),
         dependency=SINGLETON,
@@ -323,7 +309,7 @@ def queue_successor(m: Machine) -> str:
         _store(m).write(pending)
     except OSError as exc:  # never leaked: nothing would name it
         m.backend.cancel(job_id)
-        raise StateFileError(str(successor_state_path(m.store.path)),
+        raise StateFileError(str(_paths(m).successor_state),
                              f"cannot be written ({exc}); successor {job_id} was cancelled") \
             from exc
     pid = None
@@ -385,7 +371,7 @@ def await_successor(m: Machine) -> Observation:
 def switch(m: Machine) -> str:
     """Switching: the successor's file becomes the state file (new jobs go to it); the
     old allocation is remembered to release once no job is on it (the edge's effect)."""
-    store = StateStore(successor_state_path(m.store.path), lock_timeout_s=SWITCH_LOCK_S)
+    store = StateStore(_paths(m).successor_state, lock_timeout_s=SWITCH_LOCK_S)
     with store.locked(on_wait=m._log):  # a warmer finishing its last write
         succ = successor_alloc(m)
         if succ is None:
@@ -404,7 +390,7 @@ def switch(m: Machine) -> str:
     if old is not None and old.job_id != succ.job_id:
         m.handoff.drained = old.job_id
         try:  # the next runs release it if its last run dies (kill -9) before its end
-            StateStore(drained_state_path(m.store.path)).write(old)
+            StateStore(_paths(m).drained_state).write(old)
         except OSError as exc:
             m.notes.append(f"the drained allocation {old.job_id} was not recorded ({exc}): "
                            "if its last run dies, it is released only at its walltime")
@@ -480,7 +466,7 @@ def release_drained(m: Machine, job_id: str | None) -> bool:
 
 def _forget_drained(m: Machine, job_id: str) -> None:
     """Drop the drained record when it names ``job_id`` (never waits for its lock)."""
-    StateStore(drained_state_path(m.store.path)).delete_if_names(job_id)
+    StateStore(_paths(m).drained_state).delete_if_names(job_id)
 
 
 def release_stale_drained(m: Machine, *, wait: bool = False) -> str | None:
@@ -494,7 +480,7 @@ def release_stale_drained(m: Machine, *, wait: bool = False) -> str | None:
     if m.handoff.swept:
         return None
     m.handoff.swept = True
-    store = StateStore(drained_state_path(m.store.path))
+    store = StateStore(_paths(m).drained_state)
     try:
         old = store.read()
     except StateFileError:

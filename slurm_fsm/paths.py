@@ -31,7 +31,7 @@ from pathlib import Path
 
 import attrs
 
-__all__ = ["RUN_ID", "STATE_NAME", "StatePaths"]
+__all__ = ["RUN_ID", "STATE_NAME", "StatePaths", "successor_log_of"]
 
 #: The state file's name in ``<repo_root>/work_dirs``.
 STATE_NAME = ".slurm_alloc.json"
@@ -105,7 +105,7 @@ class StatePaths:
     @property
     def successor_salloc_log(self) -> Path:
         """The warm successor's salloc output: ``.salloc.log.successor``."""
-        return self._beside(self.salloc_log.name + ".successor")
+        return successor_log_of(self.salloc_log)
 
     @property
     def history(self) -> Path:
@@ -163,6 +163,12 @@ class StatePaths:
         stem, _, rest = name.rpartition(".")[0].rpartition(".")
         run_id = rest if stem == self.run_stem and name.endswith(_JSON) else ""
         return run_id if RUN_ID.fullmatch(run_id) else None
+
+
+def successor_log_of(salloc_log: Path) -> Path:
+    """The warm successor's salloc output beside the salloc log ``salloc_log`` (a
+    machine may be given a log of its own): ``<salloc_log>.successor``."""
+    return salloc_log.with_name(salloc_log.name + ".successor")
 
 
 def _checked(run_id: str) -> str:

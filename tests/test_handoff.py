@@ -11,7 +11,6 @@ import attrs
 import pytest
 
 from slurm_fsm.edges import EDGES, Edge, Effect, Observation, State, choose
-from slurm_fsm.handoff import successor_state_path
 from slurm_fsm.lease import LeaseGate
 from slurm_fsm.machine import AllocationMachine
 from slurm_fsm.paths import StatePaths
@@ -60,7 +59,7 @@ def first_allocation(spec: JobSpec, fake: FakeCluster) -> AllocState:
 
 
 def successor_file(spec: JobSpec) -> AllocState | None:
-    return StateStore(successor_state_path(spec.state_path)).read()
+    return StateStore(StatePaths.for_state_file(spec.state_path).successor_state).read()
 
 
 def queue_pending(spec: JobSpec, fake: FakeCluster, pending_s: float = 120) -> AllocState:
@@ -347,7 +346,7 @@ def test_awaiting_successor_edges(make_spec: SpecFactory, obs: dict[str, object]
 
 
 def test_the_successor_state_file_sits_beside_the_state_file(tmp_path: Path) -> None:
-    assert successor_state_path(tmp_path / ".slurm_alloc.json") == \
+    assert StatePaths.for_state_file(tmp_path / ".slurm_alloc.json").successor_state == \
         tmp_path / ".slurm_alloc.successor.json"
 
 
@@ -456,9 +455,7 @@ def _round_trips(report: object) -> bool:
 
 
 def drained_file(spec: JobSpec) -> AllocState | None:
-    from slurm_fsm.handoff import drained_state_path
-
-    return StateStore(drained_state_path(spec.state_path)).read()
+    return StateStore(StatePaths.for_state_file(spec.state_path).drained_state).read()
 
 
 def switch_under_another_run(spec: JobSpec, fake: FakeCluster) -> tuple[AllocState, RunBook,
