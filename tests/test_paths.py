@@ -128,15 +128,10 @@ def names_built(path: Path) -> list[str]:
                   and SIBLING.search(node.value))
 
 
-#: Modules not yet moved onto the record (emptied commit by commit).
-NOT_YET = {"persistent.py", "runrecord.py"}
-
-
 def test_no_module_but_paths_names_a_file_beside_the_state_file() -> None:
     found = [hit for path in sorted(PACKAGE.rglob("*.py")) if path != PACKAGE / "paths.py"
-             and path.name not in NOT_YET for hit in names_built(path)]
+             for hit in names_built(path)]
     assert found == []
-    assert [m for m in NOT_YET if not names_built(PACKAGE / m)] == []  # none stale
     assert names_built(PACKAGE / "paths.py")  # the search does see names
 
 
