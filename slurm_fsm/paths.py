@@ -3,10 +3,10 @@
 A checkout keeps its allocation in one state file (``<repo_root>/work_dirs/
 .slurm_alloc.json``; ``.slurm_alloc.fake.json`` for the CLI's ``--backend fake``) and
 a handful of files beside it: the state file's lock, salloc's log, one record per
-persistent run, the run history, the warm successor's state file and record, the
-drained allocation, the warmer's spec and log. :class:`StatePaths` names all of them
-from the state file's path, the way submitit's ``JobPaths`` names every file of a job,
-so that no other module builds one of these names (a test greps the package for
+persistent run (and its report), the run history, the warm successor's state file and
+record, the drained allocation, the warmer's log. :class:`StatePaths` names all of
+them from the state file's path, the way submitit's ``JobPaths`` names every file of a
+job, so that no other module builds one of these names (a test greps the package for
 them). Nothing here touches the disk.
 
 The names are those the files always had (a file written by an older version is found
@@ -131,12 +131,6 @@ class StatePaths:
         """The allocation a switch replaced while other runs still used it:
         ``.slurm_alloc.drained.json``."""
         return self._beside(self.state.stem + ".drained.json")
-
-    @property
-    def warmer_spec(self) -> Path:
-        """The spec the detached warmer sets the successor up with:
-        ``.slurm_fsm_warmer.spec.json``."""
-        return self._beside(".slurm_fsm_warmer.spec.json")
 
     @property
     def warmer_log(self) -> Path:

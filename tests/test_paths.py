@@ -56,7 +56,6 @@ def test_every_file_keeps_its_name_on_disk(tmp_path: Path, state: str) -> None:
     assert tuple(x.name for x in got) == NAMES[state]
     assert all(x.parent == tmp_path for x in got) and p.folder == tmp_path
     assert p.state == tmp_path / state
-    assert p.warmer_spec == tmp_path / ".slurm_fsm_warmer.spec.json"
     assert p.warmer_log == tmp_path / ".slurm_fsm_warmer.log"
 
 
