@@ -52,8 +52,9 @@ from typing import Any
 from benchmarks.doctable import splice_table
 from slurm_fsm import JobSpec, Status, SubprocessBackend
 from slurm_fsm.executor import Executor
+from slurm_fsm.paths import StatePaths
 from slurm_fsm.spec import EXPIRY_MARGIN_S
-from slurm_fsm.successor import Phase, read_successor, successor_path_for
+from slurm_fsm.successor import Phase, read_successor
 from slurm_fsm_dev import localcluster
 from slurm_fsm_dev.localpyxis import make_install_repo
 
@@ -203,7 +204,7 @@ def run_mode(mode: str, cluster: localcluster.ClusterInfo, image: Path, root: Pa
     }
     short = JobSpec.from_dict(data)
     long = JobSpec.from_dict(dict(data, expected_duration_seconds=long_s))
-    record_path = successor_path_for(short.state_path)
+    record_path = StatePaths.for_state_file(short.state_path).successor_record
     jobs: list[dict[str, Any]] = []
     t0 = time.time()
     sampler = Sampler(real["squeue"], names, cluster.user, t0)

@@ -40,6 +40,7 @@ from slurm_fsm import sharedview
 from slurm_fsm.clock import Clock
 from slurm_fsm.duration import Duration
 from slurm_fsm.errors import JobNotFound, SlurmFsmError, SpecError, StateFileError
+from slurm_fsm.paths import StatePaths
 from slurm_fsm.runrecord import RunBook
 
 if TYPE_CHECKING:
@@ -294,7 +295,7 @@ class Allocation:
     def state_path(self) -> Path:
         """The state file that identifies the allocation:
         ``<repo_root>/work_dirs/.slurm_alloc.json`` unless another was given."""
-        return self._state_path or self.repo_root / "work_dirs" / ".slurm_alloc.json"
+        return self._state_path or StatePaths.for_repo(self.repo_root).state
 
     def state(self) -> AllocState | None:
         """What the state file says (no Slurm call); ``None`` without a state file."""
@@ -475,9 +476,9 @@ class Allocation:
         admission = None
         if spec is not None:
             from slurm_fsm.edges import job_fits
-            from slurm_fsm.history import RunHistory, history_path_for
+            from slurm_fsm.history import RunHistory
 
-            est = RunHistory(history_path_for(self.state_path)).estimate(spec)
+            est = RunHistory(StatePaths.for_state_file(self.state_path).history).estimate(spec)
             admission = {"expected_s": est.seconds, "source": est.source,
                          "detail": est.detail, "text": est.describe(),
                          "fits": job_fits(info, est.seconds)}
@@ -492,11 +493,10 @@ class Allocation:
         and one ``squeue -j`` of it; None when there is none, or it is gone. Status
         releases nothing: the next run's validation does."""
         from slurm_fsm.edges import same_generation
-        from slurm_fsm.handoff import drained_state_path
         from slurm_fsm.state import StateStore
 
         try:
-            old = StateStore(drained_state_path(self.state_path)).read()
+            old = StateStore(StatePaths.for_state_file(self.state_path).drained_state).read()
         except StateFileError:
             return None
         if old is None or old.job_id == current:
@@ -512,17 +512,16 @@ class Allocation:
 
     def _successor(self, spec: JobSpec | None) -> dict[str, Any] | None:
         """The warm successor's state file and record, and one ``squeue -j`` of it."""
-        from slurm_fsm.handoff import successor_state_path
         from slurm_fsm.state import StateStore
-        from slurm_fsm.successor import read_successor, successor_path_for
+        from slurm_fsm.successor import read_successor
 
         try:
-            succ = StateStore(successor_state_path(self.state_path)).read()
+            succ = StateStore(StatePaths.for_state_file(self.state_path).successor_state).read()
         except StateFileError:
             return None
         if succ is None:
             return None
-        record = read_successor(successor_path_for(self.state_path))
+        record = read_successor(StatePaths.for_state_file(self.state_path).successor_record)
         if record is not None and record.job_id != succ.job_id:
             record = None
         try:

@@ -166,7 +166,9 @@ def fake_state_path(spec: JobSpec) -> Path:
     """The state file of ``--backend fake``: ``work_dirs/.slurm_alloc.fake.json``, beside
     the real one and never it, so that a real run, ``status`` or ``release`` never takes
     a fake allocation for a real one."""
-    return spec.state_path.with_name(".slurm_alloc.fake.json")
+    from slurm_fsm.paths import StatePaths
+
+    return StatePaths.for_repo(spec.repo_root, fake=True).state
 
 
 def _fake_for(args: argparse.Namespace) -> SlurmBackend:

@@ -29,6 +29,7 @@ import attrs
 from slurm_fsm.backend import SlurmBackend
 from slurm_fsm.clock import Clock
 from slurm_fsm.executor import Executor
+from slurm_fsm.paths import StatePaths
 from slurm_fsm.preflight import slurm_config_problem
 from slurm_fsm.progress import StderrEvents
 from slurm_fsm.report import Report
@@ -165,7 +166,7 @@ def run_demo(*, fake: bool = False, keep: bool = False, quiet: bool = False) -> 
         label = "THE FAKE CLUSTER (in memory; no real Slurm job runs)"
     root = (DEMO_ROOT / ("fake" if clock is not None else "real")).resolve()
     _say(f"[demo] running on {label}")
-    _say(f"[demo] repo root {root}; state file {root / 'work_dirs' / '.slurm_alloc.json'}")
+    _say(f"[demo] repo root {root}; state file {StatePaths.for_repo(root).state}")
     spec = _spec(root, partition, account)
     reports: list[tuple[Report, float, list[str]]] = []
     code = 0

@@ -19,9 +19,10 @@ from slurm_fsm.backend import SlurmBackend
 from slurm_fsm.clock import Clock
 from slurm_fsm.errors import SpecError
 from slurm_fsm.events import Events, GuardedEvents, PreStep
-from slurm_fsm.history import history_path_for, record_run
+from slurm_fsm.history import record_run
 from slurm_fsm.monitor import PollPolicy
 from slurm_fsm.oneshot import OneShotRun, err_path_for, log_path_for, outcome_exit_code
+from slurm_fsm.paths import StatePaths
 from slurm_fsm.persistent import PersistentRun, point_latest, run_book, run_log_path
 from slurm_fsm.report import Report
 from slurm_fsm.results import report_of
@@ -208,6 +209,6 @@ class Executor:
         and step 0's lead-time parts; a warning when the file cannot be written."""
         path = self._path
         machine = path.machine if isinstance(path, PersistentRun) else None
-        return record_run(history_path_for(self.state_path), self.spec, report,
+        return record_run(StatePaths.for_state_file(self.state_path).history, self.spec, report,
                           machine.history if machine is not None else ())
 

@@ -6,9 +6,10 @@ does the work of those states and effects on the machine it is given, through th
 machine's backend (no command line here).
 
 The successor is tracked in a second state file beside the first,
-``.slurm_alloc.successor.json`` (:func:`successor_state_path`): the same keys as the
-state file (the procedure's), so that its setup (import, install) is done by the
-machine's own step 0 on that file (:mod:`slurm_fsm.warmer`), under that file's own lock.
+``.slurm_alloc.successor.json`` (:attr:`~slurm_fsm.paths.StatePaths.successor_state`):
+the same keys as the state file (the procedure's), so that its setup (import, install)
+is done by the machine's own step 0 on that file (:mod:`slurm_fsm.warmer`), under that
+file's own lock.
 The successor record ``.slurm_fsm_successor.json`` says, for people and ``status``,
 which allocation it follows, since when, and the warmer's pid. At the switch the
 successor's file becomes the state file; the old allocation is released at once when
@@ -41,6 +42,7 @@ from slurm_fsm.edges import (
 from slurm_fsm.errors import BackendError, JobNotFound, StateFileError
 from slurm_fsm.history import Estimate, RunHistory
 from slurm_fsm.lease import AllocationInUse, LeaseGate, cancel_allocation
+from slurm_fsm.paths import StatePaths, successor_log_of
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState, StateStore
 from slurm_fsm.successor import (
@@ -55,7 +57,6 @@ from slurm_fsm.successor import (
     parity_names,
     read_successor,
     successor_due,
-    successor_path_for,
     time_min_s,
     write_successor,
 )
@@ -67,7 +68,6 @@ __all__ = [
     "Machine",
     "Warmer",
     "await_successor",
-    "drained_state_path",
     "drop_successor",
     "job_names",
     "observe_successor",
@@ -78,7 +78,6 @@ __all__ = [
     "replaced",
     "successor_alloc",
     "successor_ids",
-    "successor_state_path",
     "switch",
     "warmer_alive",
     "with_successor",
@@ -96,19 +95,6 @@ SWITCHED_MARGIN_S = 60
 #: How long the switch waits for the successor file's lock (a warmer whose set-up is
 #: done only writes its last lines under it).
 SWITCH_LOCK_S = 120.0
-
-
-def successor_state_path(state_path: Path) -> Path:
-    """``.slurm_alloc.successor.json`` beside ``.slurm_alloc.json`` (and
-    ``.slurm_alloc.fake.successor.json`` beside the fake CLI's file)."""
-    return state_path.with_name(state_path.stem + ".successor.json")
-
-
-def drained_state_path(state_path: Path) -> Path:
-    """``.slurm_alloc.drained.json`` beside ``.slurm_alloc.json``: the allocation a switch
-    replaced while jobs of other runs were still on it (the procedure's keys, its submit
-    time included: its generation), until it is released."""
-    return state_path.with_name(state_path.stem + ".drained.json")
 
 
 class Machine(Protocol):
@@ -167,8 +153,13 @@ class HandoffState:
     misfits: dict[str, list[str]] = attrs.field(factory=dict)
 
 
+def _paths(m: Machine) -> StatePaths:
+    """The files beside the machine's state file."""
+    return StatePaths.for_state_file(m.store.path)
+
+
 def _store(m: Machine) -> StateStore:
-    return StateStore(successor_state_path(m.store.path))
+    return StateStore(_paths(m).successor_state)
 
 
 def successor_alloc(m: Machine) -> AllocState | None:
@@ -216,7 +207,7 @@ def observe_successor(m: Machine, current: str | None) -> dict[str, Any]:
         state = "pending"
     else:
         state = "lost"
-    record = read_successor(successor_path_for(m.store.path))
+    record = read_successor(_paths(m).successor_record)
     pid = record.warmer_pid if record is not None and record.job_id == succ.job_id else None
     return {"successor": state, "warmer_alive": warmer_alive(m) or _pid_alive(pid)}
 
@@ -300,7 +291,7 @@ def queue_successor(m: Machine) -> str:
     request = AllocationRequest(
         partition=params.partition, account=params.account, nodes=size.nodes,
         time_limit=spec.alloc_time_limit, job_name=name,
-        log_path=m.salloc_log.with_name(m.salloc_log.name + ".successor"),
+        log_path=successor_log_of(m.salloc_log),
         gpus_per_node=size.gpus_per_node, user=m.user,
         ntasks_per_node=size.ntasks_per_node, comment=repo_tag(spec),
         dependency=SINGLETON,
@@ -318,7 +309,7 @@ def queue_successor(m: Machine) -> str:
         _store(m).write(pending)
     except OSError as exc:  # never leaked: nothing would name it
         m.backend.cancel(job_id)
-        raise StateFileError(str(successor_state_path(m.store.path)),
+        raise StateFileError(str(_paths(m).successor_state),
                              f"cannot be written ({exc}); successor {job_id} was cancelled") \
             from exc
     pid = None
@@ -329,7 +320,7 @@ def queue_successor(m: Machine) -> str:
                              requested_at=datetime.now(UTC).isoformat(timespec="seconds"),
                              warmer_pid=pid)
     try:
-        write_successor(successor_path_for(m.store.path), record)
+        write_successor(_paths(m).successor_record, record)
     except OSError as exc:
         m.notes.append(f"the successor record was not written ({exc}); status shows less")
     warmed = f", warmer pid {pid}" if pid else ", no warmer: the run that needs it sets it up"
@@ -380,7 +371,7 @@ def await_successor(m: Machine) -> Observation:
 def switch(m: Machine) -> str:
     """Switching: the successor's file becomes the state file (new jobs go to it); the
     old allocation is remembered to release once no job is on it (the edge's effect)."""
-    store = StateStore(successor_state_path(m.store.path), lock_timeout_s=SWITCH_LOCK_S)
+    store = StateStore(_paths(m).successor_state, lock_timeout_s=SWITCH_LOCK_S)
     with store.locked(on_wait=m._log):  # a warmer finishing its last write
         succ = successor_alloc(m)
         if succ is None:
@@ -389,7 +380,7 @@ def switch(m: Machine) -> str:
         old = m.alloc
         m.store.write(succ)
         store.delete()
-    clear_successor(successor_path_for(m.store.path))
+    clear_successor(_paths(m).successor_record)
     m.alloc = succ
     if m.handoff.await_since is not None:  # the job waited for it: the report says so
         m.handoff.waited_s = m.clock.now() - m.handoff.await_since
@@ -399,7 +390,7 @@ def switch(m: Machine) -> str:
     if old is not None and old.job_id != succ.job_id:
         m.handoff.drained = old.job_id
         try:  # the next runs release it if its last run dies (kill -9) before its end
-            StateStore(drained_state_path(m.store.path)).write(old)
+            StateStore(_paths(m).drained_state).write(old)
         except OSError as exc:
             m.notes.append(f"the drained allocation {old.job_id} was not recorded ({exc}): "
                            "if its last run dies, it is released only at its walltime")
@@ -436,7 +427,7 @@ def drop_successor(m: Machine) -> bool:
         m._warn(f"successor allocation {succ.job_id} is gone: the allocation is replaced "
                 "at expiry as before")
     _store(m).delete()
-    clear_successor(successor_path_for(m.store.path))
+    clear_successor(_paths(m).successor_record)
     return True
 
 
@@ -475,7 +466,7 @@ def release_drained(m: Machine, job_id: str | None) -> bool:
 
 def _forget_drained(m: Machine, job_id: str) -> None:
     """Drop the drained record when it names ``job_id`` (never waits for its lock)."""
-    StateStore(drained_state_path(m.store.path)).delete_if_names(job_id)
+    StateStore(_paths(m).drained_state).delete_if_names(job_id)
 
 
 def release_stale_drained(m: Machine, *, wait: bool = False) -> str | None:
@@ -489,7 +480,7 @@ def release_stale_drained(m: Machine, *, wait: bool = False) -> str | None:
     if m.handoff.swept:
         return None
     m.handoff.swept = True
-    store = StateStore(drained_state_path(m.store.path))
+    store = StateStore(_paths(m).drained_state)
     try:
         old = store.read()
     except StateFileError:
@@ -601,7 +592,7 @@ def release_successor(m: Machine) -> str | None:
         cancel_allocation(m.leases, m.backend, succ.job_id, "releasing it")
         m._log(f"Successor allocation {succ.job_id} released.")
     _store(m).delete()
-    clear_successor(successor_path_for(m.store.path))
+    clear_successor(_paths(m).successor_record)
     return succ.job_id
 
 

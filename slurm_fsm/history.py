@@ -21,13 +21,14 @@ nothing a replacement could fix, so the job is then admitted by the margin alone
 (the source reads ``unknown``), as before admission existed.
 
 The history is one JSON object a line in ``work_dirs/.slurm_fsm_history.jsonl``,
-beside the state file (:func:`history_path_for`). It is additive (new keys may come;
-unknown keys and bad lines are skipped), bounded (past :data:`MAX_HISTORY_BYTES` the
-newest half is kept) and never fails a run: :func:`record_run` returns a warning when
-the file cannot be written. Each line also carries the lead-time parts a run measured
-(``queue_wait_s``, ``import_s``, ``install_s``: seconds spent in the Allocating,
-Importing and Installing states), keyed by partition, node count and image: what a
-warm successor needs to know how early to ask for the next allocation.
+beside the state file (:attr:`slurm_fsm.paths.StatePaths.history`). It is additive
+(new keys may come; unknown keys and bad lines are skipped), bounded (past
+:data:`MAX_HISTORY_BYTES` the newest half is kept) and never fails a run:
+:func:`record_run` returns a warning when the file cannot be written. Each line also
+carries the lead-time parts a run measured (``queue_wait_s``, ``import_s``,
+``install_s``: seconds spent in the Allocating, Importing and Installing states), keyed
+by partition, node count and image: what a warm successor needs to know how early to
+ask for the next allocation.
 """
 
 from __future__ import annotations
@@ -51,7 +52,6 @@ if TYPE_CHECKING:
     from slurm_fsm.report import Report
 
 __all__ = [
-    "HISTORY_NAME",
     "HISTORY_RUNS",
     "MAX_HISTORY_BYTES",
     "SOURCES",
@@ -59,7 +59,6 @@ __all__ = [
     "RunEntry",
     "RunHistory",
     "expected_duration",
-    "history_path_for",
     "lead_times",
     "nearest_rank",
     "p95",
@@ -67,8 +66,6 @@ __all__ = [
     "spec_key",
 ]
 
-#: The history file's name beside the default state file ``.slurm_alloc.json``.
-HISTORY_NAME = ".slurm_fsm_history.jsonl"
 #: The PASSED runs of one spec the estimate looks at (the newest).
 HISTORY_RUNS = 20
 #: Past this size the file keeps its newest half (a line is about 300 bytes).
@@ -79,17 +76,6 @@ SOURCES = ("expected_duration_seconds", "slurm_params.time_limit", "history",
 #: The machine's states whose time is a lead-time part, by history field.
 _LEAD_STATES = {"queue_wait_s": "Allocating", "import_s": "Importing",
                 "install_s": "Installing"}
-
-
-def history_path_for(state_path: Path) -> Path:
-    """The history file beside ``state_path``: ``.slurm_fsm_history.jsonl`` beside
-    ``.slurm_alloc.json``; ``.slurm_fsm_history.fake.jsonl`` beside the CLI's fake
-    ``.slurm_alloc.fake.json`` (a fake run never feeds the real estimate)."""
-    name = state_path.name
-    if name.startswith(".slurm_alloc") and name.endswith(".json"):
-        middle = name[len(".slurm_alloc"):-len(".json")]  # "" or ".fake"
-        return state_path.with_name(f".slurm_fsm_history{middle}.jsonl")
-    return state_path.with_name(f"{name}.history.jsonl")
 
 
 def spec_key(spec: JobSpec) -> str:

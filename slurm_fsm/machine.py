@@ -111,11 +111,12 @@ from slurm_fsm.errors import (
     SlurmFsmError,
     StateFileError,
 )
-from slurm_fsm.history import Estimate, RunHistory, history_path_for
+from slurm_fsm.history import Estimate, RunHistory
 from slurm_fsm.jobstate import JobState
 from slurm_fsm.lease import AllocationInUse, LeaseGate, cancel_allocation
 from slurm_fsm.nvsmi import NvidiaSmiFailed
 from slurm_fsm.ownership import Ownership, describe, new_nonce, request_of
+from slurm_fsm.paths import StatePaths
 from slurm_fsm.preflight import PreflightFailed, require
 from slurm_fsm.project import install_commands
 from slurm_fsm.slurmcli import mount_warmup_argv
@@ -291,7 +292,7 @@ class AllocationMachine:
         self.clock: Clock = clock or SystemClock()
         self.store = store or StateStore(spec.state_path)
         #: past runs' durations, for admission by time left (beside the state file)
-        self.run_history = run_history or RunHistory(history_path_for(self.store.path))
+        self.run_history = run_history or RunHistory(StatePaths(self.store.path).history)
         self._estimate: Estimate | None = None
         self._log = log or (lambda _msg: None)
         self.unreachable_retries = unreachable_retries

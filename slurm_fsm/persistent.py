@@ -30,6 +30,7 @@ from slurm_fsm.lease import LeaseGate, lease_name, wait_out_closing
 from slurm_fsm.logs import tail_lines
 from slurm_fsm.machine import AllocationMachine, SetupFailed, State
 from slurm_fsm.monitor import PollPolicy, Watch, final_outcome, watch_script
+from slurm_fsm.paths import StatePaths
 from slurm_fsm.runfacts import Failure, Mode, Phase, RunFacts, StateSource, StepEnd
 from slurm_fsm.runrecord import RunBook, RunRecord, new_run_id
 from slurm_fsm.runsteps import RunSteps, stop_leftovers
@@ -37,7 +38,7 @@ from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState, StateStore
 from slurm_fsm.warmer import warmer_for
 
-__all__ = ["PersistentRun", "point_latest", "run_book", "run_log_path", "salloc_log_for"]
+__all__ = ["PersistentRun", "point_latest", "run_book", "run_log_path"]
 
 #: A lease may be broken this long after its job's monitor timeout (its ``max_until``).
 LEASE_MARGIN_S = 900.0
@@ -90,19 +91,6 @@ def run_book(spec: JobSpec, state_path: Path | None = None) -> RunBook:
     return RunBook(state_path or spec.state_path)
 
 
-def salloc_log_for(spec: JobSpec, state_path: Path) -> Path:
-    """salloc's output, beside the state file: ``spec.salloc_log`` for the spec's own
-    state file; ``.salloc.fake.log`` beside ``.slurm_alloc.fake.json`` (the state file's
-    ``.slurm_alloc`` replaced), ``<name>.salloc.log`` beside a state file of another
-    name."""
-    if state_path == spec.state_path:
-        return spec.salloc_log
-    name = state_path.name
-    stem = (name.replace(".slurm_alloc", ".salloc", 1) if ".slurm_alloc" in name
-            else f"{name}.salloc")
-    return state_path.with_name(stem.removesuffix(".json") + ".log")
-
-
 @attrs.frozen(kw_only=True)
 class _AllocationEnd:
     state: JobState  # how the allocation ended: TIMEOUT, CANCELLED, ...
@@ -137,7 +125,8 @@ class PersistentRun:
         self.state_path = state_path
         self.runs = run_book(spec, state_path)
         self.lease_wait_s = lease_wait_s
-        self.salloc_log = salloc_log_for(spec, state_path)
+        #: salloc's output beside the state file (``.salloc.log``, ``.salloc.fake.log``)
+        self.salloc_log = StatePaths.for_state_file(state_path).salloc_log
         self.warnings = list(warnings)
         #: what the monitor and the wind-down said (the report's warnings, after the
         #: parser's)

@@ -36,9 +36,10 @@ from slurm_fsm.clock import Clock
 from slurm_fsm.duration import Duration
 from slurm_fsm.edges import CONDITIONS, EXPIRY_MARGIN_S, IN_PROGRESS, State, job_fits
 from slurm_fsm.errors import JobNotFound, StateFileError
-from slurm_fsm.history import RunHistory, history_path_for
+from slurm_fsm.history import RunHistory
 from slurm_fsm.jobstate import JobState
 from slurm_fsm.machine import AllocationMachine
+from slurm_fsm.paths import StatePaths
 from slurm_fsm.preflight import (
     ClusterPartition,
     ClusterQueries,
@@ -286,16 +287,14 @@ def admission_text(m: AllocationMachine) -> str:
     return f"{head} + {margin} margin: fits"
 
 
-def _copy_successor(state_path: Path, scratch_state: Path) -> None:
+def _copy_successor(real: StatePaths, scratch: StatePaths) -> None:
     """The warm successor's state file (and record), and the drained allocation's
     record, as a run would see them."""
-    from slurm_fsm.handoff import drained_state_path, successor_state_path
-    from slurm_fsm.successor import MAX_RECORD_BYTES, successor_path_for
+    from slurm_fsm.successor import MAX_RECORD_BYTES
 
-    for source, target in ((successor_state_path(state_path),
-                            successor_state_path(scratch_state)),
-                           (successor_path_for(state_path), successor_path_for(scratch_state)),
-                           (drained_state_path(state_path), drained_state_path(scratch_state))):
+    for source, target in ((real.successor_state, scratch.successor_state),
+                           (real.successor_record, scratch.successor_record),
+                           (real.drained_state, scratch.drained_state)):
         try:
             raw = read_regular_file(source, max(MAX_STATE_BYTES, MAX_RECORD_BYTES))
         except StateFileError:
@@ -318,19 +317,20 @@ def make_plan(spec: JobSpec, real: SlurmBackend, *, clock: Clock | None = None,
     waits_for: str | None = None
     admission = ""
     with tempfile.TemporaryDirectory(prefix="slurm_fsm-plan-") as tmp:
-        scratch = Path(tmp)
+        real_paths = StatePaths.for_state_file(spec.state_path)
+        paths = real_paths.moved_to(Path(tmp))
         problem = ""
         try:  # bounded, regular files only: a FIFO or /dev/zero there is not copied
             raw = read_regular_file(spec.state_path, MAX_STATE_BYTES)
         except StateFileError as exc:
             raw, problem = None, f"{exc}; handled like a missing state file"
         if raw is not None:
-            (scratch / spec.state_path.name).write_bytes(raw)
-        _copy_successor(spec.state_path, scratch / spec.state_path.name)
+            paths.state.write_bytes(raw)
+        _copy_successor(real_paths, paths)
         m = AllocationMachine(
-            spec, backend, clock=clock, store=StateStore(scratch / spec.state_path.name),
-            salloc_log=scratch / ".salloc.log", unreachable_retries=0,
-            run_history=history or RunHistory(history_path_for(spec.state_path)),
+            spec, backend, clock=clock, store=StateStore(paths.state),
+            salloc_log=paths.salloc_log, unreachable_retries=0,
+            run_history=history or RunHistory(real_paths.history),
         )
         if spec.release_allocation:
             m.release()

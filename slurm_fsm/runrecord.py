@@ -42,13 +42,12 @@ import attrs
 from slurm_fsm.backend import StepInfo, is_job_id
 from slurm_fsm.errors import FileProblem
 from slurm_fsm.files import read_bounded, write_atomic
+from slurm_fsm.paths import RUN_ID, StatePaths
 from slurm_fsm.scriptguard import boot_id, live_start_ticks, start_ticks
 
 __all__ = ["RunBook", "RunRecord", "StepMark", "boot_id", "new_run_id", "owner_alive",
            "start_ticks"]
 
-#: A record's run id: ``r`` and 12 hex digits (never a user's word).
-RUN_ID = re.compile(r"r[0-9a-f]{12}")
 MAX_BYTES = 65536
 
 
@@ -227,18 +226,16 @@ class RunBook:
     ``.slurm_run.<id>.json``; ``.slurm_alloc.fake.json`` -> ``.slurm_run.fake.<id>.json``)."""
 
     def __init__(self, state_path: Path) -> None:
-        self.folder = state_path.parent
-        name = state_path.name
-        stem = (name.replace(".slurm_alloc", ".slurm_run", 1) if ".slurm_alloc" in name
-                else f"{name}.run").removesuffix(".json")
-        self.stem = stem
-        self._pattern = re.compile(re.escape(stem) + r"\.(r[0-9a-f]{12})\.json")
+        #: the files beside the state file, this book's records among them
+        self.paths = StatePaths.for_state_file(state_path)
+        self.folder = self.paths.folder
         #: the files :meth:`records` skipped since the book was made, each with why
         #: (said once each by :func:`slurm_fsm.runsteps.stop_leftovers`)
         self.skipped: dict[str, str] = {}
 
     def path(self, run_id: str) -> Path:
-        return self.folder / f"{self.stem}.{run_id}.json"
+        """The record of run ``run_id`` (:meth:`StatePaths.run_record`)."""
+        return self.paths.run_record(run_id)
 
     def start(self, allocation: str, *, spec: str = "", model: str = "",
               container: str = "", run_id: str | None = None) -> RunRecord:
@@ -279,7 +276,7 @@ class RunBook:
         try:
             with os.scandir(self.folder) as entries:
                 for entry in entries:
-                    if self._pattern.fullmatch(entry.name):
+                    if self.paths.run_id_of(entry.name) is not None:
                         yield entry.name
         except OSError:
             return
@@ -299,7 +296,7 @@ class RunBook:
             except (FileProblem, OSError, ValueError):
                 continue
             record = RunRecord.from_dict(data) if isinstance(data, dict) else None
-            if record is not None and self._pattern.fullmatch(name) and \
+            if record is not None and self.paths.run_id_of(name) is not None and \
                     name == self.path(record.run_id).name:
                 found.append(record)
             elif isinstance(data, dict):

@@ -39,6 +39,7 @@ from slurm_fsm.convert import (
 from slurm_fsm.duration import Duration, DurationKind
 from slurm_fsm.errors import SpecError
 from slurm_fsm.files import FileProblem, Problem, read_bounded
+from slurm_fsm.paths import StatePaths
 from slurm_fsm.project import DEFAULT_JOB_NAME_SUFFIX
 
 __all__ = [
@@ -439,11 +440,13 @@ class JobSpec:
 
     @property
     def state_path(self) -> Path:
-        return self.repo_root / "work_dirs" / ".slurm_alloc.json"
+        """``<repo_root>/work_dirs/.slurm_alloc.json`` (:class:`~slurm_fsm.paths.StatePaths`)."""
+        return StatePaths.for_repo(self.repo_root).state
 
     @property
     def salloc_log(self) -> Path:
-        return self.repo_root / "work_dirs" / ".salloc.log"
+        """``<repo_root>/work_dirs/.salloc.log``, beside the state file."""
+        return StatePaths.for_repo(self.repo_root).salloc_log
 
     @property
     def persistent_log(self) -> Path:

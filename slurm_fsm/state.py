@@ -35,6 +35,7 @@ from slurm_fsm.backend import is_job_id
 from slurm_fsm.convert import converter, problems_of
 from slurm_fsm.errors import StateFileError, StateLockTimeout
 from slurm_fsm.files import FileProblem, Problem, prove_writable, read_bounded, write_atomic
+from slurm_fsm.paths import StatePaths
 
 __all__ = ["KEYS", "MAX_STATE_BYTES", "ORIGINAL_KEYS", "AllocState", "StateLockTimeout",
            "StateStore", "read_regular_file"]
@@ -123,7 +124,7 @@ class StateStore:
 
     def __init__(self, path: Path, lock_timeout_s: float = 900.0) -> None:
         self.path = Path(path)
-        self.lock_path = self.path.with_name(self.path.name + ".lock")
+        self.lock_path = StatePaths.for_state_file(self.path).lock
         self.lock_timeout_s = lock_timeout_s
         self._lock = filelock.FileLock(str(self.lock_path), timeout=lock_timeout_s,
                                        poll_interval=LOCK_POLL_S)

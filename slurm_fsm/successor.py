@@ -29,12 +29,12 @@ clock and knows no command line.
 * **Drain and release** (:func:`drain_action`): an allocation that is no longer the
   one the state file names takes no new job, and is released as soon as no job of any
   run is on it: never cut under a running job, never left idle until its walltime.
-* **The successor record** (:class:`SuccessorRecord`, :func:`successor_path_for`): a
-  small JSON file beside the state file (``.slurm_fsm_successor.json``). It is
-  additive: the state file keeps exactly the procedure's keys and names the
-  allocation new jobs should use; the record only says which allocation is coming
-  and how far its setup got (pending, warming, ready, failed). A bad or missing
-  record is no record.
+* **The successor record** (:class:`SuccessorRecord`): a small JSON file beside the
+  state file (``.slurm_fsm_successor.json``,
+  :attr:`slurm_fsm.paths.StatePaths.successor_record`). It is additive: the state
+  file keeps exactly the procedure's keys and names the allocation new jobs should
+  use; the record only says which allocation is coming and how far its setup got
+  (pending, warming, ready, failed). A bad or missing record is no record.
 """
 
 from __future__ import annotations
@@ -59,7 +59,6 @@ __all__ = [
     "MAX_RECORD_BYTES",
     "PARITY_SUFFIX",
     "SINGLETON",
-    "SUCCESSOR_NAME",
     "Candidate",
     "DrainAction",
     "LeadTime",
@@ -77,7 +76,6 @@ __all__ = [
     "parity_of",
     "read_successor",
     "successor_due",
-    "successor_path_for",
     "time_min_s",
     "write_successor",
 ]
@@ -90,8 +88,6 @@ SINGLETON = "singleton"
 LEAD_SLACK_S = 60
 #: The lead time before any was measured: queue wait, a cold import and the installs.
 DEFAULT_LEAD_S = 600
-#: The successor record's name beside the default state file ``.slurm_alloc.json``.
-SUCCESSOR_NAME = ".slurm_fsm_successor.json"
 #: A record is a few hundred bytes; anything larger is not one.
 MAX_RECORD_BYTES = 16 * 1024
 
@@ -333,17 +329,6 @@ class SuccessorRecord:
 
 def _text(value: object) -> str:
     return value if isinstance(value, str) else ""
-
-
-def successor_path_for(state_path: Path) -> Path:
-    """The record beside ``state_path``: ``.slurm_fsm_successor.json`` beside
-    ``.slurm_alloc.json``; ``.slurm_fsm_successor.fake.json`` beside the CLI's fake
-    ``.slurm_alloc.fake.json``."""
-    name = state_path.name
-    if name.startswith(".slurm_alloc") and name.endswith(".json"):
-        middle = name[len(".slurm_alloc"):-len(".json")]
-        return state_path.with_name(f".slurm_fsm_successor{middle}.json")
-    return state_path.with_name(f"{name}.successor.json")
 
 
 def read_successor(path: Path) -> SuccessorRecord | None:

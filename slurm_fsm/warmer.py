@@ -40,11 +40,11 @@ from slurm_fsm.backend import SlurmBackend
 from slurm_fsm.clock import Clock
 from slurm_fsm.edges import State
 from slurm_fsm.errors import SlurmFsmError
-from slurm_fsm.handoff import successor_state_path
 from slurm_fsm.machine import AllocationMachine
+from slurm_fsm.paths import StatePaths
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import StateStore
-from slurm_fsm.successor import Phase, read_successor, successor_path_for, write_successor
+from slurm_fsm.successor import Phase, read_successor, write_successor
 
 __all__ = ["SPEC_LIMIT", "main", "spawner", "spec_digest", "warm", "warmer_for"]
 
@@ -61,19 +61,20 @@ def warm(spec: JobSpec, backend: SlurmBackend, state_path: Path, *,
     """Set the successor of ``state_path``'s allocation up (see the module). ``spec`` is
     the successor's: the spec with the successor's job name. Returns the state it
     stopped in (Ready when set up)."""
-    store = StateStore(successor_state_path(state_path))
+    paths = StatePaths.for_state_file(state_path)
+    store = StateStore(paths.successor_state)
     wait = float(spec.alloc_time_limit.seconds or 86400) if spec.alloc_time_limit.is_finite \
         else 86400.0
     m = AllocationMachine(attrs.evolve(spec, warm_successor=False), backend, clock=clock,
                           store=store, log=log, pending_wait_s=wait,
-                          salloc_log=state_path.with_name(".salloc.log.successor"))
+                          salloc_log=paths.successor_salloc_log)
     with m.locked():
         if not store.exists():
             return m.state
         m.start()
         while m.state in _WARMING:
             m.advance()
-    record_path = successor_path_for(state_path)
+    record_path = paths.successor_record
     record = read_successor(record_path)
     if record is not None:
         phase = Phase.READY if m.state is State.Ready else Phase.FAILED
@@ -96,7 +97,7 @@ def spawner(state_path: Path) -> Callable[[JobSpec], int | None]:
     written to its stdin and nowhere else."""
 
     def spawn(spec: JobSpec) -> int | None:
-        log_path = state_path.with_name(".slurm_fsm_warmer.log")
+        log_path = StatePaths.for_state_file(state_path).warmer_log
         data = json.dumps(spec.to_dict()).encode("utf-8")
         try:
             with files.open_private(log_path, append=True, mode=0o600) as out:

@@ -44,6 +44,7 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "slurm_fsm.placement",
     "slurm_fsm.plan",
     "slurm_fsm.state",
+    "slurm_fsm.paths",
     "slurm_fsm.capacity",
     "slurm_fsm.scriptcheck",
     "slurm_fsm.machine",

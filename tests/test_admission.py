@@ -14,9 +14,10 @@ import pytest
 
 from slurm_fsm.cli import main
 from slurm_fsm.executor import Executor
-from slurm_fsm.history import RunEntry, RunHistory, history_path_for, spec_key
+from slurm_fsm.history import RunEntry, RunHistory, spec_key
 from slurm_fsm.lease import AllocationInUse, LeaseGate
 from slurm_fsm.machine import AllocationMachine, State
+from slurm_fsm.paths import StatePaths
 from slurm_fsm.plan import make_plan
 from slurm_fsm.results import Status
 from slurm_fsm.runrecord import RunBook
@@ -132,7 +133,7 @@ def test_a_job_that_does_not_fit_is_refused_when_told_not_to_wait(make_spec: Spe
 def test_past_runs_decide_when_the_spec_gives_no_figure(make_spec: SpecFactory,
                                                         fake: FakeCluster) -> None:
     spec = make_spec(alloc_time_limit="01:00:00", monitor_timeout_seconds=300)
-    history = RunHistory(history_path_for(spec.state_path))
+    history = RunHistory(StatePaths.for_state_file(spec.state_path).history)
     for run_s in (1000.0, 1100.0, 1200.0):  # p95: 20 min
         history.append(RunEntry(key=spec_key(spec), status="PASSED", run_s=run_s))
     old = ready_allocation(spec, fake)
@@ -173,7 +174,7 @@ def test_a_run_that_does_not_fit_runs_on_a_new_allocation_and_is_remembered(
     assert second.allocation_id != first.allocation_id
     assert fake.jobs[first.allocation_id or ""].state == "CANCELLED"
     assert any("not started on it" in w for w in second.warnings)
-    entries = RunHistory(history_path_for(spec.state_path)).entries()
+    entries = RunHistory(StatePaths.for_state_file(spec.state_path).history).entries()
     assert [e.run_s for e in entries] == [first.elapsed_s, second.elapsed_s]
     assert all(e.status == "PASSED" and e.key == spec_key(spec) for e in entries)
     assert entries[0].queue_wait_s is not None  # both allocated: the lead time recorded
@@ -184,7 +185,7 @@ def test_a_run_records_its_setup_lead_times(make_spec: SpecFactory, fake: FakeCl
     spec = make_spec(docker_image="img:1", container_name="c", success_patterns="ok")
     fake.script(spec.script_path, FakeScript(lines=("ok",)))
     assert Executor(spec, fake, clock=fake.clock).run().status is Status.PASSED
-    (entry,) = RunHistory(history_path_for(spec.state_path)).entries()
+    (entry,) = RunHistory(StatePaths.for_state_file(spec.state_path).history).entries()
     assert entry.queue_wait_s is not None and entry.import_s is not None
     assert entry.install_s is not None and entry.image == "img:1"
 
@@ -193,7 +194,7 @@ def test_an_unwritable_history_never_fails_the_run(make_spec: SpecFactory,
                                                    fake: FakeCluster) -> None:
     spec = make_spec(success_patterns="ok")
     fake.script(spec.script_path, FakeScript(lines=("ok",)))
-    path = history_path_for(spec.state_path)
+    path = StatePaths.for_state_file(spec.state_path).history
     path.mkdir(parents=True)  # a folder where the file should be
     report = Executor(spec, fake, clock=fake.clock).run()
     assert report.status is Status.PASSED

@@ -215,7 +215,7 @@ def test_cli_md_names_the_fake_run_record_as_it_is(tmp_path: Path) -> None:
     text = _page("cli.md")
     assert "`.slurm_run.fake.<run id>.json`" in text
     book = RunBook(tmp_path / "work_dirs" / ".slurm_alloc.fake.json")
-    assert book.path("r1").name == ".slurm_run.fake.r1.json"
+    assert book.path("r0123456789ab").name == ".slurm_run.fake.r0123456789ab.json"
 
 
 # ------------------------------------------------------------------ allocation.md

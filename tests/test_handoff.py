@@ -11,9 +11,9 @@ import attrs
 import pytest
 
 from slurm_fsm.edges import EDGES, Edge, Effect, Observation, State, choose
-from slurm_fsm.handoff import successor_state_path
 from slurm_fsm.lease import LeaseGate
 from slurm_fsm.machine import AllocationMachine
+from slurm_fsm.paths import StatePaths
 from slurm_fsm.runrecord import RunBook
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState, StateStore
@@ -22,7 +22,6 @@ from slurm_fsm.successor import (
     SINGLETON,
     Phase,
     read_successor,
-    successor_path_for,
     write_successor,
 )
 from slurm_fsm.testing import FakeCluster
@@ -60,7 +59,7 @@ def first_allocation(spec: JobSpec, fake: FakeCluster) -> AllocState:
 
 
 def successor_file(spec: JobSpec) -> AllocState | None:
-    return StateStore(successor_state_path(spec.state_path)).read()
+    return StateStore(StatePaths.for_state_file(spec.state_path).successor_state).read()
 
 
 def queue_pending(spec: JobSpec, fake: FakeCluster, pending_s: float = 120) -> AllocState:
@@ -96,7 +95,7 @@ def test_near_expiry_the_first_run_queues_a_singleton_successor(spec: JobSpec,
     assert succ.job_id != old.job_id and not succ.nodelist
     job = fake.jobs[succ.job_id]
     assert job.name == spec.job_name + "-b" and job.dependency == SINGLETON
-    record = read_successor(successor_path_for(spec.state_path))
+    record = read_successor(StatePaths.for_state_file(spec.state_path).successor_record)
     assert record is not None and record.predecessor == old.job_id
     assert record.phase is Phase.PENDING  # no warmer on the fake
     # the next run sees it queued: never a second one (at most 2 allocations)
@@ -133,7 +132,7 @@ def test_a_ready_successor_takes_new_jobs_and_the_idle_old_one_is_released(
     state = StateStore(spec.state_path).read()
     assert state is not None and state.job_id == succ.job_id  # the procedure's file
     assert successor_file(spec) is None
-    assert read_successor(successor_path_for(spec.state_path)) is None
+    assert read_successor(StatePaths.for_state_file(spec.state_path).successor_record) is None
     assert fake.jobs[old.job_id].state == "CANCELLED"  # nothing on it: released now
     assert live_allocations(fake) == [succ.job_id]
     # the switched-to allocation, named -b, is reused (not "Incompatible")
@@ -237,12 +236,12 @@ def test_the_warmer_sets_the_successor_up_and_marks_it_ready(
     assert m.path == ["NoState", "Validating", "QueueingSuccessor", "Validating", "Ready"]
     (succ_spec,) = started
     assert succ_spec.job_name == spec.job_name + "-b" and not succ_spec.warm_successor
-    record = read_successor(successor_path_for(spec.state_path))
+    record = read_successor(StatePaths.for_state_file(spec.state_path).successor_record)
     assert record is not None and record.phase is Phase.WARMING and record.warmer_pid == alive
     assert warm(succ_spec, fake, spec.state_path, clock=fake.clock) is State.Ready
     succ = successor_file(spec)
     assert succ is not None and succ.installed and succ.container_name == "c"
-    record = read_successor(successor_path_for(spec.state_path))
+    record = read_successor(StatePaths.for_state_file(spec.state_path).successor_record)
     assert record is not None and record.phase is Phase.READY
     n = machine(spec, fake)
     assert n.prepare() is State.Ready
@@ -259,7 +258,7 @@ def test_a_dead_warmer_leaves_a_successor_the_next_run_finishes(
     first_allocation(spec, fake)
     fake.clock.advance(HOUR - DUE_AT)
     machine(spec, fake, warmer=lambda _s: os.getpid()).prepare()
-    path = successor_path_for(spec.state_path)
+    path = StatePaths.for_state_file(spec.state_path).successor_record
     record = read_successor(path)
     assert record is not None
     write_successor(path, attrs.evolve(record, warmer_pid=dead_pid()))  # kill -9
@@ -279,7 +278,7 @@ def test_a_job_that_does_not_fit_waits_while_the_warmer_works_then_finishes_it(
     fake.clock.advance(HOUR - DUE_AT)
     machine(spec, fake, warmer=lambda _s: os.getpid()).prepare()
     fake.clock.advance(DUE_AT - EXPECTED - MARGIN + 1)  # no longer fits the old one
-    path = successor_path_for(spec.state_path)
+    path = StatePaths.for_state_file(spec.state_path).successor_record
     record = read_successor(path)
     assert record is not None
 
@@ -347,7 +346,7 @@ def test_awaiting_successor_edges(make_spec: SpecFactory, obs: dict[str, object]
 
 
 def test_the_successor_state_file_sits_beside_the_state_file(tmp_path: Path) -> None:
-    assert successor_state_path(tmp_path / ".slurm_alloc.json") == \
+    assert StatePaths.for_state_file(tmp_path / ".slurm_alloc.json").successor_state == \
         tmp_path / ".slurm_alloc.successor.json"
 
 
@@ -384,7 +383,7 @@ def test_a_release_releases_the_queued_successor_too(spec: JobSpec,
     assert fake.jobs[old.job_id].state == "CANCELLED"
     assert fake.jobs[succ.job_id].state == "CANCELLED"
     assert successor_file(spec) is None
-    assert read_successor(successor_path_for(spec.state_path)) is None
+    assert read_successor(StatePaths.for_state_file(spec.state_path).successor_record) is None
     assert f"its successor {succ.job_id}" in m.history[-1].reason
 
 
@@ -456,9 +455,7 @@ def _round_trips(report: object) -> bool:
 
 
 def drained_file(spec: JobSpec) -> AllocState | None:
-    from slurm_fsm.handoff import drained_state_path
-
-    return StateStore(drained_state_path(spec.state_path)).read()
+    return StateStore(StatePaths.for_state_file(spec.state_path).drained_state).read()
 
 
 def switch_under_another_run(spec: JobSpec, fake: FakeCluster) -> tuple[AllocState, RunBook,
@@ -583,7 +580,7 @@ def test_a_successor_granted_another_shape_is_cancelled_and_reported(
     (warning,) = [w for w in m.warnings if succ.job_id in w]
     assert "granted another shape" in warning and "nodes 2" in warning, warning
     assert successor_file(spec) is None
-    assert read_successor(successor_path_for(spec.state_path)) is None
+    assert read_successor(StatePaths.for_state_file(spec.state_path).successor_record) is None
     assert live_allocations(fake) == [old.job_id]
 
 

@@ -17,8 +17,9 @@ import os
 import pytest
 
 from slurm_fsm.edges import State
-from slurm_fsm.handoff import SWITCHED_MARGIN_S, successor_state_path
+from slurm_fsm.handoff import SWITCHED_MARGIN_S
 from slurm_fsm.machine import AllocationMachine
+from slurm_fsm.paths import StatePaths
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import StateStore
 from slurm_fsm.testing import FakeCluster
@@ -64,7 +65,7 @@ def successor_up(make_spec: SpecFactory, fake: FakeCluster, up_s: int) -> str:
     fake.pending_s = 120
     assert "QueueingSuccessor" in prepared_path(machine(short, fake))
     fake.pending_s = 0
-    succ = StateStore(successor_state_path(short.state_path)).read()
+    succ = StateStore(StatePaths.for_state_file(short.state_path).successor_state).read()
     assert succ is not None
     fake.clock.advance(120 + up_s)
     return succ.job_id

@@ -19,12 +19,12 @@ from slurm_fsm.history import (
     RunEntry,
     RunHistory,
     expected_duration,
-    history_path_for,
     lead_times,
     p95,
     record_run,
     spec_key,
 )
+from slurm_fsm.paths import StatePaths
 from slurm_fsm.report import Report
 from slurm_fsm.results import Status
 from slurm_fsm.spec import EXPIRY_MARGIN_S
@@ -106,7 +106,7 @@ class Step:
 
 def test_a_run_is_recorded_and_feeds_the_next_estimate(tmp_path: Path) -> None:
     spec = make_spec(tmp_path, monitor_timeout_seconds=900)
-    path = history_path_for(spec.state_path)
+    path = StatePaths.for_state_file(spec.state_path).history
     assert path == spec.state_path.with_name(".slurm_fsm_history.jsonl")
     history = RunHistory(path)
     assert history.estimate(spec).source == "monitor_timeout_seconds"
@@ -125,13 +125,14 @@ def test_a_run_is_recorded_and_feeds_the_next_estimate(tmp_path: Path) -> None:
 
 def test_the_fake_backends_history_is_its_own(tmp_path: Path) -> None:
     fake = tmp_path / ".slurm_alloc.fake.json"
-    assert history_path_for(fake).name == ".slurm_fsm_history.fake.jsonl"
-    assert history_path_for(tmp_path / "state.json").name == "state.json.history.jsonl"
+    assert StatePaths.for_state_file(fake).history.name == ".slurm_fsm_history.fake.jsonl"
+    other = tmp_path / "state.json"
+    assert StatePaths.for_state_file(other).history.name == "state.json.history.jsonl"
 
 
 def test_nothing_measured_writes_nothing(tmp_path: Path) -> None:
     spec = make_spec(tmp_path)
-    path = history_path_for(spec.state_path)
+    path = StatePaths.for_state_file(spec.state_path).history
     assert record_run(path, spec, report(Status.RELEASED, elapsed=None, mode="release")) \
         is None
     assert not path.exists()
@@ -145,7 +146,7 @@ def test_lead_times_are_the_setup_states_durations(tmp_path: Path) -> None:
     reuse = [Step(0.0, "NoState", "Validating"), Step(0.1, "Validating", "Ready")]
     assert lead_times(reuse) == {}
     spec = make_spec(tmp_path)
-    path = history_path_for(spec.state_path)
+    path = StatePaths.for_state_file(spec.state_path).history
     # a run that failed in step 0 still records what its setup took
     assert record_run(path, spec, report(Status.ERROR, elapsed=None), steps[:3]) is None
     (entry,) = RunHistory(path).entries()
@@ -155,7 +156,7 @@ def test_lead_times_are_the_setup_states_durations(tmp_path: Path) -> None:
 
 def test_an_unwritable_history_is_a_warning_not_a_failure(tmp_path: Path) -> None:
     spec = make_spec(tmp_path)
-    path = history_path_for(spec.state_path)
+    path = StatePaths.for_state_file(spec.state_path).history
     path.parent.mkdir(parents=True)
     path.mkdir()  # a folder where the file should be
     warning = record_run(path, spec, report())
@@ -176,7 +177,7 @@ def test_bad_lines_and_unknown_keys_are_skipped(tmp_path: Path) -> None:
 
 def test_the_history_is_bounded(tmp_path: Path) -> None:
     spec = make_spec(tmp_path)
-    path = history_path_for(spec.state_path)
+    path = StatePaths.for_state_file(spec.state_path).history
     history = RunHistory(path)
     n = 0
     while n < 3000:

@@ -13,6 +13,7 @@ from slurm_fsm.duration import Duration
 from slurm_fsm.errors import JobNotFound, SpecError
 from slurm_fsm.history import RunEntry
 from slurm_fsm.machine import AllocationMachine
+from slurm_fsm.paths import StatePaths
 from slurm_fsm.slurmcli import salloc_argv
 from slurm_fsm.spec import EXPIRY_MARGIN_S
 from slurm_fsm.successor import (
@@ -35,7 +36,6 @@ from slurm_fsm.successor import (
     parity_of,
     read_successor,
     successor_due,
-    successor_path_for,
     time_min_s,
     write_successor,
 )
@@ -206,7 +206,7 @@ def test_judge_successor(row: JobInfo | None, verdict: SuccessorVerdict) -> None
     ("mine.json", "mine.json.successor.json"),
 ])
 def test_record_path_beside_the_state_file(tmp_path: Path, state: str, record: str) -> None:
-    assert successor_path_for(tmp_path / state) == tmp_path / record
+    assert StatePaths.for_state_file(tmp_path / state).successor_record == tmp_path / record
 
 
 def test_record_round_trips_privately(tmp_path: Path) -> None:

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from slurm_fsm.executor import Executor
-from slurm_fsm.history import RunHistory, history_path_for, spec_key
+from slurm_fsm.history import RunHistory, spec_key
+from slurm_fsm.paths import StatePaths
 from slurm_fsm.results import Status
 from slurm_fsm.subprocess_backend import SubprocessBackend
 from slurm_fsm_dev.localcluster import ClusterInfo
@@ -60,6 +61,6 @@ def test_a_job_longer_than_the_time_left_is_not_started_on_the_allocation(
     assert jobs_named(name, local_cluster.user) == [(new, "RUNNING")]
     log = Path(moved.log_files["stdout"] or "").read_text()
     assert f"ran in allocation {new}\n" in log and old not in log, log
-    history = RunHistory(history_path_for(spec.state_path))
+    history = RunHistory(StatePaths.for_state_file(spec.state_path).history)
     assert len(history.durations(spec_key(spec))) == 3
     assert [e.queue_wait_s is not None for e in history.entries()] == [True, False, True]

@@ -20,13 +20,13 @@ from slurm_fsm.backend import AllocationRequest
 from slurm_fsm.duration import Duration
 from slurm_fsm.events import Events
 from slurm_fsm.executor import Executor
-from slurm_fsm.handoff import successor_state_path
+from slurm_fsm.paths import StatePaths
 from slurm_fsm.results import Status
 from slurm_fsm.slurmcli import salloc_argv
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import StateStore
 from slurm_fsm.subprocess_backend import SubprocessBackend
-from slurm_fsm.successor import SINGLETON, read_successor, successor_path_for
+from slurm_fsm.successor import SINGLETON, read_successor
 from slurm_fsm_dev.localcluster import ClusterInfo, ContainerInfo
 
 from .containers import ContainerNames
@@ -132,7 +132,7 @@ def test_a_hand_off_queues_a_successor_switches_to_it_and_releases_the_old_one(
     assert state == "RUNNING" and jobs_named(name, local_cluster.user) == []
     named = StateStore(spec.state_path).read()
     assert named is not None and named.job_id == new  # the procedure's state file
-    assert not successor_state_path(spec.state_path).exists()
+    assert not StatePaths.for_state_file(spec.state_path).successor_state.exists()
 
     release = Executor(make_spec(local_cluster, tmp_path, name, alloc_time_limit="00:30:00",
                                  warm_successor=True, release_allocation=True),
@@ -170,7 +170,7 @@ def test_kill_9_of_the_run_that_started_the_warmer_leaves_a_successor_the_next_r
     dying = subprocess.Popen([sys.executable, "-m", "slurm_fsm", "run", str(spec_file),
                               "--json", "--quiet"],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    record_path = successor_path_for(spec.state_path)
+    record_path = StatePaths.for_state_file(spec.state_path).successor_record
     log = tmp_path / "work" / "itmodel_custom.log"
     try:
         record = until("the successor queued, its warmer started", lambda: (
@@ -220,8 +220,6 @@ def test_a_drained_allocation_whose_last_run_is_killed_is_released_by_the_next_r
     """Run A's job is on the old allocation when run B switches to the successor: the
     old one drains under A's lease. A is killed (kill -9): its finish never comes. The
     next run's validation releases the old one (it no longer lives to its walltime)."""
-    from slurm_fsm.handoff import drained_state_path
-
     name = names.new("k9drain")
     names.names.append(name + "-b")
     quick = spec_dict(local_cluster, tmp_path, name, expected_duration_seconds=30,
@@ -256,7 +254,7 @@ def test_a_drained_allocation_whose_last_run_is_killed_is_released_by_the_next_r
             assert "Switching" in third.path, third.path
         # switched: the old one drains under A's job (its lease step), never cut
         assert jobs_named(name, local_cluster.user) == [(old, "RUNNING")]
-        drained = StateStore(drained_state_path(spec.state_path)).read()
+        drained = StateStore(StatePaths.for_state_file(spec.state_path).drained_state).read()
         assert drained is not None and drained.job_id == old
     finally:
         run_a.send_signal(signal.SIGKILL)  # its finish never comes
@@ -267,7 +265,7 @@ def test_a_drained_allocation_whose_last_run_is_killed_is_released_by_the_next_r
     assert nxt.allocation_id == succ_id
     # released by that run (scancel'd: at most COMPLETING for a moment), not at walltime
     assert job_state(old) in (None, "CANCELLED", "COMPLETING"), job_state(old)
-    assert not drained_state_path(spec.state_path).exists()
+    assert not StatePaths.for_state_file(spec.state_path).drained_state.exists()
     wait_gone(old)
 
     release = Executor(JobSpec.from_dict(dict(quick, release_allocation=True)),
@@ -374,7 +372,7 @@ def test_a_successor_granted_another_shape_is_cancelled_and_the_job_runs_as_befo
     (warning,) = [w for w in third.warnings if succ in w]
     assert "granted another shape" in warning and "nodes 2" in warning, warning
     assert job_state(succ) in (None, "CANCELLED", "COMPLETING")
-    assert not successor_state_path(spec.state_path).exists()
+    assert not StatePaths.for_state_file(spec.state_path).successor_state.exists()
 
     release = Executor(make_spec(local_cluster, tmp_path, name, warm_successor=True,
                                  slurm_params={"nodes": 2}, release_allocation=True),

@@ -19,9 +19,9 @@ import pytest
 
 from slurm_fsm.backend import AllocationRequest, SlurmBackend
 from slurm_fsm.duration import Duration
-from slurm_fsm.handoff import drained_state_path
 from slurm_fsm.lease import LeaseGate
 from slurm_fsm.machine import AllocationMachine, SetupFailed, State
+from slurm_fsm.paths import StatePaths
 from slurm_fsm.results import setup_error_lines
 from slurm_fsm.runrecord import RunBook
 from slurm_fsm.spec import JobSpec
@@ -421,7 +421,7 @@ def _hand_off(world: World, *, drain: bool) -> Outcome:
     last = switch
     if other is not None:
         assert world.running(first)  # never cut under the other run's job
-        assert drained_state_path(spec.state_path).exists()
+        assert StatePaths.for_state_file(spec.state_path).drained_state.exists()
         book.save(attrs.evolve(other, pid=_dead_pid()))  # kill -9: no finish
         last = world.machine(spec)
         last.leases = world.leases(spec)
