@@ -28,6 +28,7 @@ from pathlib import Path
 import attrs
 
 from slurm_fsm.errors import SlurmFsmError, SpecError
+from slurm_fsm.paths import StatePaths
 from slurm_fsm.report import Report
 from slurm_fsm.runowner import (
     OwnedRun,
@@ -55,8 +56,7 @@ class UnknownRun(SlurmFsmError, LookupError):
 def run_files(repo: Path) -> list[RunFiles]:
     """The run files of a checkout: those of its real state file, then of the fake
     backend's (``--backend fake``)."""
-    work = Path(repo) / "work_dirs"
-    return [RunFiles(work / ".slurm_alloc.json"), RunFiles(work / ".slurm_alloc.fake.json")]
+    return [RunFiles(StatePaths.for_repo(repo, fake=fake).state) for fake in (False, True)]
 
 
 class RunState:
@@ -282,8 +282,7 @@ def submit(spec: JobSpec, *, spec_path: str = "", state_path: Path | None = None
     if problems := input_problems(spec):
         raise SpecError("job spec", problems)
     if state_path is None:
-        state_path = spec.state_path if backend == "slurm" else \
-            spec.state_path.with_name(".slurm_alloc.fake.json")
+        state_path = StatePaths.for_repo(spec.repo_root, fake=backend == "fake").state
     run_id = new_run_id()
     task = Task(spec=spec.to_dict(), spec_path=spec_path, backend=backend,
                 fake_partitions=fake_partitions, fake_accounts=fake_accounts,

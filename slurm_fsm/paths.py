@@ -147,9 +147,25 @@ class StatePaths:
         return self._beside(f"{self.run_stem}.{_checked(run_id)}.json")
 
     def run_report(self, run_id: str) -> Path:
-        """A run's saved report: ``.slurm_run.<run id>.report.json`` (for a run that
-        outlives its client; no run writes one yet)."""
+        """A run's saved report: ``.slurm_run.<run id>.report.json``
+        (:mod:`slurm_fsm.runowner`)."""
         return self._beside(f"{self.run_stem}.{_checked(run_id)}.report.json")
+
+    def run_owner(self, run_id: str) -> Path:
+        """A run's owner record: ``.slurm_run.<run id>.owner.json``
+        (:mod:`slurm_fsm.runowner`)."""
+        return self._beside(f"{self.run_stem}.{_checked(run_id)}.owner.json")
+
+    def run_progress(self, run_id: str) -> Path:
+        """A detached run's progress (its supervisor's output): ``.slurm_run.<run id>.out``."""
+        return self._beside(f"{self.run_stem}.{_checked(run_id)}.out")
+
+    def run_owner_id_of(self, name: str) -> str | None:
+        """The run id when ``name`` is an owner record's name beside this state file."""
+        head, _, tail = name.partition(f"{self.run_stem}.")
+        run_id, _, ext = tail.partition(".")
+        return run_id if not head and ext == "owner.json" and RUN_ID.fullmatch(run_id) \
+            else None
 
     def run_id_of(self, name: str) -> str | None:
         """The run id when ``name`` is a run record's name beside this state file

@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import socket
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -41,8 +40,9 @@ import attrs
 from slurm_fsm.errors import FileProblem
 from slurm_fsm.events import Events
 from slurm_fsm.files import read_bounded, write_atomic
+from slurm_fsm.paths import RUN_ID, StatePaths
 from slurm_fsm.report import Report
-from slurm_fsm.runrecord import RUN_ID, RunBook, boot_id
+from slurm_fsm.runrecord import boot_id
 from slurm_fsm.scriptguard import live_start_ticks, start_ticks
 
 __all__ = ["KEEP_RUNS", "MAX_BYTES", "OnStarted", "OwnedRun", "Owner", "OwnerRecord",
@@ -177,22 +177,21 @@ class SavedReport:
 
 
 class RunFiles:
-    """The per-run files beside one state file (see the module)."""
+    """The per-run files beside one state file (see the module; their names are
+    :class:`slurm_fsm.paths.StatePaths`')."""
 
     def __init__(self, state_path: Path) -> None:
-        book = RunBook(state_path)
-        self.folder = book.folder
-        self.stem = book.stem
-        self._pattern = re.compile(re.escape(self.stem) + r"\.(r[0-9a-f]{12})\.owner\.json")
+        self.paths = StatePaths.for_state_file(state_path)
+        self.folder = self.paths.folder
 
     def owner_path(self, run_id: str) -> Path:
-        return self.folder / f"{self.stem}.{run_id}.owner.json"
+        return self.paths.run_owner(run_id)
 
     def report_path(self, run_id: str) -> Path:
-        return self.folder / f"{self.stem}.{run_id}.report.json"
+        return self.paths.run_report(run_id)
 
     def progress_path(self, run_id: str) -> Path:
-        return self.folder / f"{self.stem}.{run_id}.out"
+        return self.paths.run_progress(run_id)
 
     # ------------------------------------------------------------------- writing
     def write_owner(self, record: OwnerRecord) -> None:
@@ -243,12 +242,13 @@ class RunFiles:
         """Every readable owner record, oldest first."""
         found = []
         try:
-            names = [e.name for e in os.scandir(self.folder)]
+            with os.scandir(self.folder) as entries:
+                names = [e.name for e in entries]
         except OSError:
             return []
         for name in names:
-            m = self._pattern.fullmatch(name)
-            if m is not None and (record := self.owner(m.group(1))) is not None:
+            run_id = self.paths.run_owner_id_of(name)
+            if run_id is not None and (record := self.owner(run_id)) is not None:
                 found.append(record)
         return sorted(found, key=lambda r: (r.since, r.run_id))
 

@@ -142,3 +142,19 @@ def test_the_search_finds_a_name_built_by_hand(tmp_path: Path) -> None:
                    '    print("see .salloc.log for why")\n'
                    '    return p.with_name(f"{n}.history.jsonl"), p.name + ".lock"\n')
     assert names_built(src) == ["m.py:5: '.history.jsonl'", "m.py:5: '.lock'"]
+
+
+def test_a_runs_owner_record_and_progress_file(tmp_path: Path) -> None:
+    """The files of a run that outlives its client (issue 39), named literally."""
+    real, fake = StatePaths.for_repo(tmp_path), StatePaths.for_repo(tmp_path, fake=True)
+    assert real.run_owner(RID).name == f".slurm_run.{RID}.owner.json"
+    assert real.run_progress(RID).name == f".slurm_run.{RID}.out"
+    assert fake.run_owner(RID).name == f".slurm_run.fake.{RID}.owner.json"
+    assert real.run_owner_id_of(f".slurm_run.{RID}.owner.json") == RID
+    for other in (f".slurm_run.fake.{RID}.owner.json", f".slurm_run.{RID}.json",
+                  f".slurm_run.{RID}.report.json", f"x.slurm_run.{RID}.owner.json",
+                  ".slurm_run.r0123.owner.json"):
+        assert real.run_owner_id_of(other) is None, other
+    assert fake.run_owner_id_of(f".slurm_run.fake.{RID}.owner.json") == RID
+    with pytest.raises(ValueError, match="run id"):
+        real.run_owner("../x")
