@@ -32,6 +32,7 @@ if _typing.TYPE_CHECKING:  # pragma: no cover - what the lazy table below resolv
         StepResult,
     )
     from slurm_fsm.clock import Clock, SystemClock
+    from slurm_fsm.detach import DetachedRun, attach
     from slurm_fsm.duration import Duration
     from slurm_fsm.edges import EDGES, Edge, Observation, State
     from slurm_fsm.errors import (
@@ -48,6 +49,7 @@ if _typing.TYPE_CHECKING:  # pragma: no cover - what the lazy table below resolv
         SpecError,
         StateFileError,
         StateLockTimeout,
+        UnknownRun,
     )
     from slurm_fsm.events import Events, PreStep, PreStepResult
     from slurm_fsm.executor import Executor
@@ -95,6 +97,10 @@ _EXPORTS: dict[str, str] = {
     "Allocation": "slurm_fsm.allocation",
     "AllocationStatus": "slurm_fsm.allocation",
     "RunHandle": "slurm_fsm.allocation",
+    # runs that outlive the shell
+    "DetachedRun": "slurm_fsm.detach",
+    "UnknownRun": "slurm_fsm.errors",
+    "attach": "slurm_fsm.detach",
     "SHARING_RULES": "slurm_fsm.allocation",
     "AllocState": "slurm_fsm.state",
     "StateStore": "slurm_fsm.state",
@@ -182,6 +188,7 @@ __all__ = [
     "ContainerOptions",
     "ContainerSupportMissing",
     "ControllerUnreachable",
+    "DetachedRun",
     "Duration",
     "Edge",
     "Events",
@@ -231,8 +238,10 @@ __all__ = [
     "SubprocessBackend",
     "SystemClock",
     "Transition",
+    "UnknownRun",
     "WorkflowType",
     "__version__",
+    "attach",
     "make_plan",
 ]
 

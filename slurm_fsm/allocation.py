@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import attrs
 
@@ -45,6 +45,7 @@ from slurm_fsm.runrecord import RunBook
 
 if TYPE_CHECKING:
     from slurm_fsm.backend import JobInfo, SlurmBackend
+    from slurm_fsm.detach import DetachedRun
     from slurm_fsm.events import Events
     from slurm_fsm.monitor import PollPolicy
     from slurm_fsm.report import Report
@@ -341,8 +342,20 @@ class Allocation:
             self.reports.append(report)
         return report
 
-    def submit(self, spec: JobSpec) -> RunHandle:
+    @overload
+    def submit(self, spec: JobSpec, *, detach: Literal[False] = False) -> RunHandle: ...
+
+    @overload
+    def submit(self, spec: JobSpec, *, detach: Literal[True]) -> DetachedRun: ...
+
+    def submit(self, spec: JobSpec, *, detach: bool = False) -> RunHandle | DetachedRun:
         """Start ``spec`` in this allocation in a thread of its own and return at once.
+
+        ``detach=True``: the run is handed to a supervisor process of its own
+        (:func:`slurm_fsm.detach.submit`, on this machine's Slurm), which outlives this
+        process; returns once its job has started, a
+        :class:`~slurm_fsm.detach.DetachedRun` whose ``run_id`` any shell of the
+        checkout can :func:`~slurm_fsm.detach.attach` to.
 
         Each run is a whole :class:`~slurm_fsm.executor.Executor` run; runs started
         together share the allocation, each job on its own share of it (the script's
@@ -352,6 +365,17 @@ class Allocation:
         when the spec belongs to another checkout or is one-shot.
         """
         self._check(spec)
+        if detach:
+            from slurm_fsm.detach import submit
+            from slurm_fsm.subprocess_backend import SubprocessBackend
+
+            if not isinstance(self.backend, SubprocessBackend):
+                raise SpecError("job spec", [
+                    "detach=True: a detached run is owned by a process of its own, which "
+                    "drives this machine's Slurm; a backend in this process (a fake "
+                    "cluster) cannot go with it (the CLI's `run --detach --backend fake` "
+                    "gives the supervisor a fake cluster of its own)"])
+            return submit(spec, state_path=self._state_path)
         with self._mutex:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(max_workers=self.max_parallel,

@@ -299,8 +299,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
-    from slurm_fsm.detach import UnknownRun
-    from slurm_fsm.errors import SlurmFsmError, SpecError, StateFileError
+    from slurm_fsm.errors import SlurmFsmError, SpecError, StateFileError, UnknownRun
 
     current = _Run()
     as_json = bool(getattr(args, "json", False))

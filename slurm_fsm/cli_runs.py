@@ -11,9 +11,10 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from slurm_fsm.detach import RunHandle, RunState, RunView, attach, follow, runs, settle
+if TYPE_CHECKING:  # the parser is built for every command: nothing heavy at import
+    from slurm_fsm.detach import DetachedRun, RunView
 
 __all__ = ["add_parsers", "dispatch", "print_detached"]
 
@@ -77,6 +78,8 @@ def _report_doc(view: RunView, report_dict: dict[str, Any], source: str) -> dict
 
 def dispatch(args: argparse.Namespace) -> int:
     """Run one of :data:`COMMANDS`; the exit code."""
+    from slurm_fsm.detach import attach
+
     repo = Path(args.repo).resolve()
     if args.command == "runs":
         return _runs(repo, args.all, args.json)
@@ -94,6 +97,8 @@ def dispatch(args: argparse.Namespace) -> int:
 
 
 def _runs(repo: Path, show_all: bool, as_json: bool) -> int:
+    from slurm_fsm.detach import RunState, runs
+
     views = runs(repo)
     if not show_all:
         live = [v for v in views if v.state in (RunState.STARTING, RunState.RUNNING)]
@@ -117,11 +122,15 @@ def _runs(repo: Path, show_all: bool, as_json: bool) -> int:
     return 0
 
 
-def _ended(handle: RunHandle) -> Callable[[], bool]:
+def _ended(handle: DetachedRun) -> Callable[[], bool]:
+    from slurm_fsm.detach import RunState
+
     return lambda: handle.view().state in (RunState.DONE, RunState.LOST)
 
 
-def _logs(handle: RunHandle, follow_it: bool) -> int:
+def _logs(handle: DetachedRun, follow_it: bool) -> int:
+    from slurm_fsm.detach import RunState, follow
+
     view = handle.view()
     if not follow_it:
         log = view.log
@@ -150,6 +159,8 @@ def _logs(handle: RunHandle, follow_it: bool) -> int:
 
 
 def _print_report(view: RunView, as_json: bool) -> int:
+    from slurm_fsm.detach import settle
+
     saved = settle(view)
     if saved is None:
         _err(f"run {view.run_id} is still {view.state}: no report yet (`slurm-fsm wait "
@@ -164,11 +175,13 @@ def _print_report(view: RunView, as_json: bool) -> int:
     return report.exit_code_for_cli
 
 
-def _report(handle: RunHandle, as_json: bool) -> int:
+def _report(handle: DetachedRun, as_json: bool) -> int:
     return _print_report(handle.view(), as_json)
 
 
-def _attach(handle: RunHandle, as_json: bool, quiet: bool) -> int:
+def _attach(handle: DetachedRun, as_json: bool, quiet: bool) -> int:
+    from slurm_fsm.detach import follow
+
     view = handle.view()
     rec = view.record
     source = Path(rec.progress) if rec is not None and rec.progress else view.log
@@ -186,7 +199,9 @@ def _attach(handle: RunHandle, as_json: bool, quiet: bool) -> int:
     return _print_report(handle.view(), as_json)
 
 
-def _wait(handles: Sequence[RunHandle], timeout: float | None, as_json: bool) -> int:
+def _wait(handles: Sequence[DetachedRun], timeout: float | None, as_json: bool) -> int:
+    from slurm_fsm.detach import settle
+
     deadline = None if timeout is None else time.monotonic() + timeout
     docs: list[dict[str, Any]] = []
     worst = 0
@@ -213,7 +228,7 @@ def _wait(handles: Sequence[RunHandle], timeout: float | None, as_json: bool) ->
     return worst
 
 
-def print_detached(handle: RunHandle, as_json: bool) -> int:
+def print_detached(handle: DetachedRun, as_json: bool) -> int:
     """What ``run --detach`` prints once the run is on its way (its report, when it
     ended before: a failed step 0)."""
     view = handle.view()

@@ -7,9 +7,9 @@ of a login node that shares the checkout:
 
 * :func:`submit` starts a run detached and returns once its job has started (or it
   ended before: a failed step 0);
-* :func:`attach` gives a :class:`RunHandle` for a run id; :func:`runs` lists the
+* :func:`attach` gives a :class:`DetachedRun` for a run id; :func:`runs` lists the
   checkout's runs, newest first;
-* :meth:`RunHandle.result` waits for the verdict; when the owner is gone without one,
+* :meth:`DetachedRun.result` waits for the verdict; when the owner is gone without one,
   :func:`settle` makes it from what the run left, through the same judge
   (:func:`slurm_fsm.results.report_of`), saved with ``source: rebuilt`` and a note
   saying why.
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import attrs
 
-from slurm_fsm.errors import SlurmFsmError, SpecError
+from slurm_fsm.errors import SlurmFsmError, SpecError, UnknownRun
 from slurm_fsm.paths import StatePaths
 from slurm_fsm.report import Report
 from slurm_fsm.runowner import (
@@ -42,15 +42,11 @@ from slurm_fsm.runowner import (
 from slurm_fsm.runrecord import new_run_id
 from slurm_fsm.spec import JobSpec
 
-__all__ = ["RunHandle", "RunState", "RunView", "UnknownRun", "attach", "find", "follow",
+__all__ = ["DetachedRun", "RunState", "RunView", "UnknownRun", "attach", "find", "follow",
            "run_files", "runs", "settle", "submit"]
 
 #: How often a follower looks at a run's files again.
 POLL_S = 0.2
-
-
-class UnknownRun(SlurmFsmError, LookupError):
-    """No run of this id in the checkout."""
 
 
 def run_files(repo: Path) -> list[RunFiles]:
@@ -208,7 +204,7 @@ def follow(path: Path, *, until: Callable[[], bool], offset: int = 0,
             fh.close()
 
 
-class RunHandle:
+class DetachedRun:
     """A run found by its id (:func:`attach`) or started detached (:func:`submit`)."""
 
     def __init__(self, repo: Path, run_id: str) -> None:
@@ -216,7 +212,7 @@ class RunHandle:
         self.run_id = run_id
 
     def __repr__(self) -> str:
-        return f"RunHandle({self.run_id!r}, repo={str(self.repo)!r})"
+        return f"DetachedRun({self.run_id!r}, repo={str(self.repo)!r})"
 
     def view(self) -> RunView:
         return find(self.repo, self.run_id)
@@ -257,9 +253,9 @@ class RunHandle:
         return f"run {self.run_id}: its {rec.owner.value} is gone already"
 
 
-def attach(run_id: str, repo: str | Path = ".") -> RunHandle:
+def attach(run_id: str, repo: str | Path = ".") -> DetachedRun:
     """A handle on run ``run_id`` of the checkout ``repo`` (UnknownRun when none)."""
-    handle = RunHandle(Path(repo).resolve(), run_id)
+    handle = DetachedRun(Path(repo).resolve(), run_id)
     handle.view()
     return handle
 
@@ -268,7 +264,7 @@ def submit(spec: JobSpec, *, spec_path: str = "", state_path: Path | None = None
            backend: str = "slurm", fake_partitions: tuple[str, ...] = (),
            fake_accounts: tuple[str, ...] = (), no_wait: bool = False,
            on_progress: Callable[[bytes], None] | None = None,
-           timeout: float | None = None) -> RunHandle:
+           timeout: float | None = None) -> DetachedRun:
     """Start ``spec`` detached: a supervisor owns the run (:mod:`slurm_fsm.supervise`).
     Returns once the job has started (or the run has ended, a failed step 0 included);
     ``on_progress`` gets the supervisor's progress meanwhile. The spec's inputs are
@@ -288,7 +284,7 @@ def submit(spec: JobSpec, *, spec_path: str = "", state_path: Path | None = None
                 fake_partitions=fake_partitions, fake_accounts=fake_accounts,
                 no_wait=no_wait)
     proc = spawn(task, state_path, run_id)
-    handle = RunHandle(spec.repo_root, run_id)
+    handle = DetachedRun(spec.repo_root, run_id)
     files = RunFiles(state_path)
 
     def started() -> bool:

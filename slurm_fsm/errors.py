@@ -7,6 +7,7 @@ The tree::
     ├── StateFileError (ValueError)       a corrupt or unreadable .slurm_alloc.json
     ├── NotOurJobError (PermissionError)  a state file points at another user's job
     ├── StateLockTimeout (TimeoutError)   another run held the state file's lock too long
+    ├── UnknownRun (LookupError)          a run id that names no run of the checkout
     ├── BuildError                        the pre-step cannot go on (no GPU type, no image)
     ├── SetupFailed                       an import, mount warm-up or install exited non-zero
     └── BackendError (RuntimeError)       a Slurm operation failed
@@ -50,6 +51,7 @@ __all__ = [
     "SpecError",
     "StateFileError",
     "StateLockTimeout",
+    "UnknownRun",
 ]
 
 
@@ -91,6 +93,11 @@ class StateLockTimeout(SlurmFsmError, TimeoutError):
     def __init__(self, path: str, reason: str) -> None:
         self.path = path
         super().__init__(f"state file lock {path}: {reason}")
+
+
+class UnknownRun(SlurmFsmError, LookupError):
+    """A run id that is not one, or names no run of the checkout (``slurm-fsm report``,
+    :func:`slurm_fsm.detach.attach`): bad input, exit 2 on the CLI."""
 
 
 class BuildError(SlurmFsmError):

@@ -85,6 +85,11 @@ __all__ = [
     "JOB_FORMAT",
     "JOB_FORMAT_V1",
     "JOB_GONE_MARKERS",
+    "LEASE_ORPHANED",
+    "LEASE_PROBE_MISSES",
+    "LEASE_PROBE_S",
+    "LEASE_PROBE_TIMEOUT_S",
+    "LEASE_TASK",
     "LEASE_UP",
     "NO_STEP_MARKER",
     "ONCE_DIR_CONTAINER",
@@ -429,14 +434,44 @@ def srun_step_argv(request: StepRequest) -> list[str]:
 LEASE_UP = "fsm-lease-up"
 
 
+#: How often a lease step's task asks whether its ``srun`` is still there (seconds),
+#: how long one question may take, and how many unanswered in a row end the lease.
+LEASE_PROBE_S = 3
+LEASE_PROBE_TIMEOUT_S = 2
+LEASE_PROBE_MISSES = 2
+#: What a lease step's task prints when it ends because its ``srun`` is gone.
+LEASE_ORPHANED = "fsm-lease-orphaned"
+
+#: The task of a lease step (``sh -c``). It prints :data:`LEASE_UP`, then connects to
+#: its own ``srun``'s listening socket (``SLURM_SRUN_COMM_HOST:PORT``, in every task's
+#: environment) every :data:`LEASE_PROBE_S` seconds and ends when
+#: :data:`LEASE_PROBE_MISSES` connections in a row are refused or unanswered: the host
+#: of its ``srun`` died whole (a login node lost: nobody is left to cancel the step,
+#: and Slurm never notices by itself). Where it cannot probe (no address, no ``bash``
+#: or ``timeout`` on the node, the first probe already fails: a network between node
+#: and login host that forbids it), it sleeps until its ``srun`` ends, as before.
+LEASE_TASK = (
+    f"echo {LEASE_UP}; "
+    'h="$SLURM_SRUN_COMM_HOST"; p="$SLURM_SRUN_COMM_PORT"; '
+    f"probe() {{ timeout {LEASE_PROBE_TIMEOUT_S} "
+    """bash -c ': <"/dev/tcp/$0/$1"' "$h" "$p" 2>/dev/null; }; """
+    'if [ -z "$h" ] || [ -z "$p" ] || ! command -v bash >/dev/null '
+    "|| ! command -v timeout >/dev/null || ! probe; then exec sleep infinity; fi; "
+    f"m=0; while sleep {LEASE_PROBE_S}; do "
+    "if probe; then m=0; else m=$((m+1)); fi; "
+    f'if [ "$m" -ge {LEASE_PROBE_MISSES} ]; then echo {LEASE_ORPHANED}; exit 0; fi; done'
+)
+
+
 def srun_lease_argv(job_id: str, name: str) -> list[str]:
     """``srun --overlap --gres=none -N1 -n1 -J NAME`` of a run's lease: a step that
-    sleeps until its ``srun`` ends, visible to every host in ``squeue -s`` under
-    ``name``. ``--overlap`` shares everything it holds (one CPU of one node) with the
-    allocation's other steps, ``--gres=none`` takes no GPU: it never delays a job. It
-    prints :data:`LEASE_UP` once its task runs."""
+    lives until its ``srun`` ends, or its ``srun``'s host is gone (:data:`LEASE_TASK`),
+    visible to every host in ``squeue -s`` under ``name``. ``--overlap`` shares
+    everything it holds (one CPU of one node) with the allocation's other steps,
+    ``--gres=none`` takes no GPU: it never delays a job. It prints :data:`LEASE_UP`
+    once its task runs."""
     return ["srun", f"--jobid={job_id}", "-N1", "-n1", "--overlap", "--gres=none",
-            f"--job-name={name}", "sh", "-c", f"echo {LEASE_UP}; exec sleep infinity"]
+            f"--job-name={name}", "sh", "-c", LEASE_TASK]
 
 
 def mount_warmup_argv(targets: Sequence[str]) -> tuple[str, ...]:

@@ -203,3 +203,48 @@ def test_a_state_file_naming_a_reused_job_id_never_cancels_that_job(
         subprocess.run([sys.executable, "-m", "slurm_fsm", "release", str(spec), "--quiet"],
                        env=env, timeout=120, check=False, capture_output=True)
         names.cleanup()
+
+
+def _node_init(unshare_pid: int) -> int:
+    """The emulated login node's first process (pid 1 of its namespace): its end is the
+    node's death, every process of it killed at once by the kernel."""
+    from slurm_fsm_dev.loginnodes import children
+
+    (init,) = children().get(unshare_pid, [])
+    return init
+
+
+def test_a_lease_ends_with_its_login_node_and_the_other_node_can_release(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    """Issue 39, item 4: every process of login node A killed at once mid-job (its
+    ``srun`` s included, so nobody cancels the lease step). Before, A's lease step
+    stayed RUNNING until the allocation's end and node B's release waited for it (at
+    most 1200 s) or refused; now the lease task finds its ``srun``'s socket gone and
+    ends, and B's ``release --no-wait`` releases."""
+    spec_a, spec_b = _specs(local_cluster, tmp_path, names.new("nodedies"), 300)
+    work_dirs = tmp_path / "repo" / "work_dirs"
+    node_a = _on_node(local_cluster, LOGIN_NODES[0], "run", str(spec_a), linger_s=600)
+    try:
+        record = until("node A's job to run", lambda: next(
+            (p for p in work_dirs.glob(".slurm_run.r*.json") if '"pgid"' in p.read_text()),
+            None), 120)
+        alloc = json.loads(record.read_text())["allocation"]
+        until("node A's lease step", lambda: True if _leases(alloc) else None, 30)
+        os.kill(_node_init(node_a.pid), signal.SIGKILL)  # the whole node, at once
+        node_a.communicate(timeout=30)
+        until("node A's lease step ended by itself", lambda: True if not _leases(alloc)
+              else None, 60)
+        assert job_state(alloc) == "RUNNING"  # only the lease ended
+        released = cli_report(_on_node(local_cluster, LOGIN_NODES[1], "release", str(spec_b),
+                                       "--no-wait"), timeout=120)
+        assert released["status"] == "RELEASED" and released["allocation_id"] == alloc, \
+            (released.get("summary"), released.get("errors"))
+        until("the allocation gone", lambda: True if job_state(alloc) in (
+            None, "CANCELLED", "COMPLETED") else None, 30)
+    finally:
+        if node_a.poll() is None:
+            node_a.kill()
+            node_a.communicate(timeout=30)
+        subprocess.run([sys.executable, "-m", "slurm_fsm", "release", str(spec_b), "--quiet"],
+                       env=_env(local_cluster), timeout=120, check=False,
+                       capture_output=True)
