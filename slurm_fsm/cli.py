@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from slurm_fsm.progress import StderrEvents
     from slurm_fsm.spec import JobSpec
 
+from slurm_fsm.fakecli import FAKE_ACCOUNTS, FAKE_PARTITIONS
+
 __all__ = ["EXIT_BAD_INPUT", "EXIT_ERROR", "FAKE_ACCOUNTS", "FAKE_PARTITIONS",
            "fake_backend", "fake_state_path", "main"]
 
@@ -39,12 +41,6 @@ EXIT_BAD_INPUT = 2
 EXIT_ERROR = 3
 
 
-#: What ``--backend fake`` knows when not told (``--fake-partition``/``--fake-account``):
-#: the partition and account of the shipped examples and of the local cluster.
-FAKE_PARTITIONS = ("debug",)
-FAKE_ACCOUNTS = ("acct",)
-#: Nodes of each fake partition.
-FAKE_NODES = 4
 
 EXIT_CODES_HELP = """exit codes:
   0  PASSED, RELEASED (status, plan, diagram: done)
@@ -176,16 +172,10 @@ def _fake_for(args: argparse.Namespace) -> SlurmBackend:
 
 
 def fake_backend(partitions: Sequence[str], accounts: Sequence[str]) -> SlurmBackend:
-    """The fake cluster of ``--backend fake``: it runs the script for real on this machine
-    (``run_scripts=True``) and knows only the declared partitions and accounts (the
-    defaults when none are given)."""
-    from slurm_fsm.testing import FakeCluster
+    """The fake cluster of ``--backend fake`` (:func:`slurm_fsm.fakecli.fake_backend`)."""
+    from slurm_fsm.fakecli import fake_backend as make
 
-    parts = list(partitions) or list(FAKE_PARTITIONS)
-    nodes = [f"node{i:02d}" for i in range(1, FAKE_NODES + 1)]
-    return FakeCluster(partitions={p: nodes for p in parts},
-                       accounts=list(accounts) or list(FAKE_ACCOUNTS), run_scripts=True,
-                       preflight=True)
+    return make(partitions, accounts)
 
 
 def _say(text: str) -> None:

@@ -159,9 +159,9 @@ def _logs(handle: DetachedRun, follow_it: bool) -> int:
 
 
 def _print_report(view: RunView, as_json: bool) -> int:
-    from slurm_fsm.detach import settle
+    from slurm_fsm.detach import backend_for, settle
 
-    saved = settle(view)
+    saved = settle(view, backend_for(view.files))
     if saved is None:
         _err(f"run {view.run_id} is still {view.state}: no report yet (`slurm-fsm wait "
              f"{view.run_id}`)\n")
@@ -200,7 +200,7 @@ def _attach(handle: DetachedRun, as_json: bool, quiet: bool) -> int:
 
 
 def _wait(handles: Sequence[DetachedRun], timeout: float | None, as_json: bool) -> int:
-    from slurm_fsm.detach import settle
+    from slurm_fsm.detach import backend_for, settle
 
     deadline = None if timeout is None else time.monotonic() + timeout
     docs: list[dict[str, Any]] = []
@@ -216,7 +216,7 @@ def _wait(handles: Sequence[DetachedRun], timeout: float | None, as_json: bool) 
             worst = max(worst, 3)
             continue
         view = handle.view()
-        saved = settle(view)
+        saved = settle(view, backend_for(view.files))
         assert saved is not None
         code = saved.report.exit_code_for_cli
         worst = max(worst, code)

@@ -27,7 +27,9 @@ from pathlib import Path
 
 import attrs
 
+from slurm_fsm.backend import SlurmBackend
 from slurm_fsm.errors import SlurmFsmError, SpecError, UnknownRun
+from slurm_fsm.events import Events
 from slurm_fsm.paths import StatePaths
 from slurm_fsm.report import Report
 from slurm_fsm.runowner import (
@@ -42,8 +44,8 @@ from slurm_fsm.runowner import (
 from slurm_fsm.runrecord import new_run_id
 from slurm_fsm.spec import JobSpec
 
-__all__ = ["DetachedRun", "RunState", "RunView", "UnknownRun", "attach", "find", "follow",
-           "run_files", "runs", "settle", "submit"]
+__all__ = ["LEASE_GONE_GRACE_S", "DetachedRun", "RunState", "RunView", "UnknownRun", "attach",
+           "backend_for", "find", "follow", "run_files", "runs", "settle", "submit"]
 
 #: How often a follower looks at a run's files again.
 POLL_S = 0.2
@@ -138,43 +140,145 @@ def runs(repo: Path) -> list[RunView]:
 
 
 # ------------------------------------------------------------------- settling
-def _rebuilt_facts(view: RunView) -> tuple[Report, str]:
-    """The verdict of a run whose owner is gone without one, and the note saying so."""
+#: How long a run on another host may take between the end of its lease step and its
+#: saved report before it counts as gone (its owner stops the lease, then judges).
+LEASE_GONE_GRACE_S = 10.0
+
+
+def _spec_of(rec: OwnerRecord) -> JobSpec | None:
+    try:
+        return JobSpec.from_dict(rec.spec, check_script=False) if rec.spec else None
+    except SlurmFsmError:
+        return None
+
+
+def _interrupted(view: RunView, why: str) -> Report:
+    """The verdict of a persistent run whose owner is gone: its script was stopped with
+    it (a run's script never outlives its owner), so it ended then."""
     from slurm_fsm.logs import tail_lines
     from slurm_fsm.results import report_of
     from slurm_fsm.runfacts import Mode, Phase, RunFacts
 
     rec = view.record
     assert rec is not None
-    spec = JobSpec.from_dict(rec.spec, check_script=False) if rec.spec else None
     log = Path(rec.log) if rec.log else None
-    why = (f"its {rec.owner.value} (pid {rec.pid} on {rec.host}) is gone without a report")
-    note = (f"rebuilt by pid {os.getpid()} on {os.uname().nodename}: {why}; the job's "
-            "script was stopped with it (a run's script never outlives its owner)")
     facts = RunFacts(
         mode=Mode(rec.mode), phase=Phase.RUNNING if log else Phase.STEP0,
         interrupted=why, job_id=rec.job_id or None, allocation_id=rec.allocation_id or None,
         stdout=str(log) if log else None,
-        log_tail=tuple(tail_lines(log, 50)) if log is not None else (), notes=(note,))
-    return report_of(facts, spec), note
+        log_tail=tuple(tail_lines(log, 50)) if log is not None else (),
+        notes=(_note(why, "the job's script was stopped with it (a run's script never "
+                          "outlives its owner)"),))
+    return report_of(facts, _spec_of(rec))
 
 
-def settle(view: RunView) -> SavedReport | None:
+def _note(why: str, then: str) -> str:
+    return f"rebuilt by pid {os.getpid()} on {os.uname().nodename}: {why}; {then}"
+
+
+def _batch_job(view: RunView, backend: SlurmBackend, why: str) -> Report | None:
+    """The verdict of a one-shot run whose owner is gone: its batch job outlives it;
+    None while the job still runs, else the job judged as its owner would have
+    (:meth:`slurm_fsm.oneshot.OneShotRun.collect`)."""
+    from slurm_fsm.errors import BackendError, JobNotFound
+    from slurm_fsm.monitor import PollPolicy
+    from slurm_fsm.oneshot import OneShotRun
+    from slurm_fsm.results import report_of
+
+    rec = view.record
+    spec = _spec_of(rec) if rec is not None else None
+    if rec is None or spec is None or not rec.job_id:
+        return None
+    try:
+        if backend.query_job(rec.job_id).state.is_live:
+            return None
+    except JobNotFound:
+        pass
+    except BackendError:
+        return None
+    run = OneShotRun(spec, backend, clock=backend.clock, events=Events(),
+                     policy=PollPolicy(), warnings=[])
+    facts = run.collect(rec.job_id)
+    facts = attrs.evolve(facts, notes=(*facts.notes, _note(why, f"its batch job "
+                                                           f"{rec.job_id} was followed "
+                                                           "to its end")))
+    return report_of(facts, spec)
+
+
+def _lease_gone(rec: OwnerRecord, backend: SlurmBackend) -> bool:
+    """Slurm no longer lists the lease step that held ``rec``'s run (nor its
+    allocation): its owner, on another host, is gone (a lease ends with its host).
+    False when Slurm cannot say, or the record names no lease."""
+    from slurm_fsm.errors import BackendError, JobNotFound
+
+    if not rec.lease:
+        return False
+    try:
+        names = {s.name for s in backend.list_steps(rec.allocation_id)}
+    except JobNotFound:
+        return True
+    except BackendError:
+        return False
+    return rec.lease not in names
+
+
+def _stop_what_it_left(view: RunView, backend: SlurmBackend) -> str:
+    """Stop the steps a run whose host is gone left on its allocation, as the next run
+    would (:func:`slurm_fsm.runsteps.stop_leftovers`, under the state file's lock):
+    a run is reported when none of its steps runs any more. What was done, in words."""
+    from slurm_fsm.runrecord import RunBook
+    from slurm_fsm.runsteps import stop_leftovers
+    from slurm_fsm.state import StateStore
+
+    rec = view.record
+    assert rec is not None
+    state = view.files.paths.state
+    try:
+        with StateStore(state, lock_timeout_s=60.0).locked():
+            said = stop_leftovers(backend, RunBook(state), rec.allocation_id, backend.clock)
+    except (SlurmFsmError, OSError) as exc:
+        return f"; what it left could not be stopped: {exc}"
+    return "".join(f"; {text}" for text in said)
+
+
+def settle(view: RunView, backend: SlurmBackend | None = None) -> SavedReport | None:
     """The run's verdict: the saved one; else, when its owner is gone, one rebuilt from
-    what it left and saved (``source: rebuilt``); else None (it still runs, or its
-    owner is on another host and nothing says it is gone)."""
+    what it left and saved (``source: rebuilt``); else None (it still runs).
+
+    An owner on this host is gone when its pid (with its start time) is. An owner on
+    another host cannot be checked from here: with ``backend``, Slurm tells (a
+    persistent run's lease step ends with its host; a one-shot job ends by itself).
+    A persistent run's script stops with its owner: it is judged as stopped then. A
+    one-shot job goes on: it is judged once it has ended, as its owner would have."""
     if view.saved is not None:
         return view.saved
-    if view.state != RunState.LOST or view.record is None:
-        return None
     rec = view.record
-    report, _note = _rebuilt_facts(view)
+    if rec is None or rec.phase is RunPhase.DONE:
+        return None
+    alive = owner_alive(rec)
+    if alive:
+        return None
+    why = f"its {rec.owner.value} (pid {rec.pid} on {rec.host}) is gone without a report"
+    report: Report | None = None
+    if rec.mode == "one-shot" and backend is not None and rec.job_id:
+        report = _batch_job(view, backend, why)
+    elif alive is False:  # a fake cluster's job died with the process that held it
+        report = _interrupted(view, why)
+    elif (rec.mode != "one-shot" and backend is not None and rec.allocation_id
+          and _lease_gone(rec, backend)):
+        time.sleep(LEASE_GONE_GRACE_S)  # it may be judging now: its report comes first
+        if (saved := view.files.report(rec.run_id)) is not None:
+            return saved
+        stopped = _stop_what_it_left(view, backend)
+        report = _interrupted(view, why.replace("is gone", "is gone (its lease step "
+                                                "ended with its host)") + stopped)
+    if report is None:
+        return None
     owned = OwnedRun(view.files, rec.run_id, rec.owner, spec_path=rec.spec_path)
     owned.record = rec
     owned.save(report, source="rebuilt")
-    return view.files.report(rec.run_id) or SavedReport(run_id=rec.run_id, report=report,
-                                                        source="rebuilt",
-                                                        spec_path=rec.spec_path)
+    return view.files.report(rec.run_id) or SavedReport(
+        run_id=rec.run_id, report=report, source="rebuilt", spec_path=rec.spec_path)
 
 
 # ------------------------------------------------------------------- following
@@ -204,6 +308,17 @@ def follow(path: Path, *, until: Callable[[], bool], offset: int = 0,
             fh.close()
 
 
+def backend_for(files: RunFiles) -> SlurmBackend | None:
+    """The backend that can tell how a run of ``files`` went: this machine's Slurm for
+    a real state file; None for the fake backend's (its cluster lived in the process
+    that ran it)."""
+    if files.paths.state.name == StatePaths.for_repo(".", fake=True).state.name:
+        return None
+    from slurm_fsm.subprocess_backend import SubprocessBackend
+
+    return SubprocessBackend()
+
+
 class DetachedRun:
     """A run found by its id (:func:`attach`) or started detached (:func:`submit`)."""
 
@@ -228,7 +343,8 @@ class DetachedRun:
         one). TimeoutError after ``timeout`` seconds."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            saved = settle(self.view())
+            view = self.view()
+            saved = settle(view, backend_for(view.files))
             if saved is not None:
                 return saved.report
             if deadline is not None and time.monotonic() >= deadline:

@@ -163,10 +163,12 @@ class Executor:
         if path is None:
             return
         machine = path.machine if isinstance(path, PersistentRun) else None
+        lease = path.lease if isinstance(path, PersistentRun) else None
         self.owned.started(log=str(path.log_path or ""),
                            job_id=path.job_id if isinstance(path, OneShotRun) else None,
                            allocation_id=machine.alloc.job_id
-                           if machine is not None and machine.alloc else None)
+                           if machine is not None and machine.alloc else None,
+                           lease=lease.name if lease is not None else "")
 
     def _mode(self) -> Mode:
         spec = self.spec

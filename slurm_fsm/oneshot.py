@@ -111,13 +111,23 @@ class OneShotRun:
         except BackendError as exc:
             return self._facts(Phase.SUBMITTING, failure=Failure(
                 phase=Phase.SUBMITTING, message=f"sbatch failed: {exc}", errors=(str(exc),)))
+        return self.collect(job_id, submitted=True)
+
+    def collect(self, job_id: str, *, submitted: bool = False) -> RunFacts:
+        """Watch job ``job_id`` to its end and say what was seen: the second half of
+        :meth:`run`, and how a run whose owner is gone is judged from another process
+        (:func:`slurm_fsm.detach.settle`: a batch job outlives the process that
+        submitted it)."""
+        spec = self.spec
+        if not submitted:
+            self.path.append(Phase.SUBMITTING.value)
         self.job_id = job_id
         out, err = self._files(job_id)
         logs = f"log {out}" if err == out else f"logs {out} and {err}"
         self.events.message(
-            f"Submitted batch job {job_id}: script {spec.script_path}, work dir "
-            f"{spec.work_dir}, {logs}; monitor with `squeue -j {job_id}` or "
-            f"`sacct -j {job_id}`"
+            f"{'Submitted' if submitted else 'Following'} batch job {job_id}: script "
+            f"{spec.script_path}, work dir {spec.work_dir}, {logs}; monitor with "
+            f"`squeue -j {job_id}` or `sacct -j {job_id}`"
         )
         watch = self._watch(job_id, out, err)
         self.path.append(Phase.COLLECTED.value)

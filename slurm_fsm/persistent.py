@@ -288,7 +288,8 @@ class PersistentRun:
         try:
             lease = self.runs.start(alloc.job_id, spec=str(spec.script_path),
                                     model=spec.model_name or "",
-                                    container=spec.container_name or "", run_id=run_id)
+                                    container=spec.container_name or "", run_id=run_id,
+                                    lease=self.lease.name)
         except OSError as exc:
             self.lease.stop()
             msg = (f"could not write this run's record (its lease on allocation "

@@ -97,6 +97,9 @@ class OwnerRecord:
     allocation_id: str = ""
     #: a detached run's progress file (its supervisor's output)
     progress: str = ""
+    #: a persistent run's lease step (its own or its ``run_many`` batch's): when Slurm
+    #: no longer lists it, its owner's host is gone
+    lease: str = ""
 
     @classmethod
     def new(cls, run_id: str, owner: Owner, *, mode: str, spec_path: str,
@@ -119,7 +122,7 @@ class OwnerRecord:
         """A record from its JSON; None when a field is missing or of the wrong type."""
         try:
             texts = {k: data.get(k, "") for k in ("spec_path", "log", "job_id",
-                                                  "allocation_id", "progress")}
+                                                  "allocation_id", "progress", "lease")}
             ints = {k: data[k] for k in ("pid", "pid_ticks", "uid")}
             spec = data.get("spec", {})
             if (not all(isinstance(v, str) for v in texts.values())
@@ -281,12 +284,15 @@ class OwnedRun:
         self.record = record
         return []
 
-    def started(self, *, log: str, job_id: str | None, allocation_id: str | None) -> None:
-        """The job has started: where its log is, its job or allocation id."""
+    def started(self, *, log: str, job_id: str | None, allocation_id: str | None,
+                lease: str = "") -> None:
+        """The job has started: where its log is, its job or allocation id, the lease
+        step that holds it."""
         if self.record is None:
             return
         record = attrs.evolve(self.record, phase=RunPhase.RUNNING, log=log,
-                              job_id=job_id or "", allocation_id=allocation_id or "")
+                              job_id=job_id or "", allocation_id=allocation_id or "",
+                              lease=lease)
         with contextlib.suppress(OSError):
             self.files.write_owner(record)
             self.record = record

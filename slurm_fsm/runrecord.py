@@ -32,7 +32,7 @@ import os
 import re
 import secrets
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -125,6 +125,10 @@ class RunRecord:
     #: the ids of the steps seen running while the script ran (for accounting's word on
     #: how they ended; ids alone prove nothing: never a step to stop)
     seen_steps: tuple[str, ...] = ()
+    #: the name of the lease step that holds the run (its own, or a ``run_many``
+    #: batch's): when Slurm no longer lists it, a run of another host is gone (a lease
+    #: step ends with its host)
+    lease: str = ""
 
     def to_json(self) -> bytes:
         data = attrs.asdict(self)
@@ -152,6 +156,7 @@ class RunRecord:
                 srun_pids=tuple(p for p in data.get("srun_pids") or () if isinstance(p, int)),
                 seen_steps=tuple(p for p in data.get("seen_steps") or ()
                                  if isinstance(p, str) and STEP_ID.fullmatch(p)),
+                lease=str(data.get("lease") or ""),
             )
         except (KeyError, TypeError, ValueError):
             return None
@@ -238,7 +243,7 @@ class RunBook:
         return self.paths.run_record(run_id)
 
     def start(self, allocation: str, *, spec: str = "", model: str = "",
-              container: str = "", run_id: str | None = None) -> RunRecord:
+              container: str = "", run_id: str | None = None, lease: str = "") -> RunRecord:
         """A new record of this process's run (the lease), written at once. Raises
         OSError or FileProblem when it cannot be written: a run without a lease must not
         start (a release would not see it). ``run_id``: one of :func:`new_run_id`
@@ -248,7 +253,7 @@ class RunBook:
             run_id=run_id or new_run_id(), allocation=allocation, pid=me,
             pid_ticks=start_ticks(me) or 0, host=socket.gethostname(), boot_id=boot_id(),
             uid=os.getuid(), since=datetime.now(UTC).isoformat(timespec="seconds"),
-            spec=spec, model=model, container=container,
+            spec=spec, model=model, container=container, lease=lease,
         )
         self.save(record, fsync=False)
         return record
@@ -319,7 +324,26 @@ class RunBook:
         return [r for r in self.records() if not r.ended and owner_alive(r)
                 and (allocation is None or r.allocation == allocation)]
 
-    def dead(self) -> list[RunRecord]:
+    def dead(self, leases: Callable[[str], set[str] | None] | None = None
+             ) -> list[RunRecord]:
         """Leftovers for the next run to stop: records whose orchestrator is gone, and
-        records of jobs that ended with steps Slurm could not stop (kept, ``ended``)."""
-        return [r for r in self.records(skip_ours=True) if r.ended or not owner_alive(r)]
+        records of jobs that ended with steps Slurm could not stop (kept, ``ended``).
+
+        A record of another host cannot be checked by its pid: with ``leases`` (the
+        names of the lease steps Slurm lists on an allocation, None when it cannot
+        say), it is gone when its lease step is no longer listed (a lease step ends
+        with its host, :data:`slurm_fsm.slurmcli.LEASE_TASK`)."""
+        here = socket.gethostname()
+        asked: dict[str, set[str] | None] = {}
+
+        def gone(r: RunRecord) -> bool:
+            if r.ended or not owner_alive(r):
+                return True
+            if leases is None or r.host == here or not r.lease:
+                return False
+            if r.allocation not in asked:
+                asked[r.allocation] = leases(r.allocation)
+            listed = asked[r.allocation]
+            return listed is not None and r.lease not in listed
+
+        return [r for r in self.records(skip_ours=True) if gone(r)]

@@ -89,14 +89,16 @@ def _started_before(step: StepInfo, record: RunRecord) -> bool:
 
 def steps_of(record: RunRecord, steps: Iterable[StepInfo], *, host: str, uid: int,
              pids: Collection[int] = (), members: Collection[int] = (),
-             alive: Collection[int] = ()) -> list[StepInfo]:
+             alive: Collection[int] = (), host_gone: bool = False) -> list[StepInfo]:
     """The steps among ``steps`` (what Slurm says now) that ``record``'s run started:
     the one rule of the module's text. Pure: it asks neither Slurm nor ``/proc``.
 
     ``host``: this host; ``uid``: this unix user; ``pids``: the run's script group,
     every pid known (sampled, recorded, live); ``members``: the group's live members
     now (proven the run's); ``alive``: which of the steps' srun pids run on this host
-    now (an srun pid alive but not in ``members`` is a reused pid, someone else's)."""
+    now (an srun pid alive but not in ``members`` is a reused pid, someone else's).
+    ``host_gone``: the record is another host's, and that host is gone (its lease step
+    ended with it): its steps are told by their srun's host and pid, the record's."""
     script = record.script
     script_step = (str(script.get("fake_step")) if "fake_step" in script
                    and str(script.get("fake_job")) == record.allocation else None)
@@ -111,9 +113,10 @@ def steps_of(record: RunRecord, steps: Iterable[StepInfo], *, host: str, uid: in
         mark = marks.get(step.step_id)
         marked = mark is not None and mark.matches(step)
         pid = step.srun_pid
-        by_srun = (pid is not None and bool(step.srun_host) and step.srun_host == host
-                   and record.host == host and pid in pids
-                   and not (pid in alive and pid not in members)  # a reused pid
+        here = record.host == host and not (pid in alive and pid not in members)
+        there = host_gone and record.host != host  # nothing runs there any more
+        by_srun = (pid is not None and bool(step.srun_host) and step.srun_host == record.host
+                   and (here or there) and pid in pids  # not a reused pid (here)
                    and not _started_before(step, record))
         is_script = script_step is not None and step.step_id == script_step and pid is None
         if marked or by_srun or is_script:
@@ -365,10 +368,23 @@ def _dead_runs_steps(backend: SlurmBackend, old: RunRecord, pids: set[int],
     except BackendError as exc:
         problems.append(f"could not list the steps of {alloc_id}: {exc}")
         return []
+    # a record of another host that has not ended is dead only once its lease step is
+    # gone with that host (RunBook.dead): its srun pids are that host's, and none runs
     found = steps_of(old, steps, host=host, uid=os.getuid(), pids=pids, members=members,
-                     alive=_alive(steps, host))
+                     alive=_alive(steps, host), host_gone=old.host != host and not old.ended)
     return found + [lease.step for lease in lease_steps(steps)
                     if lease.run_id == old.run_id and lease.step not in found]
+
+
+def _lease_names(backend: SlurmBackend, alloc_id: str) -> set[str] | None:
+    """The names of the steps Slurm lists on ``alloc_id`` (every lease among them:
+    ``scontrol show step``, as for the steps themselves); None when it cannot say."""
+    try:
+        return {s.name for s in backend.step_details(alloc_id)}
+    except JobNotFound:
+        return set()
+    except BackendError:
+        return None
 
 
 def stop_leftovers(backend: SlurmBackend, book: RunBook, alloc_id: str, clock: Clock,
@@ -382,7 +398,7 @@ def stop_leftovers(backend: SlurmBackend, book: RunBook, alloc_id: str, clock: C
     is deleted. A record is deleted once what it names is gone. What was done, as
     warnings (a skipped file named). No record of a dead run: no Slurm call."""
     out: list[str] = []
-    dead = book.dead()
+    dead = book.dead(leases=lambda alloc: _lease_names(backend, alloc))
     for path, why in sorted(book.skipped.items()):
         out.append(f"run record {path} skipped: {why}; delete it")
     book.skipped.clear()

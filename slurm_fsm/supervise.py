@@ -120,7 +120,7 @@ def _run(task: Task, state_path: Path, run_id: str) -> int:
 
     spec = JobSpec.from_dict(task.spec, check_script=False)
     if task.backend == "fake":
-        from slurm_fsm.cli import fake_backend
+        from slurm_fsm.fakecli import fake_backend
 
         backend = fake_backend(list(task.fake_partitions), list(task.fake_accounts))
     else:

@@ -25,7 +25,7 @@ from slurm_fsm.lease import (
 )
 from slurm_fsm.results import Status
 from slurm_fsm.runrecord import RunBook, RunRecord
-from slurm_fsm.slurmcli import srun_lease_argv
+from slurm_fsm.slurmcli import LEASE_TASK, srun_lease_argv
 from slurm_fsm.state import StateStore
 from slurm_fsm.subprocess_backend import SubprocessBackend
 from slurm_fsm.testing import FakeCluster, FakeScript
@@ -66,7 +66,8 @@ def test_the_lease_argv_is_one_overlapping_step_without_gpus() -> None:
     argv = srun_lease_argv("12", lease_name(A, NOW))
     assert argv[:7] == ["srun", "--jobid=12", "-N1", "-n1", "--overlap", "--gres=none",
                         f"--job-name=fsm-lease.{A}.{NOW}"]
-    assert argv[7:9] == ["sh", "-c"] and argv[9].endswith("exec sleep infinity")
+    # the task lives until its srun ends or its srun's host is gone (test_lease_probe)
+    assert argv[7:] == ["sh", "-c", LEASE_TASK]
 
 
 # (steps Slurm lists or None, records, container asked) -> (holders' run ids, broken)

@@ -188,3 +188,26 @@ def test_the_first_sample_waits_a_sample_period_after_the_start(
     clock.advance(SAMPLE_EVERY_S / 2)
     steps.sample()
     assert scans == [4242]
+
+
+def test_a_gone_hosts_steps_are_told_by_that_hosts_srun_pids() -> None:
+    """Issue 39, item 4: a run of login node A, whose whole host died, is found dead by
+    its lease step's end; its steps are told by A's srun pids (never by this host's)."""
+    from slurm_fsm.backend import StepInfo
+    from slurm_fsm.jobstate import JobState
+    from slurm_fsm.runrecord import RunRecord
+    from slurm_fsm.runsteps import steps_of
+
+    record = RunRecord(run_id="r0123456789ab", allocation="7", pid=4, pid_ticks=1,
+                       host="login-a", boot_id="b", uid=0, since="2026-01-01T00:00:00",
+                       srun_pids=(25, 26))
+
+    def step(sid: str, host: str, pid: int) -> StepInfo:
+        return StepInfo(job_id="7", step_id=sid, name="bash", state=JobState.RUNNING,
+                        srun_host=host, srun_pid=pid, user_id=0,
+                        start_time="2026-01-01T00:00:05")
+
+    steps = [step("1", "login-a", 25), step("2", "login-b", 25), step("3", "login-a", 99)]
+    here = {"host": "login-b", "uid": 0, "pids": {25, 26}}
+    assert steps_of(record, steps, **here) == []  # its host may live: nothing by pid
+    assert [s.step_id for s in steps_of(record, steps, **here, host_gone=True)] == ["1"]

@@ -122,3 +122,99 @@ def test_a_killed_supervisor_leaves_no_step_and_a_rebuilt_report(
     finally:
         (tmp_path / "gate").touch()
         _release(local_cluster, spec)
+
+
+ONE_SHOT = ("#!/bin/bash\n#SBATCH --time=00:05:00\necho \"script pid $$\"\n"
+            "until [ -e {gate} ]; do sleep 0.1; done\necho '7 passed in 1.00s'\n")
+
+
+def _one_shot_spec(cluster: ClusterInfo, tmp_path: Path, name: str) -> Path:
+    (tmp_path / "oneshot.slurm").write_text(ONE_SHOT.format(gate=tmp_path / "gate"))
+    data = spec_dict(cluster, tmp_path, name, script_path=str(tmp_path / "oneshot.slurm"),
+                     persistent_mode=False, workflow_type="pytest",
+                     success_patterns=["passed"], log_file_pattern="oneshot_%j.out")
+    path = tmp_path / "oneshot.json"
+    path.write_text(json.dumps(data))
+    (tmp_path / "repo").mkdir(exist_ok=True)
+    return path
+
+
+def test_a_one_shot_job_outlives_its_killed_supervisor_and_is_judged_as_live(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    """A batch job outlives the process that submitted it: the rebuilt verdict waits for
+    the job's end and equals the live one (status, exit code, metrics)."""
+    spec = _one_shot_spec(local_cluster, tmp_path, names.new("oneshotk9", ""))
+    repo = tmp_path / "repo"
+    (tmp_path / "gate").touch()
+    live = json.loads(_cli(local_cluster, "run", str(spec), "--json", "--quiet",
+                           cwd=repo).stdout)
+    assert live["status"] == "PASSED", live
+    (tmp_path / "gate").unlink()
+    doc = _detach(local_cluster, spec, repo)
+    run_id, job = str(doc["run_id"]), str(doc["job_id"])
+    until("the batch job running", lambda: True if job_state(job) == "RUNNING" else None, 60)
+    os.kill(int(str(doc["pid"])), signal.SIGKILL)
+    assert job_state(job) == "RUNNING"  # it outlives its supervisor
+    early = _cli(local_cluster, "report", run_id, cwd=repo)
+    assert early.returncode == 3 and "still" in early.stderr  # never before its end
+    (tmp_path / "gate").touch()
+    waited = _cli(local_cluster, "wait", run_id, "--json", cwd=repo, timeout=180)
+    assert waited.returncode == 0, waited.stderr
+    [rebuilt] = json.loads(waited.stdout)
+    assert rebuilt["report_source"] == "rebuilt"
+    assert (rebuilt["status"], rebuilt["exit_code"], rebuilt["metrics"]["passed"]) == (
+        live["status"], live["exit_code"], live["metrics"]["passed"])
+    assert rebuilt["job_id"] == job
+    assert any("followed to its end" in n for n in rebuilt["notes"]), rebuilt["notes"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                    reason="emulating a login node needs unshare as root")
+def test_a_run_whose_login_node_died_whole_gets_a_verdict_elsewhere(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    """The owner on another host cannot be checked by pid: its lease step, which ends
+    with its host, tells. Node A detaches a run, then dies whole (every process at
+    once); this host's ``wait`` gets a rebuilt CANCELLED verdict naming the lost owner,
+    and no step of the run is left."""
+    from slurm_fsm_dev.loginnodes import children
+
+    spec = _spec(local_cluster, tmp_path, names.new("nodelost"))
+    repo = tmp_path / "repo"
+    node_a = on_node(LOGIN_NODES[0], ["run", str(spec), "--detach", "--json", "--quiet"],
+                     env=_env(local_cluster), linger_s=600)
+    try:
+        run_id = until("node A's run", lambda: next(
+            (r["run_id"] for r in json.loads(_cli(local_cluster, "runs", "--json",
+                                                  cwd=repo).stdout)
+             if r["state"] == "running" and r["allocation_id"]), None), 120)
+        alloc = json.loads(_cli(local_cluster, "runs", "--json", cwd=repo).stdout)[0][
+            "allocation_id"]
+        until("the job's step running", lambda: True if _job_steps(alloc) else None, 60)
+        # the run's record names its step's srun (a step started just before its host
+        # died, whose srun the run had not seen yet, cannot be proven the run's)
+        from slurm_fsm.subprocess_backend import SubprocessBackend
+
+        (job_step,) = [s for s in SubprocessBackend().step_details(alloc)
+                       if not s.name.startswith("fsm-lease.")]
+        record = repo / "work_dirs" / f".slurm_run.{run_id}.json"
+        until("the record naming the step's srun", lambda: True if job_step.srun_pid in
+              json.loads(record.read_text())["srun_pids"] else None, 60)
+        (init,) = children().get(node_a.pid, [])
+        os.kill(init, signal.SIGKILL)  # node A, whole
+        node_a.communicate(timeout=30)
+        waited = _cli(local_cluster, "wait", run_id, "--json", cwd=repo, timeout=180)
+        assert waited.returncode == 1, waited.stderr
+        [report] = json.loads(waited.stdout)
+        assert (report["status"], report["report_source"]) == ("CANCELLED", "rebuilt")
+        assert any(LOGIN_NODES[0] in n and "lease step ended" in n
+                   for n in report["notes"]), report["notes"]
+        # reported once none of its steps runs any more: what it left was stopped
+        assert _job_steps(alloc) == []
+        assert any("stopped what an earlier run that died left running" in n
+                   for n in report["notes"]), report["notes"]
+    finally:
+        if node_a.poll() is None:
+            node_a.kill()
+            node_a.communicate(timeout=30)
+        (tmp_path / "gate").touch()
+        _release(local_cluster, spec)
