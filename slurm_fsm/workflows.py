@@ -78,15 +78,16 @@ _PYTEST_COUNT = (r"\d+ (?:subtests (?:passed|failed)|passed|failed|errors?|skipp
                  r"|xpassed|warnings?|deselected|rerun)")
 _PYTEST_SUMMARY = re.compile(
     rf"(?P<body>{_PYTEST_COUNT}(?:, {_PYTEST_COUNT})*|no tests ran)"
-    rf" in (?P<time>\d+(?:\.\d+)?s|\d+(?::\d+){{1,2}}(?:\.\d+)?)(?![\w:])"
+    rf" in (?P<time>\d+(?:\.\d+)?(?:s| seconds)|\d+(?::\d+){{1,2}}(?:\.\d+)?)(?![\w:])"
 )
 _PYTEST_ITEM = re.compile(r"(\d+) (subtests \w+|\w+)")
 
 
 def _seconds(text: str) -> float:
-    """``12.34s`` -> 12.34; ``1:02:03`` -> 3723.0; ``2:03`` -> 123.0."""
+    """``12.34s`` -> 12.34; ``213.99 seconds`` (pytest before 5.1) -> 213.99;
+    ``1:02:03`` -> 3723.0; ``2:03`` -> 123.0."""
     if text.endswith("s"):
-        return float(text[:-1])
+        return float(text.split()[0].rstrip("s"))
     total = 0.0
     for part in text.split(":"):
         total = total * 60 + float(part)
