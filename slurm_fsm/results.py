@@ -492,8 +492,8 @@ def _xid_row(m: re.Match[str], job_id: str | None) -> dict[str, str]:
                     f"a GPU was lost {where} ({m.group('pci')}): the driver no longer "
                     "reaches it; no job can use it until the node is repaired",
                     f"{find}drain it (`scontrol update NodeName={name} State=DRAIN "
-                    "Reason=\"Xid 79\"`, an administrator's step) and re-run on other nodes "
-                    f"(slurm_params.exclude / --exclude={name})")
+                    "Reason=\"Xid 79\"`, an administrator's step), release an allocation "
+                    "that holds it, and re-run: Slurm then gives other nodes")
     return _row(f"NVRM: Xid {m.group('xid')}",
                 f"the GPU driver reported an error {where} ({m.group('pci')})",
                 f"{find}look the Xid up in NVIDIA's Xid table; tell the node's "
@@ -632,7 +632,8 @@ def diagnose(
                              "lower the batch size (or max_num_tokens / KV cache fraction)"))
         elif any(_HOST_OOM.search(line) for line in cleaned):
             rows.append(_row("oom-kill in the log", "OOM on a node", "lower the batch size"))
-    if status is not Status.HANG_DETECTED and any(_NCCL.search(line) for line in cleaned):
+    if status is not Status.HANG_DETECTED and any(  # NCCL's own OOM lines: the CUDA row
+            _NCCL.search(line) and not _CUDA_OOM.search(line) for line in cleaned):
         rows.append(_row("NCCL error in the log", "GPU communication failed or timed out",
                          "re-run with NCCL_DEBUG=INFO; check the nodes' network"))
     rows += _gpu_rows(cleaned, job_id)
