@@ -542,6 +542,7 @@ def diagnose(
     success_missing: bool = False,
     metrics: Mapping[str, Any] | None = None,
     workflow_type: WorkflowType | None = None,
+    allocation_id: str | None = None,
 ) -> list[dict[str, str]]:
     """Rows of procedure.md's failure diagnosis table that apply, plus a few more.
 
@@ -552,7 +553,8 @@ def diagnose(
     failure pattern, a missing success pattern, and the rows the workflow's
     :meth:`~slurm_fsm.workflows.Workflow.diagnosis` finds in ``metrics`` (pytest
     failures, eval threshold; every workflow's when ``workflow_type`` is None).
-    A PASSED or RELEASED run gets no rows.
+    A PASSED or RELEASED run gets no rows. ``allocation_id``: the allocation a
+    persistent run's steps ran in (whose nodes a row about a node looks up).
     """
     if status in (Status.PASSED, Status.RELEASED):
         return []
@@ -636,7 +638,7 @@ def diagnose(
             _NCCL.search(line) and not _CUDA_OOM.search(line) for line in cleaned):
         rows.append(_row("NCCL error in the log", "GPU communication failed or timed out",
                          "re-run with NCCL_DEBUG=INFO; check the nodes' network"))
-    rows += _gpu_rows(cleaned, job_id)
+    rows += _gpu_rows(cleaned, job_id or allocation_id)
 
     hits = [p for p, n in (failure_hits or {}).items() if n > 0]
     if hits:
@@ -883,7 +885,7 @@ def _judged(facts: RunFacts, spec: JobSpec) -> Report:
                          log_empty=output.empty, log_lines=head + tail + err_tail,
                          job_id=facts.job_id, failure_hits=failure_hits,
                          success_missing=success_missing, metrics=metrics,
-                         workflow_type=spec.workflow_type)
+                         workflow_type=spec.workflow_type, allocation_id=facts.allocation_id)
     summary = (f"{status.value}: {facts.summary}" if facts.summary is not None
                else _summary(status, decision.reason, facts, wf.summarize(metrics)))
     metrics = {**metrics, "success_hits": success_hits, "failure_hits": failure_hits}

@@ -96,15 +96,21 @@ def test_one_place_for_an_evals_figures() -> None:
     assert wf.summarize({}) == "no eval figures found"
 
 
+MODES = {"persistent": {}, "one-shot": {"persistent_mode": False,
+                                        "log_file_pattern": "eval_%j.out"}}
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_an_eval_job_printing_lightevals_table_reports_its_figures_on_the_fake(
-        make_spec: SpecFactory) -> None:
+        make_spec: SpecFactory, mode: str) -> None:
     fake = FakeCluster()
-    spec = make_spec(workflow_type="eval")
+    spec = make_spec(workflow_type="eval", **MODES[mode])
     lines = ("loading", *real("eval/smollm34_lighteval_table.txt"),
              *(f"cleanup {i}" for i in range(150)))  # the table far from the end
     fake.script(spec.script_path, FakeScript(lines=lines))
     report = Executor(spec, fake, clock=fake.clock).run()
     assert report.status is Status.PASSED, report.render_text()
+    assert report.mode == mode
     assert report.metrics["scores"]["custom:hellaswag:0 acc_norm"] == 0.5542
     assert "accuracy" not in report.metrics
     assert report.warnings == []
@@ -304,3 +310,43 @@ def test_a_setup_steps_enroot_lines_that_say_why_are_kept() -> None:
         kept = setup_error_lines(text)
         assert any(why in line for line in kept), (name, kept)
         assert any(why in s for s in _symptoms(kept, Status.ERROR)), name
+
+
+@pytest.mark.parametrize(("fault", "symptom", "line"), [
+    ("runtime_dir", "enroot: cannot create directory /run/enroot (Permission denied)",
+     "pyxis:     mkdir: cannot create directory '/run/enroot': Permission denied"),
+    ("disk_full", "enroot: No space left on device while importing the image",
+     "pyxis:     Write failed because No space left on device"),
+])
+def test_a_setup_step_that_meets_a_node_fault_says_so_on_the_fake(
+        make_spec: SpecFactory, fault: str, symptom: str, line: str) -> None:
+    """The import of a persistent run's container fails for the node, not the image: the
+    ERROR report's diagnosis names the node's fault, never the image path or registry."""
+    fake = FakeCluster()
+    fake.enroot_fault = fault
+    spec = make_spec(docker_image="nvcr.io/nvidia/pytorch:24.01-py3", container_name="c",
+                     workflow_type="custom", skip_install=True)
+    report = Executor(spec, fake, clock=fake.clock).run()
+    assert report.status is Status.ERROR, report.render_text()
+    symptoms = [r["symptom"] for r in report.diagnosis]
+    assert symptom in symptoms and _IMPORT_ROW not in symptoms, symptoms
+    assert line in report.errors  # enroot's line that says why, once for both nodes
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_job_that_lost_a_gpu_and_ran_out_of_gpu_memory_says_both_on_the_fake(
+        make_spec: SpecFactory, mode: str) -> None:
+    fake = FakeCluster()
+    spec = make_spec(workflow_type="custom", **MODES[mode])
+    lines = (*real("gpu/nccl1235_socket_cuda_oom.txt"), *real("gpu/ogkm1151_xid79_gsp.txt"))
+    fake.script(spec.script_path, FakeScript(lines=lines, exit_code=1))
+    report = Executor(spec, fake, clock=fake.clock).run()
+    assert report.status is Status.FAILED, report.render_text()
+    symptoms = [r["symptom"] for r in report.diagnosis]
+    assert {"CUDA out of memory in the log", "NCCL error in the log",
+            "NVRM: Xid 79 (GPU has fallen off the bus)"} <= set(symptoms), symptoms
+    xid = next(r for r in report.diagnosis if r["symptom"].startswith("NVRM: Xid 79"))
+    # the nodes to look up: the job's (one-shot), the allocation's (persistent)
+    assert f"sacct -j {report.job_id or report.allocation_id} -X" in xid["advice"]
+    assert any("NCCL WARN Cuda failure 'out of memory'" in e for e in report.errors)
+    assert "NVRM: Xid (PCI:0000:06:00): 79, GPU has fallen off the bus." in report.errors
