@@ -82,10 +82,11 @@ def main() -> None:
         write_log(log, args.mib)
         rows = []
         for kind in args.workflows.split(","):
-            done = subprocess.run(  # a fresh process: its peak RSS is the read's
-                [sys.executable, "-m", "benchmarks.bigoutput", "--child", str(log), kind],
-                cwd=os.environ.get("BIGOUTPUT_CWD", str(REPO)), capture_output=True,
-                text=True, timeout=900, check=True)
+            # a fresh process: its peak RSS is the read's; BIGOUTPUT_CWD: another tree
+            # to measure (the code before a change, unpacked with git archive)
+            argv = [sys.executable, "-m", "benchmarks.bigoutput", "--child", str(log), kind]
+            done = subprocess.run(argv, cwd=os.environ.get("BIGOUTPUT_CWD", str(REPO)),  # noqa: S603
+                                  capture_output=True, text=True, timeout=900, check=True)
             row = json.loads(done.stdout)
             print(json.dumps(row), flush=True)
             rows.append(row)

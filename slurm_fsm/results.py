@@ -377,8 +377,11 @@ def setup_error_lines(text: str) -> list[str]:
 #: registry (the import row) are not to blame. ``mkdir: cannot create directory
 #: '/run/enroot': Permission denied`` (pyxis issue 12: the node's enroot.conf),
 #: ``Write failed because No space left on device`` (pyxis issue 53: the node's disk).
+#: (coreutils quotes the path with ' or, in a UTF-8 locale, with \u2018 \u2019)
+_QUOTE = "'`\"\u2018\u2019"
 _ENROOT_NO_DIR = re.compile(
-    r"pyxis:.*cannot create directory [‘'`\"]?(?P<path>[^‘’'`\":]+)[’'`\"]?: Permission denied")
+    rf"pyxis:.*cannot create directory [{_QUOTE}]?(?P<path>[^{_QUOTE}:]+)[{_QUOTE}]?: "
+    "Permission denied")
 _ENROOT_NO_SPACE = re.compile(r"pyxis:.*No space left on device")
 #: enroot reached the registry before it failed (``[INFO] Authentication succeeded``)
 _REGISTRY_ANSWERED = re.compile(r"pyxis:.*\[INFO\] (?:Authentication succeeded"
