@@ -39,9 +39,13 @@ from slurm_fsm.workflows import _PYTEST_SUMMARY, workflow
 
 __all__ = [
     "ERR_TAIL_LINES",
+    "FINAL_READ_BYTES",
+    "FOLLOW_READ_BYTES",
     "HEAD_LINES",
+    "HEAD_READ_BYTES",
     "LINE_BUFFER_CHARS",
     "RELEVANT_LINES",
+    "SCAN_BYTES",
     "TAIL_LINES",
     "HangJudge",
     "JobOutput",
@@ -58,6 +62,23 @@ ERR_TAIL_LINES = 50
 RELEVANT_LINES = 5000
 #: An unfinished line is kept up to this many characters; the rest of it is dropped.
 LINE_BUFFER_CHARS = 65536
+#: While the job runs, one look (:meth:`JobOutput.advance`) reads at most this many
+#: bytes of its files, shared between them (about half a second of CPU here): the
+#: monitor comes back to the job's state, the clock and the hang marker that often,
+#: however fast the job writes.
+FOLLOW_READ_BYTES = 32 << 20
+#: Once the job has ended (:meth:`JobOutput.finish`), at most about this many bytes not
+#: read yet are read line by line (about half a second of CPU): the end of each file.
+#: What lies before that end is skipped: its last part searched for the success and
+#: failure patterns only (:data:`SCAN_BYTES`), the rest not read; :attr:`JobOutput.gaps`
+#: says so.
+FINAL_READ_BYTES = 32 << 20
+#: Before a skip, a file whose first bytes were never read gives this many of them
+#: (the report's ``log_head``).
+HEAD_READ_BYTES = 64 << 10
+#: The skipped bytes searched for the patterns, times the number of patterns (about half
+#: a second of CPU): with two patterns, the last 512 MiB before the end read as lines.
+SCAN_BYTES = 1 << 30
 
 
 def _hinted(text: str, words: tuple[str, ...]) -> Iterable[tuple[int, str]]:
@@ -210,6 +231,27 @@ def _count_lines(text: str, pattern: str) -> int:
     return count
 
 
+class _PatternScan:
+    """Occurrences of each pattern in skipped bytes (no decoding, no lines); a pattern
+    across two chunks is found once. ``budget``: how many bytes it is given (the
+    :data:`SCAN_BYTES` shared by the patterns)."""
+
+    def __init__(self, patterns: Iterable[str]) -> None:
+        self.needles = {p: p.encode("utf-8") for p in patterns if p and "\n" not in p}
+        self.counts = dict.fromkeys(self.needles, 0)
+        self.budget = SCAN_BYTES // len(self.needles) if self.needles else 0
+        self.scanned = 0
+        self._carry = b""
+
+    def feed(self, data: bytes) -> None:
+        self.scanned += len(data)
+        for p, needle in self.needles.items():
+            keep = len(needle) - 1
+            carry = self._carry[len(self._carry) - keep:] if keep else b""
+            self.counts[p] += (carry + data).count(needle)
+        self._carry = data[-max((len(n) for n in self.needles.values()), default=1):]
+
+
 class JobOutput:
     """Follows every file of one job; keeps what the verdict needs (module docstring).
 
@@ -251,6 +293,8 @@ class JobOutput:
         self._section_hints = self.hang_judge.hints(sections=True)
         self._partial_judged: dict[Path, bool] = {}  # its unfinished line was judged
         self.finished = False
+        #: what was not read line by line, one sentence per file (:meth:`finish`)
+        self.gaps: list[str] = []
         self._followers: dict[Path, LogFollower] = {}
         self._partial: dict[Path, str] = {}  # each file's unfinished last line (bounded)
         self._open: dict[Path, bool] = {}  # an unfinished line is open (perhaps empty)
@@ -329,21 +373,62 @@ class JobOutput:
 
     # ------------------------------------------------------------------ following
     def advance(self) -> int:
-        """Read what every file gained since the last call; how many bytes."""
+        """Read what every file gained since the last call, at most
+        :data:`FOLLOW_READ_BYTES` (shared between the files); how many bytes."""
         self.hang_judge.new_read()
-        return sum(f.advance() for f in self._followers.values())
+        share = max(1, FOLLOW_READ_BYTES // len(self._followers))
+        return sum(f.advance(max_bytes=share) for f in self._followers.values())
 
     def finish(self) -> None:
-        """The job has ended: read every file to its end, and count each file's
-        unfinished last line. Call it before anything is judged; later calls do
+        """The job has ended: read every file to its end (past a backlog of more than
+        :data:`FINAL_READ_BYTES`, only its end: :meth:`_skip_backlog`), and count each
+        file's unfinished last line. Call it before anything is judged; later calls do
         nothing more than read what may still have been appended."""
-        self.advance()
+        self._skip_backlog()
+        self.hang_judge.new_read()
+        for f in self._followers.values():
+            f.advance()
         for path in self.paths:
             if self._open[path] or self._partial[path]:
                 last, self._partial[path], self._open[path] = self._partial[path], "", False
                 self._lines(path, last)
         self.hang_judge.close()
         self.finished = True
+
+    def _skip_backlog(self) -> None:
+        """More than :data:`FINAL_READ_BYTES` were not read yet (the job wrote faster
+        than it could be read): read each file's first lines when none were read, then
+        skip to the last ``FINAL_READ_BYTES / files`` bytes of each, the skipped bytes
+        searched for the patterns only; :attr:`gaps` says so."""
+        pending = {path: f.pending_bytes() for path, f in self._followers.items()}
+        if sum(pending.values()) <= FINAL_READ_BYTES:
+            return
+        if len(self.head) < HEAD_LINES:
+            self.hang_judge.new_read()
+            for f in self._followers.values():
+                if f.offset == 0:
+                    f.advance(max_bytes=HEAD_READ_BYTES)
+        share = FINAL_READ_BYTES // len(self._followers)
+        for path, f in self._followers.items():
+            if self._open[path] or self._partial[path]:  # a line cut by the skip
+                last, self._partial[path], self._open[path] = self._partial[path], "", False
+                self._lines(path, last)
+            scan = _PatternScan(self.pattern_hits)
+            skipped = f.skip(share, scan.feed, hand=scan.budget)
+            if not skipped:
+                continue
+            for pattern, count in scan.counts.items():
+                self.pattern_hits[pattern] += count
+            searched = (
+                "not searched: no patterns" if not scan.needles else
+                "searched for the success and failure patterns only"
+                if scan.scanned >= skipped else
+                f"the last {scan.scanned} of them searched for the success and failure "
+                "patterns only, the ones before not at all")
+            self.gaps.append(
+                f"{path}: the job wrote faster than its output could be read: {skipped} "
+                f"bytes before its last {share} were skipped after it ended ({searched}; "
+                "a hang marker, a test's or a figure's line among them was not seen)")
 
     # ------------------------------------------------------------------ what it saw
     @property
@@ -361,6 +446,11 @@ class JobOutput:
     @property
     def bytes_read(self) -> int:
         return sum(f.bytes_read for f in self._followers.values())
+
+    @property
+    def bytes_skipped(self) -> int:
+        """Bytes :meth:`finish` skipped (:attr:`gaps`)."""
+        return sum(f.bytes_skipped for f in self._followers.values())
 
     @property
     def last_line(self) -> str:

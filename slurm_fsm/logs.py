@@ -24,6 +24,7 @@ import os
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 from slurm_fsm.files import FileProblem, Problem, open_for_reading
 
@@ -294,6 +295,9 @@ class LogFollower:
         self.hang_marker = hang_marker
         self.on_text = on_text
         self.bytes_read = 0
+        #: bytes :meth:`skip` moved past without reading them as text
+        self.bytes_skipped = 0
+        self._size = 0
         self.hang_detected = False
         self.last_line = ""
         #: Where the next poll starts reading.
@@ -320,6 +324,8 @@ class LogFollower:
     #: New bytes are read, decoded and scanned this many at a time, so that memory stays
     #: bounded however much the log grew between two polls.
     CHUNK_BYTES = 1 << 20
+    #: :meth:`skip` looks this far for the start of a line.
+    LINE_SEARCH_BYTES = 1 << 16
 
     def poll(self) -> str:
         """Read what was appended since the last call; return it as text.
@@ -332,12 +338,11 @@ class LogFollower:
         self.advance(parts.append)
         return "".join(parts)
 
-    def advance(self, collect: Callable[[str], None] | None = None) -> int:
-        """Read the new bytes chunk by chunk; return how many were read.
-
-        The log is opened with :func:`slurm_fsm.files.open_for_reading`: a symbolic link
-        planted at its path, a FIFO or another user's file is never read; ``problem``
-        then says why (a missing file is no problem: it may not exist yet)."""
+    def _open(self) -> BinaryIO | None:
+        """The log, opened with :func:`slurm_fsm.files.open_for_reading` and positioned
+        at :attr:`offset` (from 0 again when it was truncated or replaced), or None (a
+        planted link, a FIFO, another user's file: ``problem`` says why; a missing file
+        is no problem: it may not exist yet)."""
         try:
             f = open_for_reading(self.path)
         except FileProblem as exc:
@@ -347,21 +352,73 @@ class LogFollower:
                 self._deleted = self.problem = (
                     f"{self.path} was deleted while it was followed (after "
                     f"{self.bytes_read} bytes): what it said after that was never read")
-            return 0
+            return None
         except OSError as exc:
             self.problem = f"{self.path}: {exc.strerror or exc}"
-            return 0
+            return None
         self.problem = self._deleted
+        st = os.fstat(f.fileno())
+        replaced = self._inode is not None and st.st_ino != self._inode
+        if replaced or st.st_size < self.offset:
+            self._restart()
+        self._inode = st.st_ino
+        self._size = st.st_size
+        f.seek(self.offset)
+        return f
+
+    def pending_bytes(self) -> int:
+        """How many bytes the file holds past :attr:`offset` (0 when it cannot be read)."""
+        f = self._open()
+        if f is None:
+            return 0
+        f.close()
+        return max(0, self._size - self.offset)
+
+    def skip(self, keep: int, on_skipped: Callable[[bytes], None] | None = None,
+             hand: int = 0) -> int:
+        """Move past all but about the last ``keep`` bytes without decoding them: the
+        next :meth:`advance` starts at the first line that begins in them. ``on_skipped``
+        gets the last ``hand`` of the skipped bytes, chunk by chunk. Returns how many
+        bytes were skipped (also added to :attr:`bytes_skipped`)."""
+        f = self._open()
+        if f is None:
+            return 0
+        with f:
+            target = self._size - keep
+            if target <= self.offset:
+                return 0
+            f.seek(target)
+            newline = f.read(self.LINE_SEARCH_BYTES).find(b"\n")
+            end = target + newline + 1 if newline >= 0 else target
+            start = max(self.offset, end - hand)
+            f.seek(start)
+            left = end - start
+            while left > 0 and on_skipped is not None:
+                raw = f.read(min(self.CHUNK_BYTES, left))
+                if not raw:
+                    break
+                left -= len(raw)
+                on_skipped(raw)
+        skipped = end - self.offset
+        self.offset = end
+        self.bytes_skipped += skipped
+        self._tail = self._partial = ""
+        self._decoder.reset()
+        return skipped
+
+    def advance(self, collect: Callable[[str], None] | None = None,
+                max_bytes: int | None = None) -> int:
+        """Read the new bytes chunk by chunk, at most ``max_bytes`` of them (None: to
+        the end); return how many were read."""
+        f = self._open()
+        if f is None:
+            return 0
         total = 0
         with f:
-            st = os.fstat(f.fileno())
-            replaced = self._inode is not None and st.st_ino != self._inode
-            if replaced or st.st_size < self.offset:
-                self._restart()
-            self._inode = st.st_ino
-            f.seek(self.offset)
-            while True:
-                raw = f.read(self.CHUNK_BYTES)
+            while max_bytes is None or total < max_bytes:
+                size = self.CHUNK_BYTES if max_bytes is None else min(
+                    self.CHUNK_BYTES, max_bytes - total)
+                raw = f.read(size)
                 if not raw:
                     break
                 self.offset += len(raw)

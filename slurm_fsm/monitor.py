@@ -83,7 +83,8 @@ def _finish(output: JobOutput, watch: Watch) -> None:
     if output.hang_detected and not watch.hang:
         watch.hang = True
         watch.hang_after_end = True
-    watch.messages.extend(p for p in output.problems if p not in watch.messages)
+    watch.messages.extend(p for p in [*output.problems, *output.gaps]
+                          if p not in watch.messages)
 
 
 Notify = Callable[[str], None]

@@ -201,6 +201,7 @@ class OneShotRun:
         output: JobOutput = output_for_spec(self.spec, [files.stdout, files.stderr])
         output.finish()
         watch.output = output
+        watch.messages.extend(g for g in output.gaps if g not in watch.messages)
         self.log_path = files.stdout
         return files.stdout, files.stderr
 

@@ -39,6 +39,7 @@ The decision order of :func:`decide` (first match wins):
 from __future__ import annotations
 
 import re
+import signal
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -317,7 +318,12 @@ _SETUP_LINE = re.compile(r"pyxis:|\[ERROR\]|curl: \(\d+\)|Read-only file system|
 _SETUP_NOISE = re.compile(r"printing enroot log file|child \d+ failed with error code|\[INFO\]"
                           r"|not started successfully by another task|^\s*pyxis:\s*$")
 _NODE_PREFIX = re.compile(r"^slurmstepd-\S+: error: ")
-_ENROOT_ERROR = re.compile(r"\[ERROR\]|curl: \(\d+\)|error", re.I)
+#: enroot's log lines (pyxis prints them indented) that say why: errors, and the
+#: reasons of issue 41's pyxis cases (a directory it cannot create, a full disk, a
+#: command enroot-switchroot cannot run)
+_ENROOT_ERROR = re.compile(r"\[ERROR\]|curl: \(\d+\)|error|Permission denied"
+                           r"|No space left on device|failed to execute|FATAL", re.I)
+_IMPORT_ROW = "pyxis: failed to import docker image"
 #: (pattern, symptom, cause, advice) of container setup failures, as pyxis 0.24 words them
 _CONTAINER_ROWS: tuple[tuple[re.Pattern[str], str, str, str], ...] = (
     (re.compile(r"failed to create container filesystem for image|Invalid image format"),
@@ -325,7 +331,7 @@ _CONTAINER_ROWS: tuple[tuple[re.Pattern[str], str, str, str], ...] = (
      "the image file is missing or not a squashfs image on the nodes",
      "check docker_image: a .sqsh file every node can read, given as /path or ./path"),
     (re.compile(r"failed to import docker image|curl: \(\d+\)"),
-     "pyxis: failed to import docker image",
+     _IMPORT_ROW,
      "docker_image does not start with / or ., so pyxis took it for a registry image, "
      "and the registry could not be reached",
      "give an image file as an absolute path, or check the registry name, the nodes' "
@@ -367,17 +373,107 @@ def setup_error_lines(text: str) -> list[str]:
     return out
 
 
+#: Why an import failed, when enroot's log says so: then the image path and the
+#: registry (the import row) are not to blame. ``mkdir: cannot create directory
+#: '/run/enroot': Permission denied`` (pyxis issue 12: the node's enroot.conf),
+#: ``Write failed because No space left on device`` (pyxis issue 53: the node's disk).
+#: (coreutils quotes the path with ' or, in a UTF-8 locale, with \u2018 \u2019)
+_QUOTE = "'`\"\u2018\u2019"
+_ENROOT_NO_DIR = re.compile(
+    rf"pyxis:.*cannot create directory [{_QUOTE}]?(?P<path>[^{_QUOTE}:]+)[{_QUOTE}]?: "
+    "Permission denied")
+_ENROOT_NO_SPACE = re.compile(r"pyxis:.*No space left on device")
+#: enroot reached the registry before it failed (``[INFO] Authentication succeeded``)
+_REGISTRY_ANSWERED = re.compile(r"pyxis:.*\[INFO\] (?:Authentication succeeded"
+                                r"|Fetching image manifest|Found all layers)")
+#: the container was there but did not start (pyxis issue 61)
+_SWITCHROOT = re.compile(r"pyxis:\s*(?P<what>enroot-switchroot: failed to execute: .*?)\s*$",
+                         re.M)
+_NOT_STARTED = re.compile(r"pyxis: (?:couldn't start container|container start failed)")
+
+
+def _import_cause(text: str) -> dict[str, str] | None:
+    """The row of a cause enroot's log names for a failed import, or None."""
+    no_dir = _ENROOT_NO_DIR.search(text)
+    if no_dir:
+        path = no_dir.group("path").strip()
+        return _row(f"enroot: cannot create directory {path} (Permission denied)",
+                    f"the node's configuration: enroot, run as the job's user, cannot create "
+                    f"{path} on the node (not the image path or its name)",
+                    "ask the cluster's administrators: the directories of enroot.conf "
+                    "(ENROOT_RUNTIME_PATH, ENROOT_DATA_PATH, ENROOT_CACHE_PATH) must be "
+                    "writable by users on every node; running again does not help")
+    if _ENROOT_NO_SPACE.search(text):
+        answered = ("; the registry answered (authentication succeeded), so the image's name "
+                    "and the credentials are right" if _REGISTRY_ANSWERED.search(text) else "")
+        return _row("enroot: No space left on device while importing the image",
+                    "disk full on the node: the file system enroot writes the image to "
+                    "(ENROOT_CACHE_PATH / ENROOT_DATA_PATH, often under /tmp) is full" + answered,
+                    "free space there on the node (or ask the administrators), or import the "
+                    "image once to a .sqsh file on a shared file system (`enroot import -o "
+                    "/shared/x.sqsh docker://...`) and give docker_image as its path")
+    return None
+
+
+def _container_rows(text: str) -> list[dict[str, str]]:
+    """The rows of a container setup failure (``text``: the output's lines): pyxis 0.24's
+    messages (:data:`_CONTAINER_ROWS`), the import row replaced by its cause when enroot's
+    log names one (:func:`_import_cause`), and a container that did not start."""
+    rows: list[dict[str, str]] = []
+    cause = _import_cause(text)
+    for pattern, symptom, why, advice in _CONTAINER_ROWS:
+        if pattern.search(text):
+            rows.append(cause if symptom == _IMPORT_ROW and cause else
+                        _row(symptom, why, advice))
+    if cause is not None and cause not in rows:
+        rows.append(cause)
+    switchroot = _SWITCHROOT.search(text)
+    if switchroot:
+        rows.append(_row(
+            f"pyxis: couldn't start container ({switchroot.group('what')})",
+            "the image was imported, but enroot-switchroot could not run the command in "
+            "the container: the program is not in the image, or the image's entrypoint is "
+            "unusual",
+            "use an image that has the program, or start the container without its "
+            "entrypoint (pyxis's --no-container-entrypoint)"))
+    elif _NOT_STARTED.search(text) and not rows:
+        rows.append(_row("pyxis: couldn't start container",
+                         "the container did not start on a node",
+                         "read the pyxis and enroot lines in errors; check docker_image and "
+                         "container_mounts"))
+    return rows
+
+
 #: GPU memory: PyTorch's ``CUDA out of memory``, TensorRT-LLM's C++ ``[TensorRT-LLM][ERROR]
 #: CUDA runtime error in ::cudaMallocAsync(...): out of memory`` and ``CUDA runtime error in
 #: error: out of memory``, the driver's CUDA_ERROR_OUT_OF_MEMORY.
 _CUDA_OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA_ERROR_OUT_OF_MEMORY"
                        r"|CUDA (?:runtime )?error\b.*\bout of memory"
-                       r"|cudaMalloc\w*\b.*\bout of memory", re.I)
+                       r"|cudaMalloc\w*\b.*\bout of memory"
+                       # NCCL's own allocations (include/alloc.h, enqueue.cc)
+                       r"|NCCL WARN Cuda failure 'out of memory'|NCCL WARN Failed to CUDA c?alloc",
+                       re.I)
 #: Host memory: Slurm's ``Detected 1 oom_kill event``, ``OOM Killed``, srun's ``task 1:
 #: Out Of Memory`` (Slurm's wording, capitalised; a lower-case "out of memory" is not it).
 _HOST_OOM = re.compile(r"(?i:oom[-_]kill)|Out Of Memory|(?i:OOM Killed)")
+#: NCCL's ``WARN`` lines of a failure (not every WARN is one): a CUDA call that failed
+#: inside NCCL (``Cuda failure 'out of memory'``, ``Failed to CUDA calloc 6291456
+#: bytes``), a peer's socket gone (``socketProgress: Connection closed by remote peer``,
+#: ``Socket recv failed``), a timeout. Both errors_from and the NCCL row read them.
+_NCCL_FAILURE_WARN = re.compile(
+    r"NCCL WARN .*(?:Cuda failure|Failed to CUDA|Connection closed by remote peer"
+    r"|Connection (?:refused|reset)|Socket (?:recv|send) failed|unhandled|timeout|timed out"
+    r"|Call to \w+ failed)", re.I)
 _NCCL = re.compile(r"NCCL error|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|"
-                   r"NCCL WARN .*(?:timeout|timed out)|Watchdog caught collective", re.I)
+                   rf"{_NCCL_FAILURE_WARN.pattern}|Watchdog caught collective", re.I)
+#: The GPU driver's word that a GPU is gone: ``NVRM: Xid (PCI:0000:02:00): 79, GPU has
+#: fallen off the bus.`` (dmesg; a health check prints it, ``host: `` in front when a
+#: tool such as pdsh names the node)
+_XID = re.compile(r"^(?:(?P<node>[A-Za-z][\w.-]*):\s+)?(?:\[[^\]]*\]\s*)*"
+                  r"NVRM: Xid \((?P<pci>[^)]*)\): (?P<xid>\d+)\b")
+#: torch elastic (torchrun) on a worker that died: ``... failed (exitcode: -9)
+#: local_rank: 5 (pid: 2630) of binary: ...`` (a negative exit code: the signal)
+_ELASTIC_FAILED = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<rank>\d+)")
 #: States of a job Slurm holds instead of ending it: no timeout makes it run.
 _HELD = frozenset({JobState.SPECIAL_EXIT, JobState.REQUEUE_HOLD, JobState.RESV_DEL_HOLD})
 #: slurmstepd's line when Slurm requeues a running job (``scontrol requeue``/``requeuehold``)
@@ -386,6 +482,55 @@ _REQUEUED = re.compile(r"\*\*\* JOB \d+ ON \S+ CANCELLED AT \S+ DUE TO JOB REQUE
 
 def _row(symptom: str, cause: str, advice: str) -> dict[str, str]:
     return {"symptom": symptom, "cause": cause, "advice": advice}
+
+
+def _xid_row(m: re.Match[str], job_id: str | None) -> dict[str, str]:
+    node = m.group("node")
+    where = f"on node {node}" if node else "on a node of this job"
+    find = ("" if node else f"find the node (`sacct -j {job_id or '<job id>'} -X -o NodeList`"
+            ", or the node whose log has this line), then ")
+    name = node or "<node>"
+    if m.group("xid") == "79":
+        return _row("NVRM: Xid 79 (GPU has fallen off the bus)",
+                    f"a GPU was lost {where} ({m.group('pci')}): the driver no longer "
+                    "reaches it; no job can use it until the node is repaired",
+                    f"{find}drain it (`scontrol update NodeName={name} State=DRAIN "
+                    "Reason=\"Xid 79\"`, an administrator's step), release an allocation "
+                    "that holds it, and re-run: Slurm then gives other nodes")
+    return _row(f"NVRM: Xid {m.group('xid')}",
+                f"the GPU driver reported an error {where} ({m.group('pci')})",
+                f"{find}look the Xid up in NVIDIA's Xid table; tell the node's "
+                "administrators")
+
+
+def _gpu_rows(cleaned: Sequence[str], job_id: str | None) -> list[dict[str, str]]:
+    """The rows of the driver's Xid lines (the first of each Xid) and of a torch elastic
+    worker killed by a signal."""
+    rows: list[dict[str, str]] = []
+    xids: set[str] = set()
+    for line in cleaned:
+        body = _unlabel(line)
+        xid = _XID.search(body) if "NVRM: Xid" in body else None
+        if xid and xid.group("xid") not in xids:
+            xids.add(xid.group("xid"))
+            rows.append(_xid_row(xid, job_id))
+        elastic = _ELASTIC_FAILED.search(body) if "exitcode" in body else None
+        if elastic and int(elastic.group("code")) < 0 and len(rows) < 10:
+            sig = -int(elastic.group("code"))
+            try:
+                name = f" ({signal.Signals(sig).name})"
+            except ValueError:
+                name = ""
+            row = _row(f"torch elastic: local_rank {elastic.group('rank')} failed "
+                       f"(exitcode {elastic.group('code')})",
+                       f"a worker process was killed by signal {sig}{name}"
+                       + (": most often the kernel's OOM killer (host memory), or a cancel"
+                          if sig == 9 else ""),
+                       "read the node's memory use (sacct MaxRSS, dmesg) and the worker's "
+                       "last lines")
+            if row not in rows:
+                rows.append(row)
+    return rows
 
 
 def diagnose(
@@ -400,6 +545,7 @@ def diagnose(
     success_missing: bool = False,
     metrics: Mapping[str, Any] | None = None,
     workflow_type: WorkflowType | None = None,
+    allocation_id: str | None = None,
 ) -> list[dict[str, str]]:
     """Rows of procedure.md's failure diagnosis table that apply, plus a few more.
 
@@ -410,7 +556,8 @@ def diagnose(
     failure pattern, a missing success pattern, and the rows the workflow's
     :meth:`~slurm_fsm.workflows.Workflow.diagnosis` finds in ``metrics`` (pytest
     failures, eval threshold; every workflow's when ``workflow_type`` is None).
-    A PASSED or RELEASED run gets no rows.
+    A PASSED or RELEASED run gets no rows. ``allocation_id``: the allocation a
+    persistent run's steps ran in (whose nodes a row about a node looks up).
     """
     if status in (Status.PASSED, Status.RELEASED):
         return []
@@ -480,9 +627,7 @@ def diagnose(
                          "set slurm_params.ntasks_per_node (it is passed to salloc), then "
                          "release the allocation and re-run"))
     text = "\n".join(cleaned)
-    for pattern, symptom, cause, advice in _CONTAINER_ROWS:
-        if pattern.search(text):
-            rows.append(_row(symptom, cause, advice))
+    rows += _container_rows(text)
     if any(_CONTAINER_MISSING.search(line) for line in cleaned):
         rows.append(_row("srun: error: ... does not exist", "named container missing",
                          "drop the state file and re-run (re-imports)"))
@@ -492,9 +637,11 @@ def diagnose(
                              "lower the batch size (or max_num_tokens / KV cache fraction)"))
         elif any(_HOST_OOM.search(line) for line in cleaned):
             rows.append(_row("oom-kill in the log", "OOM on a node", "lower the batch size"))
-    if status is not Status.HANG_DETECTED and any(_NCCL.search(line) for line in cleaned):
+    if status is not Status.HANG_DETECTED and any(  # NCCL's own OOM lines: the CUDA row
+            _NCCL.search(line) and not _CUDA_OOM.search(line) for line in cleaned):
         rows.append(_row("NCCL error in the log", "GPU communication failed or timed out",
                          "re-run with NCCL_DEBUG=INFO; check the nodes' network"))
+    rows += _gpu_rows(cleaned, job_id or allocation_id)
 
     hits = [p for p, n in (failure_hits or {}).items() if n > 0]
     if hits:
@@ -527,6 +674,14 @@ _ERROR_LINE: list[re.Pattern[str]] = [
     re.compile(r"CUDA out of memory|Segmentation fault|core dumped|oom[-_]kill", re.I),
     # TensorRT-LLM's C++ plugins: ``Failed, NCCL error <file>:<line> '<reason>'``
     re.compile(r"\bNCCL error\b"),
+    _NCCL_FAILURE_WARN,  # NCCL's WARN lines of a failure (not its INFO lines)
+    # the GPU driver: ``NVRM: Xid (PCI:0000:02:00): 79, GPU has fallen off the bus.``
+    re.compile(r"\bNVRM: (?:Xid\b|.*fallen off the bus)"),
+    # glog's error and fatal lines (torch elastic's ``E0325 20:57:27.620000 2606 .../api.py:869]
+    # failed (exitcode: -9) local_rank: 5 ...``)
+    re.compile(r"^[EF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ \S+:\d+\] "),
+    # slurmd's / slurmstepd's own log form: ``[2025-11-06T20:36:19.163] [19.0] error: pyxis:``
+    re.compile(r"^(?:\[[^\]]*\]\s*)+error: "),
     re.compile(r"\bMPI_ABORT was invoked\b"),  # Open MPI's block when a rank aborted
     re.compile(r"hang detected", re.I),
     # pytest-timeout's thread method: ``+++ Timeout +++`` (and the test's frame below)
@@ -733,7 +888,7 @@ def _judged(facts: RunFacts, spec: JobSpec) -> Report:
                          log_empty=output.empty, log_lines=head + tail + err_tail,
                          job_id=facts.job_id, failure_hits=failure_hits,
                          success_missing=success_missing, metrics=metrics,
-                         workflow_type=spec.workflow_type)
+                         workflow_type=spec.workflow_type, allocation_id=facts.allocation_id)
     summary = (f"{status.value}: {facts.summary}" if facts.summary is not None
                else _summary(status, decision.reason, facts, wf.summarize(metrics)))
     metrics = {**metrics, "success_hits": success_hits, "failure_hits": failure_hits}

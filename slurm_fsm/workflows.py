@@ -78,15 +78,16 @@ _PYTEST_COUNT = (r"\d+ (?:subtests (?:passed|failed)|passed|failed|errors?|skipp
                  r"|xpassed|warnings?|deselected|rerun)")
 _PYTEST_SUMMARY = re.compile(
     rf"(?P<body>{_PYTEST_COUNT}(?:, {_PYTEST_COUNT})*|no tests ran)"
-    rf" in (?P<time>\d+(?:\.\d+)?s|\d+(?::\d+){{1,2}}(?:\.\d+)?)(?![\w:])"
+    rf" in (?P<time>\d+(?:\.\d+)?(?:s| seconds)|\d+(?::\d+){{1,2}}(?:\.\d+)?)(?![\w:])"
 )
 _PYTEST_ITEM = re.compile(r"(\d+) (subtests \w+|\w+)")
 
 
 def _seconds(text: str) -> float:
-    """``12.34s`` -> 12.34; ``1:02:03`` -> 3723.0; ``2:03`` -> 123.0."""
+    """``12.34s`` -> 12.34; ``213.99 seconds`` (pytest before 5.1) -> 213.99;
+    ``1:02:03`` -> 3723.0; ``2:03`` -> 123.0."""
     if text.endswith("s"):
-        return float(text[:-1])
+        return float(text.split()[0].rstrip("s"))
     total = 0.0
     for part in text.split(":"):
         total = total * 60 + float(part)
@@ -305,13 +306,23 @@ def _cells(row: str) -> list[str]:
     return [c.strip() for c in row.strip().strip("|").split("|")]
 
 
+#: The first column of a results table: ``Tasks`` (lm-eval 0.4), ``Groups`` (its group
+#: table), ``Task`` (lm-eval 0.3, lighteval).
+_TASK_COLUMNS = frozenset({"tasks", "groups", "task"})
+#: A row of the table that is no score: early lm-eval 0.4's ``samples`` (how many
+#: samples the task had, ``3270.0000``).
+_NOT_A_SCORE = frozenset({"samples"})
+
+
 def _lm_eval_table(lines: Sequence[str]) -> dict[str, float]:
     """lm-evaluation-harness's results table, as ``lm_eval`` prints it (and TensorRT-LLM's
     lm_eval.py logs it): ``|Tasks|Version|Filter|n-shot|Metric| |Value| |Stderr|`` then a
-    row per task, metric and filter (a blank Tasks cell repeats the task above).
+    row per task, metric and filter (a blank Tasks cell repeats the task above); lm-eval
+    0.3's and lighteval's ``|Task|Version|Metric|Value| |Stderr|`` too (no Filter or
+    n-shot column; lighteval's task ``custom:arc:challenge:0``, its average ``all``).
     ``{"gsm8k exact_match,flexible-extract": 0.9538, ...}``: task, then metric and filter
     joined as TensorRT-LLM's ``lm-eval {task} {metric},{filter}`` names them (a filter of
-    ``none`` is left out)."""
+    ``none`` is left out). ``samples`` rows are counts, not scores: left out."""
     out: dict[str, float] = {}
     columns: dict[str, int] | None = None
     task = ""
@@ -322,9 +333,9 @@ def _lm_eval_table(lines: Sequence[str]) -> dict[str, float]:
             continue
         cells = _cells(line)
         names = [c.lower() for c in cells]
-        if ("tasks" in names or "groups" in names) and "metric" in names and "value" in names:
+        if (_TASK_COLUMNS & set(names)) and "metric" in names and "value" in names:
             columns = {n: i for i, n in enumerate(names) if n}
-            columns.setdefault("tasks", columns.get("groups", 0))
+            columns.setdefault("tasks", columns.get("task", columns.get("groups", 0)))
             task = ""
             continue
         if columns is None or set(line) <= set("|-: "):
@@ -332,11 +343,21 @@ def _lm_eval_table(lines: Sequence[str]) -> dict[str, float]:
         row = {name: cells[i] for name, i in columns.items() if i < len(cells)}
         task = row.get("tasks", "").lstrip("- ").strip() or task
         metric, value = row.get("metric", ""), row.get("value", "")
-        if not task or not metric or not re.fullmatch(_NUMBER, value):
+        if not task or not metric or metric in _NOT_A_SCORE or not re.fullmatch(_NUMBER, value):
             continue
         filt = row.get("filter", "")
         key = f"{task} {metric}" + (f",{filt}" if filt and filt.lower() != "none" else "")
         out[key] = float(value)
+    return out
+
+
+def _accuracy_figures(line: str) -> list[tuple[str | None, float]]:
+    """(task or None, value) of each ``accuracy: <number>`` of a line."""
+    out: list[tuple[str | None, float]] = []
+    for m in _ACCURACY.finditer(line):
+        lm = _LM_EVAL_TASK.search(line, 0, m.start("value"))
+        out.append((lm.group("task") if lm else _task_name(m.group("pre")),
+                    float(m.group("value"))))
     return out
 
 
@@ -355,11 +376,13 @@ def parse_eval(lines: Sequence[str]) -> dict[str, Any]:
     ``"threshold_not_met": True`` when a ``--check_accuracy`` assertion
     failed. Lines of an AssertionError are not read as figures.
 
-    Figures that are no accuracy go into ``"scores"`` (name -> value, the last one
-    winning): lm-evaluation-harness's results table (:func:`_lm_eval_table`:
-    ``"gsm8k exact_match,flexible-extract": 0.9538``), ``rouge1: 30.45``,
-    ``Per-token perplexity: 5.81``. A timestamp or logger tag before a line is never
-    part of a name.
+    ``"scores"`` is the one place of every figure the eval printed (name -> value, the
+    last one winning): the accuracy lines (``"gsm8k accuracy": 71.2``; ``"accuracy"``
+    without a task; ``"Evaluated accuracy"``), lm-evaluation-harness's and lighteval's
+    results tables (:func:`_lm_eval_table`: ``"gsm8k exact_match,flexible-extract":
+    0.9538``), ``rouge1: 30.45``, ``Per-token perplexity: 5.81``. ``"accuracy"``,
+    ``"accuracy_by_task"``: the accuracy lines alone, for earlier reports' readers; no key
+    is there empty. A timestamp or logger tag before a line is never part of a name.
     """
     values: list[float] = []
     by_task: dict[str, float] = {}
@@ -379,15 +402,16 @@ def parse_eval(lines: Sequence[str]) -> dict[str, Any]:
             report[key] = float(rep.group("value"))
             if key == "evaluated_accuracy":
                 values.append(report[key])
+                scores[rep.group("what")] = report[key]
             continue
-        for m in _ACCURACY.finditer(line):
-            value = float(m.group("value"))
+        for name, value in _accuracy_figures(line):
             values.append(value)
-            lm = _LM_EVAL_TASK.search(line, 0, m.start("value"))
-            name = lm.group("task") if lm else _task_name(m.group("pre"))
             if name:
                 by_task[name] = value
-    out: dict[str, Any] = {"accuracy": values}
+            scores[f"{name} accuracy" if name else "accuracy"] = value
+    out: dict[str, Any] = {}
+    if values:
+        out["accuracy"] = values
     if by_task:
         out["accuracy_by_task"] = by_task
     scores.update(_lm_eval_table(lines))
@@ -482,6 +506,48 @@ def _box_figures(lines: Sequence[str]) -> dict[str, tuple[str, float]]:
     return out
 
 
+#: Several figures after one label, each with its unit (vLLM's ``benchmark_throughput``:
+#: ``Throughput: 89.27 requests/s, 22853.37 total tokens/s, 11426.69 output tokens/s``)
+_UNIT = r"[^\s\d,:{}][^,:{}]*?"
+_MULTI_FIGURE = re.compile(rf"^(?P<label>.+?)\s*:\s*(?P<rest>{_NUMBER}\s+{_UNIT}"
+                           rf"(?:\s*,\s*{_NUMBER}\s+{_UNIT})+)\s*$")
+_UNIT_FIGURE = re.compile(rf"(?P<value>{_NUMBER})\s+(?P<unit>{_UNIT})\s*(?:,|$)")
+#: A two-cell row of a grid or markdown table (evalscope's summary:
+#: ``| Output token throughput (tok/s)   |  963.856  |``)
+_GRID_ROW = re.compile(rf"^\|\s*(?P<label>[^|]*[^|\s])\s*\|\s*(?P<value>{_NUMBER})\s*\|$")
+
+
+def _figure(kind: str | None, label: str, value: str) -> list[tuple[str, str, float]]:
+    if kind is None or len(label) > _MAX_LABEL:
+        return []
+    return [(kind, label, float(value))]
+
+
+def _line_figures(line: str) -> list[tuple[str, str, float]]:
+    """(kind, label, value) of each figure one line holds: ``<label>: <number> [unit]``,
+    ``<label>: <n> <unit>, <n> <unit>...`` (each keyed ``<label> (<unit>)``), or a
+    two-cell grid row ``| <label> | <number> |``."""
+    clean = _clean(line)
+    if "|" in clean:
+        grid = _GRID_ROW.match(_unlabel(clean))
+        if grid:
+            label = grid.group("label")
+            return _figure(_figure_kind(label), label, grid.group("value"))
+    m = _FIGURE.match(clean)
+    if m:
+        label = _figure_label(m.group("label"))
+        return _figure(_figure_kind(label), label, m.group("value"))
+    multi = _MULTI_FIGURE.match(clean)
+    if not multi:
+        return []
+    label = _figure_label(multi.group("label"))
+    kind = _figure_kind(label)
+    if kind is None or len(label) > _MAX_LABEL:
+        return []
+    return [(kind, f"{label} ({f.group('unit').strip()})", float(f.group("value")))
+            for f in _UNIT_FIGURE.finditer(multi.group("rest"))]
+
+
 def parse_benchmark(lines: Sequence[str], work_dir: Path) -> dict[str, Any]:
     """Throughput and latency figures, and the ``8_done_*.txt`` marker.
 
@@ -489,21 +555,19 @@ def parse_benchmark(lines: Sequence[str], work_dir: Path) -> dict[str, Any]:
     ``"throughput"``; one that says latency (or TTFT, TPOT, ITL, E2EL) into
     ``"latency"``; keyed by the label as printed (``Request Throughput
     (req/sec)``; a timestamp or logger tag before it is not part of the name), the
-    last value winning. GenAI-Perf's box-drawn table gives each row's first column
+    last value winning. Several figures after one label, each with its unit (vLLM's
+    ``Throughput: 89.27 requests/s, 22853.37 total tokens/s``), are keyed
+    ``Throughput (requests/s)``, ``Throughput (total tokens/s)``; a grid or markdown row
+    of two cells (evalscope's ``| Output token throughput (tok/s) | 963.856 |``) is a
+    figure too. GenAI-Perf's box-drawn table gives each row's first column
     (``Time to first token (ms) avg``). ``"done_marker"`` is the name of
     the newest ``8_done_*.txt`` in ``work_dir``, or None.
     """
     throughput: dict[str, float] = {}
     latency: dict[str, float] = {}
     for raw in lines:
-        m = _FIGURE.match(_clean(raw))
-        if not m:
-            continue
-        label = _figure_label(m.group("label"))
-        kind = _figure_kind(label)
-        if kind is None or len(label) > _MAX_LABEL:
-            continue
-        (latency if kind == "latency" else throughput)[label] = float(m.group("value"))
+        for kind, label, value in _line_figures(raw):
+            (latency if kind == "latency" else throughput)[label] = value
     for label, (kind, value) in _box_figures(lines).items():
         (latency if kind == "latency" else throughput)[label] = value
     return {"throughput": throughput, "latency": latency, "done_marker": _done_marker(work_dir)}
@@ -593,6 +657,10 @@ def _pytest_failures(metrics: Mapping[str, Any]) -> tuple[int, int]:
     return failed, int(metrics.get("errors", 0) or 0)
 
 
+#: An eval's summary names this many figures of ``scores``.
+_SUMMARY_FIGURES = 4
+
+
 @register
 class EvalWorkflow(Workflow):
     """An accuracy eval: the accuracy figures; a ``--check_accuracy`` assertion fails it."""
@@ -614,18 +682,18 @@ class EvalWorkflow(Workflow):
         return _SCORE.match(strip_log_prefix(_unlabel(_clean(line)))) is not None
 
     def summarize(self, metrics: Mapping[str, Any]) -> str:
-        by_task: Mapping[str, float] = metrics.get("accuracy_by_task") or {}
-        values: Sequence[float] = metrics.get("accuracy") or []
+        """The first figures of ``scores`` (the one place of them all); ``accuracy``'s
+        values when there are no scores (metrics of earlier reports)."""
         scores: Mapping[str, float] = metrics.get("scores") or {}
-        parts = []
-        if by_task:
-            parts.append("accuracy " + ", ".join(f"{k} {v:g}" for k, v in by_task.items()))
-        elif values:
-            parts.append("accuracy " + ", ".join(f"{v:g}" for v in values))
+        values: Sequence[float] = metrics.get("accuracy") or []
         if scores:
-            parts.append(", ".join(f"{k} {v:g}" for k, v in list(scores.items())[:4])
-                         + (f" (+{len(scores) - 4} more)" if len(scores) > 4 else ""))
-        text = "; ".join(parts) or "no accuracy figures found"
+            text = (", ".join(f"{k} {v:g}" for k, v in list(scores.items())[:_SUMMARY_FIGURES])
+                    + (f" (+{len(scores) - _SUMMARY_FIGURES} more)"
+                       if len(scores) > _SUMMARY_FIGURES else ""))
+        elif values:
+            text = "accuracy " + ", ".join(f"{v:g}" for v in values)
+        else:
+            text = "no eval figures found"
         if metrics.get("threshold_not_met"):
             text += "; accuracy threshold not met"
         return text
@@ -633,7 +701,7 @@ class EvalWorkflow(Workflow):
     def warnings(self, metrics: Mapping[str, Any]) -> list[str]:
         if metrics.get("accuracy") or metrics.get("scores"):
             return []
-        return ["no 'accuracy:' line in the log tail"]
+        return ["no eval figures (accuracy lines, results tables, scores) in the log"]
 
     def verdict(self, metrics: Mapping[str, Any]) -> str | None:
         if metrics.get("threshold_not_met"):
@@ -724,10 +792,9 @@ class BenchmarkWorkflow(Workflow):
         clean = _unlabel(_clean(line))
         if clean[:1] in _BOX:
             return _BOX_ROW.match(clean) is not None
-        if ":" not in line:
+        if ":" not in line and "|" not in line:
             return False
-        m = _FIGURE.match(_clean(line))
-        return m is not None and _figure_kind(_figure_label(m.group("label"))) is not None
+        return bool(_line_figures(line))
 
     def summarize(self, metrics: Mapping[str, Any]) -> str:
         figures = {**(metrics.get("throughput") or {}), **(metrics.get("latency") or {})}

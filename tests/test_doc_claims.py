@@ -113,6 +113,18 @@ def _diagnosis_cases() -> list[list[dict[str, str]]]:
         d(Status.FAILED, log_lines=["torch.OutOfMemoryError: CUDA out of memory."]),
         d(Status.FAILED, log_lines=["slurmstepd: error: Detected 1 oom_kill event"]),
         d(Status.FAILED, log_lines=["NCCL error in: x"]),
+        d(Status.ERROR, log_lines=["slurmstepd: error: pyxis: failed to import docker image",
+                                   "slurmstepd: error: pyxis:     mkdir: cannot create "
+                                   "directory '/run/enroot': Permission denied"]),
+        d(Status.ERROR, log_lines=["pyxis:     [INFO] Authentication succeeded",
+                                   "pyxis:     Write failed because No space left on device"]),
+        d(Status.ERROR, log_lines=["pyxis:     enroot-switchroot: failed to execute: /bin/bash: "
+                                   "No such file or directory"]),
+        d(Status.ERROR, log_lines=["slurmstepd: error: pyxis: couldn't start container"]),
+        d(Status.FAILED, log_lines=["NVRM: Xid (PCI:0000:02:00): 79, GPU has fallen off the bus.",
+                                    "NVRM: Xid (PCI:0000:02:00): 48, An uncorrectable error"]),
+        d(Status.FAILED, log_lines=["E0325 20:57:27.620000 2606 x/api.py:869] failed "
+                                    "(exitcode: -9) local_rank: 5 (pid: 2630) of binary: py"]),
         d(Status.FAILED, failure_hits={"Traceback": 1}),
         d(Status.FAILED, exit_code=0, success_missing=True),
         d(Status.FAILED, metrics={"threshold_not_met": True, "failed": 1, "errors": 0}),

@@ -77,7 +77,7 @@ def test_parse_pytest_fixture_file() -> None:
 # ------------------------------------------------------------------------ eval
 def test_parse_eval_plain_values() -> None:
     got = parse_eval(["accuracy: 0.87", "Accuracy: 87.5", "... accuracy: 0.5%", "accuracy=1e-1"])
-    assert got == {"accuracy": [0.87, 87.5, 0.5, 0.1]}
+    assert got == {"accuracy": [0.87, 87.5, 0.5, 0.1], "scores": {"accuracy": 0.1}}
     assert "threshold_not_met" not in got
 
 
@@ -92,12 +92,14 @@ def test_parse_eval_task_names() -> None:
     ])
     assert got["accuracy"] == [71.2, 68.5, 0.9, 0.7, 0.91, 0.89, 72.0]
     assert got["accuracy_by_task"] == {"gsm8k": 72.0, "mmlu": 68.5, "Train": 0.91, "Test": 0.89}
+    assert got["scores"] == {"gsm8k accuracy": 72.0, "mmlu accuracy": 68.5, "accuracy": 0.7,
+                             "Train accuracy": 0.91, "Test accuracy": 0.89}
 
 
 def test_parse_eval_not_accuracy_lookalikes() -> None:
     got = parse_eval(["val_accuracy: 0.3", "accuracy_threshold: 70", "Accuracy threshold: 70",
                       "--check_accuracy --accuracy_threshold 70"])
-    assert got == {"accuracy": []}
+    assert got == {}  # no empty list: an eval's figures are in scores, or nowhere
 
 
 def test_parse_eval_threshold_from_traceback_fixture() -> None:
@@ -110,7 +112,7 @@ def test_parse_eval_threshold_from_traceback_fixture() -> None:
 def test_parse_eval_threshold_one_line() -> None:
     lines = ["accuracy: 0.5", "AssertionError: accuracy 0.5 is below threshold 0.7"]
     got = parse_eval(lines)
-    assert got == {"accuracy": [0.5], "threshold_not_met": True}
+    assert got == {"accuracy": [0.5], "scores": {"accuracy": 0.5}, "threshold_not_met": True}
 
 
 def test_parse_eval_threshold_pytest_style() -> None:
@@ -230,7 +232,8 @@ def test_parse_custom_last_ten() -> None:
 def test_parse_output_dispatch(tmp_path: Path) -> None:
     lines = ["accuracy: 0.5", "2 passed in 1.0s", "Request throughput (req/s): 3"]
     assert parse_output(WorkflowType.PYTEST, lines, tmp_path) == {"passed": 2, "seconds": 1.0}
-    assert parse_output(WorkflowType.EVAL, lines, tmp_path) == {"accuracy": [0.5]}
+    assert parse_output(WorkflowType.EVAL, lines, tmp_path) == {"accuracy": [0.5],
+                                                                "scores": {"accuracy": 0.5}}
     assert parse_output(WorkflowType.BENCHMARK, lines, tmp_path)["throughput"] == {
         "Request throughput (req/s)": 3.0}
     assert parse_output(WorkflowType.CUSTOM, lines, tmp_path) == {"last_lines": lines}
@@ -522,10 +525,14 @@ def test_summarize_each_workflow() -> None:
         "3 passed, 1 failed in 12.34s")
     assert summarize(WorkflowType.PYTEST, {}) == "no pytest summary line found"
     assert summarize(WorkflowType.EVAL, {"accuracy": [71.2], "accuracy_by_task": {"gsm8k": 71.2},
+                                         "scores": {"gsm8k accuracy": 71.2},
                                          "threshold_not_met": True}) == (
-        "accuracy gsm8k 71.2; accuracy threshold not met")
+        "gsm8k accuracy 71.2; accuracy threshold not met")
+    assert summarize(WorkflowType.EVAL, {"scores": {f"t{i} acc": i for i in range(6)}}) == (
+        "t0 acc 0, t1 acc 1, t2 acc 2, t3 acc 3 (+2 more)")
+    # metrics of an earlier report (no scores): its accuracy list
     assert summarize(WorkflowType.EVAL, {"accuracy": [0.5, 0.6]}) == "accuracy 0.5, 0.6"
-    assert summarize(WorkflowType.EVAL, {"accuracy": []}) == "no accuracy figures found"
+    assert summarize(WorkflowType.EVAL, {"accuracy": []}) == "no eval figures found"
     assert summarize(WorkflowType.BENCHMARK, {"throughput": {"req/s": 8.1}, "latency": {},
                                               "done_marker": "8_done_x.txt"}) == (
         "req/s 8.1; done marker 8_done_x.txt")
@@ -539,8 +546,9 @@ def test_summarize_each_workflow() -> None:
 def test_result_warnings() -> None:
     assert result_warnings(WorkflowType.PYTEST, {}) == ["no pytest summary line in the log tail"]
     assert result_warnings(WorkflowType.PYTEST, {"passed": 1, "seconds": 1.0}) == []
-    assert result_warnings(WorkflowType.EVAL, {"accuracy": []}) == [
-        "no 'accuracy:' line in the log tail"]
+    assert result_warnings(WorkflowType.EVAL, {}) == [
+        "no eval figures (accuracy lines, results tables, scores) in the log"]
+    assert result_warnings(WorkflowType.EVAL, {"scores": {"mmlu acc": 0.5}}) == []
     assert len(result_warnings(WorkflowType.BENCHMARK, {"throughput": {}, "latency": {},
                                                          "done_marker": None})) == 2
     assert result_warnings(WorkflowType.CUSTOM, {}) == []

@@ -105,6 +105,26 @@ def _pyxis_failure(nodes: list[str], lines: list[str], child_rc: int | None = 1
     return StepResult(1, "", "\n".join(out) + "\n")
 
 
+#: What pyxis relays of enroot's log for each :attr:`FakeCluster.enroot_fault`, as the
+#: real outputs of pyxis issues 12 and 53 word it (tests/data/real/round3/pyxis/).
+_ENROOT_FAULTS: dict[str, list[str]] = {
+    "runtime_dir": [
+        "pyxis: failed to import docker image",
+        "pyxis: printing contents of log file ...",
+        "pyxis:     mkdir: cannot create directory '/run/enroot': Permission denied",
+    ],
+    "disk_full": [
+        "pyxis: failed to import docker image",
+        "pyxis: printing contents of log file ...",
+        "pyxis:     [INFO] Querying registry for permission grant",
+        "pyxis:     [INFO] Authentication succeeded",
+        "pyxis:     [INFO] Creating squashfs filesystem...",
+        "pyxis:     Write failed because No space left on device",
+        "pyxis:     FATAL ERROR:Failed to write to output filesystem",
+    ],
+}
+
+
 class FakeClock:
     """A clock that only moves when told to (``sleep`` moves it at once)."""
 
@@ -448,6 +468,10 @@ class FakeCluster:
     #: ControllerUnreachable "Socket timed out"), as salloc does when the reply to a
     #: granted request is lost.
     lose_allocate_answers: int = 0
+    #: a fault of the nodes that enroot meets when it imports an image (issue 41, the
+    #: lines of pyxis issues 12 and 53): ``"runtime_dir"`` (it cannot create
+    #: /run/enroot), ``"disk_full"`` (No space left on device); None: none
+    enroot_fault: str | None = None
 
     def __init__(
         self,
@@ -984,6 +1008,8 @@ class FakeCluster:
                 "pyxis:     [INFO] Querying registry for permission grant",
                 f"pyxis:     curl: (6) Could not resolve host: {host}",
             ], child_rc=6)
+        if c.image is not None and self.enroot_fault is not None:
+            return _pyxis_failure(nodes, _ENROOT_FAULTS[self.enroot_fault])
         for n in nodes:  # SubprocessBackend's removal refuses another checkout's
             old = self.nodes[n].containers.get(c.name)
             if (c.fresh and c.owner and old is not None and old.owner
