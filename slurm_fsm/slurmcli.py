@@ -103,6 +103,8 @@ __all__ = [
     "STEP_FORMAT",
     "TOOL_ENV_PREFIXES",
     "accounting_disabled",
+    "array_task_ids",
+    "batch_kind",
     "classify",
     "clean_env",
     "compress_nodelist",
@@ -1252,7 +1254,15 @@ def compress_nodelist(nodes: Iterable[str]) -> str:
 
 _DIRECTIVE = re.compile(r"^#SBATCH\s+(?:--([a-z-]+)(?:[=\s]+(\S+))?|-([a-zA-Z])\s*(\S+)?)")
 _SHORT = {"o": "output", "e": "error", "p": "partition", "A": "account", "N": "nodes",
-          "t": "time", "J": "job-name"}
+          "t": "time", "J": "job-name", "a": "array"}
+#: ``#SBATCH hetjob`` (``packjob`` before Slurm 20.02): the components of a
+#: heterogeneous job are separated by it
+_HET_SEPARATOR = re.compile(r"^#SBATCH\s+(?:hetjob|packjob)\s*(?:#.*)?$")
+#: an array's index list: ``0-15``, ``0,6,16-32``, ``0-15:4``, each with ``%N`` (at most
+#: N tasks at once) or not
+_ARRAY_RANGE = re.compile(r"(\d+)(?:-(\d+)(?::(\d+))?)?")
+#: at most this many task ids are listed from one ``--array`` (the files followed)
+MAX_ARRAY_TASKS = 1000
 
 
 def sbatch_directives(text: str) -> dict[str, str]:
@@ -1269,6 +1279,33 @@ def sbatch_directives(text: str) -> dict[str, str]:
         elif m.group(3) in _SHORT:
             out[_SHORT[m.group(3)]] = m.group(4) or ""
     return out
+
+
+def batch_kind(text: str) -> str:
+    """``array`` when a script's ``#SBATCH --array`` (``-a``) makes an array job, ``het``
+    when an ``#SBATCH hetjob`` line makes it heterogeneous, else "" (read as sbatch
+    reads its directives: up to the first command)."""
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            break
+        if _HET_SEPARATOR.match(line.strip()):
+            return "het"
+    return "array" if "array" in sbatch_directives(text) else ""
+
+
+def array_task_ids(spec: str) -> list[int]:
+    """The task ids of an ``--array`` index list: ``0-2`` -> [0, 1, 2], ``1,5-9:2%2``
+    -> [1, 5, 7, 9]; at most :data:`MAX_ARRAY_TASKS`. ValueError when it is not one."""
+    ids: list[int] = []
+    for item in spec.split("%", 1)[0].split(","):
+        m = _ARRAY_RANGE.fullmatch(item.strip())
+        if not m:
+            raise ValueError(f"not an --array index list: {spec!r}")
+        lo, hi, step = int(m.group(1)), int(m.group(2) or m.group(1)), int(m.group(3) or 1)
+        if hi < lo or step < 1:
+            raise ValueError(f"not an --array index list: {spec!r}")
+        ids.extend(range(lo, min(hi, lo + step * MAX_ARRAY_TASKS) + 1, step))
+    return sorted(set(ids))[:MAX_ARRAY_TASKS]
 
 
 _SALLOC_ID = re.compile(r"salloc: (?:Granted|Pending) job allocation (\d+)")
