@@ -5,6 +5,7 @@ not ended."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -12,8 +13,16 @@ import pytest
 
 from slurm_fsm import slurmcli
 from slurm_fsm.backend import JobOutcome, part_of, worst_part
-from slurm_fsm.errors import JobNotFound
+from slurm_fsm.cli import main
+from slurm_fsm.errors import JobNotFound, SpecError
+from slurm_fsm.executor import Executor
 from slurm_fsm.jobstate import JobState
+from slurm_fsm.results import Status
+from slurm_fsm.scriptcheck import batch_job_problems
+from slurm_fsm.spec import JobSpec
+from slurm_fsm.testing import FakeCluster, FakeScript
+
+from conftest import SpecFactory
 
 RECORDED = (Path(__file__).parent / "data" / "real" / "local" / "slurm"
             / "arrays_hetjobs.txt")
@@ -161,3 +170,108 @@ def test_a_completed_part_with_a_signal_is_worse_than_one_that_passed() -> None:
     assert worst_part(parts) is parts[1]
     whole = JobOutcome.of_parts("5", parts)
     assert whole.exit_status == 137 and whole.parts == tuple(parts)
+
+
+# --------------------------------------------------------- the fake cluster, one-shot
+def _script(tmp_path: Path, header: str, body: str = "srun true\n") -> str:
+    path = tmp_path / "job.slurm"
+    path.write_text("#!/bin/bash\n" + header + body)
+    return str(path)
+
+
+def _one_shot(make_spec: SpecFactory, tmp_path: Path, header: str) -> JobSpec:
+    return make_spec(script_path=_script(tmp_path, header), persistent_mode=False,
+                     log_file_pattern="slurm-%j.out")
+
+
+def test_the_fake_runs_an_array_task_by_task_and_the_failed_task_decides(
+        make_spec: SpecFactory, tmp_path: Path) -> None:
+    fake = FakeCluster()
+    fake.script("job.slurm", FakeScript(lines=("3 passed in 0.10s",), tasks={
+        1: FakeScript(lines=("1 failed, 2 passed in 0.10s",), exit_code=1)}))
+    spec = _one_shot(make_spec, tmp_path, "#SBATCH --array=0-2\n")
+    report = Executor(spec, fake, clock=fake.clock).run()
+    job = report.job_id
+    assert report.status is Status.FAILED and report.exit_code == 1, report.render_text()
+    assert [(p["id"], p["state"], Path(p["log"]).name) for p in report.metrics["parts"]] == [
+        (f"{job}_0", "COMPLETED", f"slurm-{job}_0.out"),
+        (f"{job}_1", "FAILED", f"slurm-{job}_1.out"),
+        (f"{job}_2", "COMPLETED", f"slurm-{job}_2.out")]
+    assert (report.metrics["passed"], report.metrics["failed"]) == (8, 1)
+    assert "3 array tasks, 1 did not pass" in report.summary
+
+
+def test_the_fake_judges_a_het_job_by_every_component(
+        make_spec: SpecFactory, tmp_path: Path) -> None:
+    fake = FakeCluster(pending_s=30.0)  # both components wait, as for the backfill
+    fake.script("job.slurm", FakeScript(lines=("3 passed in 0.10s",)))
+    spec = _one_shot(make_spec, tmp_path, "#SBATCH --nodes=1\n#SBATCH hetjob\n"
+                     "#SBATCH --nodes=1\n")
+    report = Executor(spec, fake, clock=fake.clock).run()
+    job = report.job_id
+    assert report.status is Status.PASSED, report.render_text()
+    assert [(p["id"], p["state"]) for p in report.metrics["parts"]] == [
+        (f"{job}+0", "COMPLETED"), (f"{job}+1", "COMPLETED")]
+    assert fake.jobs[f"{job}+0"].nodes != fake.jobs[f"{job}+1"].nodes
+
+
+def test_a_het_component_ends_as_component_0_does_on_the_fake(
+        make_spec: SpecFactory, tmp_path: Path) -> None:
+    """Recorded (het_script_fails_ended): every component FAILED 3:0."""
+    fake = FakeCluster()
+    fake.script("job.slurm", FakeScript(exit_code=3))
+    spec = _one_shot(make_spec, tmp_path, "#SBATCH hetjob\n")
+    report = Executor(spec, fake, clock=fake.clock).run()
+    assert report.status is Status.FAILED and report.exit_code == 3
+    assert [(p["state"], p["exit_code"]) for p in report.metrics["parts"]] == [
+        ("FAILED", 3), ("FAILED", 3)]
+
+
+# ------------------------------------------------------------ persistent: refused
+@pytest.mark.parametrize(("header", "said"), [
+    ("#SBATCH --array=0-2\n", "#SBATCH --array makes an array job"),
+    ("#SBATCH -a 1-3\n", "#SBATCH --array makes an array job"),
+    ("#SBATCH -N1\n#SBATCH hetjob\n#SBATCH -N1\n", "#SBATCH hetjob makes a heterogeneous"),
+])
+def test_persistent_mode_refuses_an_array_or_het_script_before_slurm_is_asked(
+        make_spec: SpecFactory, tmp_path: Path, header: str, said: str) -> None:
+    spec = make_spec(script_path=_script(tmp_path, header))
+    fake = FakeCluster()
+    with pytest.raises(SpecError) as err:
+        Executor(spec, fake, clock=fake.clock).run()
+    (problem,) = err.value.problems
+    assert problem.startswith(f"script_path: {spec.script_path}: ") and said in problem
+    assert "persistent_mode: false" in problem
+    assert fake.calls == []
+
+
+def test_a_commented_out_array_line_or_a_one_shot_spec_is_no_problem(
+        make_spec: SpecFactory, tmp_path: Path) -> None:
+    assert batch_job_problems(make_spec(script_path=_script(
+        tmp_path, "##SBATCH --array=0-2\n"))) == []
+    assert batch_job_problems(_one_shot(make_spec, tmp_path, "#SBATCH --array=0-2\n")) == []
+
+
+def test_the_cli_refuses_a_persistent_array_with_exit_2(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "job.slurm").write_text("#!/bin/bash\n#SBATCH --array=0-2\nsrun true\n")
+    spec = tmp_path / "job_spec.json"
+    spec.write_text(json.dumps({
+        "script_path": "job.slurm", "work_dir": "work", "model_name": "m",
+        "repo_root": ".", "slurm_params": {"partition": "debug", "account": "acct"}}))
+    assert main(["run", str(spec), "--json", "--backend", "fake"]) == 2
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["status"] == "BAD_INPUT"
+    assert any("#SBATCH --array makes an array job" in p for p in doc["problems"])
+
+
+@pytest.mark.parametrize(("text", "ids"), [
+    ("0-2", [0, 1, 2]), ("1,5-9:2%2", [1, 5, 7, 9]), ("3", [3]), ("0-3%1", [0, 1, 2, 3])])
+def test_an_array_index_list_is_read_as_sbatch_reads_it(text: str, ids: list[int]) -> None:
+    assert slurmcli.array_task_ids(text) == ids
+
+
+@pytest.mark.parametrize("text", ["", "x", "3-1", "1-4:0"])
+def test_an_index_list_sbatch_would_refuse_is_an_error(text: str) -> None:
+    with pytest.raises(ValueError, match="not an --array index list"):
+        slurmcli.array_task_ids(text)
