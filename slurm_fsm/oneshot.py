@@ -23,6 +23,7 @@ from slurm_fsm.scriptcheck import batch_placement, read_script_text
 from slurm_fsm.slurmcli import (
     array_task_ids,
     batch_kind,
+    batch_parts,
     expand_output_pattern,
     sbatch_directives,
 )
@@ -291,7 +292,8 @@ class OneShotRun:
         )
 
     def _collected(self, job_id: str, watch: Watch, out: Path, err: Path) -> RunFacts:
-        outcome, why = final_outcome(self.backend, job_id, self.clock)
+        outcome, why = final_outcome(self.backend, job_id, self.clock, parts=batch_parts(
+            read_script_text(self.spec.script_path), job_id))
         parts: tuple[PartEnd, ...] = ()
         if self._array is not None:
             out, err, parts = self._array_ended(job_id, watch, outcome)

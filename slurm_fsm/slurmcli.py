@@ -105,6 +105,7 @@ __all__ = [
     "accounting_disabled",
     "array_task_ids",
     "batch_kind",
+    "batch_parts",
     "classify",
     "clean_env",
     "compress_nodelist",
@@ -1291,6 +1292,28 @@ def batch_kind(text: str) -> str:
         if _HET_SEPARATOR.match(line.strip()):
             return "het"
     return "array" if "array" in sbatch_directives(text) else ""
+
+
+def batch_parts(text: str, job_id: str) -> list[str]:
+    """The parts accounting will list for job ``job_id`` of a script: each array task
+    (``16_0``, ... of its ``--array``), each het component (``19+0``, ``19+1``: one more
+    than its ``#SBATCH hetjob`` lines); [] for a plain job (or an index list this cannot
+    read)."""
+    kind = batch_kind(text)
+    if kind == "het":
+        seps = 0
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                break
+            seps += bool(_HET_SEPARATOR.match(line.strip()))
+        return [f"{job_id}+{k}" for k in range(seps + 1)]
+    if kind == "array":
+        try:
+            return [f"{job_id}_{task}" for task in
+                    array_task_ids(sbatch_directives(text).get("array", ""))]
+        except ValueError:
+            return []
+    return []
 
 
 def array_task_ids(spec: str) -> list[int]:

@@ -275,3 +275,26 @@ def test_an_array_index_list_is_read_as_sbatch_reads_it(text: str, ids: list[int
 def test_an_index_list_sbatch_would_refuse_is_an_error(text: str) -> None:
     with pytest.raises(ValueError, match="not an --array index list"):
         slurmcli.array_task_ids(text)
+
+
+def test_an_array_is_not_judged_by_the_bare_row_accounting_shows_while_it_lags(
+        make_spec: SpecFactory, tmp_path: Path) -> None:
+    """Real Slurm 22.05, once: at the array's end sacct had only ``13 COMPLETED`` (task 2,
+    which kept the id) and the array was judged COMPLETED, exit 0; the tasks' rows came a
+    moment later. The fake lags the same way."""
+    fake = FakeCluster()
+    fake.accounting_lag_s = 2.0
+    fake.script("job.slurm", FakeScript(tasks={1: FakeScript(exit_code=1)}))
+    report = Executor(_one_shot(make_spec, tmp_path, "#SBATCH --array=0-2\n"), fake,
+                      clock=fake.clock).run()
+    assert report.status is Status.FAILED and report.exit_code == 1, report.render_text()
+    assert report.slurm_state == "FAILED"
+
+
+@pytest.mark.parametrize(("header", "parts"), [
+    ("#SBATCH --array=0-1\n", ["7_0", "7_1"]),
+    ("#SBATCH -N1\n#SBATCH hetjob\n#SBATCH -N1\n#SBATCH hetjob\n", ["7+0", "7+1", "7+2"]),
+    ("#SBATCH -N1\n", []),
+])
+def test_the_parts_accounting_must_list(header: str, parts: list[str]) -> None:
+    assert slurmcli.batch_parts("#!/bin/bash\n" + header + "srun true\n", "7") == parts

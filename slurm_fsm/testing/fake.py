@@ -512,7 +512,9 @@ class FakeCluster:
         #: whether registry images (not starting with / or .) can be fetched
         self.registry = registry
         self.accounting = accounting
-        #: seconds after a step ends before accounting has its row (slurmdbd's lag)
+        #: seconds after a step ends before accounting has its row (slurmdbd's lag);
+        #: after an array's or het job's last part ends, accounting shows only a bare
+        #: row of the job's id with that part's state for as long (as Slurm 22.05 did)
         self.accounting_lag_s = 0.0
         #: the uid this user's ``scancel`` is recorded with (``CANCELLED by <uid>``)
         self.uid = str(os.getuid())
@@ -1276,6 +1278,11 @@ class FakeCluster:
         self._call("job_outcome", job_id=job_id)
         parts = self._parts(job_id)
         if job_id not in self.jobs and parts:
+            ends = [p.ended_at for p in parts]
+            if self.accounting_lag_s and None not in ends and \
+                    self.clock.now() - max(e for e in ends if e is not None) \
+                    < self.accounting_lag_s:  # sacct lags: a bare row of the last part
+                return attrs.evolve(self._outcome(parts[-1]), job_id=job_id)
             return JobOutcome.of_parts(job_id, [self._outcome(p) for p in parts])
         job = self.jobs.get(job_id)
         if job is None:
