@@ -91,6 +91,8 @@ class OneShotRun:
         self._array: list[int] | None = None
         #: every file followed while the job runs (an array: each task's)
         self._follow: list[Path] = []
+        #: the script's own ``#SBATCH`` options (read once, when it is submitted)
+        self._own: dict[str, str] = {}
 
     def _facts(self, phase: Phase, **what: Any) -> RunFacts:
         return RunFacts(mode=Mode.ONE_SHOT, phase=phase, job_id=self.job_id,
@@ -182,10 +184,11 @@ class OneShotRun:
         """The task ids of the script's ``#SBATCH --array`` (None when it makes no array
         job; [] when sbatch took an index list this cannot read)."""
         text = read_script_text(self.spec.script_path)
+        self._own = sbatch_directives(text)
         if batch_kind(text) != "array":
             return None
         try:
-            return array_task_ids(sbatch_directives(text).get("array", ""))
+            return array_task_ids(self._own.get("array", ""))
         except ValueError:
             return []
 
@@ -193,7 +196,7 @@ class OneShotRun:
         """Where array task ``16_3`` writes when Slurm does not say: the script's
         ``--output`` / ``--error`` (sbatch's default for an array, ``slurm-%A_%a.out``)
         with ``%A`` and ``%a`` the task's, relative to the work dir."""
-        own = sbatch_directives(read_script_text(self.spec.script_path))
+        own = self._own
         name = own.get("job-name") or self.spec.script_path.name
         paths = []
         for pattern in (own.get("output") or "slurm-%A_%a.out",

@@ -512,9 +512,7 @@ class FakeCluster:
         #: whether registry images (not starting with / or .) can be fetched
         self.registry = registry
         self.accounting = accounting
-        #: seconds after a step ends before accounting has its row (slurmdbd's lag);
-        #: after an array's or het job's last part ends, accounting shows only a bare
-        #: row of the job's id with that part's state for as long (as Slurm 22.05 did)
+        #: seconds after a step (or an array's last task) ends before accounting has its row
         self.accounting_lag_s = 0.0
         #: the uid this user's ``scancel`` is recorded with (``CANCELLED by <uid>``)
         self.uid = str(os.getuid())
@@ -1274,7 +1272,9 @@ class FakeCluster:
 
     def job_outcome(self, job_id: str) -> JobOutcome:
         """sacct: how the job ended; an array's or het job's from its parts' (the worst
-        decides: :meth:`JobOutcome.of_parts`)."""
+        decides: :meth:`JobOutcome.of_parts`), but for :attr:`accounting_lag_s` after its
+        last part ended only a bare row of that part under the job's id, as Slurm
+        22.05's sacct once showed."""
         self._call("job_outcome", job_id=job_id)
         parts = self._parts(job_id)
         if job_id not in self.jobs and parts:
