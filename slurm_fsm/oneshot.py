@@ -91,7 +91,8 @@ class OneShotRun:
         self._array: list[int] | None = None
         #: every file followed while the job runs (an array: each task's)
         self._follow: list[Path] = []
-        #: the script's own ``#SBATCH`` options (read once, when it is submitted)
+        #: the script as submitted, and its own ``#SBATCH`` options
+        self._text = ""
         self._own: dict[str, str] = {}
 
     def _facts(self, phase: Phase, **what: Any) -> RunFacts:
@@ -183,7 +184,7 @@ class OneShotRun:
     def _array_tasks(self) -> list[int] | None:
         """The task ids of the script's ``#SBATCH --array`` (None when it makes no array
         job; [] when sbatch took an index list this cannot read)."""
-        text = read_script_text(self.spec.script_path)
+        self._text = text = read_script_text(self.spec.script_path)
         self._own = sbatch_directives(text)
         if batch_kind(text) != "array":
             return None
@@ -240,9 +241,10 @@ class OneShotRun:
                 output=own.snapshot(err)))
         first = next(iter(tasks.values()), self._pattern)
         self.log_path = first[0]
+        names = [pair[0].name for pair in tasks.values()]
         self._file_notes.append(
             f"array job {job_id}: {len(tasks)} task(s), each read from its own files "
-            f"({', '.join(str(pair[0].name) for pair in tasks.values())})")
+            f"({', '.join(names[:5])}{', ...' if len(names) > 5 else ''})")
         return first[0], first[1], tuple(parts)
 
     def _say_files(self, files: JobFiles) -> None:
@@ -295,8 +297,8 @@ class OneShotRun:
         )
 
     def _collected(self, job_id: str, watch: Watch, out: Path, err: Path) -> RunFacts:
-        outcome, why = final_outcome(self.backend, job_id, self.clock, parts=batch_parts(
-            read_script_text(self.spec.script_path), job_id))
+        outcome, why = final_outcome(self.backend, job_id, self.clock,
+                                     parts=batch_parts(self._text, job_id))
         parts: tuple[PartEnd, ...] = ()
         if self._array is not None:
             out, err, parts = self._array_ended(job_id, watch, outcome)
