@@ -48,7 +48,10 @@ __all__ = [
     "check_job_id",
     "check_step_id",
     "is_job_id",
+    "part_kind",
+    "part_of",
     "step_env",
+    "worst_part",
 ]
 
 #: A Slurm job id as the tools print it: digits, optionally an array task (``123_4``) or
@@ -61,6 +64,25 @@ STEP_ID = re.compile(r"[0-9]{1,10}|batch|extern|interactive")
 def is_job_id(text: object) -> bool:
     """True when ``text`` is a Slurm job id (:data:`JOB_ID`), safe on a command line."""
     return isinstance(text, str) and JOB_ID.fullmatch(text) is not None
+
+
+#: A part of a job ``N``, as squeue and sacct print it: an array task (``N_3``), the
+#: pending rest of an array (``N_[1-2%1]``) or a heterogeneous component (``N+1``).
+_PART = re.compile(r"(?P<job>[1-9][0-9]{0,9})(?:_(?:[0-9]{1,10}|\[[^\]]*\])|\+[0-9]{1,5})")
+
+
+def part_of(part_id: str, job_id: str) -> bool:
+    """True when ``part_id`` is an array task (``16_0``, the pending ``16_[1-2]``) or a
+    heterogeneous component (``19+1``) of job ``job_id`` (``16``, ``19``)."""
+    m = _PART.fullmatch(part_id.strip())
+    return m is not None and m.group("job") == str(job_id)
+
+
+def part_kind(part_id: str) -> str:
+    """``array task`` (``16_0``), ``het component`` (``19+1``), or "" (a plain job)."""
+    if "+" in part_id:
+        return "het component"
+    return "array task" if "_" in part_id else ""
 
 
 def check_job_id(text: str) -> str:
@@ -113,6 +135,9 @@ class JobInfo:
     #: %V, as squeue prints it (local time, ``2026-12-04T13:44:37``); with the job id
     #: and the tag it names one job: Slurm reuses ids (they wrap at MaxJobId)
     submit_time: str = ""
+    #: an array or heterogeneous job: the ids of the parts squeue listed
+    #: (:meth:`of_parts`); empty for a plain job
+    parts: tuple[str, ...] = ()
 
     @property
     def is_active(self) -> bool:
@@ -123,6 +148,24 @@ class JobInfo:
     def never_starts(self) -> bool:
         """PENDING for a reason of :data:`NEVER_STARTS_REASONS`: waiting will not help."""
         return self.state is JobState.PENDING and self.reason in NEVER_STARTS_REASONS
+
+    @classmethod
+    def of_parts(cls, job_id: str, parts: Sequence[JobInfo]) -> JobInfo:
+        """One row for an array or heterogeneous job ``job_id`` from the rows of its
+        parts (``squeue -j 16`` lists ``16_0``, ``16_[1-2]``; ``squeue -j 19`` lists
+        ``19+0``, ``19+1``, never ``16`` or ``19`` itself): RUNNING while a part runs,
+        else the state of the first part that is still active (PENDING, with its reason,
+        while one waits), else the first part's; the job is active while any part is."""
+        if not parts:
+            raise ValueError(f"job {job_id}: no part to make its row of")
+        running = [p for p in parts if p.state.is_running]
+        active = [p for p in parts if p.state.is_active]
+        lead = (running or active or list(parts))[0]
+        waiting = next((p for p in parts if p.state.is_pending), None)
+        return attrs.evolve(
+            lead, job_id=str(job_id),
+            reason=waiting.reason if waiting is not None and not running else lead.reason,
+            parts=tuple(p.job_id for p in parts))
 
 
 @attrs.frozen(kw_only=True)
@@ -303,6 +346,66 @@ class JobOutcome:
     cancelled_by: str = ""  # uid from "CANCELLED by <uid>"
     source: str = "sacct"  # sacct | scontrol | fake
     steps: tuple[JobOutcome, ...] = ()
+    #: an array or heterogeneous job: how each task (``16_0``) or component (``19+1``)
+    #: ended, in Slurm's order; the job's own fields are those of :func:`worst_part`
+    #: (:meth:`of_parts`). Empty for a plain job.
+    parts: tuple[JobOutcome, ...] = ()
+
+    @property
+    def exit_status(self) -> int:
+        """The exit code as the shell says it: ``128 + signal`` for a job killed by a
+        signal (``0:9`` -> 137), else the code."""
+        return 128 + self.signal if self.exit_code == 0 and self.signal else self.exit_code
+
+    @classmethod
+    def of_parts(cls, job_id: str, parts: Sequence[JobOutcome]) -> JobOutcome:
+        """The outcome of an array or heterogeneous job from its parts': the state,
+        exit code, signal and ``cancelled_by`` of the worst part (:func:`worst_part`:
+        one still active keeps the whole job active), the longest elapsed, the largest
+        MaxRSS, every part's steps, and ``parts``."""
+        if not parts:
+            raise ValueError(f"job {job_id}: no part to make its outcome of")
+        worst = worst_part(parts)
+        sized = [p.max_rss for p in parts if p.max_rss and _size_of(p.max_rss) >= 0]
+        seconds = [p.elapsed.seconds for p in parts if p.elapsed.seconds is not None]
+        return cls(job_id=str(job_id), state=worst.state, exit_code=worst.exit_code,
+                   signal=worst.signal,
+                   elapsed=Duration.of_seconds(max(seconds)) if seconds else worst.elapsed,
+                   max_rss=max(sized, key=_size_of) if sized else "",
+                   cancelled_by=worst.cancelled_by, source=worst.source,
+                   steps=tuple(s for p in parts for s in p.steps), parts=tuple(parts))
+
+
+#: How bad a part's end is (:func:`worst_part`): the states that decide a report's
+#: status by themselves first, then a failure, then a completion.
+_PART_RANK = {
+    JobState.OUT_OF_MEMORY: 7, JobState.NODE_FAIL: 6, JobState.BOOT_FAIL: 6,
+    JobState.TIMEOUT: 5, JobState.DEADLINE: 5, JobState.CANCELLED: 4,
+    JobState.PREEMPTED: 4, JobState.REVOKED: 4, JobState.FAILED: 3,
+}
+
+
+def _rank(part: JobOutcome) -> int:
+    if part.state.is_active:
+        return 9  # not ended: the job has not ended either
+    rank = _PART_RANK.get(part.state, 2 if part.state is not JobState.COMPLETED else 0)
+    return max(rank, 3) if part.exit_status else rank
+
+
+def worst_part(parts: Sequence[JobOutcome]) -> JobOutcome:
+    """The part that decides an array's or heterogeneous job's outcome: one still
+    active (the job has not ended), else OUT_OF_MEMORY, NODE_FAIL / BOOT_FAIL, TIMEOUT /
+    DEADLINE, CANCELLED / PREEMPTED / REVOKED, then a non-zero exit or FAILED, then
+    COMPLETED; the first in Slurm's order among equals. A task that failed is never
+    hidden behind tasks that passed."""
+    return max(parts, key=_rank)  # max keeps the first of equal ranks
+
+
+def _size_of(text: str) -> float:
+    """``423048K`` -> bytes; -1 when it is not a size."""
+    m = re.match(r"^([\d.]+)([KMGTP]?)$", text.strip())
+    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
+    return float(m.group(1)) * units[m.group(2)] if m else -1.0
 
 
 @attrs.frozen(kw_only=True)
@@ -321,6 +424,13 @@ class JobFiles:
     #: the job has no node yet (pending: no ``BatchHost``), so a ``%N`` in its file
     #: names is not known (Slurm 22.05 shows it as it is): ask again once it has run
     needs_node: bool = False
+    #: an array job: each task's own files (``slurm-16_0.out``, ...), the tasks Slurm
+    #: has a record of; ``stdout`` / ``stderr`` are then the first task's. Empty for
+    #: any other job.
+    tasks: tuple[JobFiles, ...] = ()
+    #: an array job with tasks not yet started (whose files Slurm does not name yet:
+    #: ``scontrol show job`` shows ``%a`` as 4294967294 for them): ask again
+    tasks_pending: bool = False
 
 
 @attrs.frozen(kw_only=True)

@@ -22,7 +22,7 @@ The monitor never decides a job's status; it returns what it saw in a
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import attrs
@@ -315,9 +315,12 @@ def _batch_loop(job_id: str, watch: Watch, follower: JobOutput, *, backend: Slur
 
 
 def final_outcome(backend: SlurmBackend, job_id: str, clock: Clock,
-                  attempts: int = 6) -> tuple[JobOutcome | None, str]:
+                  attempts: int = 6, parts: Sequence[str] = ()) -> tuple[JobOutcome | None, str]:
     """Accounting's word on how a finished job ended, asked a few times with backoff
-    (sacct sees a job 0.1-0.25 s after it ends). ``(None, why)`` when nobody knows."""
+    (sacct sees a job 0.1-0.25 s after it ends). ``parts``: the array tasks or het
+    components the job has (``16_0``, ``19+1``): its word counts only once it lists each
+    of them (while it lags it shows a bare ``16`` row, the state of one task). ``(None,
+    why)`` when nobody knows."""
     last = ""
     for attempt in range(attempts):
         try:
@@ -325,8 +328,11 @@ def final_outcome(backend: SlurmBackend, job_id: str, clock: Clock,
         except (JobNotFound, ControllerUnreachable, CommandTimedOut) as exc:
             last = str(exc)
         else:
-            if not outcome.state.is_active:
+            listed = {p.job_id for p in outcome.parts}
+            missing = [p for p in parts if p not in listed]
+            if not outcome.state.is_active and not missing:
                 return outcome, ""
-            last = f"accounting still says {outcome.state}"
+            last = (f"accounting still says {outcome.state}" if outcome.state.is_active
+                    else f"accounting lists no row yet for {', '.join(missing[:5])}")
         clock.sleep(min(0.2 * 2**attempt, 5.0))
     return None, f"accounting does not know how job {job_id} ended ({last})"

@@ -10,15 +10,23 @@ from pathlib import Path
 from typing import Any
 
 from slurm_fsm import placement
-from slurm_fsm.backend import BatchRequest, JobFiles, JobOutcome, SlurmBackend
+from slurm_fsm.backend import BatchRequest, JobFiles, JobOutcome, SlurmBackend, part_kind
 from slurm_fsm.clock import Clock
 from slurm_fsm.errors import BackendError
 from slurm_fsm.events import Events
 from slurm_fsm.joboutput import JobOutput, output_for_spec
+from slurm_fsm.jobstate import JobState
 from slurm_fsm.logs import tail_lines
 from slurm_fsm.monitor import PollPolicy, Watch, final_outcome, watch_batch_job
-from slurm_fsm.runfacts import Failure, Mode, Phase, RunFacts, StateSource
-from slurm_fsm.scriptcheck import batch_placement
+from slurm_fsm.runfacts import Failure, Mode, PartEnd, Phase, RunFacts, StateSource
+from slurm_fsm.scriptcheck import batch_placement, read_script_text
+from slurm_fsm.slurmcli import (
+    array_task_ids,
+    batch_kind,
+    batch_parts,
+    expand_output_pattern,
+    sbatch_directives,
+)
 from slurm_fsm.spec import JobSpec
 
 __all__ = ["OneShotRun", "err_path_for", "log_path_for", "outcome_exit_code"]
@@ -79,6 +87,13 @@ class OneShotRun:
         #: why Slurm is asked again once the job has ended (None: it is not)
         self._ask_again: str | None = None
         self._file_notes: list[str] = []
+        #: an array job: the task ids its ``#SBATCH --array`` lists (None: no array)
+        self._array: list[int] | None = None
+        #: every file followed while the job runs (an array: each task's)
+        self._follow: list[Path] = []
+        #: the script as submitted, and its own ``#SBATCH`` options
+        self._text = ""
+        self._own: dict[str, str] = {}
 
     def _facts(self, phase: Phase, **what: Any) -> RunFacts:
         return RunFacts(mode=Mode.ONE_SHOT, phase=phase, job_id=self.job_id,
@@ -122,6 +137,7 @@ class OneShotRun:
         if not submitted:
             self.path.append(Phase.SUBMITTING.value)
         self.job_id = job_id
+        self._array = self._array_tasks()
         out, err = self._files(job_id)
         logs = f"log {out}" if err == out else f"logs {out} and {err}"
         self.events.message(
@@ -137,7 +153,7 @@ class OneShotRun:
                    "account or QOS); cancelled")
             return self._facts(Phase.COLLECTED, messages=tuple(watch.messages),
                                failure=Failure(phase=Phase.MONITORING, message=msg))
-        if self._ask_again is not None:  # ask again: the job has a node now
+        if self._ask_again is not None and self._array is None:  # it has a node now
             out, err = self._files_after_end(job_id, watch, out, err)
         return self._collected(job_id, watch, out, err)
 
@@ -164,10 +180,82 @@ class OneShotRun:
             out, err = files.stdout, files.stderr
             if files.needs_node:  # a %N is not known before the job has a node
                 self._ask_again = "the job had no node yet"
-            else:
+            elif self._array is None:
                 self._say_files(files)
+        if self._array is not None:
+            tasks = self._array_files(job_id, None if isinstance(files, str) else files)
+            self._follow = [path for pair in tasks.values() for path in pair]
+            self._ask_again = "an array's tasks are named as they start"
+            out, err = next(iter(tasks.values()), (out, err))
         self.log_path = out
         return out, err
+
+    # ------------------------------------------------------------ an array's tasks
+    def _array_tasks(self) -> list[int] | None:
+        """The task ids of the script's ``#SBATCH --array`` (None when it makes no array
+        job; [] when sbatch took an index list this cannot read)."""
+        self._text = text = read_script_text(self.spec.script_path)
+        self._own = sbatch_directives(text)
+        if batch_kind(text) != "array":
+            return None
+        try:
+            return array_task_ids(self._own.get("array", ""))
+        except ValueError:
+            return []
+
+    def _task_files(self, task: str) -> tuple[Path, Path]:
+        """Where array task ``16_3`` writes when Slurm does not say: the script's
+        ``--output`` / ``--error`` (sbatch's default for an array, ``slurm-%A_%a.out``)
+        with ``%A`` and ``%a`` the task's, relative to the work dir."""
+        own = self._own
+        name = own.get("job-name") or self.spec.script_path.name
+        paths = []
+        for pattern in (own.get("output") or "slurm-%A_%a.out",
+                        own.get("error") or own.get("output") or "slurm-%A_%a.out"):
+            path = Path(expand_output_pattern(pattern, job_id=task, job_name=name))
+            paths.append(path if path.is_absolute() else self.spec.work_dir / path)
+        return paths[0], paths[1]
+
+    def _array_files(self, job_id: str, files: JobFiles | None,
+                     more: tuple[str, ...] = ()) -> dict[str, tuple[Path, Path]]:
+        """Each task's files (``16_0`` -> its .out and .err): Slurm's where it names
+        them (a task that has started), else :meth:`_task_files`; the tasks of the
+        script's ``--array``, those Slurm names, and ``more`` (accounting's)."""
+        named = {t.job_id: (t.stdout, t.stderr) for t in (files.tasks if files else ())}
+        ids = [f"{job_id}_{task}" for task in self._array or ()]
+        ids += [t for t in (*named, *more) if t not in ids and "[" not in t]
+        return {task: named.get(task) or self._task_files(task) for task in ids}
+
+    def _array_ended(self, job_id: str, watch: Watch, outcome: JobOutcome | None
+                     ) -> tuple[Path, Path, tuple[PartEnd, ...]]:
+        """An array that has ended: Slurm is asked where each task wrote, every task's
+        files are read whole (all of them for the verdict, each alone for the task's
+        own counts), and each task's end is accounting's."""
+        files = self._ask_files(job_id)
+        ends = {p.job_id: p for p in outcome.parts} if outcome is not None else {}
+        tasks = self._array_files(job_id, None if isinstance(files, str) else files,
+                                  tuple(ends))
+        whole = output_for_spec(self.spec, [p for pair in tasks.values() for p in pair])
+        whole.finish()
+        if whole.hang_detected and not watch.hang:
+            watch.hang = watch.hang_after_end = True
+        watch.output = whole
+        parts = []
+        for task, (out, err) in tasks.items():
+            own = output_for_spec(self.spec, [out, err])
+            own.finish()
+            end = ends.get(task)
+            parts.append(PartEnd(
+                part=task, kind="array task", state=end.state if end else JobState.UNKNOWN,
+                exit_code=end.exit_status if end else None, log=str(out),
+                output=own.snapshot(err)))
+        first = next(iter(tasks.values()), self._pattern)
+        self.log_path = first[0]
+        names = [pair[0].name for pair in tasks.values()]
+        self._file_notes.append(
+            f"array job {job_id}: {len(tasks)} task(s), each read from its own files "
+            f"({', '.join(names[:5])}{', ...' if len(names) > 5 else ''})")
+        return first[0], first[1], tuple(parts)
 
     def _say_files(self, files: JobFiles) -> None:
         """A note when Slurm's files are not the spec's ``log_file_pattern``."""
@@ -215,11 +303,19 @@ class OneShotRun:
             policy=self.policy, on_output=self.events.output,
             on_message=self.events.message, on_tick=self.events.tick,
             on_state=self.events.job_state,
-            output=output_for_spec(spec, [out, err], on_text=self.events.output),
+            output=output_for_spec(spec, self._follow or [out, err],
+                                   on_text=self.events.output),
         )
 
     def _collected(self, job_id: str, watch: Watch, out: Path, err: Path) -> RunFacts:
-        outcome, why = final_outcome(self.backend, job_id, self.clock)
+        outcome, why = final_outcome(self.backend, job_id, self.clock,
+                                     parts=batch_parts(self._text, job_id))
+        parts: tuple[PartEnd, ...] = ()
+        if self._array is not None:
+            out, err, parts = self._array_ended(job_id, watch, outcome)
+        elif outcome is not None:
+            parts = tuple(PartEnd(part=p.job_id, kind=part_kind(p.job_id), state=p.state,
+                                  exit_code=p.exit_status) for p in outcome.parts)
         note = (f"{why}; the exit code is unknown: FAILED if the log shows a failure, "
                 "otherwise ERROR" if why else "")
         elapsed = float(outcome.elapsed.seconds) if outcome and outcome.elapsed.seconds \
@@ -236,6 +332,6 @@ class OneShotRun:
             uncancelled_steps=tuple(watch.uncancelled_steps),
             output=watch.output.snapshot(err), stdout=str(out), stderr=str(err),
             notes=(*self._file_notes, *((note,) if note else ())),
-            messages=tuple(watch.messages),
+            messages=tuple(watch.messages), parts=parts,
             extra_metrics=_accounting(outcome),
         )

@@ -49,7 +49,15 @@ import attrs
 from slurm_fsm.jobstate import JobState
 from slurm_fsm.logs import DEFAULT_HANG_MARKER
 from slurm_fsm.report import EXIT_CODES, Report, Status
-from slurm_fsm.runfacts import Failure, Mode, OutputSnapshot, Phase, RunFacts, StepEnd
+from slurm_fsm.runfacts import (
+    Failure,
+    Mode,
+    OutputSnapshot,
+    PartEnd,
+    Phase,
+    RunFacts,
+    StepEnd,
+)
 from slurm_fsm.spec import JobSpec, WorkflowType
 from slurm_fsm.workflows import (  # the parsers live with their workflow classes
     _TRACEBACK,
@@ -864,7 +872,7 @@ def _judged(facts: RunFacts, spec: JobSpec) -> Report:
     success_hits = {p: hits.get(p, 0) for p in spec.success_patterns}
     failure_hits = {p: hits.get(p, 0) for p in spec.failure_patterns}
     relevant = list(output.parser_lines)
-    metrics = wf.parse(relevant, spec.work_dir)
+    metrics = _parsed(facts.parts, relevant, spec)
     decision = decide(
         exit_code=facts.exit_code, slurm_state=facts.slurm_state, hang=facts.hang,
         timed_out=facts.timed_out, success_hits=success_hits, failure_hits=failure_hits,
@@ -878,7 +886,8 @@ def _judged(facts: RunFacts, spec: JobSpec) -> Report:
     head = list(output.head) if failed else []
     err_tail = list(output.err_tail)
     tail = list(output.tail[-(200 if status is Status.HANG_DETECTED else 100):])
-    errors = errors_from(head + relevant + err_tail) if failed else []
+    errors = _part_errors(facts.parts) if failed else []
+    errors += errors_from(head + relevant + err_tail) if failed else []
     errors += [f"failure pattern found: {p!r} ({n} line(s))"
                for p, n in failure_hits.items() if n]
     success_missing = bool(spec.success_patterns) and not any(success_hits.values())
@@ -891,14 +900,8 @@ def _judged(facts: RunFacts, spec: JobSpec) -> Report:
                          workflow_type=spec.workflow_type, allocation_id=facts.allocation_id)
     summary = (f"{status.value}: {facts.summary}" if facts.summary is not None
                else _summary(status, decision.reason, facts, wf.summarize(metrics)))
-    metrics = {**metrics, "success_hits": success_hits, "failure_hits": failure_hits}
-    for key, value in facts.extra_metrics.items():
-        if key == "cancelled_by":
-            metrics[key] = value
-        else:
-            metrics.setdefault(key, value)
-    if facts.cancelled_steps:
-        metrics["cancelled_steps"] = list(facts.cancelled_steps)
+    metrics = _with_run_metrics(facts, {**metrics, "success_hits": success_hits,
+                                        "failure_hits": failure_hits})
     warnings = _warnings_of(facts, list(facts.warnings) + wf.warnings(metrics))
     notes = _step_notes(facts, status, metrics)
     elapsed = facts.elapsed_s
@@ -914,6 +917,88 @@ def _judged(facts: RunFacts, spec: JobSpec) -> Report:
         path=list(facts.path), notes=notes, log_head=head, log_tail=tail,
         err_tail=err_tail, timings=dict(facts.timings),
     )
+
+
+def _with_run_metrics(facts: RunFacts, metrics: dict[str, Any]) -> dict[str, Any]:
+    """The parser's ``metrics`` with accounting's figures, the steps the run cancelled
+    and the parts of an array or heterogeneous job added."""
+    for key, value in facts.extra_metrics.items():
+        if key == "cancelled_by":
+            metrics[key] = value
+        else:
+            metrics.setdefault(key, value)
+    if facts.cancelled_steps:
+        metrics["cancelled_steps"] = list(facts.cancelled_steps)
+    if facts.parts:
+        metrics["parts"] = [_part_row(p) for p in facts.parts]
+    return metrics
+
+
+def _parsed(parts: Sequence[PartEnd], relevant: list[str], spec: JobSpec) -> dict[str, Any]:
+    """The workflow parser's metrics: of the whole output, or, for an array job whose
+    tasks wrote files of their own, of each task's output added up (:func:`_summed`)."""
+    wf = workflow(spec.workflow_type)
+    own = [p.output for p in parts if p.output is not None]
+    if not own:
+        return wf.parse(relevant, spec.work_dir)
+    return _summed([wf.parse(list(o.parser_lines), spec.work_dir) for o in own])
+
+
+def _summed(each: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Several tasks' metrics as one: counts (whole numbers) added up, ``seconds`` the
+    longest, anything else (a rate, an accuracy) the first task's that has it."""
+    out: dict[str, Any] = {}
+    for metrics in each:
+        for key, value in metrics.items():
+            have = out.get(key)
+            if key not in out:
+                out[key] = value
+            elif key == "seconds" and isinstance(value, int | float) and \
+                    isinstance(have, int | float):
+                out[key] = max(float(have), float(value))
+            elif (isinstance(value, int) and isinstance(have, int)
+                  and not isinstance(value, bool) and not isinstance(have, bool)):
+                out[key] = have + value
+    return out
+
+
+def _part_row(part: PartEnd) -> dict[str, Any]:
+    """One task or component in the report's ``metrics.parts``."""
+    row: dict[str, Any] = {"id": part.part, "kind": part.kind, "state": str(part.state),
+                           "exit_code": part.exit_code}
+    if part.log:
+        row["log"] = part.log
+    return row
+
+
+def _part_says(part: PartEnd) -> str:
+    code = "exit code unknown" if part.exit_code is None else f"exit code {part.exit_code}"
+    return f"{part.part} {part.state}, {code}"
+
+
+def _part_errors(parts: Sequence[PartEnd]) -> list[str]:
+    """A line per task or component that did not pass, then the error lines of its
+    own output (an array task's)."""
+    out: list[str] = []
+    for part in parts:
+        if part.passed:
+            continue
+        log = f" (log {part.log})" if part.log else ""
+        out.append(f"{part.kind} {_part_says(part)}{log}")
+        if part.output is not None:
+            own = [*part.output.head, *part.output.tail, *part.output.err_tail]
+            out += [line for line in errors_from(own) if line not in out]
+    return out[:MAX_ERRORS]
+
+
+def _parts_text(parts: Sequence[PartEnd]) -> str:
+    """``3 array tasks, 1 did not pass: 16_1 FAILED, exit code 1``."""
+    bad = [p for p in parts if not p.passed]
+    kind = parts[0].kind
+    text = f"{len(parts)} {kind}s, " + (
+        f"{len(bad)} did not pass: " + "; ".join(_part_says(p) for p in bad[:5])
+        + ("; ..." if len(bad) > 5 else "") if bad else "all passed")
+    return text
 
 
 def _step_notes(facts: RunFacts, status: Status, metrics: dict[str, Any]) -> list[str]:
@@ -955,6 +1040,8 @@ def _summary(status: Status, reason: str, facts: RunFacts, found: str) -> str:
             text += f"; hang detected, cancelled job {facts.job_id}"
     if facts.timed_out:
         text += "; monitor timeout"
+    if facts.parts:
+        text += f"; {_parts_text(facts.parts)}"
     if found:
         text += f"; {found}"
     return text

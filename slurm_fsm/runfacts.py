@@ -18,7 +18,8 @@ import attrs
 
 from slurm_fsm.jobstate import JobState
 
-__all__ = ["Failure", "Mode", "OutputSnapshot", "Phase", "RunFacts", "StateSource", "StepEnd"]
+__all__ = ["Failure", "Mode", "OutputSnapshot", "PartEnd", "Phase", "RunFacts", "StateSource",
+           "StepEnd"]
 
 
 class Mode(Enum):
@@ -121,6 +122,30 @@ class StepEnd:
 
 
 @attrs.frozen(kw_only=True)
+class PartEnd:
+    """How one task of an array job (``16_1``) or one component of a heterogeneous job
+    (``19+1``) ended, as accounting says, and what its own files held."""
+
+    #: ``16_1``, ``19+1`` (a pending rest ``16_[2-3]`` when the job was stopped)
+    part: str
+    #: ``array task`` or ``het component``
+    kind: str
+    state: JobState
+    #: the exit status as the shell says it (``128 + signal`` for a signal); None when
+    #: accounting did not say
+    exit_code: int | None = None
+    #: the task's own stdout file (array tasks); empty when it has none of its own
+    log: str = ""
+    #: what its own files held (array tasks); None when it has none of its own
+    output: OutputSnapshot | None = None
+
+    @property
+    def passed(self) -> bool:
+        """COMPLETED with exit status 0."""
+        return self.state is JobState.COMPLETED and self.exit_code == 0
+
+
+@attrs.frozen(kw_only=True)
 class RunFacts:
     """What one run saw (module docstring). Built once at the end of a path."""
 
@@ -168,6 +193,9 @@ class RunFacts:
     #: why accounting could not say how they ended, when it could not (the exit code
     #: decides then)
     step_ends_unknown: str | None = None
+    #: one-shot, an array or heterogeneous job: how each task or component ended
+    #: (the job's own state and exit code are the worst part's)
+    parts: tuple[PartEnd, ...] = ()
     #: what went wrong without failing the run, before the parser's warnings
     warnings: tuple[str, ...] = ()
     #: what the monitor said (after the parser's warnings; each once)

@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import re
 import shlex
+from pathlib import Path
 
 from slurm_fsm.files import FileProblem, read_bounded
 from slurm_fsm.spec import JobSpec, script_problems
 
-__all__ = ["MAX_SCRIPT_BYTES", "batch_placement", "container_name_problems",
-           "input_problems", "script_container_names"]
+__all__ = ["MAX_SCRIPT_BYTES", "batch_job_problems", "batch_placement",
+           "container_name_problems", "input_problems", "read_script_text",
+           "script_container_names"]
 
 #: A job script is a few kilobytes; a larger one is not read for this check.
 MAX_SCRIPT_BYTES = 1 << 20
@@ -132,9 +134,50 @@ def batch_placement(spec: JobSpec) -> tuple[str | None, str | None, list[str]]:
     return chosen[0], chosen[1], warnings
 
 
+def read_script_text(path: Path) -> str:
+    """The job script's text (its first :data:`MAX_SCRIPT_BYTES`, bytes that are not
+    UTF-8 replaced); "" when it cannot be read."""
+    try:
+        return read_bounded(path, MAX_SCRIPT_BYTES).decode("utf-8", "replace")
+    except FileProblem:
+        return ""
+
+
+#: What persistent mode says of a script that makes an array or heterogeneous job.
+_NOT_PERSISTENT = {
+    "array": "its #SBATCH --array makes an array job, one job per task, and only sbatch "
+             "makes one",
+    "het": "its #SBATCH hetjob makes a heterogeneous job of several components, and only "
+           "sbatch makes one",
+}
+
+
+def batch_job_problems(spec: JobSpec) -> list[str]:
+    """A persistent run of a script that makes an array or heterogeneous job: refused.
+    Persistent mode runs the script once with ``bash`` inside the allocation, where
+    ``#SBATCH`` lines are comments: there would be one run, not the tasks (or
+    components) the script asks for, and a report of that one as the whole. One-shot
+    mode (``sbatch``) runs them and judges every task (docs/report.md)."""
+    if not spec.persistent_mode:
+        return []
+    from slurm_fsm.slurmcli import batch_kind
+
+    kind = batch_kind(read_script_text(spec.script_path))
+    if not kind:
+        return []
+    return [f"script_path: {spec.script_path}: {_NOT_PERSISTENT[kind]}; persistent mode "
+            "runs the script once with bash inside the allocation, where #SBATCH lines "
+            "are comments. Set persistent_mode: false to run it with sbatch (every "
+            "task or component is judged), or remove the line"]
+
+
 def input_problems(spec: JobSpec) -> list[str]:
     """The job script, checked before any Slurm command: it is a file
-    (:func:`slurm_fsm.spec.script_problems`), and its own ``--container-name`` is the
-    spec's (:func:`container_name_problems`). The CLI's ``run`` and the executor ask
-    this one function."""
-    return script_problems(spec.script_path) + container_name_problems(spec)
+    (:func:`slurm_fsm.spec.script_problems`), its own ``--container-name`` is the
+    spec's (:func:`container_name_problems`), and it makes no array or heterogeneous
+    job in persistent mode (:func:`batch_job_problems`). The CLI's ``run`` and the
+    executor ask this one function."""
+    problems = script_problems(spec.script_path)
+    if problems:
+        return problems
+    return container_name_problems(spec) + batch_job_problems(spec)

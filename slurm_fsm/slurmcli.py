@@ -63,6 +63,7 @@ from slurm_fsm.backend import (
     JobOutcome,
     StepInfo,
     StepRequest,
+    part_of,
 )
 from slurm_fsm.duration import Duration
 from slurm_fsm.errors import (
@@ -102,6 +103,9 @@ __all__ = [
     "STEP_FORMAT",
     "TOOL_ENV_PREFIXES",
     "accounting_disabled",
+    "array_task_ids",
+    "batch_kind",
+    "batch_parts",
     "classify",
     "clean_env",
     "compress_nodelist",
@@ -744,10 +748,17 @@ def parse_jobs(text: str) -> list[JobInfo]:
 
 
 def parse_job(text: str, job_id: str) -> JobInfo:
-    """The row of ``job_id`` in ``squeue -j`` output. Raises JobNotFound when absent."""
-    for job in parse_jobs(text):
+    """The row of ``job_id`` in ``squeue -j`` output; for an array or heterogeneous job,
+    whose rows are its parts' (``16_0``, ``16_[1-2]``, ``19+0``, ``19+1``), one row made
+    of them (:meth:`JobInfo.of_parts`: active while any part is). Raises JobNotFound
+    when neither is there."""
+    jobs = parse_jobs(text)
+    for job in jobs:
         if job.job_id == str(job_id):
             return job
+    parts = [job for job in jobs if part_of(job.job_id, job_id)]
+    if parts:
+        return JobInfo.of_parts(str(job_id), parts)
     raise JobNotFound(str(job_id), "squeue has no row for it")
 
 
@@ -823,6 +834,42 @@ def _memory_per_node(tres: str) -> int | None:
     return size // nodes if size else None
 
 
+def _sacct_row(line: str) -> tuple[JobOutcome, tuple[int, int] | None]:
+    """One row of :data:`SACCT_FIELDS` (and more) -> its outcome and raw exit code."""
+    fields = line.split(SEP)
+    if len(fields) < len(SACCT_FIELDS):
+        raise ValueError(f"not a sacct -P row of {','.join(SACCT_FIELDS)}: {line!r}")
+    jid, state_text, exit_text, elapsed_text, rss = (f.strip() for f in fields[:5])
+    state, by = _state(state_text)
+    ex = _exit(exit_text)
+    code, sig = ex if ex is not None else (0, 0)
+    return JobOutcome(job_id=jid, state=state, exit_code=code, signal=sig,
+                      elapsed=_duration(elapsed_text, "0:00"), max_rss=rss,
+                      cancelled_by=by, source="sacct"), ex
+
+
+def _sacct_job(job_id: str, rows: Sequence[tuple[JobOutcome, tuple[int, int] | None]]
+               ) -> JobOutcome | None:
+    """The outcome of one job (or one part) from its own row and its steps' rows."""
+    job_row = next((row for row, _ in rows if row.job_id == job_id), None)
+    if job_row is None:
+        return None
+    raw_exit = next(ex for row, ex in rows if row is job_row)
+    steps = [row for row, _ in rows if row is not job_row]
+    code, sig = job_row.exit_code, job_row.signal
+    if raw_exit is None:
+        batch = next((r for r in steps if r.job_id == f"{job_id}.batch"), None)
+        if batch is not None:
+            code, sig = batch.exit_code, batch.signal
+    max_rss = job_row.max_rss
+    if not max_rss:
+        sized = [r for r in steps if r.max_rss and _rss_bytes(r.max_rss) >= 0]
+        if sized:
+            max_rss = max(sized, key=lambda r: _rss_bytes(r.max_rss)).max_rss
+    return attrs.evolve(job_row, exit_code=code, signal=sig, max_rss=max_rss,
+                        steps=tuple(steps))
+
+
 def parse_sacct(text: str, job_id: str) -> JobOutcome | None:
     """``sacct -n -P --format=JobID,State,ExitCode,Elapsed,MaxRSS`` -> JobOutcome.
 
@@ -830,59 +877,27 @@ def parse_sacct(text: str, job_id: str) -> JobOutcome | None:
     ``steps``. When the job row has no exit code, the batch step's is used;
     ``max_rss`` is the job row's, else the largest of its steps'. Returns
     None when there is no row for ``job_id`` (accounting has not seen it yet).
+
+    An array job's rows are its tasks' (``16_0``, ``16_0.batch``, ...; a pending rest
+    ``16_[1-2]``), a heterogeneous job's its components' (``19+0``, ``19+1.0``): each
+    becomes one of ``parts`` the same way, and the job's outcome is theirs
+    (:meth:`JobOutcome.of_parts`: the worst part decides; one not ended keeps the job
+    active). A row of the bare id beside parts (sacct lags: ``16 PENDING`` while the
+    task that kept id 16 runs) is one part more.
     """
-    rows: list[JobOutcome] = []
-    job_row: JobOutcome | None = None
-    raw_exit: tuple[int, int] | None = None
     job_id = str(job_id)
+    by_part: dict[str, list[tuple[JobOutcome, tuple[int, int] | None]]] = {}
     for line in _lines(text):
-        fields = line.split(SEP)
-        if len(fields) < len(SACCT_FIELDS):
-            raise ValueError(f"not a sacct -P row of {','.join(SACCT_FIELDS)}: {line!r}")
-        jid, state_text, exit_text, elapsed_text, rss = (f.strip() for f in fields[:5])
-        base = jid.split(".", 1)[0]
-        if base.split("+", 1)[0] != job_id:
-            continue
-        state, by = _state(state_text)
-        ex = _exit(exit_text)
-        code, sig = ex if ex is not None else (0, 0)
-        row = JobOutcome(
-            job_id=jid,
-            state=state,
-            exit_code=code,
-            signal=sig,
-            elapsed=_duration(elapsed_text, "0:00"),
-            max_rss=rss,
-            cancelled_by=by,
-            source="sacct",
-        )
-        if jid == job_id and job_row is None:
-            job_row, raw_exit = row, ex
-        else:
-            rows.append(row)
-    if job_row is None:
-        return None
-    code, sig = job_row.exit_code, job_row.signal
-    if raw_exit is None:
-        batch = next((r for r in rows if r.job_id == f"{job_id}.batch"), None)
-        if batch is not None:
-            code, sig = batch.exit_code, batch.signal
-    max_rss = job_row.max_rss
-    if not max_rss:
-        sized = [r for r in rows if r.max_rss and _rss_bytes(r.max_rss) >= 0]
-        if sized:
-            max_rss = max(sized, key=lambda r: _rss_bytes(r.max_rss)).max_rss
-    return JobOutcome(
-        job_id=job_id,
-        state=job_row.state,
-        exit_code=code,
-        signal=sig,
-        elapsed=job_row.elapsed,
-        max_rss=max_rss,
-        cancelled_by=job_row.cancelled_by,
-        source="sacct",
-        steps=tuple(rows),
-    )
+        row = _sacct_row(line)
+        base = row[0].job_id.split(".", 1)[0]
+        if base == job_id or part_of(base, job_id):
+            by_part.setdefault(base, []).append(row)
+    parts = [outcome for part, rows in by_part.items() if part != job_id
+             and (outcome := _sacct_job(part, rows)) is not None]
+    whole = _sacct_job(job_id, by_part.get(job_id, []))
+    if not parts:
+        return whole
+    return JobOutcome.of_parts(job_id, [*parts, *([whole] if whole is not None else [])])
 
 
 def parse_sacct_steps(text: str, job_id: str) -> list[JobOutcome]:
@@ -922,7 +937,11 @@ def with_true_exit_code(sacct: JobOutcome, controller: JobOutcome | None) -> Job
     the job (``MinJobAge``): then its code and signal win. Without it, a code N in 1-64
     whose job has a step ended by signal N is read as 128 + N (the shell's status of a
     process killed by N, which a script ending with that step exits with)."""
-    if controller is not None and controller.state.is_final:
+    if sacct.parts:  # an array or het job: each part with its own record's code
+        by_id = {p.job_id: p for p in controller.parts} if controller is not None else {}
+        return JobOutcome.of_parts(sacct.job_id, [
+            with_true_exit_code(part, by_id.get(part.job_id)) for part in sacct.parts])
+    if controller is not None and controller.state.is_final and not controller.parts:
         return attrs.evolve(sacct, exit_code=controller.exit_code, signal=controller.signal)
     code = sacct.exit_code
     if sacct.signal == 0 and 1 <= code <= 64 and any(
@@ -937,9 +956,43 @@ def _field(text: str, key: str) -> str | None:
     return m.group(1) if m else None
 
 
+def _records(text: str) -> list[str]:
+    """The records of ``scontrol show job`` (one per array task or het component: each
+    starts with ``JobId=`` at the start of a line)."""
+    return [r for r in re.split(r"(?m)^(?=JobId=)", text) if r.strip()]
+
+
+def _record_part(record: str, job_id: str) -> str | None:
+    """The part of ``job_id`` one record is: ``16_2`` (``ArrayJobId=16 ArrayTaskId=2``;
+    ``16_[0-2%1]`` for the pending rest), ``19+1`` (``HetJobId=19 HetJobOffset=1``);
+    None when it is no part of ``job_id`` (a plain job's own record)."""
+    if _field(record, "ArrayJobId") == job_id:
+        task = _field(record, "ArrayTaskId") or ""
+        return f"{job_id}_{task}" if task.isdigit() else f"{job_id}_[{task}]"
+    if _field(record, "HetJobId") == job_id:
+        return f"{job_id}+{_field(record, 'HetJobOffset') or '0'}"
+    return None
+
+
+def _scontrol_outcome(record: str, job_id: str) -> JobOutcome:
+    state_text = _field(record, "JobState")
+    if not state_text:
+        raise ValueError(f"scontrol show job {job_id}: no JobState= in {record[:200]!r}")
+    state, by = _state(state_text)
+    ex = _exit(_field(record, "ExitCode") or "")
+    code, sig = ex if ex is not None else (0, 0)
+    return JobOutcome(job_id=job_id, state=state, exit_code=code, signal=sig,
+                      elapsed=_duration(_field(record, "RunTime") or "", "0:00"),
+                      cancelled_by=by, source="scontrol")
+
+
 def parse_scontrol_job(text: str, job_id: str) -> JobOutcome:
     """``scontrol show job ID`` (JobState=, ExitCode=, RunTime=) -> JobOutcome.
 
+    An array job has a record per task (``JobId=<task's id> ArrayJobId=ID
+    ArrayTaskId=N``, the first one any task), a heterogeneous job one per component
+    (``HetJobId=ID HetJobOffset=N``): each becomes one of ``parts`` (``ID_N``,
+    ``ID+N``) and the job's outcome is theirs (:meth:`JobOutcome.of_parts`).
     Raises JobNotFound when the text holds no ``JobId=<job_id>``, ValueError
     when it holds the job but no JobState.
     """
@@ -947,21 +1000,18 @@ def parse_scontrol_job(text: str, job_id: str) -> JobOutcome:
     jid = _field(text, "JobId")
     if jid is None or jid != job_id:
         raise JobNotFound(job_id, "scontrol show job has no record of it")
-    state_text = _field(text, "JobState")
-    if not state_text:
-        raise ValueError(f"scontrol show job {job_id}: no JobState= in {text[:200]!r}")
-    state, by = _state(state_text)
-    ex = _exit(_field(text, "ExitCode") or "")
-    code, sig = ex if ex is not None else (0, 0)
-    return JobOutcome(
-        job_id=job_id,
-        state=state,
-        exit_code=code,
-        signal=sig,
-        elapsed=_duration(_field(text, "RunTime") or "", "0:00"),
-        cancelled_by=by,
-        source="scontrol",
-    )
+    parts = [(part, record) for record in _records(text)
+             if (part := _record_part(record, job_id)) is not None]
+    if not parts:
+        return _scontrol_outcome(text, job_id)
+    return JobOutcome.of_parts(job_id, sorted(
+        (_scontrol_outcome(record, part) for part, record in parts), key=_part_order))
+
+
+def _part_order(outcome: JobOutcome) -> tuple[int, str]:
+    """Array tasks and het components in their number's order (a pending rest last)."""
+    tail = re.split(r"[_+]", outcome.job_id, maxsplit=1)[-1]
+    return (int(tail), "") if tail.isdigit() else (1 << 40, tail)
 
 
 #: sbatch's filename pattern: ``%%``, or ``%`` with an optional zero-padding width and
@@ -1024,24 +1074,49 @@ def _job_files(job_id: str, out: str, err: str, *, work_dir: str, source: str,
                     needs_node=not names.get("node"))
 
 
+def _record_files(record: str, job_id: str) -> JobFiles:
+    out = _line_field(record, "StdOut")
+    if not out or out == "(null)":
+        raise ValueError(f"scontrol show job {job_id}: no StdOut= (not a batch job?)")
+    err = _line_field(record, "StdErr") or ""
+    host = _field(record, "BatchHost") or ""
+    return _job_files(job_id, out, "" if err == "(null)" else err,
+                      work_dir=_line_field(record, "WorkDir") or "", source="scontrol",
+                      node="" if host == "(null)" else host)
+
+
 def parse_scontrol_files(text: str, job_id: str) -> JobFiles:
     """``scontrol show job ID`` -> where the batch job writes (``StdOut=``, ``StdErr=``),
     each expanded with the job's ``BatchHost`` (Slurm 22.05 leaves ``%N`` to the batch
     step) and made absolute with its ``WorkDir``. Raises JobNotFound when the text
     holds no ``JobId=<job_id>``, ValueError when it has no ``StdOut=`` (not a batch
-    job)."""
+    job).
+
+    An array job: each task's record names its files (``tasks``, in task order; the
+    job's own files are the first task's); the record of tasks not started yet
+    (``ArrayTaskId=1-2``, its ``%a`` shown as 4294967294) names none
+    (``tasks_pending``). A heterogeneous job: the first record's (component 0 runs the
+    batch script; the others' ``StdOut`` are never written)."""
     job_id = str(job_id)
     jid = _field(text, "JobId")
     if jid is None or jid != job_id:
         raise JobNotFound(job_id, "scontrol show job has no record of it")
-    out = _line_field(text, "StdOut")
-    if not out or out == "(null)":
-        raise ValueError(f"scontrol show job {job_id}: no StdOut= (not a batch job?)")
-    err = _line_field(text, "StdErr") or ""
-    host = _field(text, "BatchHost") or ""
-    return _job_files(job_id, out, "" if err == "(null)" else err,
-                      work_dir=_line_field(text, "WorkDir") or "", source="scontrol",
-                      node="" if host == "(null)" else host)
+    records = _records(text)
+    tasks: list[JobFiles] = []
+    pending = False
+    for record in records:
+        part = _record_part(record, job_id)
+        if part is None or "+" in part:
+            continue
+        if "[" in part:
+            pending = True
+        else:
+            tasks.append(_record_files(record, part))
+    if not tasks:
+        return attrs.evolve(_record_files(records[0], job_id), tasks_pending=pending)
+    tasks.sort(key=lambda t: int(t.job_id.rpartition("_")[2]))
+    return attrs.evolve(tasks[0], job_id=job_id, tasks=tuple(tasks), tasks_pending=pending,
+                        needs_node=any(t.needs_node for t in tasks))
 
 
 def parse_sacct_files(text: str, job_id: str) -> JobFiles:
@@ -1180,7 +1255,15 @@ def compress_nodelist(nodes: Iterable[str]) -> str:
 
 _DIRECTIVE = re.compile(r"^#SBATCH\s+(?:--([a-z-]+)(?:[=\s]+(\S+))?|-([a-zA-Z])\s*(\S+)?)")
 _SHORT = {"o": "output", "e": "error", "p": "partition", "A": "account", "N": "nodes",
-          "t": "time", "J": "job-name"}
+          "t": "time", "J": "job-name", "a": "array"}
+#: ``#SBATCH hetjob`` (``packjob`` before Slurm 20.02): the components of a
+#: heterogeneous job are separated by it
+_HET_SEPARATOR = re.compile(r"^#SBATCH\s+(?:hetjob|packjob)\s*(?:#.*)?$")
+#: an array's index list: ``0-15``, ``0,6,16-32``, ``0-15:4``, each with ``%N`` (at most
+#: N tasks at once) or not
+_ARRAY_RANGE = re.compile(r"(\d+)(?:-(\d+)(?::(\d+))?)?")
+#: at most this many task ids are listed from one ``--array`` (the files followed)
+MAX_ARRAY_TASKS = 1000
 
 
 def sbatch_directives(text: str) -> dict[str, str]:
@@ -1197,6 +1280,55 @@ def sbatch_directives(text: str) -> dict[str, str]:
         elif m.group(3) in _SHORT:
             out[_SHORT[m.group(3)]] = m.group(4) or ""
     return out
+
+
+def batch_kind(text: str) -> str:
+    """``array`` when a script's ``#SBATCH --array`` (``-a``) makes an array job, ``het``
+    when an ``#SBATCH hetjob`` line makes it heterogeneous, else "" (read as sbatch
+    reads its directives: up to the first command)."""
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            break
+        if _HET_SEPARATOR.match(line.strip()):
+            return "het"
+    return "array" if "array" in sbatch_directives(text) else ""
+
+
+def batch_parts(text: str, job_id: str) -> list[str]:
+    """The parts accounting will list for job ``job_id`` of a script: each array task
+    (``16_0``, ... of its ``--array``), each het component (``19+0``, ``19+1``: one more
+    than its ``#SBATCH hetjob`` lines); [] for a plain job (or an index list this cannot
+    read)."""
+    kind = batch_kind(text)
+    if kind == "het":
+        seps = 0
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                break
+            seps += bool(_HET_SEPARATOR.match(line.strip()))
+        return [f"{job_id}+{k}" for k in range(seps + 1)]
+    if kind == "array":
+        try:
+            return [f"{job_id}_{task}" for task in
+                    array_task_ids(sbatch_directives(text).get("array", ""))]
+        except ValueError:
+            return []
+    return []
+
+
+def array_task_ids(spec: str) -> list[int]:
+    """The task ids of an ``--array`` index list: ``0-2`` -> [0, 1, 2], ``1,5-9:2%2``
+    -> [1, 5, 7, 9]; at most :data:`MAX_ARRAY_TASKS`. ValueError when it is not one."""
+    ids: list[int] = []
+    for item in spec.split("%", 1)[0].split(","):
+        m = _ARRAY_RANGE.fullmatch(item.strip())
+        if not m:
+            raise ValueError(f"not an --array index list: {spec!r}")
+        lo, hi, step = int(m.group(1)), int(m.group(2) or m.group(1)), int(m.group(3) or 1)
+        if hi < lo or step < 1:
+            raise ValueError(f"not an --array index list: {spec!r}")
+        ids.extend(range(lo, min(hi, lo + step * MAX_ARRAY_TASKS) + 1, step))
+    return sorted(set(ids))[:MAX_ARRAY_TASKS]
 
 
 _SALLOC_ID = re.compile(r"salloc: (?:Granted|Pending) job allocation (\d+)")

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from slurm_fsm.build import BuildError, build_arch, image_key, partition_arch, read_properties
+from slurm_fsm.errors import JobNotFound
 from slurm_fsm.joboutput import HangJudge
 from slurm_fsm.jobstate import JobState
 from slurm_fsm.results import (
@@ -37,8 +38,10 @@ from slurm_fsm.slurmcli import (
     SACCT_FIELDS,
     SACCT_STEP_FIELDS,
     parse_gpu_processes,
+    parse_job,
     parse_sacct,
     parse_sacct_steps,
+    parse_scontrol_files,
     parse_scontrol_job,
     with_true_exit_code,
 )
@@ -152,6 +155,52 @@ def _sacct_steps_file(path: Path, _tmp: Path) -> dict[str, Any]:
     return out
 
 
+def _command_outputs(lines: list[str]) -> list[tuple[str, str]]:
+    """A block of ``$ command``, its output, ``[exit N]`` -> (command, output) pairs."""
+    out: list[tuple[str, list[str]]] = []
+    for line in lines[1:]:
+        if line.startswith("$ "):
+            out.append((line[2:], []))
+        elif out and not line.startswith("[exit "):
+            out[-1][1].append(line)
+    return [(cmd, "\n".join(body) + "\n") for cmd, body in out]
+
+
+def _outcome(outcome: Any) -> dict[str, Any]:
+    return {"state": str(outcome.state), "exit_code": outcome.exit_code,
+            "parts": {p.job_id: [str(p.state), p.exit_code] for p in outcome.parts}}
+
+
+def _parts_file(path: Path, _tmp: Path) -> dict[str, Any]:
+    """Array and het jobs: what squeue's, scontrol's and sacct's parsers make of each
+    recorded command's output (issue 44)."""
+    out: dict[str, Any] = {}
+    for name, lines in _blocks(path).items():
+        got: dict[str, Any] = {}
+        for cmd, text in _command_outputs(lines):
+            words = cmd.split()
+            if words[0] not in ("squeue", "scontrol", "sacct") or "-X" in words:
+                continue
+            job_id = words[-1] if words[0] == "scontrol" else words[2]
+            if words[0] == "squeue":
+                try:
+                    info = parse_job(text, job_id)
+                    got["squeue"] = {"state": str(info.state), "parts": list(info.parts)}
+                except JobNotFound:
+                    got["squeue"] = "no row"
+            elif words[0] == "scontrol":
+                files = parse_scontrol_files(text, job_id)
+                got["scontrol"] = {**_outcome(parse_scontrol_job(text, job_id)),
+                                   "stdout": files.stdout.name,
+                                   "tasks": [t.stdout.name for t in files.tasks],
+                                   "tasks_pending": files.tasks_pending}
+            else:
+                outcome = parse_sacct(text, job_id)
+                got["sacct"] = _outcome(outcome) if outcome is not None else None
+        out[name] = got
+    return out
+
+
 def _nvidia_smi_file(path: Path, _tmp: Path) -> dict[str, Any]:
     blocks = _blocks(path)
     apps = [line for line in blocks["apps"][1:] if line.strip()]
@@ -197,6 +246,8 @@ def _reader(path: Path) -> Any:
         return _sacct_steps_file
     if rel == "slurm/nvidia_smi_fixtures.txt":
         return _nvidia_smi_file
+    if rel == "local/slurm/arrays_hetjobs.txt":
+        return _parts_file
     return _text_file
 
 

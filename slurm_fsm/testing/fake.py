@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import re
 import shlex
 import shutil
 import signal as signals
@@ -49,6 +50,7 @@ from slurm_fsm.backend import (
     StepResult,
     check_job_id,
     check_step_id,
+    part_of,
 )
 from slurm_fsm.duration import Duration
 from slurm_fsm.errors import (
@@ -63,6 +65,8 @@ from slurm_fsm.preflight import ClusterPartition, enforces_associations
 from slurm_fsm.scriptguard import stop_group
 from slurm_fsm.slurmcli import (
     ONCE_SKIPPED,
+    array_task_ids,
+    batch_kind,
     enroot_image,
     expand_output_pattern,
     foreign_container_message,
@@ -87,6 +91,20 @@ CONTROLLER_OPS = frozenset({
     "job_files",
     "cluster_partitions", "accounting_enforce",
 })
+
+
+def _het_blocks(text: str) -> list[dict[str, str]]:
+    """The ``#SBATCH`` options of each component of a heterogeneous job's script (the
+    lines between ``#SBATCH hetjob`` separators); later components inherit nothing."""
+    blocks: list[list[str]] = [[]]
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            break
+        if re.match(r"^#SBATCH\s+(?:hetjob|packjob)\s*$", line.strip()):
+            blocks.append([])
+        else:
+            blocks[-1].append(line)
+    return [sbatch_directives("\n".join(b)) for b in blocks]
 
 
 def _pyxis_failure(nodes: list[str], lines: list[str], child_rc: int | None = 1
@@ -198,6 +216,9 @@ class FakeScript:
     hang: bool = False
     err_lines: tuple[str, ...] = ()
     final_state: JobState | str | None = None
+    #: an array job: what task N does when it differs from this (``{1: FakeScript(
+    #: exit_code=1)}``)
+    tasks: Mapping[int, FakeScript] = attrs.field(factory=dict)
 
     @property
     def duration_s(self) -> float:
@@ -253,6 +274,8 @@ class FakeJob:
     ended_steps: dict[str, tuple[JobOutcome, float]] = attrs.field(factory=dict)
     #: ``--dependency`` as asked (``"singleton"`` is honoured)
     dependency: str = ""
+    #: a het job's component other than 0: the component whose script it ends with
+    follows: str = ""
 
     @property
     def active(self) -> bool:
@@ -513,7 +536,7 @@ class FakeCluster:
         #: whether registry images (not starting with / or .) can be fetched
         self.registry = registry
         self.accounting = accounting
-        #: seconds after a step ends before accounting has its row (slurmdbd's lag)
+        #: seconds after a step (or an array's last task) ends before accounting has its row
         self.accounting_lag_s = 0.0
         #: the uid this user's ``scancel`` is recorded with (``CANCELLED by <uid>``)
         self.uid = str(os.getuid())
@@ -668,6 +691,12 @@ class FakeCluster:
                 job.reason = "None"
             if job.state is not JobState.RUNNING or job.started_at is None:
                 continue
+            leader = self.jobs.get(job.follows) if job.follows else None
+            if leader is not None:  # a het component: it ends with component 0
+                if not leader.active:
+                    self._finish(job, leader.state, leader.exit_code, leader.signal)
+                    job.ended_at = leader.ended_at
+                continue
             if job.time_limit_s is not None and now >= job.started_at + job.time_limit_s:
                 if job.kind == "batch":
                     self._write_batch_output(job, job.started_at + job.time_limit_s)
@@ -802,7 +831,7 @@ class FakeCluster:
     def _script_env(self, job: FakeJob, env: Mapping[str, str]) -> dict[str, str]:
         """What a script of ``job`` run for real gets on top of the caller's SLURM_*."""
         path = os.environ.get("PATH", os.defpath)
-        return {**env, "SLURM_FSM_FAKE_NODES": " ".join(job.nodes),
+        return {"SLURM_FSM_FAKE_NODES": " ".join(job.nodes), **env,
                 "SLURM_FSM_FAKE_GPU_DIR": str(self._gpu_ledger()),
                 "SLURM_FSM_FAKE_GPUS_PER_NODE": str(self.gpus_per_node),
                 "PATH": f"{self._srun_bin()}{os.pathsep}{path}"}
@@ -829,7 +858,12 @@ class FakeCluster:
         return self.user
 
     def query_job(self, job_id: str) -> JobInfo:
+        """squeue: the job's row; an array's or het job's made of its active parts'
+        (:meth:`JobInfo.of_parts`), as squeue lists only those."""
         self._call("query_job", job_id=job_id)
+        parts = [p for p in self._parts(job_id) if p.active]
+        if job_id not in self.jobs and parts:
+            return JobInfo.of_parts(job_id, [self._info(p) for p in parts])
         return self._info(self._job(job_id))
 
     def find_jobs(self, name: str | None, user: str) -> list[JobInfo]:
@@ -1096,6 +1130,9 @@ class FakeCluster:
 
     def cancel(self, job_id: str, step_id: str | None = None) -> None:
         self._call("cancel", job_id=job_id, step_id=step_id)
+        if job_id not in self.jobs and step_id is None:
+            for part in self._parts(job_id):  # scancel of an array or het job: all parts
+                self.cancel(part.job_id)
         job = self.jobs.get(job_id)
         if job is None or not job.active:
             return  # scancel of a gone job prints nothing and exits 0
@@ -1108,52 +1145,96 @@ class FakeCluster:
         job.cancelled_by = "0"
 
     def submit(self, request: BatchRequest) -> str:
+        """sbatch: one batch job; an array job (``#SBATCH --array``) is one job per task
+        (``100_0``, ``100_1``, ... all started at once: a ``%N`` limit is not kept), a
+        heterogeneous one (``#SBATCH hetjob``) one per component (``100+0``, ``100+1``,
+        each on nodes of its own; component 0 runs the script and the others end as it
+        does, as Slurm ends them). Both answer to the job id sbatch printed."""
         self._call("submit", request=request)
         text = request.script_path.read_text(encoding="utf-8") \
             if request.script_path.exists() else ""
-        directives = sbatch_directives(text)
+        kind = batch_kind(text)
+        blocks = _het_blocks(text) if kind == "het" else [sbatch_directives(text)]
+        directives = blocks[0]
         partition = request.partition or directives.get("partition") or \
             next(iter(self.partitions))
         account = request.account or directives.get("account")
-        nodes = int(directives.get("nodes", "1").split("-")[0])
-        error = self._request_error(partition, account, nodes, "sbatch")
+        sizes = [int(b.get("nodes", "1").split("-")[0]) for b in blocks]
+        error = self._request_error(partition, account, sum(sizes), "sbatch")
         if error:
             raise CommandFailed(["sbatch", str(request.script_path)], 1, error)
         limit = directives.get("time")
-        limit_s = Duration.parse(limit).seconds if limit else 3600
         job_id = str(next(self._ids))
-        work = request.work_dir
-        job = FakeJob(
-            job_id=job_id, name=request.job_name or directives.get("job-name")
-            or request.script_path.name, user=self.user, partition=partition,
-            account=account or "", num_nodes=nodes,
-            nodes=self.partitions[partition][:nodes], time_limit_s=limit_s,
+        base: dict[str, Any] = dict(
+            name=request.job_name or directives.get("job-name") or request.script_path.name,
+            user=self.user, partition=partition, account=account or "",
+            time_limit_s=Duration.parse(limit).seconds if limit else 3600,
             submitted_at=self.clock.now(), kind="batch",
             pending_until=self.clock.now() + self.pending_s,
             reason=(self.pending_reason or "Priority") if self.pending_s else "None",
-            script=self._script_for(request.script_path),
-            out_pattern=directives.get("output") or "slurm-%j.out",
-            err_pattern=directives.get("error") or "", work_dir=work,
-        )
+            work_dir=request.work_dir,
+            out_pattern=directives.get("output") or (
+                "slurm-%A_%a.out" if kind == "array" else "slurm-%j.out"),
+            err_pattern=directives.get("error") or "")
+        request.work_dir.mkdir(parents=True, exist_ok=True)
+        if kind == "array":
+            for task in array_task_ids(directives.get("array", "")):
+                self._batch_job(f"{job_id}_{task}", request, sizes[0],
+                                self.partitions[partition][:sizes[0]], base, {
+                                    "SLURM_ARRAY_JOB_ID": job_id,
+                                    "SLURM_ARRAY_TASK_ID": str(task)}, task=task)
+            return job_id
+        nodes = self.partitions[partition]
+        leader = self._batch_job(job_id if kind != "het" else f"{job_id}+0", request,
+                                 sum(sizes), nodes[:sum(sizes)], base,
+                                 {"SLURM_HET_SIZE": str(len(sizes))} if kind == "het" else {})
+        first = sizes[0]
+        for k, size in enumerate(sizes[1:], start=1):
+            self.jobs[f"{job_id}+{k}"] = attrs.evolve(
+                leader, job_id=f"{job_id}+{k}", num_nodes=size, nodes=nodes[first:first + size],
+                script=None, process=None, follows=leader.job_id, steps={}, ended_steps={})
+            first += size
+        if kind == "het":
+            leader.num_nodes, leader.nodes = sizes[0], nodes[:sizes[0]]
+        return job_id
+
+    def _batch_job(self, job_id: str, request: BatchRequest, size: int, nodes: list[str],
+                   base: Mapping[str, Any], env: Mapping[str, str],
+                   task: int | None = None) -> FakeJob:
+        """One batch job (or array task, or het component 0) on ``nodes`` (``size``:
+        the first ones are its own; all of them its script's ``srun`` uses), started
+        at once with ``run_scripts``."""
+        script = self._script_for(request.script_path)
+        job = FakeJob(job_id=job_id, num_nodes=size, nodes=list(nodes),
+                      script=script.tasks.get(task, script) if task is not None else script,
+                      **base)
+        work = request.work_dir
         job.out_path = self._stdio_path(job, job.out_pattern, work)
         job.err_path = self._stdio_path(job, job.err_pattern or job.out_pattern, work)
-        work.mkdir(parents=True, exist_ok=True)
         self.jobs[job_id] = job
         if self.run_scripts:  # the batch script runs for real, at once
             job.script = None
             job.pending_until = job.started_at = self.clock.now()
             job.state, job.reason = JobState.RUNNING, "None"
-            tpn = int(directives.get("ntasks-per-node", "1") or 1)
-            env = {"SLURM_JOB_ID": job_id, "SLURM_JOBID": job_id,
-                   "SLURM_JOB_NUM_NODES": str(nodes), "SLURM_NNODES": str(nodes),
-                   "SLURM_NTASKS": str(nodes * tpn), "SLURM_NTASKS_PER_NODE": str(tpn),
-                   "SLURM_JOB_NODELIST": hostlist.collect_hostlist(job.nodes),
-                   "SLURM_NODELIST": hostlist.collect_hostlist(job.nodes),
-                   "SLURM_JOB_NAME": job.name, "SLURM_SUBMIT_DIR": str(work),
-                   "SLURM_JOB_PARTITION": partition, **request.env}
+            raw = job_id if job_id.isdigit() else job_id.split("_")[0].split("+")[0]
+            tpn = int(sbatch_directives(request.script_path.read_text(encoding="utf-8"))
+                      .get("ntasks-per-node", "1") or 1)
+            n = len(nodes)
+            full = {"SLURM_JOB_ID": raw, "SLURM_JOBID": raw,
+                    "SLURM_JOB_NUM_NODES": str(n), "SLURM_NNODES": str(n),
+                    "SLURM_NTASKS": str(n * tpn), "SLURM_NTASKS_PER_NODE": str(tpn),
+                    "SLURM_JOB_NODELIST": hostlist.collect_hostlist(nodes),
+                    "SLURM_NODELIST": hostlist.collect_hostlist(nodes),
+                    "SLURM_JOB_NAME": job.name, "SLURM_SUBMIT_DIR": str(work),
+                    "SLURM_JOB_PARTITION": job.partition, **env, **request.env,
+                    "SLURM_FSM_FAKE_NODES": " ".join(nodes)}
             job.process = self._start_batch(job, request.script_path, work,
-                                            self._script_env(job, env))
-        return job_id
+                                            self._script_env(job, full))
+        return job
+
+    def _parts(self, job_id: str) -> list[FakeJob]:
+        """The tasks of array job ``job_id`` or the components of het job ``job_id``."""
+        return [job for key, job in self.jobs.items() if part_of(key, job_id)]
 
     def _stdio_path(self, job: FakeJob, pattern: str, work: Path, node: str | None = None
                     ) -> Path:
@@ -1169,6 +1250,12 @@ class FakeCluster:
         ``min_job_age_s`` after its end (this fake's accounting has no ``StdOut``, as
         Slurm 22.05's); ``%N`` stays unexpanded while the job is pending."""
         self._call("job_files", job_id=job_id)
+        parts = self._parts(job_id)
+        if job_id not in self.jobs and parts:
+            if "+" in parts[0].job_id:  # het: component 0 runs the script
+                return attrs.evolve(self.job_files(parts[0].job_id), job_id=job_id)
+            tasks = [self.job_files(p.job_id) for p in parts]
+            return attrs.evolve(tasks[0], job_id=job_id, tasks=tuple(tasks))
         job = self.jobs.get(job_id)
         if job is None or job.kind != "batch" or job.out_path is None or \
                 job.err_path is None:
@@ -1210,10 +1297,26 @@ class FakeCluster:
         return proc.poll()
 
     def job_outcome(self, job_id: str) -> JobOutcome:
+        """sacct: how the job ended; an array's or het job's from its parts' (the worst
+        decides: :meth:`JobOutcome.of_parts`), but for :attr:`accounting_lag_s` after its
+        last part ended only a bare row of that part under the job's id, as Slurm
+        22.05's sacct once showed."""
         self._call("job_outcome", job_id=job_id)
+        parts = self._parts(job_id)
+        if job_id not in self.jobs and parts:
+            ends = [p.ended_at for p in parts]
+            if self.accounting_lag_s and None not in ends and \
+                    self.clock.now() - max(e for e in ends if e is not None) \
+                    < self.accounting_lag_s:  # sacct lags: a bare row of the last part
+                return attrs.evolve(self._outcome(parts[-1]), job_id=job_id)
+            return JobOutcome.of_parts(job_id, [self._outcome(p) for p in parts])
         job = self.jobs.get(job_id)
         if job is None:
             raise JobNotFound(job_id, "neither sacct nor scontrol knows the job")
+        return self._outcome(job)
+
+    def _outcome(self, job: FakeJob) -> JobOutcome:
+        job_id = job.job_id
         if not self.accounting and job.ended_at is not None and \
                 self.clock.now() - job.ended_at > self.min_job_age_s:
             raise JobNotFound(job_id, "accounting is off and the job left scontrol")
