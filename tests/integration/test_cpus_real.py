@@ -132,12 +132,14 @@ def test_jobs_the_script_submits_itself_get_none_of_the_runs_placement(
     inner.write_text("#!/bin/bash\n"
                      "srun bash -c 'echo \"inner cpt=${SRUN_CPUS_PER_TASK-unset} "
                      "gpus=${SLURM_GPUS_PER_NODE-unset}\"'\n")
+    nested = tmp_path / "nested.sh"
+    nested.write_text("#!/bin/bash\necho \"nested cpt=${SRUN_CPUS_PER_TASK-unset} "
+                      "exact=${SLURM_EXACT-unset} gres=${SLURM_GRES-unset}\"\n")
+    nested.chmod(0o755)
     submit = f"-A {c.account} -p {c.partition} -N1 -t 2 -J {name}"
     body = f"""\
         srun bash -c 'echo "own cpt=$SRUN_CPUS_PER_TASK cpus=$SLURM_CPUS_ON_NODE"'
-        salloc {submit} srun bash -c \\
-          'echo "nested cpt=${{SRUN_CPUS_PER_TASK-unset}} exact=${{SLURM_EXACT-unset}} \\
-          gres=${{SLURM_GRES-unset}}"'
+        salloc {submit} srun {nested}
         sbatch --wait {submit} -o {tmp_path}/inner.out {inner}
         cat {tmp_path}/inner.out
         srun bash -c 'echo "after cpt=$SRUN_CPUS_PER_TASK"'
