@@ -40,7 +40,7 @@ each with a pid file of ours:
   ``CANCELLED by 0``). Memory stays a consumable with ``DefMemPerCPU=512``: a step
   without ``--mem`` gets 512 MB per CPU, far more than the tests' steps touch.
 - ``wide``: nodes of :data:`WIDE_CPUS_PER_NODE` (12) CPUs, not 8: 3 per GPU.
-- ``defcpu``: ``DefCpuPerGPU=1`` (:data:`DEF_CPU_PER_GPU`, in ``JobDefaults``): Slurm
+- ``defcpu``: ``DefCpuPerGPU=2`` (:data:`DEF_CPU_PER_GPU`, in ``JobDefaults``): Slurm
   gives a job that names no CPUs per GPU that many per GPU it holds.
 
 A cluster running another configuration than the one asked is restarted by ``up``.
@@ -143,9 +143,9 @@ DEFAULT_NODES = 3
 CPUS_PER_NODE = 8
 #: CPUs per node of the ``wide`` configuration: 3 per GPU, not 2
 WIDE_CPUS_PER_NODE = 12
-#: ``DefCpuPerGPU`` of the ``defcpu`` configuration (fewer than the 2 or 3 per GPU the
-#: nodes' CPUs would give in proportion)
-DEF_CPU_PER_GPU = 1
+#: ``DefCpuPerGPU`` of the ``defcpu`` configuration: with ``wide`` fewer than the 3 per
+#: GPU the nodes' CPUs give in proportion, more than one per task
+DEF_CPU_PER_GPU = 2
 #: emulated GPUs (see slurm_fsm_dev.localgpu): Slurm schedules them for real
 GPUS_PER_NODE = localgpu.GPUS_PER_NODE
 MEMORY_PER_NODE_MB = 8192

@@ -355,3 +355,8 @@ def test_the_cluster_runs_the_configuration_asked(local_cluster: ClusterInfo) ->
         assert shown["ProctrackType"] == "proctrack/linuxproc"
     expected = "none" if local_cluster.has("noenforce") else "associations,limits,qos"
     assert shown["AccountingStorageEnforce"] == expected
+    expected = f"DefCpuPerGPU={localcluster.DEF_CPU_PER_GPU}" if local_cluster.has(
+        "defcpu") else "(null)"
+    assert shown["JobDefaults"] == expected
+    assert f"CPUTot={local_cluster.cpus_per_node} " in slurm(
+        "scontrol", "show", "node", local_cluster.nodes[0]).stdout

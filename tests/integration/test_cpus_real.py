@@ -6,7 +6,7 @@ allocation, and jobs a persistent script submits itself.
   ``ConstrainCores``). The allocation now asks the cluster's ``DefCpuPerGPU`` per GPU
   when set, else the node's CPUs in proportion to its GPUs (``alloc_cpus_per_node``
   when the spec gives it); the figures here follow the cluster's configuration
-  (``wide``: 12-CPU nodes; ``defcpu``: ``DefCpuPerGPU=1``).
+  (``wide``: 12-CPU nodes; ``defcpu``: ``DefCpuPerGPU=2``).
 - item 5: what the persistent path exports for the run's own steps
   (``SRUN_CPUS_PER_TASK``, ``SLURM_GPUS_PER_NODE``...) reached the jobs the script
   submitted itself: ``salloc ... srun`` and ``sbatch --wait`` of a script with ``srun``
@@ -103,7 +103,7 @@ def test_alloc_cpus_per_node_is_what_the_allocation_asks(
     r = run(one)
     assert r.status is Status.PASSED, r.render_text()
     assert r.allocation_id is not None
-    # DefCpuPerGPU is Slurm's floor: 2 GPUs x 1 is below 6, so 6 either way
+    # DefCpuPerGPU is Slurm's floor: 2 GPUs x 2 is below 6, so 6 either way
     assert num_cpus(r.allocation_id) == 6
     assert probe(r)["cpus"] == 3  # 1 GPU of 2
 
