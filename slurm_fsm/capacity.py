@@ -90,7 +90,7 @@ class NodeCpus:
         if not fitting:
             return None
         want, cpus, have = min(fitting)
-        return want, f"a node's CPUs in proportion to its GPUs ({cpus} CPUs for {have} GPUs)"
+        return want, f"in proportion to a node's {cpus} CPUs for {have} GPUs"
 
 
 def job_needs(spec: JobSpec) -> JobNeeds:
