@@ -69,8 +69,8 @@ from slurm_fsm.ownership import Ownership, made_by, new_nonce, ownership
 from slurm_fsm.preflight import (
     ClusterPartition,
     parse_accounting_enforce,
-    parse_def_cpu_per_gpu,
     parse_associations,
+    parse_def_cpu_per_gpu,
     parse_sinfo_partitions,
     sacctmgr_assoc_argv,
     scontrol_config_argv,

@@ -16,9 +16,9 @@ from slurm_fsm.preflight import (
     parse_associations,
     parse_def_cpu_per_gpu,
     parse_sinfo_partitions,
-    sinfo_partitions_argv,
     request_warnings,
     require,
+    sinfo_partitions_argv,
     slurm_config_problem,
 )
 from slurm_fsm.spec import JobSpec
