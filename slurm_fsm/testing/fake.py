@@ -438,8 +438,9 @@ class FakeCluster:
     simulated. ``slurm-fsm run --backend fake`` uses this mode.
 
     With ``preflight=True`` it answers the pre-flight questions
-    (:class:`slurm_fsm.preflight.ClusterQueries`: its partitions, all up, without GPUs,
-    and its accounts), so a wrong partition, account or node count is caught before
+    (:class:`slurm_fsm.preflight.ClusterQueries`: its partitions, all up, with
+    ``gpus_per_node`` GPUs and ``cpus_per_node`` CPUs per node, its accounts, its
+    :attr:`default_cpus_per_gpu`), so a wrong partition, account or node count is caught before
     ``salloc`` as on a real cluster; by default it answers nothing and only its
     ``salloc`` refuses them.
     """
@@ -448,6 +449,9 @@ class FakeCluster:
     #: ControllerUnreachable "Socket timed out"), as salloc does when the reply to a
     #: granted request is lost.
     lose_allocate_answers: int = 0
+    #: ``DefCpuPerGPU`` (``JobDefaults``): an allocation that asks GPUs gets at least
+    #: that many CPUs per GPU, as Slurm grants it (measured on 22.05); None: not set
+    default_cpus_per_gpu: int | None = None
 
     def __init__(
         self,
@@ -506,15 +510,9 @@ class FakeCluster:
         self._step_rules: list[StepRule] = []
         self._running: list[_FakeRunningScript | _LocalFakeScript] = []
         self._bin: Path | None = None  # the srun shim's folder (run_scripts=True)
-        #: GPUs of every node: the ``srun`` of a script run for real takes them from a
-        #: ledger (see :meth:`gpus_in_use`) and waits while they are taken
-        self.gpus_per_node = gpus_per_node
-        #: CPUs of every node as ``sinfo`` says (None: sinfo does not say, and an
-        #: allocation asks one CPU per task)
-        self.cpus_per_node = cpus_per_node
-        #: ``DefCpuPerGPU`` (``JobDefaults``): an allocation that asks GPUs gets at least
-        #: that many CPUs per GPU, as Slurm grants it (measured on 22.05)
-        self.default_cpus_per_gpu: int | None = None
+        #: GPUs of every node (a script's real ``srun`` takes them from a ledger, waiting
+        #: while taken: :meth:`gpus_in_use`); CPUs of every node as sinfo says (None: not)
+        self.gpus_per_node, self.cpus_per_node = gpus_per_node, cpus_per_node
 
     # ---------------------------------------------------------------- test controls
     def fail_next(self, op: str, error: BaseException, times: int = 1) -> None:
