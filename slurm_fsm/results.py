@@ -308,7 +308,8 @@ def decide_status(
 _UNABLE_TO_CREATE_STEP = re.compile(
     r"srun: error: (?:Unable to create step.*(?:expired|already completing|completed)"
     r"|Slurm job \d+ has expired)", re.I)
-_TOO_MANY_TASKS = re.compile(r"More processors requested than permitted", re.I)
+_TOO_MANY_TASKS = re.compile(r"(?:for job (?P<job>\d+)\S*: )?More processors requested than "
+                             r"permitted", re.I)
 _CONTAINER_MISSING = re.compile(
     r"srun: error: .*does not exist|container with name .* does not exist", re.I
 )
@@ -388,6 +389,29 @@ def _row(symptom: str, cause: str, advice: str) -> dict[str, str]:
     return {"symptom": symptom, "cause": cause, "advice": advice}
 
 
+def _too_many_tasks(lines: Sequence[str], allocation_id: str | None) -> list[dict[str, str]]:
+    """srun's ``More processors requested than permitted``: the persistent allocation's
+    size, unless the step was one of a job the script submitted itself (another job id
+    than the allocation's: its own ``salloc``/``sbatch``), which got the run's placement
+    (issue 44.5)."""
+    found = [m for line in lines if (m := _TOO_MANY_TASKS.search(line))]
+    if not found:
+        return []
+    symptom = "srun: error: ... More processors requested than permitted"
+    others = sorted({m.group("job") for m in found if m.group("job")} - {allocation_id})
+    if allocation_id and others:
+        return [_row(f"srun: error: ... for job {', '.join(others)} (not the allocation "
+                     f"{allocation_id}): More processors requested than permitted",
+                     "a job the script submitted itself (salloc, sbatch) asks more than "
+                     "its own allocation holds",
+                     "run salloc/sbatch by name, not by absolute path (slurm_fsm's own "
+                     "drop the run's SRUN_CPUS_PER_TASK, SLURM_GPUS_PER_NODE...), or "
+                     "give that job the CPUs its srun asks (-c)")]
+    return [_row(symptom, "the job asks for more tasks than the allocation holds",
+                 "set slurm_params.ntasks_per_node (it is passed to salloc), then "
+                 "release the allocation and re-run")]
+
+
 def diagnose(
     status: Status,
     *,
@@ -400,6 +424,7 @@ def diagnose(
     success_missing: bool = False,
     metrics: Mapping[str, Any] | None = None,
     workflow_type: WorkflowType | None = None,
+    allocation_id: str | None = None,
 ) -> list[dict[str, str]]:
     """Rows of procedure.md's failure diagnosis table that apply, plus a few more.
 
@@ -409,7 +434,9 @@ def diagnose(
     or host OOM, NCCL errors). The optional keywords add rows for a matched
     failure pattern, a missing success pattern, and the rows the workflow's
     :meth:`~slurm_fsm.workflows.Workflow.diagnosis` finds in ``metrics`` (pytest
-    failures, eval threshold; every workflow's when ``workflow_type`` is None).
+    failures, eval threshold; every workflow's when ``workflow_type`` is None);
+    ``allocation_id`` (persistent mode) tells a step of the allocation from one of a job
+    the script submitted itself.
     A PASSED or RELEASED run gets no rows.
     """
     if status in (Status.PASSED, Status.RELEASED):
@@ -474,11 +501,7 @@ def diagnose(
     if any(_UNABLE_TO_CREATE_STEP.search(line) for line in cleaned):
         rows.append(_row("srun: error: Unable to create step", "allocation expired",
                          "drop the state file and re-run (re-allocates)"))
-    if any(_TOO_MANY_TASKS.search(line) for line in cleaned):
-        rows.append(_row("srun: error: ... More processors requested than permitted",
-                         "the job asks for more tasks than the allocation holds",
-                         "set slurm_params.ntasks_per_node (it is passed to salloc), then "
-                         "release the allocation and re-run"))
+    rows += _too_many_tasks(cleaned, allocation_id)
     text = "\n".join(cleaned)
     for pattern, symptom, cause, advice in _CONTAINER_ROWS:
         if pattern.search(text):
@@ -733,7 +756,7 @@ def _judged(facts: RunFacts, spec: JobSpec) -> Report:
                          log_empty=output.empty, log_lines=head + tail + err_tail,
                          job_id=facts.job_id, failure_hits=failure_hits,
                          success_missing=success_missing, metrics=metrics,
-                         workflow_type=spec.workflow_type)
+                         workflow_type=spec.workflow_type, allocation_id=facts.allocation_id)
     summary = (f"{status.value}: {facts.summary}" if facts.summary is not None
                else _summary(status, decision.reason, facts, wf.summarize(metrics)))
     metrics = {**metrics, "success_hits": success_hits, "failure_hits": failure_hits}

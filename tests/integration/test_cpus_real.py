@@ -16,6 +16,7 @@ allocation, and jobs a persistent script submits itself.
 from __future__ import annotations
 
 import os
+import shutil
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -152,3 +153,19 @@ def test_jobs_the_script_submits_itself_get_none_of_the_runs_placement(
     assert "nested cpt=unset exact=unset gres=unset" in tail, tail
     assert "inner cpt=unset gpus=unset" in tail, tail
     assert "after cpt=2" in tail, tail
+
+
+def test_a_submitted_job_that_bypasses_the_shims_is_diagnosed_as_that_job(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    """``salloc`` by absolute path gets the run's placement (``SRUN_CPUS_PER_TASK=2``):
+    its srun fails, and the diagnosis names that job, not the persistent allocation."""
+    name = names.new("bypass")
+    c = local_cluster
+    real = shutil.which("salloc")
+    assert real is not None
+    body = f"{real} -A {c.account} -p {c.partition} -N1 -t 2 -J {name} srun true\n"
+    r = run(spec(c, tmp_path, name, body, slurm_params={"cpus_per_task": 2}))
+    assert r.status is Status.FAILED, r.render_text()
+    (row,) = [d for d in r.diagnosis if "More processors" in d["symptom"]]
+    assert f"(not the allocation {r.allocation_id})" in row["symptom"], row
+    assert row["cause"].startswith("a job the script submitted itself"), row
