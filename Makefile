@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 SYS_PYTHON ?= python3
 
-.PHONY: setup cluster cluster-down demo test test-confined test-2411 chroot-2411 chroot-2411-umount lint typecheck unit diagram docs docs-deps bench clean
+.PHONY: setup cluster cluster-down demo test test-confined test-wide test-2411 chroot-2411 chroot-2411-umount lint typecheck unit diagram docs docs-deps bench clean
 
 setup: $(VENV)/.installed
 
@@ -33,9 +33,10 @@ typecheck: setup
 unit: setup docs-deps     ## fast tests only (no real cluster)
 	$(VENV)/bin/pytest -m "not slurm" -q
 
-test: lint typecheck docs-deps  ## everything CI runs: lint, types, unit and real-cluster tests, the cgroup-confined ones, docs, then the real tests on Slurm 24.11 (and its configuration-dependent ones)
+test: lint typecheck docs-deps  ## everything CI runs: lint, types, unit and real-cluster tests, the cgroup-confined ones, those on 12-CPU nodes with DefCpuPerGPU, docs, then the real tests on Slurm 24.11 (and its configuration-dependent ones)
 	$(VENV)/bin/pytest -q
 	$(MAKE) --no-print-directory test-confined
+	$(MAKE) --no-print-directory test-wide
 	$(MAKE) --no-print-directory docs
 	$(MAKE) --no-print-directory test-2411
 	$(MAKE) --no-print-directory test-2411-config
@@ -68,6 +69,15 @@ test-2411-config: chroot-2411  ## the configuration-dependent real tests on Slur
 CONFINED_DIR ?= /tmp/slurm_fsm-confined
 test-confined: setup      ## the configuration-dependent real tests on the cgroup-confined cluster
 	SLURM_FSM_LOCAL_DIR=$(CONFINED_DIR) SLURM_FSM_LOCAL_CONFIG=cgroup,noenforce,memkill \
+	  $(VENV)/bin/pytest -m "slurm and config" -q
+
+# The configuration-dependent real tests on nodes unlike the default's: 12 CPUs per node
+# and DefCpuPerGPU=2 (wide,defcpu), where the persistent allocation's CPUs differ by
+# rule (issue 44: 8 by DefCpuPerGPU, 12 in proportion, 4 one per task). A cluster of
+# its own, no cgroup (it runs beside the confined one).
+WIDE_DIR ?= /tmp/slurm_fsm-wide
+test-wide: setup          ## the configuration-dependent real tests on 12-CPU nodes with DefCpuPerGPU=2
+	SLURM_FSM_LOCAL_DIR=$(WIDE_DIR) SLURM_FSM_LOCAL_CONFIG=wide,defcpu \
 	  $(VENV)/bin/pytest -m "slurm and config" -q
 
 diagram: setup            ## regenerate docs/states.md from the machine's edges

@@ -7,12 +7,24 @@ granted can hold a job. No I/O.
   of what the allocation has, :func:`slurm_fsm.placement.cpu_share`).
 * :func:`allocation_request_size`: what ``salloc`` asks for (step 0E): ``alloc_nodes``
   nodes (default the job's ``nodes``), ``alloc_gpus_per_node`` GPUs per node (default
-  the job's ``gpus_per_node``) and, per node, enough tasks (so CPUs) for the job and
-  one task per GPU (the next job of the same allocation is often one rank per GPU),
-  each of ``cpus_per_task`` CPUs: asked as that many one-CPU tasks per node
-  (``--ntasks-per-node``), since the job's steps say their own task count.
-  Never ``--ntasks`` alone: ``--nodes=2 --ntasks=1`` makes salloc shrink the
-  allocation to one node (``can't run 1 processes on 2 nodes, setting nnodes to 1``).
+  the job's ``gpus_per_node``) and, per node, CPUs asked as that many one-CPU tasks
+  (``--ntasks-per-node``, since the job's steps say their own task count):
+
+  - at least the job's own: one task per GPU or its tasks per node, whichever is
+    more (the next job of the same allocation is often one rank per GPU), each of
+    ``cpus_per_task`` CPUs;
+  - ``alloc_cpus_per_node`` when the spec gives it (as it is); else, for an allocation with GPUs,
+    the cluster's ``DefCpuPerGPU`` per GPU when set (:class:`NodeCpus`: Slurm grants
+    that itself to a request that names no CPUs per GPU), else the node's CPUs in
+    proportion to the GPUs asked (``sinfo``; over nodes of several shapes, what every
+    node with the GPUs can give). An allocation without GPUs asks its job's tasks
+    only: it does not take the node. Without any of this (the cluster not asked, an
+    old backend) one CPU per task, as Slurm's default.
+
+  Before issue 44 it asked only the first figure: a 4-GPU allocation of an 8-CPU node
+  held 4 CPUs, and a lone 1-GPU job in it one (``SLURM_CPUS_ON_NODE=1``). Never
+  ``--ntasks`` alone: ``--nodes=2 --ntasks=1`` makes salloc shrink the allocation to
+  one node (``can't run 1 processes on 2 nodes, setting nnodes to 1``).
 * :func:`with_grant`: the state file's view of an allocation, set to what Slurm
   GRANTED (``scontrol show job``), never to what was asked.
 * :func:`capacity_problems`: why a granted allocation cannot hold a job (the reuse
@@ -27,8 +39,8 @@ from slurm_fsm.backend import Granted
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState
 
-__all__ = ["JobNeeds", "RequestSize", "allocation_request_size", "capacity_problems",
-           "job_needs", "with_grant"]
+__all__ = ["JobNeeds", "NodeCpus", "RequestSize", "allocation_request_size",
+           "capacity_problems", "job_needs", "with_grant"]
 
 
 @attrs.frozen(kw_only=True)
@@ -52,8 +64,33 @@ class RequestSize:
     """What ``salloc`` asks for."""
 
     nodes: int
+    #: one-CPU tasks per node: the allocation's CPUs per node
     ntasks_per_node: int
     gpus_per_node: int | None  # None: no ``--gpus-per-node``
+    #: where the CPU figure comes from, for the run's message
+    cpus_from: str = "one CPU per task"
+
+
+@attrs.frozen(kw_only=True)
+class NodeCpus:
+    """What the cluster says about CPUs for GPUs, read before ``salloc``."""
+
+    #: ``DefCpuPerGPU`` of the partition, else of the cluster; None: not set
+    def_cpu_per_gpu: int | None = None
+    #: ``(CPUs, GPUs)`` of each node of the partition (``sinfo``)
+    nodes: tuple[tuple[int, int], ...] = ()
+
+    def for_gpus(self, gpus: int) -> tuple[int, str] | None:
+        """CPUs per node for ``gpus`` GPUs per node, and why; None when not known."""
+        if self.def_cpu_per_gpu:
+            return (gpus * self.def_cpu_per_gpu,
+                    f"the cluster's DefCpuPerGPU={self.def_cpu_per_gpu} x {gpus} GPU(s)")
+        fitting = [(cpus * gpus // have, cpus, have) for cpus, have in self.nodes
+                   if have >= gpus and cpus > 0]
+        if not fitting:
+            return None
+        want, cpus, have = min(fitting)
+        return want, f"in proportion to a node's {cpus} CPUs for {have} GPUs"
 
 
 def job_needs(spec: JobSpec) -> JobNeeds:
@@ -74,14 +111,24 @@ def job_needs(spec: JobSpec) -> JobNeeds:
                     gpus_per_node=p.gpus_per_node or 0, cpus_per_task=p.cpus_per_task or 1)
 
 
-def allocation_request_size(spec: JobSpec) -> RequestSize:
-    """The allocation to make for ``spec`` (see the module docstring)."""
+def allocation_request_size(spec: JobSpec, cpus: NodeCpus | None = None) -> RequestSize:
+    """The allocation to make for ``spec`` on a cluster whose CPUs ``cpus`` says (None:
+    not known); see the module docstring."""
     needs = job_needs(spec)
     nodes = spec.alloc_nodes if spec.alloc_nodes is not None else needs.nodes
     gpus = (spec.alloc_gpus_per_node if spec.alloc_gpus_per_node is not None
             else spec.slurm_params.gpus_per_node)
     tasks = max(needs.tasks_per_node, gpus or 0) * needs.cpus_per_task
-    return RequestSize(nodes=nodes, ntasks_per_node=tasks, gpus_per_node=gpus if gpus else None)
+    why = ("the job's tasks" if needs.cpus_per_task == 1 else
+           f"the job's tasks x cpus_per_task {needs.cpus_per_task}")
+    if spec.alloc_cpus_per_node is not None:  # the spec's figure, as it is (>= the job's)
+        tasks, why = spec.alloc_cpus_per_node, "alloc_cpus_per_node"
+    elif gpus and cpus is not None:
+        figure = cpus.for_gpus(gpus)
+        if figure is not None and figure[0] > tasks:
+            tasks, why = figure
+    return RequestSize(nodes=nodes, ntasks_per_node=tasks, gpus_per_node=gpus if gpus else None,
+                       cpus_from=why)
 
 
 def with_grant(alloc: AllocState, granted: Granted) -> AllocState:

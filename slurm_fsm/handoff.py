@@ -28,7 +28,7 @@ import attrs
 import filelock
 
 from slurm_fsm.backend import AllocationRequest, JobInfo, SlurmBackend
-from slurm_fsm.capacity import allocation_request_size, capacity_problems, with_grant
+from slurm_fsm.capacity import RequestSize, capacity_problems, with_grant
 from slurm_fsm.clock import Clock
 from slurm_fsm.duration import Duration
 from slurm_fsm.edges import (
@@ -120,6 +120,7 @@ class Machine(Protocol):
     def user(self) -> str: ...
     def _log(self, text: str) -> None: ...
     def _warn(self, text: str) -> None: ...
+    def request_size(self) -> RequestSize: ...
 
 
 @attrs.define
@@ -286,7 +287,7 @@ def queue_successor(m: Machine) -> str:
     info = m.observation.info
     current_name = info.name if info is not None and info.name else spec.job_name
     name = other_name(current_name, spec.job_name)
-    size = allocation_request_size(spec)
+    size = m.request_size()
     estimate = m.observation.expected_s
     request = AllocationRequest(
         partition=params.partition, account=params.account, nodes=size.nodes,

@@ -117,7 +117,7 @@ from slurm_fsm.lease import AllocationInUse, LeaseGate, cancel_allocation
 from slurm_fsm.nvsmi import NvidiaSmiFailed
 from slurm_fsm.ownership import Ownership, describe, new_nonce, request_of
 from slurm_fsm.paths import StatePaths
-from slurm_fsm.preflight import PreflightFailed, require
+from slurm_fsm.preflight import PreflightFailed, node_cpus, require
 from slurm_fsm.project import install_commands
 from slurm_fsm.slurmcli import mount_warmup_argv
 from slurm_fsm.spec import JobSpec
@@ -900,10 +900,11 @@ class AllocationMachine:
         for warning in require(spec, self.backend, self.user):  # before salloc
             self._warn(warning)
         held = self._release_orphans()
-        size = allocation_request_size(spec)
+        size = self.request_size()
         self._log(
             f"No reusable allocation found. Allocating {size.nodes} node(s) on partition "
-            f"{params.partition} for {spec.alloc_time_limit}."
+            f"{params.partition} for {spec.alloc_time_limit}, {size.ntasks_per_node} CPU(s) "
+            f"per node ({size.cpus_from})."
         )
         # 0E
         self.salloc_log.parent.mkdir(parents=True, exist_ok=True)
@@ -946,6 +947,12 @@ class AllocationMachine:
                 "no docker_image: container import, mount warm-up and install skipped"
             )
         return f"allocation {job_id} RUNNING on {info.nodelist}"
+
+    def request_size(self) -> RequestSize:
+        """What ``salloc`` asks for this spec, its CPUs per node from what the cluster
+        says (:func:`slurm_fsm.preflight.node_cpus`: ``DefCpuPerGPU``, else the nodes'
+        CPUs per GPU); step 0E and the warm successor ask alike."""
+        return allocation_request_size(self.spec, node_cpus(self.spec, self.backend))
 
     def _request_allocation(self, request: AllocationRequest) -> str:
         """0E's salloc. An answer lost to the controller (unreachable, timed out) is

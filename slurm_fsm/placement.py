@@ -61,7 +61,7 @@ from slurm_fsm.clock import Clock
 from slurm_fsm.errors import BackendError
 from slurm_fsm.files import FileProblem, read_bounded
 from slurm_fsm.jobstate import JobState
-from slurm_fsm.scancelshim import ALLOCATION_ENV
+from slurm_fsm.scancelshim import ALLOCATION_ENV, SCRIPT_VARS_ENV
 from slurm_fsm.slurmcli import sbatch_directives
 from slurm_fsm.spec import SlurmParams
 
@@ -237,7 +237,7 @@ def script_env(info: JobInfo, params: SlurmParams,
     memory = script_memory(script_path) if script_path is not None else {}
     share = Placement.of(params, memory, alloc_cpus_per_node=alloc_cpus_per_node,
                          alloc_gpus_per_node=alloc_gpus_per_node)
-    return {
+    env = {
         ALLOCATION_ENV: info.job_id,
         "SLURM_JOB_ID": info.job_id,
         "SLURM_JOBID": info.job_id,
@@ -245,6 +245,10 @@ def script_env(info: JobInfo, params: SlurmParams,
         "SLURM_JOB_NODELIST": info.nodelist,
         **share.env(),
     }
+    # for this run's steps only: a job the script submits itself (salloc, sbatch) gets
+    # none of them (the shims of slurm_fsm.scancelshim unset what this names)
+    env[SCRIPT_VARS_ENV] = " ".join(sorted(env))
+    return env
 
 
 def waiting_advice(gpus_per_node: int, allocation_gpus_per_node: int | None = None,

@@ -43,9 +43,11 @@ from slurm_fsm.paths import StatePaths
 from slurm_fsm.preflight import (
     ClusterPartition,
     ClusterQueries,
+    CpuDefaultsQuery,
     EnforcementQuery,
     sacctmgr_assoc_argv,
     scontrol_config_argv,
+    scontrol_partition_argv,
     sinfo_partitions_argv,
 )
 from slurm_fsm.spec import JobSpec
@@ -255,6 +257,12 @@ class PlanBackend:
             return None
         self._ask(scontrol_config_argv())
         return self.real.accounting_enforce()
+
+    def def_cpu_per_gpu(self, partition: str) -> int | None:
+        if not isinstance(self.real, CpuDefaultsQuery):
+            return None
+        self._ask(scontrol_partition_argv(partition))
+        return self.real.def_cpu_per_gpu(partition)
 
     def expand_nodelist(self, nodelist: str) -> list[str]:
         return self.real.expand_nodelist(nodelist)

@@ -32,7 +32,7 @@ from typing import Protocol, runtime_checkable
 
 import attrs
 
-from slurm_fsm.capacity import allocation_request_size
+from slurm_fsm.capacity import NodeCpus, allocation_request_size
 from slurm_fsm.errors import CommandFailed, SlurmFsmError
 from slurm_fsm.spec import JobSpec
 
@@ -40,18 +40,22 @@ __all__ = [
     "CONFIG_PLACES",
     "ClusterPartition",
     "ClusterQueries",
+    "CpuDefaultsQuery",
     "EnforcementQuery",
     "NoSlurmConfig",
     "PreflightFailed",
     "check_request",
     "enforces_associations",
+    "node_cpus",
     "parse_accounting_enforce",
     "parse_associations",
+    "parse_def_cpu_per_gpu",
     "parse_sinfo_partitions",
     "request_warnings",
     "require",
     "sacctmgr_assoc_argv",
     "scontrol_config_argv",
+    "scontrol_partition_argv",
     "sinfo_partitions_argv",
     "slurm_config_problem",
 ]
@@ -120,6 +124,9 @@ class ClusterPartition:
     #: GPUs per node, one entry per node (0 for a node without a gpu GRES; empty when
     #: not known, read as no GPUs)
     gpus_per_node: tuple[int, ...] = ()
+    #: CPUs per node, one entry per node in the order of ``gpus_per_node``; empty when
+    #: not known
+    cpus_per_node: tuple[int, ...] = ()
 
     @property
     def is_up(self) -> bool:
@@ -157,6 +164,43 @@ class EnforcementQuery(Protocol):
         ...
 
 
+@runtime_checkable
+class CpuDefaultsQuery(Protocol):
+    """What a backend answers about the CPUs Slurm gives per GPU (read-only)."""
+
+    def def_cpu_per_gpu(self, partition: str) -> int | None:
+        """``DefCpuPerGPU`` of the partition's ``JobDefaults``, else of the cluster's;
+        None when neither sets it or scontrol cannot say."""
+        ...
+
+
+def node_cpus(spec: JobSpec, backend: object) -> NodeCpus | None:
+    """What the cluster says about the CPUs of an allocation made for ``spec``
+    (:func:`slurm_fsm.capacity.allocation_request_size`): its ``DefCpuPerGPU``, else
+    the CPUs and GPUs of each node of the partition (``sinfo``). Asked only for an
+    allocation with GPUs whose spec gives no ``alloc_cpus_per_node``; None when there
+    is nothing to ask or the backend cannot answer."""
+    partition = spec.slurm_params.partition
+    gpus = (spec.alloc_gpus_per_node if spec.alloc_gpus_per_node is not None
+            else spec.slurm_params.gpus_per_node)
+    if not gpus or spec.alloc_cpus_per_node is not None:
+        return None
+    if isinstance(backend, CpuDefaultsQuery):
+        per_gpu = backend.def_cpu_per_gpu(partition)
+        if per_gpu:
+            return NodeCpus(def_cpu_per_gpu=per_gpu)
+    if not isinstance(backend, ClusterQueries):
+        return None
+    try:
+        found = [p for p in backend.cluster_partitions() if p.name == partition]
+    except CommandFailed:  # sinfo failed or printed what we cannot read: one CPU per task
+        return None
+    if not found or len(found[0].cpus_per_node) != len(found[0].gpus_per_node):
+        return None
+    return NodeCpus(nodes=tuple(zip(found[0].cpus_per_node, found[0].gpus_per_node,
+                                    strict=True)))
+
+
 def scontrol_config_argv() -> list[str]:
     """``scontrol show config``: the running controller's configuration."""
     return ["scontrol", "show", "config"]
@@ -184,8 +228,29 @@ def enforces_associations(enforce: str | None) -> bool:
 
 
 def sinfo_partitions_argv() -> list[str]:
-    """``sinfo``: partition, availability, node count and GRES, one row per group."""
-    return ["sinfo", "--noheader", "--all", "--format=%R|%a|%D|%G"]
+    """``sinfo``: partition, availability, node count, GRES and CPUs per node, one row
+    per group."""
+    return ["sinfo", "--noheader", "--all", "--format=%R|%a|%D|%G|%c"]
+
+
+def scontrol_partition_argv(partition: str) -> list[str]:
+    """``scontrol show partition``: one partition's settings (its ``JobDefaults``)."""
+    return ["scontrol", "show", "partition", partition]
+
+
+_JOB_DEFAULTS = re.compile(r"(?:^|\s)JobDefaults\s*=\s*(\S+)")
+
+
+def parse_def_cpu_per_gpu(text: str) -> int | None:
+    """``DefCpuPerGPU`` of the ``JobDefaults`` that ``scontrol show partition``
+    (``JobDefaults=DefMemPerGPU=4096,DefCpuPerGPU=14``) or ``scontrol show config``
+    (``JobDefaults = DefCpuPerGPU=3``) prints; None when it is not set (``(null)``)."""
+    for m in _JOB_DEFAULTS.finditer(text):
+        for item in m.group(1).split(","):
+            key, _, value = item.partition("=")
+            if key == "DefCpuPerGPU" and value.isdigit() and int(value) > 0:
+                return int(value)
+    return None
 
 
 def sacctmgr_assoc_argv(user: str) -> list[str]:
@@ -208,18 +273,21 @@ def parse_sinfo_partitions(text: str) -> list[ClusterPartition]:
     for line in text.splitlines():
         if not line.strip():
             continue
-        fields = line.split("|")
-        if len(fields) != 4:
-            raise ValueError(f"sinfo row with {len(fields)} fields, not 4: {line!r}")
-        name, state, count, gres = (f.strip() for f in fields)
+        fields = [f.strip() for f in line.split("|")]
+        if len(fields) not in (4, 5):
+            raise ValueError(f"sinfo row with {len(fields)} fields, not 5: {line!r}")
+        name, state, count, gres = fields[:4]
         n = int(count)
+        cpus = (int(fields[4]),) * n if len(fields) == 5 and fields[4].isdigit() else ()
         row = ClusterPartition(name=name, state=state.rstrip("*"), nodes=n,
-                               gpus_per_node=(_gpus(gres),) * n)
+                               gpus_per_node=(_gpus(gres),) * n, cpus_per_node=cpus)
         old = merged.get(name)
         if old is not None:
+            both = bool(old.cpus_per_node) and bool(cpus)  # else not known for every node
             row = ClusterPartition(name=name, state=old.state if old.is_up else row.state,
                                    nodes=old.nodes + n,
-                                   gpus_per_node=old.gpus_per_node + row.gpus_per_node)
+                                   gpus_per_node=old.gpus_per_node + row.gpus_per_node,
+                                   cpus_per_node=old.cpus_per_node + cpus if both else ())
         merged[name] = row
     return list(merged.values())
 
@@ -291,6 +359,8 @@ def _checks(spec: JobSpec, cluster: ClusterQueries, user: str
                     f"{nodes} node{'s' * (nodes != 1)} with {gpus} GPUs each")
             problems.append(f"{field}: {what} asked; partition {part.name!r} has "
                             f"{fitting} such node{'s' * (fitting != 1)}: {part.describe()}")
+        elif spec.persistent_mode and spec.alloc_cpus_per_node is not None:
+            problems += _cpus_problems(part, spec.alloc_cpus_per_node, nodes, gpus)
     assoc = cluster.user_associations(user)
     if assoc:
         usable = {a for a, p in assoc if not p or p == params.partition}
@@ -306,6 +376,19 @@ def _checks(spec: JobSpec, cluster: ClusterQueries, user: str
                                 f"(AccountingStorageEnforce = {enforce}): Slurm runs the "
                                 "job under the user's default account")
     return problems, warnings
+
+
+def _cpus_problems(part: ClusterPartition, cpus: int, nodes: int, gpus: int) -> list[str]:
+    """``alloc_cpus_per_node`` more than the partition's nodes (with the GPUs) have."""
+    if len(part.cpus_per_node) != len(part.gpus_per_node):
+        return []  # CPUs not known: Slurm decides
+    fitting = sum(1 for c, g in zip(part.cpus_per_node, part.gpus_per_node, strict=True)
+                  if g >= gpus and c >= cpus)
+    if nodes <= fitting:
+        return []
+    have = "/".join(str(c) for c in sorted(set(part.cpus_per_node)))
+    return [f"alloc_cpus_per_node: {cpus} CPUs per node asked on {nodes} node(s); partition "
+            f"{part.name!r} has {fitting} such node(s) (nodes of {have} CPUs)"]
 
 
 def require(spec: JobSpec, backend: object, user: str) -> list[str]:

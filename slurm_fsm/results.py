@@ -317,7 +317,8 @@ def decide_status(
 _UNABLE_TO_CREATE_STEP = re.compile(
     r"srun: error: (?:Unable to create step.*(?:expired|already completing|completed)"
     r"|Slurm job \d+ has expired)", re.I)
-_TOO_MANY_TASKS = re.compile(r"More processors requested than permitted", re.I)
+_TOO_MANY_TASKS = re.compile(r"(?:for job (?P<job>\d+)\S*: )?More processors requested than "
+                             r"permitted", re.I)
 _CONTAINER_MISSING = re.compile(
     r"srun: error: .*does not exist|container with name .* does not exist", re.I
 )
@@ -541,6 +542,29 @@ def _gpu_rows(cleaned: Sequence[str], job_id: str | None) -> list[dict[str, str]
     return rows
 
 
+def _too_many_tasks(lines: Sequence[str], allocation_id: str | None) -> list[dict[str, str]]:
+    """srun's ``More processors requested than permitted``: the persistent allocation's
+    size, unless the step was one of a job the script submitted itself (another job id
+    than the allocation's: its own ``salloc``/``sbatch``), which got the run's placement
+    (issue 44.5)."""
+    found = [m for line in lines if (m := _TOO_MANY_TASKS.search(line))]
+    if not found:
+        return []
+    symptom = "srun: error: ... More processors requested than permitted"
+    others = sorted({m.group("job") for m in found if m.group("job")} - {allocation_id})
+    if allocation_id and others:
+        return [_row(f"srun: error: ... for job {', '.join(others)} (not the allocation "
+                     f"{allocation_id}): More processors requested than permitted",
+                     "a job the script submitted itself (salloc, sbatch) asks more than "
+                     "its own allocation holds",
+                     "run salloc/sbatch by name, not by absolute path (slurm_fsm's own "
+                     "drop the run's SRUN_CPUS_PER_TASK, SLURM_GPUS_PER_NODE...), or "
+                     "give that job the CPUs its srun asks (-c)")]
+    return [_row(symptom, "the job asks for more tasks than the allocation holds",
+                 "set slurm_params.ntasks_per_node (it is passed to salloc), then "
+                 "release the allocation and re-run")]
+
+
 def diagnose(
     status: Status,
     *,
@@ -565,7 +589,8 @@ def diagnose(
     :meth:`~slurm_fsm.workflows.Workflow.diagnosis` finds in ``metrics`` (pytest
     failures, eval threshold; every workflow's when ``workflow_type`` is None).
     A PASSED or RELEASED run gets no rows. ``allocation_id``: the allocation a
-    persistent run's steps ran in (whose nodes a row about a node looks up).
+    persistent run's steps ran in (whose nodes a row about a node looks up; it tells a
+    step of the allocation from one of a job the script submitted itself).
     """
     if status in (Status.PASSED, Status.RELEASED):
         return []
@@ -629,11 +654,7 @@ def diagnose(
     if any(_UNABLE_TO_CREATE_STEP.search(line) for line in cleaned):
         rows.append(_row("srun: error: Unable to create step", "allocation expired",
                          "drop the state file and re-run (re-allocates)"))
-    if any(_TOO_MANY_TASKS.search(line) for line in cleaned):
-        rows.append(_row("srun: error: ... More processors requested than permitted",
-                         "the job asks for more tasks than the allocation holds",
-                         "set slurm_params.ntasks_per_node (it is passed to salloc), then "
-                         "release the allocation and re-run"))
+    rows += _too_many_tasks(cleaned, allocation_id)
     text = "\n".join(cleaned)
     rows += _container_rows(text)
     if any(_CONTAINER_MISSING.search(line) for line in cleaned):

@@ -34,6 +34,17 @@ The script itself is not stopped (under ``sbatch``, ``scancel`` of the job would
 end the batch shell too): it goes on and its exit status counts as usual.
 Any other job id is passed on (in full digits).
 
+The same directory holds ``salloc`` and ``sbatch`` (:data:`SUBMIT_TOOLS`, small ``sh``
+files, :func:`submit_shim_text`): what the persistent path exports (the allocation's
+id and nodes, and the job's share: ``SRUN_CPUS_PER_TASK``, ``SLURM_GPUS_PER_NODE``,
+``SLURM_EXACT``...) is for this run's own steps, and would make the job a script
+submits itself ask what its own allocation does not hold ("More processors requested
+than permitted", "Step requested GRES but job doesn't have GRES"). They unset the
+variables :data:`SCRIPT_VARS_ENV` names (set by ``script_env``), and this module's
+own, take their directory off ``PATH`` and run the real tool: the job is submitted
+with the environment the script would have outside the allocation, as in one-shot
+mode.
+
 Standard library only, no slurm_fsm import: it is started by path with
 ``python -I -S``, like :mod:`slurm_fsm.scriptguard`.
 """
@@ -54,11 +65,17 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["ALLOCATION_ENV", "ENV_OPTIONS", "OPTIONS", "Parsed", "Plan", "Refused", "main",
-           "needs_steps", "own_steps", "parse", "plan", "shim_dir", "shim_env", "shim_text"]
+__all__ = ["ALLOCATION_ENV", "ENV_OPTIONS", "OPTIONS", "SCRIPT_VARS_ENV", "SUBMIT_TOOLS",
+           "Parsed", "Plan", "Refused", "main", "needs_steps", "own_steps", "parse", "plan",
+           "shim_dir", "shim_env", "shim_text", "submit_shim_text"]
 
 #: The variable that names the allocation to the shim (set by ``script_env``).
 ALLOCATION_ENV = "SLURM_FSM_ALLOCATION_ID"
+#: The variable that names (space-separated) what the persistent path exported for the
+#: run's own steps (set by ``script_env``): the ``salloc``/``sbatch`` shims unset them.
+SCRIPT_VARS_ENV = "SLURM_FSM_SCRIPT_VARS"
+#: The tools that submit a job of the script's own (not a step of this run)
+SUBMIT_TOOLS = ("salloc", "sbatch")
 #: How long one ``scontrol`` / ``scancel`` may take.
 TIMEOUT_S = 60.0
 
@@ -396,21 +413,52 @@ def _private_dir(path: Path) -> Path:
     return path
 
 
+def submit_shim_text(tool: str) -> str:
+    """The ``salloc`` or ``sbatch`` file (see the module docstring): unsets what
+    :data:`SCRIPT_VARS_ENV` names, takes its own directory off ``PATH`` and runs the
+    real ``tool``."""
+    if tool not in SUBMIT_TOOLS:
+        raise ValueError(f"not a tool that submits a job: {tool!r}")
+    return (
+        f"#!/bin/sh\n# slurm_fsm: {tool} for a persistent run's script (see "
+        "slurm_fsm.scancelshim): the job it submits gets none of the run's placement\n"
+        "set -f\n"
+        f"for v in ${SCRIPT_VARS_ENV}; do\n"
+        "  case $v in ''|*[!A-Za-z0-9_]*) ;; *) unset \"$v\" ;; esac\n"
+        "done\n"
+        f"unset {SCRIPT_VARS_ENV} {ALLOCATION_ENV}\n"
+        "here=${0%/*}\np=\nIFS=:\n"
+        'for d in $PATH; do [ "$d" = "$here" ] || p=${p:+$p:}$d; done\n'
+        "unset IFS\nPATH=$p\nexport PATH\n"
+        f'exec {tool} "$@"\n'
+    )
+
+
+def _shim_files() -> dict[str, str]:
+    return {"scancel": shim_text(), **{t: submit_shim_text(t) for t in SUBMIT_TOOLS}}
+
+
 def shim_dir(base: Path | None = None) -> Path:
-    """A directory of this user's holding the ``scancel`` shim (made once per
-    interpreter and slurm_fsm install; the same path for every run)."""
-    text = shim_text()
-    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    """A directory of this user's holding the ``scancel``, ``salloc`` and ``sbatch``
+    shims (made once per interpreter and slurm_fsm install; the same path for every
+    run)."""
+    files = _shim_files()
+    digest = hashlib.sha256("\0".join(files.values()).encode()).hexdigest()[:16]
     root = base or Path(os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir())
     top = _private_dir(root / f"slurm_fsm-{os.getuid()}")
     where = _private_dir(top / f"shim-{digest}")
-    target = where / "scancel"
+    for name, text in files.items():
+        _write_shim(where / name, text)
+    return where
+
+
+def _write_shim(target: Path, text: str) -> None:
     try:
         if target.read_text(encoding="utf-8") == text:
-            return where
+            return
     except OSError:
         pass
-    fd, tmp = tempfile.mkstemp(dir=where, prefix=".scancel.")
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
@@ -419,14 +467,13 @@ def shim_dir(base: Path | None = None) -> Path:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return where
 
 
 def shim_env(path: str) -> dict[str, str]:
-    """The variables that put the shim first on a script's ``PATH`` (``path``: the
-    PATH it would have otherwise). Where no private directory can be made, a bash
-    function ``scancel`` is exported instead (bash scripts and their bash children
-    still get the shim)."""
+    """The variables that put the shims first on a script's ``PATH`` (``path``: the
+    PATH it would have otherwise). Where no private directory can be made, bash
+    functions ``scancel``, ``salloc`` and ``sbatch`` are exported instead (bash scripts
+    and their bash children still get the shims)."""
     base_path = path
     env = {}
     try:
@@ -436,6 +483,10 @@ def shim_env(path: str) -> dict[str, str]:
         exe = shlex.quote(sys.executable or "python3")
         env["BASH_FUNC_scancel%%"] = (
             f"() {{ {exe} -I -S {shlex.quote(str(Path(__file__).resolve()))} \"$@\"; }}")
+        for tool in SUBMIT_TOOLS:  # a subshell: unset, then exec the real tool (PATH)
+            env[f"BASH_FUNC_{tool}%%"] = (
+                f"() {{ ( for v in ${SCRIPT_VARS_ENV}; do unset \"$v\"; done; "
+                f"unset {SCRIPT_VARS_ENV} {ALLOCATION_ENV}; exec {tool} \"$@\" ); }}")
     return env
 
 

@@ -77,6 +77,7 @@ MAX_NTASKS = 16_777_216
 MAX_NTASKS_PER_NODE = 4096
 MAX_GPUS_PER_NODE = 64
 MAX_CPUS_PER_TASK = 4096
+MAX_CPUS_PER_NODE = 65536
 #: 365 days: the bound of ``monitor_timeout_seconds`` and of finite Slurm times.
 MAX_SECONDS = 365 * 86_400
 #: Unknown keys looked at for a did-you-mean, per object (a 1 MiB spec of keys stays fast).
@@ -419,6 +420,11 @@ class JobSpec:
     #: GPUs per node of the persistent allocation to make (default:
     #: ``slurm_params.gpus_per_node``); at least the job's own.
     alloc_gpus_per_node: NonNegativeInt | None = None
+    #: CPUs per node of the persistent allocation to make (default: the cluster's
+    #: DefCpuPerGPU per GPU, else the node's CPUs in proportion to the GPUs asked, else
+    #: the job's tasks: :func:`slurm_fsm.capacity.allocation_request_size`); at least
+    #: the job's own tasks per node x cpus_per_task.
+    alloc_cpus_per_node: PositiveInt | None = None
     #: How long the job is expected to run, in seconds: a job is started on an allocation
     #: only when its time left covers this plus EXPIRY_MARGIN_S (admission, step 0C).
     #: Default: slurm_params.time_limit, else past runs, else monitor_timeout_seconds.
@@ -551,6 +557,7 @@ _RULES.update({
         "alloc_job_name": _optional(_slurm_name),
         "alloc_nodes": _optional(_integer(1, MAX_NODES)),
         "alloc_gpus_per_node": _optional(_integer(0, MAX_GPUS_PER_NODE)),
+        "alloc_cpus_per_node": _optional(_integer(1, MAX_CPUS_PER_NODE)),
         "expected_duration_seconds": _optional(_integer(1, MAX_SECONDS)),
         "warm_successor": _bool,
         "load_warnings": _instance(tuple, "a tuple"),
@@ -606,7 +613,8 @@ def _admission_problems(v: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def _alloc_size_problems(v: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """``alloc_nodes`` / ``alloc_gpus_per_node``: the allocation must hold the job."""
+    """``alloc_nodes`` / ``alloc_gpus_per_node`` / ``alloc_cpus_per_node``: the allocation
+    must hold the job."""
     params = v.get("slurm_params")
     if not isinstance(params, SlurmParams):
         return []
@@ -621,7 +629,23 @@ def _alloc_size_problems(v: Mapping[str, Any]) -> list[tuple[str, str]]:
         out.append(("alloc_gpus_per_node", f"must be >= slurm_params.gpus_per_node "
                                            f"({wanted}): the allocation must hold the job, "
                                            f"got {gpus}"))
+    cpus = v.get("alloc_cpus_per_node")
+    tpn = _tasks_per_node(params)
+    cpt = params.cpus_per_task or 1
+    if isinstance(cpus, int) and cpus < tpn * cpt:
+        out.append(("alloc_cpus_per_node", f"must be >= the job's CPUs per node ({tpn * cpt}: "
+                                           f"{tpn} task(s) x cpus_per_task {cpt}): the "
+                                           f"allocation must hold the job, got {cpus}"))
     return out
+
+
+def _tasks_per_node(params: SlurmParams) -> int:
+    """``ntasks_per_node``, else ``ntasks`` spread over the nodes, else 1."""
+    if params.ntasks_per_node is not None:
+        return int(params.ntasks_per_node)
+    if params.ntasks is not None:
+        return -(-int(params.ntasks) // int(params.nodes))
+    return 1
 
 
 _CROSS[JobSpec] = _jobspec_cross

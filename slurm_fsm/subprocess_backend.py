@@ -70,9 +70,11 @@ from slurm_fsm.preflight import (
     ClusterPartition,
     parse_accounting_enforce,
     parse_associations,
+    parse_def_cpu_per_gpu,
     parse_sinfo_partitions,
     sacctmgr_assoc_argv,
     scontrol_config_argv,
+    scontrol_partition_argv,
     sinfo_partitions_argv,
 )
 
@@ -992,6 +994,20 @@ class SubprocessBackend:
         except BackendError:
             return None
         return parse_accounting_enforce(result.stdout)
+
+    def def_cpu_per_gpu(self, partition: str) -> int | None:
+        """``DefCpuPerGPU`` of ``scontrol show partition``'s ``JobDefaults``, else of
+        ``scontrol show config``'s; None when neither sets it or scontrol fails
+        (:class:`slurm_fsm.preflight.CpuDefaultsQuery`)."""
+        for argv in (scontrol_partition_argv(partition), scontrol_config_argv()):
+            try:
+                result = self._run(argv)
+            except BackendError:
+                return None
+            found = parse_def_cpu_per_gpu(result.stdout)
+            if found:
+                return found
+        return None
 
     def user_associations(self, user: str) -> list[tuple[str, str]] | None:
         """``sacctmgr show assoc``: the user's ``(account, partition)`` pairs; None when

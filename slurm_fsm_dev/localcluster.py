@@ -39,6 +39,9 @@ each with a pid file of ours:
   limit (``StepId=N exceeded memory limit (...), being killed``; accounting says
   ``CANCELLED by 0``). Memory stays a consumable with ``DefMemPerCPU=512``: a step
   without ``--mem`` gets 512 MB per CPU, far more than the tests' steps touch.
+- ``wide``: nodes of :data:`WIDE_CPUS_PER_NODE` (12) CPUs, not 8: 3 per GPU.
+- ``defcpu``: ``DefCpuPerGPU=2`` (:data:`DEF_CPU_PER_GPU`, in ``JobDefaults``): Slurm
+  gives a job that names no CPUs per GPU that many per GPU it holds.
 
 A cluster running another configuration than the one asked is restarted by ``up``.
 
@@ -81,7 +84,9 @@ __all__ = [
     "ACCOUNT",
     "BAD_ACCOUNT",
     "CLUSTER_NAME",
+    "CPUS_PER_NODE",
     "DEFAULT_BASE_DIR",
+    "DEF_CPU_PER_GPU",
     "ENV_AUTH",
     "ENV_BASE_DIR",
     "ENV_CONFIG",
@@ -90,6 +95,7 @@ __all__ = [
     "OTHER_ACCOUNT",
     "PACKAGES",
     "PARTITION",
+    "WIDE_CPUS_PER_NODE",
     "ClusterInfo",
     "ClusterStatus",
     "ContainerInfo",
@@ -107,6 +113,7 @@ __all__ = [
     "log_tails",
     "main",
     "missing_commands",
+    "node_cpus",
     "status",
     "up",
 ]
@@ -118,7 +125,7 @@ DEFAULT_BASE_DIR = Path("/tmp/slurm_fsm-local")
 #: the configuration: a comma list of :data:`FEATURES` (empty: the default one)
 ENV_CONFIG = "SLURM_FSM_LOCAL_CONFIG"
 #: configuration features, in their canonical order (see the module docstring)
-FEATURES = ("cgroup", "noenforce", "typed", "memkill")
+FEATURES = ("cgroup", "noenforce", "typed", "memkill", "wide", "defcpu")
 #: the GPU type of the ``typed`` configuration
 GPU_TYPE = "h100"
 #: cgroup v1 controllers under which Slurm 22.05 makes ``slurm_<node>`` folders
@@ -134,6 +141,11 @@ OTHER_ACCOUNT = "other"
 BAD_ACCOUNT = "nope"
 DEFAULT_NODES = 3
 CPUS_PER_NODE = 8
+#: CPUs per node of the ``wide`` configuration: 3 per GPU, not 2
+WIDE_CPUS_PER_NODE = 12
+#: ``DefCpuPerGPU`` of the ``defcpu`` configuration: with ``wide`` fewer than the 3 per
+#: GPU the nodes' CPUs give in proportion, more than one per task
+DEF_CPU_PER_GPU = 2
 #: emulated GPUs (see slurm_fsm_dev.localgpu): Slurm schedules them for real
 GPUS_PER_NODE = localgpu.GPUS_PER_NODE
 MEMORY_PER_NODE_MB = 8192
@@ -209,6 +221,17 @@ class ClusterInfo:
             raise ValueError(f"unknown configuration feature {feature!r}; known: "
                              f"{', '.join(FEATURES)}")
         return feature in self.config
+
+    @property
+    def cpus_per_node(self) -> int:
+        """CPUs of each node (:func:`node_cpus`)."""
+        return node_cpus(self.config)
+
+    @property
+    def cpus_per_gpu(self) -> int:
+        """CPUs per GPU an allocation that names none gets here: ``DefCpuPerGPU`` under
+        ``defcpu``, else the node's CPUs in proportion to its GPUs."""
+        return DEF_CPU_PER_GPU if "defcpu" in self.config else self.cpus_per_node // GPUS_PER_NODE
 
     @property
     def env(self) -> dict[str, str]:
@@ -750,6 +773,7 @@ def _slurm_conf(layout: _Layout, *, port0: int, nodes: Sequence[str], auth: str,
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_Core_Memory",
         "DefMemPerCPU=512",
+        *([f"DefCpuPerGPU={DEF_CPU_PER_GPU}"] if "defcpu" in config else []),
         # CPUs and GPUs as declared here, not as found: more than the machine has
         "SlurmdParameters=config_overrides",
         "GresTypes=gpu",
@@ -775,13 +799,18 @@ def _slurm_conf(layout: _Layout, *, port0: int, nodes: Sequence[str], auth: str,
     for i, node in enumerate(nodes):
         lines.append(
             f"NodeName={node} NodeHostname={node} NodeAddr=127.0.0.1 Port={port0 + 10 + i} "
-            f"CPUs={CPUS_PER_NODE} RealMemory={MEMORY_PER_NODE_MB} "
+            f"CPUs={node_cpus(config)} RealMemory={MEMORY_PER_NODE_MB} "
             f"{localgpu.gres_node_field(GPUS_PER_NODE, _gpu_type(config))} State=UNKNOWN"
         )
     lines.append(
         f"PartitionName={PARTITION} Nodes={','.join(nodes)} Default=YES MaxTime=INFINITE State=UP"
     )
     return "\n".join(lines) + "\n"
+
+
+def node_cpus(config: Sequence[str]) -> int:
+    """CPUs of each node of a cluster of configuration ``config``."""
+    return WIDE_CPUS_PER_NODE if "wide" in config else CPUS_PER_NODE
 
 
 def _gpu_type(config: Sequence[str]) -> str | None:

@@ -13,6 +13,7 @@ import pytest
 from slurm_fsm.allocation import Allocation
 from slurm_fsm.backend import Granted
 from slurm_fsm.capacity import (
+    NodeCpus,
     allocation_request_size,
     capacity_problems,
     job_needs,
@@ -326,3 +327,84 @@ def test_a_bad_cpus_per_task_is_refused_by_name(make_spec: SpecFactory, value: o
         make_spec(slurm_params={"cpus_per_task": value})
     assert any(p.startswith("slurm_params.cpus_per_task: ") for p in err.value.problems), \
         err.value.problems
+
+
+# ------------------------------------------------- the allocation's CPUs (issue 44.4)
+
+
+def _cpus(nodes: tuple[tuple[int, int], ...] = ((8, 4),),
+          def_cpu_per_gpu: int | None = None) -> NodeCpus:
+    return NodeCpus(nodes=nodes, def_cpu_per_gpu=def_cpu_per_gpu)
+
+
+def test_a_gpu_allocation_asks_the_nodes_cpus_in_proportion_to_its_gpus(
+        make_spec: SpecFactory) -> None:
+    """Before: one CPU per task, so a 4-GPU allocation held 4 CPUs and a lone 1-GPU
+    job in it one."""
+    spec = make_spec(slurm_params={"gpus_per_node": 1}, alloc_gpus_per_node=4)
+    assert allocation_request_size(spec).ntasks_per_node == 4  # nothing known: as before
+    size = allocation_request_size(spec, _cpus())
+    assert (size.ntasks_per_node, size.gpus_per_node) == (8, 4)
+    assert "8 CPUs for 4 GPUs" in size.cpus_from
+    half = make_spec(slurm_params={"gpus_per_node": 2})
+    assert allocation_request_size(half, _cpus(((112, 8),))).ntasks_per_node == 28
+    # nodes of several shapes: what every node that has the GPUs can give
+    mixed = _cpus(((112, 8), (32, 4), (64, 2)))
+    assert allocation_request_size(half, mixed).ntasks_per_node == 16
+
+
+def test_def_cpu_per_gpu_decides_where_the_cluster_sets_it(make_spec: SpecFactory) -> None:
+    spec = make_spec(slurm_params={"gpus_per_node": 1}, alloc_gpus_per_node=4)
+    size = allocation_request_size(spec, _cpus(def_cpu_per_gpu=3))
+    assert size.ntasks_per_node == 12 and "DefCpuPerGPU=3" in size.cpus_from
+    # never fewer than the job's own tasks ask
+    many = make_spec(slurm_params={"gpus_per_node": 2, "ntasks_per_node": 8})
+    assert allocation_request_size(many, _cpus(def_cpu_per_gpu=1)).ntasks_per_node == 8
+
+
+def test_the_spec_s_figure_wins(make_spec: SpecFactory) -> None:
+    spec = make_spec(slurm_params={"gpus_per_node": 1}, alloc_gpus_per_node=2,
+                     alloc_cpus_per_node=6)
+    size = allocation_request_size(spec, _cpus(def_cpu_per_gpu=1))
+    assert size.ntasks_per_node == 6 and "alloc_cpus_per_node" in size.cpus_from
+    # cpus_per_task is the job's floor, not the allocation's figure
+    cpt = make_spec(slurm_params={"gpus_per_node": 1, "cpus_per_task": 4})
+    assert allocation_request_size(cpt, _cpus()).ntasks_per_node == 4
+    assert allocation_request_size(cpt, _cpus(((112, 8),))).ntasks_per_node == 14
+
+
+def test_an_allocation_without_gpus_asks_its_tasks_cpus(make_spec: SpecFactory) -> None:
+    spec = make_spec(slurm_params={"ntasks_per_node": 2})
+    assert allocation_request_size(spec, _cpus(def_cpu_per_gpu=3)).ntasks_per_node == 2
+
+
+@pytest.mark.parametrize(("value", "params", "message"), [
+    (2, {"ntasks_per_node": 2, "cpus_per_task": 2},
+     "alloc_cpus_per_node: must be >= the job's CPUs per node (4: 2 task(s) x "
+     "cpus_per_task 2): the allocation must hold the job, got 2"),
+    (0, {}, "alloc_cpus_per_node: must be >= 1, got 0"),
+    ("many", {}, "alloc_cpus_per_node: "),
+])
+def test_alloc_cpus_per_node_smaller_than_the_job_is_refused_by_name(
+        make_spec: SpecFactory, value: object, params: dict[str, int], message: str) -> None:
+    with pytest.raises(SpecError) as err:
+        make_spec(slurm_params=params, alloc_cpus_per_node=value)
+    assert any(p.startswith(message) for p in err.value.problems), err.value.problems
+
+
+def test_the_machine_sizes_the_allocation_from_what_the_cluster_says(
+        make_spec: SpecFactory) -> None:
+    """On the fake: sinfo's CPUs and GPUs per node; with DefCpuPerGPU set, that (the
+    fake grants it as Slurm does, whatever the tasks asked)."""
+    spec = make_spec(slurm_params={"gpus_per_node": 1}, alloc_gpus_per_node=4)
+    fake = FakeCluster(preflight=True, gpus_per_node=4, cpus_per_node=8)
+    assert Executor(spec, fake, clock=fake.clock).run().status is Status.PASSED  # type: ignore[arg-type]
+    (call,) = [c for c in fake.calls if c.op == "allocate"]
+    assert call.args["request"].ntasks_per_node == 8
+    assert json.loads(spec.state_path.read_text())["cpus_per_node"] == 8
+    other = make_spec(slurm_params={"gpus_per_node": 1}, alloc_gpus_per_node=2,
+                      repo_root=str(spec.repo_root.parent / "other"))
+    fake = FakeCluster(preflight=True, gpus_per_node=4, cpus_per_node=8)
+    fake.default_cpus_per_gpu = 3
+    assert Executor(other, fake, clock=fake.clock).run().status is Status.PASSED  # type: ignore[arg-type]
+    assert json.loads(other.state_path.read_text())["cpus_per_node"] == 6

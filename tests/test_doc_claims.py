@@ -104,6 +104,9 @@ def _diagnosis_cases() -> list[list[dict[str, str]]]:
                                     "Job/step already completing or completed"]),
         d(Status.FAILED, log_lines=["srun: error: Unable to create step for job 7: "
                                     "More processors requested than permitted"]),
+        d(Status.FAILED, allocation_id="6",
+          log_lines=["srun: error: Unable to create step for job 7: "
+                     "More processors requested than permitted"]),
         d(Status.ERROR, log_lines=[
             "pyxis: failed to create container filesystem for image",
             "failed to import docker image", "--container-mounts: source path does not exist",

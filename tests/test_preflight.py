@@ -14,9 +14,11 @@ from slurm_fsm.preflight import (
     enforces_associations,
     parse_accounting_enforce,
     parse_associations,
+    parse_def_cpu_per_gpu,
     parse_sinfo_partitions,
     request_warnings,
     require,
+    sinfo_partitions_argv,
     slurm_config_problem,
 )
 from slurm_fsm.spec import JobSpec
@@ -33,6 +35,30 @@ def test_sinfo_rows_merge_by_partition_with_gpus_per_node() -> None:
     assert parts["debug"].gpus_per_node == (0, 0, 0)
     assert not parts["old"].is_up
     assert parts["gpu"].describe() == "gpu (up, 3 nodes, 4/8 GPUs per node)"
+
+
+def test_sinfo_rows_carry_each_node_s_cpus() -> None:
+    """Issue 44.4: ``%c`` (CPUs per node) as the fifth field; rows split by it too."""
+    assert sinfo_partitions_argv()[-1] == "--format=%R|%a|%D|%G|%c"
+    text = "gpu|up|2|gpu:h100:8(S:0-1)|112\ngpu|up|1|gpu:4|32\ndebug|up|3|(null)|8\n"
+    parts = {p.name: p for p in parse_sinfo_partitions(text)}
+    assert parts["gpu"].cpus_per_node == (112, 112, 32)
+    assert parts["gpu"].gpus_per_node == (8, 8, 4)
+    assert parts["debug"].cpus_per_node == (8, 8, 8)
+    # a row without the field (an older recording): CPUs not known
+    assert parse_sinfo_partitions("debug|up|3|(null)\n")[0].cpus_per_node == ()
+
+
+def test_def_cpu_per_gpu_from_the_partition_or_the_cluster() -> None:
+    """``JobDefaults`` as ``scontrol show partition`` and ``scontrol show config`` print
+    it (22.05, measured on the local cluster)."""
+    part = ("PartitionName=gpu\n   AllocNodes=ALL Default=YES QoS=N/A\n"
+            "   JobDefaults=DefMemPerGPU=4096,DefCpuPerGPU=14\n   DefMemPerNode=UNLIMITED\n")
+    assert parse_def_cpu_per_gpu(part) == 14
+    assert parse_def_cpu_per_gpu("PartitionName=debug\n   JobDefaults=(null)\n") is None
+    assert parse_def_cpu_per_gpu("DefMemPerCPU            = 512\n"
+                                 "JobDefaults             = DefCpuPerGPU=3\n") == 3
+    assert parse_def_cpu_per_gpu("JobDefaults             = (null)\n") is None
 
 
 def test_sinfo_row_of_the_wrong_shape_is_an_error() -> None:

@@ -586,3 +586,22 @@ def test_diagnosis_tells_expired_allocation_from_too_many_tasks() -> None:
                         "requested than permitted")
     assert "allocation expired" not in too_many
     assert any("more tasks" in c for c in too_many)
+
+
+def test_a_submitted_job_s_step_is_not_blamed_on_the_allocation() -> None:
+    """Issue 44.5: ``More processors requested than permitted`` for a job the script
+    submitted itself (``salloc``/``sbatch``: another job id than the allocation's) is
+    about that job, not the persistent allocation's size."""
+    line = ("srun: error: Unable to create step for job 14: More processors requested "
+            "than permitted")
+    own = diagnose(Status.FAILED, exit_code=1, slurm_state=None, log_empty=False,
+                   log_lines=[line.replace("14", "13")], allocation_id="13")
+    assert [r["cause"] for r in own if "More processors" in r["symptom"]] == [
+        "the job asks for more tasks than the allocation holds"]
+    other = diagnose(Status.FAILED, exit_code=1, slurm_state=None, log_empty=False,
+                     log_lines=[line], allocation_id="13")
+    (row,) = [r for r in other if "More processors" in r["symptom"]]
+    assert "job 14 (not the allocation 13)" in row["symptom"]
+    assert row["cause"].startswith("a job the script submitted itself")
+    assert "salloc" in row["advice"] and "SRUN_CPUS_PER_TASK" in row["advice"]
+    assert "ntasks_per_node" not in row["advice"]

@@ -130,3 +130,41 @@ def test_a_planted_shared_directory_is_not_used(tmp_path: Path) -> None:
         scancelshim.shim_dir(tmp_path)
     env = scancelshim.shim_env("/usr/bin")
     assert env["PATH"].endswith("/usr/bin")
+
+
+# ------------------------------------------------------- jobs the script submits itself
+
+
+@pytest.mark.parametrize("tool", ["salloc", "sbatch"])
+def test_a_job_the_script_submits_gets_none_of_the_runs_placement(
+        tmp_path: Path, tool: str) -> None:
+    """Issue 44 item 5: what the persistent path exports is for this run's own steps.
+    ``salloc``/``sbatch`` run by the script (stand-ins printing their environment) get
+    the script's environment without it: no SRUN_CPUS_PER_TASK, SLURM_GPUS_PER_NODE,
+    SLURM_EXACT, allocation id; the script's own variables are kept."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _tool(bin_dir, tool, 'echo "args=$*"; env | grep -E "^(SLURM|SRUN|MINE)" | sort')
+    script = tmp_path / "job.slurm"
+    script.write_text(f"#!/bin/bash\nexport MINE=1\n{tool} -N1 'a b'\n"
+                      'echo "own=$SRUN_CPUS_PER_TASK,$SLURM_GPUS_PER_NODE"\n')
+    backend = SubprocessBackend(env={"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"})
+    env = script_env(JobInfo(job_id="42", state="RUNNING", nodelist="n1"),
+                     SlurmParams(partition="p", account="a", nodes=1, gpus_per_node=1,
+                                 cpus_per_task=2))
+    assert env["SRUN_CPUS_PER_TASK"] == "2" and env["SLURM_GPUS_PER_NODE"] == "1"
+    run = backend.start_script(ScriptRequest(script_path=script, log_path=tmp_path / "log",
+                                             env=env, cwd=tmp_path))
+    deadline = 30.0
+    while run.poll() is None and deadline > 0:
+        subprocess.run(["sleep", "0.1"], check=True)
+        deadline -= 0.1
+    log = (tmp_path / "log").read_text()
+    assert run.poll() == 0, log
+    assert "args=-N1 a b" in log
+    submitted = log.split("args=", 1)[1].split("own=", 1)[0]
+    assert "MINE=1" in submitted
+    assert [line for line in submitted.splitlines()[1:]
+            if not line.startswith(("MINE=", "SLURM_CONF=", "SLURM_FSM_GUARD_TOKEN="))
+            ] == [], log
+    assert "own=2,1" in log  # the script itself keeps its share

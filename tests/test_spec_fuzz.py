@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 
 from slurm_fsm import cli
 from slurm_fsm.spec import (
+    MAX_CPUS_PER_NODE,
     MAX_CPUS_PER_TASK,
     MAX_FILE_NAME_BYTES,
     MAX_GPUS_PER_NODE,
@@ -292,6 +293,7 @@ SPEC_BAD: dict[str, st.SearchStrategy[object]] = {
         lambda v: v is not None)),
     "alloc_nodes": bad_ints(1, MAX_NODES),
     "alloc_gpus_per_node": bad_ints(0, MAX_GPUS_PER_NODE),
+    "alloc_cpus_per_node": bad_ints(1, MAX_CPUS_PER_NODE),
     "expected_duration_seconds": bad_ints(1, MAX_SECONDS),
     "warm_successor": BOOL_BAD,
     "slurm_env": st.one_of(

@@ -89,7 +89,7 @@ CONTROLLER_OPS = frozenset({
     "query_job", "find_jobs", "allocate", "run_step", "gpu_processes", "probe_gpu_name",
     "list_steps", "step_details", "start_lease", "cancel", "submit", "job_outcome", "granted",
     "job_files",
-    "cluster_partitions", "accounting_enforce",
+    "cluster_partitions", "accounting_enforce", "def_cpu_per_gpu",
 })
 
 
@@ -481,8 +481,9 @@ class FakeCluster:
     simulated. ``slurm-fsm run --backend fake`` uses this mode.
 
     With ``preflight=True`` it answers the pre-flight questions
-    (:class:`slurm_fsm.preflight.ClusterQueries`: its partitions, all up, without GPUs,
-    and its accounts), so a wrong partition, account or node count is caught before
+    (:class:`slurm_fsm.preflight.ClusterQueries`: its partitions, all up, with
+    ``gpus_per_node`` GPUs and ``cpus_per_node`` CPUs per node, its accounts, its
+    :attr:`default_cpus_per_gpu`), so a wrong partition, account or node count is caught before
     ``salloc`` as on a real cluster; by default it answers nothing and only its
     ``salloc`` refuses them.
     """
@@ -495,6 +496,9 @@ class FakeCluster:
     #: lines of pyxis issues 12 and 53): ``"runtime_dir"`` (it cannot create
     #: /run/enroot), ``"disk_full"`` (No space left on device); None: none
     enroot_fault: str | None = None
+    #: ``DefCpuPerGPU`` (``JobDefaults``): an allocation that asks GPUs gets at least
+    #: that many CPUs per GPU, as Slurm grants it (measured on 22.05); None: not set
+    default_cpus_per_gpu: int | None = None
 
     def __init__(
         self,
@@ -514,6 +518,7 @@ class FakeCluster:
         run_scripts: bool = False,
         preflight: bool = False,
         gpus_per_node: int = 8,
+        cpus_per_node: int | None = None,
     ) -> None:
         parts = partitions or {"batch": ["node01", "node02", "node03", "node04"]}
         self.partitions: dict[str, list[str]] = {k: list(v) for k, v in parts.items()}
@@ -552,9 +557,9 @@ class FakeCluster:
         self._step_rules: list[StepRule] = []
         self._running: list[_FakeRunningScript | _LocalFakeScript] = []
         self._bin: Path | None = None  # the srun shim's folder (run_scripts=True)
-        #: GPUs of every node: the ``srun`` of a script run for real takes them from a
-        #: ledger (see :meth:`gpus_in_use`) and waits while they are taken
-        self.gpus_per_node = gpus_per_node
+        #: GPUs of every node (a script's real ``srun`` takes them from a ledger, waiting
+        #: while taken: :meth:`gpus_in_use`); CPUs of every node as sinfo says (None: not)
+        self.gpus_per_node, self.cpus_per_node = gpus_per_node, cpus_per_node
 
     # ---------------------------------------------------------------- test controls
     def fail_next(self, op: str, error: BaseException, times: int = 1) -> None:
@@ -887,9 +892,19 @@ class FakeCluster:
         if not self.preflight:
             return []
         self._call("cluster_partitions")
+        cpus = self.cpus_per_node
         return [ClusterPartition(name=name, state="up", nodes=len(nodes),
-                                 gpus_per_node=(self.gpus_per_node,) * len(nodes))
+                                 gpus_per_node=(self.gpus_per_node,) * len(nodes),
+                                 cpus_per_node=(cpus,) * len(nodes) if cpus else ())
                 for name, nodes in self.partitions.items()]
+
+    def def_cpu_per_gpu(self, partition: str) -> int | None:
+        """:attr:`default_cpus_per_gpu` (``scontrol show partition``/``config``); None
+        unless ``preflight=True``."""
+        if not self.preflight:
+            return None
+        self._call("def_cpu_per_gpu", partition=partition)
+        return self.default_cpus_per_gpu
 
     def accounting_enforce(self) -> str | None:
         """:attr:`enforce` (``scontrol show config``); None unless ``preflight=True``."""
@@ -934,6 +949,8 @@ class FakeCluster:
         # nnodes to 1"; one CPU per task of a node
         nodes = min(request.nodes, request.ntasks) if request.ntasks else request.nodes
         tpn = request.ntasks_per_node or (-(-request.ntasks // nodes) if request.ntasks else 1)
+        if request.gpus_per_node and self.default_cpus_per_gpu:  # Slurm's floor per GPU
+            tpn = max(tpn, request.gpus_per_node * self.default_cpus_per_gpu)
         job = FakeJob(
             job_id=str(next(self._ids)), name=request.job_name, user=self.user,
             partition=request.partition, account=request.account, num_nodes=nodes,

@@ -43,7 +43,7 @@ from .helpers import JobNames, jobs_named, slurm, spec_dict, until
 
 pytestmark = pytest.mark.slurm
 
-#: CPUs per node of the allocations made here: 4 GPUs x 2 CPUs (of a node's 8)
+#: CPUs per node of the allocations made here (alloc_cpus_per_node): 4 GPUs x 2 CPUs
 ALLOC_CPUS = 8
 
 
@@ -105,16 +105,21 @@ def _probe_lines(r: Report) -> list[dict[str, str]]:
     return out
 
 
-def _gpu_allocation(cluster: ClusterInfo, root: Path, name: str) -> str:
-    """A persistent allocation of 4 GPUs and 8 CPUs on one node, made by a job that asks
-    all 4 GPUs with 2 CPUs per task (so 4 x 2 CPUs are asked); its id."""
-    big = spec(cluster, root, name, "srun true\n",
-               slurm_params={"gpus_per_node": GPUS_PER_NODE, "cpus_per_task": 2})
+def _gpu_allocation(cluster: ClusterInfo, root: Path, name: str, *,
+                    cpus: int | None = ALLOC_CPUS) -> str:
+    """A persistent allocation of 4 GPUs on one node, made by a 1-GPU job: of ``cpus``
+    CPUs (``alloc_cpus_per_node``, the same on every configuration), or (None) of what
+    the allocation asks by itself (issue 44.4: the cluster's CPUs per GPU, 2 here); its
+    id."""
+    over: dict[str, Any] = {} if cpus is None else {"alloc_cpus_per_node": cpus}
+    big = spec(cluster, root, name, "srun true\n", slurm_params={"gpus_per_node": 1},
+               alloc_gpus_per_node=GPUS_PER_NODE, **over)
     first = run(big)
     assert first.status is Status.PASSED, first.render_text()
     assert first.allocation_id is not None
     shown = slurm("scontrol", "show", "job", first.allocation_id).stdout
-    assert f"NumCPUs={ALLOC_CPUS} " in shown, shown
+    want = cpus or cluster.cpus_per_gpu * GPUS_PER_NODE
+    assert f"NumCPUs={want} " in shown, shown
     return first.allocation_id
 
 
@@ -186,7 +191,9 @@ def test_four_one_gpu_jobs_at_once_each_get_their_own_gpu_and_cpus(
         local_cluster: ClusterInfo, names: JobNames, tmp_path: Path, gpus: Path) -> None:
     name = names.new("four")
     root = tmp_path / "alloc"
-    alloc = _gpu_allocation(local_cluster, root, name)
+    # sized by the allocation itself (issue 44.4: 4 CPUs before, one per job)
+    alloc = _gpu_allocation(local_cluster, root, name, cpus=None)
+    share = local_cluster.cpus_per_gpu
     started = tmp_path / "started"
     started.mkdir()
     # each job's step waits (up to 60 s) until all four run: they hold their CPUs and
@@ -216,13 +223,14 @@ def test_four_one_gpu_jobs_at_once_each_get_their_own_gpu_and_cpus(
                   for line in log.splitlines() if line.startswith("probe ")]
     assert len(lines) == 4, lines
     assert sorted(line["gpus"] for line in lines) == ["0", "1", "2", "3"], lines
-    assert all(int(line["nproc"]) > 1 for line in lines), lines
+    host = len(os.sched_getaffinity(0))
+    assert all(int(line["nproc"]) == min(share, host) for line in lines), lines
     # Slurm's own account of the steps: 2 CPUs each, 8 together: the allocation's
     steps = {line["step"] for line in lines}
     rows = slurm("sacct", "-j", alloc, "-n", "-P", "--format=JobID,AllocCPUS").stdout
     cpus = {row.split("|")[0].split(".")[-1]: row.split("|")[1]
             for row in rows.splitlines() if "|" in row}
-    assert {s: cpus.get(s) for s in steps} == {s: "2" for s in steps}, rows
+    assert {s: cpus.get(s) for s in steps} == {s: str(share) for s in steps}, rows
 
 
 # ------------------------------------------------------------------ fix 3: GPU checks
@@ -347,3 +355,8 @@ def test_the_cluster_runs_the_configuration_asked(local_cluster: ClusterInfo) ->
         assert shown["ProctrackType"] == "proctrack/linuxproc"
     expected = "none" if local_cluster.has("noenforce") else "associations,limits,qos"
     assert shown["AccountingStorageEnforce"] == expected
+    expected = f"DefCpuPerGPU={localcluster.DEF_CPU_PER_GPU}" if local_cluster.has(
+        "defcpu") else "(null)"
+    assert shown["JobDefaults"] == expected
+    assert f"CPUTot={local_cluster.cpus_per_node} " in slurm(
+        "scontrol", "show", "node", local_cluster.nodes[0]).stdout

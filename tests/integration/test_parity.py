@@ -27,7 +27,7 @@ from slurm_fsm.runrecord import RunBook
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.subprocess_backend import SubprocessBackend
 from slurm_fsm.testing import FakeCluster
-from slurm_fsm_dev.localcluster import ClusterInfo
+from slurm_fsm_dev.localcluster import DEF_CPU_PER_GPU, GPUS_PER_NODE, ClusterInfo
 
 from .containers import ContainerNames, pyxis_or_skip
 from .helpers import JobNames, job_state, jobs_named, make_spec, slurm, until, wait_gone
@@ -78,7 +78,11 @@ class FakeWorld:
         self.fake = FakeCluster(partitions={cluster.partition: cluster.nodes},
                                 accounts=[cluster.account, cluster.other_account],
                                 user=cluster.user, path_exists=os.path.exists,
-                                registry=False, preflight=True)  # sinfo/sacctmgr too
+                                registry=False, preflight=True,  # sinfo/sacctmgr too
+                                gpus_per_node=GPUS_PER_NODE,
+                                cpus_per_node=cluster.cpus_per_node)
+        if cluster.has("defcpu"):
+            self.fake.default_cpus_per_gpu = DEF_CPU_PER_GPU
         self.backend: SlurmBackend = self.fake
 
     def spec(self, **over: Any) -> JobSpec:
@@ -522,3 +526,27 @@ def test_fake_and_real_slurm_take_the_same_path(
         if containers is not None:
             containers.cleanup()
     assert outcome == expected
+
+
+@pytest.mark.config()
+@pytest.mark.parametrize("backend", ["fake", "real"])
+def test_fake_and_real_slurm_size_the_allocation_s_cpus_alike(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path, backend: str) -> None:
+    """Issue 44.4: a 4-GPU allocation made by a 1-GPU spec holds the cluster's CPUs per
+    GPU for each GPU (the nodes' CPUs in proportion, or DefCpuPerGPU); one without GPUs
+    its tasks' CPUs. The state file says what was granted."""
+    world: World = (FakeWorld(local_cluster, tmp_path, names.new("parity-fake"))
+                    if backend == "fake" else RealWorld(local_cluster, tmp_path, names))
+    try:
+        got = []
+        for over in ({"slurm_params": {"gpus_per_node": 1}, "alloc_gpus_per_node": 4},
+                     {"slurm_params": {"ntasks_per_node": 2}}):
+            spec = world.spec(**over)
+            m = world.machine(spec)
+            assert m.prepare() is State.Ready, m.path
+            assert m.alloc is not None
+            got.append(m.alloc.cpus_per_node)
+            m.release()
+    finally:
+        names.cleanup()
+    assert got == [local_cluster.cpus_per_gpu * GPUS_PER_NODE, 2]
