@@ -82,8 +82,8 @@ class RunView:
             return RunState.DONE
         if self.record is None or owner_alive(self.record) is False:
             return RunState.LOST
-        return RunState.RUNNING if self.record.phase is RunPhase.RUNNING \
-            else RunState.STARTING
+        return RunState.STARTING if self.record.phase is RunPhase.STARTING \
+            else RunState.RUNNING
 
     @property
     def log(self) -> Path | None:
@@ -162,6 +162,9 @@ def _interrupted(view: RunView, why: str) -> Report:
     rec = view.record
     assert rec is not None
     log = Path(rec.log) if rec.log else None
+    spec = _spec_of(rec)
+    if rec.phase is RunPhase.ENDED and log is not None and spec is not None:
+        return _ended_script(rec, spec, log, why)
     facts = RunFacts(
         mode=Mode(rec.mode), phase=Phase.RUNNING if log else Phase.STEP0,
         interrupted=why, job_id=rec.job_id or None, allocation_id=rec.allocation_id or None,
@@ -170,6 +173,24 @@ def _interrupted(view: RunView, why: str) -> Report:
         notes=(_note(why, "the job's script was stopped with it (a run's script never "
                           "outlives its owner)"),))
     return report_of(facts, _spec_of(rec))
+
+
+def _ended_script(rec: OwnerRecord, spec: JobSpec, log: Path, why: str) -> Report:
+    """The verdict of a persistent run whose script had ended (its exit code recorded)
+    when its owner died: judged from that exit code and the whole log, as its owner
+    would have (without accounting's word on its steps)."""
+    from slurm_fsm.joboutput import output_for_spec
+    from slurm_fsm.results import report_of
+    from slurm_fsm.runfacts import Mode, Phase, RunFacts
+
+    output = output_for_spec(spec, [log])
+    output.finish()
+    facts = RunFacts(mode=Mode(rec.mode), phase=Phase.COLLECTED, exit_code=rec.exit_code,
+                     allocation_id=rec.allocation_id or None, output=output.snapshot(),
+                     stdout=str(log),
+                     notes=(_note(why, f"its script had ended (exit code {rec.exit_code}) "
+                                       "and is judged from that and its log"),))
+    return report_of(facts, spec)
 
 
 def _note(why: str, then: str) -> str:

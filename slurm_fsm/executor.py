@@ -103,6 +103,8 @@ class Executor:
             if failed is not None:
                 return self._judge(failed)
         path = self._path = self._path_for(self.spec, warnings)
+        if isinstance(path, PersistentRun):
+            path.on_script_end = self.owned.script_ended
         if isinstance(path, PersistentRun) and self.spec.release_allocation:
             return self._judge(path.release())
         return self._judge(path.run())

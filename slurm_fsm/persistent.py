@@ -136,6 +136,10 @@ class PersistentRun:
         self.timings: dict[str, float] = {}
         #: this run's lease step (from the end of step 0 until its job's steps are gone)
         self.lease: LeaseHandle | None = None
+        #: told the script's exit code the moment the script has ended (before its
+        #: steps are stopped and accounting is asked): the owner record keeps it, so that
+        #: a verdict rebuilt after the owner died equals the one it would have given
+        self.on_script_end: Callable[[int | None], None] | None = None
 
     # ----------------------------------------------------------------------- facts
     def _facts(self, phase: Phase, mode: Mode = Mode.PERSISTENT, **what: Any) -> RunFacts:
@@ -428,6 +432,8 @@ class PersistentRun:
                                    on_text=queue),
         )
         self.messages.extend(watch.messages)
+        if self.on_script_end is not None and not (watch.hang or watch.timed_out):
+            self.on_script_end(watch.exit_code)
         for problem in steps.finish():
             self.events.message(f"WARNING: {problem}")
             self.messages.append(problem)

@@ -72,6 +72,7 @@ class RunPhase(Enum):
 
     STARTING = "starting"  # step 0, or sbatch
     RUNNING = "running"  # the job has started: its log is known
+    ENDED = "ended"  # a persistent run's script has ended: its exit code is known
     DONE = "done"  # judged: the report is saved
 
 
@@ -100,6 +101,8 @@ class OwnerRecord:
     #: a persistent run's lease step (its own or its ``run_many`` batch's): when Slurm
     #: no longer lists it, its owner's host is gone
     lease: str = ""
+    #: a persistent run's script's exit code once it has ended (phase ENDED)
+    exit_code: int | None = None
 
     @classmethod
     def new(cls, run_id: str, owner: Owner, *, mode: str, spec_path: str,
@@ -129,7 +132,10 @@ class OwnerRecord:
                     or not all(isinstance(v, int) and not isinstance(v, bool)
                                for v in ints.values()) or not isinstance(spec, dict)):
                 return None
-            rec = cls(run_id=str(data["run_id"]), owner=Owner(data["owner"]),
+            code = data.get("exit_code")
+            if code is not None and (not isinstance(code, int) or isinstance(code, bool)):
+                return None
+            rec = cls(run_id=str(data["run_id"]), owner=Owner(data["owner"]), exit_code=code,
                       host=str(data["host"]), boot_id=str(data["boot_id"]),
                       since=str(data["since"]), mode=str(data["mode"]),
                       phase=RunPhase(data.get("phase", "starting")), spec=spec,
@@ -293,6 +299,15 @@ class OwnedRun:
         record = attrs.evolve(self.record, phase=RunPhase.RUNNING, log=log,
                               job_id=job_id or "", allocation_id=allocation_id or "",
                               lease=lease)
+        with contextlib.suppress(OSError):
+            self.files.write_owner(record)
+            self.record = record
+
+    def script_ended(self, exit_code: int | None) -> None:
+        """A persistent run's script has ended with ``exit_code``."""
+        if self.record is None:
+            return
+        record = attrs.evolve(self.record, phase=RunPhase.ENDED, exit_code=exit_code)
         with contextlib.suppress(OSError):
             self.files.write_owner(record)
             self.record = record

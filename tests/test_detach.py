@@ -214,3 +214,33 @@ def test_an_owner_record_or_report_planted_as_a_link_is_not_read(tmp_path: Path)
     files.owner_path("r0123456789ab").symlink_to(victim)
     assert files.owner("r0123456789ab") is None
     assert files.owners() == []
+
+
+def test_a_run_whose_owner_died_after_its_script_ended_is_judged_as_live(
+        make_spec: SpecFactory, tmp_path: Path) -> None:
+    """The owner record keeps the script's exit code the moment it ends: a verdict
+    rebuilt after the owner died before judging equals the live one."""
+    import attrs
+
+    from slurm_fsm.detach import find, settle
+
+    spec = make_spec()
+    fake = FakeCluster()
+    executor = Executor(spec, fake)
+    live = executor.run()
+    files = RunFiles(spec.state_path)
+    record = files.owner(executor.run_id)
+    assert record is not None and record.exit_code == 0  # kept when the script ended
+    # the same run, its owner dead (a pid that is gone) before it judged: no report
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    files.report_path(executor.run_id).unlink()
+    files.write_owner(attrs.evolve(record, phase=RunPhase.ENDED, pid=dead.pid))
+    saved = settle(find(spec.repo_root, executor.run_id))
+    assert saved is not None and saved.source == "rebuilt"
+    rebuilt = saved.report
+    assert (rebuilt.status, rebuilt.exit_code, rebuilt.allocation_id) == (
+        live.status, live.exit_code, live.allocation_id)
+    assert {k: v for k, v in rebuilt.metrics.items() if k != "accounting_source"} == {
+        k: v for k, v in live.metrics.items() if k != "accounting_source"}
+    assert any("its script had ended (exit code 0)" in n for n in rebuilt.notes)
