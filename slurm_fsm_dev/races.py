@@ -272,7 +272,7 @@ class Sampler(threading.Thread):
     def _read_records(self) -> None:
         if self.records is None:
             return
-        for path in self.records.glob(".slurm_run.r*.json"):
+        for path in self.records.glob(".slurm_run.r????????????.json"):
             run_id = path.name.split(".")[2]
             if run_id in self.hosts:
                 continue
@@ -466,7 +466,7 @@ def _lease_owners(root: Path, hosts: Mapping[str, str], race: Race) -> dict[str,
     the runs' logs: each node runs at most one ``run`` per race, so the host names it."""
     owners: dict[str, int] = {}
     by_host = {hosts[a.node]: i for i, a in enumerate(race.actions) if a.command == "run"}
-    for record in (root / "repo" / "work_dirs").glob(".slurm_run.r*.json"):
+    for record in (root / "repo" / "work_dirs").glob(".slurm_run.r????????????.json"):
         try:
             data = json.loads(record.read_text())
         except (OSError, ValueError):

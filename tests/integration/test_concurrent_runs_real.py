@@ -70,7 +70,7 @@ def _running(tmp_path: Path, n: int) -> None:
     """Until ``n`` runs have their script started (their records name its group)."""
     work_dirs = tmp_path / "repo" / "work_dirs"
     until(f"{n} running jobs", lambda: True if sum(
-        '"pgid"' in p.read_text() for p in work_dirs.glob(".slurm_run.r*.json")) >= n
+        '"pgid"' in p.read_text() for p in work_dirs.glob(".slurm_run.r????????????.json")) >= n
         else None, 90)
 
 
@@ -91,7 +91,7 @@ def test_four_runs_at_once_overlap_in_one_allocation_and_all_pass(
         spans = [_span(r) for r in reports]
         # they ran at once: every job started before any of them ended
         assert max(s for s, _ in spans) < min(e for _, e in spans), spans
-        assert not list((tmp_path / "repo" / "work_dirs").glob(".slurm_run.r*.json"))
+        assert not list((tmp_path / "repo" / "work_dirs").glob(".slurm_run.r????????????.json"))
         assert step_ids(reports[0]["allocation_id"]) == []
     finally:
         _release(local_cluster, specs[0])
@@ -201,7 +201,7 @@ def test_kill_9_of_one_of_three_runs_leaves_the_others_and_the_allocation(
         # the next run finds the dead run's record and finishes it
         after = _report(_start(local_cluster, "run", str(specs[1])))
         assert after["status"] == "PASSED" and after["allocation_id"] == alloc, after
-        assert not list((tmp_path / "repo" / "work_dirs").glob(".slurm_run.r*.json"))
+        assert not list((tmp_path / "repo" / "work_dirs").glob(".slurm_run.r????????????.json"))
     finally:
         _release(local_cluster, specs[0])
 

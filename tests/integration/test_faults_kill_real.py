@@ -38,7 +38,7 @@ MOMENTS = {
     "salloc started": lambda work_dirs, log: (work_dirs / ".salloc.log").exists(),
     "allocation tracked": lambda work_dirs, log: (work_dirs / ".slurm_alloc.json").exists(),
     "script started": lambda work_dirs, log: any(
-        '"pgid"' in _read(p) for p in work_dirs.glob(".slurm_run.r*.json")),
+        '"pgid"' in _read(p) for p in work_dirs.glob(".slurm_run.r????????????.json")),
     "mid-step": lambda work_dirs, log: "FAILED" in _read(log),
     "script done": lambda work_dirs, log: "step done" in _read(log),
 }
@@ -104,7 +104,7 @@ def test_kill_9_at_any_moment_leaves_nothing_behind(
 
 # ------------------------------------------ round 2: a step never outlives its run (20.6)
 def _records(tmp_path: Path) -> list[Path]:
-    return list((tmp_path / "repo" / "work_dirs").glob(".slurm_run.r*.json"))
+    return list((tmp_path / "repo" / "work_dirs").glob(".slurm_run.r????????????.json"))
 
 
 def _run_json(spec: Path, timeout: float = 120) -> dict[str, object]:

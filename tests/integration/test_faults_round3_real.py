@@ -65,7 +65,7 @@ def _work_dirs(tmp_path: Path) -> Path:
 
 def _records(tmp_path: Path) -> dict[str, dict[str, Any]]:
     out = {}
-    for p in _work_dirs(tmp_path).glob(".slurm_run.r*.json"):
+    for p in _work_dirs(tmp_path).glob(".slurm_run.r????????????.json"):
         try:
             out[str(p)] = json.loads(p.read_text())
         except (OSError, ValueError):

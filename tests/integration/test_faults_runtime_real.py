@@ -138,7 +138,7 @@ def test_kill_9_mid_job_leaves_nothing_the_next_run_can_confuse(
     proc = start_cli(dying, tmp_path / "dying.out", "--quiet")
     job_id = allocation_of(name, local_cluster)
     until("the script's step", lambda: "sleep" in steps(job_id).values() or None, 60)
-    record_paths = list((tmp_path / "repo" / "work_dirs").glob(".slurm_run.r*.json"))
+    record_paths = list((tmp_path / "repo" / "work_dirs").glob(".slurm_run.r????????????.json"))
     assert len(record_paths) == 1, record_paths  # one record: this run's
     record_path = record_paths[0]
     record = json.loads(record_path.read_text())

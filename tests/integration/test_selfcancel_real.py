@@ -82,7 +82,7 @@ def test_a_self_cancelling_script_cancels_its_own_steps_and_its_sibling_passes(
         first = _start(local_cluster, sibling)
         work_dirs = tmp_path / "repo" / "work_dirs"
         until("the sibling's step running", lambda: True if any(
-            '"pgid"' in p.read_text() for p in work_dirs.glob(".slurm_run.r*.json"))
+            '"pgid"' in p.read_text() for p in work_dirs.glob(".slurm_run.r????????????.json"))
             else None, 120)
         alloc = json.loads((work_dirs / ".slurm_alloc.json").read_text())["job_id"]
         until("the sibling's step on the allocation",
@@ -140,7 +140,7 @@ def test_disguised_scancels_cancel_neither_the_allocation_nor_its_sibling(
         first = _start(local_cluster, sibling)
         work_dirs = tmp_path / "repo" / "work_dirs"
         until("the sibling's step running", lambda: True if any(
-            '"pgid"' in p.read_text() for p in work_dirs.glob(".slurm_run.r*.json"))
+            '"pgid"' in p.read_text() for p in work_dirs.glob(".slurm_run.r????????????.json"))
             else None, 120)
         alloc = json.loads((work_dirs / ".slurm_alloc.json").read_text())["job_id"]
         until("the sibling's step on the allocation",

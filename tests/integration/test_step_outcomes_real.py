@@ -43,7 +43,7 @@ def _start(cluster: ClusterInfo, spec: Path) -> subprocess.Popen[str]:
 
 def _seen_steps(work_dirs: Path) -> tuple[str, list[str]] | None:
     """(allocation, the steps the live run has seen running) from its run record."""
-    for path in work_dirs.glob(".slurm_run.r*.json"):
+    for path in work_dirs.glob(".slurm_run.r????????????.json"):
         try:
             data: dict[str, Any] = json.loads(path.read_text())
         except (OSError, ValueError):
