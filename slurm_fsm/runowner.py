@@ -220,7 +220,18 @@ class RunFiles:
                 self.write_owner(attrs.evolve(record, phase=RunPhase.DONE))
         self._trim()
 
+    def _names(self) -> list[str]:
+        """The run ids of the owner records here (names only: nothing is read)."""
+        try:
+            with os.scandir(self.folder) as entries:
+                names = [e.name for e in entries]
+        except OSError:
+            return []
+        return [i for n in names if (i := self.paths.run_owner_id_of(n)) is not None]
+
     def _trim(self) -> None:
+        if len(self._names()) <= KEEP_RUNS:  # the usual case: one scandir, nothing read
+            return
         records = self.owners()
         for old in records[:max(0, len(records) - KEEP_RUNS)]:
             if old.phase is RunPhase.DONE:
@@ -249,16 +260,7 @@ class RunFiles:
 
     def owners(self) -> list[OwnerRecord]:
         """Every readable owner record, oldest first."""
-        found = []
-        try:
-            with os.scandir(self.folder) as entries:
-                names = [e.name for e in entries]
-        except OSError:
-            return []
-        for name in names:
-            run_id = self.paths.run_owner_id_of(name)
-            if run_id is not None and (record := self.owner(run_id)) is not None:
-                found.append(record)
+        found = [r for i in self._names() if (r := self.owner(i)) is not None]
         return sorted(found, key=lambda r: (r.since, r.run_id))
 
 

@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+import attrs
 import pytest
 
 from slurm_fsm.detach import RunState, attach, runs
@@ -244,3 +245,24 @@ def test_a_run_whose_owner_died_after_its_script_ended_is_judged_as_live(
     assert {k: v for k, v in rebuilt.metrics.items() if k != "accounting_source"} == {
         k: v for k, v in live.metrics.items() if k != "accounting_source"}
     assert any("its script had ended (exit code 0)" in n for n in rebuilt.notes)
+
+
+def test_the_oldest_finished_runs_files_go_beyond_the_kept_number(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from slurm_fsm import runowner
+    from slurm_fsm.report import Report, Status
+    from slurm_fsm.runowner import OwnedRun
+
+    monkeypatch.setattr(runowner, "KEEP_RUNS", 3)
+    files = RunFiles(tmp_path / ".slurm_alloc.json")
+    ids = [f"r{i:012x}" for i in range(5)]
+    for n, run_id in enumerate(ids):
+        owned = OwnedRun(files, run_id, Owner.FOREGROUND, spec_path="s")
+        assert owned.begin(mode="persistent", spec={}) == []
+        assert owned.record is not None
+        owned.record = attrs.evolve(owned.record, since=f"2026-01-01T00:00:0{n}+00:00")
+        files.write_owner(owned.record)
+        assert owned.save(Report(status=Status.PASSED, task_type="custom",
+                                 mode="persistent")) is None
+    assert [r.run_id for r in files.owners()] == ids[2:]
+    assert files.report(ids[0]) is None and files.report(ids[4]) is not None
