@@ -26,6 +26,7 @@ The figures (verdicts lost, wrong, steps left, per kind) go to
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -103,7 +104,8 @@ def one_point(spec: Path, repo: Path, kind: str, delay: float) -> dict[str, Any]
     if kind == "supervisor":
         time.sleep(delay)
         pid = json.loads(_cli("runs", "--json", cwd=repo).stdout)[0]["pid"]
-        os.kill(int(pid), signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):  # it ended first: nothing to hit
+            os.kill(int(pid), signal.SIGKILL)
     elif kind == "cancel":
         time.sleep(delay)
         _cli("cancel", str(run_id), cwd=repo)

@@ -80,7 +80,8 @@ def test_another_login_nodes_release_never_cancels_under_a_job_and_goes_once_it_
     node_a = _on_node(local_cluster, LOGIN_NODES[0], "run", str(spec_a), linger_s=20)
     try:
         record = until("node A's job to run", lambda: next(
-            (p for p in work_dirs.glob(".slurm_run.r????????????.json") if '"pgid"' in p.read_text()),
+            (p for p in work_dirs.glob(".slurm_run.r????????????.json")
+             if '"pgid"' in p.read_text()),
             None), 120)
         data = json.loads(record.read_text())
         assert data["host"] == LOGIN_NODES[0]
@@ -226,7 +227,8 @@ def test_a_lease_ends_with_its_login_node_and_the_other_node_can_release(
     node_a = _on_node(local_cluster, LOGIN_NODES[0], "run", str(spec_a), linger_s=600)
     try:
         record = until("node A's job to run", lambda: next(
-            (p for p in work_dirs.glob(".slurm_run.r????????????.json") if '"pgid"' in p.read_text()),
+            (p for p in work_dirs.glob(".slurm_run.r????????????.json")
+             if '"pgid"' in p.read_text()),
             None), 120)
         alloc = json.loads(record.read_text())["allocation"]
         until("node A's lease step", lambda: True if _leases(alloc) else None, 30)
