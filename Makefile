@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 SYS_PYTHON ?= python3
 
-.PHONY: setup cluster cluster-down demo test test-confined test-wide test-2411 chroot-2411 chroot-2411-umount lint typecheck unit diagram docs docs-deps bench clean
+.PHONY: setup cluster cluster-down demo test test-confined test-wide test-2411 test-2411-config chroot-2411 chroot-2411-umount test-2605 test-2605-config chroot-2605 chroot-2605-umount lint typecheck unit diagram docs docs-deps bench clean
 
 setup: $(VENV)/.installed
 
@@ -33,13 +33,15 @@ typecheck: setup
 unit: setup docs-deps     ## fast tests only (no real cluster)
 	$(VENV)/bin/pytest -m "not slurm" -q
 
-test: lint typecheck docs-deps  ## everything CI runs: lint, types, unit and real-cluster tests, the cgroup-confined ones, those on 12-CPU nodes with DefCpuPerGPU, docs, then the real tests on Slurm 24.11 (and its configuration-dependent ones)
+test: lint typecheck docs-deps  ## everything CI runs: lint, types, unit and real-cluster tests, the cgroup-confined ones, those on 12-CPU nodes with DefCpuPerGPU, docs, then the real tests on Slurm 24.11 and 26.05 (and their configuration-dependent ones)
 	$(VENV)/bin/pytest -q
 	$(MAKE) --no-print-directory test-confined
 	$(MAKE) --no-print-directory test-wide
 	$(MAKE) --no-print-directory docs
 	$(MAKE) --no-print-directory test-2411
 	$(MAKE) --no-print-directory test-2411-config
+	$(MAKE) --no-print-directory test-2605
+	$(MAKE) --no-print-directory test-2605-config
 
 # The second real cluster: Debian 13's Slurm 24.11 in a chroot (slurm_fsm_dev/chroot.py,
 # docs/local-cluster.md). The root is made once per machine (as root: debootstrap,
@@ -60,6 +62,22 @@ test-2411: chroot-2411    ## the real-Slurm tests (pytest -m slurm) on Slurm 24.
 # and Slurm 24.11's cgroup plugins in the chroot are not measured here.
 test-2411-config: chroot-2411  ## the configuration-dependent real tests on Slurm 24.11 (noenforce,memkill)
 	SLURM_FSM_LOCAL_CONFIG=noenforce,memkill $(PY) -m slurm_fsm_dev.chroot test -- -m "slurm and config" -q -rfE
+
+# The third real cluster: Debian unstable's Slurm 26.05, the same recipe
+# (slurm_fsm_dev/chroot.py --release 2605): its root under /var/cache/slurm_fsm/sid-root
+# ($$SLURM_FSM_SID_ROOT), its cluster in $$SLURM_FSM_LOCAL_DIR-2605 (else
+# /tmp/slurm_fsm-2605, its own ports), its venv .venv-sid in this checkout.
+chroot-2605: setup        ## make the Debian unstable root with Slurm 26.05 (once per machine)
+	$(PY) -m slurm_fsm_dev.chroot --release 2605 make
+
+chroot-2605-umount: setup ## undo the 26.05 chroot's bind mounts (also after a crash)
+	$(PY) -m slurm_fsm_dev.chroot --release 2605 umount
+
+test-2605: chroot-2605    ## the real-Slurm tests (pytest -m slurm) on Slurm 26.05, in the chroot
+	$(PY) -m slurm_fsm_dev.chroot --release 2605 test
+
+test-2605-config: chroot-2605  ## the configuration-dependent real tests on Slurm 26.05 (noenforce,memkill)
+	SLURM_FSM_LOCAL_CONFIG=noenforce,memkill $(PY) -m slurm_fsm_dev.chroot --release 2605 test -- -m "slurm and config" -q -rfE
 
 # The real tests whose behaviour depends on the cluster's configuration
 # (@pytest.mark.config), on the configuration real GPU clusters have: task/cgroup with
@@ -100,4 +118,4 @@ bench: setup              ## benchmarks on the local cluster (figures, not pass/
 	$(PY) benchmarks/run.py
 
 clean:
-	rm -rf $(VENV) .venv-trixie site .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .venv-trixie .venv-sid site .mypy_cache .ruff_cache .pytest_cache

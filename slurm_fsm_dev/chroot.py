@@ -1,32 +1,37 @@
-"""A second real cluster: Debian 13 ("trixie") with its Slurm 24.11, in a chroot.
+"""More real clusters: a Debian release's own Slurm, in a chroot (a root of its own).
 
-``python -m slurm_fsm_dev.chroot make`` makes the root file system once per machine
-(``debootstrap --variant=minbase trixie`` from Debian's registry into
-``$SLURM_FSM_TRIXIE_ROOT``, default ``/var/cache/slurm_fsm/trixie-root``, then the
-Debian packages of :data:`PACKAGES`). Each stage leaves a marker file in the root; a
-root without the marker is half made (an interrupted ``debootstrap``) and is made
-again from nothing. ``test`` runs the real-Slurm suite (``pytest -m slurm``) inside it
-against a local cluster of its own; ``run -- CMD`` runs any command there; ``umount``
-undoes the bind mounts, also after a crash.
+Two releases (:data:`RELEASES`, chosen with ``--release``): Debian 13 ("trixie") with
+Slurm 24.11 (``2411``, the default) and Debian unstable ("sid") with Slurm 26.05
+(``2605``). ``python -m slurm_fsm_dev.chroot [--release KEY] make`` makes the release's
+root file system once per machine (``debootstrap --variant=minbase SUITE`` from
+Debian's registry into ``$SLURM_FSM_TRIXIE_ROOT`` / ``$SLURM_FSM_SID_ROOT``, default
+``/var/cache/slurm_fsm/<suite>-root``, then the Debian packages of :data:`PACKAGES`).
+Each stage leaves a marker file in the root; a root without the marker is half made
+(an interrupted ``debootstrap``) and is made again from nothing. ``test`` runs the
+real-Slurm suite (``pytest -m slurm``) inside it against a local cluster of its own;
+``run -- CMD`` runs any command there; ``umount`` undoes the bind mounts, also after a
+crash.
 
 Inside the root, ``/proc``, ``/sys`` and ``/dev`` are the host's (bound), and so is the
 checkout's parent folder (``/work``), at the same path: ``/work/<checkout>`` and
 ``/work/shared`` (the pyxis sources) are where they are on the host. The chroot's
-Python gets a venv of its own in the checkout (``.venv-trixie``, which is the
-checkout's ``.venv`` inside, so the README's commands work there as typed); pip
+Python gets a venv of its own in the checkout (``.venv-trixie``, ``.venv-sid``: which
+is the checkout's ``.venv`` inside, so the README's commands work there as typed); pip
 reaches the host's wheel mirror because the host's pip settings are passed explicitly (the
 command runs under ``env -i``: nothing else of the caller's environment leaks in).
 
-The 24.11 cluster has a base folder of its own (:func:`cluster_dir`): ``/proc`` is the
-host's, and ``localcluster down`` ends the processes whose command line or environment
-name the base folder, so a chroot cluster must never share a path with a host cluster.
-Its ports derive from that path too (``localcluster``), so both run side by side.
+Each release's cluster has a base folder of its own (:func:`cluster_dir`): ``/proc`` is
+the host's, and ``localcluster down`` ends the processes whose command line or
+environment name the base folder, so a chroot cluster must never share a path with a
+host cluster or the other release's. Its ports derive from that path too
+(``localcluster``), so all three run side by side.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import hashlib
 import os
 import shlex
@@ -45,7 +50,12 @@ __all__ = [
     "DEFAULT_ROOT",
     "ENV_ROOT",
     "PACKAGES",
+    "RELEASES",
+    "SID",
+    "TRIXIE",
     "ChrootError",
+    "Release",
+    "apt_argvs",
     "chroot_argv",
     "cluster_dir",
     "hosts_line_missing",
@@ -60,11 +70,8 @@ __all__ = [
     "umount_all",
 ]
 
-ENV_ROOT = "SLURM_FSM_TRIXIE_ROOT"
-DEFAULT_ROOT = Path("/var/cache/slurm_fsm/trixie-root")
-SUITE = "trixie"
 MIRROR = "http://deb.debian.org/debian"
-#: What the real suite needs in the root: the cluster (Slurm 24.11, munge, MariaDB),
+#: What the real suite needs in the root: the cluster (Slurm 24.11 or 26.05, munge, MariaDB),
 #: Python, chattr (e2fsprogs), man pages (man-db), the pyxis recipe's build deps
 #: (setup-pyxis.sh would apt-get them itself, at every fresh root), the python image's
 #: pip wheel, musl's loader for enroot's helpers, and the commands the tests and
@@ -77,12 +84,11 @@ PACKAGES = (
     "squashfs-tools", "parallel", "zstd", "pigz", "fuse-overlayfs", "squashfuse",
     "busybox-static",
     # enroot's helpers (enroot-nsenter, ...) come out of the recipe dynamically linked
-    # against musl on Debian 13 (static-pie on Debian 12): they need musl's loader
+    # against musl on Debian 13 and unstable (static-pie on Debian 12): they need musl's loader
     "musl",
 )
 #: the PATH inside (``env -i`` drops the caller's)
 CHROOT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-VENV_NAME = ".venv-trixie"
 _DEBOOTSTRAP_MARK = ".slurm_fsm-debootstrap-done"
 _COMPLETE_MARK = ".slurm_fsm-complete"
 _USERS = ".slurm_fsm-users"  # pids of the processes that use the mounts (beside the root)
@@ -97,29 +103,77 @@ _CMD_TIMEOUT_S = 30.0
 LOGIN_NODES = ("login-a", "login-b")
 
 
+@dataclasses.dataclass(frozen=True)
+class Release:
+    """A Debian release whose own Slurm the real suite runs on, in a root of its own.
+
+    Everything of one release is apart from the others': the root
+    (:attr:`default_root`, or ``$<env_root>``), the venv in the checkout
+    (:attr:`venv_name`), the cluster's base folder and so its ports
+    (:func:`cluster_dir`: ``-<key>``).
+    """
+
+    key: str  #: the Makefile's name of it (``make test-<key>``) and the cluster's suffix
+    suite: str  #: debootstrap's and apt's name of the release
+    debian: str  #: said in messages
+    slurm: str  #: the Slurm it carries, said in messages (the root's dpkg says the exact)
+    env_root: str  #: the variable that moves its root
+    #: what apt-get needs beside its defaults for this suite's Release file
+    apt_options: tuple[str, ...] = ()
+
+    @property
+    def default_root(self) -> Path:
+        return Path(f"/var/cache/slurm_fsm/{self.suite}-root")
+
+    @property
+    def venv_name(self) -> str:
+        return f".venv-{self.suite}"
+
+    def cli(self, verb: str) -> str:
+        """The command line that does ``verb`` for this release (for messages)."""
+        flag = "" if self == TRIXIE else f" --release {self.key}"
+        return f"python -m slurm_fsm_dev.chroot{flag} {verb}"
+
+
+TRIXIE = Release("2411", "trixie", "Debian 13", "24.11", "SLURM_FSM_TRIXIE_ROOT")
+#: Debian unstable. The registry's copy of its Release file is past its Valid-Until
+#: date (unstable's is re-signed daily; trixie's lasts a week past each point release),
+#: so apt refuses it without ``Check-Valid-Until=false``; its signature is still checked.
+SID = Release("2605", "sid", "Debian unstable", "26.05", "SLURM_FSM_SID_ROOT",
+              apt_options=("-o", "Acquire::Check-Valid-Until=false"))
+RELEASES = {r.key: r for r in (TRIXIE, SID)}
+#: the default release's (kept for callers of the Debian 13 names)
+ENV_ROOT = TRIXIE.env_root
+DEFAULT_ROOT = TRIXIE.default_root
+VENV_NAME = TRIXIE.venv_name
+
+
 class ChrootError(RuntimeError):
-    """Making, mounting or entering the Debian 13 root failed."""
+    """Making, mounting or entering a release's root failed."""
 
 
-def _say(msg: str) -> None:
-    print(f"trixie-chroot: {msg}", flush=True)
+def _say(msg: str, release: Release = TRIXIE) -> None:
+    print(f"{release.suite}-chroot: {msg}", flush=True)
 
 
-def root_dir() -> Path:
-    """``$SLURM_FSM_TRIXIE_ROOT``, else ``/var/cache/slurm_fsm/trixie-root``."""
-    raw = os.environ.get(ENV_ROOT, "").strip()
-    return Path(raw).absolute() if raw else DEFAULT_ROOT
+def root_dir(release: Release = TRIXIE) -> Path:
+    """``$<release.env_root>``, else ``/var/cache/slurm_fsm/<suite>-root``."""
+    raw = os.environ.get(release.env_root, "").strip()
+    return Path(raw).absolute() if raw else release.default_root
 
 
-def cluster_dir(environ: Mapping[str, str] | None = None) -> str:
-    """The 24.11 cluster's base folder (inside the root's /tmp): never a host cluster's.
+def cluster_dir(environ: Mapping[str, str] | None = None,
+                release: Release = TRIXIE) -> str:
+    """The release's cluster's base folder (inside the root's /tmp): never a host
+    cluster's, nor another release's.
 
-    ``$SLURM_FSM_LOCAL_DIR-2411`` when the caller names a cluster of its own (engineers
-    side by side each get one), else ``/tmp/slurm_fsm-2411``.
+    ``$SLURM_FSM_LOCAL_DIR-<key>`` (``-2411``, ``-2605``) when the caller names a
+    cluster of its own (engineers side by side each get one), else
+    ``/tmp/slurm_fsm-<key>``.
     """
     env = os.environ if environ is None else environ
     own = env.get("SLURM_FSM_LOCAL_DIR", "").strip().rstrip("/")
-    return f"{own}-2411" if own else "/tmp/slurm_fsm-2411"
+    return f"{own}-{release.key}" if own else f"/tmp/slurm_fsm-{release.key}"
 
 
 def checkout_dir() -> Path:
@@ -205,19 +259,21 @@ def _bind(src: Path, dest: Path, *, readonly: bool = False) -> None:
              check=False)
 
 
-def _binds(checkout: Path, extra_dirs: Sequence[Path]) -> list[tuple[Path, Path, bool]]:
+def _binds(checkout: Path, extra_dirs: Sequence[Path], venv_name: str = VENV_NAME,
+           ) -> list[tuple[Path, Path, bool]]:
     """(host folder, path inside, read-only), in the order to bind them.
 
     Host folders go at the same path inside; the checkout's ``.venv`` inside is its
-    ``.venv-trixie`` (:data:`VENV_NAME`): commands typed as the README has them
-    (``source .venv/bin/activate``, ``make``) get the chroot's own Python there.
+    ``venv_name`` (:attr:`Release.venv_name`: ``.venv-trixie``, ``.venv-sid``): commands
+    typed as the README has them (``source .venv/bin/activate``, ``make``) get the
+    chroot's own Python there.
     """
     same = [Path("/proc"), Path("/sys"), Path("/dev"), checkout.parent]
     wanted = [(d, d, False) for d in same]
     for d in extra_dirs:
         if d.is_dir() and not any(d == w or w in d.parents for w in same[3:]):
             wanted.append((d, d, True))
-    wanted.append((checkout / VENV_NAME, checkout / ".venv", False))
+    wanted.append((checkout / venv_name, checkout / ".venv", False))
     return wanted
 
 
@@ -235,8 +291,8 @@ def _live_users(path: Path) -> set[int]:
 
 
 @contextlib.contextmanager
-def mounted(root: Path, *, checkout: Path | None = None,
-            extra_dirs: Sequence[Path] = ()) -> Iterator[None]:
+def mounted(root: Path, *, checkout: Path | None = None, extra_dirs: Sequence[Path] = (),
+            release: Release = TRIXIE) -> Iterator[None]:
     """The binds in place while the block runs; undone when this was their last user.
 
     Several processes may use one root at once (each registers its pid); the last one
@@ -250,7 +306,7 @@ def mounted(root: Path, *, checkout: Path | None = None,
         if not pids:  # nobody uses them: whatever is there is left over from a crash
             umount_all(root)
         present = set(mount_points(root))
-        for src, inside, readonly in _binds(checkout, extra_dirs):
+        for src, inside, readonly in _binds(checkout, extra_dirs, release.venv_name):
             dest = root / inside.relative_to("/")
             if dest not in present:
                 src.mkdir(parents=True, exist_ok=True)
@@ -266,7 +322,7 @@ def mounted(root: Path, *, checkout: Path | None = None,
                 left = umount_all(root)
                 if left:
                     _say(f"still mounted: {', '.join(map(str, left))} "
-                         f"(`python -m slurm_fsm_dev.chroot umount` retries)")
+                         f"(`{release.cli('umount')}` retries)", release)
 
 
 # ---------------------------------------------------------------- the root
@@ -296,7 +352,7 @@ def _ensure_pivot_dir(root: Path) -> None:
 
 def _ensure_hosts(root: Path) -> None:
     """The host's name and the emulated login nodes' (:data:`LOGIN_NODES`) in the root's
-    /etc/hosts: slurmctld 24.11 resolves them (K9)."""
+    /etc/hosts: slurmctld 24.11 and 26.05 resolve them (K9)."""
     hosts = root / "etc" / "hosts"
     text = hosts.read_text() if hosts.exists() else "127.0.0.1 localhost\n"
     missing = [n for n in (socket.gethostname(), *LOGIN_NODES) if hosts_line_missing(text, n)]
@@ -314,30 +370,52 @@ def _remove_root(root: Path) -> None:
     _run(["rm", "-rf", "--one-file-system", str(root)], timeout=600)
 
 
-def make_root(root: Path) -> None:
+def apt_argvs(root: Path, release: Release) -> list[list[str]]:
+    """The two apt-get calls that install :data:`PACKAGES` in ``root`` (update, install),
+    with the release's own options (:attr:`Release.apt_options`) in both."""
+    apt = ["chroot", str(root), "apt-get", *release.apt_options]
+    return [[*apt, "update", "-qq"],
+            [*apt, "install", "-y", "-qq", "--no-install-recommends", *PACKAGES]]
+
+
+def _debootstrap(root: Path, release: Release) -> None:
+    """The base system, unless the marker says it is there (a root without the marker is
+    half made: removed and made again). A marker of another suite is an error: two
+    releases never share a root."""
+    mark = root / _DEBOOTSTRAP_MARK
+    if mark.is_file():
+        made = (mark.read_text().split() or ["?"])[0]
+        if made != release.suite:
+            raise ChrootError(f"{root} holds Debian {made!r}, not {release.suite!r}: "
+                              f"${release.env_root} must name a root of its own")
+        return
+    if root.exists():
+        _say(f"{root} is half made (no {_DEBOOTSTRAP_MARK}): making it again", release)
+        _remove_root(root)
+    if shutil.which("debootstrap") is None:
+        raise ChrootError("debootstrap is missing (apt-get install debootstrap)")
+    t0 = time.monotonic()
+    argv = ["debootstrap", "--variant=minbase", release.suite, str(root), MIRROR]
+    _say(shlex.join(argv), release)
+    _run(argv, timeout=_DEBOOTSTRAP_TIMEOUT_S)
+    mark.write_text(f"{release.suite} {MIRROR}\n")
+    _say(f"debootstrap done in {time.monotonic() - t0:.1f}s", release)
+
+
+def make_root(root: Path, release: Release = TRIXIE) -> None:
     """debootstrap + the packages, once (idempotent; a half-made root is made again)."""
     if is_complete(root):
         _ensure_hosts(root)
-        _say(f"{root} is complete (Slurm {_root_slurm_version(root)})")
+        _say(f"{root} is complete (Slurm {_root_slurm_version(root)})", release)
         return
     if os.geteuid() != 0:
-        raise ChrootError("making the Debian 13 root needs root (debootstrap, chroot, mount)")
+        raise ChrootError(f"making the {release.debian} root needs root (debootstrap, "
+                          "chroot, mount)")
     root.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(root) + ".make-lock", timeout=_DEBOOTSTRAP_TIMEOUT_S + _APT_TIMEOUT_S):
         if is_complete(root):
             return
-        if not (root / _DEBOOTSTRAP_MARK).is_file():
-            if root.exists():
-                _say(f"{root} is half made (no {_DEBOOTSTRAP_MARK}): making it again")
-                _remove_root(root)
-            if shutil.which("debootstrap") is None:
-                raise ChrootError("debootstrap is missing (apt-get install debootstrap)")
-            t0 = time.monotonic()
-            _say(f"debootstrap --variant=minbase {SUITE} {root} {MIRROR}")
-            _run(["debootstrap", "--variant=minbase", SUITE, str(root), MIRROR],
-                 timeout=_DEBOOTSTRAP_TIMEOUT_S)
-            (root / _DEBOOTSTRAP_MARK).write_text(f"{SUITE} {MIRROR}\n")
-            _say(f"debootstrap done in {time.monotonic() - t0:.1f}s")
+        _debootstrap(root, release)
         _ensure_hosts(root)
         # no daemon of a package starts inside the chroot at install time: the cluster
         # starts its own, under its own base folder
@@ -347,14 +425,12 @@ def make_root(root: Path) -> None:
         t0 = time.monotonic()
         env = {"PATH": CHROOT_PATH, "LANG": "C.UTF-8", "HOME": "/root",
                "DEBIAN_FRONTEND": "noninteractive"}
-        with mounted(root):
-            _run(["chroot", str(root), "apt-get", "update", "-qq"], env=env,
-                 timeout=_APT_TIMEOUT_S)
-            _run(["chroot", str(root), "apt-get", "install", "-y", "-qq",
-                  "--no-install-recommends", *PACKAGES], env=env, timeout=_APT_TIMEOUT_S)
+        with mounted(root, release=release):
+            for argv in apt_argvs(root, release):
+                _run(argv, env=env, timeout=_APT_TIMEOUT_S)
         (root / _COMPLETE_MARK).write_text(_packages_key() + "\n")
         _say(f"packages installed in {time.monotonic() - t0:.1f}s "
-             f"(Slurm {_root_slurm_version(root)})")
+             f"(Slurm {_root_slurm_version(root)})", release)
 
 
 def _root_slurm_version(root: Path) -> str:
@@ -437,9 +513,9 @@ def inner_env(root: Path, pip_listing: str, *, local_dir: str,
            "SLURM_FSM_LOCAL_DIR": local_dir}
     for name, value in os.environ.items():
         # the project's own knobs go in (SLURM_FSM_KEEP_CLUSTER, ...); the cluster's
-        # folder is the 24.11 one, never the caller's
+        # folder is the release's own, never the caller's
         if name == "TERM" or (name.startswith("SLURM_FSM_") and name not in (
-                "SLURM_FSM_LOCAL_DIR", ENV_ROOT)):
+                "SLURM_FSM_LOCAL_DIR", *(r.env_root for r in RELEASES.values()))):
             env[name] = value
     for conf in config_files:
         if conf.is_file():
@@ -467,7 +543,7 @@ def chroot_argv(root: Path, env: Mapping[str, str], cwd: Path, argv: Sequence[st
 
     Not a plain ``chroot``: the kernel refuses a user namespace to a chrooted process
     (unshare(2), EPERM), and enroot makes one for every container. So the command gets
-    a mount namespace of its own whose root *is* the Debian 13 root (``pivot_root``):
+    a mount namespace of its own whose root *is* the release's root (``pivot_root``):
     ``unshare --mount`` -> ``mount --rbind ROOT ROOT`` (with the binds under it) ->
     ``pivot_root ROOT ROOT/.slurm_fsm-oldroot`` -> the host's root is detached (where
     the kernel lets it; gVisor does not, it then stays at ``/.slurm_fsm-oldroot`` in
@@ -485,20 +561,21 @@ def chroot_argv(root: Path, env: Mapping[str, str], cwd: Path, argv: Sequence[st
 
 
 def run_inside(root: Path, argv: Sequence[str], *, cwd: Path, timeout: float,
-               extra_env: Mapping[str, str] | None = None) -> int:
+               extra_env: Mapping[str, str] | None = None,
+               release: Release = TRIXIE) -> int:
     """Run ``argv`` in the root (mounts in place), output to ours; its exit code."""
     if not is_complete(root):
-        raise ChrootError(f"{root} is not made yet: python -m slurm_fsm_dev.chroot make")
+        raise ChrootError(f"{root} is not made yet: {release.cli('make')}")
     _ensure_hosts(root)
     _ensure_pivot_dir(root)
-    env, dirs = inner_env(root, _host_pip_listing(), local_dir=cluster_dir(),
+    env, dirs = inner_env(root, _host_pip_listing(), local_dir=cluster_dir(release=release),
                           extra=extra_env)
-    with mounted(root, checkout=checkout_dir(), extra_dirs=dirs):
+    with mounted(root, checkout=checkout_dir(), extra_dirs=dirs, release=release):
         try:
             proc = subprocess.run(  # noqa: S603 - an argument list
                 chroot_argv(root, env, cwd, argv), timeout=timeout, check=False)
         except subprocess.TimeoutExpired:
-            _say(f"{shlex.join(argv)}: timed out after {timeout:g}s")
+            _say(f"{shlex.join(argv)}: timed out after {timeout:g}s", release)
             return 124
     return proc.returncode
 
@@ -522,34 +599,42 @@ def _venv_script(checkout: Path) -> str:
     )
 
 
-def run_suite(root: Path, pytest_args: Sequence[str], *, timeout: float) -> int:
-    """The real-Slurm tests on Slurm 24.11: venv, ``pytest -m slurm``, cluster down."""
+def run_suite(root: Path, pytest_args: Sequence[str], *, timeout: float,
+              release: Release = TRIXIE) -> int:
+    """The real-Slurm tests on the release's Slurm: venv, ``pytest -m slurm``, cluster
+    down."""
     checkout = checkout_dir()
-    venv_py = str(checkout / ".venv" / "bin" / "python")  # .venv-trixie, inside
+    venv_py = str(checkout / ".venv" / "bin" / "python")  # the release's venv, inside
     t0 = time.monotonic()
     rc = run_inside(root, ["bash", "-c", _venv_script(checkout)], cwd=checkout,
-                    timeout=1800)
+                    timeout=1800, release=release)
     if rc != 0:
-        _say(f"the venv inside failed (exit {rc})")
+        _say(f"the venv inside failed (exit {rc})", release)
         return rc
     _say(f"venv ready in {time.monotonic() - t0:.1f}s; Slurm inside: "
-         f"{_root_slurm_version(root)}; cluster {cluster_dir()}")
+         f"{_root_slurm_version(root)}; cluster {cluster_dir(release=release)}", release)
     args = list(pytest_args) or ["-m", "slurm", "-q", "-p", "no:cacheprovider", "-rfE"]
     try:
         rc = run_inside(root, [venv_py, "-m", "pytest", *args], cwd=checkout,
-                        timeout=timeout)
+                        timeout=timeout, release=release)
     finally:
         if not os.environ.get("SLURM_FSM_KEEP_CLUSTER"):
             run_inside(root, [venv_py, "-m", "slurm_fsm_dev.localcluster", "down"],
-                       cwd=checkout, timeout=300)
-    _say(f"real suite on Slurm 24.11: exit {rc} after {time.monotonic() - t0:.1f}s")
+                       cwd=checkout, timeout=300, release=release)
+    _say(f"real suite on Slurm {release.slurm}: exit {rc} after "
+         f"{time.monotonic() - t0:.1f}s", release)
     return rc
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m slurm_fsm_dev.chroot",
-        description="Debian 13's Slurm 24.11 in a chroot: make it, run the real suite in it.")
+        description="A Debian release's own Slurm in a chroot (Debian 13's 24.11, Debian "
+                    "unstable's 26.05): make it, run the real suite in it.")
+    parser.add_argument("--release", choices=sorted(RELEASES), default=TRIXIE.key,
+                        help="which: " + ", ".join(
+                            f"{r.key} ({r.debian}, Slurm {r.slurm})"
+                            for r in RELEASES.values()) + f"; default {TRIXIE.key}")
     sub = parser.add_subparsers(dest="cmd", required=True)
     sub.add_parser("make", help="debootstrap + packages (once; a half-made root is redone)")
     sub.add_parser("umount", help="undo every mount under the root (also after a crash)")
@@ -557,41 +642,49 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_run = sub.add_parser("run", help="run a command inside (in this checkout)")
     p_run.add_argument("--timeout", type=float, default=3600.0)
     p_run.add_argument("command", nargs=argparse.REMAINDER)
-    p_test = sub.add_parser("test", help="pytest -m slurm inside, on Slurm 24.11")
+    p_test = sub.add_parser("test", help="pytest -m slurm inside, on the release's Slurm")
     p_test.add_argument("--timeout", type=float, default=3600.0)
     p_test.add_argument("pytest_args", nargs=argparse.REMAINDER,
                         help="after --: pytest's arguments (default: -m slurm -q -rfE)")
+    return parser
+
+
+def _after_dashes(words: Sequence[str]) -> list[str]:
+    return list(words[1:] if words[:1] == ["--"] else words)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
-    root = root_dir()
+    release = RELEASES[args.release]
+    root = root_dir(release)
     try:
         if args.cmd == "make":
-            make_root(root)
+            make_root(root, release)
         elif args.cmd == "umount":
             left = umount_all(root)
             if left:
-                _say(f"still mounted: {', '.join(map(str, left))}")
+                _say(f"still mounted: {', '.join(map(str, left))}", release)
                 return 1
             _users_file(root).unlink(missing_ok=True)
-            _say(f"nothing mounted under {root}")
+            _say(f"nothing mounted under {root}", release)
         elif args.cmd == "status":
             points = mount_points(root)
             print(f"root {root}: {'complete' if is_complete(root) else 'not made'}; "
-                  f"Slurm {_root_slurm_version(root)}; cluster {cluster_dir()}; "
+                  f"Slurm {_root_slurm_version(root)}; "
+                  f"cluster {cluster_dir(release=release)}; "
                   f"mounts: {', '.join(map(str, points)) or 'none'}")
         elif args.cmd == "run":
-            command = list(args.command)
-            if command[:1] == ["--"]:
-                command = command[1:]
+            command = _after_dashes(args.command)
             if not command:
                 parser.error("run: a command is needed (run -- CMD ...)")
-            return run_inside(root, command, cwd=Path.cwd(), timeout=args.timeout)
+            return run_inside(root, command, cwd=Path.cwd(), timeout=args.timeout,
+                              release=release)
         elif args.cmd == "test":
-            extra = list(args.pytest_args)
-            if extra[:1] == ["--"]:
-                extra = extra[1:]
-            return run_suite(root, extra, timeout=args.timeout)
+            return run_suite(root, _after_dashes(args.pytest_args), timeout=args.timeout,
+                             release=release)
     except ChrootError as exc:
-        print(f"trixie-chroot: error: {exc}", file=sys.stderr)
+        print(f"{release.suite}-chroot: error: {exc}", file=sys.stderr)
         return 1
     return 0
 

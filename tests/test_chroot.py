@@ -146,3 +146,54 @@ def test_the_roots_hosts_name_the_machine_and_the_emulated_login_nodes_once(
         assert not chroot.hosts_line_missing(text, name), text
     assert text.count("login-a") == 1 and text.endswith("\n")
     assert text.startswith("127.0.0.1 localhost\n")
+
+
+def test_each_release_has_a_root_a_venv_and_a_cluster_of_its_own() -> None:
+    """24.11 and 26.05 side by side (and beside the host's 22.05): nothing shared."""
+    trixie, sid = chroot.RELEASES["2411"], chroot.RELEASES["2605"]
+    assert (trixie.suite, sid.suite) == ("trixie", "sid")
+    assert trixie.default_root == Path("/var/cache/slurm_fsm/trixie-root")
+    assert sid.default_root == Path("/var/cache/slurm_fsm/sid-root")
+    assert (trixie.venv_name, sid.venv_name) == (".venv-trixie", ".venv-sid")
+    assert trixie.env_root != sid.env_root
+    own = {"SLURM_FSM_LOCAL_DIR": "/tmp/slurm_fsm-me"}
+    dirs = {chroot.cluster_dir(own, release=r) for r in (trixie, sid)}
+    assert dirs == {"/tmp/slurm_fsm-me-2411", "/tmp/slurm_fsm-me-2605"}
+    assert chroot.cluster_dir({}, release=sid) == "/tmp/slurm_fsm-2605"
+
+
+def test_the_venv_inside_is_the_releases_own(tmp_path: Path) -> None:
+    binds = chroot._binds(tmp_path / "wt", [], chroot.SID.venv_name)
+    assert (tmp_path / "wt" / ".venv-sid", tmp_path / "wt" / ".venv", False) in binds
+
+
+def test_apt_in_the_sid_root_accepts_a_release_file_past_valid_until() -> None:
+    """The registry's copy of unstable's Release file is past its Valid-Until; trixie's
+    apt keeps its defaults."""
+    root = Path("/r")
+    update, install = chroot.apt_argvs(root, chroot.SID)
+    for argv in (update, install):
+        assert argv[:5] == ["chroot", "/r", "apt-get", "-o",
+                            "Acquire::Check-Valid-Until=false"]
+    assert update[-2:] == ["update", "-qq"] and "slurm-wlm" in install
+    update, install = chroot.apt_argvs(root, chroot.TRIXIE)
+    assert update == ["chroot", "/r", "apt-get", "update", "-qq"]
+
+
+def test_a_root_of_another_release_is_refused(tmp_path: Path) -> None:
+    (tmp_path / ".slurm_fsm-debootstrap-done").write_text("trixie http://x\n")
+    with pytest.raises(chroot.ChrootError, match="SLURM_FSM_SID_ROOT"):
+        chroot._debootstrap(tmp_path, chroot.SID)
+
+
+def test_the_sid_release_is_chosen_on_the_command_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv(chroot.SID.env_root, str(tmp_path / "nothing"))
+    monkeypatch.setenv(chroot.TRIXIE.env_root, str(tmp_path / "trixie"))
+    assert chroot.main(["--release", "2605", "status"]) == 0
+    out = capsys.readouterr().out
+    assert f"root {tmp_path / 'nothing'}: not made" in out and "slurm_fsm-" in out
+    assert "-2605" in out
+    assert chroot.main(["--release", "2605", "run", "--", "true"]) == 1
+    assert "python -m slurm_fsm_dev.chroot --release 2605 make" in capsys.readouterr().err
