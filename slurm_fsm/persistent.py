@@ -462,7 +462,10 @@ class PersistentRun:
             if (steps is not None and watch.exit_code not in (None, 0) and not watch.hang
                     and not watch.timed_out):
                 ends, unknown = self._step_ends(alloc_id, steps.own_step_ids())
-                seen.update(step_ends=ends, step_ends_unknown=unknown)
+                told = {e.step for e in ends}
+                seen.update(step_ends=ends, step_ends_unknown=unknown, steps_unaccounted=tuple(
+                    f"{alloc_id}.{s}" for s in steps.own_step_ids()
+                    if f"{alloc_id}.{s}" not in told))
             m.finish(reason=_finish_reason(watch))
             return self._facts(Phase.COLLECTED, **seen)
         m.finish(reason=f"allocation {alloc_id} ended under the job ({ended.state})",

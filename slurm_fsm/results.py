@@ -80,6 +80,7 @@ __all__ = [
     "decide_status",
     "diagnose",
     "errors_from",
+    "logged_step_ends",
     "normalize_slurm_state",
     "parse_benchmark",
     "parse_custom",
@@ -92,6 +93,7 @@ __all__ = [
     "status_of_state",
     "step_verdict",
     "summarize",
+    "without_relay_prefix",
 ]
 
 
@@ -221,12 +223,55 @@ def step_verdict(step_ends: Sequence[StepEnd], exit_code: int | None,
                         + "; ".join(said) + ")")
     if exit_code is None or exit_code <= 128:
         return None
-    cancelled = [e for e in step_ends if e.state is JobState.CANCELLED and e.cancelled_by]
+    return _ended_by_slurm(step_ends)
+
+
+def _told_by(end: StepEnd) -> str:
+    """What said how ``end``'s step ended: accounting, or slurmstepd's line."""
+    if end.logged:
+        return f"accounting had no row for it; slurmstepd's line in the log: {end.logged}"
+    return f"sacct: {end.state}" + (f" by {end.cancelled_by}" if end.cancelled_by else "")
+
+
+def _ended_by_slurm(step_ends: Sequence[StepEnd]) -> Decision | None:
+    """A script that died of a signal with a step Slurm ended: by the step's own time
+    limit -> TIMEOUT; cancelled by someone (``CANCELLED by <uid>``, or slurmstepd's
+    ``*** STEP ... CANCELLED AT ... ***`` when accounting had no row) -> CANCELLED."""
+    timed = [e for e in step_ends if e.state in (JobState.TIMEOUT, JobState.DEADLINE)]
+    if timed:
+        return Decision(Status.TIMEOUT, "; ".join(
+            f"step {e.step} reached its own time limit ({_told_by(e)})" for e in timed))
+    cancelled = [e for e in step_ends
+                 if e.state is JobState.CANCELLED and (e.cancelled_by or e.logged)]
     if cancelled:
         return Decision(Status.CANCELLED, "; ".join(
-            f"step {e.step} was cancelled by uid {e.cancelled_by} (sacct: CANCELLED by "
-            f"{e.cancelled_by})" for e in cancelled))
+            f"step {e.step} was cancelled" + (f" by uid {e.cancelled_by}" if e.cancelled_by
+                                              else "") + f" ({_told_by(e)})"
+            for e in cancelled))
     return None
+
+
+#: slurmstepd's line when Slurm ends a step: ``*** STEP 5.1 ON n1 CANCELLED AT <time>
+#: ***`` (``scancel 5.1``), ``... DUE TO TIME LIMIT ***`` (the step's own ``--time``),
+#: as srun relays it (:func:`without_relay_prefix`)
+_STEP_END_LINE = re.compile(
+    r"^\*\*\* STEP (\d+\.\d+) ON \S+ CANCELLED AT \S+(?: DUE TO ([A-Z][A-Z ]*?))? \*\*\*")
+
+
+def logged_step_ends(lines: Sequence[str], steps: Sequence[str]) -> list[StepEnd]:
+    """How slurmstepd's own lines in ``lines`` say ``steps`` (``ALLOC.N``) ended, for
+    the steps accounting has no row for yet (issue 44): ``DUE TO TIME LIMIT`` ->
+    TIMEOUT, any other -> CANCELLED; a step without such a line is left out."""
+    wanted = set(steps)
+    found: dict[str, StepEnd] = {}
+    for raw in lines:
+        line = without_relay_prefix(_unlabel(_clean(raw)))
+        m = _STEP_END_LINE.match(line)
+        if m is None or m.group(1) not in wanted or m.group(1) in found:
+            continue
+        state = JobState.TIMEOUT if m.group(2) == "TIME LIMIT" else JobState.CANCELLED
+        found[m.group(1)] = StepEnd(step=m.group(1), state=state, logged=m.group(0))
+    return [found[s] for s in steps if s in found]
 
 
 def decide(
@@ -326,7 +371,25 @@ _CONTAINER_MISSING = re.compile(
 _SETUP_LINE = re.compile(r"pyxis:|\[ERROR\]|curl: \(\d+\)|Read-only file system|^ERROR: ")
 _SETUP_NOISE = re.compile(r"printing enroot log file|child \d+ failed with error code|\[INFO\]"
                           r"|not started successfully by another task|^\s*pyxis:\s*$")
-_NODE_PREFIX = re.compile(r"^slurmstepd-\S+: error: ")
+#: Who relayed a line slurmstepd logged on a node, as srun prints it: Slurm 22.05 and
+#: 24.11 name slurmstepd and the node (``slurmstepd-n1:``; ``slurmstepd:`` without a
+#: node name), 26.05 the time it was logged (``[2026-12-06T18:00:24.403]``, in any
+#: ``LogTimeFormat``), slurmd's own log the time and the step
+#: (``[2025-11-06T20:36:19.163] [19.0]``). Then the level: ``error:`` (lower ones have
+#: none). The one place that knows these forms (issue 44).
+_RELAY_SOURCE = (r"(?:slurmstepd(?:-[\w.-]+)?:"
+                 r"|\[[^\]]*\d\d:\d\d:\d\d[^\]]*\](?: \[[\w.+]+\])?)")
+_RELAY_PREFIX = re.compile(rf"^{_RELAY_SOURCE} (?:error: )?")
+_RELAYED_ERROR = re.compile(rf"^{_RELAY_SOURCE} error:")
+
+
+def without_relay_prefix(line: str) -> str:
+    """``line`` without the prefix srun relays a slurmstepd line with
+    (``slurmstepd-n1: error:``, ``[2026-12-06T18:00:24.403] error:``, ...): the line as
+    the plugin or Slurm wrote it, the same whichever node and Slurm version relayed it."""
+    return _RELAY_PREFIX.sub("", line, count=1)
+
+
 #: enroot's log lines (pyxis prints them indented) that say why: errors, and the
 #: reasons of issue 41's pyxis cases (a directory it cannot create, a full disk, a
 #: command enroot-switchroot cannot run)
@@ -369,11 +432,12 @@ _CONTAINER_ROWS: tuple[tuple[re.Pattern[str], str, str, str], ...] = (
 
 def setup_error_lines(text: str) -> list[str]:
     """The pyxis, enroot and pip lines of a failed setup step, once each (the node
-    prefix ``slurmstepd-n1: error:`` dropped, so two nodes' identical lines are one).
+    relay prefix dropped, :func:`without_relay_prefix`: two nodes' identical lines are
+    one, whichever Slurm version relayed them).
     Of enroot's log, which pyxis prints indented, only the error lines are kept."""
     out: list[str] = []
     for raw in text.splitlines():
-        line = _NODE_PREFIX.sub("", raw.strip())
+        line = without_relay_prefix(raw.strip())
         if not _SETUP_LINE.search(line) or _SETUP_NOISE.search(line) or line in out:
             continue
         if line.startswith("pyxis:  ") and not _ENROOT_ERROR.search(line):
@@ -578,6 +642,7 @@ def diagnose(
     metrics: Mapping[str, Any] | None = None,
     workflow_type: WorkflowType | None = None,
     allocation_id: str | None = None,
+    timed_out_steps: Sequence[str] = (),
 ) -> list[dict[str, str]]:
     """Rows of procedure.md's failure diagnosis table that apply, plus a few more.
 
@@ -591,6 +656,7 @@ def diagnose(
     A PASSED or RELEASED run gets no rows. ``allocation_id``: the allocation a
     persistent run's steps ran in (whose nodes a row about a node looks up; it tells a
     step of the allocation from one of a job the script submitted itself).
+    ``timed_out_steps``: the steps (``ALLOC.N``) Slurm ended at their own time limit.
     """
     if status in (Status.PASSED, Status.RELEASED):
         return []
@@ -623,6 +689,12 @@ def diagnose(
             rows.append(_row(f"TIMEOUT (Slurm state {state})", "over the time limit",
                              "raise the time limit (slurm_params.time_limit / #SBATCH --time; "
                              "persistent mode: alloc_time_limit)"))
+        elif timed_out_steps:
+            rows.append(_row(f"TIMEOUT (step {', '.join(timed_out_steps)}: its own time "
+                             "limit)", "a step ran past the time limit its srun gave it "
+                             "(srun --time / -t)",
+                             "raise that srun's --time, or drop it (the step then has the "
+                             "allocation's time)"))
         else:
             rows.append(_row("TIMEOUT (monitor_timeout_seconds)", "over the time limit",
                              "raise monitor_timeout_seconds; the job was killed"))
@@ -694,6 +766,7 @@ _ERROR_LINE: list[re.Pattern[str]] = [
     # Slurm 22.05+ names the node: ``slurmstepd-n1: error: *** STEP 5.0 ON n1 CANCELLED``
     re.compile(r"\b(?:srun|slurmstepd(?:-[\w.-]+)?|salloc|sbatch|pyxis|enroot): error:",
                re.I),
+    _RELAYED_ERROR,  # and Slurm 26.05's ``[2026-12-06T18:00:24.403] error: ...``
     re.compile(r"\b[A-Z]\w*(?:Error|Exception)\b(?::|$)"),
     re.compile(r"\bError:"),
     re.compile(r"\bERROR\b"),
@@ -740,7 +813,8 @@ def errors_from(lines: Sequence[str]) -> list[str]:
     room), then the rest in order.
 
     The last line of each Python traceback (the exception), Slurm/pyxis
-    ``error:`` lines (``slurmstepd-n1: error:`` too), ``XxxError:``/``Exception`` lines,
+    ``error:`` lines (relayed ones too: ``slurmstepd-n1: error:``, 26.05's
+    ``[2026-12-06T18:00:24.403] error:``), ``XxxError:``/``Exception`` lines,
     logging ``ERROR``, pytest ``FAILED`` lines, CUDA OOM, ``NCCL error`` lines,
     segfaults, the hang marker, pytest-timeout's banner and the frame of the test it
     stopped. Lines under ``srun -l`` labels (``1: FAILED ...``) are read without the
@@ -894,13 +968,17 @@ def _judged(facts: RunFacts, spec: JobSpec) -> Report:
     failure_hits = {p: hits.get(p, 0) for p in spec.failure_patterns}
     relevant = list(output.parser_lines)
     metrics = _parsed(facts.parts, relevant, spec)
+    # accounting's word on the run's own steps, then slurmstepd's own lines for the
+    # steps accounting had no row for yet
+    ends = (*facts.step_ends, *logged_step_ends([*output.head, *output.tail],
+                                                facts.steps_unaccounted))
     decision = decide(
         exit_code=facts.exit_code, slurm_state=facts.slurm_state, hang=facts.hang,
         timed_out=facts.timed_out, success_hits=success_hits, failure_hits=failure_hits,
         success_patterns=list(spec.success_patterns), workflow_type=spec.workflow_type,
         metrics=metrics, timeout_s=float(spec.monitor_timeout_seconds),
         hang_line=(output.hang_line or _hang_line(output.tail)) if facts.hang else None,
-        step_ends=facts.step_ends, step_lines=[*output.head, *output.tail],
+        step_ends=ends, step_lines=[*output.head, *output.tail],
     )
     status = decision.status
     failed = status is not Status.PASSED
@@ -918,13 +996,15 @@ def _judged(facts: RunFacts, spec: JobSpec) -> Report:
                          log_empty=output.empty, log_lines=head + tail + err_tail,
                          job_id=facts.job_id, failure_hits=failure_hits,
                          success_missing=success_missing, metrics=metrics,
-                         workflow_type=spec.workflow_type, allocation_id=facts.allocation_id)
+                         workflow_type=spec.workflow_type, allocation_id=facts.allocation_id,
+                         timed_out_steps=[e.step for e in ends
+                                          if e.state in (JobState.TIMEOUT, JobState.DEADLINE)])
     summary = (f"{status.value}: {facts.summary}" if facts.summary is not None
                else _summary(status, decision.reason, facts, wf.summarize(metrics)))
     metrics = _with_run_metrics(facts, {**metrics, "success_hits": success_hits,
                                         "failure_hits": failure_hits})
     warnings = _warnings_of(facts, list(facts.warnings) + wf.warnings(metrics))
-    notes = _step_notes(facts, status, metrics)
+    notes = _step_notes(facts, ends, status, metrics)
     elapsed = facts.elapsed_s
     return Report(
         status=status, task_type=spec.workflow_type.value, mode=facts.mode.value,
@@ -1022,21 +1102,25 @@ def _parts_text(parts: Sequence[PartEnd]) -> str:
     return text
 
 
-def _step_notes(facts: RunFacts, status: Status, metrics: dict[str, Any]) -> list[str]:
-    """The report's notes; accounting's word on a persistent run's own steps goes into
-    ``metrics`` (``step_states`` when a step did more than complete or fail, and
-    ``cancelled_by``), and a note says when accounting could not say it."""
-    ends = facts.step_ends
+def _step_notes(facts: RunFacts, ends: Sequence[StepEnd], status: Status,
+                metrics: dict[str, Any]) -> list[str]:
+    """The report's notes; how a persistent run's own steps ended (``ends``: accounting's
+    rows, slurmstepd's lines for those it had none for) goes into ``metrics``
+    (``step_states`` when a step did more than complete or fail, and ``cancelled_by``),
+    and a note says when accounting could not say it."""
     if any(e.state not in (JobState.COMPLETED, JobState.FAILED) for e in ends):
         metrics["step_states"] = {e.step: str(e.state) + (
-            f" by {e.cancelled_by}" if e.cancelled_by else "") for e in ends}
+            f" by {e.cancelled_by}" if e.cancelled_by else "") + (
+            " (slurmstepd's line)" if e.logged else "") for e in ends}
         by = next((e.cancelled_by for e in ends
                    if e.state is JobState.CANCELLED and e.cancelled_by), "")
         if status is Status.CANCELLED and by:
             metrics.setdefault("cancelled_by", by)
     if facts.step_ends_unknown and status is not Status.PASSED:
+        decided = ("slurmstepd's line in the log decided" if any(e.logged for e in ends)
+                   else "the exit code decided")
         return [*facts.notes, f"accounting could not say how this run's steps ended "
-                f"({facts.step_ends_unknown}): the exit code decided"]
+                f"({facts.step_ends_unknown}): {decided}"]
     return list(facts.notes)
 
 

@@ -111,6 +111,9 @@ class StepEnd:
     max_rss: int | None = None
     #: the memory the step was given on each node, in bytes (``AllocTRES``), when known
     memory_limit: int | None = None
+    #: slurmstepd's own line about the step's end (``*** STEP 5.1 ON n1 CANCELLED AT ...
+    #: ***``), when that, not accounting, told it: sacct had no row for the step yet
+    logged: str = ""
 
     @property
     def over_memory_limit(self) -> bool:
@@ -190,12 +193,14 @@ class RunFacts:
     #: persistent mode: how the run's own steps ended, by accounting (asked when the
     #: script exited non-zero on an allocation that still runs)
     step_ends: tuple[StepEnd, ...] = ()
-    #: why accounting could not say how they ended, when it could not (the exit code
-    #: decides then)
+    #: why accounting could not say how they ended, when it could not (slurmstepd's own
+    #: lines in the log, else the exit code, decide then)
     step_ends_unknown: str | None = None
     #: one-shot, an array or heterogeneous job: how each task or component ended
     #: (the job's own state and exit code are the worst part's)
     parts: tuple[PartEnd, ...] = ()
+    #: the run's own steps (``ALLOC.N``) accounting had no final row for when asked
+    steps_unaccounted: tuple[str, ...] = ()
     #: what went wrong without failing the run, before the parser's warnings
     warnings: tuple[str, ...] = ()
     #: what the monitor said (after the parser's warnings; each once)

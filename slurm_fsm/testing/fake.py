@@ -28,7 +28,7 @@ import tempfile
 import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -107,18 +107,30 @@ def _het_blocks(text: str) -> list[dict[str, str]]:
     return [sbatch_directives("\n".join(b)) for b in blocks]
 
 
-def _pyxis_failure(nodes: list[str], lines: list[str], child_rc: int | None = 1
-                   ) -> StepResult:
-    """A step pyxis did not start: its lines per node, as srun prints them."""
+def relay_prefix(node: str, when: float | None = None) -> str:
+    """What srun puts before an ``error:`` line slurmstepd logged on ``node``: Slurm
+    22.05 and 24.11 name the node (``slurmstepd-n1: error: ``); with ``when`` (a Unix
+    time), 26.05's form: the time slurmstepd logged it (``[2026-12-06T18:00:24.403]
+    error: ``, UTC here), no node."""
+    if when is None:
+        return f"slurmstepd-{node}: error: "
+    stamp = datetime.fromtimestamp(when, UTC)
+    return f"[{stamp.strftime('%Y-%m-%dT%H:%M:%S')}.{stamp.microsecond // 1000:03d}] error: "
+
+
+def _pyxis_failure(nodes: list[str], lines: list[str], child_rc: int | None = 1,
+                   when: float | None = None) -> StepResult:
+    """A step pyxis did not start: its lines per node, as srun prints them (relayed in
+    26.05's form when ``when`` is given, :func:`relay_prefix`)."""
     out = []
     for i, n in enumerate(nodes):
+        relay = relay_prefix(n, when)
         if child_rc is not None:
-            out.append(f"slurmstepd-{n}: error: pyxis: child {4000 + i} failed with error "
-                       f"code: {child_rc}")
-        out += [f"slurmstepd-{n}: error: {line}" for line in lines]
-        out += [f"slurmstepd-{n}: error: spank: required plugin spank_pyxis.so: task_init() "
+            out.append(f"{relay}pyxis: child {4000 + i} failed with error code: {child_rc}")
+        out += [f"{relay}{line}" for line in lines]
+        out += [f"{relay}spank: required plugin spank_pyxis.so: task_init() "
                 "failed with rc=-1",
-                f"slurmstepd-{n}: error: Failed to invoke spank plugin stack",
+                f"{relay}Failed to invoke spank plugin stack",
                 f"srun: error: {n}: task {i}: Exited with exit code 1"]
     return StepResult(1, "", "\n".join(out) + "\n")
 
@@ -543,6 +555,10 @@ class FakeCluster:
         self.accounting = accounting
         #: seconds after a step (or an array's last task) ends before accounting has its row
         self.accounting_lag_s = 0.0
+        #: srun relays slurmstepd's error lines as Slurm 26.05 does, with the time they
+        #: were logged (``[2026-12-06T18:00:24.403] error: ``), instead of 22.05's and
+        #: 24.11's ``slurmstepd-<node>: error: `` (:func:`relay_prefix`)
+        self.relay_timestamps = False
         #: the uid this user's ``scancel`` is recorded with (``CANCELLED by <uid>``)
         self.uid = str(os.getuid())
         self.pending_s = pending_s
@@ -596,6 +612,13 @@ class FakeCluster:
         self.jobs[job_id].end_step(step_id, JobState.CANCELLED, at=self.clock.now(),
                                    signal=9, by="0", max_rss=max_rss_mb << 20,
                                    memory_limit=limit_mb << 20)
+
+    def time_limit_step(self, job_id: str, step_id: str) -> None:
+        """Slurm ends step ``job_id.step_id`` at its own time limit (``srun --time``):
+        accounting says TIMEOUT, its srun exits 143. slurmstepd's ``*** STEP ... DUE TO
+        TIME LIMIT ***`` line is the script's to write."""
+        self.jobs[job_id].end_step(step_id, JobState.TIMEOUT, at=self.clock.now(),
+                                   signal=15)
 
     def oom_step(self, job_id: str, step_id: str) -> None:
         """The kernel kills step ``job_id.step_id`` for memory: accounting says
@@ -1036,6 +1059,10 @@ class FakeCluster:
         job.next_step += 1  # every srun makes a step, as in Slurm
         return StepResult(0, out, "")
 
+    def _relay_when(self) -> float | None:
+        """The time a relayed line carries (:attr:`relay_timestamps`), else None."""
+        return self.clock.now() if self.relay_timestamps else None
+
     def _pyxis_step(self, c: ContainerOptions, nodes: list[str]) -> StepResult | None:
         """What pyxis does with a step's container options on each node, as measured on
         pyxis 0.24 / enroot 4.1 (tests/integration/test_parity.py runs both): named
@@ -1049,7 +1076,7 @@ class FakeCluster:
                 f"pyxis: failed to create container filesystem for image: {c.image}",
                 "pyxis: printing enroot log file:",
                 f"pyxis:     [ERROR] No such file or directory: {c.image}",
-            ])
+            ], when=self._relay_when())
         if c.image is not None and not c.image.startswith(("/", ".")) and not self.registry:
             image = enroot_image(c.image)
             host = image.split("#")[0] if "#" in image else "registry-1.docker.io"
@@ -1058,9 +1085,10 @@ class FakeCluster:
                 "pyxis: printing enroot log file:",
                 "pyxis:     [INFO] Querying registry for permission grant",
                 f"pyxis:     curl: (6) Could not resolve host: {host}",
-            ], child_rc=6)
+            ], child_rc=6, when=self._relay_when())
         if c.image is not None and self.enroot_fault is not None:
-            return _pyxis_failure(nodes, _ENROOT_FAULTS[self.enroot_fault])
+            return _pyxis_failure(nodes, _ENROOT_FAULTS[self.enroot_fault],
+                                  when=self._relay_when())
         for n in nodes:  # SubprocessBackend's removal refuses another checkout's
             old = self.nodes[n].containers.get(c.name)
             if (c.fresh and c.owner and old is not None and old.owner
@@ -1078,14 +1106,14 @@ class FakeCluster:
                 return _pyxis_failure(nodes, [
                     f'pyxis: error: a container with name "pyxis_{c.name}" does not exist, '
                     "and --container-image is not set",
-                ], child_rc=None)
+                ], child_rc=None, when=self._relay_when())
         for mount in filter(None, c.mounts.split(",")):
             source = mount.split(":")[0]
             if not self.path_exists(source):
                 return _pyxis_failure(nodes, [
                     f"pyxis: --container-mounts: source path does not exist: {source}",
                     "pyxis: couldn't create enroot start configuration script",
-                ], child_rc=None)
+                ], child_rc=None, when=self._relay_when())
         return None
 
     def gpu_processes(self, job_id: str, nodes: int, gpus_per_node: int | None = None

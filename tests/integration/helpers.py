@@ -47,6 +47,11 @@ def slurm(
 #: its default verbosity. (Both list the pending step in ``scontrol show step``.)
 #: Both print "Step created for ..." once a step that waited starts.
 SRUN_SAYS_WAITING = {(22, 5): True, (24, 11): False}
+#: Whether srun relays slurmstepd's error lines with the time they were logged
+#: (``[2026-12-06T18:00:24.403] error: ``) rather than ``slurmstepd-<node>: error: ``, by
+#: Slurm version as measured here (issue 44): 26.05 does. The fake of the parity tests
+#: relays as the real cluster beside it does (``FakeCluster.relay_timestamps``).
+RELAYS_WITH_TIMESTAMPS = {(22, 5): False, (24, 11): False, (26, 5): True}
 
 
 def slurm_version(env: Mapping[str, str] | None = None) -> tuple[int, int]:

@@ -30,7 +30,17 @@ from slurm_fsm.testing import FakeCluster
 from slurm_fsm_dev.localcluster import DEF_CPU_PER_GPU, GPUS_PER_NODE, ClusterInfo
 
 from .containers import ContainerNames, pyxis_or_skip
-from .helpers import JobNames, job_state, jobs_named, make_spec, slurm, until, wait_gone
+from .helpers import (
+    RELAYS_WITH_TIMESTAMPS,
+    JobNames,
+    job_state,
+    jobs_named,
+    make_spec,
+    slurm,
+    slurm_version,
+    until,
+    wait_gone,
+)
 
 pytestmark = pytest.mark.slurm
 
@@ -83,6 +93,9 @@ class FakeWorld:
                                 cpus_per_node=cluster.cpus_per_node)
         if cluster.has("defcpu"):
             self.fake.default_cpus_per_gpu = DEF_CPU_PER_GPU
+        # and srun relays slurmstepd's lines as the real cluster's Slurm does (a version
+        # not measured yet is a KeyError: measure it, do not guess)
+        self.fake.relay_timestamps = RELAYS_WITH_TIMESTAMPS[slurm_version()]
         self.backend: SlurmBackend = self.fake
 
     def spec(self, **over: Any) -> JobSpec:
