@@ -21,9 +21,13 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+from unittest.mock import ANY
 
 import pytest
 
+from slurm_fsm.jobstate import JobState
+from slurm_fsm.results import logged_step_ends
+from slurm_fsm.runfacts import StepEnd
 from slurm_fsm_dev.localcluster import ClusterInfo
 
 from .helpers import JobNames, cli_report, job_state, slurm, spec_dict, until
@@ -70,6 +74,10 @@ def test_a_step_cancelled_from_outside_ends_cancelled_and_the_allocation_lives_o
         assert cancel.returncode == 0, cancel.stderr
         report = cli_report(run)
         uid = str(os.getuid())
+        # slurmstepd's own line about the cancel, as this Slurm relays it, tells it
+        # when accounting has no row yet (issue 44 item 7)
+        assert logged_step_ends(_log(report), [f"{alloc}.{seen[0]}"]) == [StepEnd(
+            step=f"{alloc}.{seen[0]}", state=JobState.CANCELLED, logged=ANY)], _log(report)
         assert (report["_rc"], report["status"]) == (1, "CANCELLED"), report
         assert report["exit_code"] == 137
         assert (f"step {alloc}.{seen[0]} was cancelled by uid {uid} (sacct: CANCELLED by "
@@ -84,6 +92,40 @@ def test_a_step_cancelled_from_outside_ends_cancelled_and_the_allocation_lives_o
         assert (again["_rc"], again["status"], again["exit_code"]) == (1, "FAILED", 3), again
         assert again["allocation_id"] == alloc
         assert "step_states" not in again["metrics"]
+    finally:
+        subprocess.run([sys.executable, "-m", "slurm_fsm", "release", str(spec), "--quiet"],
+                       env=_env(local_cluster), timeout=120, check=False, capture_output=True)
+
+
+def _log(report: dict[str, Any]) -> list[str]:
+    return Path(report["log_files"]["stdout"]).read_text().splitlines()
+
+
+def test_a_step_past_its_own_time_limit_ends_timeout_and_the_allocation_lives_on(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    """Issue 44 item 6: ``srun --time=1`` of a step that runs longer. Slurm ends it at
+    its time limit (about a minute: the shortest ``--time``); accounting says TIMEOUT,
+    slurmstepd's line ``DUE TO TIME LIMIT``; the run is TIMEOUT, not FAILED 143."""
+    name = names.new("steptime")
+    script = tmp_path / "job.slurm"
+    script.write_text("#!/bin/bash\necho step starts\nsrun --overlap -n1 --time=1 sleep 300\n")
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(spec_dict(local_cluster, tmp_path, name,
+                                         script_path=str(script))))
+    try:
+        report = cli_report(_start(local_cluster, spec), timeout=300)
+        alloc = report["allocation_id"]
+        (step,) = report["metrics"]["step_states"]
+        assert (report["_rc"], report["status"]) == (1, "TIMEOUT"), report
+        assert report["metrics"]["step_states"] == {step: "TIMEOUT"}, report["metrics"]
+        assert f"step {step} reached its own time limit (sacct: TIMEOUT)" in \
+            report["summary"], report["summary"]
+        assert f"TIMEOUT (step {step}: its own time limit)" in [
+            r["symptom"] for r in report["diagnosis"]], report["diagnosis"]
+        # slurmstepd's line says it too, as this Slurm relays it
+        assert logged_step_ends(_log(report), [step]) == [StepEnd(
+            step=step, state=JobState.TIMEOUT, logged=ANY)], _log(report)
+        assert job_state(alloc, _env(local_cluster)) == "RUNNING"
     finally:
         subprocess.run([sys.executable, "-m", "slurm_fsm", "release", str(spec), "--quiet"],
                        env=_env(local_cluster), timeout=120, check=False, capture_output=True)
