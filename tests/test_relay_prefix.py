@@ -54,6 +54,36 @@ def test_a_line_nobody_relayed_stays_as_it_is(line: str) -> None:
     assert without_relay_prefix(line) == line
 
 
+@pytest.mark.parametrize(("name", "expected", "symptom"), [
+    ("missing_image", [
+        "pyxis: failed to create container filesystem for image: /tmp/nope.sqsh",
+        "pyxis:     [ERROR] No such file or directory: /tmp/nope.sqsh"],
+     "pyxis: failed to create container filesystem for image"),
+    ("registry_image", [
+        "pyxis: failed to import docker image: registry.invalid/it/nope:1",
+        "pyxis:     curl: (6) Could not resolve host: registry.invalid"],
+     "pyxis: failed to import docker image"),
+    ("missing_mount_source", [
+        "pyxis: --container-mounts: source path does not exist: /tmp/no-such-dir",
+        "pyxis: couldn't create enroot start configuration script"],
+     "pyxis: --container-mounts: source path does not exist"),
+])
+def test_recorded_26_05_pyxis_errors(name: str, expected: list[str], symptom: str) -> None:
+    """srun's stderr on the real 26.05 cluster (two nodes' lines, each with its own
+    time): the pyxis lines once each, without the prefix, and the diagnosis row. The
+    same lines in 22.05's form give the same."""
+    text = (DATA / f"srun_pyxis_{name}.stderr").read_text()
+    assert "] error: pyxis: " in text and "slurmstepd" not in text  # 26.05's own form
+    got = setup_error_lines(text)
+    assert got == expected
+    as_22_05 = "".join("slurmstepd-n1: error: " + without_relay_prefix(line) + "\n"
+                       for line in text.splitlines() if not line.startswith("srun:"))
+    assert setup_error_lines(as_22_05) == got
+    rows = diagnose(Status.ERROR, exit_code=None, slurm_state=None, log_empty=False,
+                    log_lines=got)
+    assert symptom in [r["symptom"] for r in rows]
+
+
 def _relayed(form: str, lines: list[str]) -> str:
     return "".join(FORMS[form].format(line) + "\n" for line in lines)
 
