@@ -252,10 +252,10 @@ def _ended_by_slurm(step_ends: Sequence[StepEnd]) -> Decision | None:
 
 
 #: slurmstepd's line when Slurm ends a step: ``*** STEP 5.1 ON n1 CANCELLED AT <time>
-#: ***`` (``scancel 5.1``), ``... DUE TO TIME LIMIT ***`` (the step's own ``--time``),
-#: as srun relays it (:func:`without_relay_prefix`)
+#: ***`` (``scancel 5.1``; 26.05: ``... DUE to SIGNAL Killed ***``), ``... DUE TO TIME
+#: LIMIT ***`` (the step's own ``--time``), as srun relays it (:func:`without_relay_prefix`)
 _STEP_END_LINE = re.compile(
-    r"^\*\*\* STEP (\d+\.\d+) ON \S+ CANCELLED AT \S+(?: DUE TO ([A-Z][A-Z ]*?))? \*\*\*")
+    r"^\*\*\* STEP (\d+\.\d+) ON \S+ CANCELLED AT \S+(?: DUE [Tt][Oo] (.+?))? \*\*\*$")
 
 
 def logged_step_ends(lines: Sequence[str], steps: Sequence[str]) -> list[StepEnd]:

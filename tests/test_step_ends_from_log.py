@@ -51,6 +51,20 @@ def test_slurmstepds_line_tells_how_a_step_ended(relay: str, line: str,
     assert logged_step_ends(lines, ["5.2"]) == []  # another step's line says nothing
 
 
+def test_slurm_26_05s_cancel_line_names_the_signal() -> None:
+    """The real 26.05.5 cluster's log of ``scancel 296.1`` (its real test, issue 44):
+    ``DUE to SIGNAL Killed``, with a lower-case ``to``."""
+    log = ["step starts",
+           "[2026-12-06T18:45:54.969] error: *** STEP 296.1 ON n1 CANCELLED AT "
+           "2026-12-06T18:45:54 DUE to SIGNAL Killed ***",
+           "srun: Job step aborted: Waiting up to 3 seconds for job step to finish.",
+           "srun: error: n1: task 0: Killed"]
+    (end,) = logged_step_ends(log, ["296.1"])
+    assert end.state is JobState.CANCELLED
+    assert end.logged == ("*** STEP 296.1 ON n1 CANCELLED AT 2026-12-06T18:45:54 DUE to "
+                          "SIGNAL Killed ***")
+
+
 def test_a_step_cancelled_as_the_log_says_is_cancelled_without_accounting() -> None:
     ends = logged_step_ends(["slurmstepd-n1: error: " + CANCEL], ["5.1"])
     verdict = step_verdict(ends, 137)

@@ -109,9 +109,8 @@ def test_exact_steps_get_distinct_gpus_and_a_fifth_waits(
     # 24.11); 22.05 also said "temporarily disabled" while it waited, 24.11 does not
     waited = [err for _, err in outs if STARTED_MARKER in err]
     assert len(waited) == 1, [e for _, e in outs]
-    says = SRUN_SAYS_WAITING.get(slurm_version())
-    if says is not None:
-        assert (WAITING_MARKER in waited[0]) is says, (slurm_version(), waited[0])
+    says = SRUN_SAYS_WAITING[slurm_version()]
+    assert (WAITING_MARKER in waited[0]) is says, (slurm_version(), waited[0])
     for out, _ in outs:
         cvd = next(line for line in out.splitlines() if line.startswith("cvd="))[4:]
         assert f"{cvd}, NVIDIA H100 80GB HBM3, 9.0" in out.splitlines()

@@ -144,7 +144,7 @@ def test_a_job_waits_for_gpus_while_siblings_hold_them_then_passes(
         # how it knew, whichever came first: the pending step Slurm lists for this run's
         # srun (22.05 and 24.11), srun's own line (22.05 only: 24.11 waits silently)
         signs = ["of this run is PENDING", "srun waited"]
-        if SRUN_SAYS_WAITING.get(slurm_version()):
+        if SRUN_SAYS_WAITING[slurm_version()]:
             signs.append("step creation temporarily disabled")
         assert any(sign in waiting[0] for sign in signs), (signs, waiting[0])
         assert any(m.startswith("step started after waiting") for m in events.messages)
