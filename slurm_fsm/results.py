@@ -968,10 +968,7 @@ def _judged(facts: RunFacts, spec: JobSpec) -> Report:
     failure_hits = {p: hits.get(p, 0) for p in spec.failure_patterns}
     relevant = list(output.parser_lines)
     metrics = _parsed(facts.parts, relevant, spec)
-    # accounting's word on the run's own steps, then slurmstepd's own lines for the
-    # steps accounting had no row for yet
-    ends = (*facts.step_ends, *logged_step_ends([*output.head, *output.tail],
-                                                facts.steps_unaccounted))
+    ends = _step_ends_of(facts, output)
     decision = decide(
         exit_code=facts.exit_code, slurm_state=facts.slurm_state, hang=facts.hang,
         timed_out=facts.timed_out, success_hits=success_hits, failure_hits=failure_hits,
@@ -997,8 +994,7 @@ def _judged(facts: RunFacts, spec: JobSpec) -> Report:
                          job_id=facts.job_id, failure_hits=failure_hits,
                          success_missing=success_missing, metrics=metrics,
                          workflow_type=spec.workflow_type, allocation_id=facts.allocation_id,
-                         timed_out_steps=[e.step for e in ends
-                                          if e.state in (JobState.TIMEOUT, JobState.DEADLINE)])
+                         timed_out_steps=_timed_out(ends))
     summary = (f"{status.value}: {facts.summary}" if facts.summary is not None
                else _summary(status, decision.reason, facts, wf.summarize(metrics)))
     metrics = _with_run_metrics(facts, {**metrics, "success_hits": success_hits,
@@ -1100,6 +1096,18 @@ def _parts_text(parts: Sequence[PartEnd]) -> str:
         f"{len(bad)} did not pass: " + "; ".join(_part_says(p) for p in bad[:5])
         + ("; ..." if len(bad) > 5 else "") if bad else "all passed")
     return text
+
+
+def _step_ends_of(facts: RunFacts, output: OutputSnapshot) -> tuple[StepEnd, ...]:
+    """Accounting's word on a persistent run's own steps, then slurmstepd's own lines
+    for the steps accounting had no row for yet (:func:`logged_step_ends`)."""
+    return (*facts.step_ends, *logged_step_ends([*output.head, *output.tail],
+                                                facts.steps_unaccounted))
+
+
+def _timed_out(ends: Sequence[StepEnd]) -> list[str]:
+    """The steps of ``ends`` Slurm ended at their own time limit."""
+    return [e.step for e in ends if e.state in (JobState.TIMEOUT, JobState.DEADLINE)]
 
 
 def _step_notes(facts: RunFacts, ends: Sequence[StepEnd], status: Status,

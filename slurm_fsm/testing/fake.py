@@ -107,7 +107,7 @@ def _het_blocks(text: str) -> list[dict[str, str]]:
     return [sbatch_directives("\n".join(b)) for b in blocks]
 
 
-def relay_prefix(node: str, when: float | None = None) -> str:
+def _relay_prefix(node: str, when: float | None = None) -> str:
     """What srun puts before an ``error:`` line slurmstepd logged on ``node``: Slurm
     22.05 and 24.11 name the node (``slurmstepd-n1: error: ``); with ``when`` (a Unix
     time), 26.05's form: the time slurmstepd logged it (``[2026-12-06T18:00:24.403]
@@ -121,10 +121,10 @@ def relay_prefix(node: str, when: float | None = None) -> str:
 def _pyxis_failure(nodes: list[str], lines: list[str], child_rc: int | None = 1,
                    when: float | None = None) -> StepResult:
     """A step pyxis did not start: its lines per node, as srun prints them (relayed in
-    26.05's form when ``when`` is given, :func:`relay_prefix`)."""
+    26.05's form when ``when`` is given, :func:`_relay_prefix`)."""
     out = []
     for i, n in enumerate(nodes):
-        relay = relay_prefix(n, when)
+        relay = _relay_prefix(n, when)
         if child_rc is not None:
             out.append(f"{relay}pyxis: child {4000 + i} failed with error code: {child_rc}")
         out += [f"{relay}{line}" for line in lines]
@@ -498,6 +498,10 @@ class FakeCluster:
     :attr:`default_cpus_per_gpu`), so a wrong partition, account or node count is caught before
     ``salloc`` as on a real cluster; by default it answers nothing and only its
     ``salloc`` refuses them.
+
+    ``relay_timestamps = True``: srun relays slurmstepd's error lines as Slurm 26.05
+    does, with the time they were logged (``[2026-12-06T18:00:24.403] error: ``),
+    instead of 22.05's and 24.11's ``slurmstepd-<node>: error: ``.
     """
 
     #: The next this many allocates make their job, then lose the answer (raise
@@ -555,10 +559,7 @@ class FakeCluster:
         self.accounting = accounting
         #: seconds after a step (or an array's last task) ends before accounting has its row
         self.accounting_lag_s = 0.0
-        #: srun relays slurmstepd's error lines as Slurm 26.05 does, with the time they
-        #: were logged (``[2026-12-06T18:00:24.403] error: ``), instead of 22.05's and
-        #: 24.11's ``slurmstepd-<node>: error: `` (:func:`relay_prefix`)
-        self.relay_timestamps = False
+        self.relay_timestamps = False  # srun relays as 26.05 does (class docstring)
         #: the uid this user's ``scancel`` is recorded with (``CANCELLED by <uid>``)
         self.uid = str(os.getuid())
         self.pending_s = pending_s
