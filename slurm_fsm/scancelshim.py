@@ -85,10 +85,13 @@ TIMEOUT_S = 60.0
 #: allocation too), "plain" changes nothing about which jobs are hit, "refused" can
 #: select jobs on another cluster or federation member, which the shim cannot check.
 #: An option not here (a newer Slurm's) is refused: what cannot be proved harmless.
+#: 26.05 adds ``--admin-comment`` (sets the job's AdminComment; admins only) and ``-c,
+#: --cron`` (confirms the cancel of a scrontab job): neither selects jobs (issue 44).
 OPTIONS: dict[str, tuple[str, bool, str]] = {
-    "account": ("A", True, "filter"), "batch": ("b", False, "plain"),
+    "account": ("A", True, "filter"), "admin-comment": ("", True, "plain"),
+    "batch": ("b", False, "plain"),
     "clusters": ("M", True, "refused"), "cluster": ("M", True, "refused"),
-    "ctld": ("", False, "plain"),
+    "cron": ("c", False, "plain"), "ctld": ("", False, "plain"),
     "full": ("f", False, "plain"), "help": ("", False, "plain"),
     "hurry": ("H", False, "plain"), "interactive": ("i", False, "plain"),
     "jobname": ("n", True, "filter"), "me": ("", False, "filter"),
@@ -105,7 +108,8 @@ _SHORT = {short: name for name, (short, _v, _k) in OPTIONS.items()
           if short and name not in ("cluster", "jobname")}
 #: the variables scancel reads as options (its man page, INPUT ENVIRONMENT VARIABLES)
 ENV_OPTIONS = {"SCANCEL_ACCOUNT": "account", "SCANCEL_BATCH": "batch",
-               "SCANCEL_CTLD": "ctld", "SCANCEL_FULL": "full", "SCANCEL_HURRY": "hurry",
+               "SCANCEL_CRON": "cron", "SCANCEL_CTLD": "ctld", "SCANCEL_FULL": "full",
+               "SCANCEL_HURRY": "hurry",
                "SCANCEL_INTERACTIVE": "interactive", "SCANCEL_NAME": "name",
                "SCANCEL_PARTITION": "partition", "SCANCEL_QOS": "qos",
                "SCANCEL_STATE": "state", "SCANCEL_USER": "user",

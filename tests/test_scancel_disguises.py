@@ -91,7 +91,7 @@ def test_ids_are_numbers_and_lists_as_scancel_reads_them(args: list[str],
     ["7.batch"], ["7.extern"], ["7_1"], ["7+0"], ["07.3"],
     ["+7"], [" 7"], ["7x"], ["7,"], [""], ["-M", "other", "8"], ["--clusters=o", "8"],
     ["--sibling=c", "8"], ["--frobnicate", "8"], ["--s", "8"],   # ambiguous prefix
-    ["-Z", "8"], ["--batch", "07"], ["--cron", "8"],   # not in 22.05's scancel
+    ["-Z", "8"], ["--batch", "07"], ["--cronjob", "8"],   # no scancel has it (26.05 has --cron)
 ])
 def test_what_cannot_be_proved_harmless_is_refused(args: list[str]) -> None:
     p = plan(args, ALLOC, OWN)

@@ -168,3 +168,20 @@ def test_a_job_the_script_submits_gets_none_of_the_runs_placement(
             if not line.startswith(("MINE=", "SLURM_CONF=", "SLURM_FSM_GUARD_TOKEN="))
             ] == [], log
     assert "own=2,1" in log  # the script itself keeps its share
+
+
+@pytest.mark.parametrize(("args", "env", "options"), [
+    (["--cron", "7"], {}, ["--cron"]), (["-c", "7"], {}, ["--cron"]),
+    (["--admin-comment=why", "7"], {}, ["--admin-comment=why"]),
+    (["--admin-comment", "why", "7"], {}, ["--admin-comment=why"]),
+    (["7"], {"SCANCEL_CRON": "1"}, None)])
+def test_slurm_26_05s_new_options_change_no_target(
+        args: list[str], env: dict[str, str], options: list[str] | None) -> None:
+    """Slurm 26.05's scancel adds ``-c, --cron`` (confirm the cancel of a scrontab job)
+    and ``--admin-comment=comment`` (set the job's AdminComment; admins only): neither
+    selects jobs, so the allocation still becomes this run's steps (issue 44: the real
+    shim test failed on 26.05 with both unknown, hence refused)."""
+    p = plan(args, "7", ["2"], env=env)
+    assert p.argv is not None and p.argv[-1] == "7.2", p
+    if options is not None:
+        assert p.argv[:-1] == options
