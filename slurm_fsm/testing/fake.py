@@ -508,6 +508,8 @@ class FakeCluster:
     #: ControllerUnreachable "Socket timed out"), as salloc does when the reply to a
     #: granted request is lost.
     lose_allocate_answers: int = 0
+    #: srun relays slurmstepd's error lines as Slurm 26.05 does (class docstring)
+    relay_timestamps: bool = False
     #: a fault of the nodes that enroot meets when it imports an image (issue 41, the
     #: lines of pyxis issues 12 and 53): ``"runtime_dir"`` (it cannot create
     #: /run/enroot), ``"disk_full"`` (No space left on device); None: none
@@ -559,7 +561,6 @@ class FakeCluster:
         self.accounting = accounting
         #: seconds after a step (or an array's last task) ends before accounting has its row
         self.accounting_lag_s = 0.0
-        self.relay_timestamps = False  # srun relays as 26.05 does (class docstring)
         #: the uid this user's ``scancel`` is recorded with (``CANCELLED by <uid>``)
         self.uid = str(os.getuid())
         self.pending_s = pending_s
