@@ -279,6 +279,9 @@ def settle(view: RunView, backend: SlurmBackend | None = None) -> SavedReport | 
     alive = owner_alive(rec)
     if alive:
         return None
+    # an owner saves its report before it ends: one read after its end is not missed
+    if (saved := view.files.report(rec.run_id)) is not None:
+        return saved
     why = f"its {rec.owner.value} (pid {rec.pid} on {rec.host}) is gone without a report"
     report: Report | None = None
     if rec.mode == "one-shot" and backend is not None and rec.job_id:
