@@ -140,6 +140,9 @@ class PersistentRun:
         #: steps are stopped and accounting is asked): the owner record keeps it, so that
         #: a verdict rebuilt after the owner died equals the one it would have given
         self.on_script_end: Callable[[int | None], None] | None = None
+        #: the watch of a script that ended by itself (not a hang, not the monitor's
+        #: timeout): a stop after it is judged from it (:meth:`facts_so_far`)
+        self.ended_watch: Watch | None = None
 
     # ----------------------------------------------------------------------- facts
     def _facts(self, phase: Phase, mode: Mode = Mode.PERSISTENT, **what: Any) -> RunFacts:
@@ -169,6 +172,15 @@ class PersistentRun:
         cancelled the running step by then; the allocation is kept)."""
         mode = Mode.RELEASE if self.spec.release_allocation else Mode.PERSISTENT
         log = self.log_path
+        watch = self.ended_watch
+        if watch is not None and watch.output is not None and log is not None:
+            # the script had ended: a stop now cancels nothing of the job; it is judged
+            # from its exit code and its log (accounting is not asked)
+            return self._facts(
+                Phase.COLLECTED, exit_code=watch.exit_code, elapsed_s=watch.elapsed_s,
+                output=watch.output.snapshot(), stdout=str(log), stderr=None,
+                notes=(f"{interrupted} after the script had ended (exit code "
+                       f"{watch.exit_code}): judged from that and its log",))
         return self._facts(Phase.RUNNING if log else Phase.STEP0, mode,
                            interrupted=interrupted,
                            log_tail=tuple(tail_lines(log, 50)) if log is not None else ())
@@ -432,8 +444,10 @@ class PersistentRun:
                                    on_text=queue),
         )
         self.messages.extend(watch.messages)
-        if self.on_script_end is not None and not (watch.hang or watch.timed_out):
-            self.on_script_end(watch.exit_code)
+        if not (watch.hang or watch.timed_out):
+            self.ended_watch = watch
+            if self.on_script_end is not None:
+                self.on_script_end(watch.exit_code)
         for problem in steps.finish():
             self.events.message(f"WARNING: {problem}")
             self.messages.append(problem)

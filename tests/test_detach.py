@@ -266,3 +266,18 @@ def test_the_oldest_finished_runs_files_go_beyond_the_kept_number(
                                  mode="persistent")) is None
     assert [r.run_id for r in files.owners()] == ids[2:]
     assert files.report(ids[0]) is None and files.report(ids[4]) is not None
+
+
+def test_a_stop_after_the_script_ended_is_judged_from_the_job_not_cancelled(
+        make_spec: SpecFactory) -> None:
+    """The kill-point campaign: ``slurm-fsm cancel`` reached a supervisor after its
+    script had ended but before it judged, and a passed job was reported CANCELLED. A
+    stop then cancels nothing of the job: it is judged from its exit code and log."""
+    spec = make_spec()
+    executor = Executor(spec, FakeCluster())
+    live = executor.run()
+    stopped = executor.interrupted_report("stopped by SIGTERM")
+    assert (stopped.status, stopped.exit_code) == (live.status, live.exit_code)
+    assert live.status.name == "PASSED"
+    assert any("stopped by SIGTERM after the script had ended (exit code 0)" in n
+               for n in stopped.notes)
