@@ -56,6 +56,7 @@ __all__ = [
     "Edge",
     "Effect",
     "Observation",
+    "RULES",
     "State",
     "choose",
     "dot_diagram",
@@ -413,6 +414,30 @@ CONDITIONS: Mapping[str, Condition] = {
 }
 
 
+def _margin(o: Observation) -> Duration:
+    return Duration.of_seconds(EXPIRY_MARGIN_S if o.admit_margin_s is None
+                               else o.admit_margin_s)
+
+
+#: The rule a condition stands for, in words, for a reader of the history: given
+#: ``(observation, spec, holds)``, why the allocation is (``holds``) or is not what the
+#: condition asks. Only the conditions that send an allocation away are worded; an edge
+#: says every one of them it names (:meth:`Edge.why`).
+RULES: Mapping[str, Callable[[Observation, JobSpec, bool], str]] = {
+    "job_running": lambda o, _s, held: "" if held or o.info is None else (
+        f"allocation {o.info.job_id} is {o.info.state}, not RUNNING"),
+    "job_expiring": lambda o, _s, held: "" if not held or o.info is None else (
+        f"{o.info.time_left} left is not more than the {_margin(o)} margin"),
+    "is_compatible": lambda o, s, held: "" if held or o.alloc is None else (
+        "; ".join(incompatibilities(o.alloc, s))),
+    "same_job_name": lambda o, s, held: "" if held or o.info is None else (
+        f"it is named {o.info.name!r}, not {s.job_name!r}"),
+    "job_fits": lambda o, _s, held: "" if held or o.info is None else (
+        f"{o.info.time_left} left is less than the job's {o.expected} + the "
+        f"{_margin(o)} margin"),
+}
+
+
 def _known(_inst: object, attribute: attrs.Attribute[tuple[str, ...]],
            value: tuple[str, ...]) -> None:
     unknown = [c for c in value if c not in CONDITIONS]
@@ -448,6 +473,14 @@ class Edge:
         """All conditions hold and no ``unless`` does, on ``obs``."""
         return (all(CONDITIONS[c](obs, spec) for c in self.conditions)
                 and not any(CONDITIONS[u](obs, spec) for u in self.unless))
+
+    def why(self, obs: Observation, spec: JobSpec) -> str:
+        """The rules this edge is taken for on ``obs``, in words (:data:`RULES`): e.g.
+        "gpus_per_node 1 is more than the allocation's 0, as Slurm granted it" for
+        Validating -> Incompatible. "" when the edge names no worded rule."""
+        said = [RULES[c](obs, spec, CONDITIONS[c](obs, spec)) for c in
+                (*self.conditions, *self.unless) if c in RULES]
+        return "; ".join(w for w in said if w)
 
     @property
     def label(self) -> str:

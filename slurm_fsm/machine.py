@@ -259,6 +259,10 @@ class AllocationMachine:
 
     #: why the allocation is replaced (set by the work, read by the CANCEL effect)
     _replace_why: str = ""
+    #: the rules the last edge was taken for, in words (:meth:`Edge.why`)
+    _why: str = ""
+    #: the pre-flight's questions were asked (:meth:`_require`)
+    _required: bool = False
 
     def __init__(
         self,
@@ -613,10 +617,23 @@ class AllocationMachine:
     def _replace(self, job_id: str) -> None:
         """The effect CANCEL: through the lease gate (a closing marker, then a last look
         for another run's lease: :func:`slurm_fsm.lease.cancel_allocation`)."""
-        self._log(f"Cancelling allocation {job_id} ({self.state.value}).")
-        cancel_allocation(self.leases, self.backend, job_id,
-                          f"replacing it ({self._replace_why or self.state.value})")
+        self._require()  # never a cancel before the questions that need no allocation
+        why = self._replace_why or self.state.value
+        self._log(f"Cancelling allocation {job_id} ({why}).")
+        cancel_allocation(self.leases, self.backend, job_id, f"replacing it ({why})")
         self._cancelled.add(job_id)
+        self.notes.append(f"allocation {job_id} replaced ({why})")
+
+    def _require(self) -> None:
+        """The pre-flight's questions (``sinfo``, ``sacctmgr``: they change nothing),
+        asked once, before anything is cancelled or allocated: a spec the cluster cannot
+        run (a misspelt partition) fails here with :class:`PreflightFailed`, and the
+        allocation of the state file is left as it was."""
+        if self._required:
+            return
+        for warning in require(self.spec, self.backend, self.user):
+            self._warn(warning)
+        self._required = True
 
     def _drop_state_file(self, obs: Observation, alloc: AllocState | None) -> None:
         """The effect DROP_STATE_FILE: say why, then drop only that allocation's file."""
@@ -786,11 +803,13 @@ class AllocationMachine:
         """Expiring / TooShort / Incompatible: wait for the other runs' jobs on it (the
         lease gate); the rest is the edge's (scancel, drop the state file)."""
         assert self.alloc is not None
-        why = self.state.value
+        self._require()  # a spec the cluster cannot run stops here: nothing cancelled
+        why = f"{self.state.value}: {self._why}" if self._why else self.state.value
         if self.state is State.TooShort:
             _, left = self.info_now()
-            why = (f"TooShort: {left} left, the job {self.observation.expected}; the job is "
-                   "not started on it")
+            why = (f"TooShort: {left} left, the job {self.observation.expected} + the "
+                   f"{Duration.of_seconds(EXPIRY_MARGIN_S)} margin; the job is not started "
+                   "on it")
             if left is not None and left.is_finite:  # until when, at the latest
                 ends = datetime.now(UTC) + timedelta(seconds=left.seconds or 0)
                 why += (f"; the allocation ends by {ends.strftime('%H:%M:%S')} UTC (in "
@@ -897,8 +916,7 @@ class AllocationMachine:
                 f"docker_image {spec.docker_image!r} is set but this Slurm has no pyxis "
                 "(srun --help lacks --container-image); nothing was allocated"
             )
-        for warning in require(spec, self.backend, self.user):  # before salloc
-            self._warn(warning)
+        self._require()  # before salloc
         held = self._release_orphans()
         size = self.request_size()
         self._log(
@@ -1237,8 +1255,9 @@ class AllocationMachine:
         if event.event.name == "fail" and self.failure is not None:
             reason = self.failure.message
         else:
-            reason = "; ".join([self.observation.summary,
-                                *(e.value for e in self._applied)])
+            self._why = edge.why(self.observation, self.spec) if edge is not None else ""
+            reason = "; ".join(part for part in (self.observation.summary, self._why,
+                                                 *(e.value for e in self._applied)) if part)
         self.history.append(Transition(
             clock=self.clock.now(), at=_now_iso(), trigger=event.event.name,
             source=str(source), dest=str(dest), reason=reason, edge=edge,

@@ -62,3 +62,29 @@ def test_a_good_spec_passes_every_check(local_cluster: ClusterInfo, names: JobNa
     backend = SubprocessBackend()
     assert check_request(spec, backend, backend.current_user()) == []
     assert backend.user_associations(backend.current_user())  # accounting answers here
+
+
+def test_a_misspelt_partition_leaves_the_held_allocation(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    """Issue 41, the first hour 1: the pre-flight's questions (sinfo, sacctmgr) are asked
+    before Incompatible cancels anything: the warm allocation survives a typo."""
+    name = names.new("typo")
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(spec_dict(local_cluster, tmp_path, name)))
+    first = _cli("run", str(good), "--json")
+    assert first.returncode == 0, first.stdout + first.stderr
+    held = json.loads(first.stdout)["allocation_id"]
+    state = tmp_path / "repo" / "work_dirs" / ".slurm_alloc.json"
+    before = state.read_text()
+
+    typo = tmp_path / "typo.json"
+    typo.write_text(json.dumps(spec_dict(local_cluster, tmp_path, name,
+                                         slurm_params={"partition": "gpu"})))
+    run = _cli("run", str(typo))
+    assert run.returncode == 3, run.stdout + run.stderr
+    assert "no partition 'gpu' on this cluster" in run.stdout + run.stderr
+    assert jobs_named(name, local_cluster.user) == [(held, "RUNNING")]  # not cancelled
+    assert state.read_text() == before  # the state file still names it
+    again = _cli("run", str(good), "--json")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert json.loads(again.stdout)["allocation_id"] == held  # reused, warm

@@ -1,0 +1,100 @@
+"""Issue 41, "the first hour": a typo must not cost the warm allocation, a replaced
+allocation says why, and a time limit is an upper bound, not an estimate. On the
+fake cluster (the real one's twin for item 1: tests/integration/test_preflight_real.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from slurm_fsm.edges import State
+from slurm_fsm.errors import SpecError
+from slurm_fsm.machine import AllocationMachine
+from slurm_fsm.plan import make_plan
+from slurm_fsm.spec import JobSpec
+from slurm_fsm.testing import FakeCluster
+
+from conftest import SpecFactory
+
+
+def machine(spec: JobSpec, fake: FakeCluster) -> AllocationMachine:
+    return AllocationMachine(spec, fake, clock=fake.clock)  # type: ignore[arg-type]
+
+
+def held(spec: JobSpec, fake: FakeCluster) -> str:
+    """A Ready allocation for ``spec``: its job id."""
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready
+    assert m.alloc is not None
+    fake.reset_calls()
+    return m.alloc.job_id
+
+
+# ------------------------------------------------- 1. a typo costs the warm allocation
+
+@pytest.mark.parametrize("params", [{"partition": "gpu"}, {"account": "nosuch"},
+                                    {"gpus_per_node": 9}])
+def test_a_spec_the_cluster_cannot_run_leaves_the_held_allocation(
+        make_spec: SpecFactory, params: dict[str, object]) -> None:
+    fake = FakeCluster(preflight=True)
+    good = held(make_spec(), fake)
+    before = make_spec().state_path.read_text()
+    m = machine(make_spec(slurm_params=params), fake)
+    assert m.prepare() is State.Failed
+    assert m.failure is not None and "slurm_params." in m.failure.message
+    assert "cancel" not in fake.ops()  # asked before anything is cancelled
+    assert fake.jobs[good].state == "RUNNING"
+    assert make_spec().state_path.read_text() == before  # the state file still names it
+
+
+def test_the_plan_of_a_misspelt_partition_cancels_nothing(make_spec: SpecFactory) -> None:
+    fake = FakeCluster(preflight=True)
+    held(make_spec(), fake)
+    plan = make_plan(make_spec(slurm_params={"partition": "gpu"}), fake)
+    assert plan.final_state == "Failed"
+    assert not any(line.startswith("scancel") for line in plan.would_change), plan.would_change
+    assert any("no partition 'gpu'" in w for w in plan.warnings), plan.warnings
+
+
+# ------------------------------------------------- 2. a replaced allocation says why
+
+def test_a_replaced_allocation_says_which_rule_it_broke(make_spec: SpecFactory) -> None:
+    fake = FakeCluster(preflight=True)
+    old = held(make_spec(slurm_params={"gpus_per_node": 0}), fake)
+    spec = make_spec(slurm_params={"gpus_per_node": 1})
+    rule = "gpus_per_node 1 is more than the allocation's 0"
+    plan = make_plan(spec, fake)
+    assert plan.path[:3] == ["NoState", "Validating", "Incompatible"]
+    assert any(rule in r for r in plan.reasons), plan.render_text()
+    assert rule in plan.render_text()
+    assert any(rule in r for r in json.loads(json.dumps(plan.to_dict()))["reasons"])
+    lines: list[str] = []
+    m = AllocationMachine(spec, fake, clock=fake.clock, log=lines.append)  # type: ignore[arg-type]
+    assert m.prepare() is State.Ready
+    into = next(t for t in m.history if t.dest == "Incompatible")
+    assert rule in into.reason
+    assert any("-> Incompatible]" in line and rule in line for line in lines), lines
+    assert any(old in n and rule in n for n in m.notes), m.notes
+
+
+# ------------------------------------------------- 3. a time limit is an upper bound
+
+def test_a_time_limit_equal_to_the_allocations_is_accepted(make_spec: SpecFactory) -> None:
+    spec = make_spec(slurm_params={"time_limit": "04:00:00"}, alloc_time_limit="04:00:00")
+    assert spec.slurm_params.time_limit == spec.alloc_time_limit
+    with pytest.raises(SpecError, match="expected_duration_seconds"):
+        make_spec(expected_duration_seconds=4 * 3600, alloc_time_limit="04:00:00")
+
+
+def test_a_time_limit_longer_than_the_time_left_warns_and_runs(make_spec: SpecFactory) -> None:
+    fake = FakeCluster()
+    old = held(make_spec(), fake)
+    fake.clock.advance(4 * 3600 - 19 * 60)  # 19 minutes left of 04:00:00
+    spec = make_spec(slurm_params={"time_limit": "00:30:00"})
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready
+    assert m.path == ["NoState", "Validating", "Ready"]  # no estimate: kept, not replaced
+    assert m.alloc is not None and m.alloc.job_id == old
+    assert m.run() and m.state is State.Running
+    assert any("may be killed early" in w and "00:30:00" in w for w in m.warnings), m.warnings
