@@ -9,16 +9,19 @@ allocation only when the time left covers the job's *expected duration* plus
 (:func:`expected_duration`, pure, table-tested):
 
 1. the spec's ``expected_duration_seconds``;
-2. the spec's ``slurm_params.time_limit``;
-3. the p95 of the last :data:`HISTORY_RUNS` PASSED runs of the *same* spec
-   (:func:`spec_key`), as this file records them;
-4. ``monitor_timeout_seconds`` (the monitor stops the job then).
+2. the p95 of the last :data:`HISTORY_RUNS` PASSED runs of the *same* spec
+   (:func:`spec_key`), as this file records them.
 
-The first two are the user's word: one that no new allocation of
-``alloc_time_limit`` can hold is refused when the spec is loaded (exit 2, no Slurm
-command). The last two are guesses: one that no new allocation could hold either says
-nothing a replacement could fix, so the job is then admitted by the margin alone
-(the source reads ``unknown``), as before admission existed.
+A time limit (``slurm_params.time_limit``, ``monitor_timeout_seconds``) is an upper
+bound, not an estimate: a 30-minute limit says the job ends within 30 minutes, not
+that it takes them. Without an estimate the job is admitted by the margin alone (the
+source reads ``unknown``) and step 1's pre-flight warns when the allocation's time
+left is less than the job's time limit, as the procedure does (issue 41).
+
+The first is the user's word: one that no new allocation of ``alloc_time_limit`` can
+hold is refused when the spec is loaded (exit 2, no Slurm command). The second is a
+guess: one that no new allocation could hold either says nothing a replacement could
+fix, so the job is then admitted by the margin alone.
 
 The history is one JSON object a line in ``work_dirs/.slurm_fsm_history.jsonl``,
 beside the state file (:attr:`slurm_fsm.paths.StatePaths.history`). It is additive
@@ -71,8 +74,7 @@ HISTORY_RUNS = 20
 #: Past this size the file keeps its newest half (a line is about 300 bytes).
 MAX_HISTORY_BYTES = 256 * 1024
 #: Where an :class:`Estimate` came from, strongest first.
-SOURCES = ("expected_duration_seconds", "slurm_params.time_limit", "history",
-           "monitor_timeout_seconds", "unknown")
+SOURCES = ("expected_duration_seconds", "history", "unknown")
 #: The machine's states whose time is a lead-time part, by history field.
 _LEAD_STATES = {"queue_wait_s": "Allocating", "import_s": "Importing",
                 "install_s": "Installing"}
@@ -136,25 +138,23 @@ def expected_duration(spec: JobSpec, durations: Sequence[float] = ()) -> Estimat
     """The expected duration of ``spec``'s job (see the module's order); ``durations``:
     the wall times of its past PASSED runs, newest last (:meth:`RunHistory.durations`).
 
-    A guess (history, monitor timeout) that a new allocation of ``alloc_time_limit``
-    could not hold with the margin is no reason to replace an allocation: it comes back
-    unknown, the job admitted by the margin alone."""
+    A time limit is an upper bound, never an estimate: with neither the spec's word nor
+    a PASSED run the duration is unknown. A guess from history that a new allocation of
+    ``alloc_time_limit`` could not hold with the margin is no reason to replace an
+    allocation: it comes back unknown, the job admitted by the margin alone."""
     if spec.expected_duration_seconds is not None:
         return Estimate(int(spec.expected_duration_seconds), SOURCES[0])
-    limit = spec.slurm_params.time_limit
-    if limit is not None and limit.is_finite and limit.seconds:
-        return Estimate(int(limit.seconds), SOURCES[1])
     capacity = (spec.alloc_time_limit.seconds if spec.alloc_time_limit.is_finite
                 else None)
     recent = [d for d in durations[-HISTORY_RUNS:] if d >= 0]
-    if recent:
-        guess = Estimate(max(1, math.ceil(p95(recent))), SOURCES[2],
-                         f"p95 of {len(recent)} PASSED run(s)")
-    else:
-        guess = Estimate(int(spec.monitor_timeout_seconds), SOURCES[3],
-                         "no PASSED run recorded yet")
+    if not recent:
+        return Estimate(None, SOURCES[2], "no expected_duration_seconds, no PASSED run "
+                        "recorded yet; a time limit is not an estimate: admitted by the "
+                        "margin alone")
+    guess = Estimate(max(1, math.ceil(p95(recent))), SOURCES[1],
+                     f"p95 of {len(recent)} PASSED run(s)")
     if capacity is not None and (guess.seconds or 0) + EXPIRY_MARGIN_S > capacity:
-        return Estimate(None, SOURCES[4],
+        return Estimate(None, SOURCES[2],
                         f"{guess.source} gives {_hms(guess.seconds or 0)}, more than a new "
                         f"allocation of {spec.alloc_time_limit} holds with the "
                         f"{_hms(EXPIRY_MARGIN_S)} margin: admitted by the margin alone")

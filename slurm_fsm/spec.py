@@ -427,7 +427,9 @@ class JobSpec:
     alloc_cpus_per_node: PositiveInt | None = None
     #: How long the job is expected to run, in seconds: a job is started on an allocation
     #: only when its time left covers this plus EXPIRY_MARGIN_S (admission, step 0C).
-    #: Default: slurm_params.time_limit, else past runs, else monitor_timeout_seconds.
+    #: Default: the p95 of past PASSED runs, else unknown (admitted by the margin alone:
+    #: a time limit, slurm_params.time_limit or monitor_timeout_seconds, is an upper
+    #: bound, not an estimate).
     expected_duration_seconds: PositiveInt | None = None
     #: Queue the next allocation before this one expires, and set it up while this one
     #: still serves (issue 27, :mod:`slurm_fsm.successor`). Off: exactly as before.
@@ -588,21 +590,18 @@ def _jobspec_cross(v: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def _admission_problems(v: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """The job's own expected duration (``expected_duration_seconds``, else
-    ``slurm_params.time_limit``) must fit a new allocation of ``alloc_time_limit`` with
-    the EXPIRY_MARGIN_S margin: otherwise no allocation could ever admit it."""
+    """The job's own expected duration (``expected_duration_seconds``) must fit a new
+    allocation of ``alloc_time_limit`` with the EXPIRY_MARGIN_S margin: otherwise no
+    allocation could ever admit it. ``slurm_params.time_limit`` is an upper bound, not
+    an estimate: equal to ``alloc_time_limit`` (the common case) the job runs, and the
+    pre-flight warns when the time left is shorter (issue 41)."""
     if v.get("persistent_mode", _not_set) is not True or v.get("release_allocation"):
         return []
     limit = v.get("alloc_time_limit")
     if not isinstance(limit, Duration) or not limit.is_finite:
         return []
     room = (limit.seconds or 0) - EXPIRY_MARGIN_S
-    expected = v.get("expected_duration_seconds")
-    params = v.get("slurm_params")
-    field, seconds = "expected_duration_seconds", expected
-    if expected is None and isinstance(params, SlurmParams) and params.time_limit is not None \
-            and params.time_limit.is_finite:
-        field, seconds = "slurm_params.time_limit", params.time_limit.seconds
+    field, seconds = "expected_duration_seconds", v.get("expected_duration_seconds")
     if not isinstance(seconds, int) or seconds <= room:
         return []
     shown = Duration.of_seconds(seconds)

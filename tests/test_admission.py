@@ -217,9 +217,6 @@ def write_spec(tmp_path: Path, **over: object) -> Path:
 @pytest.mark.parametrize(("over", "field"), [
     ({"alloc_time_limit": "00:30:00", "expected_duration_seconds": 1800},
      "expected_duration_seconds"),
-    ({"alloc_time_limit": "00:30:00",
-      "slurm_params": {"partition": "debug", "account": "acct", "time_limit": "00:29:00"}},
-     "slurm_params.time_limit"),
 ])
 def test_a_job_no_new_allocation_can_hold_exits_2_before_slurm(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,

@@ -37,23 +37,24 @@ ESTIMATES: list[tuple[dict[str, Any], list[float], int | None, str]] = [
     # the spec's own figure wins over everything
     ({"expected_duration_seconds": 600, "slurm_params": {"time_limit": "01:00:00"}},
      [30.0], 600, "expected_duration_seconds"),
-    # then slurm_params.time_limit
-    ({"slurm_params": {"time_limit": "00:20:00"}}, [30.0], 1200, "slurm_params.time_limit"),
+    # a time limit is an upper bound, not an estimate (issue 41): past runs decide
+    ({"slurm_params": {"time_limit": "00:20:00"}}, [30.0], 30, "history"),
+    ({"slurm_params": {"time_limit": "00:20:00"}}, [], None, "unknown"),
     # then the p95 of past PASSED runs (nearest rank, rounded up to a second)
     ({}, [10.0, 20.0, 30.2], 31, "history"),
     ({}, [float(i) for i in range(1, 101)], 99, "history"),  # newest 20: 81..100
     # only the newest HISTORY_RUNS count: an old slow run is forgotten
     ({}, [5000.0] + [10.0] * HISTORY_RUNS, 10, "history"),
-    # then monitor_timeout_seconds
-    ({"monitor_timeout_seconds": 900}, [], 900, "monitor_timeout_seconds"),
+    # nor is monitor_timeout_seconds: no PASSED run, unknown (admitted by the margin)
+    ({"monitor_timeout_seconds": 900}, [], None, "unknown"),
     # a guess no new allocation could hold: unknown, admitted by the margin alone
-    ({"alloc_time_limit": "01:00:00"}, [], None, "unknown"),  # monitor timeout 3600
+    ({"alloc_time_limit": "01:00:00"}, [3500.0], None, "unknown"),
     ({"alloc_time_limit": "00:30:00", "monitor_timeout_seconds": 60}, [1700.0], None,
      "unknown"),
     # a guess that fits exactly (1500 + 300 = 1800) is kept
     ({"alloc_time_limit": "00:30:00"}, [1500.0], 1500, "history"),
     # an unlimited allocation holds any guess
-    ({"alloc_time_limit": "UNLIMITED"}, [], 3600, "monitor_timeout_seconds"),
+    ({"alloc_time_limit": "UNLIMITED"}, [50000.0], 50000, "history"),
 ]
 
 
@@ -109,7 +110,7 @@ def test_a_run_is_recorded_and_feeds_the_next_estimate(tmp_path: Path) -> None:
     path = StatePaths.for_state_file(spec.state_path).history
     assert path == spec.state_path.with_name(".slurm_fsm_history.jsonl")
     history = RunHistory(path)
-    assert history.estimate(spec).source == "monitor_timeout_seconds"
+    assert history.estimate(spec).source == "unknown"  # the monitor timeout is a bound
     for elapsed in (10.0, 40.0):
         assert record_run(path, spec, report(elapsed=elapsed)) is None
     # a failed run and another spec's run do not count for this spec
@@ -205,8 +206,6 @@ def test_the_spec_field_is_validated(tmp_path: Path) -> None:
     ({"expected_duration_seconds": 4 * 3600 - EXPIRY_MARGIN_S + 1}, "expected_duration_seconds"),
     ({"alloc_time_limit": "00:30:00", "expected_duration_seconds": 1501},
      "expected_duration_seconds"),
-    ({"alloc_time_limit": "00:30:00", "slurm_params": {"time_limit": "00:26:00"}},
-     "slurm_params.time_limit"),
 ])
 def test_a_job_no_new_allocation_can_hold_is_bad_input(tmp_path: Path, over: dict[str, Any],
                                                         field: str) -> None:
@@ -220,6 +219,10 @@ def test_a_job_no_new_allocation_can_hold_is_bad_input(tmp_path: Path, over: dic
 
 def test_what_fits_a_new_allocation_or_is_not_persistent_is_accepted(tmp_path: Path) -> None:
     make_spec(tmp_path, alloc_time_limit="00:30:00", expected_duration_seconds=1500)
+    # a time limit is an upper bound, not an estimate (issue 41): equal to
+    # alloc_time_limit, or longer than a new allocation admits, the job runs
+    make_spec(tmp_path, slurm_params={"time_limit": "04:00:00"}, alloc_time_limit="04:00:00")
+    make_spec(tmp_path, alloc_time_limit="00:30:00", slurm_params={"time_limit": "00:26:00"})
     # the spec's own figure, not the time limit, is the expected duration
     make_spec(tmp_path, alloc_time_limit="00:30:00", expected_duration_seconds=600,
               slurm_params={"time_limit": "01:00:00"})
