@@ -12,7 +12,13 @@ package namespace.
 """
 
 import importlib as _importlib
+import logging as _logging
 import typing as _typing
+
+# The library's logger (``slurm_fsm``: the machine, the backend, every run's progress
+# under ``slurm_fsm.progress``) is quiet unless the application configures logging;
+# the CLI does (``SLURM_FSM_LOG_LEVEL``).
+_logging.getLogger("slurm_fsm").addHandler(_logging.NullHandler())
 
 if _typing.TYPE_CHECKING:  # pragma: no cover - what the lazy table below resolves to
     from slurm_fsm.allocation import SHARING_RULES, Allocation, AllocationStatus, RunHandle

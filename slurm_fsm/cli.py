@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 if TYPE_CHECKING:
@@ -258,6 +259,41 @@ def _wants_json(argv: Sequence[str]) -> bool:
     return "--json" in argv
 
 
+#: The environment variable that sets the level of the ``slurm_fsm`` logger on stderr
+#: (``DEBUG``: every Slurm command with its exit code and time; default ``WARNING``).
+LOG_LEVEL_ENV = "SLURM_FSM_LOG_LEVEL"
+
+
+class _NotProgress(logging.Filter):
+    """The progress lines print on stderr already (or ``--quiet`` asked for none)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.name.startswith("slurm_fsm.progress")
+
+
+def configure_logging(environ: Mapping[str, str] | None = None) -> str | None:
+    """The CLI's logging: the ``slurm_fsm`` logger on stderr at the level of
+    :data:`LOG_LEVEL_ENV` (default ``WARNING``), its progress records left out (the
+    progress lines show them). None, or the problem with the variable (exit 2)."""
+    env = os.environ if environ is None else environ
+    name = env.get(LOG_LEVEL_ENV, "").strip().upper() or "WARNING"
+    level = logging.getLevelNamesMapping().get(name)
+    if level is None:
+        return (f"{LOG_LEVEL_ENV}={env.get(LOG_LEVEL_ENV)!r}: not a logging level; one of "
+                "DEBUG, INFO, WARNING, ERROR")
+    logger = logging.getLogger("slurm_fsm")
+    for old in [h for h in logger.handlers if getattr(h, "_slurm_fsm_cli", False)]:
+        logger.removeHandler(old)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("slurm-fsm: %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(_NotProgress())
+    handler._slurm_fsm_cli = True  # type: ignore[attr-defined]
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    logger.propagate = False
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     parser = _parser()
@@ -274,6 +310,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:  # bare `slurm-fsm`: the help, not a usage error
         parser.print_help()
         return 0
+    problem = configure_logging()
+    if problem is not None:
+        _say(f"slurm-fsm: {problem}")
+        return EXIT_BAD_INPUT
     previous: dict[signal.Signals, Any] = {}
     for stop in (signal.SIGTERM, signal.SIGHUP):
         try:

@@ -433,8 +433,8 @@ RULES: Mapping[str, Callable[[Observation, JobSpec, bool], str]] = {
     "same_job_name": lambda o, s, held: "" if held or o.info is None else (
         f"it is named {o.info.name!r}, not {s.job_name!r}"),
     "job_fits": lambda o, _s, held: "" if held or o.info is None else (
-        f"{o.info.time_left} left is less than the job's {o.expected} + the "
-        f"{_margin(o)} margin"),
+        f"{o.info.time_left} left does not cover the job's expected duration + the "
+        f"{_margin(o)} margin (the job {o.expected})"),
 }
 
 

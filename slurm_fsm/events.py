@@ -10,6 +10,7 @@ them.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
@@ -18,7 +19,29 @@ if TYPE_CHECKING:
     from slurm_fsm.backend import SlurmBackend
     from slurm_fsm.spec import JobSpec
 
-__all__ = ["Events", "GuardedEvents", "PreStep", "PreStepResult"]
+__all__ = ["PROGRESS_LOGGER", "Events", "GuardedEvents", "PreStep", "PreStepResult"]
+
+#: The logger every run's progress goes to (:class:`GuardedEvents`), whatever
+#: :class:`Events` the caller gave: ``slurm_fsm.progress``, under the library's
+#: ``slurm_fsm`` logger, which is quiet unless the application configures logging
+#: (a ``NullHandler``). Messages are INFO, those that start with ``WARNING:`` WARNING;
+#: phases and the job's Slurm states are INFO; the job's own output is not logged.
+PROGRESS_LOGGER = "slurm_fsm.progress"
+_PROGRESS = logging.getLogger(PROGRESS_LOGGER)
+
+
+def _log_progress(name: str, args: tuple[Any, ...]) -> None:
+    """One call of an :class:`Events` method, as a log record (never raises)."""
+    if name == "message" and args:
+        text = str(args[0])
+        if text.startswith("WARNING: "):
+            _PROGRESS.warning("%s", text[len("WARNING: "):])
+        else:
+            _PROGRESS.info("%s", text)
+    elif name == "state" and args:
+        _PROGRESS.info("%s%s", args[0], f": {args[1]}" if len(args) > 1 and args[1] else "")
+    elif name == "job_state" and args:
+        _PROGRESS.info("job %s", args[0])
 
 
 class Events:
@@ -49,7 +72,9 @@ class GuardedEvents(Events):
     and any added later: the guard is in ``__getattribute__``, not per method)
     is called through a guard. The first exception (a closed stderr, a bug in a
     sink) switches the sink off for the rest of the run and is kept in
-    :attr:`problem`; it never reaches the run. ``KeyboardInterrupt`` and other
+    :attr:`problem`; it never reaches the run. Every message, phase and job state
+    also goes to the :data:`PROGRESS_LOGGER` logger, sink or no sink, so that an
+    orchestrator's own logging shows what a run does. ``KeyboardInterrupt`` and other
     ``BaseException`` that are not ``Exception`` pass: they are the user's.
     """
 
@@ -74,6 +99,7 @@ class GuardedEvents(Events):
             return target
 
         def guarded(*args: Any, **kwargs: Any) -> Any:
+            _log_progress(name, args)
             if object.__getattribute__(self, "_problem") is not None:
                 return None
             try:

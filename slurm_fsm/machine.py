@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import logging
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -238,6 +239,9 @@ class _Model:
     state: State
 
 
+_LOG = logging.getLogger("slurm_fsm.machine")
+
+
 def _now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
@@ -298,7 +302,9 @@ class AllocationMachine:
         #: past runs' durations, for admission by time left (beside the state file)
         self.run_history = run_history or RunHistory(StatePaths(self.store.path).history)
         self._estimate: Estimate | None = None
-        self._log = log or (lambda _msg: None)
+        #: where the machine's lines go: ``log`` (the executor's progress, which logs
+        #: them), else the ``slurm_fsm.machine`` logger (quiet unless configured)
+        self._log = log or _LOG.info
         self.unreachable_retries = unreachable_retries
         self.pending_wait_s, self.alloc_wait_s = pending_wait_s, alloc_wait_s
         self.pending_report_s, self.setup_timeout_s = pending_report_s, setup_timeout_s
@@ -509,7 +515,7 @@ class AllocationMachine:
                 and not self.store.holds_lock():
             raise RuntimeError("a run that holds a lease never waits for the state file's "
                                "lock (a release waiting for that lease holds it)")
-        with self.store.locked(on_wait=self._log):
+        with self.store.locked(on_wait=self._waiting):
             if self.store.unlocked and self.store.unlocked not in self.warnings:
                 self.warnings.append(self.store.unlocked)
             yield
@@ -998,6 +1004,7 @@ class AllocationMachine:
         started = self.clock.now()
         attempt = 0
         reported = False
+        pending_reason: str | None = None  # None: never seen PENDING
         while True:
             try:
                 info = self.backend.query_job(job_id)
@@ -1008,6 +1015,10 @@ class AllocationMachine:
                 ) from None
             if info.state.is_running and info.nodelist:
                 self._job = (info, self.clock.now())
+                if attempt and pending_reason is not None:  # it waited in the queue
+                    self.notes.append(f"allocation {job_id} was PENDING (reason "
+                                      f"{pending_reason or 'unknown'}) for "
+                                      f"{self.clock.now() - started:.1f} s before it ran")
                 return info
             if not info.state.is_pending:
                 vanished = info.state is JobState.CANCELLED or info.state.is_ending
@@ -1016,6 +1027,7 @@ class AllocationMachine:
                     f"allocation {job_id} ended as {info.state} before it started",
                 )
             waited = self.clock.now() - started
+            pending_reason = info.reason or ""
             if info.never_starts:
                 self.backend.cancel(job_id)
                 raise AllocationFailed(
@@ -1243,10 +1255,19 @@ class AllocationMachine:
                 from exc
 
     # Bookkeeping ----------------------------------------------------------------------
+    def _waiting(self, text: str) -> None:
+        """A wait (the state file's lock, a PENDING allocation): said, and in the
+        report's notes."""
+        self._log(text)
+        self.notes.append(text)
+
     def _warn(self, text: str) -> None:
         if text not in self.warnings:
             self.warnings.append(text)
-        self._log(f"WARNING: {text}")
+        if self._log is _LOG.info:  # no progress callback: the logger's own level
+            _LOG.warning("%s", text)
+        else:
+            self._log(f"WARNING: {text}")
 
     def _record(self, event: EventData) -> None:
         source = event.transition.source if event.transition else ""

@@ -192,13 +192,19 @@ class PersistentRun:
         store = StateStore(self.state_path,
                            lock_timeout_s=self.spec.monitor_timeout_seconds + 900.0)
         gate = LeaseGate(self.runs, wait_s=self.lease_wait_s, clock=self.clock,
-                         say=self.events.message, backend=self.backend)
+                         say=self._waiting, backend=self.backend)
         m = AllocationMachine(self.spec, self.backend, clock=self.clock,
                               log=self.events.message, store=store, salloc_log=self.salloc_log,
                               leases=gate,
                               warmer=warmer_for(self.spec, self.backend, self.state_path))
         self.machine = m
         return m
+
+    def _waiting(self, text: str) -> None:
+        """A wait for other runs' jobs (the lease gate): said, and in the report's notes."""
+        self.events.message(text)
+        if self.machine is not None:
+            self.machine.notes.append(text)
 
     def release(self) -> RunFacts:
         """Release the allocation (waiting for other runs' leases)."""
@@ -448,6 +454,9 @@ class PersistentRun:
             self.ended_watch = watch
             if self.on_script_end is not None:
                 self.on_script_end(watch.exit_code)
+        if queue.queued and self.machine is not None:  # the wait for GPUs, in the notes
+            self.machine.notes.append(f"the job's steps waited for their GPUs/CPUs on "
+                                      f"allocation {alloc.job_id} ({queue.queued} time(s))")
         for problem in steps.finish():
             self.events.message(f"WARNING: {problem}")
             self.messages.append(problem)

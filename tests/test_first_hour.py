@@ -5,17 +5,23 @@ fake cluster (the real one's twin for item 1: tests/integration/test_preflight_r
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 
+from slurm_fsm import Allocation, Status
 from slurm_fsm.edges import State
 from slurm_fsm.errors import SpecError
+from slurm_fsm.events import PROGRESS_LOGGER
 from slurm_fsm.machine import AllocationMachine
 from slurm_fsm.plan import make_plan
 from slurm_fsm.spec import JobSpec
-from slurm_fsm.testing import FakeCluster
+from slurm_fsm.testing import FakeCluster, FakeScript
 
 from conftest import SpecFactory
+
+
+PYTEST_OK = ("===== 3 passed in 2.50s =====",)
 
 
 def machine(spec: JobSpec, fake: FakeCluster) -> AllocationMachine:
@@ -98,3 +104,50 @@ def test_a_time_limit_longer_than_the_time_left_warns_and_runs(make_spec: SpecFa
     assert m.alloc is not None and m.alloc.job_id == old
     assert m.run() and m.state is State.Running
     assert any("may be killed early" in w and "00:30:00" in w for w in m.warnings), m.warnings
+
+
+# ------------------------------------------------- 4. the library is not silent
+
+def test_the_library_logs_under_slurm_fsm_and_is_quiet_unless_configured() -> None:
+    import slurm_fsm  # noqa: F401  (the package sets the library's handler up)
+
+    handlers = logging.getLogger("slurm_fsm").handlers
+    assert any(isinstance(h, logging.NullHandler) for h in handlers), handlers
+
+
+def test_an_orchestrators_logging_shows_a_replacement_and_the_report_notes_it(
+        make_spec: SpecFactory, caplog: pytest.LogCaptureFixture) -> None:
+    fake = FakeCluster(pending_s=4.0)
+    first = make_spec(slurm_params={"gpus_per_node": 0})
+    fake.script(first.script_path, FakeScript(lines=PYTEST_OK))
+    alloc = Allocation(first.repo_root, fake)  # no Events: the orchestrator's logging only
+    old = alloc.run(first).allocation_id
+    spec = make_spec(slurm_params={"gpus_per_node": 1})
+    with caplog.at_level(logging.INFO, logger="slurm_fsm"):
+        report = alloc.run(spec)
+    assert report.status is Status.PASSED and report.allocation_id != old
+    rule = "gpus_per_node 1 is more than the allocation's 0"
+    logged = [(r.name, r.getMessage()) for r in caplog.records]
+    assert any(name == PROGRESS_LOGGER and "-> Incompatible]" in text and rule in text
+               for name, text in logged), logged
+    assert any(f"allocation {old} replaced (Incompatible: {rule}" in n
+               for n in report.notes), report.notes
+    assert any(f"allocation {report.allocation_id} was PENDING" in n
+               for n in report.notes), report.notes  # the wait for the new one
+    alloc.release()
+
+
+def test_the_cli_configures_the_logger(monkeypatch: pytest.MonkeyPatch) -> None:
+    from slurm_fsm.cli import LOG_LEVEL_ENV, configure_logging, main
+
+    assert configure_logging({LOG_LEVEL_ENV: "debug"}) is None
+    logger = logging.getLogger("slurm_fsm")
+    assert logger.level == logging.DEBUG and not logger.propagate
+    (handler,) = [h for h in logger.handlers if not isinstance(h, logging.NullHandler)]
+    progress = logging.LogRecord(PROGRESS_LOGGER, logging.INFO, "", 0, "x", None, None)
+    backend = logging.LogRecord("slurm_fsm.subprocess_backend", logging.DEBUG, "", 0, "x",
+                                None, None)
+    assert not handler.filter(progress) and handler.filter(backend)  # shown once
+    assert configure_logging({}) is None and logger.level == logging.WARNING
+    monkeypatch.setenv(LOG_LEVEL_ENV, "loud")
+    assert main(["diagram"]) == 2
