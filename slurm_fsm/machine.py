@@ -302,9 +302,7 @@ class AllocationMachine:
         #: past runs' durations, for admission by time left (beside the state file)
         self.run_history = run_history or RunHistory(StatePaths(self.store.path).history)
         self._estimate: Estimate | None = None
-        #: where the machine's lines go: ``log`` (the executor's progress, which logs
-        #: them), else the ``slurm_fsm.machine`` logger (quiet unless configured)
-        self._log = log or _LOG.info
+        self._log = log or _LOG.info  # else the slurm_fsm.machine logger
         self.unreachable_retries = unreachable_retries
         self.pending_wait_s, self.alloc_wait_s = pending_wait_s, alloc_wait_s
         self.pending_report_s, self.setup_timeout_s = pending_report_s, setup_timeout_s

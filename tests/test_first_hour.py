@@ -20,7 +20,6 @@ from slurm_fsm.testing import FakeCluster, FakeScript
 
 from conftest import SpecFactory
 
-
 PYTEST_OK = ("===== 3 passed in 2.50s =====",)
 
 
