@@ -434,7 +434,7 @@ RULES: Mapping[str, Callable[[Observation, JobSpec, bool], str]] = {
         f"it is named {o.info.name!r}, not {s.job_name!r}"),
     "job_fits": lambda o, _s, held: "" if held or o.info is None else (
         f"{o.info.time_left} left does not cover the job's expected duration + the "
-        f"{_margin(o)} margin (the job {o.expected})"),
+        f"{_margin(o)} margin"),
 }
 
 
@@ -476,7 +476,7 @@ class Edge:
 
     def why(self, obs: Observation, spec: JobSpec) -> str:
         """The rules this edge is taken for on ``obs``, in words (:data:`RULES`): e.g.
-        "gpus_per_node 1 is more than the allocation's 0, as Slurm granted it" for
+        "gpus_per_node 1 is more than the allocation's 0 (as granted by Slurm)" for
         Validating -> Incompatible. "" when the edge names no worded rule."""
         said = [RULES[c](obs, spec, CONDITIONS[c](obs, spec)) for c in
                 (*self.conditions, *self.unless) if c in RULES]

@@ -240,6 +240,10 @@ class _Model:
 
 
 _LOG = logging.getLogger("slurm_fsm.machine")
+# transitions logs each callback it runs at INFO: an orchestrator's INFO logging would
+# show those, not what happens; a level the application set is left as it is
+if logging.getLogger("transitions").level == logging.NOTSET:
+    logging.getLogger("transitions").setLevel(logging.WARNING)
 
 
 def _now_iso() -> str:
@@ -1262,7 +1266,7 @@ class AllocationMachine:
     def _warn(self, text: str) -> None:
         if text not in self.warnings:
             self.warnings.append(text)
-        if self._log is _LOG.info:  # no progress callback: the logger's own level
+        if self._log == _LOG.info:  # no progress callback: the logger's own level
             _LOG.warning("%s", text)
         else:
             self._log(f"WARNING: {text}")

@@ -250,7 +250,7 @@ def states_markdown() -> str:
         "(`Edge.why`, from `slurm_fsm.edges.RULES`): the transition's reason, the progress",
         "line, `slurm-fsm plan` (text and `--json` `reasons`) and the report's `notes`",
         "(`allocation 5 replaced (Incompatible: gpus_per_node 1 is more than the",
-        "allocation's 0, as Slurm granted it)`).",
+        "allocation's 0 (as granted by Slurm))`).",
         "",
         "## The warm successor",
         "",

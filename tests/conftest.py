@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,19 @@ def make_spec(tmp_path: Path) -> SpecFactory:
         return _make_spec(tmp_path, **over)
 
     return make
+
+
+@pytest.fixture(autouse=True)
+def _library_logger() -> Any:
+    """The CLI configures the ``slurm_fsm`` logger (a stderr handler, its level, no
+    propagation) when ``main`` runs in the test's process: put it back after each test,
+    so that another test's ``caplog`` sees the records."""
+    logger = logging.getLogger("slurm_fsm")
+    saved = (list(logger.handlers), logger.level, logger.propagate)
+    yield
+    logger.handlers[:] = saved[0]
+    logger.setLevel(saved[1])  # clears the loggers' level cache too
+    logger.propagate = saved[2]
 
 
 from golden import golden_reports  # noqa: E402,F401  (the fixture, for tests that opt in)

@@ -150,3 +150,18 @@ def test_the_cli_configures_the_logger(monkeypatch: pytest.MonkeyPatch) -> None:
     assert configure_logging({}) is None and logger.level == logging.WARNING
     monkeypatch.setenv(LOG_LEVEL_ENV, "loud")
     assert main(["diagram"]) == 2
+
+
+def test_a_machine_without_a_callback_logs_its_lines_and_warnings(
+        make_spec: SpecFactory, caplog: pytest.LogCaptureFixture) -> None:
+    fake = FakeCluster()
+    held(make_spec(), fake)
+    fake.clock.advance(4 * 3600 - 19 * 60)
+    with caplog.at_level(logging.INFO):
+        machine(make_spec(expected_duration_seconds=1200), fake).prepare()
+    ours = [(r.name, r.levelno, r.getMessage()) for r in caplog.records
+            if r.name.startswith("slurm_fsm")]
+    assert any(level == logging.WARNING and "not started on it" in text
+               and not text.startswith("WARNING") for _, level, text in ours), ours
+    assert any("-> TooShort]" in text for _, _, text in ours), ours
+    assert not [r for r in caplog.records if r.name.startswith("transitions")]  # its noise
