@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 from slurm_fsm.fakecli import FAKE_ACCOUNTS, FAKE_PARTITIONS
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_ERROR", "FAKE_ACCOUNTS", "FAKE_PARTITIONS",
-           "fake_backend", "fake_state_path", "main"]
+           "LOG_LEVEL_ENV", "configure_logging", "fake_backend", "fake_state_path", "main"]
 
 EXIT_BAD_INPUT = 2
 EXIT_ERROR = 3
