@@ -39,7 +39,7 @@ from slurm_fsm.edges import (
     same_container,
     same_generation,
 )
-from slurm_fsm.errors import BackendError, JobNotFound, StateFileError
+from slurm_fsm.errors import BackendError, JobNotFound, SlurmFsmError, StateFileError
 from slurm_fsm.history import Estimate, RunHistory
 from slurm_fsm.lease import AllocationInUse, LeaseGate, cancel_allocation
 from slurm_fsm.paths import StatePaths, successor_log_of
@@ -48,11 +48,13 @@ from slurm_fsm.state import AllocState, StateStore
 from slurm_fsm.successor import (
     SINGLETON,
     Phase,
+    Sharing,
     SuccessorRecord,
     SuccessorVerdict,
     clear_successor,
     judge_successor,
     lead_time,
+    node_sharing,
     other_name,
     parity_names,
     read_successor,
@@ -64,10 +66,12 @@ from slurm_fsm.successor import (
 __all__ = [
     "SWITCHED_MARGIN_S",
     "SWITCH_LOCK_S",
+    "ContainerShared",
     "HandoffState",
     "Machine",
     "Warmer",
     "await_successor",
+    "before_import",
     "drop_successor",
     "job_names",
     "observe_successor",
@@ -152,6 +156,88 @@ class HandoffState:
     #: successors whose grant was judged in this run: job id -> what the spec needs
     #: that the grant lacks (``[]``: it can serve the spec)
     misfits: dict[str, list[str]] = attrs.field(factory=dict)
+
+
+class ContainerShared(SlurmFsmError):
+    """The allocation shares a node with another live allocation of the checkout whose
+    container of the same name its jobs may use: nothing was imported."""
+
+
+def _neighbours(m: Machine) -> list[AllocState]:
+    """The allocations the checkout's other files name (state, successor, drained)."""
+    found = []
+    for path in StatePaths.of_allocation_file(m.store.path).allocation_files:
+        if path == m.store.path:
+            continue
+        try:
+            other = StateStore(path).read()
+        except StateFileError:
+            continue
+        if other is not None and other.nodelist and (
+                m.alloc is None or other.job_id != m.alloc.job_id):
+            found.append(other)
+    return found
+
+
+def _live_same(m: Machine, other: AllocState) -> bool:
+    """Slurm still runs the very job ``other`` recorded (not a reused id)."""
+    try:
+        info = m.backend.query_job(other.job_id)
+    except JobNotFound:
+        return False
+    return info.state.is_live and same_generation(other, info)
+
+
+def shared_container(m: Machine) -> tuple[Sharing, AllocState | None]:
+    """How the machine's allocation shares its nodes with the checkout's other live
+    allocations (:func:`~slurm_fsm.successor.node_sharing`): a conflict with any of them
+    wins; else the one whose ready container it may use; else NONE."""
+    assert m.alloc is not None
+    spec = m.spec
+    if spec.docker_image is None or not m.alloc.nodelist:
+        return Sharing.NONE, None
+    mine = m.backend.expand_nodelist(m.alloc.nodelist)
+    found: tuple[Sharing, AllocState | None] = (Sharing.NONE, None)
+    for other in _neighbours(m):
+        verdict = node_sharing(mine, m.backend.expand_nodelist(other.nodelist), other,
+                               name=spec.container_name, image=spec.docker_image,
+                               mounts=spec.mounts_text, installs=spec.installs)
+        if verdict is Sharing.NONE or not _live_same(m, other):
+            continue
+        if verdict is Sharing.CONFLICT:
+            return verdict, other
+        found = (verdict, other)
+    return found
+
+
+def before_import(m: Machine) -> str | None:
+    """Before an import (pyxis: one container of a name per node): on nodes another live
+    allocation of the checkout holds, never touch the container its jobs may use. When
+    it holds the same container, ready, on all of this allocation's nodes, use it (the
+    state becomes imported and installed; the summary is returned); when a node holds
+    another one or one not set up, wait for that allocation's jobs to end (a run's
+    leases) or, without leases (the warmer), raise :class:`ContainerShared`. None: go
+    on importing."""
+    assert m.alloc is not None
+    verdict, other = shared_container(m)
+    if verdict is Sharing.NONE or other is None:
+        return None
+    name = m.spec.container_name or ""
+    if verdict is Sharing.ADOPT:
+        m.alloc = attrs.evolve(m.alloc, container_name=name, installed=other.installed)
+        m.store.write(m.alloc)
+        m._log(f"Container {name!r} is on {m.alloc.nodelist} already, set up from "
+               f"{m.spec.docker_image} by allocation {other.job_id}: used as it is.")
+        return (f"container {name!r} of allocation {other.job_id} used on "
+                f"{m.alloc.nodelist} (same image, ready): nothing imported")
+    what = f"importing container {name!r} on nodes allocation {other.job_id} shares"
+    if m.leases is None:
+        raise ContainerShared(
+            f"not {what}: its container of that name (image {other.docker_image or '-'}, "
+            f"{'installed' if other.installed else 'not set up'}) may be in use by its "
+            "jobs; the run that switches to this allocation sets it up once they end")
+    m.leases.clear(other.job_id, what, name)
+    return None
 
 
 def _paths(m: Machine) -> StatePaths:

@@ -1058,6 +1058,8 @@ class AllocationMachine:
         spec = self.spec
         name = spec.container_name or ""
         image = spec.docker_image
+        if (shared := handoff.before_import(self)) is not None:
+            return shared  # a container a live allocation of the checkout uses: kept
         if self.leases is not None:
             self.leases.clear(self.alloc.job_id, f"re-importing container {name!r}", name)
         self._log(f"Importing {image} as container {name!r} on {self.alloc.nodelist}.")

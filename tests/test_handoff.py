@@ -641,3 +641,52 @@ def test_a_release_leaves_a_drained_allocation_in_use_and_says_so(
     assert fake.jobs[old.job_id].state == "RUNNING"  # never under a running job
     assert any(f"the drained allocation {old.job_id} was not released" in w
                for w in m.warnings), m.warnings
+
+
+# --------------------------------------------------------------------------------------
+# Issue 44 item 3: the successor on the node of the allocation it follows (pyxis: one
+# container of a name per node) never touches the container the old one's jobs use.
+
+
+def _warm_beside_old(make_spec: SpecFactory, fake: FakeCluster,
+                     image: str = "nvcr.io/x:1") -> tuple[JobSpec, JobSpec, AllocState]:
+    spec = make_spec(alloc_time_limit="01:00:00", expected_duration_seconds=EXPECTED,
+                     warm_successor=True, docker_image="nvcr.io/x:1", container_name="c")
+    old = first_allocation(spec, fake)
+    fake.clock.advance(HOUR - DUE_AT)
+    started: list[JobSpec] = []
+    m = machine(spec, fake, warmer=lambda s: started.append(s) or os.getpid())
+    assert m.prepare() is State.Ready
+    (succ_spec,) = started
+    return spec, attrs.evolve(succ_spec, docker_image=image), old
+
+
+def test_a_successor_on_the_old_ones_node_uses_its_ready_container_and_imports_nothing(
+        make_spec: SpecFactory, fake: FakeCluster) -> None:
+    spec, succ_spec, old = _warm_beside_old(make_spec, fake)
+    (node,) = fake.jobs[old.job_id].nodes
+    before = fake.nodes[node].containers["c"]
+    assert warm(succ_spec, fake, spec.state_path, clock=fake.clock) is State.Ready
+    succ = successor_file(spec)
+    assert succ is not None and succ.nodelist == old.nodelist  # both on one node
+    assert succ.installed and succ.container_name == "c"
+    # the very container the old allocation's jobs use: not removed, not re-imported
+    assert fake.nodes[node].containers["c"] is before
+    assert before.packages  # its install is kept
+
+
+def test_a_successor_beside_a_container_not_set_up_yet_imports_nothing_there(
+        make_spec: SpecFactory, fake: FakeCluster) -> None:
+    """The old allocation's container is being set up (its state file says not
+    installed): the warmer leaves the node alone; the run that switches sets it up."""
+    spec, succ_spec, old = _warm_beside_old(make_spec, fake)
+    StateStore(spec.state_path).write(attrs.evolve(old, installed=False))
+    (node,) = fake.jobs[old.job_id].nodes
+    before = fake.nodes[node].containers["c"]
+    assert warm(succ_spec, fake, spec.state_path, clock=fake.clock) is State.Failed
+    assert fake.nodes[node].containers["c"] is before
+    succ = successor_file(spec)
+    assert succ is not None and not succ.installed
+    record = read_successor(StatePaths.for_state_file(spec.state_path).successor_record)
+    assert record is not None and record.phase is Phase.FAILED
+    assert "may be in use by its jobs" in record.detail
