@@ -698,7 +698,7 @@ class AllocationMachine:
         summary = (f"state file names allocation {self.alloc.job_id}" if self.alloc
                    else read_problem or "no state file")
         queued = ("pending" if self.spec.warm_successor and self.alloc is None
-                  and handoff.successor_alloc(self) is not None else "")
+                  and handoff.queued_successor(self) else "")
         return Observation(trigger="start", source=self.state, at=self.clock.now(),
                            alloc=self.alloc, state_file_problem=read_problem, summary=summary,
                            successor=queued)

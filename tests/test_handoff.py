@@ -690,3 +690,88 @@ def test_a_successor_beside_a_container_not_set_up_yet_imports_nothing_there(
     record = read_successor(StatePaths.for_state_file(spec.state_path).successor_record)
     assert record is not None and record.phase is Phase.FAILED
     assert "may be in use by its jobs" in record.detail
+
+
+# --------------------------------------------------------------------------------------
+# Issue 43 item 4: a successor state file is checked against Slurm (owner, generation,
+# grant) before anything is switched to, released or cancelled.
+
+FOREIGN_TAG = "slurm_fsm:repo=0123456789ab"
+
+
+def test_a_successor_file_naming_another_checkouts_allocation_is_never_switched_to(
+        spec: JobSpec, fake: FakeCluster) -> None:
+    old = first_allocation(spec, fake)
+    succ = queue_pending(spec, fake)
+    fake.clock.advance(121)
+    fake.jobs[succ.job_id].comment = FOREIGN_TAG  # another checkout's (same user)
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready
+    assert "Switching" not in m.path
+    assert m.alloc is not None and m.alloc.job_id == old.job_id  # its own one serves
+    assert fake.jobs[old.job_id].state == "RUNNING"  # never released
+    assert fake.jobs[succ.job_id].state == "RUNNING"  # never cancelled: not ours
+    assert any(succ.job_id in w and "not this checkout's" in w for w in m.warnings), \
+        m.warnings
+    again = successor_file(spec)  # forgotten (a successor of its own may be queued)
+    assert again is None or again.job_id != succ.job_id
+
+
+def test_a_successor_file_whose_id_slurm_reused_is_never_switched_to_nor_cancelled(
+        spec: JobSpec, fake: FakeCluster) -> None:
+    old = first_allocation(spec, fake)
+    succ = queue_pending(spec, fake)
+    recorded = successor_file(spec)
+    assert recorded is not None and recorded.submit_time  # its generation is recorded
+    fake.clock.advance(121)
+    fake.jobs[succ.job_id].submitted_at += 7 * 24 * HOUR  # another job under that id
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready
+    assert "Switching" not in m.path
+    assert m.alloc is not None and m.alloc.job_id == old.job_id
+    assert fake.jobs[succ.job_id].state == "RUNNING"
+    assert any("reused by another job" in w for w in m.warnings), m.warnings
+    again = successor_file(spec)
+    assert again is None or again.job_id != succ.job_id
+
+
+def test_a_lost_successor_that_is_not_ours_is_never_cancelled(
+        make_spec: SpecFactory, fake: FakeCluster) -> None:
+    """drop_successor: a successor granted another shape is cancelled only when it is
+    this checkout's; a foreign job the file names is left alone."""
+    spec = make_spec(alloc_time_limit="01:00:00", expected_duration_seconds=EXPECTED,
+                     warm_successor=True, slurm_params={"gpus_per_node": 2})
+    old = first_allocation(spec, fake)
+    succ = queue_pending(spec, fake)
+    fake.jobs[succ.job_id].gpus_per_node = 1
+    fake.jobs[succ.job_id].comment = FOREIGN_TAG
+    fake.clock.advance(121)
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready
+    assert fake.jobs[succ.job_id].state == "RUNNING"
+    assert m.alloc is not None and m.alloc.job_id == old.job_id
+    again = successor_file(spec)
+    assert again is None or again.job_id != succ.job_id
+
+
+def test_a_successor_file_recording_a_shape_slurm_did_not_grant_is_judged_on_the_grant(
+        make_spec: SpecFactory, fake: FakeCluster) -> None:
+    """The file says 2 GPUs per node with its grant read (nodelist, CPUs); Slurm
+    granted 1: it is judged on Slurm's grant, cancelled, never switched to."""
+    spec = make_spec(alloc_time_limit="01:00:00", expected_duration_seconds=EXPECTED,
+                     warm_successor=True, slurm_params={"gpus_per_node": 2})
+    old = first_allocation(spec, fake)
+    succ = queue_pending(spec, fake)
+    fake.clock.advance(121)
+    fake.jobs[succ.job_id].gpus_per_node = 1
+    path = StatePaths.for_state_file(spec.state_path).successor_state
+    written = StateStore(path).read()
+    assert written is not None
+    StateStore(path).write(attrs.evolve(
+        written, nodelist=",".join(fake.jobs[succ.job_id].nodes), gpus_per_node=2,
+        cpus_per_node=old.cpus_per_node or 2, installed=True))
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready
+    assert "Switching" not in m.path
+    assert fake.jobs[succ.job_id].state == "CANCELLED"
+    assert m.alloc is not None and m.alloc.job_id == old.job_id
