@@ -446,3 +446,48 @@ def test_a_successor_on_the_old_ones_node_never_reimports_the_container_its_jobs
         wait_gone(record.job_id)
     finally:
         _drain("n2,n3", "RESUME")
+
+
+def test_a_successor_file_naming_another_checkouts_allocation_is_left_alone(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    """Issue 43 item 4: the successor state file names a live allocation of another
+    checkout of this user (its comment is that checkout's tag; written by hand, a
+    stale copy, or a hostile member of the group). Slurm's comment and submit time are
+    asked first: it is never switched to, never cancelled, this checkout's own
+    allocation is never released; the file is forgotten."""
+    name = names.new("foreignsucc")
+    names.names.extend((name + "-b", name + "-x"))
+    mine_dir, theirs_dir = tmp_path / "mine", tmp_path / "theirs"
+    mine = spec_dict(local_cluster, mine_dir, name, expected_duration_seconds=30,
+                     warm_successor=True)
+    theirs = spec_dict(local_cluster, theirs_dir, name + "-x")
+    first = Executor(JobSpec.from_dict(mine), SubprocessBackend()).run()
+    assert first.status is Status.PASSED, first.render_text()
+    other = Executor(JobSpec.from_dict(theirs), SubprocessBackend()).run()
+    assert other.status is Status.PASSED, other.render_text()
+    old, foreign = first.allocation_id, other.allocation_id
+    assert old is not None and foreign is not None and old != foreign
+    spec = JobSpec.from_dict(mine)
+    planted = StateStore(JobSpec.from_dict(theirs).state_path).read()
+    assert planted is not None
+    StateStore(StatePaths.for_state_file(spec.state_path).successor_state).write(planted)
+    shorten(old, "00:10:00")  # the planted one has more time left: it would be chosen
+
+    report = Executor(spec, SubprocessBackend()).run()
+    assert report.status is Status.PASSED, report.render_text()
+    assert report.allocation_id != foreign, report.path
+    # never switched to: the state file never named it
+    assert not any(f"names job {foreign}, but it is not ours" in w
+                   for w in report.warnings), report.warnings
+    assert job_state(foreign) == "RUNNING"  # never cancelled, never released
+    assert any(foreign in w and "not this checkout's" in w for w in report.warnings), \
+        report.warnings
+    again = StateStore(StatePaths.for_state_file(spec.state_path).successor_state).read()
+    assert again is None or again.job_id != foreign
+
+    for data in (mine, theirs):
+        done = Executor(JobSpec.from_dict(dict(data, release_allocation=True)),
+                        SubprocessBackend()).run()
+        assert done.status is Status.RELEASED, done.render_text()
+    wait_gone(foreign)
+    wait_gone(old)
