@@ -666,7 +666,13 @@ def test_a_successor_on_the_old_ones_node_uses_its_ready_container_and_imports_n
     spec, succ_spec, old = _warm_beside_old(make_spec, fake)
     (node,) = fake.jobs[old.job_id].nodes
     before = fake.nodes[node].containers["c"]
-    assert warm(succ_spec, fake, spec.state_path, clock=fake.clock) is State.Ready
+    installed = list(before.packages)
+    said: list[str] = []
+    assert warm(succ_spec, fake, spec.state_path, clock=fake.clock,
+                log=said.append) is State.Ready
+    # nothing installed again into the container the old allocation's jobs run in
+    assert before.packages == installed
+    assert not any(s.startswith("Installing") for s in said), said
     succ = successor_file(spec)
     assert succ is not None and succ.nodelist == old.nodelist  # both on one node
     assert succ.installed and succ.container_name == "c"
