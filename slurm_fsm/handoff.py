@@ -84,6 +84,7 @@ __all__ = [
     "release_stale_drained",
     "release_successor",
     "replaced",
+    "shared_container",
     "successor_alloc",
     "successor_ids",
     "switch",
