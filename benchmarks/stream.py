@@ -36,6 +36,7 @@ redraws them from the JSON and runs nothing).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -45,6 +46,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -187,7 +189,10 @@ def run_mode(mode: str, cluster: localcluster.ClusterInfo, image: Path, root: Pa
     folder = root / mode
     repo = slow_install_repo(folder / "repo", install_sleep_s)
     script = folder / "job.slurm"
-    script.write_text("#!/bin/bash\nsrun true\necho done\n")
+    container = f"bench-stream-{mode}-{os.getpid()}"
+    # one node: the jobs start the container the successor's warmer would import there
+    step = f"srun --container-name={container} true" if mode == ONE_NODE else "srun true"
+    script.write_text(f"#!/bin/bash\n{step}\necho done\n")
     calls_log = folder / "slurm-calls.log"
     real = make_shims(folder / "shims", calls_log, os.environ["PATH"])
     saved_path = os.environ["PATH"]
@@ -198,9 +203,9 @@ def run_mode(mode: str, cluster: localcluster.ClusterInfo, image: Path, root: Pa
         "slurm_params": {"partition": cluster.partition, "account": cluster.account,
                          "nodes": 1},
         "alloc_job_name": tag, "alloc_time_limit": limit,
-        "docker_image": str(image), "container_name": f"bench-stream-{mode}-{os.getpid()}",
+        "docker_image": str(image), "container_name": container,
         "container_mounts": [f"{repo}:{repo}"], "success_patterns": ["done"],
-        "expected_duration_seconds": SHORT_EXPECTED_S, "warm_successor": mode == "handoff",
+        "expected_duration_seconds": SHORT_EXPECTED_S, "warm_successor": mode != "today",
     }
     short = JobSpec.from_dict(data)
     long = JobSpec.from_dict(dict(data, expected_duration_seconds=long_s))
@@ -397,8 +402,30 @@ def write_docs(results: list[dict[str, Any]]) -> None:
 
 def ordered(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """today first, then the hand-off (the order of the figure and the table)."""
-    rank = {"today": 0, "handoff": 1}
+    rank = {"today": 0, "handoff": 1, ONE_NODE: 2}
     return sorted(results, key=lambda r: rank.get(r["mode"], 2))
+
+
+#: The hand-off with every allocation on one node (the partition's other nodes drained
+#: for the run), the jobs starting the container: issue 44 item 3.
+ONE_NODE = "handoff-one-node"
+
+
+@contextlib.contextmanager
+def one_node(cluster: localcluster.ClusterInfo, on: bool) -> Iterator[None]:
+    """With ``on``: the cluster's nodes but the first drained, resumed after."""
+    others = ",".join(cluster.nodes[1:])
+    if not on or not others:
+        yield
+        return
+    def update(*state: str) -> None:
+        subprocess.run(["scontrol", "update", f"NodeName={others}", *state],  # noqa: S603
+                       timeout=30, check=True)
+    update("State=DRAIN", "Reason=benchmarks.stream one node")
+    try:
+        yield
+    finally:
+        update("State=RESUME")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -409,7 +436,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="expected_duration_seconds of the one long job")
     parser.add_argument("--install-sleep", type=float, default=8.0,
                         help="seconds each of the two package builds sleeps")
-    parser.add_argument("--modes", default="handoff,today")
+    parser.add_argument("--modes", default="handoff,today",
+                        help=f"today, handoff, {ONE_NODE} (comma-separated)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--docs-only", action="store_true",
                         help="redraw the figure and the table from --out; run nothing")
@@ -430,8 +458,10 @@ def main(argv: list[str] | None = None) -> int:
         previous = {r["mode"]: r for r in json.loads(args.out.read_text())["results"]}
     with tempfile.TemporaryDirectory(prefix="bench-stream-") as tmp:
         for mode in args.modes.split(","):
-            results.append(run_mode(mode, cluster, Path(image), Path(tmp), args.seconds,
-                                    args.limit, args.long, args.install_sleep))
+            with one_node(cluster, mode == ONE_NODE):
+                results.append(run_mode(mode, cluster, Path(image), Path(tmp),
+                                        args.seconds, args.limit, args.long,
+                                        args.install_sleep))
             previous[mode] = results[-1]
             args.out.write_text(json.dumps({"results": list(previous.values())}, indent=2)
                                 + "\n", encoding="utf-8")

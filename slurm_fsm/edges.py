@@ -353,8 +353,10 @@ def _has_image(_o: Observation, s: JobSpec) -> bool:
     return s.docker_image is not None
 
 
-def _installs(_o: Observation, s: JobSpec) -> bool:
-    return s.installs
+def _installs(o: Observation, s: JobSpec) -> bool:
+    """The spec installs, and the container is not installed yet (an import that used
+    the ready container of another allocation on the same nodes installed nothing)."""
+    return s.installs and not (o.alloc is not None and o.alloc.installed)
 
 
 def _warm_successor(_o: Observation, s: JobSpec) -> bool:

@@ -35,24 +35,28 @@ from slurm_fsm.edges import (
     Observation,
     State,
     is_ours,
+    owner_of,
     repo_tag,
     same_container,
     same_generation,
 )
-from slurm_fsm.errors import BackendError, JobNotFound, StateFileError
+from slurm_fsm.errors import BackendError, JobNotFound, SlurmFsmError, StateFileError
 from slurm_fsm.history import Estimate, RunHistory
 from slurm_fsm.lease import AllocationInUse, LeaseGate, cancel_allocation
+from slurm_fsm.ownership import describe
 from slurm_fsm.paths import StatePaths, successor_log_of
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState, StateStore
 from slurm_fsm.successor import (
     SINGLETON,
     Phase,
+    Sharing,
     SuccessorRecord,
     SuccessorVerdict,
     clear_successor,
     judge_successor,
     lead_time,
+    node_sharing,
     other_name,
     parity_names,
     read_successor,
@@ -64,18 +68,23 @@ from slurm_fsm.successor import (
 __all__ = [
     "SWITCHED_MARGIN_S",
     "SWITCH_LOCK_S",
+    "ContainerShared",
     "HandoffState",
     "Machine",
     "Warmer",
     "await_successor",
+    "before_import",
     "drop_successor",
+    "forget_successor",
     "job_names",
     "observe_successor",
     "queue_successor",
+    "queued_successor",
     "release_drained",
     "release_stale_drained",
     "release_successor",
     "replaced",
+    "shared_container",
     "successor_alloc",
     "successor_ids",
     "switch",
@@ -152,6 +161,91 @@ class HandoffState:
     #: successors whose grant was judged in this run: job id -> what the spec needs
     #: that the grant lacks (``[]``: it can serve the spec)
     misfits: dict[str, list[str]] = attrs.field(factory=dict)
+    #: successors Slurm confirmed in this run as this checkout's own (tag, user) and the
+    #: very job their file recorded (submit time): only these are switched to
+    vetted: set[str] = attrs.field(factory=set)
+
+
+class ContainerShared(SlurmFsmError):
+    """The allocation shares a node with another live allocation of the checkout whose
+    container of the same name its jobs may use: nothing was imported."""
+
+
+def _neighbours(m: Machine) -> list[AllocState]:
+    """The allocations the checkout's other files name (state, successor, drained)."""
+    found = []
+    for path in StatePaths.of_allocation_file(m.store.path).allocation_files:
+        if path == m.store.path:
+            continue
+        try:
+            other = StateStore(path).read()
+        except StateFileError:
+            continue
+        if other is not None and other.nodelist and (
+                m.alloc is None or other.job_id != m.alloc.job_id):
+            found.append(other)
+    return found
+
+
+def _live_same(m: Machine, other: AllocState) -> bool:
+    """Slurm still runs the very job ``other`` recorded (not a reused id)."""
+    try:
+        info = m.backend.query_job(other.job_id)
+    except JobNotFound:
+        return False
+    return info.state.is_live and same_generation(other, info)
+
+
+def shared_container(m: Machine) -> tuple[Sharing, AllocState | None]:
+    """How the machine's allocation shares its nodes with the checkout's other live
+    allocations (:func:`~slurm_fsm.successor.node_sharing`): a conflict with any of them
+    wins; else the one whose ready container it may use; else NONE."""
+    assert m.alloc is not None
+    spec = m.spec
+    if spec.docker_image is None or not m.alloc.nodelist:
+        return Sharing.NONE, None
+    mine = m.backend.expand_nodelist(m.alloc.nodelist)
+    found: tuple[Sharing, AllocState | None] = (Sharing.NONE, None)
+    for other in _neighbours(m):
+        verdict = node_sharing(mine, m.backend.expand_nodelist(other.nodelist), other,
+                               name=spec.container_name, image=spec.docker_image,
+                               mounts=spec.mounts_text, installs=spec.installs)
+        if verdict is Sharing.NONE or not _live_same(m, other):
+            continue
+        if verdict is Sharing.CONFLICT:
+            return verdict, other
+        found = (verdict, other)
+    return found
+
+
+def before_import(m: Machine) -> str | None:
+    """Before an import (pyxis: one container of a name per node): on nodes another live
+    allocation of the checkout holds, never touch the container its jobs may use. When
+    it holds the same container, ready, on all of this allocation's nodes, use it (the
+    state becomes imported and installed; the summary is returned); when a node holds
+    another one or one not set up, wait for that allocation's jobs to end (a run's
+    leases) or, without leases (the warmer), raise :class:`ContainerShared`. None: go
+    on importing."""
+    assert m.alloc is not None
+    verdict, other = shared_container(m)
+    if verdict is Sharing.NONE or other is None:
+        return None
+    name = m.spec.container_name or ""
+    if verdict is Sharing.ADOPT:
+        m.alloc = attrs.evolve(m.alloc, container_name=name, installed=other.installed)
+        m.store.write(m.alloc)
+        m._log(f"Container {name!r} is on {m.alloc.nodelist} already, set up from "
+               f"{m.spec.docker_image} by allocation {other.job_id}: used as it is.")
+        return (f"container {name!r} of allocation {other.job_id} used on "
+                f"{m.alloc.nodelist} (same image, ready): nothing imported")
+    what = f"importing container {name!r} on nodes allocation {other.job_id} shares"
+    if m.leases is None:
+        raise ContainerShared(
+            f"not {what}: its container of that name (image {other.docker_image or '-'}, "
+            f"{'installed' if other.installed else 'not set up'}) may be in use by its "
+            "jobs; the run that switches to this allocation sets it up once they end")
+    m.leases.clear(other.job_id, what, name)
+    return None
 
 
 def _paths(m: Machine) -> StatePaths:
@@ -199,6 +293,9 @@ def observe_successor(m: Machine, current: str | None) -> dict[str, Any]:
         info = m.backend.query_job(succ.job_id)
     except JobNotFound:
         info = None
+    if info is not None and not _vet(m, succ, info):
+        forget_successor(m)
+        return {"successor": "", "warmer_alive": False}
     verdict = judge_successor(info)
     if verdict is SuccessorVerdict.SET_UP and info is not None and _misfit(m, succ, info):
         state = "lost"  # granted another shape than the spec needs: DROP_SUCCESSOR
@@ -213,23 +310,68 @@ def observe_successor(m: Machine, current: str | None) -> dict[str, Any]:
     return {"successor": state, "warmer_alive": warmer_alive(m) or _pid_alive(pid)}
 
 
+def _vet(m: Machine, succ: AllocState, info: JobInfo) -> bool:
+    """The job the successor file names is this checkout's (its tag, this user) and the
+    very job the file recorded (same submit time); else it is warned about and False:
+    the file is a hint, never a reason to switch to, release or cancel a job."""
+    if not same_generation(succ, info):
+        m._warn(f"the successor file names job {succ.job_id} submitted at "
+                f"{succ.submit_time}, but Slurm's job {info.job_id} was submitted at "
+                f"{info.submit_time}: the id was reused by another job; it is left alone "
+                "and the file forgotten")
+        return False
+    owner = owner_of(info, m.user, m.spec, set(parity_names(m.spec.job_name)))
+    if not owner.ours:
+        m._warn(f"the successor file names job {succ.job_id}, which is not this "
+                f"checkout's ({describe(info, owner)}): it is left alone and the file "
+                "forgotten")
+        return False
+    m.handoff.vetted.add(succ.job_id)
+    return True
+
+
+def queued_successor(m: Machine) -> bool:
+    """With no state file: the successor file names a live job Slurm confirms as this
+    checkout's own, the very one recorded (:func:`_vet`); one gone, foreign or reused
+    is forgotten (never cancelled), one Slurm cannot be asked about now is left."""
+    succ = successor_alloc(m)
+    if succ is None:
+        return False
+    try:
+        info = m.backend.query_job(succ.job_id)
+    except JobNotFound:
+        forget_successor(m)
+        return False
+    except BackendError as exc:
+        m.notes.append(f"the queued successor {succ.job_id} was not checked ({exc})")
+        return False
+    if not info.state.is_live or not _vet(m, succ, info):
+        forget_successor(m)
+        return False
+    return True
+
+
+def forget_successor(m: Machine) -> None:
+    """Drop the successor's state file and record (no job is cancelled)."""
+    _store(m).delete()
+    clear_successor(_paths(m).successor_record)
+
+
 def _misfit(m: Machine, succ: AllocState, info: JobInfo) -> list[str]:
     """What the spec needs that the RUNNING successor was not granted (another node
     count, fewer GPUs or CPUs per node: a ``--nodes=1-2`` range, a site's rewrite of the
-    request); ``[]`` when it can serve the spec. Judged once per run and successor: on
-    its state file when the grant is recorded there (a warmer's validation), else on one
-    ``scontrol show job`` (:meth:`~slurm_fsm.backend.SlurmBackend.granted`)."""
+    request); ``[]`` when it can serve the spec. Judged once per run and successor, on
+    one ``scontrol show job`` (:meth:`~slurm_fsm.backend.SlurmBackend.granted`): never
+    on the shape its file records (a file is a hint anyone with write access made)."""
     if succ.job_id in m.handoff.misfits:
         return m.handoff.misfits[succ.job_id]
-    alloc = succ
-    if not succ.nodelist or succ.cpus_per_node is None:
-        try:
-            alloc = with_grant(attrs.evolve(succ, nodelist=succ.nodelist or info.nodelist),
-                               m.backend.granted(succ.job_id))
-        except (BackendError, ValueError) as exc:  # not judged now: judged at its use
-            m.notes.append(f"what Slurm granted successor {succ.job_id} could not be read "
-                           f"({exc}); judged once it is the allocation")
-            return []
+    try:  # Slurm's grant, never the shape the file records (anyone may write it)
+        alloc = with_grant(attrs.evolve(succ, nodelist=info.nodelist or succ.nodelist),
+                           m.backend.granted(succ.job_id))
+    except (BackendError, ValueError) as exc:  # not judged now: judged at its use
+        m.notes.append(f"what Slurm granted successor {succ.job_id} could not be read "
+                       f"({exc}); judged once it is the allocation")
+        return []
     problems = capacity_problems(alloc, m.spec)
     m.handoff.misfits[succ.job_id] = problems
     return problems
@@ -300,7 +442,7 @@ def queue_successor(m: Machine) -> str:
     )
     job_id = m.backend.allocate(request)
     m.handoff.queued = True
-    pending = AllocState(
+    pending = AllocState(submit_time=_submit_time(m, job_id),
         job_id=job_id, nodelist="", partition=params.partition, account=params.account,
         nodes=size.nodes, gpus_per_node=size.gpus_per_node, docker_image=spec.docker_image,
         container_mounts=spec.mounts_text, time_limit=spec.alloc_time_limit.as_slurm(),
@@ -328,6 +470,15 @@ def queue_successor(m: Machine) -> str:
     m._log(f"Queued successor allocation {job_id} ({name}, singleton) to follow "
            f"{m.alloc.job_id}{warmed}.")
     return f"successor {job_id} queued as {name}{warmed}"
+
+
+def _submit_time(m: Machine, job_id: str) -> str | None:
+    """Slurm's submit time of the successor just queued: its generation (a job id Slurm
+    reuses later is another job); None when it cannot be read now."""
+    try:
+        return m.backend.query_job(job_id).submit_time or None
+    except BackendError:
+        return None
 
 
 def _time_min(limit: Duration, expected_s: int | None) -> Duration | None:
@@ -378,6 +529,10 @@ def switch(m: Machine) -> str:
         if succ is None:
             raise StateFileError(str(store.path),
                                  "the successor's state file vanished while switching")
+        if succ.job_id not in m.handoff.vetted:  # the file changed since it was checked
+            raise StateFileError(str(store.path),
+                                 f"names job {succ.job_id}, which this run did not check "
+                                 "with Slurm: not switched to")
         old = m.alloc
         m.store.write(succ)
         store.delete()
@@ -413,7 +568,9 @@ def drop_successor(m: Machine) -> bool:
     except JobNotFound:
         info = None
     misfit = m.handoff.misfits.get(succ.job_id)
-    if info is not None and info.state.is_live:
+    if info is not None and not _vet(m, succ, info):
+        info = None  # never cancelled: not ours, or another job under its id
+    elif info is not None and info.state.is_live:
         m.backend.cancel(succ.job_id)
         m.handoff.cancelled.add(succ.job_id)
         if misfit:
@@ -424,11 +581,10 @@ def drop_successor(m: Machine) -> bool:
             m._warn(f"successor allocation {succ.job_id} cannot start ({info.state}, "
                     f"reason {info.reason}): cancelled; the allocation is replaced at "
                     "expiry as before")
-    else:
+    elif info is None or not info.state.is_live:
         m._warn(f"successor allocation {succ.job_id} is gone: the allocation is replaced "
                 "at expiry as before")
-    _store(m).delete()
-    clear_successor(_paths(m).successor_record)
+    forget_successor(m)
     return True
 
 
@@ -587,7 +743,7 @@ def release_successor(m: Machine) -> str | None:
         info: JobInfo | None = m.backend.query_job(succ.job_id)
     except JobNotFound:
         info = None
-    if info is not None and info.state.is_live and is_ours(
+    if info is not None and info.state.is_live and same_generation(succ, info) and is_ours(
             info, m.user, m.spec, set(parity_names(m.spec.job_name))):
         # never under another run's job
         cancel_allocation(m.leases, m.backend, succ.job_id, "releasing it")

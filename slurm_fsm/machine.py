@@ -723,7 +723,7 @@ class AllocationMachine:
         summary = (f"state file names allocation {self.alloc.job_id}" if self.alloc
                    else read_problem or "no state file")
         queued = ("pending" if self.spec.warm_successor and self.alloc is None
-                  and handoff.successor_alloc(self) is not None else "")
+                  and handoff.queued_successor(self) else "")
         return Observation(trigger="start", source=self.state, at=self.clock.now(),
                            alloc=self.alloc, state_file_problem=read_problem, summary=summary,
                            successor=queued)
@@ -1090,6 +1090,8 @@ class AllocationMachine:
         spec = self.spec
         name = spec.container_name or ""
         image = spec.docker_image
+        if (shared := handoff.before_import(self)) is not None:
+            return shared  # a container a live allocation of the checkout uses: kept
         if self.leases is not None:
             self.leases.clear(self.alloc.job_id, f"re-importing container {name!r}", name)
         self._log(f"Importing {image} as container {name!r} on {self.alloc.nodelist}.")

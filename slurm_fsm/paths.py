@@ -79,6 +79,22 @@ class StatePaths:
         ``.slurm_alloc.fake.json`` for the CLI's fake backend (``fake``)."""
         return cls(Path(repo_root) / "work_dirs" / (FAKE_STATE_NAME if fake else STATE_NAME))
 
+    @classmethod
+    def of_allocation_file(cls, path: Path | str) -> StatePaths:
+        """The files of the checkout whose state, successor or drained state file is
+        ``path`` (a successor's machine holds the successor's file)."""
+        path = Path(path)
+        for tail in (".successor.json", ".drained.json"):
+            if path.name.endswith(tail) and len(path.name) > len(tail):
+                return cls(path.with_name(path.name[:-len(tail)] + ".json"))
+        return cls(path)
+
+    @property
+    def allocation_files(self) -> tuple[Path, Path, Path]:
+        """The files that may each name a live allocation of the checkout: the state
+        file, the successor's and the drained one's."""
+        return self.state, self.successor_state, self.drained_state
+
     @property
     def folder(self) -> Path:
         """Where all of them are: the state file's folder."""

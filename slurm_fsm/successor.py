@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -52,6 +52,7 @@ from slurm_fsm import files
 from slurm_fsm.backend import JobInfo
 from slurm_fsm.history import RunEntry, nearest_rank
 from slurm_fsm.spec import EXPIRY_MARGIN_S
+from slurm_fsm.state import AllocState
 
 __all__ = [
     "DEFAULT_LEAD_S",
@@ -63,6 +64,7 @@ __all__ = [
     "DrainAction",
     "LeadTime",
     "Phase",
+    "Sharing",
     "SuccessorRecord",
     "SuccessorVerdict",
     "choose_allocation",
@@ -70,6 +72,7 @@ __all__ = [
     "drain_action",
     "judge_successor",
     "lead_time",
+    "node_sharing",
     "other_name",
     "p90",
     "parity_names",
@@ -257,6 +260,37 @@ def judge_successor(info: JobInfo | None) -> SuccessorVerdict:
     if info.state.is_pending:
         return SuccessorVerdict.WAIT
     return SuccessorVerdict.SET_UP
+
+
+class Sharing(Enum):
+    """What an import may do on nodes another live allocation of the checkout holds.
+
+    pyxis' named containers are one per node and name (``container_scope=global``): an
+    import of the name on a node where another allocation's jobs start that container
+    breaks them (``cannot create symbolic link .../pyxis_<name>/etc/localtime``)."""
+
+    #: no node in common (or no container): import as usual
+    NONE = "none"
+    #: every node holds the other's container, ready, of the same name, image and
+    #: mounts: use it as it is, import and install nothing
+    ADOPT = "adopt"
+    #: a node in common holds another container of the name, or one not set up yet:
+    #: never imported there while the other allocation's jobs may use it
+    CONFLICT = "conflict"
+
+
+def node_sharing(mine: Collection[str], other_nodes: Collection[str],
+                 other: AllocState, *, name: str | None, image: str | None, mounts: str,
+                 installs: bool) -> Sharing:
+    """:class:`Sharing` of an allocation on nodes ``mine`` that needs container ``name``
+    of ``image`` with ``mounts`` (``installs``: the install must be done in it) beside
+    the live allocation ``other`` on ``other_nodes``."""
+    shared = set(mine) & set(other_nodes)
+    if image is None or not shared:
+        return Sharing.NONE
+    same = (other.container_name == name and other.docker_image == image
+            and other.container_mounts == mounts and (other.installed or not installs))
+    return Sharing.ADOPT if same and set(mine) <= set(other_nodes) else Sharing.CONFLICT
 
 
 # --------------------------------------------------------------------------------------

@@ -641,3 +641,143 @@ def test_a_release_leaves_a_drained_allocation_in_use_and_says_so(
     assert fake.jobs[old.job_id].state == "RUNNING"  # never under a running job
     assert any(f"the drained allocation {old.job_id} was not released" in w
                for w in m.warnings), m.warnings
+
+
+# --------------------------------------------------------------------------------------
+# Issue 44 item 3: the successor on the node of the allocation it follows (pyxis: one
+# container of a name per node) never touches the container the old one's jobs use.
+
+
+def _warm_beside_old(make_spec: SpecFactory, fake: FakeCluster,
+                     image: str = "nvcr.io/x:1") -> tuple[JobSpec, JobSpec, AllocState]:
+    spec = make_spec(alloc_time_limit="01:00:00", expected_duration_seconds=EXPECTED,
+                     warm_successor=True, docker_image="nvcr.io/x:1", container_name="c")
+    old = first_allocation(spec, fake)
+    fake.clock.advance(HOUR - DUE_AT)
+    started: list[JobSpec] = []
+    m = machine(spec, fake, warmer=lambda s: started.append(s) or os.getpid())
+    assert m.prepare() is State.Ready
+    (succ_spec,) = started
+    return spec, attrs.evolve(succ_spec, docker_image=image), old
+
+
+def test_a_successor_on_the_old_ones_node_uses_its_ready_container_and_imports_nothing(
+        make_spec: SpecFactory, fake: FakeCluster) -> None:
+    spec, succ_spec, old = _warm_beside_old(make_spec, fake)
+    (node,) = fake.jobs[old.job_id].nodes
+    before = fake.nodes[node].containers["c"]
+    installed = list(before.packages)
+    said: list[str] = []
+    assert warm(succ_spec, fake, spec.state_path, clock=fake.clock,
+                log=said.append) is State.Ready
+    # nothing installed again into the container the old allocation's jobs run in
+    assert before.packages == installed
+    assert not any(s.startswith("Installing") for s in said), said
+    succ = successor_file(spec)
+    assert succ is not None and succ.nodelist == old.nodelist  # both on one node
+    assert succ.installed and succ.container_name == "c"
+    # the very container the old allocation's jobs use: not removed, not re-imported
+    assert fake.nodes[node].containers["c"] is before
+    assert before.packages  # its install is kept
+
+
+def test_a_successor_beside_a_container_not_set_up_yet_imports_nothing_there(
+        make_spec: SpecFactory, fake: FakeCluster) -> None:
+    """The old allocation's container is being set up (its state file says not
+    installed): the warmer leaves the node alone; the run that switches sets it up."""
+    spec, succ_spec, old = _warm_beside_old(make_spec, fake)
+    StateStore(spec.state_path).write(attrs.evolve(old, installed=False))
+    (node,) = fake.jobs[old.job_id].nodes
+    before = fake.nodes[node].containers["c"]
+    assert warm(succ_spec, fake, spec.state_path, clock=fake.clock) is State.Failed
+    assert fake.nodes[node].containers["c"] is before
+    succ = successor_file(spec)
+    assert succ is not None and not succ.installed
+    record = read_successor(StatePaths.for_state_file(spec.state_path).successor_record)
+    assert record is not None and record.phase is Phase.FAILED
+    assert "may be in use by its jobs" in record.detail
+
+
+# --------------------------------------------------------------------------------------
+# Issue 43 item 4: a successor state file is checked against Slurm (owner, generation,
+# grant) before anything is switched to, released or cancelled.
+
+FOREIGN_TAG = "slurm_fsm:repo=0123456789ab"
+
+
+def test_a_successor_file_naming_another_checkouts_allocation_is_never_switched_to(
+        spec: JobSpec, fake: FakeCluster) -> None:
+    old = first_allocation(spec, fake)
+    succ = queue_pending(spec, fake)
+    fake.clock.advance(121)
+    fake.jobs[succ.job_id].comment = FOREIGN_TAG  # another checkout's (same user)
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready
+    assert "Switching" not in m.path
+    assert m.alloc is not None and m.alloc.job_id == old.job_id  # its own one serves
+    assert fake.jobs[old.job_id].state == "RUNNING"  # never released
+    assert fake.jobs[succ.job_id].state == "RUNNING"  # never cancelled: not ours
+    assert any(succ.job_id in w and "not this checkout's" in w for w in m.warnings), \
+        m.warnings
+    again = successor_file(spec)  # forgotten (a successor of its own may be queued)
+    assert again is None or again.job_id != succ.job_id
+
+
+def test_a_successor_file_whose_id_slurm_reused_is_never_switched_to_nor_cancelled(
+        spec: JobSpec, fake: FakeCluster) -> None:
+    old = first_allocation(spec, fake)
+    succ = queue_pending(spec, fake)
+    recorded = successor_file(spec)
+    assert recorded is not None and recorded.submit_time  # its generation is recorded
+    fake.clock.advance(121)
+    fake.jobs[succ.job_id].submitted_at += 7 * 24 * HOUR  # another job under that id
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready
+    assert "Switching" not in m.path
+    assert m.alloc is not None and m.alloc.job_id == old.job_id
+    assert fake.jobs[succ.job_id].state == "RUNNING"
+    assert any("reused by another job" in w for w in m.warnings), m.warnings
+    again = successor_file(spec)
+    assert again is None or again.job_id != succ.job_id
+
+
+def test_a_lost_successor_that_is_not_ours_is_never_cancelled(
+        make_spec: SpecFactory, fake: FakeCluster) -> None:
+    """drop_successor: a successor granted another shape is cancelled only when it is
+    this checkout's; a foreign job the file names is left alone."""
+    spec = make_spec(alloc_time_limit="01:00:00", expected_duration_seconds=EXPECTED,
+                     warm_successor=True, slurm_params={"gpus_per_node": 2})
+    old = first_allocation(spec, fake)
+    succ = queue_pending(spec, fake)
+    fake.jobs[succ.job_id].gpus_per_node = 1
+    fake.jobs[succ.job_id].comment = FOREIGN_TAG
+    fake.clock.advance(121)
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready
+    assert fake.jobs[succ.job_id].state == "RUNNING"
+    assert m.alloc is not None and m.alloc.job_id == old.job_id
+    again = successor_file(spec)
+    assert again is None or again.job_id != succ.job_id
+
+
+def test_a_successor_file_recording_a_shape_slurm_did_not_grant_is_judged_on_the_grant(
+        make_spec: SpecFactory, fake: FakeCluster) -> None:
+    """The file says 2 GPUs per node with its grant read (nodelist, CPUs); Slurm
+    granted 1: it is judged on Slurm's grant, cancelled, never switched to."""
+    spec = make_spec(alloc_time_limit="01:00:00", expected_duration_seconds=EXPECTED,
+                     warm_successor=True, slurm_params={"gpus_per_node": 2})
+    old = first_allocation(spec, fake)
+    succ = queue_pending(spec, fake)
+    fake.clock.advance(121)
+    fake.jobs[succ.job_id].gpus_per_node = 1
+    path = StatePaths.for_state_file(spec.state_path).successor_state
+    written = StateStore(path).read()
+    assert written is not None
+    StateStore(path).write(attrs.evolve(
+        written, nodelist=",".join(fake.jobs[succ.job_id].nodes), gpus_per_node=2,
+        cpus_per_node=old.cpus_per_node or 2, installed=True))
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready
+    assert "Switching" not in m.path
+    assert fake.jobs[succ.job_id].state == "CANCELLED"
+    assert m.alloc is not None and m.alloc.job_id == old.job_id

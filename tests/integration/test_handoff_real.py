@@ -379,3 +379,115 @@ def test_a_successor_granted_another_shape_is_cancelled_and_the_job_runs_as_befo
                        SubprocessBackend()).run()
     assert release.status is Status.RELEASED, release.render_text()
     wait_gone(old)
+
+
+def _drain(nodes: str, state: str) -> None:
+    extra = ["Reason=slurm_fsm test: one node"] if state == "DRAIN" else []
+    proc = slurm("scontrol", "update", f"NodeName={nodes}", f"State={state}", *extra)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_a_successor_on_the_old_ones_node_never_reimports_the_container_its_jobs_start(
+        local_cluster: ClusterInfo, pyxis: ContainerInfo, names: JobNames,
+        cnames: ContainerNames, tmp_path: Path) -> None:
+    """Issue 44 item 3: with n2 and n3 drained both allocations share n1, where pyxis
+    keeps one container of a name (container_scope=global). The warmer sets the
+    successor up while the old allocation's job starts that container again and again:
+    the container is the very one (same directory, never removed and imported again),
+    the job passes, and the successor is ready on n1, using it."""
+    name = names.new("shnode")
+    names.names.append(name + "-b")
+    container = cnames.new("shnode")
+    script = tmp_path / "job.slurm"
+    script.write_text("#!/bin/bash\nfor i in $(seq 1 12); do\n"
+                      f"  srun --container-name={container} cat /etc/passwd >/dev/null"
+                      " || exit 1\ndone\necho started\n")
+    data = spec_dict(local_cluster, tmp_path, name, script_path=str(script),
+                     docker_image=str(pyxis.images["busybox"]), container_name=container,
+                     workflow_type="custom", skip_install=True,
+                     slurm_params={"gpus_per_node": 1},
+                     expected_duration_seconds=30, warm_successor=True)
+    spec = JobSpec.from_dict(data)
+    quick = dict(data, script_path=str(tmp_path / "quick.slurm"))
+    (tmp_path / "quick.slurm").write_text(
+        f"#!/bin/bash\nsrun --container-name={container} true\n")
+    _drain("n2,n3", "DRAIN")
+    try:
+        first = Executor(JobSpec.from_dict(quick), SubprocessBackend()).run()
+        assert first.status is Status.PASSED, first.render_text()
+        old = first.allocation_id
+        assert old is not None
+        before = cnames.on_nodes(container)
+        assert list(before) == ["n1"], before
+        inode = before["n1"].stat().st_ino
+        shorten(old, "00:06:00")  # a successor is due; the job still fits the old one
+
+        report = Executor(spec, SubprocessBackend()).run()
+        assert report.status is Status.PASSED, report.render_text()
+        assert report.allocation_id == old
+        record_path = StatePaths.for_state_file(spec.state_path).successor_record
+        record = read_successor(record_path)
+        assert record is not None and record.predecessor == old
+        until("the warmer done", lambda: True if not _alive(record.warmer_pid) else None,
+              timeout=180)
+        done = read_successor(record_path)
+        succ = StateStore(StatePaths.for_state_file(spec.state_path).successor_state).read()
+        assert succ is not None and succ.nodelist == "n1", succ
+        assert done is not None and done.phase.value == "ready", done
+        assert succ.container_name == container
+        after = cnames.on_nodes(container)
+        assert list(after) == ["n1"] and after["n1"].stat().st_ino == inode, \
+            "the old allocation's container was removed and imported again"
+
+        release = Executor(JobSpec.from_dict(dict(quick, release_allocation=True)),
+                           SubprocessBackend()).run()
+        assert release.status is Status.RELEASED, release.render_text()
+        wait_gone(old)
+        wait_gone(record.job_id)
+    finally:
+        _drain("n2,n3", "RESUME")
+
+
+def test_a_successor_file_naming_another_checkouts_allocation_is_left_alone(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    """Issue 43 item 4: the successor state file names a live allocation of another
+    checkout of this user (its comment is that checkout's tag; written by hand, a
+    stale copy, or a hostile member of the group). Slurm's comment and submit time are
+    asked first: it is never switched to, never cancelled, this checkout's own
+    allocation is never released; the file is forgotten."""
+    name = names.new("foreignsucc")
+    names.names.extend((name + "-b", name + "-x"))
+    mine_dir, theirs_dir = tmp_path / "mine", tmp_path / "theirs"
+    mine = spec_dict(local_cluster, mine_dir, name, expected_duration_seconds=30,
+                     warm_successor=True)
+    theirs = spec_dict(local_cluster, theirs_dir, name + "-x")
+    first = Executor(JobSpec.from_dict(mine), SubprocessBackend()).run()
+    assert first.status is Status.PASSED, first.render_text()
+    other = Executor(JobSpec.from_dict(theirs), SubprocessBackend()).run()
+    assert other.status is Status.PASSED, other.render_text()
+    old, foreign = first.allocation_id, other.allocation_id
+    assert old is not None and foreign is not None and old != foreign
+    spec = JobSpec.from_dict(mine)
+    planted = StateStore(JobSpec.from_dict(theirs).state_path).read()
+    assert planted is not None
+    StateStore(StatePaths.for_state_file(spec.state_path).successor_state).write(planted)
+    shorten(old, "00:10:00")  # the planted one has more time left: it would be chosen
+
+    report = Executor(spec, SubprocessBackend()).run()
+    assert report.status is Status.PASSED, report.render_text()
+    assert report.allocation_id != foreign, report.path
+    # never switched to: the state file never named it
+    assert not any(f"names job {foreign}, but it is not ours" in w
+                   for w in report.warnings), report.warnings
+    assert job_state(foreign) == "RUNNING"  # never cancelled, never released
+    assert any(foreign in w and "not this checkout's" in w for w in report.warnings), \
+        report.warnings
+    again = StateStore(StatePaths.for_state_file(spec.state_path).successor_state).read()
+    assert again is None or again.job_id != foreign
+
+    for data in (mine, theirs):
+        done = Executor(JobSpec.from_dict(dict(data, release_allocation=True)),
+                        SubprocessBackend()).run()
+        assert done.status is Status.RELEASED, done.render_text()
+    wait_gone(foreign)
+    wait_gone(old)
