@@ -641,3 +641,39 @@ def test_a_release_leaves_a_drained_allocation_in_use_and_says_so(
     assert fake.jobs[old.job_id].state == "RUNNING"  # never under a running job
     assert any(f"the drained allocation {old.job_id} was not released" in w
                for w in m.warnings), m.warnings
+
+
+def test_another_checkouts_singleton_never_holds_this_checkouts_allocation(
+        tmp_path: Path, fake: FakeCluster) -> None:
+    """Issue 43 item 3: Slurm's ``--dependency=singleton`` is per user and job name, and
+    the default name comes from the account. Two warm-successor checkouts of one user
+    each get a name of their own (the checkout's hash in it), so the second checkout's
+    first allocation runs at once instead of PENDING (Dependency) behind the first's;
+    the fence "at most 2 per checkout" stays per checkout."""
+    from slurm_fsm.testing import make_spec
+
+    one, two = (make_spec(tmp_path / c, alloc_time_limit="01:00:00",
+                          expected_duration_seconds=EXPECTED, warm_successor=True)
+                for c in ("one", "two"))
+    assert one.job_name != two.job_name
+    assert one.slurm_params.account in one.job_name
+    first = first_allocation(one, fake)
+    fake.clock.advance(5)
+    m = machine(two, fake)
+    assert m.prepare() is State.Ready
+    assert m.alloc is not None and m.alloc.job_id != first.job_id
+    assert m.path == ["NoState", "Allocating", "Importing", "Installing", "Ready"] or \
+        m.path[-1] == "Ready"
+    assert fake.jobs[m.alloc.job_id].started_at == fake.jobs[m.alloc.job_id].submitted_at
+    assert sorted(live_allocations(fake)) == sorted([first.job_id, m.alloc.job_id])
+
+
+def test_the_name_without_warm_successor_or_when_set_is_unchanged(tmp_path: Path) -> None:
+    from slurm_fsm.testing import make_spec
+
+    plain = make_spec(tmp_path / "a")
+    assert plain.job_name == f"{plain.slurm_params.account}-trtllm.persistent"
+    named = make_spec(tmp_path / "b", warm_successor=True, alloc_job_name="mine")
+    assert named.job_name == "mine"
+    again = make_spec(tmp_path / "a", warm_successor=True)
+    assert again.job_name == make_spec(tmp_path / "a", warm_successor=True).job_name
