@@ -39,7 +39,7 @@ from slurm_fsm.edges import (
     same_container,
     same_generation,
 )
-from slurm_fsm.errors import BackendError, JobNotFound, StateFileError
+from slurm_fsm.errors import AllocationFailed, BackendError, JobNotFound, StateFileError
 from slurm_fsm.history import Estimate, RunHistory
 from slurm_fsm.lease import AllocationInUse, LeaseGate, cancel_allocation
 from slurm_fsm.paths import StatePaths, successor_log_of
@@ -298,7 +298,12 @@ def queue_successor(m: Machine) -> str:
         dependency=SINGLETON,
         time_min=_time_min(spec.alloc_time_limit, estimate),
     )
-    job_id = m.backend.allocate(request)
+    try:
+        job_id = m.backend.allocate(request)
+    except AllocationFailed as exc:  # no job left (the backend's word): today's path
+        m.handoff.failed = True
+        m._warn(f"the successor was not queued: {exc}; this run goes on without one")
+        return f"successor not queued ({exc}): today's path"
     m.handoff.queued = True
     pending = AllocState(
         job_id=job_id, nodelist="", partition=params.partition, account=params.account,

@@ -677,3 +677,32 @@ def test_the_name_without_warm_successor_or_when_set_is_unchanged(tmp_path: Path
     assert named.job_name == "mine"
     again = make_spec(tmp_path / "a", warm_successor=True)
     assert again.job_name == make_spec(tmp_path / "a", warm_successor=True).job_name
+
+
+@pytest.mark.parametrize("planted", ["link", "foreign"])
+def test_a_planted_successor_log_leaves_todays_path(
+        spec: JobSpec, fake: FakeCluster, tmp_path: Path, planted: str) -> None:
+    """Issue 43 item 8: a link or another user's file at ``.salloc.log.successor``
+    makes the optional hand-off fail, never the run: the job still runs on the current
+    allocation (today's path), nothing is written through the link, no successor."""
+    first = first_allocation(spec, fake)
+    log = StatePaths.for_state_file(spec.state_path).successor_salloc_log
+    target = tmp_path / "elsewhere"
+    target.write_text("keep\n")
+    if planted == "link":
+        log.symlink_to(target)
+    else:
+        log.write_text("theirs\n")
+        os.chown(log, 12345, 12345)
+    fake.clock.advance(HOUR - DUE_AT)
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready, m.path
+    assert m.alloc is not None and m.alloc.job_id == first.job_id
+    assert "QueueingSuccessor" in m.path
+    assert successor_file(spec) is None
+    assert live_allocations(fake) == [first.job_id]
+    assert target.read_text() == "keep\n"
+    assert any("successor" in t.reason and "salloc log" in t.reason for t in m.history)
+    again = machine(spec, fake)  # the next run tries again, and falls back again
+    assert again.prepare() is State.Ready and again.alloc is not None
+    assert again.alloc.job_id == first.job_id

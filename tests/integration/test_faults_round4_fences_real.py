@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from slurm_fsm.spec import JobSpec
 from slurm_fsm_dev.localcluster import ClusterInfo
 
-from .helpers import JobNames, cli_report, job_state, spec_dict
+from .helpers import JobNames, cli_report, job_state, jobs_named, spec_dict
 from .test_faults_round2_real import other_user  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.slurm
@@ -65,3 +66,46 @@ def test_a_squatted_shim_folder_still_keeps_the_allocation(
                        capture_output=True,
                        env={**os.environ, "SLURM_CONF": str(local_cluster.slurm_conf)})
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_two_warm_checkouts_of_one_user_do_not_hold_each_other(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    """Item 3: two checkouts of one user, both ``warm_successor``, no
+    ``alloc_job_name``: each allocation asks ``--dependency=singleton``, which Slurm
+    applies per user and job name. The second checkout's first allocation runs while
+    the first checkout's is still RUNNING (before: PENDING (Dependency) behind it)."""
+    specs = []
+    for which in ("one", "two"):
+        root = tmp_path / which
+        data = spec_dict(local_cluster, root, "unused", warm_successor=True,
+                         expected_duration_seconds=30)
+        del data["alloc_job_name"]
+        path = root / "job.json"
+        path.write_text(json.dumps(data))
+        spec = JobSpec.from_dict(data)
+        names.names.extend([spec.job_name, spec.job_name + "-b"])
+        specs.append((path, spec))
+    (one, spec_one), (two, spec_two) = specs
+    env = {**os.environ, "SLURM_CONF": str(local_cluster.slurm_conf)}
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        for path in (one, two):
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "slurm_fsm", "run", str(path), "--json", "--quiet"],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
+            report = cli_report(procs[-1], 120)
+            assert (report["_rc"], report["status"]) == (0, "PASSED"), report
+        first, second = (jobs_named(s.job_name, local_cluster.user)
+                         for s in (spec_one, spec_two))
+        assert [state for _, state in first] == ["RUNNING"]
+        assert [state for _, state in second] == ["RUNNING"]
+        assert spec_one.job_name != spec_two.job_name
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(30)
+        for path, _ in specs:
+            subprocess.run([sys.executable, "-m", "slurm_fsm", "release", str(path),
+                            "--quiet"], timeout=120, check=False, capture_output=True,
+                           env=env)
