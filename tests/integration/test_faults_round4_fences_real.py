@@ -109,3 +109,35 @@ def test_two_warm_checkouts_of_one_user_do_not_hold_each_other(
             subprocess.run([sys.executable, "-m", "slurm_fsm", "release", str(path),
                             "--quiet"], timeout=120, check=False, capture_output=True,
                            env=env)
+
+
+@pytest.mark.parametrize("job_id", ["4294967295", "2147483648"])
+def test_a_state_file_job_id_squeue_refuses_does_not_block_the_checkout(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path, job_id: str) -> None:
+    """Item 8: ``squeue -j 4294967295`` says "Invalid job id" (not "gone"). Such a
+    ``job_id`` in the state file is a corrupt state file: dropped with a warning, the
+    checkout's allocation found again by its tag, the run PASSED (before: every run,
+    status and release ERROR until the file was deleted)."""
+    spec = tmp_path / "job.json"
+    spec.write_text(json.dumps(spec_dict(local_cluster, tmp_path, names.new("bigid"))))
+    env = {**os.environ, "SLURM_CONF": str(local_cluster.slurm_conf)}
+
+    def cli(*args: str) -> dict[str, object]:
+        return cli_report(subprocess.Popen(
+            [sys.executable, "-m", "slurm_fsm", *args, str(spec), "--json", "--quiet"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env), 120)
+
+    try:
+        first = cli("run")
+        assert first["status"] == "PASSED", first
+        state = tmp_path / "repo" / "work_dirs" / ".slurm_alloc.json"
+        data = json.loads(state.read_text())
+        data["job_id"] = job_id
+        state.write_text(json.dumps(data))
+        again = cli("run")
+        assert (again["_rc"], again["status"]) == (0, "PASSED"), again
+        assert again["allocation_id"] == first["allocation_id"]
+        assert json.loads(state.read_text())["job_id"] == first["allocation_id"]
+    finally:
+        subprocess.run([sys.executable, "-m", "slurm_fsm", "release", str(spec), "--quiet"],
+                       timeout=120, check=False, capture_output=True, env=env)
