@@ -61,9 +61,18 @@ JOB_ID = re.compile(r"[1-9][0-9]{0,9}(?:_[0-9]{1,10}|\+[0-9]{1,5})?")
 STEP_ID = re.compile(r"[0-9]{1,10}|batch|extern|interactive")
 
 
+#: The largest job id Slurm's tools read: ``squeue -j 2147483648`` (and 4294967295,
+#: Slurm's NO_VAL/INFINITE) is "Invalid job id", never a job that is gone (issue 43
+#: item 8; measured on 22.05).
+MAX_JOB_ID = 2**31 - 1
+
+
 def is_job_id(text: object) -> bool:
-    """True when ``text`` is a Slurm job id (:data:`JOB_ID`), safe on a command line."""
-    return isinstance(text, str) and JOB_ID.fullmatch(text) is not None
+    """True when ``text`` is a Slurm job id (:data:`JOB_ID`, its job number at most
+    :data:`MAX_JOB_ID`), safe on a command line."""
+    if not isinstance(text, str) or JOB_ID.fullmatch(text) is None:
+        return False
+    return int(re.split(r"[_+]", text, maxsplit=1)[0]) <= MAX_JOB_ID
 
 
 #: A part of a job ``N``, as squeue and sacct print it: an array task (``N_3``), the

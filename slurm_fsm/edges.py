@@ -42,8 +42,7 @@ from slurm_fsm.backend import JobInfo
 from slurm_fsm.capacity import capacity_problems
 from slurm_fsm.duration import Duration
 from slurm_fsm.ownership import Ownership, checkout_tag, ownership
-from slurm_fsm.project import DEFAULT_JOB_NAME_SUFFIX
-from slurm_fsm.spec import EXPIRY_MARGIN_S, JobSpec
+from slurm_fsm.spec import EXPIRY_MARGIN_S, JobSpec, default_job_name
 from slurm_fsm.state import AllocState
 from slurm_fsm.successor import parity_names
 
@@ -271,7 +270,8 @@ def state_job_names(alloc: AllocState | None, spec: JobSpec) -> set[str]:
     name of the account the state file was written for (the spec's account changed)."""
     names = {spec.job_name}
     if alloc is not None and spec.alloc_job_name is None:
-        names.add(f"{alloc.account}{DEFAULT_JOB_NAME_SUFFIX}")
+        names.update(default_job_name(alloc.account, spec.repo_root, warm_successor=warm)
+                     for warm in (False, True))
     return names
 
 

@@ -40,7 +40,13 @@ from slurm_fsm.edges import (
     same_container,
     same_generation,
 )
-from slurm_fsm.errors import BackendError, JobNotFound, SlurmFsmError, StateFileError
+from slurm_fsm.errors import (
+    AllocationFailed,
+    BackendError,
+    JobNotFound,
+    SlurmFsmError,
+    StateFileError,
+)
 from slurm_fsm.history import Estimate, RunHistory
 from slurm_fsm.lease import AllocationInUse, LeaseGate, cancel_allocation
 from slurm_fsm.ownership import describe
@@ -440,7 +446,12 @@ def queue_successor(m: Machine) -> str:
         dependency=SINGLETON,
         time_min=_time_min(spec.alloc_time_limit, estimate),
     )
-    job_id = m.backend.allocate(request)
+    try:
+        job_id = m.backend.allocate(request)
+    except AllocationFailed as exc:  # no job left (the backend's word): today's path
+        m.handoff.failed = True
+        m._warn(f"the successor was not queued: {exc}; this run goes on without one")
+        return f"successor not queued ({exc}): today's path"
     m.handoff.queued = True
     pending = AllocState(submit_time=_submit_time(m, job_id),
         job_id=job_id, nodelist="", partition=params.partition, account=params.account,

@@ -27,7 +27,12 @@ The history is one JSON object a line in ``work_dirs/.slurm_fsm_history.jsonl``,
 beside the state file (:attr:`slurm_fsm.paths.StatePaths.history`). It is additive
 (new keys may come; unknown keys and bad lines are skipped), bounded (past
 :data:`MAX_HISTORY_BYTES` the newest half is kept) and never fails a run:
-:func:`record_run` returns a warning when the file cannot be written. Each line also
+:func:`record_run` returns a warning when the file cannot be written. Reading it is
+total: a line is an entry or skipped (longer than :data:`MAX_LINE_CHARS`, nested past
+the parser's depth, a number past range: skipped, never raised), and a file the group
+or others can write is neither read nor extended (the next entry starts a new file of
+the user's alone). A line is always appended whole, after a newline if the file's last
+line was never ended. Each line also
 carries the lead-time parts a run measured (``queue_wait_s``, ``import_s``,
 ``install_s``: seconds spent in the Allocating, Importing and Installing states), keyed
 by partition, node count and image: what a warm successor needs to know how early to
@@ -49,6 +54,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import attrs
 
 from slurm_fsm import files
+from slurm_fsm.errors import FileProblem, Problem
 from slurm_fsm.spec import EXPIRY_MARGIN_S, JobSpec
 
 if TYPE_CHECKING:
@@ -57,6 +63,7 @@ if TYPE_CHECKING:
 __all__ = [
     "HISTORY_RUNS",
     "MAX_HISTORY_BYTES",
+    "MAX_LINE_CHARS",
     "SOURCES",
     "Estimate",
     "RunEntry",
@@ -76,6 +83,14 @@ MAX_HISTORY_BYTES = 256 * 1024
 #: Where an :class:`Estimate` came from, strongest first.
 SOURCES = ("expected_duration_seconds", "history", "unknown")
 #: The machine's states whose time is a lead-time part, by history field.
+#: A line longer than this (characters) is skipped unread: an entry is about 300.
+MAX_LINE_CHARS = 4096
+#: The largest seconds and node count a line may hold (a year; Slurm's node ids).
+_MAX_SECONDS = 366 * 24 * 3600
+_MAX_NODES = 1 << 20
+#: Mode bits of a history file that make it anyone's: such a file is neither read nor
+#: extended.
+_OPEN_TO_OTHERS = 0o022
 _LEAD_STATES = {"queue_wait_s": "Allocating", "import_s": "Importing",
                 "install_s": "Installing"}
 
@@ -189,10 +204,14 @@ class RunEntry:
     @classmethod
     def from_json(cls, line: str) -> RunEntry | None:
         """None for a line that is not a history entry (cut, garbled, another version's
-        without a key); unknown keys are ignored, a field of the wrong type is dropped."""
+        without a key, longer than :data:`MAX_LINE_CHARS`, nested past the parser's
+        depth); unknown keys are ignored, a field of the wrong type or out of range is
+        dropped. Total: any text gives an entry or None, never an exception."""
+        if len(line) > MAX_LINE_CHARS:
+            return None
         try:
             data = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # ValueError: int past 4300 digits too
             return None
         if not isinstance(data, dict) or not isinstance(data.get("key"), str):
             return None
@@ -200,15 +219,24 @@ class RunEntry:
         for f in attrs.fields(cls):
             v = data.get(f.name)
             if f.name in ("run_s", "queue_wait_s", "import_s", "install_s"):
-                ok = isinstance(v, int | float) and not isinstance(v, bool) \
-                    and math.isfinite(v) and v >= 0
+                ok = _seconds(v)
             elif f.name == "nodes":
-                ok = isinstance(v, int) and not isinstance(v, bool)
+                ok = isinstance(v, int) and not isinstance(v, bool) and 0 < v <= _MAX_NODES
             else:
                 ok = isinstance(v, str)
             if ok:
                 kw[f.name] = v
         return cls(**kw)
+
+
+def _seconds(v: object) -> bool:
+    """A number of seconds a history line may hold: finite, 0 to :data:`_MAX_SECONDS`
+    (an int past float range is no such number: no OverflowError)."""
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return False
+    if isinstance(v, int):
+        return 0 <= v <= _MAX_SECONDS
+    return math.isfinite(v) and 0 <= v <= _MAX_SECONDS
 
 
 @attrs.frozen
@@ -249,6 +277,8 @@ class RunHistory:
         read (the estimate then falls back: a history is a hint, never a failure)."""
         try:
             with files.open_for_reading(self.path) as fh:
+                if os.fstat(fh.fileno()).st_mode & _OPEN_TO_OTHERS:
+                    return []  # anyone's lines: not a hint of ours
                 parsed = self._read(fh.fileno())
         except OSError:  # FileProblem included
             return []
@@ -302,11 +332,32 @@ class RunHistory:
         the file is rewritten with its newest half. Raises OSError (or
         :class:`~slurm_fsm.files.FileProblem`) when it cannot be written."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        line = (entry.to_json() + "\n").encode("utf-8")
+        tail = self._tail()
+        if tail is None:  # a file others could write: a new file, ours alone
+            files.write_atomic(self.path, line, mode=0o644, fsync=False)
+            return
         with files.open_private(self.path, append=True, mode=0o644) as fh:
-            fh.write((entry.to_json() + "\n").encode("utf-8"))
+            fh.write(line if tail in (b"", b"\n") else b"\n" + line)
             size = fh.tell()
         if size > MAX_HISTORY_BYTES:
             self._trim()
+
+    def _tail(self) -> bytes | None:
+        """The file's last byte (b"" when missing or empty: a line ends there); None
+        when the group or others can write it (only its owner can change that). A last
+        byte that is not a newline (a line cut, or never ended) gets one before this
+        run's line, so the run's own line is whole."""
+        try:
+            with files.open_for_reading(self.path) as fh:
+                st = os.fstat(fh.fileno())
+                if st.st_mode & _OPEN_TO_OTHERS:
+                    return None
+                return os.pread(fh.fileno(), 1, st.st_size - 1) if st.st_size else b""
+        except FileProblem as problem:
+            if problem.kind is Problem.MISSING:
+                return b""
+            raise
 
     def _trim(self) -> None:
         keep: list[str] = []

@@ -121,8 +121,11 @@ def tail_lines(
     block: int = _BLOCK,
     max_bytes: int = TAIL_MAX_BYTES,
     max_line: int = MAX_LINE_CHARS,
+    shared: bool = False,
 ) -> list[str]:
     """The last ``n`` lines of ``path``, oldest first, without their newline.
+    ``shared``: ``path`` is under a shared folder (``.salloc.log``): opened with
+    :func:`slurm_fsm.files.open_for_reading`, a link or another user's file gives ``[]``.
 
     Reads backwards from the end in ``block``-sized pieces and stops as soon
     as ``n`` complete lines are in hand, or after ``max_bytes`` (then the
@@ -133,8 +136,11 @@ def tail_lines(
         return []
     block = max(1, block)
     try:
-        f = open(path, "rb")  # noqa: SIM115 - closed below, seeks need the raw handle
+        f = (open_for_reading(path) if shared
+             else open(path, "rb"))  # noqa: SIM115 - closed below, seeks need the raw handle
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return []
+    except FileProblem:
         return []
     with f:
         end = f.seek(0, os.SEEK_END)

@@ -152,8 +152,8 @@ class PersistentRun:
         log = self.log_path if mode is Mode.PERSISTENT else None
         from_salloc = (m is not None and m.failure is not None
                        and m.failure.step == State.Allocating.value)
-        salloc_tail = tuple(tail_lines(m.salloc_log, 20)) if m is not None and from_salloc \
-            else ()
+        salloc_tail = (tuple(tail_lines(m.salloc_log, 20, shared=True))
+                       if m is not None and from_salloc else ())
         known: dict[str, Any] = {
             "allocation_id": m.alloc.job_id if m is not None and m.alloc else None,
             "stdout": str(log) if log else None,

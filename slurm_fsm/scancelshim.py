@@ -443,17 +443,43 @@ def _shim_files() -> dict[str, str]:
 
 
 def shim_dir(base: Path | None = None) -> Path:
-    """A directory of this user's holding the ``scancel``, ``salloc`` and ``sbatch``
-    shims (made once per interpreter and slurm_fsm install; the same path for every
-    run)."""
+    """A directory of this user's alone holding the ``scancel``, ``salloc`` and
+    ``sbatch`` shims (made once per interpreter and slurm_fsm install; the same path for
+    every run): ``slurm_fsm-<uid>`` under ``base`` (``$XDG_RUNTIME_DIR``, else the temp
+    folder). When that name is taken by something not private (another user made it
+    first, a link, a file: issue 43 item 6), a fresh ``mkdtemp`` folder there instead,
+    one per process. OSError when neither can be made: the caller refuses the run."""
     files = _shim_files()
     digest = hashlib.sha256("\0".join(files.values()).encode()).hexdigest()[:16]
     root = base or Path(os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir())
-    top = _private_dir(root / f"slurm_fsm-{os.getuid()}")
+    try:
+        top = _private_dir(root / f"slurm_fsm-{os.getuid()}")
+    except OSError as taken:
+        top = _fresh_private_dir(root, taken)
     where = _private_dir(top / f"shim-{digest}")
     for name, text in files.items():
         _write_shim(where / name, text)
     return where
+
+
+#: the fresh private folders made by :func:`_fresh_private_dir`, by root
+_FRESH: dict[Path, Path] = {}
+
+
+def _fresh_private_dir(root: Path, taken: OSError) -> Path:
+    """A ``mkdtemp`` folder under ``root`` (made 0700 under a name nobody can guess
+    or make first), kept for this process's later runs while it stays private."""
+    known = _FRESH.get(root)
+    if known is not None:
+        with contextlib.suppress(OSError):
+            return _private_dir(known)
+    try:
+        made = Path(tempfile.mkdtemp(prefix=f"slurm_fsm-{os.getuid()}-", dir=root))
+    except OSError as exc:
+        raise OSError(f"{taken}; and no folder of its own can be made in {root}: "
+                      f"{exc.strerror or exc}") from exc
+    _FRESH[root] = _private_dir(made)
+    return made
 
 
 def _write_shim(target: Path, text: str) -> None:
@@ -475,23 +501,15 @@ def _write_shim(target: Path, text: str) -> None:
 
 def shim_env(path: str) -> dict[str, str]:
     """The variables that put the shims first on a script's ``PATH`` (``path``: the
-    PATH it would have otherwise). Where no private directory can be made, bash
-    functions ``scancel``, ``salloc`` and ``sbatch`` are exported instead (bash scripts
-    and their bash children still get the shims)."""
-    base_path = path
-    env = {}
+    PATH it would have otherwise). OSError when no private folder can hold them: the
+    script is not run without its shims (an exported bash function, the old stand-in,
+    is dropped by ``/bin/sh`` and ``env``: issue 43 item 6)."""
     try:
-        env["PATH"] = f"{shim_dir()}{os.pathsep}{base_path}"
-    except OSError:
-        env["PATH"] = base_path
-        exe = shlex.quote(sys.executable or "python3")
-        env["BASH_FUNC_scancel%%"] = (
-            f"() {{ {exe} -I -S {shlex.quote(str(Path(__file__).resolve()))} \"$@\"; }}")
-        for tool in SUBMIT_TOOLS:  # a subshell: unset, then exec the real tool (PATH)
-            env[f"BASH_FUNC_{tool}%%"] = (
-                f"() {{ ( for v in ${SCRIPT_VARS_ENV}; do unset \"$v\"; done; "
-                f"unset {SCRIPT_VARS_ENV} {ALLOCATION_ENV}; exec {tool} \"$@\" ); }}")
-    return env
+        where = shim_dir()
+    except OSError as exc:
+        raise OSError(f"no private folder for the scancel shim ({exc}): a persistent "
+                      "run's script is not started without it") from exc
+    return {"PATH": f"{where}{os.pathsep}{path}"}
 
 
 if __name__ == "__main__":

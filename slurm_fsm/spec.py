@@ -16,6 +16,7 @@ the ``slurm_params.`` prefix).
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
 import os
 import re
@@ -52,6 +53,7 @@ __all__ = [
     "SlurmEnv",
     "SlurmParams",
     "WorkflowType",
+    "default_job_name",
     "script_problems",
 ]
 
@@ -385,6 +387,19 @@ class SlurmEnv:
     __attrs_post_init__ = _validate
 
 
+def default_job_name(account: str, repo_root: Path, *, warm_successor: bool) -> str:
+    """The allocation's job name when ``alloc_job_name`` is not set:
+    ``<account>-trtllm.persistent``. A warm-successor checkout asks
+    ``--dependency=singleton``, which Slurm applies per user and job name: its name
+    carries the checkout (the first 8 hex digits of the hash in its ``--comment`` tag,
+    :func:`slurm_fsm.ownership.checkout_tag`), so one checkout's fence never holds
+    another checkout's allocations (issue 43 item 3)."""
+    if not warm_successor:
+        return f"{account}{DEFAULT_JOB_NAME_SUFFIX}"
+    digest = hashlib.sha256(str(repo_root).encode()).hexdigest()[:8]
+    return f"{account}-{digest}{DEFAULT_JOB_NAME_SUFFIX}"
+
+
 @attrs.frozen
 class JobSpec:
     """A job for slurm_fsm. Paths are absolute (relative ones resolved on load)."""
@@ -443,8 +458,11 @@ class JobSpec:
 
     @property
     def job_name(self) -> str:
-        """``<account>-trtllm.persistent`` unless ``alloc_job_name`` is set."""
-        return self.alloc_job_name or f"{self.slurm_params.account}{DEFAULT_JOB_NAME_SUFFIX}"
+        """``alloc_job_name`` when set, else :func:`default_job_name`:
+        ``<account>-trtllm.persistent``, with ``warm_successor`` the checkout's own
+        ``<account>-<8 hex of repo_root>-trtllm.persistent``."""
+        return self.alloc_job_name or default_job_name(
+            self.slurm_params.account, self.repo_root, warm_successor=self.warm_successor)
 
     @property
     def state_path(self) -> Path:

@@ -781,3 +781,68 @@ def test_a_successor_file_recording_a_shape_slurm_did_not_grant_is_judged_on_the
     assert "Switching" not in m.path
     assert fake.jobs[succ.job_id].state == "CANCELLED"
     assert m.alloc is not None and m.alloc.job_id == old.job_id
+
+
+def test_another_checkouts_singleton_never_holds_this_checkouts_allocation(
+        tmp_path: Path, fake: FakeCluster) -> None:
+    """Issue 43 item 3: Slurm's ``--dependency=singleton`` is per user and job name, and
+    the default name comes from the account. Two warm-successor checkouts of one user
+    each get a name of their own (the checkout's hash in it), so the second checkout's
+    first allocation runs at once instead of PENDING (Dependency) behind the first's;
+    the fence "at most 2 per checkout" stays per checkout."""
+    from slurm_fsm.testing import make_spec
+
+    one, two = (make_spec(tmp_path / c, alloc_time_limit="01:00:00",
+                          expected_duration_seconds=EXPECTED, warm_successor=True)
+                for c in ("one", "two"))
+    assert one.job_name != two.job_name
+    assert one.slurm_params.account in one.job_name
+    first = first_allocation(one, fake)
+    fake.clock.advance(5)
+    m = machine(two, fake)
+    assert m.prepare() is State.Ready
+    assert m.alloc is not None and m.alloc.job_id != first.job_id
+    assert m.path == ["NoState", "Allocating", "Importing", "Installing", "Ready"] or \
+        m.path[-1] == "Ready"
+    assert fake.jobs[m.alloc.job_id].started_at == fake.jobs[m.alloc.job_id].submitted_at
+    assert sorted(live_allocations(fake)) == sorted([first.job_id, m.alloc.job_id])
+
+
+def test_the_name_without_warm_successor_or_when_set_is_unchanged(tmp_path: Path) -> None:
+    from slurm_fsm.testing import make_spec
+
+    plain = make_spec(tmp_path / "a")
+    assert plain.job_name == f"{plain.slurm_params.account}-trtllm.persistent"
+    named = make_spec(tmp_path / "b", warm_successor=True, alloc_job_name="mine")
+    assert named.job_name == "mine"
+    again = make_spec(tmp_path / "a", warm_successor=True)
+    assert again.job_name == make_spec(tmp_path / "a", warm_successor=True).job_name
+
+
+@pytest.mark.parametrize("planted", ["link", "foreign"])
+def test_a_planted_successor_log_leaves_todays_path(
+        spec: JobSpec, fake: FakeCluster, tmp_path: Path, planted: str) -> None:
+    """Issue 43 item 8: a link or another user's file at ``.salloc.log.successor``
+    makes the optional hand-off fail, never the run: the job still runs on the current
+    allocation (today's path), nothing is written through the link, no successor."""
+    first = first_allocation(spec, fake)
+    log = StatePaths.for_state_file(spec.state_path).successor_salloc_log
+    target = tmp_path / "elsewhere"
+    target.write_text("keep\n")
+    if planted == "link":
+        log.symlink_to(target)
+    else:
+        log.write_text("theirs\n")
+        os.chown(log, 12345, 12345)
+    fake.clock.advance(HOUR - DUE_AT)
+    m = machine(spec, fake)
+    assert m.prepare() is State.Ready, m.path
+    assert m.alloc is not None and m.alloc.job_id == first.job_id
+    assert "QueueingSuccessor" in m.path
+    assert successor_file(spec) is None
+    assert live_allocations(fake) == [first.job_id]
+    assert target.read_text() == "keep\n"
+    assert any("successor" in t.reason and "salloc log" in t.reason for t in m.history)
+    again = machine(spec, fake)  # the next run tries again, and falls back again
+    assert again.prepare() is State.Ready and again.alloc is not None
+    assert again.alloc.job_id == first.job_id

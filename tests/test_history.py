@@ -277,3 +277,60 @@ def test_each_line_is_parsed_once_and_every_change_is_read(
     assert history.durations("k") == [1.0]
     path.unlink()
     assert history.entries() == []
+
+
+# ------------------------------------------------ hostile lines and files (issue 43 item 5)
+
+#: lines another program (or a user) could put in the file: each is skipped, never raised
+HOSTILE_LINES = [
+    '{"key":"k","status":"PASSED","run_s":' + "9" * 400 + "}",  # int past float range
+    '{"key":"k","status":"PASSED","import_s":1' + "0" * 5000 + "}",  # past int digits
+    "[" * 5000 + "]" * 5000,  # nesting past the recursion limit
+    "[" * 2000 + "]" * 2000,  # the same within the length bound
+    '{"key":"k","x":' + "[" * 3000 + "]" * 3000 + "}",
+    '{"key":"k","status":"PASSED","run_s":5,"nodes":' + "9" * 400 + "}",
+    '{"key":"' + "k" * 100_000 + '","status":"PASSED","run_s":5}',  # an endless line
+    '{"key":"k","status":"PASSED","run_s":1e999}',
+    '{"key":"k","status":"PASSED","run_s":NaN}',
+    '{"key":"k","status":"PASSED","run_s":5,"nodes":-3}',
+]
+
+
+@pytest.mark.parametrize("line", HOSTILE_LINES, ids=range(len(HOSTILE_LINES)))
+def test_a_hostile_line_is_skipped_never_raised(tmp_path: Path, line: str) -> None:
+    path = tmp_path / "h.jsonl"
+    good = RunEntry(key="k", status="PASSED", run_s=5.0).to_json()
+    path.write_text(f"{good}\n{line}\n{good}\n")
+    entries = RunHistory(path).entries()
+    assert [e.run_s for e in entries if e.key == "k" and e.status == "PASSED"][:1] == [5.0]
+    assert all(e.key == "k" for e in entries)
+    assert all(e.nodes is None or 0 < e.nodes <= 1_000_000 for e in entries)
+    assert RunEntry.from_json(line) is None or RunEntry.from_json(line) in entries
+
+
+def test_a_history_others_can_write_is_not_read_and_not_extended(tmp_path: Path) -> None:
+    """A history file of the user that the group or others can write could hold anyone's
+    lines: it is not read (the estimate falls back), and the next run's entry starts a
+    new private file instead of trusting what is there."""
+    path = tmp_path / "h.jsonl"
+    planted = RunEntry(key="k", status="PASSED", run_s=99999.0).to_json()
+    for mode in (0o666, 0o646, 0o664):
+        path.write_text(planted + "\n")
+        path.chmod(mode)
+        assert RunHistory(path).entries() == [], oct(mode)
+    RunHistory(path).append(RunEntry(key="k", status="PASSED", run_s=5.0))
+    assert path.stat().st_mode & 0o022 == 0
+    assert RunHistory(path).durations("k") == [5.0]
+
+
+def test_an_unterminated_line_never_costs_the_runs_own_entry(tmp_path: Path) -> None:
+    """Issue 43 item 8: a history of one huge line without its newline: the run's
+    own entry goes on a line of its own and survives the trim."""
+    path = tmp_path / "h.jsonl"
+    with path.open("wb") as fh:
+        fh.write(b'{"key":"junk","pad":"' + b"x" * (3 * MAX_HISTORY_BYTES))
+    path.chmod(0o644)
+    history = RunHistory(path)
+    history.append(RunEntry(key="k", status="PASSED", run_s=5.0))
+    assert os.path.getsize(path) <= MAX_HISTORY_BYTES  # trimmed
+    assert history.durations("k") == [5.0]

@@ -122,14 +122,45 @@ def test_the_shim_file_runs_this_module_and_lives_in_a_private_directory(
     assert (where.parent.stat().st_mode & 0o777) == 0o700
 
 
-def test_a_planted_shared_directory_is_not_used(tmp_path: Path) -> None:
+@pytest.mark.parametrize("planted", ["open", "link", "file"])
+def test_a_planted_directory_is_not_used_a_private_one_is(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, planted: str) -> None:
+    """Issue 43 item 6: whoever makes ``slurm_fsm-<uid>`` first (a folder open to
+    others, a link, a file) does not turn the shim off: the shims go into a fresh
+    private folder (``mkdtemp``), never into the planted one, and no exported bash
+    function stands in for them (``/bin/sh`` and ``env`` drop those)."""
     top = tmp_path / f"slurm_fsm-{os.getuid()}"
-    top.mkdir(mode=0o777)
-    top.chmod(0o777)
-    with pytest.raises(OSError, match="not a private directory"):
-        scancelshim.shim_dir(tmp_path)
+    if planted == "open":
+        top.mkdir(mode=0o777)
+        top.chmod(0o777)
+    elif planted == "link":
+        (tmp_path / "elsewhere").mkdir(mode=0o700)
+        top.symlink_to(tmp_path / "elsewhere")
+    else:
+        top.write_text("")
+    where = scancelshim.shim_dir(tmp_path)
+    assert top not in where.parents and tmp_path / "elsewhere" not in where.parents
+    assert where.parent.parent == tmp_path
+    assert (where.parent.stat().st_mode & 0o777) == 0o700
+    assert where.parent.stat().st_uid == os.getuid()
+    assert (where / "scancel").read_text() == scancelshim.shim_text()
+    assert scancelshim.shim_dir(tmp_path) == where  # one place for the process's runs
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
     env = scancelshim.shim_env("/usr/bin")
-    assert env["PATH"].endswith("/usr/bin")
+    assert env["PATH"] == f"{where}{os.pathsep}/usr/bin"
+    assert not any(k.startswith("BASH_FUNC_") for k in env)
+
+
+def test_no_private_place_at_all_refuses_the_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nowhere private to put the shims: an error naming the folder, never a script
+    run without them."""
+    (tmp_path / f"slurm_fsm-{os.getuid()}").write_text("")
+    monkeypatch.setattr(scancelshim.tempfile, "mkdtemp",
+                        lambda **kw: (_ for _ in ()).throw(PermissionError(13, "denied")))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    with pytest.raises(OSError, match="no private folder for the scancel shim"):
+        scancelshim.shim_env("/usr/bin")
 
 
 # ------------------------------------------------------- jobs the script submits itself

@@ -16,7 +16,7 @@ from slurm_fsm.testing.fake import FakeClock
 from conftest import SpecFactory
 
 
-def _view(fake: FakeCluster) -> tuple[SharedView, str]:
+def _view(fake: FakeCluster, tmp_path: Path) -> tuple[SharedView, str]:
     """A view over a fake with one running allocation."""
     from slurm_fsm.backend import AllocationRequest
     from slurm_fsm.duration import Duration
@@ -26,7 +26,7 @@ def _view(fake: FakeCluster) -> tuple[SharedView, str]:
     job_id = fake.allocate(AllocationRequest(
         job_name="x", partition=DEFAULT_PARTITION, account=DEFAULT_ACCOUNT, nodes=1,
         gpus_per_node=1,
-        time_limit=Duration.parse("01:00:00"), log_path=Path("/dev/null")))
+        time_limit=Duration.parse("01:00:00"), log_path=tmp_path / ".salloc.log"))
     return view, job_id
 
 
@@ -34,9 +34,9 @@ def _ops(fake: FakeCluster) -> Counter[str]:
     return Counter(c.op for c in fake.calls)
 
 
-def test_an_answer_is_reused_only_within_its_age() -> None:
+def test_an_answer_is_reused_only_within_its_age(tmp_path: Path) -> None:
     fake = FakeCluster()
-    view, job_id = _view(fake)
+    view, job_id = _view(fake, tmp_path)
     clock = view.clock
     assert isinstance(clock, FakeClock)
     before = _ops(fake)["query_job"]
@@ -49,9 +49,9 @@ def test_an_answer_is_reused_only_within_its_age() -> None:
     assert at3 > at and _ops(fake)["query_job"] == before + 2
 
 
-def test_not_before_never_gives_an_answer_seen_or_older() -> None:
+def test_not_before_never_gives_an_answer_seen_or_older(tmp_path: Path) -> None:
     fake = FakeCluster()
-    view, job_id = _view(fake)
+    view, job_id = _view(fake, tmp_path)
     before = _ops(fake)["query_job"]
     _, at = view.query_job(job_id)
     _, at2 = view.query_job(job_id, not_before=at)  # within the age, but already seen
@@ -59,7 +59,7 @@ def test_not_before_never_gives_an_answer_seen_or_older() -> None:
     assert view.reused == 0 and at2 >= at
 
 
-def test_errors_are_not_shared() -> None:
+def test_errors_are_not_shared(tmp_path: Path) -> None:
     calls = []
 
     class Flaky(FakeCluster):
@@ -70,14 +70,14 @@ def test_errors_are_not_shared() -> None:
             return super().query_job(job_id)
 
     fake = Flaky()
-    view, job_id = _view(fake)
+    view, job_id = _view(fake, tmp_path)
     with pytest.raises(ControllerUnreachable):
         view.query_job(job_id)
     view.query_job(job_id)  # asked again: the failure was not kept
     assert len(calls) == 2
 
 
-def test_one_question_in_flight_at_a_time() -> None:
+def test_one_question_in_flight_at_a_time(tmp_path: Path) -> None:
     """Siblings that ask while an answer is being asked wait for it: one srun."""
     started, release = threading.Event(), threading.Event()
 
@@ -88,7 +88,7 @@ def test_one_question_in_flight_at_a_time() -> None:
             return super().gpu_processes(job_id, nodes, gpus_per_node)
 
     fake = Slow(preflight=True)
-    view, job_id = _view(fake)
+    view, job_id = _view(fake, tmp_path)
     got: list[object] = []
     threads = [threading.Thread(target=lambda: got.append(view.gpu_processes(job_id, 1, 1)))
                for _ in range(4)]
@@ -104,7 +104,7 @@ def test_one_question_in_flight_at_a_time() -> None:
     assert GPU_MAX_AGE_S >= JOB_MAX_AGE_S
 
 
-def test_a_fresh_answer_is_taken_without_waiting_for_a_question_in_flight() -> None:
+def test_a_fresh_answer_is_taken_without_waiting_for_a_question_in_flight(tmp_path: Path) -> None:
     """Measured on the real cluster: the first step 0 of a run_many's second wave
     waited 97 ms behind the first wave's allocation-end questions (each needs an answer
     asked after its own script's end, so each asks anew, one at a time), though the
@@ -123,7 +123,7 @@ def test_a_fresh_answer_is_taken_without_waiting_for_a_question_in_flight() -> N
             return super().query_job(job_id)
 
     fake = Slow()
-    view, job_id = _view(fake)
+    view, job_id = _view(fake, tmp_path)
     _, at = view.query_job(job_id)  # a fresh answer is kept
     slow.set()
     later = threading.Thread(target=view.query_job, args=(job_id,),
@@ -159,13 +159,13 @@ def _hold_slot(view: SharedView) -> tuple[threading.Thread, threading.Event]:
     return t, done
 
 
-def test_end_checks_of_jobs_ending_together_share_one_question() -> None:
+def test_end_checks_of_jobs_ending_together_share_one_question(tmp_path: Path) -> None:
     """The allocation-end checks of jobs that end while other jobs of the batch run
     wait for each other (at most ``end_gather_s``) and share one ``squeue``: measured
     on the real cluster, 24 tiny jobs asked 21 of them, one per job. The wait ends at
     once when no job of the batch holds a slot any more (here: the holder's end)."""
     fake = FakeCluster()
-    view, job_id = _view(fake)
+    view, job_id = _view(fake, tmp_path)
     view = SharedView(fake, fake.clock, slots=3, end_gather_s=30.0)
     holder, done = _hold_slot(view)
     before = _ops(fake)["query_job"]
@@ -190,10 +190,10 @@ def test_end_checks_of_jobs_ending_together_share_one_question() -> None:
     assert _ops(fake)["query_job"] == before + 1
 
 
-def test_an_end_check_with_no_job_running_asks_at_once() -> None:
+def test_an_end_check_with_no_job_running_asks_at_once(tmp_path: Path) -> None:
     """No other job of the batch runs (the batch's last ones): nothing to wait for."""
     fake = FakeCluster()
-    _, job_id = _view(fake)
+    _, job_id = _view(fake, tmp_path)
     view = SharedView(fake, fake.clock, slots=3, end_gather_s=60.0)
     got: list[object] = []
     t = threading.Thread(target=lambda: got.append(
@@ -203,9 +203,9 @@ def test_an_end_check_with_no_job_running_asks_at_once() -> None:
     assert not t.is_alive() and len(got) == 1
 
 
-def test_an_end_check_waits_no_longer_than_its_gather_time() -> None:
+def test_an_end_check_waits_no_longer_than_its_gather_time(tmp_path: Path) -> None:
     fake = FakeCluster()
-    _, job_id = _view(fake)
+    _, job_id = _view(fake, tmp_path)
     view = SharedView(fake, fake.clock, slots=3, end_gather_s=0.05)
     holder, done = _hold_slot(view)
     try:
@@ -217,18 +217,18 @@ def test_an_end_check_waits_no_longer_than_its_gather_time() -> None:
         holder.join(10)
 
 
-def test_an_end_check_never_takes_an_answer_asked_before_its_end() -> None:
+def test_an_end_check_never_takes_an_answer_asked_before_its_end(tmp_path: Path) -> None:
     fake = FakeCluster()
-    _, job_id = _view(fake)
+    _, job_id = _view(fake, tmp_path)
     view = SharedView(fake, fake.clock, slots=3, end_gather_s=0.0)
     _, at = view.query_job(job_id)
     _, at2 = view.allocation_end_row(job_id, ended_at=at)
     assert at2 >= at and view.asked == 2
 
 
-def test_the_view_is_active_only_where_it_was_made_active() -> None:
+def test_the_view_is_active_only_where_it_was_made_active(tmp_path: Path) -> None:
     fake = FakeCluster()
-    view, _ = _view(fake)
+    view, _ = _view(fake, tmp_path)
     assert current(fake) is None
     assert active(view).run(current, fake) is view
     assert active(view).run(current, FakeCluster()) is None  # another backend: not shared

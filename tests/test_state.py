@@ -217,7 +217,11 @@ def test_undecodable_files_are_corrupt(tmp_path: Path, content: bytes, reason: s
         store.read()
 
 
-@pytest.mark.parametrize("bad", ["-1", "--help", "12;rm", "12 13", "0", "$(id)", -1])
+@pytest.mark.parametrize("bad", ["-1", "--help", "12;rm", "12 13", "0", "$(id)", -1,
+                                 # past what squeue reads (issue 43 item 8): squeue -j
+                                 # 4294967295 says "Invalid job id", never "not found"
+                                 "4294967295", "4294967294", "2147483648", "9999999999",
+                                 "2147483648_1", "2147483648+1"])
 def test_a_job_id_that_is_not_one_makes_the_file_corrupt(tmp_path: Path, bad: object) -> None:
     store = StateStore(tmp_path / ".slurm_alloc.json")
     data = json.loads(ORIGINAL)

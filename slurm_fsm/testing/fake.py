@@ -35,6 +35,7 @@ from typing import Any
 import attrs
 import hostlist
 
+from slurm_fsm import files
 from slurm_fsm.backend import (
     AllocationRequest,
     BatchRequest,
@@ -57,6 +58,7 @@ from slurm_fsm.errors import (
     AllocationFailed,
     CommandFailed,
     ControllerUnreachable,
+    FileProblem,
     JobNotFound,
 )
 from slurm_fsm.jobstate import JobState, to_job_state
@@ -965,9 +967,10 @@ class FakeCluster:
                 return own[0].job_id
         log = request.log_path
         log.parent.mkdir(parents=True, exist_ok=True)
+        _write_salloc_log(log, "")  # as the subprocess backend: never through a link
         error = self._request_error(request.partition, request.account, request.nodes, "salloc")
         if error:
-            log.write_text(error, encoding="utf-8")
+            _write_salloc_log(log, error)
             raise AllocationFailed(["salloc"], 1, error,
                                    "salloc did not create an allocation")
         # as salloc does: --nodes=2 --ntasks=1 "can't run 1 processes on 2 nodes, setting
@@ -993,9 +996,8 @@ class FakeCluster:
             raise ControllerUnreachable(
                 "salloc: error: Socket timed out on send/recv operation (the answer for "
                 f"job {job.job_id} was lost)")
-        log.write_text(f"salloc: Pending job allocation {job.job_id}\n"
-                       f"salloc: job {job.job_id} queued and waiting for resources\n",
-                       encoding="utf-8")
+        _write_salloc_log(log, f"salloc: Pending job allocation {job.job_id}\n"
+                          f"salloc: job {job.job_id} queued and waiting for resources\n")
         return job.job_id
 
     def _request_error(self, partition: str | None, account: str | None, nodes: int,
@@ -1444,3 +1446,15 @@ class FakeCluster:
                 r.terminate()
                 return f"fake script {r.job_id}.{r.step_id}"
         return None
+
+
+def _write_salloc_log(log: Path, text: str) -> None:
+    """``salloc``'s output at ``log``, opened as :class:`SubprocessBackend` opens it
+    (:func:`slurm_fsm.files.open_private`): a link or another user's file there is an
+    :class:`AllocationFailed` before anything is allocated."""
+    try:
+        with files.open_private(log) as fh:
+            fh.write(text.encode("utf-8"))
+    except FileProblem as problem:
+        raise AllocationFailed(["salloc"], 1, "", f"the salloc log cannot be written: "
+                               f"{problem}; nothing was allocated") from None
