@@ -549,6 +549,8 @@ _XID = re.compile(r"^(?:(?P<node>[A-Za-z][\w.-]*):\s+)?(?:\[[^\]]*\]\s*)*"
 _ELASTIC_FAILED = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<rank>\d+)")
 #: States of a job Slurm holds instead of ending it: no timeout makes it run.
 _HELD = frozenset({JobState.SPECIAL_EXIT, JobState.REQUEUE_HOLD, JobState.RESV_DEL_HOLD})
+#: slurmstepd's line when Slurm pre-empts a job (or a step of it)
+_PREEMPTED = re.compile(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+ DUE TO PREEMPTION")
 #: slurmstepd's line when Slurm requeues a running job (``scontrol requeue``/``requeuehold``)
 _REQUEUED = re.compile(r"\*\*\* JOB \d+ ON \S+ CANCELLED AT \S+ DUE TO JOB REQUEUE")
 
@@ -643,6 +645,7 @@ def diagnose(
     workflow_type: WorkflowType | None = None,
     allocation_id: str | None = None,
     timed_out_steps: Sequence[str] = (),
+    container: bool = True,
 ) -> list[dict[str, str]]:
     """Rows of procedure.md's failure diagnosis table that apply, plus a few more.
 
@@ -657,6 +660,8 @@ def diagnose(
     persistent run's steps ran in (whose nodes a row about a node looks up; it tells a
     step of the allocation from one of a job the script submitted itself).
     ``timed_out_steps``: the steps (``ALLOC.N``) Slurm ended at their own time limit.
+    ``container``: the spec runs a container (an empty log is not blamed on one
+    otherwise).
     """
     if status in (Status.PASSED, Status.RELEASED):
         return []
@@ -711,9 +716,16 @@ def diagnose(
     if state in (JobState.NODE_FAIL, JobState.BOOT_FAIL):
         rows.append(_row(state, "a node of the job failed",
                          "re-run; `sinfo -R` shows why the node is down"))
-    if log_empty:
+    if log_empty and container:
         rows.append(_row("empty output log", "container did not start",
                          "check .err / .salloc.log for mount or image errors"))
+    elif log_empty:
+        rows.append(_row("empty output log",
+                         "the script wrote nothing to the log read here: it writes its "
+                         "output elsewhere (its own --output, a redirection), or it did "
+                         "not start",
+                         "check .err and the files the script writes; the spec's "
+                         "log_file_pattern names the log read"))
     if status is Status.HANG_DETECTED:
         rows.append(_row("HANG_DETECTED", "deadlock, NCCL timeout",
                          "job cancelled (persistent mode: only its step); "
@@ -723,6 +735,12 @@ def diagnose(
                          "read the last 100 lines of the build log"))
 
     cleaned = [_clean(line) for line in log_lines]
+    if any(_PREEMPTED.search(line) for line in cleaned):
+        rows.append(_row("*** JOB ... CANCELLED ... DUE TO PREEMPTION ***",
+                         "pre-empted: Slurm stopped the job for a job of higher priority "
+                         "(a partition or QOS with PreemptMode)",
+                         "resubmit, or let Slurm requeue it (sbatch --requeue); a partition "
+                         "or QOS that is not preemptible avoids it"))
     if any(_UNABLE_TO_CREATE_STEP.search(line) for line in cleaned):
         rows.append(_row("srun: error: Unable to create step", "allocation expired",
                          "drop the state file and re-run (re-allocates)"))
@@ -994,7 +1012,8 @@ def _judged(facts: RunFacts, spec: JobSpec) -> Report:
                          job_id=facts.job_id, failure_hits=failure_hits,
                          success_missing=success_missing, metrics=metrics,
                          workflow_type=spec.workflow_type, allocation_id=facts.allocation_id,
-                         timed_out_steps=_timed_out(ends))
+                         timed_out_steps=_timed_out(ends),
+                         container=spec.docker_image is not None or bool(spec.container_name))
     summary = (f"{status.value}: {facts.summary}" if facts.summary is not None
                else _summary(status, decision.reason, facts, wf.summarize(metrics)))
     metrics = _with_run_metrics(facts, {**metrics, "success_hits": success_hits,

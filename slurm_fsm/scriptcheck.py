@@ -25,7 +25,8 @@ from slurm_fsm.files import FileProblem, read_bounded
 from slurm_fsm.spec import JobSpec, script_problems
 
 __all__ = ["MAX_SCRIPT_BYTES", "batch_job_problems", "batch_placement",
-           "container_name_problems", "input_problems", "read_script_text",
+           "container_name_problems", "input_problems", "line_ending_problems",
+           "read_script_text",
            "script_container_names"]
 
 #: A job script is a few kilobytes; a larger one is not read for this check.
@@ -171,13 +172,27 @@ def batch_job_problems(spec: JobSpec) -> list[str]:
             "task or component is judged), or remove the line"]
 
 
+def line_ending_problems(spec: JobSpec) -> list[str]:
+    """A script with Windows line endings (CRLF): refused in both modes, before Slurm.
+    ``sbatch`` refuses it itself ("Batch script contains DOS line breaks"), while
+    ``bash`` in persistent mode would run every line with a ``\r`` at its end: the same
+    spec must meet the same answer in both."""
+    if "\r\n" not in read_script_text(spec.script_path):
+        return []
+    return [f"script_path: {spec.script_path} has Windows line endings (CRLF): sbatch "
+            "refuses such a script and bash sees a carriage return at the end of every "
+            f"line; convert it (`dos2unix {spec.script_path}`, or `sed -i 's/\\r$//'`)"]
+
+
 def input_problems(spec: JobSpec) -> list[str]:
     """The job script, checked before any Slurm command: it is a file
     (:func:`slurm_fsm.spec.script_problems`), its own ``--container-name`` is the
-    spec's (:func:`container_name_problems`), and it makes no array or heterogeneous
-    job in persistent mode (:func:`batch_job_problems`). The CLI's ``run`` and the
-    executor ask this one function."""
+    spec's (:func:`container_name_problems`), it makes no array or heterogeneous
+    job in persistent mode (:func:`batch_job_problems`), and its lines end as Unix's
+    (:func:`line_ending_problems`). The CLI's ``run`` and the executor ask this one
+    function."""
     problems = script_problems(spec.script_path)
     if problems:
         return problems
-    return container_name_problems(spec) + batch_job_problems(spec)
+    return (line_ending_problems(spec) + container_name_problems(spec)
+            + batch_job_problems(spec))
