@@ -33,10 +33,13 @@ import attrs
 from slurm_fsm import files
 from slurm_fsm.runowner import Owner, RunFiles, is_run_id
 
-__all__ = ["TASK_LIMIT", "Task", "main", "spawn"]
+__all__ = ["OUTPUT_LIMIT", "TASK_LIMIT", "Task", "main", "spawn"]
 
 #: The most bytes of task the supervisor reads from its stdin.
 TASK_LIMIT = 1 << 20
+#: The most bytes of the job's own output the progress file repeats (the job's log has
+#: all of it: ``slurm-fsm logs RUN_ID``); a 2 GB log is not written twice.
+OUTPUT_LIMIT = 16 << 20
 
 
 @attrs.frozen(kw_only=True)
@@ -113,9 +116,26 @@ def _stop(signum: int, _frame: object) -> None:
     raise _Stopped(signum)
 
 
+def _events() -> Any:
+    """The supervisor's progress: a foreground run's, into the progress file, with at
+    most :data:`OUTPUT_LIMIT` bytes of the job's own output."""
+    from slurm_fsm.progress import StderrEvents
+
+    class Progress(StderrEvents):
+        written = 0
+
+        def output(self, text: str) -> None:
+            if self.written < OUTPUT_LIMIT:
+                self.written += len(text)
+                super().output(text if self.written < OUTPUT_LIMIT else
+                               text + f"\n[slurm-fsm: the job's output goes on in its log "
+                               f"only, past {OUTPUT_LIMIT >> 20} MiB here]\n")
+
+    return Progress(stream_output=True, stream=sys.stdout, plain_interval_s=10.0)
+
+
 def _run(task: Task, state_path: Path, run_id: str) -> int:
     from slurm_fsm.executor import Executor
-    from slurm_fsm.progress import StderrEvents
     from slurm_fsm.spec import JobSpec
 
     spec = JobSpec.from_dict(task.spec, check_script=False)
@@ -127,7 +147,7 @@ def _run(task: Task, state_path: Path, run_id: str) -> int:
         from slurm_fsm.subprocess_backend import SubprocessBackend
 
         backend = SubprocessBackend()
-    events = StderrEvents(stream_output=True, stream=sys.stdout, plain_interval_s=10.0)
+    events = _events()
     executor = Executor(spec, backend, events=events, state_path=state_path, run_id=run_id,
                         owner=Owner.SUPERVISOR, spec_path=task.spec_path,
                         progress=str(RunFiles(state_path).progress_path(run_id)),

@@ -281,3 +281,16 @@ def test_a_stop_after_the_script_ended_is_judged_from_the_job_not_cancelled(
     assert live.status.name == "PASSED"
     assert any("stopped by SIGTERM after the script had ended (exit code 0)" in n
                for n in stopped.notes)
+
+
+def test_the_progress_file_repeats_the_jobs_output_only_up_to_a_bound(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from slurm_fsm import supervise
+
+    monkeypatch.setattr(supervise, "OUTPUT_LIMIT", 100)
+    events = supervise._events()
+    for i in range(50):
+        events.output(f"line {i:04d}\n")
+    out = capsys.readouterr().out
+    assert "line 0000" in out and "line 0049" not in out
+    assert out.count("goes on in its log only") == 1
