@@ -32,6 +32,19 @@ def _cmdline(pid: int) -> list[str]:
     return [a.decode() for a in raw.split(b"\0")[:-1]]
 
 
+def _assert_sleeps_until_its_srun_ends(task: subprocess.Popen[str]) -> None:
+    """The task said it is up, then became ``sleep infinity`` (no probing)."""
+    try:
+        assert task.stdout is not None and task.stdout.readline().strip() == LEASE_UP
+        deadline = time.monotonic() + 30
+        while _cmdline(task.pid) != ["sleep", "infinity"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _cmdline(task.pid) == ["sleep", "infinity"]
+    finally:
+        task.kill()
+        task.communicate()
+
+
 def test_the_lease_lives_while_its_srun_answers_and_ends_once_it_is_gone() -> None:
     server = socket.create_server(("127.0.0.1", 0))
     port = server.getsockname()[1]
@@ -53,16 +66,7 @@ def test_the_lease_lives_while_its_srun_answers_and_ends_once_it_is_gone() -> No
 
 
 def test_without_an_address_to_ask_the_lease_sleeps_until_its_srun_ends() -> None:
-    task = _task({})
-    try:
-        assert task.stdout is not None and task.stdout.readline().strip() == LEASE_UP
-        deadline = time.monotonic() + 30
-        while _cmdline(task.pid) != ["sleep", "infinity"] and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert _cmdline(task.pid) == ["sleep", "infinity"]
-    finally:
-        task.kill()
-        task.communicate()
+    _assert_sleeps_until_its_srun_ends(_task({}))
 
 
 def test_a_first_question_that_fails_means_no_probing_not_an_orphan() -> None:
@@ -71,13 +75,5 @@ def test_a_first_question_that_fails_means_no_probing_not_an_orphan() -> None:
     closed = socket.create_server(("127.0.0.1", 0))
     port = closed.getsockname()[1]
     closed.close()
-    task = _task({"SLURM_SRUN_COMM_HOST": "127.0.0.1", "SLURM_SRUN_COMM_PORT": str(port)})
-    try:
-        assert task.stdout is not None and task.stdout.readline().strip() == LEASE_UP
-        deadline = time.monotonic() + 30
-        while _cmdline(task.pid) != ["sleep", "infinity"] and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert _cmdline(task.pid) == ["sleep", "infinity"]
-    finally:
-        task.kill()
-        task.communicate()
+    _assert_sleeps_until_its_srun_ends(
+        _task({"SLURM_SRUN_COMM_HOST": "127.0.0.1", "SLURM_SRUN_COMM_PORT": str(port)}))
