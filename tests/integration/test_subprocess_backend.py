@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -156,16 +157,22 @@ def test_allocation_lifecycle(
     assert backend.gpu_processes(job_id, 2) == []  # no nvidia-smi on these nodes
     assert backend.list_steps(job_id) == []
 
-    # a long step, seen by list_steps, cancelled alone: the allocation stays
+    # a long step, seen by list_steps, cancelled alone: the allocation stays.
+    # Its tasks say when they run: a step cancelled while srun still launches it
+    # ends with "aborted before step completely launched", not "CANCELLED" (seen in CI).
     outcome: list[StepResult] = []
-    long_step = StepRequest(job_id=job_id, argv=("sleep", "60"), nodes=2, timeout_s=60)
+    started = tmp_path / "started"
+    started.mkdir()
+    script = f"touch {shlex.quote(str(started))}/$SLURM_PROCID; exec sleep 60"
+    long_step = StepRequest(job_id=job_id, argv=("bash", "-c", script), nodes=2, timeout_s=60)
     thread = threading.Thread(target=lambda: outcome.append(backend.run_step(long_step)))
     thread.start()
     try:
-        steps = until("the sleep step", lambda: backend.list_steps(job_id) or None)
+        until("both tasks run", lambda: len(list(started.iterdir())) == 2 or None)
+        steps = until("the long step", lambda: backend.list_steps(job_id) or None)
         (step,) = steps
         assert step.job_id == job_id and step.step_id.isdigit()
-        assert step.name == "sleep" and step.state == "RUNNING"
+        assert step.name == "bash" and step.state == "RUNNING"
         t0 = time.monotonic()
         backend.cancel(job_id, step.step_id)
         thread.join(timeout=30)
