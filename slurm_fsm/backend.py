@@ -30,6 +30,8 @@ from slurm_fsm.duration import Duration
 from slurm_fsm.jobstate import JobState, to_job_state
 
 __all__ = [
+    "AgentHandle",
+    "AgentLauncher",
     "AllocationRequest",
     "BatchRequest",
     "ContainerOptions",
@@ -492,6 +494,38 @@ class LeaseHandle(Protocol):
 
     def stop(self) -> None:
         """End the step (its ``srun``) and wait for it; stopping twice is harmless."""
+        ...
+
+
+class AgentHandle(Protocol):
+    """A detached run's agent step as its starter sees it (its ``srun``), from
+    :meth:`AgentLauncher.start_agent`."""
+
+    def alive(self) -> bool:
+        """Its ``srun`` still runs (no Slurm call)."""
+        ...
+
+    def stderr_text(self) -> str:
+        """What ``srun`` (and the agent, before it took its own output) said so far."""
+        ...
+
+
+@runtime_checkable
+class AgentLauncher(Protocol):
+    """What a backend that can run a detached run's agent inside its allocation has
+    besides :class:`SlurmBackend` (:mod:`slurm_fsm.agent`). Optional: where a backend
+    has not got it (the fake cluster), the run's supervisor runs the job itself."""
+
+    def start_agent(self, job_id: str, node: str, name: str, argv: Sequence[str],
+                    task: bytes) -> AgentHandle:
+        """Start ``argv`` as step ``name`` of allocation ``job_id`` on ``node`` (one
+        task, no GPU, overlapping), ``task`` on its stdin, in a session of its own: it
+        outlives the caller (never tied to its life, unlike a lease). OSError or a
+        BackendError when it cannot be started."""
+        ...
+
+    def signal_step(self, job_id: str, step_id: str, signal_name: str) -> None:
+        """Send signal ``signal_name`` (``TERM``) to the tasks of step ``step_id``."""
         ...
 
 

@@ -34,6 +34,7 @@ from slurm_fsm.paths import StatePaths
 from slurm_fsm.report import Report
 from slurm_fsm.runowner import (
     OwnedRun,
+    Owner,
     OwnerRecord,
     RunFiles,
     RunPhase,
@@ -384,6 +385,8 @@ class DetachedRun:
         if view.state == RunState.DONE or rec is None:
             return f"run {self.run_id} has ended already"
         alive = owner_alive(rec)
+        if rec.owner is Owner.AGENT and alive is None:
+            return self._cancel_agent(rec)
         if alive is None:
             raise SlurmFsmError(f"run {self.run_id} is owned by pid {rec.pid} on {rec.host}: "
                                 f"cancel it there (`slurm-fsm cancel {self.run_id}`)")
@@ -391,6 +394,25 @@ class DetachedRun:
             os.kill(rec.pid, signal.SIGTERM)
             return f"run {self.run_id}: its {rec.owner.value} (pid {rec.pid}) was told to stop"
         return f"run {self.run_id}: its {rec.owner.value} is gone already"
+
+
+    def _cancel_agent(self, rec: OwnerRecord) -> str:
+        """Tell a run's agent to stop (SIGTERM to its step, through Slurm: it may run
+        on any node): it stops the job's steps and saves the CANCELLED report."""
+        from slurm_fsm.backend import AgentLauncher
+        from slurm_fsm.slurmcli import AGENT_STEP_PREFIX
+
+        backend = backend_for(self.view().files)
+        name = f"{AGENT_STEP_PREFIX}{self.run_id}"
+        if not isinstance(backend, AgentLauncher) or not rec.allocation_id:
+            raise SlurmFsmError(f"run {self.run_id}: its agent cannot be told from here")
+        step = next((s.step_id for s in backend.list_steps(rec.allocation_id)
+                     if s.name == name), None)
+        if step is None:
+            return f"run {self.run_id}: its agent is gone already"
+        backend.signal_step(rec.allocation_id, step, "TERM")
+        return (f"run {self.run_id}: its agent (step {rec.allocation_id}.{step} on "
+                f"{rec.host}) was told to stop")
 
 
 def attach(run_id: str, repo: str | Path = ".") -> DetachedRun:

@@ -11,6 +11,7 @@ the same way: what its path saw so far, judged once (:meth:`Executor.interrupted
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import attrs
@@ -31,6 +32,7 @@ from slurm_fsm.runowner import OnStarted, OwnedRun, Owner, RunFiles
 from slurm_fsm.runrecord import new_run_id
 from slurm_fsm.scriptcheck import input_problems
 from slurm_fsm.spec import JobSpec
+from slurm_fsm.state import AllocState
 
 __all__ = [
     "Executor",
@@ -84,6 +86,8 @@ class Executor:
         self.policy = policy or PollPolicy()
         self.pre_step = pre_step
         self._path: PersistentRun | OneShotRun | None = None
+        #: a detached persistent run's hand-over to its agent (PersistentRun.hand_over)
+        self.hand_over: Callable[[AllocState], str | None] | None = None
         self._timings: dict[str, float] = {}
         self._pre_notes: list[str] = []
         self._t0: float | None = None
@@ -105,6 +109,7 @@ class Executor:
         path = self._path = self._path_for(self.spec, warnings)
         if isinstance(path, PersistentRun):
             path.on_script_end = self.owned.script_ended
+            path.hand_over = self.hand_over
         if isinstance(path, PersistentRun) and self.spec.release_allocation:
             return self._judge(path.release())
         return self._judge(path.run())

@@ -143,6 +143,11 @@ class PersistentRun:
         #: the watch of a script that ended by itself (not a hang, not the monitor's
         #: timeout): a stop after it is judged from it (:meth:`facts_so_far`)
         self.ended_watch: Watch | None = None
+        #: a detached run's hand-over to its agent (:func:`slurm_fsm.agent.hand_over`),
+        #: asked once step 0 is done and the lease held: None when the agent holds the
+        #: run (this run then raises :class:`~slurm_fsm.agent.HandedOver`), else why not
+        #: (this process runs the job, and the report says why)
+        self.hand_over: Callable[[AllocState], str | None] | None = None
 
     # ----------------------------------------------------------------------- facts
     def _facts(self, phase: Phase, mode: Mode = Mode.PERSISTENT, **what: Any) -> RunFacts:
@@ -231,6 +236,8 @@ class PersistentRun:
         if isinstance(done, RunFacts):
             return done
         assert done is not None
+        if self.hand_over is not None and m.alloc is not None:
+            self._hand_over(m.alloc)
         steps = RunSteps(self.backend, self.runs, done, clock=self.clock,
                          say=self.events.message)
         try:
@@ -240,6 +247,25 @@ class PersistentRun:
                 steps.finish()
             if steps.finished and self.lease is not None:  # its job's steps are gone
                 self.lease.stop()
+
+    def _hand_over(self, alloc: AllocState) -> None:
+        """Hand the run to its agent; HandedOver when it holds it (this run's lease is
+        stopped then: the agent's own holds the allocation), else a warning saying why
+        this process runs the job."""
+        from slurm_fsm.agent import HandedOver
+
+        assert self.hand_over is not None
+        why = self.hand_over(alloc)
+        if why is None:
+            if self.lease is not None:
+                self.lease.stop()
+            raise HandedOver(alloc.job_id)
+        self._warn(f"{why}; the supervisor on this login node runs the job (it ends with "
+                   "the login node)")
+
+    def _warn(self, text: str) -> None:
+        self.warnings.append(text)
+        self.events.message(f"WARNING: {text}")
 
     def _step0(self, m: AllocationMachine, *, again: bool = False
                ) -> RunFacts | RunRecord | None:
@@ -270,7 +296,8 @@ class PersistentRun:
         for text in stop_leftovers(self.backend, self.runs, alloc.job_id, self.clock):
             self.warnings.append(text)
             self.events.message(f"WARNING: {text}")
-        m.start_gpu_check()  # the pre-flight's step, while the lease step starts
+        if self.hand_over is None:  # an agent asks its own
+            m.start_gpu_check()  # the pre-flight's step, while the lease step starts
         return self._take_lease(m, alloc, again=again)
 
     def _take_lease(self, m: AllocationMachine, alloc: AllocState, *, again: bool

@@ -60,11 +60,14 @@ def is_run_id(text: str) -> bool:
 
 
 class Owner(Enum):
-    """Who runs a run: the process that was asked in the foreground, or a detached
-    supervisor (:mod:`slurm_fsm.supervise`) on the login node."""
+    """Who runs a run: the process that was asked in the foreground, a detached
+    supervisor (:mod:`slurm_fsm.supervise`) on the login node, or the agent it handed
+    the run to, inside the allocation (:mod:`slurm_fsm.agent`)."""
 
     FOREGROUND = "foreground"
     SUPERVISOR = "supervisor"
+    #: a detached run's agent, inside its allocation (:mod:`slurm_fsm.agent`)
+    AGENT = "agent"
 
 
 class RunPhase(Enum):

@@ -77,6 +77,7 @@ from slurm_fsm.jobstate import JobState
 from slurm_fsm.ownership import request_comment
 
 __all__ = [
+    "AGENT_STEP_PREFIX",
     "CONTAINER_MARKS_DIR",
     "CONTAINER_REMOVE_SCRIPT",
     "CONTROLLER_UNREACHABLE_MARKERS",
@@ -144,12 +145,14 @@ __all__ = [
     "sbatch_argv",
     "sbatch_directives",
     "scancel_argv",
+    "scancel_signal_argv",
     "scontrol_granted_argv",
     "scontrol_show_job_argv",
     "scontrol_show_steps_argv",
     "squeue_find_argv",
     "squeue_job_argv",
     "squeue_steps_argv",
+    "srun_agent_argv",
     "srun_help_argv",
     "srun_lease_argv",
     "srun_step_argv",
@@ -478,6 +481,19 @@ def srun_lease_argv(job_id: str, name: str) -> list[str]:
             f"--job-name={name}", "sh", "-c", LEASE_TASK]
 
 
+#: The name of a detached run's agent step: ``fsm-agent.<run id>`` (:mod:`slurm_fsm.agent`).
+AGENT_STEP_PREFIX = "fsm-agent."
+
+
+def srun_agent_argv(job_id: str, node: str, name: str, argv: Sequence[str]) -> list[str]:
+    """``srun --overlap --gres=none -N1 -n1 -w NODE -J NAME ARGV`` of a detached run's
+    agent: one task on ``node`` that shares what it holds (one CPU) with the
+    allocation's other steps and takes no GPU, as the lease step does. Its stdin is
+    srun's (the agent's task)."""
+    return ["srun", f"--jobid={job_id}", "-N1", "-n1", f"--nodelist={node}", "--overlap",
+            "--gres=none", f"--job-name={name}", *argv]
+
+
 def mount_warmup_argv(targets: Sequence[str]) -> tuple[str, ...]:
     """One ``sh -c`` loop that ``ls``-es each container-side mount target, ignoring a
     failure (procedure.md 0E.2: the mounts are warmed, not checked): its exit status
@@ -648,6 +664,14 @@ def scancel_argv(job_id: str, step_id: str | None = None) -> list[str]:
     """``scancel ID`` or ``scancel ID.STEP`` (only the step: the allocation stays)."""
     target = f"{job_id}.{step_id}" if step_id is not None else str(job_id)
     return ["scancel", target]
+
+
+def scancel_signal_argv(job_id: str, step_id: str, signal_name: str) -> list[str]:
+    """``scancel --signal=NAME ID.STEP``: the signal to the step's tasks (the step is
+    not cancelled by it)."""
+    if not signal_name.isalnum():
+        raise ValueError(f"signal name {signal_name!r}: letters and digits only")
+    return ["scancel", f"--signal={signal_name}", f"{job_id}.{step_id}"]
 
 
 def sacct_argv(job_id: str) -> list[str]:

@@ -828,6 +828,35 @@ class SubprocessBackend:
         raise error or CommandFailed(argv, result.returncode or 1, result.stderr,
                                      f"lease step {name} did not start")
 
+    def start_agent(self, job_id: str, node: str, name: str, argv: Sequence[str],
+                    task: bytes) -> LocalLease:
+        """A detached run's agent (:func:`slurmcli.srun_agent_argv`), ``task`` on its
+        stdin, in a session of its own and not guarded: it outlives this process (see
+        :class:`~slurm_fsm.backend.AgentLauncher`). OSError when srun cannot be run."""
+        srun = slurmcli.srun_agent_argv(check_job_id(job_id), node, name, argv)
+        err = tempfile.TemporaryFile()  # noqa: SIM115 - LocalLease closes it
+        try:
+            proc = subprocess.Popen(  # noqa: S603 - an argument list, never a shell
+                srun, stdin=subprocess.PIPE, stdout=err, stderr=err,
+                env=self.environment(), start_new_session=True, close_fds=True)
+        except BaseException:
+            err.close()
+            raise
+        try:
+            assert proc.stdin is not None  # stdin=PIPE above
+            with proc.stdin:
+                proc.stdin.write(task)
+        except OSError:  # srun ended before it read its task: its stderr says why
+            pass
+        return LocalLease(proc, name, err)
+
+    def signal_step(self, job_id: str, step_id: str, signal_name: str) -> None:
+        """``scancel --signal=NAME ID.STEP``; a gone step is not an error."""
+        check_job_id(job_id)
+        check_step_id(step_id)
+        with contextlib.suppress(JobNotFound):
+            self._run(slurmcli.scancel_signal_argv(job_id, step_id, signal_name))
+
     def step_details(self, job_id: str) -> list[StepInfo]:
         """``scontrol -o show step ID``: the job's steps with their srun's host and pid
         and their TRES; ``[]`` when it has none (scontrol says "not found", exit 1)."""

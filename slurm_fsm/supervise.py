@@ -19,6 +19,7 @@ with it (the guard), and ``wait``/``report`` rebuild the verdict
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -134,57 +135,126 @@ def _events() -> Any:
     return Progress(stream_output=True, stream=sys.stdout, plain_interval_s=10.0)
 
 
-def _run(task: Task, state_path: Path, run_id: str) -> int:
+def _backend(task: Task, allocation: str = "") -> Any:
+    if task.backend == "fake":
+        from slurm_fsm.fakecli import fake_backend
+
+        return fake_backend(list(task.fake_partitions), list(task.fake_accounts))
+    from slurm_fsm.subprocess_backend import SubprocessBackend
+
+    if allocation:  # the agent: never allocates, never cancels its own allocation
+        from slurm_fsm.agent import AgentBackend
+
+        return AgentBackend.wrap(SubprocessBackend(), allocation)
+    return SubprocessBackend()
+
+
+def _hand_over(task: Task, executor: Any) -> Any:
+    """The supervisor's hand-over of ``executor``'s run to an agent
+    (:func:`slurm_fsm.agent.hand_over`), for PersistentRun.hand_over; None when its
+    backend cannot start one (or ``SLURM_FSM_AGENT=off``)."""
+    from slurm_fsm import agent
+
+    backend = executor.backend
+    if not agent.agent_enabled(backend):
+        return None
+    owned = executor.owned
+
+    def hand(alloc: Any) -> str | None:
+        nodes = backend.expand_nodelist(alloc.nodelist) if alloc.nodelist else []
+        why = agent.hand_over(backend, owned.files, owned.run_id, alloc.job_id, nodes,
+                              task.to_json(), say=executor.events.message)
+        if why is not None and owned.record is not None:  # the run stays this process's
+            with contextlib.suppress(OSError):
+                owned.files.write_owner(owned.record)
+        return why
+
+    return hand
+
+
+def _run(task: Task, state_path: Path, run_id: str, allocation: str = "") -> int:
+    """The run, as the supervisor (on the login node) or as its agent (``allocation``:
+    inside that allocation)."""
+    from slurm_fsm.agent import HandedOver
     from slurm_fsm.executor import Executor
     from slurm_fsm.spec import JobSpec
 
     spec = JobSpec.from_dict(task.spec, check_script=False)
-    if task.backend == "fake":
-        from slurm_fsm.fakecli import fake_backend
-
-        backend = fake_backend(list(task.fake_partitions), list(task.fake_accounts))
-    else:
-        from slurm_fsm.subprocess_backend import SubprocessBackend
-
-        backend = SubprocessBackend()
     events = _events()
-    executor = Executor(spec, backend, events=events, state_path=state_path, run_id=run_id,
-                        owner=Owner.SUPERVISOR, spec_path=task.spec_path,
+    executor = Executor(spec, _backend(task, allocation), events=events,
+                        state_path=state_path, run_id=run_id,
+                        owner=Owner.AGENT if allocation else Owner.SUPERVISOR,
+                        spec_path=task.spec_path,
                         progress=str(RunFiles(state_path).progress_path(run_id)),
                         lease_wait_s=0.0 if task.no_wait else None)
+    if not allocation:
+        executor.hand_over = _hand_over(task, executor)
+    who = "agent" if allocation else "supervisor"
     try:
         report = executor.run()
+    except HandedOver as handed:
+        print(f"supervisor {os.getpid()}: {handed}", flush=True)
+        return 0
     except (KeyboardInterrupt, _Stopped) as exc:
         signum = exc.signum if isinstance(exc, _Stopped) else signal.SIGINT
         name = signal.Signals(signum).name
         report = executor.interrupted_report(f"stopped by {name} (slurm-fsm cancel, or a "
-                                             "signal to the supervisor)")
-    print(f"supervisor {os.getpid()}: {report.status.name}: {report.summary}", flush=True)
+                                             f"signal to the {who})")
+    print(f"{who} {os.getpid()}: {report.status.name}: {report.summary}", flush=True)
     return report.exit_code_for_cli
 
 
+def _agent_output(state_path: Path, run_id: str) -> None:
+    """The agent writes its progress to the run's progress file itself: never through
+    the ``srun`` that started it (its host may be gone)."""
+    progress = RunFiles(state_path).progress_path(run_id)
+    with files.open_private(progress, append=True, mode=0o600) as out:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(out.fileno(), 1)
+        os.dup2(out.fileno(), 2)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m slurm_fsm.supervise STATE_FILE RUN_ID``, the task (JSON) on stdin."""
+    """``python -m slurm_fsm.supervise STATE_FILE RUN_ID``, the task (JSON) on stdin;
+    ``--agent STATE_FILE RUN_ID ALLOCATION``: the run's agent, inside that allocation
+    (:mod:`slurm_fsm.agent`)."""
     from slurm_fsm.errors import SlurmFsmError
 
     args = sys.argv[1:] if argv is None else argv
+    allocation = ""
+    if args[:1] == ["--agent"] and len(args) == 4 and args[3].isdigit():
+        args, allocation = args[1:3], args[3]
     if len(args) != 2 or not is_run_id(args[1]):
-        print("usage: python -m slurm_fsm.supervise STATE_FILE RUN_ID  (the task as JSON "
-              "on stdin)", file=sys.stderr)
+        print("usage: python -m slurm_fsm.supervise [--agent] STATE_FILE RUN_ID "
+              "[ALLOCATION]  (the task as JSON on stdin)", file=sys.stderr)
         return 2
     try:
         task = Task.read(sys.stdin.buffer)
     except (ValueError, OSError) as exc:
         print(f"supervisor {os.getpid()}: no task: {exc}", file=sys.stderr)
         return 2
+    state_path = Path(args[0])
+    who = "supervisor"
+    if allocation:
+        from slurm_fsm.agent import scrub_environ
+
+        step = scrub_environ(os.environ)
+        who = f"agent (step {allocation}.{step} on {os.uname().nodename})"
+        try:
+            _agent_output(state_path, args[1])
+        except OSError as exc:
+            print(f"agent {os.getpid()}: cannot write the progress file: {exc}",
+                  file=sys.stderr)
+            return 2
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _stop)
-    print(f"supervisor {os.getpid()}: run {args[1]} of {task.spec_path or '(a spec)'}",
+    print(f"{who} {os.getpid()}: run {args[1]} of {task.spec_path or '(a spec)'}",
           flush=True)
     try:
-        return _run(task, Path(args[0]), args[1])
+        return _run(task, state_path, args[1], allocation)
     except (SlurmFsmError, OSError) as exc:
-        print(f"supervisor {os.getpid()}: error: {exc}", flush=True)
+        print(f"{who} {os.getpid()}: error: {exc}", flush=True)
         return 3
 
 

@@ -39,6 +39,7 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "slurm_fsm.detach",
     "slurm_fsm.runowner",
     "slurm_fsm.supervise",
+    "slurm_fsm.agent",
     "slurm_fsm.fakecli",
     "slurm_fsm.events",
     "slurm_fsm.project",

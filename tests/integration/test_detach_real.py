@@ -1,8 +1,11 @@
 """Runs that outlive the shell (issue 39) on the real cluster: ``run --detach`` returns
-while the job's step runs in the allocation; another login node (an emulated one: its
-own host name and pid namespace) waits for it and gets its verdict; a supervisor killed
-with ``kill -9`` leaves no step running and a rebuilt report. The fake-cluster twin of
-each is in tests/test_detach.py."""
+while the job's step runs in the allocation, owned by its agent on the allocation's
+node; another login node (an emulated one: its own host name and pid namespace) waits
+for it and gets its verdict; the login node that started it can die whole and the run
+still ends with its live verdict; an agent or supervisor killed with ``kill -9`` leaves
+no step running and a rebuilt report; where the agent cannot run, the supervisor runs
+the job and says why. The fake-cluster twin of each is in tests/test_detach.py (the
+fake has no agent: its supervisor runs the job)."""
 
 from __future__ import annotations
 
@@ -31,14 +34,18 @@ GATED = ("#!/bin/bash\necho \"script pid $$\"\n"
          "echo end\n")
 
 
-def _env(cluster: ClusterInfo) -> dict[str, str]:
-    return {**os.environ, "SLURM_CONF": str(cluster.slurm_conf)}
+def _env(cluster: ClusterInfo, **extra: str) -> dict[str, str]:
+    return {**os.environ, "SLURM_CONF": str(cluster.slurm_conf), **extra}
 
 
-def _cli(cluster: ClusterInfo, *args: str, cwd: Path,
-         timeout: float = 120) -> subprocess.CompletedProcess[str]:
+#: a detached run stays with its supervisor on the login node (no agent)
+NO_AGENT = {"SLURM_FSM_AGENT": "off"}
+
+
+def _cli(cluster: ClusterInfo, *args: str, cwd: Path, timeout: float = 120,
+         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "slurm_fsm", *args], cwd=cwd,
-                          env=_env(cluster), capture_output=True, text=True,
+                          env=_env(cluster, **(env or {})), capture_output=True, text=True,
                           timeout=timeout, check=False)
 
 
@@ -52,15 +59,21 @@ def _spec(cluster: ClusterInfo, tmp_path: Path, name: str) -> Path:
 
 
 def _job_steps(alloc: str) -> list[str]:
-    """The allocation's steps that are not leases."""
-    return [s for s, n in steps(alloc).items() if not n.startswith("fsm-lease.")]
+    """The allocation's steps that are neither leases nor a run's agent."""
+    return [s for s, n in steps(alloc).items() if not n.startswith(("fsm-lease.",
+                                                                     "fsm-agent."))]
 
 
-def _detach(cluster: ClusterInfo, spec: Path, repo: Path) -> dict[str, object]:
-    done = _cli(cluster, "run", str(spec), "--detach", "--json", "--quiet", cwd=repo)
+def _detach(cluster: ClusterInfo, spec: Path, repo: Path, owner: str = "agent",
+            env: dict[str, str] | None = None) -> dict[str, object]:
+    done = _cli(cluster, "run", str(spec), "--detach", "--json", "--quiet", cwd=repo,
+                env=env)
     assert done.returncode == 0, done.stderr
     doc: dict[str, object] = json.loads(done.stdout)
-    assert doc["state"] == "running" and doc["owner"] == "supervisor", doc
+    assert doc["state"] == "running" and doc["owner"] == owner, doc
+    if owner == "agent":  # on the allocation's node, as its own step
+        assert doc["host"] in cluster.nodes, doc
+        assert "--agent" in Path(f"/proc/{doc['pid']}/cmdline").read_text(), doc
     return doc
 
 
@@ -98,12 +111,17 @@ def test_a_detached_run_is_waited_for_from_another_login_node(
         _release(local_cluster, spec)
 
 
-def test_a_killed_supervisor_leaves_no_step_and_a_rebuilt_report(
-        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+@pytest.mark.parametrize("owner", ["agent", "supervisor"])
+def test_a_killed_owner_leaves_no_step_and_a_rebuilt_report(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path, owner: str) -> None:
+    """The run's owner (its agent in the allocation; its supervisor where there is no
+    agent) killed with kill -9: its script stops with it, nothing of it is left
+    running, and the verdict is rebuilt."""
     spec = _spec(local_cluster, tmp_path, names.new("detachk9"))
     repo = tmp_path / "repo"
     try:
-        doc = _detach(local_cluster, spec, repo)
+        doc = _detach(local_cluster, spec, repo, owner,
+                      env=NO_AGENT if owner == "supervisor" else None)
         run_id, alloc = str(doc["run_id"]), str(doc["allocation_id"])
         until("the job's step running", lambda: True if _job_steps(alloc) else None, 60)
         os.kill(int(str(doc["pid"])), signal.SIGKILL)
@@ -150,7 +168,7 @@ def test_a_one_shot_job_outlives_its_killed_supervisor_and_is_judged_as_live(
                            cwd=repo).stdout)
     assert live["status"] == "PASSED", live
     (tmp_path / "gate").unlink()
-    doc = _detach(local_cluster, spec, repo)
+    doc = _detach(local_cluster, spec, repo, "supervisor")  # a batch job needs no agent
     run_id, job = str(doc["run_id"]), str(doc["job_id"])
     until("the batch job running", lambda: True if job_state(job) == "RUNNING" else None, 60)
     os.kill(int(str(doc["pid"])), signal.SIGKILL)
@@ -170,18 +188,112 @@ def test_a_one_shot_job_outlives_its_killed_supervisor_and_is_judged_as_live(
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
                     reason="emulating a login node needs unshare as root")
-def test_a_run_whose_login_node_died_whole_gets_a_verdict_elsewhere(
+def test_a_run_outlives_the_login_node_that_started_it(
         local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
-    """The owner on another host cannot be checked by pid: its lease step, which ends
-    with its host, tells. Node A detaches a run, then dies whole (every process at
-    once); this host's ``wait`` gets a rebuilt CANCELLED verdict naming the lost owner,
-    and no step of the run is left."""
+    """Node A detaches a run, then dies whole (every process at once, the ``srun`` of
+    the agent's step included): the agent in the allocation goes on; this host's
+    ``wait`` gets the live PASSED verdict once the job ends, and nothing of the run is
+    left running."""
+    from slurm_fsm_dev.loginnodes import children
+
+    spec = _spec(local_cluster, tmp_path, names.new("nodegone"))
+    repo = tmp_path / "repo"
+    node_a = on_node(LOGIN_NODES[0], ["run", str(spec), "--detach", "--json", "--quiet"],
+                     env=_env(local_cluster), linger_s=600)
+    try:
+        doc = until("node A's run, with its agent", lambda: next(
+            (r for r in json.loads(_cli(local_cluster, "runs", "--json", cwd=repo).stdout)
+             if r["state"] == "running" and r["owner"] == "agent"), None), 120)
+        run_id, alloc = str(doc["run_id"]), str(doc["allocation_id"])
+        assert doc["host"] in local_cluster.nodes, doc
+        until("the job's step running", lambda: True if _job_steps(alloc) else None, 60)
+        (init,) = children().get(node_a.pid, [])
+        os.kill(init, signal.SIGKILL)  # node A, whole
+        node_a.communicate(timeout=30)
+        (tmp_path / "gate").touch()
+        waited = _cli(local_cluster, "wait", run_id, "--json", cwd=repo, timeout=180)
+        assert waited.returncode == 0, waited.stderr
+        [report] = json.loads(waited.stdout)
+        assert (report["status"], report["report_source"]) == ("PASSED", "live"), report
+        assert report["allocation_id"] == alloc
+        until("no step of the run left", lambda: True if not steps(alloc) else None, 30)
+        assert job_state(alloc) == "RUNNING"  # kept for the next run
+    finally:
+        if node_a.poll() is None:
+            node_a.kill()
+            node_a.communicate(timeout=30)
+        (tmp_path / "gate").touch()
+        _release(local_cluster, spec)
+
+
+def test_where_the_agent_cannot_run_the_supervisor_runs_the_job_and_says_why(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    """A node where slurm_fsm cannot start (here: every Python started inside a step
+    exits at once, as one without the checkout's venv would): the supervisor on the
+    login node runs the job itself, and the report says why."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import os\nif os.environ.get('SLURM_STEP_ID'):\n"
+        "    os.write(2, b'no slurm_fsm on this node\\n'); os._exit(1)\n")
+    spec = _spec(local_cluster, tmp_path, names.new("noagent"))
+    repo = tmp_path / "repo"
+    pythonpath = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH"))
+                                 if p)
+    try:
+        doc = _detach(local_cluster, spec, repo, "supervisor",
+                      env={"PYTHONPATH": pythonpath})
+        (tmp_path / "gate").touch()
+        done = _cli(local_cluster, "wait", str(doc["run_id"]), "--json", cwd=repo,
+                    timeout=180)
+        [report] = json.loads(done.stdout)
+        assert report["status"] == "PASSED", report
+        assert any("agent on" in w and "ended before it took the run over" in w
+                   and "no slurm_fsm on this node" in w
+                   and "the supervisor on this login node runs the job" in w
+                   for w in report["warnings"]), report["warnings"]
+    finally:
+        (tmp_path / "gate").touch()
+        _release(local_cluster, spec)
+
+
+def test_cancel_tells_the_agent_which_keeps_the_allocation(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    """``slurm-fsm cancel`` of a run its agent owns (on a node, not a pid of this host):
+    the agent is told through Slurm, stops the job's steps and saves the CANCELLED
+    report; the allocation stays."""
+    spec = _spec(local_cluster, tmp_path, names.new("agentcancel"))
+    repo = tmp_path / "repo"
+    try:
+        doc = _detach(local_cluster, spec, repo)
+        run_id, alloc = str(doc["run_id"]), str(doc["allocation_id"])
+        until("the job's step running", lambda: True if _job_steps(alloc) else None, 60)
+        told = _cli(local_cluster, "cancel", run_id, cwd=repo)
+        assert told.returncode == 0 and "agent" in told.stdout + told.stderr, told
+        waited = _cli(local_cluster, "wait", run_id, "--json", cwd=repo, timeout=180)
+        [report] = json.loads(waited.stdout)
+        assert (report["status"], report["report_source"]) == ("CANCELLED", "live"), report
+        until("no step of the run left", lambda: True if not steps(alloc) else None, 30)
+        assert job_state(alloc) == "RUNNING"
+    finally:
+        (tmp_path / "gate").touch()
+        _release(local_cluster, spec)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                    reason="emulating a login node needs unshare as root")
+def test_without_an_agent_a_run_whose_login_node_died_gets_a_verdict_elsewhere(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    """Where no agent runs (``SLURM_FSM_AGENT=off``), the run's owner on another host
+    cannot be checked by pid: its lease step, which ends with its host, tells. Node A
+    detaches a run, then dies whole; this host's ``wait`` gets a rebuilt CANCELLED
+    verdict naming the lost owner, and no step of the run is left."""
     from slurm_fsm_dev.loginnodes import children
 
     spec = _spec(local_cluster, tmp_path, names.new("nodelost"))
     repo = tmp_path / "repo"
     node_a = on_node(LOGIN_NODES[0], ["run", str(spec), "--detach", "--json", "--quiet"],
-                     env=_env(local_cluster), linger_s=600)
+                     env=_env(local_cluster, **NO_AGENT), linger_s=600)
     try:
         run_id = until("node A's run", lambda: next(
             (r["run_id"] for r in json.loads(_cli(local_cluster, "runs", "--json",
