@@ -33,6 +33,7 @@ from slurm_fsm.events import Events
 from slurm_fsm.paths import StatePaths
 from slurm_fsm.report import Report
 from slurm_fsm.runowner import (
+    HEARTBEAT_STALE_S,
     OwnedRun,
     Owner,
     OwnerRecord,
@@ -244,6 +245,14 @@ def _lease_gone(rec: OwnerRecord, backend: SlurmBackend) -> bool:
     return rec.lease not in names
 
 
+def _heartbeat_stopped(view: RunView) -> bool:
+    """The run's owner has not touched its record for :data:`HEARTBEAT_STALE_S`: it is
+    gone (read where no lease step can tell: an owner on another host before its job
+    started, in step 0 or ``sbatch``)."""
+    age = view.files.heartbeat_age(view.run_id)
+    return age is not None and age > HEARTBEAT_STALE_S
+
+
 def _stop_what_it_left(view: RunView, backend: SlurmBackend) -> str:
     """Stop the steps a run whose host is gone left on its allocation, as the next run
     would (:func:`slurm_fsm.runsteps.stop_leftovers`, under the state file's lock):
@@ -289,6 +298,11 @@ def settle(view: RunView, backend: SlurmBackend | None = None) -> SavedReport | 
         report = _batch_job(view, backend, why)
     elif alive is False:  # a fake cluster's job died with the process that held it
         report = _interrupted(view, why)
+    elif alive is None and not rec.lease and _heartbeat_stopped(view):
+        # another host's owner that held no lease yet (step 0; sbatch): its heartbeat
+        age = view.files.heartbeat_age(rec.run_id) or 0.0
+        report = _interrupted(view, why.replace("is gone", f"is gone (its heartbeat "
+                                                f"stopped {age:.0f} s ago)"))
     elif (rec.mode != "one-shot" and backend is not None and rec.allocation_id
           and _lease_gone(rec, backend)):
         time.sleep(LEASE_GONE_GRACE_S)  # it may be judging now: its report comes first

@@ -29,6 +29,8 @@ import contextlib
 import json
 import os
 import socket
+import threading
+import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from enum import Enum
@@ -45,13 +47,19 @@ from slurm_fsm.report import Report
 from slurm_fsm.runrecord import boot_id
 from slurm_fsm.scriptguard import live_start_ticks, start_ticks
 
-__all__ = ["KEEP_RUNS", "MAX_BYTES", "OnStarted", "OwnedRun", "Owner", "OwnerRecord",
-           "RunFiles", "RunPhase", "SavedReport", "is_run_id", "owner_alive"]
+__all__ = ["HEARTBEAT_S", "HEARTBEAT_STALE_S", "KEEP_RUNS", "MAX_BYTES", "OnStarted",
+           "OwnedRun", "Owner", "OwnerRecord", "RunFiles", "RunPhase", "SavedReport",
+           "is_run_id", "owner_alive"]
 
 #: The most bytes an owner record or a saved report may have.
 MAX_BYTES = 4 << 20
 #: How many finished runs' files a checkout keeps (the oldest are removed beyond).
 KEEP_RUNS = 500
+#: How often a run's owner touches its owner record while it lives (its heartbeat).
+HEARTBEAT_S = 30.0
+#: An owner on another host whose record was not touched for this long is gone (where
+#: no lease step can tell: before its job started).
+HEARTBEAT_STALE_S = 5 * HEARTBEAT_S
 
 
 def is_run_id(text: str) -> bool:
@@ -261,6 +269,15 @@ class RunFiles:
         saved = SavedReport.from_dict(data) if data is not None else None
         return saved if saved is not None and saved.run_id == run_id else None
 
+    def heartbeat_age(self, run_id: str, now: float | None = None) -> float | None:
+        """Seconds since the run's owner record was last written or touched (its owner's
+        heartbeat, :data:`HEARTBEAT_S`); None when there is none."""
+        try:
+            mtime = self.owner_path(run_id).lstat().st_mtime
+        except OSError:
+            return None
+        return max(0.0, (time.time() if now is None else now) - mtime)
+
     def owners(self) -> list[OwnerRecord]:
         """Every readable owner record, oldest first."""
         found = [r for i in self._names() if (r := self.owner(i)) is not None]
@@ -280,9 +297,12 @@ class OwnedRun:
         self.spec_path = spec_path
         self.progress = progress
         self.record: OwnerRecord | None = None
+        self._saved = threading.Event()  # ends the heartbeat
 
     def begin(self, *, mode: str, spec: Mapping[str, Any]) -> list[str]:
-        """Write the owner record; the warnings (none when written)."""
+        """Write the owner record, and keep it touched while this process lives (the
+        heartbeat another host reads, :meth:`RunFiles.heartbeat_age`); the warnings
+        (none when written)."""
         record = OwnerRecord.new(self.run_id, self.owner, mode=mode,
                                  spec_path=self.spec_path, spec=spec,
                                  progress=self.progress)
@@ -293,7 +313,20 @@ class OwnedRun:
                     f"{self.files.owner_path(self.run_id)}: {exc}; other shells will not "
                     "find the run"]
         self.record = record
+        self._beat()
         return []
+
+    def _beat(self, interval_s: float = HEARTBEAT_S) -> None:
+        """Touch the owner record every ``interval_s`` until the report is saved (a
+        daemon thread: it ends with the process, which is the point)."""
+        path, stop = self.files.owner_path(self.run_id), self._saved
+
+        def beat() -> None:
+            while not stop.wait(interval_s):
+                with contextlib.suppress(OSError):
+                    os.utime(path, follow_symlinks=False)
+
+        threading.Thread(target=beat, name=f"heartbeat-{self.run_id}", daemon=True).start()
 
     def started(self, *, log: str, job_id: str | None, allocation_id: str | None,
                 lease: str = "") -> None:
@@ -322,6 +355,7 @@ class OwnedRun:
         when it cannot be written."""
         if self.record is None:
             return None
+        self._saved.set()
         saved = SavedReport(run_id=self.run_id, report=report, source=source,
                             saved_at=datetime.now(UTC).isoformat(timespec="seconds"),
                             spec_path=self.spec_path)

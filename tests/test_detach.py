@@ -294,3 +294,47 @@ def test_the_progress_file_repeats_the_jobs_output_only_up_to_a_bound(
     out = capsys.readouterr().out
     assert "line 0000" in out and "line 0049" not in out
     assert out.count("goes on in its log only") == 1
+
+
+def _foreign_starting_record(files: RunFiles, run_id: str) -> OwnerRecord:
+    """A supervisor's record from another login node, still in step 0 (no lease)."""
+    rec = OwnerRecord.new(run_id, Owner.SUPERVISOR, mode="persistent", spec_path="s.json",
+                          spec={})
+    rec = attrs.evolve(rec, host="login-a-gone", pid=4242)
+    files.write_owner(rec)
+    return rec
+
+
+def test_an_owner_on_another_host_whose_heartbeat_stopped_in_step0_is_settled(
+        tmp_path: Path) -> None:
+    """Before its job starts a run holds no lease step, so nothing in Slurm tells that
+    its owner on another host died: before, ``wait`` waited forever. Its owner record's
+    heartbeat does: stale past HEARTBEAT_STALE_S, the run is rebuilt CANCELLED."""
+    from slurm_fsm.detach import find, settle
+    from slurm_fsm.runowner import HEARTBEAT_STALE_S
+
+    files = RunFiles(tmp_path / "work_dirs" / ".slurm_alloc.json")
+    run_id = "r0123456789ab"
+    _foreign_starting_record(files, run_id)
+    view = find(tmp_path, run_id)
+    assert settle(view) is None  # a fresh heartbeat: it may be queued for hours
+    old = time.time() - HEARTBEAT_STALE_S - 5
+    os.utime(files.owner_path(run_id), (old, old))
+    saved = settle(find(tmp_path, run_id))
+    assert saved is not None and saved.source == "rebuilt"
+    assert saved.report.status.name == "CANCELLED"
+    assert any("login-a-gone" in n and "heartbeat stopped" in n
+               for n in saved.report.notes), saved.report.notes
+
+
+def test_a_live_owner_keeps_its_record_touched(tmp_path: Path) -> None:
+    from slurm_fsm.runowner import OwnedRun
+
+    files = RunFiles(tmp_path / ".slurm_alloc.json")
+    owned = OwnedRun(files, "r0123456789ab", Owner.SUPERVISOR, spec_path="s")
+    assert owned.begin(mode="persistent", spec={}) == []
+    old = time.time() - 1000
+    os.utime(files.owner_path("r0123456789ab"), (old, old))
+    owned._beat(interval_s=0.05)  # a second beat, quicker than HEARTBEAT_S
+    until("the record touched", lambda: (files.heartbeat_age("r0123456789ab") or 1e9) < 60,
+          timeout=10)
