@@ -114,6 +114,11 @@ class Executor:
             return self._judge(path.release())
         return self._judge(path.run())
 
+    def note(self, text: str) -> None:
+        """Add ``text`` to the report's notes (before the path's own): who ran the job,
+        for a detached run."""
+        self._pre_notes.append(text)
+
     def interrupted_report(self, why: str) -> Report:
         """What is known of a run stopped by a signal or Ctrl-C, as a CANCELLED report
         (the CLI prints it, so that ``--json`` always gives one document). By then the

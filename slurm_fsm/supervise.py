@@ -190,6 +190,9 @@ def _run(task: Task, state_path: Path, run_id: str, allocation: str = "") -> int
     if not allocation:
         executor.hand_over = _hand_over(task, executor)
     who = "agent" if allocation else "supervisor"
+    executor.note(f"run by its {who} on {os.uname().nodename} (pid {os.getpid()})"
+                  + (f", a step of allocation {allocation}: it outlives the login node"
+                     if allocation else ", on the login node"))
     try:
         report = executor.run()
     except HandedOver as handed:

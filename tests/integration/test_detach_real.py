@@ -216,6 +216,8 @@ def test_a_run_outlives_the_login_node_that_started_it(
         [report] = json.loads(waited.stdout)
         assert (report["status"], report["report_source"]) == ("PASSED", "live"), report
         assert report["allocation_id"] == alloc
+        assert any(n.startswith(f"run by its agent on {doc['host']}") and
+                   f"a step of allocation {alloc}" in n for n in report["notes"]), report
         until("no step of the run left", lambda: True if not steps(alloc) else None, 30)
         assert job_state(alloc) == "RUNNING"  # kept for the next run
     finally:
@@ -248,6 +250,8 @@ def test_where_the_agent_cannot_run_the_supervisor_runs_the_job_and_says_why(
                     timeout=180)
         [report] = json.loads(done.stdout)
         assert report["status"] == "PASSED", report
+        assert any(n.startswith("run by its supervisor on ") and "login node" in n
+                   for n in report["notes"]), report["notes"]
         assert any("agent on" in w and "ended before it took the run over" in w
                    and "no slurm_fsm on this node" in w
                    and "the supervisor on this login node runs the job" in w
