@@ -187,6 +187,39 @@ def test_a_one_gpu_job_alone_on_a_four_gpu_eight_cpu_allocation_gets_more_than_o
 
 
 @pytest.mark.config(cgroup=True)
+def test_a_detached_job_run_by_its_agent_gets_the_gpu_and_cpus_a_foreground_one_gets(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path, gpus: Path) -> None:
+    """Issue 39: a detached run's script runs inside its agent's step (one CPU, no GPU,
+    confined by ``ConstrainCores``/``ConstrainDevices``), not on the login node; its
+    ``srun`` is still a step of the allocation placed as a foreground run's (none of the
+    agent step's variables reach it: the backend's clean environment, and the agent's
+    own clearing): one GPU of its own, and the same CPUs."""
+    name = names.new("agentgpu")
+    root = tmp_path / "alloc"
+    _gpu_allocation(local_cluster, root, name)
+    probe = _probe_script(local_cluster, tmp_path)
+    one = spec(local_cluster, root, name, f"srun {probe}\n",
+               slurm_params={"gpus_per_node": 1})
+    foreground = _probe_lines(run(one))
+    path = tmp_path / "detached.json"
+    path.write_text(json.dumps(one.to_dict()))
+    done = _cli("run", str(path), "--detach", "--json", "--quiet")
+    doc = json.loads(done.stdout or "{}")
+    assert doc.get("owner") == "agent", done.stdout + done.stderr
+    waited = _cli("wait", str(doc["run_id"]), "--json", "--repo", str(one.repo_root))
+    [report] = json.loads(waited.stdout)
+    assert report["status"] == "PASSED", report
+    log = Path(report["log_files"]["stdout"]).read_text()
+    detached = [dict(w.split("=", 1) for w in line.split()[1:])
+                for line in log.splitlines() if line.startswith("probe ")]
+    assert len(detached) == 1 and len(foreground) == 1, (detached, foreground)
+    assert detached[0]["gpus"] == foreground[0]["gpus"] and len(detached[0]["gpus"]) == 1
+    assert detached[0]["nproc"] == foreground[0]["nproc"] and \
+        int(detached[0]["nproc"]) > 1, (detached, foreground)
+    assert detached[0]["cvd"] == foreground[0]["cvd"] == "0"
+
+
+@pytest.mark.config(cgroup=True)
 def test_four_one_gpu_jobs_at_once_each_get_their_own_gpu_and_cpus(
         local_cluster: ClusterInfo, names: JobNames, tmp_path: Path, gpus: Path) -> None:
     name = names.new("four")
