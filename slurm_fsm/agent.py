@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from slurm_fsm.backend import AgentLauncher, AllocationRequest, SlurmBackend
-from slurm_fsm.errors import BackendError, SlurmFsmError
+from slurm_fsm.errors import BackendError, HandedOver, SlurmFsmError
 from slurm_fsm.runowner import Owner, RunFiles, RunPhase
 from slurm_fsm.slurmcli import AGENT_STEP_PREFIX
 
@@ -53,15 +53,6 @@ DEVICE_VARS = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVIC
                "NVIDIA_VISIBLE_DEVICES")
 #: How often the supervisor looks whether the agent holds the run.
 POLL_S = 0.2
-
-
-class HandedOver(Exception):
-    """The run is the agent's now: the supervisor ends without a report."""
-
-    def __init__(self, allocation_id: str) -> None:
-        super().__init__(f"the run is handed over to its agent in allocation "
-                         f"{allocation_id}")
-        self.allocation_id = allocation_id
 
 
 def agent_enabled(backend: SlurmBackend, environ: MutableMapping[str, str] | None = None

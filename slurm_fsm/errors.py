@@ -1,6 +1,7 @@
 """Exceptions raised by slurm_fsm.
 
-The tree::
+The tree (every exception class slurm_fsm defines for others to catch is here;
+tests/test_errors_tree.py checks that, and that each is drawn below)::
 
     SlurmFsmError
     ├── SpecError (ValueError)            bad job_spec.json: every bad field by path
@@ -8,19 +9,31 @@ The tree::
     ├── NotOurJobError (PermissionError)  a state file points at another user's job
     ├── StateLockTimeout (TimeoutError)   another run held the state file's lock too long
     ├── UnknownRun (LookupError)          a run id that names no run of the checkout
+    ├── NoSlurmConfig                     no Slurm configuration to read: nothing was run
+    ├── PreflightFailed                   the cluster lacks what the spec asks (each check)
     ├── BuildError                        the pre-step cannot go on (no GPU type, no image)
     ├── SetupFailed                       an import, mount warm-up or install exited non-zero
+    ├── ContainerShared                   a live allocation on the node uses the container
+    ├── AllocationInUse                   other runs' jobs hold it: nothing was changed
     └── BackendError (RuntimeError)       a Slurm operation failed
         ├── JobNotFound (LookupError)     the job (or step) is gone
         ├── ControllerUnreachable (ConnectionError)   never means "job gone"
         ├── CommandTimedOut (TimeoutError)
         ├── ContainerSupportMissing       an image was asked for; no pyxis here
+        ├── NvidiaSmiFailed               nvidia-smi failed on a node (the others' rows kept)
         └── CommandFailed                 argv, exit code, stderr tail
             └── AllocationFailed          salloc's own message from .salloc.log
+                └── AllocationVanished    the new allocation ended before it started
 
     FileProblem (OSError)                 a file the spec or the checkout names was not read
                                           (missing, not regular, too big); callers turn it
                                           into SpecError or StateFileError
+
+    scancelshim.Refused                   the scancel shim will not pass a call on (the
+                                          shim runs as a file of its own, importing nothing
+                                          of slurm_fsm: it is defined there)
+    HandedOver                            not an error: a detached run's supervisor handed
+                                          the run to its agent (slurm_fsm.agent)
 """
 
 from __future__ import annotations
@@ -31,20 +44,28 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from slurm_fsm.backend import StepResult
+    from slurm_fsm.backend import GpuProcess, StepResult
+    from slurm_fsm.lease import Holder
+    from slurm_fsm.nvsmi import NvidiaSmiFailure
 
 __all__ = [
     "AllocationFailed",
+    "AllocationInUse",
     "AllocationVanished",
     "BackendError",
     "BuildError",
     "CommandFailed",
     "CommandTimedOut",
+    "ContainerShared",
     "ContainerSupportMissing",
     "ControllerUnreachable",
     "FileProblem",
+    "HandedOver",
     "JobNotFound",
+    "NoSlurmConfig",
     "NotOurJobError",
+    "NvidiaSmiFailed",
+    "PreflightFailed",
     "Problem",
     "SetupFailed",
     "SlurmFsmError",
@@ -100,6 +121,37 @@ class UnknownRun(SlurmFsmError, LookupError):
     :func:`slurm_fsm.detach.attach`): bad input, exit 2 on the CLI."""
 
 
+class NoSlurmConfig(SlurmFsmError):
+    """No Slurm configuration can be found: no Slurm command was run."""
+
+
+class PreflightFailed(SlurmFsmError):
+    """The cluster does not have what the spec asks for: each failed check, naming
+    what the cluster has. Nothing was changed on the cluster."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = list(problems)
+        lines = "\n".join(f"  {p}" for p in self.problems)
+        super().__init__(f"the cluster cannot run this spec as it is:\n{lines}")
+
+
+class ContainerShared(SlurmFsmError):
+    """The allocation shares a node with another live allocation of the checkout whose
+    container of the same name its jobs may use: nothing was imported."""
+
+
+class AllocationInUse(SlurmFsmError):
+    """Other runs' jobs still use the allocation (or container); nothing was changed."""
+
+    def __init__(self, job_id: str, what: str, holders: list[Holder]) -> None:
+        self.job_id = job_id
+        self.holders = holders
+        whose = "; ".join(r.describe() for r in holders)
+        super().__init__(
+            f"not {what}: allocation {job_id} is in use by {len(holders)} running job(s) of "
+            f"other runs ({whose}); nothing was changed. Wait for them, or run again later")
+
+
 class BuildError(SlurmFsmError):
     """The pre-step cannot go on (no GPU type, no image, a bad tags file, ...)."""
 
@@ -137,6 +189,17 @@ class CommandTimedOut(BackendError, TimeoutError):
 
 class ContainerSupportMissing(BackendError):
     """The spec needs a container image but this Slurm has no pyxis."""
+
+
+class NvidiaSmiFailed(BackendError):
+    """nvidia-smi failed on a node; ``failures`` say where and what it printed,
+    ``processes`` are the rows of the nodes where it worked."""
+
+    def __init__(self, failures: list[NvidiaSmiFailure],
+                 processes: list[GpuProcess] | None = None) -> None:
+        self.failures = failures
+        self.processes = processes or []
+        super().__init__("; ".join(f.describe() for f in failures))
 
 
 class CommandFailed(BackendError):
@@ -205,3 +268,13 @@ class FileProblem(OSError):
         self.kind = kind
         self.detail = detail
         self.size = size
+
+
+class HandedOver(Exception):
+    """Not an error: a detached run's supervisor handed the run to its agent inside the
+    allocation (:mod:`slurm_fsm.agent`); the supervisor ends without a report."""
+
+    def __init__(self, allocation_id: str) -> None:
+        super().__init__(f"the run is handed over to its agent in allocation "
+                         f"{allocation_id}")
+        self.allocation_id = allocation_id

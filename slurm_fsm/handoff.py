@@ -43,8 +43,8 @@ from slurm_fsm.edges import (
 from slurm_fsm.errors import (
     AllocationFailed,
     BackendError,
+    ContainerShared,
     JobNotFound,
-    SlurmFsmError,
     StateFileError,
 )
 from slurm_fsm.history import Estimate, RunHistory
@@ -170,11 +170,6 @@ class HandoffState:
     #: successors Slurm confirmed in this run as this checkout's own (tag, user) and the
     #: very job their file recorded (submit time): only these are switched to
     vetted: set[str] = attrs.field(factory=set)
-
-
-class ContainerShared(SlurmFsmError):
-    """The allocation shares a node with another live allocation of the checkout whose
-    container of the same name its jobs may use: nothing was imported."""
 
 
 def _neighbours(m: Machine) -> list[AllocState]:

@@ -56,7 +56,7 @@ import attrs
 
 from slurm_fsm.backend import SlurmBackend, StepInfo
 from slurm_fsm.clock import Clock, SystemClock, backoff
-from slurm_fsm.errors import JobNotFound, SlurmFsmError
+from slurm_fsm.errors import AllocationInUse, JobNotFound
 from slurm_fsm.runrecord import RunBook, RunRecord, new_run_id, owner_alive
 
 __all__ = ["CLOSING_PREFIX", "CLOSING_S", "LEASE_PREFIX", "MAX_POLL_S", "AllocationInUse",
@@ -207,18 +207,6 @@ def holders_of(steps: Sequence[StepInfo] | None, records: Sequence[RunRecord], *
         if alive(record):
             out.append(Holder(run_id=record.run_id, record=record))
     return out, stale
-
-
-class AllocationInUse(SlurmFsmError):
-    """Other runs' jobs still use the allocation (or container); nothing was changed."""
-
-    def __init__(self, job_id: str, what: str, holders: list[Holder]) -> None:
-        self.job_id = job_id
-        self.holders = holders
-        whose = "; ".join(r.describe() for r in holders)
-        super().__init__(
-            f"not {what}: allocation {job_id} is in use by {len(holders)} running job(s) of "
-            f"other runs ({whose}); nothing was changed. Wait for them, or run again later")
 
 
 class LeaseGate:

@@ -24,7 +24,7 @@ import shlex
 import attrs
 
 from slurm_fsm.backend import GpuProcess
-from slurm_fsm.errors import BackendError
+from slurm_fsm.errors import NvidiaSmiFailed
 
 __all__ = [
     "EXIT_MARKER",
@@ -65,17 +65,6 @@ class NvidiaSmiFailure:
     def describe(self) -> str:
         return (f"nvidia-smi failed on {self.node} (exit {self.exit_code}): "
                 f"{self.text or 'no output'}")
-
-
-class NvidiaSmiFailed(BackendError):
-    """nvidia-smi failed on a node; ``failures`` say where and what it printed,
-    ``processes`` are the rows of the nodes where it worked."""
-
-    def __init__(self, failures: list[NvidiaSmiFailure],
-                 processes: list[GpuProcess] | None = None) -> None:
-        self.failures = failures
-        self.processes = processes or []
-        super().__init__("; ".join(f.describe() for f in failures))
 
 
 def gpu_processes_script() -> str:

@@ -26,14 +26,14 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import attrs
 
 from slurm_fsm.capacity import NodeCpus, allocation_request_size
-from slurm_fsm.errors import CommandFailed, SlurmFsmError
+from slurm_fsm.errors import CommandFailed, NoSlurmConfig, PreflightFailed
 from slurm_fsm.spec import JobSpec
 
 __all__ = [
@@ -74,20 +74,6 @@ CONFIG_PLACES = (
 
 #: How to point a shell at the project's own local cluster (docs/local-cluster.md).
 LOCAL_CLUSTER_LINE = 'eval "$(scripts/local-slurm env)"'
-
-
-class NoSlurmConfig(SlurmFsmError):
-    """No Slurm configuration can be found: no Slurm command was run."""
-
-
-class PreflightFailed(SlurmFsmError):
-    """The cluster does not have what the spec asks for: each failed check, naming
-    what the cluster has. Nothing was changed on the cluster."""
-
-    def __init__(self, problems: Sequence[str]) -> None:
-        self.problems = list(problems)
-        lines = "\n".join(f"  {p}" for p in self.problems)
-        super().__init__(f"the cluster cannot run this spec as it is:\n{lines}")
 
 
 def slurm_config_problem(environ: Mapping[str, str] | None = None,
