@@ -52,7 +52,6 @@ __all__ = [
     "is_job_id",
     "part_kind",
     "part_of",
-    "step_env",
     "worst_part",
 ]
 
@@ -642,20 +641,5 @@ class SlurmBackend(Protocol):
         :attr:`RunningScript.identity`, after checking that it is that very script
         (never a process that merely reuses its pid). What was stopped, or None."""
         ...
-
-
-def step_env(info: JobInfo, nodes: int, ntasks_per_node: int | None) -> dict[str, str]:
-    """The SLURM_* variables that make a script's own ``srun`` land in ``info``'s job."""
-    tpn = ntasks_per_node or 1
-    return {
-        "SLURM_JOB_ID": info.job_id,
-        "SLURM_JOBID": info.job_id,
-        "SLURM_JOB_NUM_NODES": str(nodes),
-        "SLURM_NNODES": str(nodes),
-        "SLURM_NTASKS": str(nodes * tpn),
-        "SLURM_NTASKS_PER_NODE": str(tpn),
-        "SLURM_NODELIST": info.nodelist,
-        "SLURM_JOB_NODELIST": info.nodelist,
-    }
 
 

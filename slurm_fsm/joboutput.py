@@ -258,7 +258,7 @@ class JobOutput:
     ``relevant`` says which lines a workflow's parser needs beyond the tail (asked only
     of the lines holding one of the lower-case words of ``hint``, when given: a
     superset, found with ``str.find`` over a whole chunk);
-    ``patterns`` are counted per line (``pattern in line``, as :func:`slurm_fsm.logs.grep`
+    ``patterns`` are counted per line (``pattern in line``, as a streaming grep
     counts them); ``on_text`` gets every new piece of text (progress display).
     """
 

@@ -5,10 +5,6 @@ fixed-size blocks; none of them holds a whole log in memory:
 
 * :func:`tail_lines` reads backwards from the end in blocks until it has the
   last ``n`` lines (at most ``max_bytes``);
-* :func:`head_lines` reads forwards until it has the first ``n`` lines;
-* :func:`grep` counts the lines that contain each pattern, in blocks with a
-  small overlap, so a pattern split across two blocks is still found and a
-  huge line without a newline is never read whole;
 * :class:`LogFollower` is the monitor's eye on a growing log: each
   :meth:`~LogFollower.poll` reads only the bytes appended since the previous
   one, and looks for the hang marker in them (also across two polls).
@@ -22,7 +18,7 @@ from __future__ import annotations
 import codecs
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -33,9 +29,7 @@ __all__ = [
     "MAX_LINE_CHARS",
     "TAIL_MAX_BYTES",
     "LogFollower",
-    "grep",
     "hang_line_pattern",
-    "head_lines",
     "is_hang_line",
     "strip_log_prefix",
     "tail_lines",
@@ -45,7 +39,7 @@ __all__ = [
 DEFAULT_HANG_MARKER = "hang detected"
 #: Lines longer than this (in characters) are cut in what head/tail return.
 MAX_LINE_CHARS = 8192
-#: tail_lines / head_lines stop after this many bytes even without n lines.
+#: tail_lines stops after this many bytes even without n lines.
 TAIL_MAX_BYTES = 8 * 1024 * 1024
 
 _BLOCK = 65536
@@ -172,101 +166,6 @@ def tail_lines(
     # When more than n pieces were read, the first is the end of an older line
     # and falls outside parts[-n:]; when max_bytes stopped the read, it is kept.
     return [_decode(p, max_line) for p in parts[-n:]]
-
-
-def head_lines(
-    path: Path,
-    n: int,
-    *,
-    block: int = _BLOCK,
-    max_bytes: int = TAIL_MAX_BYTES,
-    max_line: int = MAX_LINE_CHARS,
-) -> list[str]:
-    """The first ``n`` lines of ``path``, without their newline.
-
-    Streams ``block``-sized pieces and stops once ``n`` lines are complete,
-    at end of file, or after ``max_bytes`` (the last line returned is then
-    cut). A missing file gives ``[]``.
-    """
-    if n <= 0:
-        return []
-    block = max(1, block)
-    lines: list[str] = []
-    buf = b""
-    read = 0
-    try:
-        f = open(path, "rb")  # noqa: SIM115
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-        return []
-    with f:
-        while len(lines) < n:
-            chunk = f.read(min(block, max_bytes - read)) if read < max_bytes else b""
-            read += len(chunk)
-            buf += chunk
-            while len(lines) < n:
-                i = buf.find(b"\n")
-                if i < 0:
-                    break
-                lines.append(_decode(buf[:i], max_line))
-                buf = buf[i + 1 :]
-            if not chunk:
-                if buf and len(lines) < n:
-                    lines.append(_decode(buf, max_line))
-                break
-    return lines
-
-
-def grep(path: Path, patterns: Sequence[str], *, block: int = 1 << 20) -> dict[str, int]:
-    """For each pattern, how many lines of ``path`` contain it.
-
-    Plain, case-sensitive substring match, as ``pattern in line`` would
-    give. The file is read in ``block``-sized pieces; between pieces only the
-    last ``max(len(pattern)) - 1`` bytes of an unfinished line are kept, so
-    memory stays bounded even for a line with no newline at all. A line is
-    counted once per pattern however often the pattern occurs in it. A
-    missing file counts 0 for every pattern; an empty pattern matches every
-    line; a pattern containing a newline matches none.
-    """
-    counts = {p: 0 for p in patterns}
-    searched = {p: p.encode("utf-8") for p in counts if p and "\n" not in p}
-    count_all = "" in counts
-    if not searched and not count_all:
-        return counts
-    overlap = max((len(b) for b in searched.values()), default=1) - 1
-    # Per pattern: has the line still open at the end of the data been counted?
-    open_counted = dict.fromkeys(searched, False)
-    carry = b""
-    lines = 0
-    ended_open = False  # did the file end inside a line (no final newline)?
-    block = max(1, block)
-    try:
-        f = open(path, "rb")  # noqa: SIM115
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-        return counts
-    with f:
-        while chunk := f.read(block):
-            lines += chunk.count(b"\n")
-            ended_open = not chunk.endswith(b"\n")
-            data = carry + chunk
-            last_nl = data.rfind(b"\n")
-            for p, needle in searched.items():
-                still_open = open_counted[p] if last_nl < 0 else False
-                pos = 0
-                while (i := data.find(needle, pos)) >= 0:
-                    starts_old_line = data.rfind(b"\n", 0, i) < 0
-                    if not (starts_old_line and open_counted[p]):
-                        counts[p] += 1
-                    nl = data.find(b"\n", i + len(needle))
-                    if nl < 0:
-                        still_open = True
-                        break
-                    pos = nl + 1
-                open_counted[p] = still_open
-            keep_from = max(last_nl + 1, len(data) - overlap)
-            carry = data[keep_from:] if overlap else b""
-    if count_all:
-        counts[""] = lines + (1 if ended_open else 0)
-    return counts
 
 
 class LogFollower:

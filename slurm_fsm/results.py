@@ -5,15 +5,13 @@ followed the job (the workflow's relevant lines and the last 100, the first 50 o
 failure): nothing here opens a log.
 
 * per-workflow parsers - :func:`parse_pytest`, :func:`parse_eval`,
-  :func:`parse_benchmark`, :func:`parse_custom`, dispatched by
-  :func:`parse_output` through the workflow classes of :mod:`slurm_fsm.workflows`;
-* the status decision - :class:`Status`, :data:`EXIT_CODES`,
-  :func:`decide` / :func:`decide_status`, and :func:`status_of_state`, the one
-  place that maps a final Slurm state to a status;
+  :func:`parse_benchmark`, :func:`parse_custom`, which the workflow classes of
+  :mod:`slurm_fsm.workflows` call (each workflow also gives the report's one-line
+  summary and its parse warnings);
+* the status decision - :class:`Status`, :data:`EXIT_CODES`, :func:`decide`, and
+  :func:`status_of_state`, the one place that maps a final Slurm state to a status;
 * the failure diagnosis table of procedure.md - :func:`diagnose`;
-* the error-looking lines of a log - :func:`errors_from`;
-* a one-line :func:`summarize` and the parse :func:`result_warnings` for
-  the report.
+* the error-looking lines of a log - :func:`errors_from`.
 
 The decision order of :func:`decide` (first match wins):
 
@@ -41,7 +39,6 @@ from __future__ import annotations
 import re
 import signal
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import attrs
@@ -77,7 +74,6 @@ __all__ = [
     "Decision",
     "Status",
     "decide",
-    "decide_status",
     "diagnose",
     "errors_from",
     "logged_step_ends",
@@ -85,14 +81,11 @@ __all__ = [
     "parse_benchmark",
     "parse_custom",
     "parse_eval",
-    "parse_output",
     "parse_pytest",
     "report_of",
-    "result_warnings",
     "setup_error_lines",
     "status_of_state",
     "step_verdict",
-    "summarize",
     "without_relay_prefix",
 ]
 
@@ -100,15 +93,6 @@ __all__ = [
 #: errors_from returns at most this many lines.
 MAX_ERRORS = 20
 _MAX_ERROR_CHARS = 500
-
-
-def parse_output(
-    workflow_type: WorkflowType, lines: Sequence[str], work_dir: Path
-) -> dict[str, Any]:
-    """The parser of ``workflow_type`` applied to ``lines`` (:meth:`Workflow.parse
-    <slurm_fsm.workflows.Workflow.parse>`)."""
-    return workflow(workflow_type).parse(lines, work_dir)
-
 
 
 # -------------------------------------------------------------------- decision
@@ -330,32 +314,6 @@ def decide(
                         + ", ".join(repr(p) for p in success_patterns))
     return Decision(Status.PASSED, "exit code 0" + (
         ", success pattern found" if success_patterns else ""))
-
-
-def decide_status(
-    *,
-    exit_code: int | None,
-    slurm_state: str | None,
-    hang: bool,
-    timed_out: bool,
-    success_hits: Mapping[str, int],
-    failure_hits: Mapping[str, int],
-    success_patterns: Sequence[str],
-    workflow_type: WorkflowType,
-    metrics: Mapping[str, Any],
-) -> Status:
-    """The status of a finished run: :func:`decide` without the reason."""
-    return decide(
-        exit_code=exit_code,
-        slurm_state=slurm_state,
-        hang=hang,
-        timed_out=timed_out,
-        success_hits=success_hits,
-        failure_hits=failure_hits,
-        success_patterns=success_patterns,
-        workflow_type=workflow_type,
-        metrics=metrics,
-    ).status
 
 
 # ------------------------------------------------------------------- diagnosis
@@ -875,19 +833,6 @@ def errors_from(lines: Sequence[str]) -> list[str]:
         if len(named) >= MAX_ERRORS:
             break
     return (named + out)[:MAX_ERRORS]
-
-
-# --------------------------------------------------------------------- summary
-def summarize(workflow_type: WorkflowType, metrics: Mapping[str, Any]) -> str:
-    """One line on what the parser found, for the report's ``summary``
-    (:meth:`Workflow.summarize <slurm_fsm.workflows.Workflow.summarize>`)."""
-    return workflow(workflow_type).summarize(metrics)
-
-
-def result_warnings(workflow_type: WorkflowType, metrics: Mapping[str, Any]) -> list[str]:
-    """What the parser expected and did not find (a warning, not a failure):
-    :meth:`Workflow.warnings <slurm_fsm.workflows.Workflow.warnings>`."""
-    return workflow(workflow_type).warnings(metrics)
 
 
 # ------------------------------------------------------------------- the judge

@@ -188,10 +188,6 @@ SACCT_STEP_FIELDS = (*SACCT_FIELDS, "AllocTRES")
 #: The line each node prints before its nvidia-smi rows in :func:`gpu_processes_script`.
 GPU_NODE_MARKER = nvsmi.NODE_MARKER
 
-#: The line each node prints, in :func:`gpu_processes_script`, with the pids of the
-#: allocation's own processes there (``scontrol listpids``): its jobs are not intruders.
-GPU_OURS_MARKER = nvsmi.OURS_MARKER
-
 #: How nvidia-smi lists compute processes (procedure step 0E.3).
 GPU_QUERY_ARGV = (
     "nvidia-smi",

@@ -24,11 +24,10 @@ clock and knows no command line.
   ``import_s``, ``install_s``) of the run history beside the state file
   (:mod:`slurm_fsm.history` already records them, keyed by partition, nodes and
   image) + :data:`LEAD_SLACK_S`; :data:`DEFAULT_LEAD_S` when nothing was measured.
-* **Where a job goes** (:func:`choose_allocation`): the ready, compatible allocation
-  with the most time left that fits the job (time left >= expected + margin).
-* **Drain and release** (:func:`drain_action`): an allocation that is no longer the
-  one the state file names takes no new job, and is released as soon as no job of any
-  run is on it: never cut under a running job, never left idle until its walltime.
+* **Drain and release** (:func:`slurm_fsm.handoff.release_drained`): an allocation that
+  is no longer the one the state file names takes no new job, and is released as soon
+  as no job of any run is on it: never cut under a running job, never left idle until
+  its walltime.
 * **The successor record** (:class:`SuccessorRecord`): a small JSON file beside the
   state file (``.slurm_fsm_successor.json``,
   :attr:`slurm_fsm.paths.StatePaths.successor_record`). It is additive: the state
@@ -60,16 +59,12 @@ __all__ = [
     "MAX_RECORD_BYTES",
     "PARITY_SUFFIX",
     "SINGLETON",
-    "Candidate",
-    "DrainAction",
     "LeadTime",
     "Phase",
     "Sharing",
     "SuccessorRecord",
     "SuccessorVerdict",
-    "choose_allocation",
     "clear_successor",
-    "drain_action",
     "judge_successor",
     "lead_time",
     "node_sharing",
@@ -176,65 +171,6 @@ def time_min_s(longest_expected_s: int | None, margin_s: int = EXPIRY_MARGIN_S) 
     """The successor's ``--time-min``: the longest expected job plus the margin, at
     least a minute (backfill may start it sooner with that much)."""
     return max(60, (longest_expected_s or 0) + margin_s)
-
-
-# --------------------------------------------------------------------------------------
-# Which allocation a job goes to, and when an old one goes.
-
-
-@attrs.frozen(kw_only=True)
-class Candidate:
-    """An allocation a job could go to, as the last observation saw it."""
-
-    job_id: str
-    #: seconds left; None: unlimited
-    time_left_s: int | None
-    #: RUNNING with its setup done (container imported, installs done)
-    ready: bool
-    #: partition, account, image and grant can hold the job (``incompatibilities``)
-    compatible: bool = True
-
-
-def _fits(c: Candidate, expected_s: int | None, margin_s: int) -> bool:
-    if c.time_left_s is None or expected_s is None:
-        return c.time_left_s is None or c.time_left_s > margin_s
-    return c.time_left_s >= expected_s + margin_s
-
-
-def choose_allocation(candidates: Iterable[Candidate], expected_s: int | None,
-                      margin_s: int = EXPIRY_MARGIN_S) -> Candidate | None:
-    """The ready, compatible candidate with the most time left that fits the job (time
-    left >= expected + margin; an unknown duration needs more than the margin, as
-    today); ties go to the older (lower) job id. None: no allocation can take it now."""
-    fitting = [c for c in candidates
-               if c.ready and c.compatible and _fits(c, expected_s, margin_s)]
-    if not fitting:
-        return None
-
-    def rank(c: Candidate) -> tuple[float, int]:
-        left = math.inf if c.time_left_s is None else float(c.time_left_s)
-        return (-left, int(c.job_id) if c.job_id.isdigit() else 0)
-
-    return min(fitting, key=rank)
-
-
-class DrainAction(Enum):
-    """What becomes of an allocation at a hand-off."""
-
-    #: the state file names it: it takes new jobs
-    SERVE = "serve"
-    #: replaced, jobs of some run still on it: no new job, wait for them
-    DRAIN = "drain"
-    #: replaced and no job of any run on it: release it now
-    RELEASE = "release"
-
-
-def drain_action(job_id: str, current_id: str | None, jobs_on_it: int) -> DrainAction:
-    """:class:`DrainAction` of allocation ``job_id`` when the state file names
-    ``current_id`` and ``jobs_on_it`` jobs of any run (steps of any lease) are on it."""
-    if job_id == current_id:
-        return DrainAction.SERVE
-    return DrainAction.DRAIN if jobs_on_it > 0 else DrainAction.RELEASE
 
 
 class SuccessorVerdict(Enum):

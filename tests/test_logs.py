@@ -1,4 +1,4 @@
-"""slurm_fsm.logs: bounded tail/head, streaming grep, and the LogFollower."""
+"""slurm_fsm.logs: the bounded tail and the LogFollower."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from slurm_fsm import logs
-from slurm_fsm.logs import LogFollower, grep, head_lines, tail_lines
+from slurm_fsm.logs import LogFollower, tail_lines
 
 
 class CountingFile(io.RawIOBase):
@@ -144,100 +144,6 @@ def test_tail_huge_final_line_is_bounded(tmp_path: Path, read_counter: dict[str,
     assert len(got) == 1
     assert got[0].startswith("y" * 50) and "more characters" in got[0]
     assert read_counter["bytes"] <= 100_000
-
-
-# ------------------------------------------------------------------ head_lines
-def test_head_small(tmp_path: Path) -> None:
-    p = tmp_path / "a.log"
-    p.write_text("one\ntwo\nthree")
-    assert head_lines(p, 2) == ["one", "two"]
-    assert head_lines(p, 5) == ["one", "two", "three"]
-    assert head_lines(p, 0) == []
-    assert head_lines(tmp_path / "nope", 3) == []
-
-
-@pytest.mark.parametrize("block", [1, 4, 1000])
-def test_head_block_sizes(tmp_path: Path, block: int) -> None:
-    p = tmp_path / "a.log"
-    lines = [f"row {i}" for i in range(30)]
-    p.write_text("\n".join(lines) + "\n")
-    assert head_lines(p, 12, block=block) == lines[:12]
-
-
-def test_head_large_file_reads_little(big_log: Path, read_counter: dict[str, int]) -> None:
-    got = head_lines(big_log, 50)
-    assert got[0].startswith("line 0 ")
-    assert got[49].startswith("line 49 ")
-    assert read_counter["bytes"] <= 65536
-
-
-def test_head_huge_first_line_is_bounded(tmp_path: Path, read_counter: dict[str, int]) -> None:
-    p = tmp_path / "a.log"
-    p.write_bytes(b"z" * 3_000_000)
-    got = head_lines(p, 2, max_bytes=200_000, max_line=10)
-    assert len(got) == 1 and got[0].startswith("z" * 10)
-    assert read_counter["bytes"] <= 200_000
-
-
-# ------------------------------------------------------------------------ grep
-def test_grep_counts_lines_not_occurrences(tmp_path: Path) -> None:
-    p = tmp_path / "a.log"
-    p.write_text("PASSED PASSED\nfailed\nFAILED here\nPASSED\nno\n")
-    assert grep(p, ["PASSED", "FAILED", "missing"]) == {"PASSED": 2, "FAILED": 1, "missing": 0}
-
-
-def test_grep_case_sensitive_and_missing_file(tmp_path: Path) -> None:
-    p = tmp_path / "a.log"
-    p.write_text("Error\nerror\n")
-    assert grep(p, ["error"]) == {"error": 1}
-    assert grep(tmp_path / "nope", ["x", "y"]) == {"x": 0, "y": 0}
-    assert grep(p, []) == {}
-
-
-def test_grep_empty_and_newline_patterns(tmp_path: Path) -> None:
-    p = tmp_path / "a.log"
-    p.write_text("a\nb\nc")
-    assert grep(p, ["", "a\nb"]) == {"": 3, "a\nb": 0}
-
-
-@pytest.mark.parametrize("block", [1, 2, 3, 4, 5, 8, 13, 4096])
-def test_grep_matches_naive_for_any_block(tmp_path: Path, block: int) -> None:
-    p = tmp_path / "a.log"
-    text = (
-        "abc hang abcabc\nxx\nabcab\ncabc\n\nhanghang detected\n"
-        "éé abc é\nzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzabczzzzzzzzzzabc\nab"
-    )
-    p.write_text(text, encoding="utf-8")
-    patterns = ["abc", "hang", "é abc", "b", "zab", "detected\nx", "cabc", "ab"]
-    expected = {pat: sum(pat in line for line in text.split("\n")) for pat in patterns}
-    expected["detected\nx"] = 0
-    assert grep(p, patterns, block=block) == expected
-
-
-def test_grep_pattern_split_across_blocks(tmp_path: Path) -> None:
-    p = tmp_path / "a.log"
-    p.write_bytes(b"a" * 9 + b"NEEDLE" + b"b" * 10 + b"\nNEEDLE\n")
-    for block in range(1, 20):
-        assert grep(p, ["NEEDLE"], block=block) == {"NEEDLE": 2}
-
-
-def test_grep_line_without_newline_is_streamed(
-    tmp_path: Path, read_counter: dict[str, int]
-) -> None:
-    p = tmp_path / "a.log"
-    with open(p, "wb") as f:
-        for _ in range(40):
-            f.write(b"q" * 100_000)
-        f.write(b"TAIL-MARK")
-    got = grep(p, ["TAIL-MARK", "q"], block=65536)
-    assert got == {"TAIL-MARK": 1, "q": 1}
-    # Streamed in blocks: many small reads, none of them the whole file.
-    assert read_counter["reads"] > 40
-
-
-def test_grep_large_file(big_log: Path) -> None:
-    got = grep(big_log, ["PASSED marker", "ERROR:", "line 699999 ", "absent"])
-    assert got == {"PASSED marker": 7, "ERROR:": 1, "line 699999 ": 1, "absent": 0}
 
 
 # ------------------------------------------------------------------ LogFollower

@@ -13,19 +13,16 @@ from slurm_fsm.results import (
     EXIT_CODES,
     Status,
     decide,
-    decide_status,
     diagnose,
     errors_from,
     normalize_slurm_state,
     parse_benchmark,
     parse_custom,
     parse_eval,
-    parse_output,
     parse_pytest,
-    result_warnings,
-    summarize,
 )
 from slurm_fsm.spec import WorkflowType
+from slurm_fsm.workflows import workflow
 
 DATA = Path(__file__).parent / "data" / "logs"
 
@@ -229,14 +226,14 @@ def test_parse_custom_last_ten() -> None:
     assert parse_custom(["a"]) == {"last_lines": ["a"]}
 
 
-def test_parse_output_dispatch(tmp_path: Path) -> None:
+def test_each_workflow_parses_its_own_lines(tmp_path: Path) -> None:
     lines = ["accuracy: 0.5", "2 passed in 1.0s", "Request throughput (req/s): 3"]
-    assert parse_output(WorkflowType.PYTEST, lines, tmp_path) == {"passed": 2, "seconds": 1.0}
-    assert parse_output(WorkflowType.EVAL, lines, tmp_path) == {"accuracy": [0.5],
+    assert workflow(WorkflowType.PYTEST).parse(lines, tmp_path) == {"passed": 2, "seconds": 1.0}
+    assert workflow(WorkflowType.EVAL).parse(lines, tmp_path) == {"accuracy": [0.5],
                                                                 "scores": {"accuracy": 0.5}}
-    assert parse_output(WorkflowType.BENCHMARK, lines, tmp_path)["throughput"] == {
+    assert workflow(WorkflowType.BENCHMARK).parse(lines, tmp_path)["throughput"] == {
         "Request throughput (req/s)": 3.0}
-    assert parse_output(WorkflowType.CUSTOM, lines, tmp_path) == {"last_lines": lines}
+    assert workflow(WorkflowType.CUSTOM).parse(lines, tmp_path) == {"last_lines": lines}
 
 
 # ---------------------------------------------------------------------- status
@@ -274,7 +271,7 @@ def status_of(**overrides: Any) -> Status:
         "workflow_type": WorkflowType.CUSTOM, "metrics": {},
     }
     kwargs.update(overrides)
-    return decide_status(**kwargs)
+    return decide(**kwargs).status
 
 
 @pytest.mark.parametrize(
@@ -318,7 +315,7 @@ def status_of(**overrides: Any) -> Status:
         ({"workflow_type": WorkflowType.CUSTOM, "metrics": {"failed": 3}}, Status.PASSED),
     ],
 )
-def test_decide_status_branches(overrides: dict[str, Any], expected: Status) -> None:
+def test_decide_branches(overrides: dict[str, Any], expected: Status) -> None:
     assert status_of(**overrides) is expected
 
 
@@ -521,6 +518,9 @@ def test_errors_from_dedup_and_limit() -> None:
 
 # --------------------------------------------------------------------- summary
 def test_summarize_each_workflow() -> None:
+    def summarize(kind: WorkflowType, metrics: dict[str, Any]) -> str:
+        return workflow(kind).summarize(metrics)
+
     assert summarize(WorkflowType.PYTEST, {"passed": 3, "failed": 1, "seconds": 12.34}) == (
         "3 passed, 1 failed in 12.34s")
     assert summarize(WorkflowType.PYTEST, {}) == "no pytest summary line found"
@@ -544,14 +544,14 @@ def test_summarize_each_workflow() -> None:
 
 
 def test_result_warnings() -> None:
-    assert result_warnings(WorkflowType.PYTEST, {}) == ["no pytest summary line in the log tail"]
-    assert result_warnings(WorkflowType.PYTEST, {"passed": 1, "seconds": 1.0}) == []
-    assert result_warnings(WorkflowType.EVAL, {}) == [
+    assert workflow(WorkflowType.PYTEST).warnings({}) == ["no pytest summary line in the log tail"]
+    assert workflow(WorkflowType.PYTEST).warnings({"passed": 1, "seconds": 1.0}) == []
+    assert workflow(WorkflowType.EVAL).warnings({}) == [
         "no eval figures (accuracy lines, results tables, scores) in the log"]
-    assert result_warnings(WorkflowType.EVAL, {"scores": {"mmlu acc": 0.5}}) == []
-    assert len(result_warnings(WorkflowType.BENCHMARK, {"throughput": {}, "latency": {},
+    assert workflow(WorkflowType.EVAL).warnings({"scores": {"mmlu acc": 0.5}}) == []
+    assert len(workflow(WorkflowType.BENCHMARK).warnings({"throughput": {}, "latency": {},
                                                          "done_marker": None})) == 2
-    assert result_warnings(WorkflowType.CUSTOM, {}) == []
+    assert workflow(WorkflowType.CUSTOM).warnings({}) == []
 
 
 def test_errors_from_finds_compiler_and_build_tool_errors() -> None:

@@ -20,14 +20,10 @@ from slurm_fsm.successor import (
     DEFAULT_LEAD_S,
     LEAD_SLACK_S,
     SINGLETON,
-    Candidate,
-    DrainAction,
     Phase,
     SuccessorRecord,
     SuccessorVerdict,
-    choose_allocation,
     clear_successor,
-    drain_action,
     judge_successor,
     lead_time,
     other_name,
@@ -136,46 +132,6 @@ def test_when_a_successor_is_due(left: int | None, longest: int | None, lead: in
 @pytest.mark.parametrize(("longest", "want"), [(None, M), (0, M), (600, 600 + M)])
 def test_time_min(longest: int | None, want: int) -> None:
     assert time_min_s(longest) == max(60, want)
-
-
-# ------------------------------------------------------------------ where a job goes
-
-
-def cand(job_id: str, left: int | None, ready: bool = True,
-         compatible: bool = True) -> Candidate:
-    return Candidate(job_id=job_id, time_left_s=left, ready=ready, compatible=compatible)
-
-
-@pytest.mark.parametrize(("candidates", "expected", "chosen"), [
-    ([], 600, None),
-    ([cand("1", 3000)], 600, "1"),
-    ([cand("1", 600 + M - 1)], 600, None),         # does not fit
-    ([cand("1", 600 + M)], 600, "1"),              # fits exactly
-    ([cand("1", 1000), cand("2", 5000)], 600, "2"),  # most time left
-    ([cand("1", 5000), cand("2", 5000)], 600, "1"),  # tie: the older
-    ([cand("1", 1000), cand("2", 5000, ready=False)], 600, "1"),  # successor warming
-    ([cand("1", 100), cand("2", 5000, ready=False)], 600, None),  # wait for it
-    ([cand("1", 5000, compatible=False), cand("2", 1000)], 600, "2"),
-    ([cand("1", None), cand("2", 5000)], 600, "1"),  # unlimited has the most
-    ([cand("1", M + 1)], None, "1"),               # unknown duration: the margin alone
-    ([cand("1", M)], None, None),
-])
-def test_choose_allocation(candidates: list[Candidate], expected: int | None,
-                           chosen: str | None) -> None:
-    got = choose_allocation(candidates, expected)
-    assert (got.job_id if got else None) == chosen
-
-
-@pytest.mark.parametrize(("job", "current", "jobs_on_it", "action"), [
-    ("1", "1", 0, DrainAction.SERVE),
-    ("1", "1", 3, DrainAction.SERVE),
-    ("1", "2", 2, DrainAction.DRAIN),      # replaced, jobs still on it: never cut
-    ("1", "2", 0, DrainAction.RELEASE),    # replaced and idle: released now
-    ("1", None, 0, DrainAction.RELEASE),
-])
-def test_drain_and_release(job: str, current: str | None, jobs_on_it: int,
-                           action: DrainAction) -> None:
-    assert drain_action(job, current, jobs_on_it) is action
 
 
 def info(state: str, reason: str = "None") -> JobInfo:

@@ -57,10 +57,10 @@ def fake_workflow(monkeypatch: pytest.MonkeyPatch) -> Workflow:
 
 def test_a_new_workflow_is_one_class(fake_workflow: Workflow, tmp_path: Path) -> None:
     kind = WorkflowType.CUSTOM
-    metrics = results.parse_output(kind, ["GFLOPS 50"], tmp_path)
+    metrics = WORKFLOWS[kind].parse(["GFLOPS 50"], tmp_path)
     assert metrics == {"gflops": [50.0]}
-    assert results.summarize(kind, metrics) == "1 figures"
-    assert results.result_warnings(kind, {"gflops": []}) == ["no GFLOPS line"]
+    assert WORKFLOWS[kind].summarize(metrics) == "1 figures"
+    assert WORKFLOWS[kind].warnings({"gflops": []}) == ["no GFLOPS line"]
     decision = decide(exit_code=0, slurm_state="COMPLETED", hang=False, timed_out=False,
                       success_hits={}, failure_hits={}, success_patterns=[],
                       workflow_type=kind, metrics=metrics)

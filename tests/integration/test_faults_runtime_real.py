@@ -22,8 +22,9 @@ from typing import Any
 import attrs
 import pytest
 
-from slurm_fsm.backend import JobInfo, ScriptRequest, step_env
+from slurm_fsm.backend import JobInfo, ScriptRequest
 from slurm_fsm.executor import run_book
+from slurm_fsm.placement import script_env
 from slurm_fsm.scriptguard import group_members
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.subprocess_backend import SubprocessBackend
@@ -183,7 +184,8 @@ def test_a_dead_run_s_leftovers_are_stopped_by_the_next_run(
         stale = SubprocessBackend().start_script(ScriptRequest(
             script_path=script(tmp_path / "stale.slurm", "srun sleep 300\n"),
             log_path=tmp_path / "stale.log", cwd=tmp_path,
-            env=step_env(JobInfo(job_id=job_id, state="RUNNING", nodelist=node), 1, None)))
+            env=script_env(JobInfo(job_id=job_id, state="RUNNING", nodelist=node),
+                           spec.slurm_params)))
         book = run_book(spec)
         book.save(attrs.evolve(book.start(job_id), pid_ticks=-1, log=str(tmp_path / "stale.log"),
                                script=stale.identity))  # a record whose run is gone

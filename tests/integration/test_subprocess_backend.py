@@ -30,10 +30,12 @@ from slurm_fsm.backend import (
     SlurmBackend,
     StepRequest,
     StepResult,
-    step_env,
 )
+from slurm_fsm.convert import PositiveInt
 from slurm_fsm.duration import Duration
 from slurm_fsm.errors import AllocationFailed, CommandTimedOut, JobNotFound
+from slurm_fsm.placement import script_env
+from slurm_fsm.spec import SlurmParams
 from slurm_fsm.subprocess_backend import SubprocessBackend
 from slurm_fsm_dev import localgpu
 from slurm_fsm_dev.localcluster import ClusterInfo
@@ -120,6 +122,12 @@ def gone(backend: SubprocessBackend, job_id: str) -> JobNotFound:
 def test_is_a_slurm_backend(backend: SubprocessBackend, local_cluster: ClusterInfo) -> None:
     assert isinstance(backend, SlurmBackend)
     assert backend.current_user() == local_cluster.user
+
+
+def two_nodes(cluster: ClusterInfo) -> SlurmParams:
+    """A job of one task on each of two nodes (what the scripts here ask)."""
+    return SlurmParams(cluster.partition, cluster.account, nodes=PositiveInt(2),
+                       ntasks_per_node=PositiveInt(1))
 
 
 def test_allocation_lifecycle(
@@ -237,8 +245,8 @@ def test_script_srun_lands_in_the_allocation(
     log_path.write_text("old content that must go\n")
     t0 = time.monotonic()
     running_script = backend.start_script(
-        ScriptRequest(script_path=script, log_path=log_path, env=step_env(info, 2, 1),
-                      cwd=tmp_path)
+        ScriptRequest(script_path=script, log_path=log_path, cwd=tmp_path,
+                      env=script_env(info, two_nodes(local_cluster)))
     )
     assert running_script.log_path == log_path
     code = until("the script", running_script.poll)
@@ -260,7 +268,7 @@ def test_terminate_script_ends_its_step(
     script.write_text("srun sleep 120\n")
     started = backend.start_script(
         ScriptRequest(script_path=script, log_path=tmp_path / "hang.log",
-                      env=step_env(info, 2, 1), cwd=tmp_path)
+                      env=script_env(info, two_nodes(local_cluster)), cwd=tmp_path)
     )
     until("the hanging step", lambda: backend.list_steps(job_id) or None)
     t0 = time.monotonic()
