@@ -27,7 +27,7 @@ from pathlib import Path
 
 import attrs
 
-from slurm_fsm.backend import JobInfo, JobOutcome, RunningScript, SlurmBackend
+from slurm_fsm.backend import JobOutcome, RunningScript, SlurmBackend
 from slurm_fsm.clock import Clock, backoff
 from slurm_fsm.errors import BackendError, CommandTimedOut, ControllerUnreachable, JobNotFound
 from slurm_fsm.joboutput import JobOutput
@@ -253,6 +253,46 @@ def watch_batch_job(
     return watch
 
 
+@attrs.define
+class _Pending:
+    """How long a batch job has been PENDING, and whether that was said."""
+
+    since: float | None = None
+    reported: bool = False
+
+
+def _batch_look(job_id: str, watch: Watch, *, backend: SlurmBackend, clock: Clock,
+                policy: PollPolicy, say: Notify, on_state: Notify, pending: _Pending,
+                now: float) -> bool:
+    """One question to Slurm about the batch job: its state change said, a job that can
+    never start cancelled, a long wait said once. True when the watch is over."""
+    try:
+        info = backend.query_job(job_id)
+    except JobNotFound:
+        return True  # no row: the job is done
+    except (ControllerUnreachable, CommandTimedOut) as exc:
+        say(f"controller unreachable ({exc}); still waiting")
+        return False
+    if not watch.states or watch.states[-1] != info.state:
+        watch.states.append(info.state)
+        on_state(info.state)
+        say(f"job {job_id}: {' -> '.join(watch.states)}")
+    if not info.is_active:
+        return True
+    if info.never_starts:
+        watch.never_starts = info.reason
+        say(f"job {job_id} can never start (pending reason {info.reason}): cancelling it")
+        _cancel_and_settle(backend, job_id, watch, clock=clock, policy=policy, say=say)
+        return True
+    if info.state is JobState.PENDING:
+        pending.since = pending.since if pending.since is not None else now
+        if not pending.reported and now - pending.since >= policy.pending_report_s:
+            pending.reported = True
+            say(f"job {job_id} pending for {now - pending.since:.0f} s: reason "
+                f"{info.reason or 'unknown'}, expected start {info.start_time or '?'}")
+    return False
+
+
 def _batch_loop(job_id: str, watch: Watch, follower: JobOutput, *, backend: SlurmBackend,
                 timeout_s: float, clock: Clock, policy: PollPolicy, say: Notify,
                 on_tick: Callable[[float, str], None] | None, started: float,
@@ -260,8 +300,7 @@ def _batch_loop(job_id: str, watch: Watch, follower: JobOutput, *, backend: Slur
     next_query = started
     slurm_attempt = 0
     local_attempt = 0
-    pending_reported = False
-    pending_since: float | None = None
+    pending = _Pending()
     while True:
         now = clock.now()
         follower.advance()
@@ -276,33 +315,9 @@ def _batch_loop(job_id: str, watch: Watch, follower: JobOutput, *, backend: Slur
             _cancel_and_settle(backend, job_id, watch, clock=clock, policy=policy, say=say)
             return
         if now >= next_query:
-            info: JobInfo | None = None
-            try:
-                info = backend.query_job(job_id)
-            except JobNotFound:
-                return  # no row: the job is done
-            except (ControllerUnreachable, CommandTimedOut) as exc:
-                say(f"controller unreachable ({exc}); still waiting")
-            if info is not None:
-                if not watch.states or watch.states[-1] != info.state:
-                    watch.states.append(info.state)
-                    on_state(info.state)
-                    say(f"job {job_id}: {' -> '.join(watch.states)}")
-                if not info.is_active:
-                    return
-                if info.never_starts:
-                    watch.never_starts = info.reason
-                    say(f"job {job_id} can never start (pending reason {info.reason}): "
-                        "cancelling it")
-                    _cancel_and_settle(backend, job_id, watch, clock=clock, policy=policy,
-                                       say=say)
-                    return
-                if info.state is JobState.PENDING:
-                    pending_since = pending_since if pending_since is not None else now
-                    if not pending_reported and now - pending_since >= policy.pending_report_s:
-                        pending_reported = True
-                        say(f"job {job_id} pending for {now - pending_since:.0f} s: reason "
-                            f"{info.reason or 'unknown'}, expected start {info.start_time or '?'}")
+            if _batch_look(job_id, watch, backend=backend, clock=clock, policy=policy,
+                           say=say, on_state=on_state, pending=pending, now=now):
+                return
             next_query = now + backoff(slurm_attempt, first=policy.slurm_first_s,
                                        factor=policy.slurm_factor, cap=policy.slurm_max_s)
             slurm_attempt += 1
