@@ -329,13 +329,13 @@ class Allocation:
         self._check(spec)
         return self._run_checked(spec)
 
-    def _run_checked(self, spec: JobSpec) -> Report:
+    def _run_checked(self, spec: JobSpec, backend: SlurmBackend | None = None) -> Report:
         from slurm_fsm.executor import Executor
 
         if spec.release_allocation:
             return self.release(spec)
         self._check(spec)
-        report = Executor(spec, self.backend, clock=self.clock, events=self.events,
+        report = Executor(spec, backend or self.backend, clock=self.clock, events=self.events,
                           policy=self.policy, state_path=self._state_path).run()
         with self._mutex:
             self._last_spec = spec
@@ -419,15 +419,14 @@ class Allocation:
         view = sharedview.SharedView(self.backend, self.clock, slots=workers)
         with ThreadPoolExecutor(max_workers=min(len(specs), 2 * workers),
                                 thread_name_prefix="slurm_fsm-run") as pool:
-            futures = [pool.submit(sharedview.active(view).run, self._run_in_slot, view,
-                                   spec) for spec in specs]
+            futures = [pool.submit(self._run_in_slot, view, spec) for spec in specs]
             for f in futures:
                 f.exception()  # wait for every run, whatever one of them raised
         return [f.result() for f in futures]
 
     def _run_in_slot(self, view: sharedview.SharedView, spec: JobSpec) -> Report:
-        with view.slot():
-            return self._run_checked(spec)
+        with view.slot():  # the run's backend carries the batch's view
+            return self._run_checked(spec, sharedview.SharedBackend.wrap(self.backend, view))
 
     def _sized_for(self, specs: list[JobSpec], workers: int) -> list[JobSpec]:
         """``specs`` with ``alloc_nodes`` / ``alloc_gpus_per_node`` set for the batch

@@ -44,7 +44,6 @@ or to the end of step 0 with :meth:`AllocationMachine.prepare`.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import logging
 import os
 import threading
@@ -386,11 +385,10 @@ class AllocationMachine:
                 or not self.spec.slurm_params.gpus_per_node):
             return
         future: Future[list[GpuProcess]] = Future()
-        context = contextvars.copy_context()  # run_many's shared view, in the thread too
 
         def ask() -> None:
             try:
-                future.set_result(context.run(self._ask_gpus, alloc))
+                future.set_result(self._ask_gpus(alloc))
             except BaseException as exc:  # the pre-flight's, as if asked there
                 future.set_exception(exc)
 
@@ -705,7 +703,7 @@ class AllocationMachine:
                            user=self._user or "", summary=summary, **fields)
 
     def _read_state_file(self) -> Observation:
-        view = sharedview.current(self.backend)  # run_many: a sibling's proof, 1 s old
+        view = sharedview.view_of(self.backend)  # run_many: a sibling's proof, 1 s old
         problem = (self.store.writable_problem() if view is None else
                    view.writable_problem(str(self.store.path), self.store.writable_problem))
         if problem is not None:
@@ -791,7 +789,7 @@ class AllocationMachine:
         """The job's row; in ``run_many``, the row a sibling run asked at most
         :data:`~slurm_fsm.sharedview.JOB_MAX_AGE_S` ago (newer than this machine's last)
         and when it was asked (:mod:`slurm_fsm.sharedview`)."""
-        view = sharedview.current(self.backend)
+        view = sharedview.view_of(self.backend)
         if view is None:
             return self.backend.query_job(job_id), None
         return view.query_job(job_id, not_before=self._job[1] if self._job else None)
@@ -1165,7 +1163,7 @@ class AllocationMachine:
         return procs
 
     def _ask_gpus(self, alloc: AllocState) -> list[GpuProcess]:
-        view = sharedview.current(self.backend)  # run_many: a sibling's fresh check
+        view = sharedview.view_of(self.backend)  # run_many: a sibling's fresh check
         return (view or self.backend).gpu_processes(alloc.job_id, alloc.nodes,
                                                     alloc.gpus_per_node)
 

@@ -310,7 +310,7 @@ class PersistentRun:
         max_until = time.time() + spec.monitor_timeout_seconds + LEASE_MARGIN_S
         shared: str | None = None
         try:
-            view = sharedview.current(self.backend)
+            view = sharedview.view_of(self.backend)
             if view is None:
                 self.lease = self._lease_past_closing(alloc.job_id,
                                                       lease_name(run_id, max_until), run_id)
@@ -488,7 +488,7 @@ class PersistentRun:
             self.events.message(f"WARNING: {problem}")
             self.messages.append(problem)
         self.timings["run_s"] = watch.elapsed_s
-        view = sharedview.current(self.backend)
+        view = sharedview.view_of(self.backend)
         if view is not None:  # run_many: the job's slot, for the next job's script
             view.free_slot()
         return watch
@@ -571,7 +571,7 @@ class PersistentRun:
         allocation fails (``srun: error: Node failure on n1``, Slurm 22.05)."""
         if watch.hang or watch.timed_out:
             return None
-        view = sharedview.current(self.backend)  # run_many: a row asked after this end
+        view = sharedview.view_of(self.backend)  # run_many: a row asked after this end
         ended_at = self.clock.now()
         try:
             info = (self.backend.query_job(alloc_id) if view is None

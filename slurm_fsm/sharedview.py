@@ -25,8 +25,11 @@ and removed) is shared the same way (:meth:`SharedView.writable_problem`, at mos
 :data:`WRITABLE_MAX_AGE_S` old); a problem is never shared.
 
 The checks all still happen for every run: the run judges the shared answer as its
-own (state, name, time left from the moment asked). Outside ``run_many`` (no view
-active, :func:`current` is None) every run asks Slurm itself, as before.
+own (state, name, time left from the moment asked). A run of the batch gets the view
+with its backend: ``run_many`` hands each run a :class:`SharedBackend`, the real
+backend wrapped with the batch's view (no ambient state: :func:`view_of` reads it from
+the backend a run was given). Outside ``run_many`` (:func:`view_of` is None) every run
+asks Slurm itself, as before.
 
 The allocation-end checks of jobs that end while other jobs of the batch still run
 wait for each other, at most :data:`END_GATHER_S`, and share one ``squeue``
@@ -48,10 +51,9 @@ join it).
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import threading
 from collections.abc import Callable, Hashable, Iterator
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 
 import attrs
 
@@ -59,7 +61,8 @@ from slurm_fsm.backend import GpuProcess, JobInfo, LeaseHandle, SlurmBackend
 from slurm_fsm.clock import Clock
 
 __all__ = ["END_GATHER_S", "GPU_MAX_AGE_S", "JOB_MAX_AGE_S", "LEASE_HEADROOM_S",
-           "WRITABLE_MAX_AGE_S", "SharedLease", "SharedView", "active", "current"]
+           "WRITABLE_MAX_AGE_S", "SharedBackend", "SharedLease", "SharedView", "unwrap",
+           "view_of"]
 
 #: The oldest job row (``squeue`` of the allocation) a run takes from a sibling, in s.
 JOB_MAX_AGE_S = 1.0
@@ -80,10 +83,6 @@ LEASE_HEADROOM_S = 300.0
 TakeLease = Callable[[float], tuple[LeaseHandle, str, Callable[[], None]]]
 
 T = TypeVar("T")
-
-_CURRENT: contextvars.ContextVar[SharedView | None] = contextvars.ContextVar(
-    "slurm_fsm_shared_view", default=None)
-
 
 class SharedView:
     """Answers of one backend, shared by the runs of one process (see the module)."""
@@ -309,14 +308,30 @@ class SharedLease:
         self._view._give_back(self._key, self._lease)
 
 
-def current(backend: SlurmBackend) -> SharedView | None:
-    """The view active in this context for ``backend`` (None: ask Slurm directly)."""
-    view = _CURRENT.get()
-    return view if view is not None and view.backend is backend else None
+class SharedBackend:
+    """The backend a run of a ``run_many`` batch is given: ``inner`` in everything,
+    carrying the batch's :class:`SharedView` (:func:`view_of`). Whoever asks Slurm
+    through a run's backend takes the view from it, explicitly; it answers nothing
+    itself (what is shared, and how fresh, is the view's rule)."""
+
+    def __init__(self, inner: SlurmBackend, view: SharedView) -> None:
+        self.inner = inner
+        self.view = view
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    @classmethod
+    def wrap(cls, inner: SlurmBackend, view: SharedView) -> SlurmBackend:
+        """``inner`` with ``view``, typed as the backend it stands for."""
+        return cast(SlurmBackend, cls(inner, view))
 
 
-def active(view: SharedView) -> contextvars.Context:
-    """A copy of the current context with ``view`` active: ``ctx.run(fn, ...)``."""
-    ctx = contextvars.copy_context()
-    ctx.run(_CURRENT.set, view)
-    return ctx
+def view_of(backend: SlurmBackend) -> SharedView | None:
+    """The batch's view a run's ``backend`` carries (None: ask Slurm directly)."""
+    return backend.view if isinstance(backend, SharedBackend) else None
+
+
+def unwrap(backend: SlurmBackend) -> SlurmBackend:
+    """The backend a run's ``backend`` wraps (itself when it wraps none)."""
+    return backend.inner if isinstance(backend, SharedBackend) else backend

@@ -128,9 +128,12 @@ def warmer_for(spec: JobSpec, backend: SlurmBackend,
     """The warmer a run starts: the detached process over the real backend (it makes
     its own); None for another backend (a fake cluster lives in its process: the run
     that needs the successor sets it up itself, 0F) or without ``warm_successor``."""
+    from slurm_fsm.sharedview import unwrap
     from slurm_fsm.subprocess_backend import SubprocessBackend
 
-    if not spec.warm_successor or not isinstance(backend, SubprocessBackend):
+    # a run_many run's backend wraps the real one; an agent's (slurm_fsm.agent) does
+    # not count: a warmer it started would die with the agent's step
+    if not spec.warm_successor or not isinstance(unwrap(backend), SubprocessBackend):
         return None
     return spawner(state_path)
 

@@ -10,7 +10,14 @@ import pytest
 
 from slurm_fsm import Allocation, FakeCluster, Status
 from slurm_fsm.errors import ControllerUnreachable
-from slurm_fsm.sharedview import GPU_MAX_AGE_S, JOB_MAX_AGE_S, SharedView, active, current
+from slurm_fsm.sharedview import (
+    GPU_MAX_AGE_S,
+    JOB_MAX_AGE_S,
+    SharedBackend,
+    SharedView,
+    unwrap,
+    view_of,
+)
 from slurm_fsm.testing.fake import FakeClock
 
 from conftest import SpecFactory
@@ -226,13 +233,17 @@ def test_an_end_check_never_takes_an_answer_asked_before_its_end(tmp_path: Path)
     assert at2 >= at and view.asked == 2
 
 
-def test_the_view_is_active_only_where_it_was_made_active(tmp_path: Path) -> None:
+def test_the_view_goes_with_the_backend_a_run_is_given(tmp_path: Path) -> None:
+    """No ambient state (issue 40, item 4): a run shares answers when the backend it was
+    given carries the batch's view, and only then; the wrapped backend answers as the
+    real one does."""
     fake = FakeCluster()
     view, _ = _view(fake, tmp_path)
-    assert current(fake) is None
-    assert active(view).run(current, fake) is view
-    assert active(view).run(current, FakeCluster()) is None  # another backend: not shared
-    assert current(fake) is None
+    run_backend = SharedBackend.wrap(fake, view)
+    assert view_of(run_backend) is view and unwrap(run_backend) is fake
+    assert view_of(fake) is None and unwrap(fake) is fake
+    assert run_backend.current_user() == fake.current_user()
+    assert run_backend.clock is fake.clock
 
 
 def _run_ops(make_spec: SpecFactory, many: bool) -> Counter[str]:
