@@ -78,3 +78,4 @@ def test_the_old_homes_still_give_the_moved_names() -> None:
             AllocationInUse) == (errors.ContainerShared, errors.NvidiaSmiFailed,
                                  errors.NoSlurmConfig, errors.PreflightFailed,
                                  errors.AllocationInUse)
+
