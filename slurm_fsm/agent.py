@@ -139,12 +139,16 @@ def hand_over(backend: SlurmBackend, files: RunFiles, run_id: str, allocation_id
         return f"the run's agent could not be started on {node}: {exc}"
     say(f"handing the run over to its agent on {node} (step {name} of allocation "
         f"{allocation_id}): it goes on if this login node goes")
-    while not _holds(files, run_id):
-        if not handle.alive():
-            if _holds(files, run_id):
-                break
-            said = " ".join(handle.stderr_text().split())[-600:]
-            return (f"the run's agent on {node} ended before it took the run over"
-                    + (f": {said}" if said else ""))
-        time.sleep(POLL_S)
+    try:
+        while not _holds(files, run_id):
+            if not handle.alive():
+                if _holds(files, run_id):
+                    break
+                said = " ".join(handle.stderr_text().split())[-600:]
+                return (f"the run's agent on {node} ended before it took the run over"
+                        + (f": {said}" if said else ""))
+            time.sleep(POLL_S)
+    except BaseException:  # stopped (cancel, Ctrl-C) before the agent held the run:
+        handle.stop()  # its step ends too; the run is this process's to report
+        raise
     return None

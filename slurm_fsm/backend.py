@@ -508,6 +508,10 @@ class AgentHandle(Protocol):
         """What ``srun`` (and the agent, before it took its own output) said so far."""
         ...
 
+    def stop(self) -> None:
+        """End the agent's step (its ``srun``), and wait for it."""
+        ...
+
 
 @runtime_checkable
 class AgentLauncher(Protocol):

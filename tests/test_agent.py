@@ -91,12 +91,16 @@ def test_the_agents_entry_refuses_what_is_not_its_call(args: list[str],
 class _Handle:
     lives: list[bool]
     said: str = ""
+    stopped: bool = False
 
     def alive(self) -> bool:
         return self.lives.pop(0) if self.lives else False
 
     def stderr_text(self) -> str:
         return self.said
+
+    def stop(self) -> None:
+        self.stopped = True
 
 
 class _Launcher:
@@ -148,6 +152,23 @@ def test_an_agent_still_in_step0_does_not_hold_the_run_yet(tmp_path: Path) -> No
     why = hand_over(launcher, files, run_id, "5", ["n1"], b"{}")  # type: ignore[arg-type]
     assert why is not None and "ended before it took the run over" in why
     assert "Exited with exit code 1" in why
+
+
+def test_a_supervisor_stopped_during_the_hand_over_stops_the_agent_too(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cancel (SIGTERM) or Ctrl-C while the agent is still in its step 0: the
+    supervisor reports the run CANCELLED, so the agent's step must not go on to run the
+    job and save another verdict over it."""
+    files = RunFiles(tmp_path / ".slurm_alloc.json")
+    handle = _Handle([True] * 100)
+
+    def interrupted(_s: float) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("slurm_fsm.agent.time.sleep", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        hand_over(_Launcher(handle), files, "r0123456789ab", "5", ["n1"], b"{}")  # type: ignore[arg-type]
+    assert handle.stopped
 
 
 def test_no_agent_without_a_launcher(tmp_path: Path) -> None:
