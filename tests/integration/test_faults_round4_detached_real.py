@@ -11,6 +11,7 @@ their steps by what Slurm says (``SrunHost:Pid``)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -65,10 +66,8 @@ def _cleanup(spec: Path, *tags: str) -> None:
                    capture_output=True)
     for tag in tags:
         for pid in _holding(tag):
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
 
 
 def test_a_detached_srun_and_host_process_end_with_a_passed_run(
