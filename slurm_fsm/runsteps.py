@@ -9,8 +9,10 @@ when it is a numbered step of the run's allocation, owned by this unix user, and
 
 * Slurm says its ``srun`` runs on the run's host with a pid of the run's script group
   (``scontrol show step``: ``SrunHost:Pid``; the pids sampled from ``/proc`` while the
-  script runs and written into the run record), it started no earlier than the run,
-  and that pid is not now a live process outside the group (a pid reused); or
+  script runs and written into the run record) or of a process the script detached
+  from its group (``setsid nohup srun ... &``: it holds the guard's secret token in its
+  environment, :func:`slurm_fsm.scriptguard.strays_of`), it started no earlier than the
+  run, and that pid is not now a live process outside those (a pid reused); or
 * it is a step the run recorded (:class:`~slurm_fsm.runrecord.StepMark`) and Slurm
   still describes it the same way: id, name, srun host and pid, start time; or
 * the script itself is that step (a backend that runs the script as a step: the fake).
@@ -21,8 +23,9 @@ than the one step 0 has just proven this checkout's.
 
 A step never outlives its run (:meth:`RunSteps.finish`): when the script has ended,
 for whatever reason (exited with ``srun ... &`` still running, its bash or its guard
-killed), whatever is left of its process group is listed, its steps are written into
-the run record, the group is stopped, the steps are cancelled by id and waited for;
+killed), whatever is left of its process group and whatever it detached from the
+group (issue 43 item 7) is listed, its steps are written into the run record, those
+processes are stopped, the steps are cancelled by id and waited for;
 the record is deleted only once they are gone. When Slurm cannot be reached the
 record stays, listing them, and the next run finishes the job
 (:func:`stop_leftovers`).
@@ -287,9 +290,10 @@ class RunSteps:
     def stop(self, watch: Watch) -> None:
         """Cancel this run's steps (a hang, the monitor's timeout, an interrupt): for
         :func:`slurm_fsm.monitor.watch_script`. Never another run's step, never the
-        allocation. What could not be cancelled is said in ``watch.messages``."""
+        allocation. What could not be cancelled is said in ``watch.messages``. The
+        steps of what the script detached from its group too (its token)."""
         try:
-            found = self.ours()
+            found = self.ours(scriptguard.strays_of(self.record.script))
         except BackendError as exc:
             self.unsure = True
             self.save(srun_pids=tuple(sorted(self.pids | set(self.record.srun_pids))))
