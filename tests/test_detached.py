@@ -188,3 +188,23 @@ def test_token_holders_after_a_start_reads_only_newer_pids(
     found = scriptguard.token_holders(token, after=mark)
     assert newer.pid in found and older.pid not in found
     assert {older.pid, newer.pid} <= set(scriptguard.token_holders(token))
+
+
+def test_a_timed_out_run_stops_what_its_script_detached(tmp_path: Path) -> None:
+    """The monitor's timeout stops the script (``LocalScript.terminate``): what the
+    script detached from its group is stopped with it."""
+    from slurm_fsm import Executor, Status
+
+    spec = make_spec(tmp_path, workflow_type="custom", success_patterns="never printed",
+                     monitor_timeout_seconds=1)
+    spec.script_path.write_text(
+        "#!/bin/bash\n"
+        f"setsid nohup sleep {TAG}9 >/dev/null 2>&1 &\n"
+        "sleep 60\n")
+    try:
+        report = Executor(spec, FakeCluster(run_scripts=True)).run()
+        assert report.status.value == Status.TIMEOUT.value, report.summary
+        assert _holding(f"sleep {TAG}9") == []
+    finally:
+        for pid in _holding(f"sleep {TAG}9"):
+            os.kill(pid, signal.SIGKILL)
