@@ -381,8 +381,8 @@ class RunSteps:
 
 
 def _detached_text(strays: Mapping[int, int]) -> str:
-    names = ", ".join(f"{scriptguard.process_name(p)} {p}" for p in sorted(strays))
-    return (f"the script detached {len(strays)} process(es) from its group ({names}: "
+    return (f"the script detached {len(strays)} process(es) from its group "
+            f"({scriptguard.describe(strays)}: "
             "setsid, nohup, a double fork): stopped with the run")
 
 

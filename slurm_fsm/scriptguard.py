@@ -45,10 +45,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
 
-__all__ = ["GRACE_S", "GUARD_ENV", "SRUN_SETTLE_S", "TOKEN_ENV", "boot_id", "command",
-           "fork_count", "group_members", "is_srun", "live_start_ticks", "main", "new_pids",
-           "process_name", "proven_members", "signal_group", "start_ticks", "stop_group",
-           "strays_of", "token_holders"]
+__all__ = ["FORK_SLOP", "GRACE_S", "GUARD_ENV", "SRUN_SETTLE_S", "TOKEN_ENV", "boot_id",
+           "command", "describe", "fork_count", "group_members", "is_srun",
+           "live_start_ticks", "main", "new_pids", "process_name", "proven_members",
+           "signal_group", "start_ticks", "stop_group", "strays_of", "token_holders"]
 
 #: The environment variable that carries the guard's secret token.
 TOKEN_ENV = "SLURM_FSM_GUARD_TOKEN"
@@ -505,6 +505,11 @@ def strays_of(identity: Mapping[str, object]) -> dict[int, int]:
             continue  # gone meanwhile
         out[pid] = ticks
     return out
+
+
+def describe(pids: Iterable[int]) -> str:
+    """``srun 123, sleep 124``: each process's name (:func:`process_name`) and pid."""
+    return ", ".join(f"{process_name(p)} {p}" for p in sorted(pids))
 
 
 def process_name(pid: int) -> str:

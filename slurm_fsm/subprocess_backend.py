@@ -249,14 +249,9 @@ def stop_stale_group(identity: Mapping[str, object], grace_s: float = 10.0,
                            may_kill=lambda: bool(scriptguard.proven_members(pgid, token)))
     said = [f"process group {pgid} ({len(members)} process(es))"] if members else []
     if strays:
-        said.append(detached_text(strays))
+        said.append(f"{len(strays)} process(es) it detached from its group "
+                    f"({scriptguard.describe(strays)})")
     return ", ".join(said)
-
-
-def detached_text(strays: Mapping[int, int]) -> str:
-    """``2 process(es) it detached from its group (srun 123, sleep 124)``."""
-    names = ", ".join(f"{scriptguard.process_name(p)} {p}" for p in sorted(strays))
-    return f"{len(strays)} process(es) it detached from its group ({names})"
 
 
 def guarded(argv: Sequence[str]) -> list[str]:
