@@ -9,8 +9,10 @@ when it is a numbered step of the run's allocation, owned by this unix user, and
 
 * Slurm says its ``srun`` runs on the run's host with a pid of the run's script group
   (``scontrol show step``: ``SrunHost:Pid``; the pids sampled from ``/proc`` while the
-  script runs and written into the run record), it started no earlier than the run,
-  and that pid is not now a live process outside the group (a pid reused); or
+  script runs and written into the run record) or of a process the script detached
+  from its group (``setsid nohup srun ... &``: it holds the guard's secret token in its
+  environment, :func:`slurm_fsm.scriptguard.strays_of`), it started no earlier than the
+  run, and that pid is not now a live process outside those (a pid reused); or
 * it is a step the run recorded (:class:`~slurm_fsm.runrecord.StepMark`) and Slurm
   still describes it the same way: id, name, srun host and pid, start time; or
 * the script itself is that step (a backend that runs the script as a step: the fake).
@@ -21,8 +23,9 @@ than the one step 0 has just proven this checkout's.
 
 A step never outlives its run (:meth:`RunSteps.finish`): when the script has ended,
 for whatever reason (exited with ``srun ... &`` still running, its bash or its guard
-killed), whatever is left of its process group is listed, its steps are written into
-the run record, the group is stopped, the steps are cancelled by id and waited for;
+killed), whatever is left of its process group and whatever it detached from the
+group (issue 43 item 7) is listed, its steps are written into the run record, those
+processes are stopped, the steps are cancelled by id and waited for;
 the record is deleted only once they are gone. When Slurm cannot be reached the
 record stays, listing them, and the next run finishes the job
 (:func:`stop_leftovers`).
@@ -39,7 +42,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from datetime import datetime
 
 import attrs
@@ -261,10 +264,13 @@ class RunSteps:
         return sorted((i for i in ids if i not in self.cancelled),
                       key=lambda i: [int(p) for p in i.split("+")])
 
-    def ours(self) -> list[StepInfo]:
+    def ours(self, strays: Collection[int] = ()) -> list[StepInfo]:
         """This run's steps now on the allocation (one ``scontrol show step``), by
-        :func:`steps_of`; their marks go into :attr:`found`."""
+        :func:`steps_of`; their marks go into :attr:`found`. ``strays``: what the script
+        detached from its group (:func:`slurm_fsm.scriptguard.strays_of`), proven the
+        run's by its token like the group's members."""
         members = (scriptguard.group_members(self.pgid) if self.pgid is not None else [])
+        members += [p for p in strays if p not in members]
         self.pids.update(members)
         try:
             steps = self.backend.step_details(self.job_id)
@@ -284,9 +290,10 @@ class RunSteps:
     def stop(self, watch: Watch) -> None:
         """Cancel this run's steps (a hang, the monitor's timeout, an interrupt): for
         :func:`slurm_fsm.monitor.watch_script`. Never another run's step, never the
-        allocation. What could not be cancelled is said in ``watch.messages``."""
+        allocation. What could not be cancelled is said in ``watch.messages``. The
+        steps of what the script detached from its group too (its token)."""
         try:
-            found = self.ours()
+            found = self.ours(scriptguard.strays_of(self.record.script))
         except BackendError as exc:
             self.unsure = True
             self.save(srun_pids=tuple(sorted(self.pids | set(self.record.srun_pids))))
@@ -303,29 +310,46 @@ class RunSteps:
         watch.cancelled_steps.extend(f"{self.job_id}.{s}" for s in done)
         watch.uncancelled_steps.extend(f"{self.job_id}.{s}" for s in steps if s not in done)
 
+    def _stop_script(self, script: RunningScript, problems: list[str],
+                     notes: list[str]) -> set[str]:
+        """What the ended script left running: its group's live members, and what it
+        detached from the group (``setsid``, ``nohup``: its token,
+        :func:`slurm_fsm.scriptguard.strays_of`, issue 43 item 7). Their steps are
+        listed and written into the record, then the processes stopped (``srun`` ends
+        its step). The ids of those steps; what was detached is said in ``notes``."""
+        members = scriptguard.group_members(self.pgid) if self.pgid is not None else []
+        strays = scriptguard.strays_of(self.record.script)
+        if not members and not strays:
+            return set()
+        found: list[StepInfo] = []
+        try:
+            found = self.ours(strays)
+        except BackendError as exc:
+            self.unsure = True
+            problems.append(f"could not list the steps of {self.job_id}: {exc}")
+        listed = {s.step_id for s in found}
+        self.save(steps=self._marks(found), ended=True,
+                  srun_pids=tuple(sorted(self.pids | set(members) | set(strays)
+                                         | set(self.record.srun_pids))))
+        self.say(f"the script ended with {len(members) + len(strays)} process(es) of its "
+                 f"own still running (steps: {', '.join(sorted(listed)) or 'none'}): "
+                 "stopping them")
+        if strays:
+            notes.append(_detached_text(strays))
+        script.terminate()
+        return listed
+
     def finish(self) -> list[str]:
         """After the script has ended (or never started): stop what is left of its
-        group and every step it started; delete the record once they are gone, else
-        keep it for the next run. What was done and the problems, as warnings."""
+        group, what it detached from it, and every step it started; delete the record
+        once they are gone, else keep it for the next run. What was done and the
+        problems, as warnings."""
         self.finished = True
-        script = self.script
         problems: list[str] = []
-        members = scriptguard.group_members(self.pgid) if self.pgid is not None else []
+        notes: list[str] = []
         listed = set(self.record.step_ids)
-        if members and script is not None:
-            found: list[StepInfo] = []
-            try:
-                found = self.ours()
-            except BackendError as exc:
-                self.unsure = True
-                problems.append(f"could not list the steps of {self.job_id}: {exc}")
-            listed |= {s.step_id for s in found}
-            self.save(steps=self._marks(found), ended=True,
-                      srun_pids=tuple(sorted(self.pids | set(members)
-                                             | set(self.record.srun_pids))))
-            self.say(f"the script ended with {len(members)} process(es) of its own still "
-                     f"running (steps: {', '.join(sorted(listed)) or 'none'}): stopping them")
-            script.terminate()
+        if self.script is not None:
+            listed |= self._stop_script(self.script, problems, notes)
         by_stop = set(self.cancelled)
         if listed:
             done = _cancel(self.backend, self.job_id, sorted(listed - self.cancelled),
@@ -341,7 +365,7 @@ class RunSteps:
                     f"step(s) {', '.join(f'{self.job_id}.{s}' for s in sorted(left))} of "
                     f"this run may still run; the run record {self.book.path(self.record.run_id)}"
                     " is kept: the next run on this repo_root stops them")
-                return problems
+                return notes + problems
             if listed - by_stop and not problems:
                 problems.append("stopped what the script left running: " + ", ".join(
                     f"step {self.job_id}.{s}" for s in sorted(listed - by_stop)))
@@ -351,9 +375,15 @@ class RunSteps:
                 f"Slurm could not say which steps of allocation {self.job_id} this run's "
                 f"script left; the run record {self.book.path(self.record.run_id)} is kept: "
                 "the next run on this repo_root stops them")
-            return problems
+            return notes + problems
         self.book.delete(self.record)
-        return problems
+        return notes + problems
+
+
+def _detached_text(strays: Mapping[int, int]) -> str:
+    return (f"the script detached {len(strays)} process(es) from its group "
+            f"({scriptguard.describe(strays)}: "
+            "setsid, nohup, a double fork): stopped with the run")
 
 
 def _dead_runs_steps(backend: SlurmBackend, old: RunRecord, pids: set[int],
@@ -410,6 +440,8 @@ def stop_leftovers(backend: SlurmBackend, book: RunBook, alloc_id: str, clock: C
         members = (scriptguard.proven_members(pgid, token)
                    if isinstance(pgid, int) and isinstance(token, str)
                    and old.host == host else [])
+        # and what its script detached from the group: its token (issue 43 item 7)
+        members += [p for p in scriptguard.strays_of(old.script) if p not in members]
         pids = set(members) | set(old.srun_pids)
         found: list[StepInfo] = []
         if old.allocation != alloc_id:

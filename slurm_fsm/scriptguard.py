@@ -43,11 +43,12 @@ if __name__ != "__main__":  # the orchestrator's copy: its threads share /proc s
     import threading
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable, Mapping
 
-__all__ = ["GRACE_S", "GUARD_ENV", "SRUN_SETTLE_S", "TOKEN_ENV", "boot_id", "command",
-           "group_members", "is_srun", "live_start_ticks", "main", "proven_members",
-           "signal_group", "start_ticks", "stop_group"]
+__all__ = ["FORK_SLOP", "GRACE_S", "GUARD_ENV", "SRUN_SETTLE_S", "TOKEN_ENV", "boot_id",
+           "command", "describe", "fork_count", "group_members", "is_srun",
+           "live_start_ticks", "main", "new_pids", "process_name", "proven_members",
+           "signal_group", "start_ticks", "stop_group", "strays_of", "token_holders"]
 
 #: The environment variable that carries the guard's secret token.
 TOKEN_ENV = "SLURM_FSM_GUARD_TOKEN"
@@ -65,27 +66,49 @@ def signal_group(pgid: int, sig: int) -> None:
         pass
 
 
-def stop_group(pgid: int, grace_s: float, *, ended: Callable[[], bool],
+def _signal_strays(strays: Mapping[int, int], sig: int) -> None:
+    """``sig`` to each of ``strays`` (pid: start ticks) that is still that very process
+    (the same start time: never a process that merely reuses its pid)."""
+    for pid, ticks in strays.items():
+        if live_start_ticks(pid) == ticks:
+            try:  # noqa: SIM105 - not contextlib.suppress: the guard does not import it
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def stop_group(pgid: int | None, grace_s: float, *, ended: Callable[[], bool],
                sleep: Callable[[float], None] = time.sleep,
                now: Callable[[], float] = time.monotonic,
-               may_kill: Callable[[], bool] = lambda: True, poll_s: float = 0.05) -> bool:
-    """The one stop policy: SIGTERM to the process group ``pgid``, up to ``grace_s``
-    for ``ended()`` (asked every ``poll_s``), then SIGKILL to what is left, unless
-    ``may_kill()`` says the group can no longer be proven the one meant. True when it
+               may_kill: Callable[[], bool] = lambda: True, poll_s: float = 0.05,
+               strays: Mapping[int, int] | None = None) -> bool:
+    """The one stop policy: SIGTERM to the process group ``pgid`` (None: no group) and
+    to ``strays`` (pid: start ticks, :func:`strays_of`: what left the group), up to
+    ``grace_s`` for ``ended()`` (asked every ``poll_s``) and the strays' end, then
+    SIGKILL to what is left: the group unless ``may_kill()`` says it can no longer be
+    proven the one meant, each stray that is still that very process. True when it all
     ended within the grace period.
 
     The grace covers the whole group: ``srun`` passes SIGTERM on to its step and needs
     a moment to see the step end (killed earlier, it would leave the step running)."""
-    signal_group(pgid, signal.SIGTERM)
+    strays = dict(strays or {})
+
+    def done() -> bool:
+        return ended() and not any(live_start_ticks(p) == t for p, t in strays.items())
+
+    if pgid is not None:
+        signal_group(pgid, signal.SIGTERM)
+    _signal_strays(strays, signal.SIGTERM)
     deadline = now() + grace_s
     while True:
-        if ended():
+        if done():
             return True
         if now() >= deadline:
             break
         sleep(poll_s)
-    if may_kill():
+    if pgid is not None and may_kill():
         signal_group(pgid, signal.SIGKILL)
+    _signal_strays(strays, signal.SIGKILL)
     return False
 
 
@@ -325,6 +348,177 @@ def _is_guard(pid: int) -> bool:
         return False
     return any(os.path.basename(a) in (b"scriptguard.py", b"scriptguard.sh")
                for a in argv[:6])
+
+
+#: Forks that may happen between a guard's start and the moment its identity reads the
+#: fork count (:func:`fork_count`): a margin for :func:`new_pids`' bound.
+FORK_SLOP = 1000
+#: Linux gives pids from 300 up once they wrap past ``pid_max``.
+_RESERVED_PIDS = 300
+
+
+def _read_int(path: str, key: bytes = b"") -> int | None:
+    """The integer in file ``path`` (or after ``key`` on one of its lines), or None."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        raw = os.read(fd, 65536)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if key:
+        _, found, rest = raw.partition(b"\n" + key + b" ")
+        raw = rest.split(b"\n", 1)[0] if found else b""
+    try:
+        return int(raw.split()[0])
+    except (ValueError, IndexError):
+        return None
+
+
+def fork_count() -> int | None:
+    """Processes and threads made since boot (``/proc/stat``'s ``processes``)."""
+    return _read_int("/proc/stat", b"processes")
+
+
+def new_pids(pids: Iterable[int], first_pid: int, forks_then: int, *, forks_now: int,
+             last_pid: int, pid_max: int, tasks: int) -> list[int] | None:
+    """Which of ``pids`` can be processes started after process ``first_pid`` (when
+    :func:`fork_count` said ``forks_then``): pure. Pids are handed out in a cycle; those
+    given since lie between ``first_pid`` and ``last_pid`` (``ns_last_pid``), around the
+    wrap, unless the cycle went all the way round: more forks since (and ``tasks`` live
+    ones skipped) than ``pid_max`` has pids. None then, or when a count is unknown: every
+    pid is a candidate."""
+    if forks_now - forks_then + FORK_SLOP + tasks >= pid_max - _RESERVED_PIDS:
+        return None
+    if last_pid >= first_pid:
+        return [p for p in pids if first_pid < p <= last_pid]
+    return [p for p in pids if p > first_pid or p <= last_pid]
+
+
+def _candidates(after: tuple[int, int] | None) -> list[int]:
+    """The pids in ``/proc``; with ``after`` (a process's pid and the fork count just
+    after its start), only those of processes that can have started since
+    (:func:`new_pids`): a few files read instead of every process's."""
+    try:
+        pids = [int(n) for n in os.listdir("/proc") if n.isdigit()]
+    except OSError:
+        return []
+    if after is None:
+        return pids
+    forks, last = fork_count(), _read_int("/proc/sys/kernel/ns_last_pid")
+    pid_max = _read_int("/proc/sys/kernel/pid_max")
+    try:  # "0.10 0.20 0.30 2/629 14748": 629 tasks (threads too) live
+        with open("/proc/loadavg", "rb") as fh:
+            tasks = int(fh.read(256).split()[3].split(b"/")[1])
+    except (OSError, ValueError, IndexError):
+        return pids
+    if forks is None or last is None or pid_max is None:
+        return pids
+    new = new_pids(pids, after[0], after[1], forks_now=forks, last_pid=last,
+                   pid_max=pid_max, tasks=tasks)
+    return pids if new is None else new
+
+
+def _started_since(since_ticks: int, after: tuple[int, int] | None = None
+                   ) -> dict[int, int]:
+    """Every live (not zombie) process started at or after ``since_ticks``: pid: start
+    ticks, from one ``/proc`` scan (of the pids :func:`_candidates` leaves)."""
+    found: dict[int, int] = {}
+    for name in map(str, _candidates(after)):
+        try:
+            fd = os.open(f"/proc/{name}/stat", os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            stat = os.read(fd, 4096)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+        fields = stat.rpartition(b")")[2].split()
+        if len(fields) > 19 and fields[0] != b"Z" and fields[19].isdigit():
+            ticks = int(fields[19])
+            if ticks >= since_ticks:
+                found[int(name)] = ticks
+    return found
+
+
+def token_holders(token: str, *, since_ticks: int = 0,
+                  after: tuple[int, int] | None = None) -> dict[int, int]:
+    """The live processes of this unix user whose environment holds :data:`TOKEN_ENV`
+    ``= token``, started at or after ``since_ticks`` (a guard's start: nothing older is
+    its script's), never this process: pid: start ticks.
+
+    Whatever a script started holds its guard's token, in any process group or session
+    (``setsid``, ``nohup``, a daemon's double fork: the environment is inherited) unless
+    it emptied its environment; ``/proc/PID/environ`` is readable by its owner only. A
+    token shorter than 16 characters finds nothing (never a guessable one). One
+    ``/proc`` scan, and the environment of each process started since ``since_ticks``;
+    ``after``: a process's pid and :func:`fork_count` just after its start (the guard's,
+    in its identity): only the pids given since are read (:func:`new_pids`)."""
+    if not token or len(token) < 16:
+        return {}
+    import hmac
+
+    me, uid = os.getpid(), os.getuid()
+    found: dict[int, int] = {}
+    for pid, ticks in _started_since(since_ticks, after).items():
+        if pid == me:
+            continue
+        held = _environ_token(pid)
+        if held is None or not hmac.compare_digest(held, token):
+            continue
+        try:
+            if os.stat(f"/proc/{pid}").st_uid == uid:
+                found[pid] = ticks
+        except OSError:
+            continue
+    return found
+
+
+def strays_of(identity: Mapping[str, object]) -> dict[int, int]:
+    """What the script of a guard left outside its process group (``setsid``, ``nohup``,
+    a double fork), still running: the :func:`token_holders` of ``identity``'s token (a
+    :attr:`~slurm_fsm.subprocess_backend.LocalScript.identity`) started since its guard,
+    not members of its group; pid: start ticks. Empty for a script of another host or
+    boot, or without a token (the fake's)."""
+    import socket
+
+    token, pgid, since = identity.get("token"), identity.get("pgid"), identity.get(
+        "start_ticks")
+    if (not isinstance(token, str) or identity.get("host") != socket.gethostname()
+            or identity.get("boot_id") != boot_id()):
+        return {}
+    pid, forks = identity.get("pid"), identity.get("forks")
+    found = token_holders(token, since_ticks=since if isinstance(since, int) else 0,
+                          after=(pid, forks) if isinstance(pid, int) and isinstance(
+                              forks, int) and forks >= 0 else None)
+    out: dict[int, int] = {}
+    for pid, ticks in found.items():
+        try:
+            if os.getpgid(pid) == pgid:
+                continue  # a member of the group: stopped with the group
+        except OSError:
+            continue  # gone meanwhile
+        out[pid] = ticks
+    return out
+
+
+def describe(pids: Iterable[int]) -> str:
+    """``srun 123, sleep 124``: each process's name (:func:`process_name`) and pid."""
+    return ", ".join(f"{process_name(p)} {p}" for p in sorted(pids))
+
+
+def process_name(pid: int) -> str:
+    """``/proc/PID/comm`` (``srun``, ``sleep``...); ``?`` when it is gone."""
+    try:
+        with open(f"/proc/{pid}/comm", "rb") as fh:
+            return fh.read(64).strip().decode("utf-8", "replace") or "?"
+    except OSError:
+        return "?"
 
 
 def proven_members(pgid: int, token: str) -> list[int]:

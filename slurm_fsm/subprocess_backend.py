@@ -239,13 +239,19 @@ def stop_stale_group(identity: Mapping[str, object], grace_s: float = 10.0,
             or identity.get("boot_id") != scriptguard.boot_id()):
         return None
     members = scriptguard.proven_members(pgid, token)
-    if not members:
+    strays = scriptguard.strays_of(identity)  # what the script detached: its token
+    if not members and not strays:
         return None
     clock = clock or SystemClock()
-    scriptguard.stop_group(pgid, grace_s, ended=lambda: not _group_alive(pgid),
-                           sleep=clock.sleep, now=clock.now,
+    scriptguard.stop_group(pgid if members else None, grace_s,
+                           ended=lambda: not members or not _group_alive(pgid),
+                           sleep=clock.sleep, now=clock.now, strays=strays,
                            may_kill=lambda: bool(scriptguard.proven_members(pgid, token)))
-    return f"process group {pgid} ({len(members)} process(es))"
+    said = [f"process group {pgid} ({len(members)} process(es))"] if members else []
+    if strays:
+        said.append(f"{len(strays)} process(es) it detached from its group "
+                    f"({scriptguard.describe(strays)})")
+    return ", ".join(said)
 
 
 def guarded(argv: Sequence[str]) -> list[str]:
@@ -293,6 +299,9 @@ class LocalScript:
             "host": socket.gethostname(), "boot_id": scriptguard.boot_id(), "pid": proc.pid,
             "pgid": proc.pid, "start_ticks": scriptguard.start_ticks(proc.pid) or 0,
             "uid": os.getuid(), "token": token,
+            # what was forked since: the pids what the script detaches can have
+            # (scriptguard.strays_of); read after the guard's start, -1 when unknown
+            "forks": scriptguard.fork_count() or -1,
         }
 
     @property
@@ -345,17 +354,22 @@ class LocalScript:
         return _exit_status(rc)
 
     def terminate(self, grace_s: float = 10.0) -> None:
-        """SIGTERM to the script's process group; SIGKILL to what is left after ``grace_s``.
+        """SIGTERM to the script's process group and to what the script detached from it
+        (:func:`slurm_fsm.scriptguard.strays_of`: its token); SIGKILL to what is left after
+        ``grace_s``.
 
         The grace period covers the whole group, not only bash: srun passes
         SIGTERM on to its step and needs a moment to see the step end (killed
         earlier, it would leave the step running). The allocation itself is
         never touched.
         """
+        # an ended script's group is signalled only while it has members: its id is
+        # then nobody else's (an empty one's may be a new process's by now)
+        alive = self._proc.returncode is None or self._group_alive()
         scriptguard.stop_group(
-            self._proc.pid, grace_s, sleep=self._clock.sleep, now=self._clock.now,
-            ended=lambda: self._proc.poll() is not None and not self._group_alive(),
-            poll_s=0.02)
+            self._proc.pid if alive else None, grace_s, sleep=self._clock.sleep,
+            now=self._clock.now, poll_s=0.02, strays=scriptguard.strays_of(self._identity),
+            ended=lambda: self._proc.poll() is not None and not self._group_alive())
         self._proc.wait()
         self._close()
 

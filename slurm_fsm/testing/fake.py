@@ -447,8 +447,10 @@ class _LocalFakeScript:
         return self.poll()
 
     def terminate(self) -> None:
+        """Stop the script (as :meth:`LocalScript.terminate`: its group and what it
+        detached from it, even once it has ended); its step ends with it."""
+        self._local.terminate(grace_s=2.0)
         if self.exit_code is None:
-            self._local.terminate(grace_s=2.0)
             self._end(self._local.poll() or 128 + signals.SIGTERM)
 
 
