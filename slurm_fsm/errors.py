@@ -41,12 +41,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from slurm_fsm.backend import GpuProcess, StepResult
-    from slurm_fsm.lease import Holder
-    from slurm_fsm.nvsmi import NvidiaSmiFailure
 
 __all__ = [
     "AllocationFailed",
@@ -74,6 +72,13 @@ __all__ = [
     "StateLockTimeout",
     "UnknownRun",
 ]
+
+
+class _Said(Protocol):
+    """What an error lists and says in its message (a lease's holder, a node's
+    nvidia-smi failure): this module imports none of the modules that raise it."""
+
+    def describe(self) -> str: ...
 
 
 class SlurmFsmError(Exception):
@@ -143,9 +148,9 @@ class ContainerShared(SlurmFsmError):
 class AllocationInUse(SlurmFsmError):
     """Other runs' jobs still use the allocation (or container); nothing was changed."""
 
-    def __init__(self, job_id: str, what: str, holders: list[Holder]) -> None:
+    def __init__(self, job_id: str, what: str, holders: Sequence[_Said]) -> None:
         self.job_id = job_id
-        self.holders = holders
+        self.holders = list(holders)
         whose = "; ".join(r.describe() for r in holders)
         super().__init__(
             f"not {what}: allocation {job_id} is in use by {len(holders)} running job(s) of "
@@ -195,9 +200,9 @@ class NvidiaSmiFailed(BackendError):
     """nvidia-smi failed on a node; ``failures`` say where and what it printed,
     ``processes`` are the rows of the nodes where it worked."""
 
-    def __init__(self, failures: list[NvidiaSmiFailure],
+    def __init__(self, failures: Sequence[_Said],
                  processes: list[GpuProcess] | None = None) -> None:
-        self.failures = failures
+        self.failures = list(failures)
         self.processes = processes or []
         super().__init__("; ".join(f.describe() for f in failures))
 
