@@ -547,10 +547,8 @@ class PersistentRun:
             except BackendError as exc:
                 why = f"sacct: {exc}"
             else:
-                rows.update((o.job_id, StepEnd(
-                    step=o.job_id, state=o.state, exit_code=o.exit_code, signal=o.signal,
-                    cancelled_by=o.cancelled_by, max_rss=o.max_rss_bytes,
-                    memory_limit=o.memory_limit)) for o in got if o.state.is_final)
+                rows.update((o.job_id, StepEnd.of_outcome(o)) for o in got
+                            if o.state.is_final)
                 missing = [f"{alloc_id}.{s}" for s in step_ids if f"{alloc_id}.{s}" not in rows]
                 if not missing:
                     return tuple(rows[f"{alloc_id}.{s}"] for s in step_ids), None

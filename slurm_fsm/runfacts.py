@@ -12,11 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from slurm_fsm.jobstate import JobState
+
+if TYPE_CHECKING:
+    from slurm_fsm.backend import JobOutcome
 
 __all__ = ["Failure", "Mode", "OutputSnapshot", "PartEnd", "Phase", "RunFacts", "StateSource",
            "StepEnd"]
@@ -95,11 +98,12 @@ class OutputSnapshot:
 
 @attrs.frozen(kw_only=True)
 class StepEnd:
-    """How one step a persistent run started ended, as accounting says (``sacct -j
-    ALLOC.N``): never a step the run itself cancelled (a hang, its monitor's timeout,
-    what its script left running), never a sibling run's step."""
+    """How one step a run started ended, as accounting says: a persistent run's
+    (``sacct -j ALLOC.N``), never a step the run itself cancelled (a hang, its monitor's
+    timeout, what its script left running), never a sibling run's step; a one-shot
+    job's numbered steps (``JOB.N``, the rows of ``sacct -j JOB``)."""
 
-    #: ``ALLOC.N``
+    #: ``ALLOC.N`` (one-shot: ``JOB.N``)
     step: str
     state: JobState
     exit_code: int = 0
@@ -114,6 +118,14 @@ class StepEnd:
     #: slurmstepd's own line about the step's end (``*** STEP 5.1 ON n1 CANCELLED AT ...
     #: ***``), when that, not accounting, told it: sacct had no row for the step yet
     logged: str = ""
+
+    @classmethod
+    def of_outcome(cls, outcome: JobOutcome) -> StepEnd:
+        """Accounting's row of one step (``outcome.job_id`` is ``ID.N``) as a StepEnd:
+        the one conversion both paths use, so neither forgets a field."""
+        return cls(step=outcome.job_id, state=outcome.state, exit_code=outcome.exit_code,
+                   signal=outcome.signal, cancelled_by=outcome.cancelled_by,
+                   max_rss=outcome.max_rss_bytes, memory_limit=outcome.memory_limit)
 
     @property
     def over_memory_limit(self) -> bool:
