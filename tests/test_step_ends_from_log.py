@@ -181,7 +181,8 @@ def test_a_one_shot_step_past_its_own_time_limit_is_timeout_real_22_05(tmp_path:
     TIMEOUT, with the step's own diagnosis row (FAILED 143 before)."""
     facts = _recorded_one_shot("oneshot_step_timeout", "7", 143)
     assert facts.step_ends == (StepEnd(step="7.0", state=JobState.TIMEOUT, signal=15),)
-    report = report_of(facts, spec_of(tmp_path, persistent_mode=False, workflow_type="custom"))
+    report = report_of(facts, spec_of(tmp_path, persistent_mode=False, log_file_pattern="oneshot_%j.out",
+                                     workflow_type="custom"))
     assert (report.status, report.exit_code, report.slurm_state) == (
         Status.TIMEOUT, 143, "FAILED"), report.summary
     assert report.summary.startswith(
@@ -196,7 +197,8 @@ def test_a_one_shot_job_past_its_own_time_limit_is_timeout_by_its_state_real_22_
     """The job's own limit ends it (its step ``CANCELLED``, both lines ``DUE TO TIME
     LIMIT``): the job's state decides, with the job's row, not a step's."""
     facts = _recorded_one_shot("oneshot_job_timeout", "2", 0)
-    report = report_of(facts, spec_of(tmp_path, persistent_mode=False, workflow_type="custom"))
+    report = report_of(facts, spec_of(tmp_path, persistent_mode=False, log_file_pattern="oneshot_%j.out",
+                                     workflow_type="custom"))
     assert (report.status, report.slurm_state) == (Status.TIMEOUT, "TIMEOUT")
     assert report.summary.startswith("TIMEOUT: the job "), report.summary
     assert "(Slurm state TIMEOUT)" in report.summary
@@ -207,7 +209,8 @@ def test_a_one_shot_script_that_went_on_after_its_step_timed_out_is_judged_by_it
         tmp_path: Path) -> None:
     facts = attrs.evolve(_recorded_one_shot("oneshot_step_timeout", "7", 0),
                          slurm_state=JobState.COMPLETED)
-    report = report_of(facts, spec_of(tmp_path, persistent_mode=False, workflow_type="custom"))
+    report = report_of(facts, spec_of(tmp_path, persistent_mode=False, log_file_pattern="oneshot_%j.out",
+                                     workflow_type="custom"))
     assert report.status is Status.PASSED, report.summary
 
 
@@ -224,7 +227,8 @@ def test_a_fake_one_shot_step_past_its_own_time_limit_is_timeout(
     """The fake's batch job: its step 0 ended at its own limit (``time_limit_step``),
     the script exits 143; accounting lists the step as TIMEOUT among the job's rows."""
     fake = FakeCluster()
-    spec = make_spec(persistent_mode=False)
+    spec = make_spec(persistent_mode=False, log_file_pattern="slurm-%j.out",
+                     workflow_type="custom")
 
     def hit() -> None:
         job = next(j for j in fake.jobs.values() if j.kind == "batch")
