@@ -24,6 +24,7 @@ from slurm_fsm.oneshot import step_ends_of
 from slurm_fsm.results import Status, logged_step_ends, report_of, step_verdict
 from slurm_fsm.runfacts import Mode, OutputSnapshot, Phase, RunFacts, StateSource, StepEnd
 from slurm_fsm.slurmcli import parse_sacct
+from slurm_fsm.spec import JobSpec
 from slurm_fsm.testing import FakeCluster, FakeScript
 from slurm_fsm.testing import make_spec as spec_of
 
@@ -161,6 +162,11 @@ def test_a_fake_step_cancelled_before_accounting_has_its_row_is_cancelled(
 DATA = Path(__file__).parent / "data" / "slurm-22.05"
 
 
+def _one_shot_spec(tmp_path: Path) -> JobSpec:
+    return spec_of(tmp_path, persistent_mode=False, log_file_pattern="oneshot_%j.out",
+                   workflow_type="custom")
+
+
 def _recorded_one_shot(name: str, job: str, exit_code: int) -> RunFacts:
     """What a one-shot run of the recorded job saw: accounting's rows (the job's exit
     code as ``scontrol show job`` says it, sacct's being modulo 128) and its output."""
@@ -181,8 +187,7 @@ def test_a_one_shot_step_past_its_own_time_limit_is_timeout_real_22_05(tmp_path:
     TIMEOUT, with the step's own diagnosis row (FAILED 143 before)."""
     facts = _recorded_one_shot("oneshot_step_timeout", "7", 143)
     assert facts.step_ends == (StepEnd(step="7.0", state=JobState.TIMEOUT, signal=15),)
-    report = report_of(facts, spec_of(tmp_path, persistent_mode=False, log_file_pattern="oneshot_%j.out",
-                                     workflow_type="custom"))
+    report = report_of(facts, _one_shot_spec(tmp_path))
     assert (report.status, report.exit_code, report.slurm_state) == (
         Status.TIMEOUT, 143, "FAILED"), report.summary
     assert report.summary.startswith(
@@ -197,8 +202,7 @@ def test_a_one_shot_job_past_its_own_time_limit_is_timeout_by_its_state_real_22_
     """The job's own limit ends it (its step ``CANCELLED``, both lines ``DUE TO TIME
     LIMIT``): the job's state decides, with the job's row, not a step's."""
     facts = _recorded_one_shot("oneshot_job_timeout", "2", 0)
-    report = report_of(facts, spec_of(tmp_path, persistent_mode=False, log_file_pattern="oneshot_%j.out",
-                                     workflow_type="custom"))
+    report = report_of(facts, _one_shot_spec(tmp_path))
     assert (report.status, report.slurm_state) == (Status.TIMEOUT, "TIMEOUT")
     assert report.summary.startswith("TIMEOUT: the job "), report.summary
     assert "(Slurm state TIMEOUT)" in report.summary
@@ -209,8 +213,7 @@ def test_a_one_shot_script_that_went_on_after_its_step_timed_out_is_judged_by_it
         tmp_path: Path) -> None:
     facts = attrs.evolve(_recorded_one_shot("oneshot_step_timeout", "7", 0),
                          slurm_state=JobState.COMPLETED)
-    report = report_of(facts, spec_of(tmp_path, persistent_mode=False, log_file_pattern="oneshot_%j.out",
-                                     workflow_type="custom"))
+    report = report_of(facts, _one_shot_spec(tmp_path))
     assert report.status is Status.PASSED, report.summary
 
 
