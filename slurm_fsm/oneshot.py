@@ -17,7 +17,7 @@ from slurm_fsm.events import Events
 from slurm_fsm.joboutput import JobOutput, output_for_spec
 from slurm_fsm.jobstate import JobState
 from slurm_fsm.logs import tail_lines
-from slurm_fsm.monitor import PollPolicy, Watch, final_outcome, watch_batch_job
+from slurm_fsm.monitor import PollPolicy, Watch, final_outcome, step_end_of, watch_batch_job
 from slurm_fsm.runfacts import Failure, Mode, PartEnd, Phase, RunFacts, StateSource, StepEnd
 from slurm_fsm.scriptcheck import batch_placement, read_script_text
 from slurm_fsm.slurmcli import (
@@ -72,7 +72,7 @@ def step_ends_of(outcome: JobOutcome | None) -> tuple[StepEnd, ...]:
     are not the script's steps; a step not yet final is left out."""
     if outcome is None:
         return ()
-    return tuple(StepEnd.of_outcome(s) for s in outcome.steps
+    return tuple(step_end_of(s) for s in outcome.steps
                  if s.job_id.rpartition(".")[2].isdigit() and s.state.is_final)
 
 

@@ -12,14 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
 from slurm_fsm.jobstate import JobState
-
-if TYPE_CHECKING:
-    from slurm_fsm.backend import JobOutcome
 
 __all__ = ["Failure", "Mode", "OutputSnapshot", "PartEnd", "Phase", "RunFacts", "StateSource",
            "StepEnd"]
@@ -118,14 +115,6 @@ class StepEnd:
     #: slurmstepd's own line about the step's end (``*** STEP 5.1 ON n1 CANCELLED AT ...
     #: ***``), when that, not accounting, told it: sacct had no row for the step yet
     logged: str = ""
-
-    @classmethod
-    def of_outcome(cls, outcome: JobOutcome) -> StepEnd:
-        """Accounting's row of one step (``outcome.job_id`` is ``ID.N``) as a StepEnd:
-        the one conversion both paths use, so neither forgets a field."""
-        return cls(step=outcome.job_id, state=outcome.state, exit_code=outcome.exit_code,
-                   signal=outcome.signal, cancelled_by=outcome.cancelled_by,
-                   max_rss=outcome.max_rss_bytes, memory_limit=outcome.memory_limit)
 
     @property
     def over_memory_limit(self) -> bool:
