@@ -32,8 +32,10 @@ from slurm_fsm.clock import Clock, backoff
 from slurm_fsm.errors import BackendError, CommandTimedOut, ControllerUnreachable, JobNotFound
 from slurm_fsm.joboutput import JobOutput
 from slurm_fsm.jobstate import JobState
+from slurm_fsm.runfacts import StepEnd
 
-__all__ = ["PollPolicy", "Watch", "final_outcome", "watch_batch_job", "watch_script"]
+__all__ = ["PollPolicy", "Watch", "final_outcome", "step_end_of", "watch_batch_job",
+           "watch_script"]
 
 #: After the watcher cancels a one-shot job (hang, timeout, a reason it can never
 #: start), how long it waits for Slurm to end it: the run returns once the job has no
@@ -327,6 +329,16 @@ def _batch_loop(job_id: str, watch: Watch, follower: JobOutput, *, backend: Slur
                    max(0.0, next_query - clock.now()))
         clock.sleep(max(wait, 0.001))
         local_attempt += 1
+
+
+def step_end_of(outcome: JobOutcome) -> StepEnd:
+    """Accounting's row of one step (``outcome.job_id`` is ``ID.N``) as a
+    :class:`~slurm_fsm.runfacts.StepEnd`: the one conversion both paths use (a
+    persistent run's ``sacct -j ALLOC.N``, a one-shot job's step rows), so neither
+    forgets a field."""
+    return StepEnd(step=outcome.job_id, state=outcome.state, exit_code=outcome.exit_code,
+                   signal=outcome.signal, cancelled_by=outcome.cancelled_by,
+                   max_rss=outcome.max_rss_bytes, memory_limit=outcome.memory_limit)
 
 
 def final_outcome(backend: SlurmBackend, job_id: str, clock: Clock,

@@ -17,8 +17,8 @@ from slurm_fsm.events import Events
 from slurm_fsm.joboutput import JobOutput, output_for_spec
 from slurm_fsm.jobstate import JobState
 from slurm_fsm.logs import tail_lines
-from slurm_fsm.monitor import PollPolicy, Watch, final_outcome, watch_batch_job
-from slurm_fsm.runfacts import Failure, Mode, PartEnd, Phase, RunFacts, StateSource
+from slurm_fsm.monitor import PollPolicy, Watch, final_outcome, step_end_of, watch_batch_job
+from slurm_fsm.runfacts import Failure, Mode, PartEnd, Phase, RunFacts, StateSource, StepEnd
 from slurm_fsm.scriptcheck import batch_placement, read_script_text
 from slurm_fsm.slurmcli import (
     array_task_ids,
@@ -29,7 +29,7 @@ from slurm_fsm.slurmcli import (
 )
 from slurm_fsm.spec import JobSpec
 
-__all__ = ["OneShotRun", "err_path_for", "log_path_for", "outcome_exit_code"]
+__all__ = ["OneShotRun", "err_path_for", "log_path_for", "outcome_exit_code", "step_ends_of"]
 
 
 def log_path_for(spec: JobSpec, job_id: str) -> Path:
@@ -62,6 +62,18 @@ def _accounting(outcome: JobOutcome | None) -> dict[str, Any]:
     extra["max_rss"] = outcome.max_rss
     extra["accounting_source"] = outcome.source
     return extra
+
+
+def step_ends_of(outcome: JobOutcome | None) -> tuple[StepEnd, ...]:
+    """How the job's numbered steps (``JOB.N``; an array task's ``16_0.N``, a het
+    component's ``19+1.N``) ended, by accounting's rows of them: the script's own
+    ``srun`` steps, which the judge reads as a persistent run's own steps (a step past
+    its own ``--time`` is TIMEOUT in both modes, issue 44). ``batch`` and ``extern``
+    are not the script's steps; a step not yet final is left out."""
+    if outcome is None:
+        return ()
+    return tuple(step_end_of(s) for s in outcome.steps
+                 if s.job_id.rpartition(".")[2].isdigit() and s.state.is_final)
 
 
 class OneShotRun:
@@ -332,6 +344,6 @@ class OneShotRun:
             uncancelled_steps=tuple(watch.uncancelled_steps),
             output=watch.output.snapshot(err), stdout=str(out), stderr=str(err),
             notes=(*self._file_notes, *((note,) if note else ())),
-            messages=tuple(watch.messages), parts=parts,
+            messages=tuple(watch.messages), parts=parts, step_ends=step_ends_of(outcome),
             extra_metrics=_accounting(outcome),
         )

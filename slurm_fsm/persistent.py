@@ -29,7 +29,7 @@ from slurm_fsm.jobstate import JobState
 from slurm_fsm.lease import LeaseGate, lease_name, wait_out_closing
 from slurm_fsm.logs import tail_lines
 from slurm_fsm.machine import AllocationMachine, SetupFailed, State
-from slurm_fsm.monitor import PollPolicy, Watch, final_outcome, watch_script
+from slurm_fsm.monitor import PollPolicy, Watch, final_outcome, step_end_of, watch_script
 from slurm_fsm.paths import StatePaths
 from slurm_fsm.runfacts import Failure, Mode, Phase, RunFacts, StateSource, StepEnd
 from slurm_fsm.runrecord import RunBook, RunRecord, new_run_id
@@ -547,10 +547,8 @@ class PersistentRun:
             except BackendError as exc:
                 why = f"sacct: {exc}"
             else:
-                rows.update((o.job_id, StepEnd(
-                    step=o.job_id, state=o.state, exit_code=o.exit_code, signal=o.signal,
-                    cancelled_by=o.cancelled_by, max_rss=o.max_rss_bytes,
-                    memory_limit=o.memory_limit)) for o in got if o.state.is_final)
+                rows.update((o.job_id, step_end_of(o)) for o in got
+                            if o.state.is_final)
                 missing = [f"{alloc_id}.{s}" for s in step_ids if f"{alloc_id}.{s}" not in rows]
                 if not missing:
                     return tuple(rows[f"{alloc_id}.{s}"] for s in step_ids), None

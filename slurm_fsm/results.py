@@ -280,8 +280,9 @@ def decide(
     monitor timeout (``timeout_s``), Slurm's state, the failure patterns matched, the
     workflow's verdict (:meth:`Workflow.verdict
     <slurm_fsm.workflows.Workflow.verdict>`), the exit code, or the missing success
-    patterns. ``step_ends``: how a persistent run's own steps ended, ``step_lines``: the
-    output slurmstepd's lines about them are in (:func:`step_verdict`)."""
+    patterns. ``step_ends``: how the run's own steps ended (a persistent run's, a
+    one-shot job's numbered ones), ``step_lines``: the output slurmstepd's lines about
+    them are in (:func:`step_verdict`); they decide only where Slurm's state does not."""
     if hang:
         return Decision(Status.HANG_DETECTED, "the log reported a hang" + (
             f": {hang_line.strip()[:200]!r}" if hang_line else ""))
@@ -293,7 +294,10 @@ def decide(
     by_state = status_of_state(state)
     if by_state is not None and state is not None:
         return Decision(by_state, f"the job {state.ended_how} (Slurm state {state})")
-    by_steps = step_verdict(step_ends, exit_code, step_lines) if state is None else None
+    # Slurm's state leaves it to the exit code (none: a persistent run's allocation
+    # lives on; COMPLETED or FAILED: a one-shot job's script exited by itself): the
+    # run's own steps may say more (a step past its own --time in either mode)
+    by_steps = step_verdict(step_ends, exit_code, step_lines)
     if by_steps is not None:
         return by_steps
     if exit_code is None and state is JobState.COMPLETED:
@@ -657,7 +661,7 @@ def diagnose(
                              "limit)", "a step ran past the time limit its srun gave it "
                              "(srun --time / -t)",
                              "raise that srun's --time, or drop it (the step then has the "
-                             "allocation's time)"))
+                             "job's or the allocation's time)"))
         else:
             rows.append(_row("TIMEOUT (monitor_timeout_seconds)", "over the time limit",
                              "raise monitor_timeout_seconds; the job was killed"))

@@ -95,11 +95,12 @@ class OutputSnapshot:
 
 @attrs.frozen(kw_only=True)
 class StepEnd:
-    """How one step a persistent run started ended, as accounting says (``sacct -j
-    ALLOC.N``): never a step the run itself cancelled (a hang, its monitor's timeout,
-    what its script left running), never a sibling run's step."""
+    """How one step a run started ended, as accounting says: a persistent run's
+    (``sacct -j ALLOC.N``), never a step the run itself cancelled (a hang, its monitor's
+    timeout, what its script left running), never a sibling run's step; a one-shot
+    job's numbered steps (``JOB.N``, the rows of ``sacct -j JOB``)."""
 
-    #: ``ALLOC.N``
+    #: ``ALLOC.N`` (one-shot: ``JOB.N``)
     step: str
     state: JobState
     exit_code: int = 0

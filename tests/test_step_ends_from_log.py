@@ -12,14 +12,21 @@ accounting's timing. The lines come relayed in every form Slurm relays them
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import attrs
 import pytest
 
 from slurm_fsm.events import Events
 from slurm_fsm.executor import Executor
 from slurm_fsm.jobstate import JobState
-from slurm_fsm.results import Status, logged_step_ends, step_verdict
-from slurm_fsm.runfacts import StepEnd
+from slurm_fsm.oneshot import step_ends_of
+from slurm_fsm.results import Status, logged_step_ends, report_of, step_verdict
+from slurm_fsm.runfacts import Mode, OutputSnapshot, Phase, RunFacts, StateSource, StepEnd
+from slurm_fsm.slurmcli import parse_sacct
+from slurm_fsm.spec import JobSpec
 from slurm_fsm.testing import FakeCluster, FakeScript
+from slurm_fsm.testing import make_spec as spec_of
 
 from conftest import SpecFactory
 
@@ -149,3 +156,95 @@ def test_a_fake_step_cancelled_before_accounting_has_its_row_is_cancelled(
     bare = Executor(spec, fake, clock=fake.clock, events=_OnLine(
         "runs", _hit_script_step(fake, "cancel_step"))).run()
     assert (bare.status, bare.exit_code) == (Status.FAILED, 143), bare.summary
+
+
+# ------------------------------------------------------------------ one-shot
+DATA = Path(__file__).parent / "data" / "slurm-22.05"
+
+
+def _one_shot_spec(tmp_path: Path) -> JobSpec:
+    return spec_of(tmp_path, persistent_mode=False, log_file_pattern="oneshot_%j.out",
+                   workflow_type="custom")
+
+
+def _recorded_one_shot(name: str, job: str, exit_code: int) -> RunFacts:
+    """What a one-shot run of the recorded job saw: accounting's rows (the job's exit
+    code as ``scontrol show job`` says it, sacct's being modulo 128) and its output."""
+    outcome = parse_sacct((DATA / f"sacct_{name}.stdout").read_text(), job)
+    assert outcome is not None
+    lines = tuple((DATA / f"{name}.out").read_text().splitlines())
+    out = OutputSnapshot(head=lines, tail=lines, parser_lines=lines, empty=not lines)
+    return RunFacts(mode=Mode.ONE_SHOT, phase=Phase.COLLECTED, job_id=job,
+                    slurm_state=outcome.state, state_source=StateSource.ACCOUNTING,
+                    exit_code=exit_code, output=out, stdout=f"/w/oneshot_{job}.out",
+                    step_ends=step_ends_of(outcome))
+
+
+def test_a_one_shot_step_past_its_own_time_limit_is_timeout_real_22_05(tmp_path: Path) -> None:
+    """Slurm 22.05's own rows and log (issue 44 item 6, one-shot): the script's
+    ``srun --time=1 sleep 300`` is ended at its limit, the script exits with srun's 143,
+    the job is FAILED; its step's row says TIMEOUT. Judged as a persistent run's step:
+    TIMEOUT, with the step's own diagnosis row (FAILED 143 before)."""
+    facts = _recorded_one_shot("oneshot_step_timeout", "7", 143)
+    assert facts.step_ends == (StepEnd(step="7.0", state=JobState.TIMEOUT, signal=15),)
+    report = report_of(facts, _one_shot_spec(tmp_path))
+    assert (report.status, report.exit_code, report.slurm_state) == (
+        Status.TIMEOUT, 143, "FAILED"), report.summary
+    assert report.summary.startswith(
+        "TIMEOUT: step 7.0 reached its own time limit (sacct: TIMEOUT)"), report.summary
+    assert report.metrics["step_states"] == {"7.0": "TIMEOUT"}
+    symptoms = [r["symptom"] for r in report.diagnosis]
+    assert symptoms == ["TIMEOUT (step 7.0: its own time limit)"], report.diagnosis
+
+
+def test_a_one_shot_job_past_its_own_time_limit_is_timeout_by_its_state_real_22_05(
+        tmp_path: Path) -> None:
+    """The job's own limit ends it (its step ``CANCELLED``, both lines ``DUE TO TIME
+    LIMIT``): the job's state decides, with the job's row, not a step's."""
+    facts = _recorded_one_shot("oneshot_job_timeout", "2", 0)
+    report = report_of(facts, _one_shot_spec(tmp_path))
+    assert (report.status, report.slurm_state) == (Status.TIMEOUT, "TIMEOUT")
+    assert report.summary.startswith("TIMEOUT: the job "), report.summary
+    assert "(Slurm state TIMEOUT)" in report.summary
+    assert [r["symptom"] for r in report.diagnosis] == ["TIMEOUT (Slurm state TIMEOUT)"]
+
+
+def test_a_one_shot_script_that_went_on_after_its_step_timed_out_is_judged_by_its_exit(
+        tmp_path: Path) -> None:
+    facts = attrs.evolve(_recorded_one_shot("oneshot_step_timeout", "7", 0),
+                         slurm_state=JobState.COMPLETED)
+    report = report_of(facts, _one_shot_spec(tmp_path))
+    assert report.status is Status.PASSED, report.summary
+
+
+def test_a_one_shot_jobs_batch_and_extern_rows_are_not_its_steps() -> None:
+    outcome = parse_sacct("9|FAILED|3:0|00:00:05|\n9.batch|FAILED|3:0|00:00:05|1K\n"
+                          "9.extern|COMPLETED|0:0|00:00:05|1K\n9.0|TIMEOUT|0:15|00:00:04|1K\n"
+                          "9.1|RUNNING|0:0|00:00:01|\n", "9")
+    assert [e.step for e in step_ends_of(outcome)] == ["9.0"]
+    assert step_ends_of(None) == ()
+
+
+def test_a_fake_one_shot_step_past_its_own_time_limit_is_timeout(
+        make_spec: SpecFactory) -> None:
+    """The fake's batch job: its step 0 ended at its own limit (``time_limit_step``),
+    the script exits 143; accounting lists the step as TIMEOUT among the job's rows."""
+    fake = FakeCluster()
+    spec = make_spec(persistent_mode=False, log_file_pattern="slurm-%j.out",
+                     workflow_type="custom")
+
+    def hit() -> None:
+        job = next(j for j in fake.jobs.values() if j.kind == "batch")
+        fake.time_limit_step(job.job_id, "0")
+
+    line = TIME_LIMIT.replace("5.1", "1.0")
+    fake.script(spec.script_path, FakeScript(lines=_lines(RELAYS[0], line), exit_code=143))
+    report = Executor(spec, fake, clock=fake.clock,
+                      events=_OnLine("DUE TO TIME LIMIT", hit)).run()
+    job = report.job_id
+    assert (report.status, report.exit_code, report.slurm_state) == (
+        Status.TIMEOUT, 143, "FAILED"), report.summary
+    assert f"step {job}.0 reached its own time limit (sacct: TIMEOUT)" in report.summary
+    assert report.metrics["step_states"] == {f"{job}.0": "TIMEOUT"}
+    symptoms = [r["symptom"] for r in report.diagnosis]
+    assert symptoms == [f"TIMEOUT (step {job}.0: its own time limit)"], symptoms

@@ -621,8 +621,9 @@ class FakeCluster:
 
     def time_limit_step(self, job_id: str, step_id: str) -> None:
         """Slurm ends step ``job_id.step_id`` at its own time limit (``srun --time``):
-        accounting says TIMEOUT, its srun exits 143. slurmstepd's ``*** STEP ... DUE TO
-        TIME LIMIT ***`` line is the script's to write."""
+        accounting says TIMEOUT (in ``sacct -j ALLOC.N`` and, a batch job's step, among
+        ``sacct -j JOB``'s rows), its srun exits 143. slurmstepd's ``*** STEP ... DUE TO
+        TIME LIMIT ***`` line and the script's exit code are the script's to give."""
         self.jobs[job_id].end_step(step_id, JobState.TIMEOUT, at=self.clock.now(),
                                    signal=15)
 
@@ -1374,11 +1375,16 @@ class FakeCluster:
         elapsed = 0
         if job.started_at is not None:
             elapsed = int((job.ended_at or self.clock.now()) - job.started_at)
+        now = self.clock.now()
+        # sacct lists the job's ended numbered steps too (once accounting has each);
+        # scontrol has no step rows
+        steps = tuple(row for row, at in job.ended_steps.values()
+                      if now - at >= self.accounting_lag_s) if self.accounting else ()
         return JobOutcome(
             job_id=job_id, state=job.state, exit_code=job.exit_code, signal=job.signal,
             elapsed=Duration.of_seconds(elapsed),
             cancelled_by=job.cancelled_by,
-            source="sacct" if self.accounting else "scontrol",
+            source="sacct" if self.accounting else "scontrol", steps=steps,
         )
 
     def step_outcomes(self, job_id: str, step_ids: Sequence[str]) -> list[JobOutcome]:

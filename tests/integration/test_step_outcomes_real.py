@@ -190,3 +190,63 @@ def test_a_step_past_its_memory_limit_ends_out_of_memory_and_the_allocation_live
     finally:
         subprocess.run([sys.executable, "-m", "slurm_fsm", "release", str(spec), "--quiet"],
                        env=_env(local_cluster), timeout=120, check=False, capture_output=True)
+
+
+def _one_shot_spec(cluster: ClusterInfo, tmp_path: Path, name: str, body: str,
+                   job_time: str) -> Path:
+    """A one-shot spec whose script (named ``name``) runs ``body`` under
+    ``#SBATCH --time=<job_time>``, its output in ``work/oneshot_%j.out``."""
+    work = tmp_path / "work"
+    script = tmp_path / name
+    script.write_text(f"#!/bin/bash\n#SBATCH --output={work}/oneshot_%j.out\n"
+                      f"#SBATCH --time={job_time}\n{body}")
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(spec_dict(
+        cluster, tmp_path, "unused-by-one-shot", script_path=str(script),
+        persistent_mode=False, log_file_pattern="oneshot_%j.out",
+        monitor_timeout_seconds=400)))
+    return spec
+
+
+def test_a_one_shot_step_past_its_own_time_limit_ends_timeout(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    """Issue 44 item 6, one-shot: the job's script runs ``srun --time=1 sleep 300`` (a
+    step with its own limit, one minute, inside a job of ten). Slurm ends the step at
+    its limit, the script exits with srun's 143 and the job is FAILED 143 in
+    accounting; the step's row says TIMEOUT and slurmstepd's line ``DUE TO TIME LIMIT``.
+    The run is TIMEOUT with the step's own diagnosis row, as a persistent run is. The
+    run waits for the job's end by its state (monitor_timeout_seconds 400: Slurm ends
+    the step within OverTimeLimit + its timer's cadence of the minute)."""
+    spec = _one_shot_spec(local_cluster, tmp_path, names.new("steptime1", ".slurm"),
+                          "echo step starts\nsrun -n1 --time=1 sleep 300\n", "10")
+    report = cli_report(_start(local_cluster, spec), timeout=500)
+    job = report["job_id"]
+    step = f"{job}.0"
+    assert report["mode"] == "one-shot"
+    assert report["slurm_state"] == "FAILED", report  # the script exited with srun's 143
+    assert (report["_rc"], report["status"]) == (1, "TIMEOUT"), report
+    assert report["exit_code"] == 143
+    assert report["metrics"]["step_states"] == {step: "TIMEOUT"}, report["metrics"]
+    assert f"step {step} reached its own time limit (sacct: TIMEOUT)" in \
+        report["summary"], report["summary"]
+    symptoms = [r["symptom"] for r in report["diagnosis"]]
+    assert f"TIMEOUT (step {step}: its own time limit)" in symptoms, report["diagnosis"]
+    assert not [s for s in symptoms if "monitor_timeout_seconds" in s], symptoms
+    # slurmstepd's line says it too, as this Slurm relays it
+    assert logged_step_ends(_log(report), [step]) == [StepEnd(
+        step=step, state=JobState.TIMEOUT, logged=ANY)], _log(report)
+
+
+def test_a_one_shot_job_past_its_own_time_limit_stays_timeout_by_its_state(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    """The job's own limit (one minute) ends it while its step runs: the job is TIMEOUT
+    in accounting and that decides (the job's row, not a step's)."""
+    spec = _one_shot_spec(local_cluster, tmp_path, names.new("jobtime1", ".slurm"),
+                          "echo step starts\nsrun -n1 sleep 300\n", "1")
+    report = cli_report(_start(local_cluster, spec), timeout=500)
+    assert (report["_rc"], report["status"]) == (1, "TIMEOUT"), report
+    assert report["slurm_state"] == "TIMEOUT"
+    assert "(Slurm state TIMEOUT)" in report["summary"], report["summary"]
+    symptoms = [r["symptom"] for r in report["diagnosis"]]
+    assert "TIMEOUT (Slurm state TIMEOUT)" in symptoms, report["diagnosis"]
+    assert not [s for s in symptoms if "its own time limit" in s], symptoms
