@@ -544,17 +544,19 @@ def _release_events(**kwargs: Any) -> StderrEvents:
     return ReleaseEvents(**kwargs)
 
 
-#: The first line of every ``--backend fake`` result on stdout: nothing ran on Slurm.
-FAKE_BANNER = ("FAKE CLUSTER (--backend fake): in memory, nothing was sent to Slurm; the "
-               "script ran on this machine")
+#: The end of the first line of every ``--backend fake`` result on stdout: nothing ran
+#: on Slurm. The line starts as a real result's does (``PASSED  (custom, one-shot)``),
+#: so what reads a real first line reads the fake's.
+FAKE_LABEL = "[FAKE CLUSTER (--backend fake): in memory, nothing was sent to Slurm]"
 
 
 def _labelled(doc: dict[str, Any], text: str, fake: bool) -> tuple[dict[str, Any], str]:
-    """A ``--backend fake`` result says so: a first line of the text, ``"backend":
-    "fake"`` in the document (a real one is unchanged)."""
+    """A ``--backend fake`` result says so: :data:`FAKE_LABEL` at the end of the text's
+    first line, ``"backend": "fake"`` in the document (a real one is unchanged)."""
     if not fake:
         return doc, text
-    return {**doc, "backend": "fake"}, f"{FAKE_BANNER}\n{text}"
+    first, sep, rest = text.partition("\n")
+    return {**doc, "backend": "fake"}, f"{first}  {FAKE_LABEL}{sep}{rest}"
 
 
 def _status(spec: JobSpec, backend: SlurmBackend, as_json: bool,

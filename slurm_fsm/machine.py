@@ -139,6 +139,7 @@ __all__ = [
     "MachineError",
     "Observation",
     "PossibleEdge",
+    "PossibleEdges",
     "SetupFailed",
     "State",
     "Transition",
@@ -220,6 +221,19 @@ class PossibleEdge:
         return (f"{mark} {e.trigger}: {src} -> {e.dest.value}"
                 + (f"  [{checks}]" if checks else "")
                 + ("" if self.holds or self.stale else "  (does not hold)"))
+
+
+class PossibleEdges(list[PossibleEdge]):
+    """What :meth:`AllocationMachine.possible_edges` returns: a list of
+    :class:`PossibleEdge` whose display (a notebook cell's value, ``repr``) is one line
+    per edge as ``print`` shows it, not the dataclasses' repr."""
+
+    def __repr__(self) -> str:
+        return "\n".join(str(p) for p in self) if self else "(no edge leaves this state)"
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        """IPython's display of the value of a cell."""
+        p.text(repr(self))
 
 
 def _check_text(name: str, holds: bool | None) -> str:
@@ -318,6 +332,9 @@ class AllocationMachine:
         self.notes: list[str] = []  # steps skipped and why
         self.failure: Failure | None = None
         self.released_job_id: str | None = None  # set by release (0A)
+        #: this machine asked for an allocation (0E's salloc, or adopted another run's
+        #: request): only then is :attr:`salloc_log` this run's to quote
+        self.salloc_requested = False
         self._gpu_ahead: _GpuAhead | None = None  # start_gpu_check's, for which job
         self.edges: tuple[Edge, ...] = tuple(EDGES)
         self._job: tuple[JobInfo, float] | None = None  # the last job row and when
@@ -371,8 +388,36 @@ class AllocationMachine:
         return self._fire("release")
 
     def run(self) -> bool:
-        """Step 1's pre-flight on a Ready allocation (time left, GPU processes)."""
+        """Step 1's pre-flight on a Ready allocation (time left, GPU processes), then
+        Running. It does not start the job: the machine holds the allocation, the job
+        is its caller's (:attr:`next_step` says how to run it)."""
         return self._fire("run")
+
+    @property
+    def next_step(self) -> str:
+        """What to call next, in one sentence (shown under the notebook's diagram):
+        the trigger of the current state, and in Running how to run the job, which
+        the machine never starts itself. No Slurm call."""
+        state = self.state
+        if state is State.NoState:
+            return "start(): read the state file (no Slurm call), then advance()"
+        if state in IN_PROGRESS:
+            return f"advance(): do {state.value}'s work and take the edge the table chooses"
+        if state is State.Ready:
+            return ("run(): step 1's pre-flight (time left, GPU processes); it does not "
+                    "start the job. release() cancels the allocation")
+        if state is State.Running:
+            return self._job_hint()
+        return (f"{state.value} is final: a new AllocationMachine (or prepare()) for the "
+                "next run")
+
+    def _job_hint(self) -> str:
+        job = self.alloc.job_id if self.alloc is not None else "<allocation>"
+        return (f"the pre-flight passed and the machine does not start the job: "
+                f"slurm_fsm.Allocation(spec.repo_root, backend).run(spec) runs it on "
+                f"allocation {job} (it steps a machine of its own, reusing this allocation), "
+                f"or run the script yourself (SLURM_JOB_ID={job} bash {self.spec.script_path}"
+                f") and call finish() when it ends")
 
     def start_gpu_check(self) -> None:
         """Begin step 1's GPU check now, in the background, on a Ready allocation (a
@@ -434,7 +479,7 @@ class AllocationMachine:
                 out.append(e.trigger)
         return out
 
-    def possible_edges(self, trigger: str | None = None) -> list[PossibleEdge]:
+    def possible_edges(self, trigger: str | None = None) -> PossibleEdges:
         """The edges out of the current state (of ``trigger``, or of every trigger but
         the internal ``fail``), in table order, each judged on the last observation.
 
@@ -456,7 +501,7 @@ class AllocationMachine:
             stale = obs.source is not self.state or obs.trigger != e.trigger
             out.append(PossibleEdge(edge=e, checks=checks, holds=holds, chosen=first,
                                     stale=stale))
-        return out
+        return PossibleEdges(out)
 
     def _fire(self, trigger: str, kwargs: Mapping[str, Any] | None = None) -> bool:
         if not edges_from(trigger, self.state, self.edges):
@@ -515,7 +560,9 @@ class AllocationMachine:
                 and not self.store.holds_lock():
             raise RuntimeError("a run that holds a lease never waits for the state file's "
                                "lock (a release waiting for that lease holds it)")
-        with self.store.locked(on_wait=self._waiting):
+        # run_many's runs take step 0 in turn: a wait for a sibling is not "another run"
+        batch = sharedview.current(self.backend) is not None
+        with self.store.locked(on_wait=self._waiting, siblings_quiet=batch):
             if self.store.unlocked and self.store.unlocked not in self.warnings:
                 self.warnings.append(self.store.unlocked)
             yield
@@ -546,8 +593,8 @@ class AllocationMachine:
 
     def _repr_markdown_(self) -> str:
         """A notebook shows the machine as its diagram, the current state marked."""
-        return (f"**AllocationMachine** in **{self.state.value}**\n\n"
-                f"```mermaid\n{self.diagram()}```\n")
+        return (f"**AllocationMachine** in **{self.state.value}**: next, "
+                f"{self.next_step}\n\n```mermaid\n{self.diagram()}```\n")
 
     def __repr__(self) -> str:
         return f"<AllocationMachine {self.state.value} {self.spec.job_name}>"
@@ -946,6 +993,7 @@ class AllocationMachine:
             nonce=new_nonce(),
             dependency=SINGLETON if spec.warm_successor else None,
         )
+        self.salloc_requested = True
         if self._adopt:  # another request's, a moment old (0D): never a second one
             job_id = self._adopt
             self._log(f"Adopting allocation {job_id}, made a moment ago by another run.")

@@ -152,10 +152,11 @@ class PersistentRun:
     # ----------------------------------------------------------------------- facts
     def _facts(self, phase: Phase, mode: Mode = Mode.PERSISTENT, **what: Any) -> RunFacts:
         """The facts with what the machine knows: its path, notes and warnings, the
-        allocation, and salloc's last lines when step 0 failed allocating."""
+        allocation, and salloc's last lines when step 0 failed allocating (only when
+        this run asked for one: a failure before salloc names no older salloc log)."""
         m = self.machine
         log = self.log_path if mode is Mode.PERSISTENT else None
-        from_salloc = (m is not None and m.failure is not None
+        from_salloc = (m is not None and m.failure is not None and m.salloc_requested
                        and m.failure.step == State.Allocating.value)
         salloc_tail = (tuple(tail_lines(m.salloc_log, 20, shared=True))
                        if m is not None and from_salloc else ())

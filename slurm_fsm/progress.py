@@ -18,6 +18,7 @@ import time
 from typing import TextIO
 
 from slurm_fsm.events import Events
+from slurm_fsm.runfacts import Phase
 
 __all__ = ["StderrEvents"]
 
@@ -68,8 +69,13 @@ class StderrEvents(Events):
         self._write(text.rstrip("\n") + "\n")
 
     def state(self, machine_state: str, detail: str = "") -> None:
+        """A phase and its detail. Only ``Done``'s detail is a reason (the run's
+        summary): when a failure line said it already, ``Done`` points at it
+        (``(why: in the report)``); another phase's detail (``job 100``) is what it
+        works on, never a "why", and is always printed."""
         self._state = machine_state
-        if detail and any(detail in shown for shown in self._shown):
+        if machine_state == Phase.DONE.value and detail \
+                and any(detail in shown for shown in self._shown):
             where = "in the report" if self.report_follows else "above"
             self._line(f"[slurm-fsm] {machine_state} (why: {where})")
             return

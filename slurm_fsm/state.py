@@ -258,10 +258,13 @@ class StateStore:
             self._lock.release()
 
     @contextlib.contextmanager
-    def locked(self, on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
+    def locked(self, on_wait: Callable[[str], None] | None = None, *,
+               siblings_quiet: bool = False) -> Iterator[None]:
         """Hold the inter-process lock of this state file (re-entrant in a process).
 
-        ``on_wait`` hears once when another process holds it and this one waits.
+        ``on_wait`` hears once when another process holds it and this one waits; also
+        when another thread of this process does, unless ``siblings_quiet`` (the runs
+        of one ``run_many`` take step 0 in turn by design: not "another run").
         StateFileError at once when the state file or the lock is another user's
         (:meth:`owner_problem`), checked when the lock is first taken only: taken again
         inside (re-entrant, step 0's triggers) nothing is checked, nothing can fail, so
@@ -285,7 +288,8 @@ class StateStore:
         siblings = _in_process_lock(self.lock_path)
         said = False
         if not siblings.acquire(blocking=False):
-            said = self._said_wait(on_wait)
+            # a sibling's turn is not said; another process's lock after it still is
+            said = False if siblings_quiet else self._said_wait(on_wait)
             if not siblings.acquire(timeout=self.lock_timeout_s):
                 raise self._timeout()
         try:
