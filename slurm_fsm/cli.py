@@ -57,6 +57,14 @@ class _UsageError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
+    """Every parser and subparser (``add_subparsers`` makes them of this class) ends its
+    ``--help`` with :data:`EXIT_CODES_HELP`: a command added later cannot forget it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("epilog", EXIT_CODES_HELP)
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:
         raise _UsageError(f"{self.prog}: error: {message}")
 
@@ -496,8 +504,22 @@ def _run_job(args: argparse.Namespace, current: _Run, spec: JobSpec, backend: Sl
                                 lease_wait_s=0.0 if args.no_wait else None)
     report = current.executor.run()
     events.close()
-    _emit(*_labelled(report.to_dict(), report.render_text(), fake), args.json, sys.stdout)
+    _emit_verdict(*_labelled(report.to_dict(), report.render_text(), fake), args.json)
     return report.exit_code_for_cli
+
+
+def _emit_verdict(doc: dict[str, Any], text: str, as_json: bool) -> None:
+    """The report on stdout, best effort as progress is: stdout gone (``run SPEC 2>&1
+    | head -1``) changes neither the verdict (saved by run id: ``slurm-fsm report``)
+    nor the exit code, which stays the job's; stdout is pointed at /dev/null so that
+    the interpreter's last flush cannot fail either."""
+    try:
+        _emit(doc, text, as_json, sys.stdout)
+    except OSError:
+        with contextlib.suppress(OSError, ValueError):
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, sys.stdout.fileno())
+            os.close(null)
 
 
 def _run_detached(args: argparse.Namespace, spec: JobSpec) -> int:

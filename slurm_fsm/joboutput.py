@@ -32,7 +32,13 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from slurm_fsm.logs import DEFAULT_HANG_MARKER, MAX_LINE_CHARS, LogFollower, is_hang_line
+from slurm_fsm.logs import (
+    DEFAULT_HANG_MARKER,
+    MAX_LINE_CHARS,
+    LogFollower,
+    cut_line,
+    is_hang_line,
+)
 from slurm_fsm.runfacts import OutputSnapshot
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.workflows import _PYTEST_SUMMARY, workflow
@@ -347,17 +353,17 @@ class JobOutput:
         self.lines_seen += len(lines)
         room = HEAD_LINES - len(self.head)
         if room > 0:
-            self.head.extend(line[:MAX_LINE_CHARS] for line in lines[:room])
+            self.head.extend(cut_line(line) for line in lines[:room])
         first = max(0, len(lines) - TAIL_LINES)
-        self._tail.extend((base + 1 + i, lines[i][:MAX_LINE_CHARS])
+        self._tail.extend((base + 1 + i, cut_line(lines[i]))
                           for i in range(first, len(lines)))
-        self._file_tails[path].extend(line[:MAX_LINE_CHARS]
+        self._file_tails[path].extend(cut_line(line)
                                       for line in lines[-ERR_TAIL_LINES:])
         relevant = self._relevant
         if relevant is not None:
             candidates = (enumerate(lines) if self._hint is None
                           else _hinted(complete, self._hint))
-            self._kept.extend((base + 1 + i, line[:MAX_LINE_CHARS])
+            self._kept.extend((base + 1 + i, cut_line(line))
                               for i, line in candidates if relevant(line))
         for pattern in self.pattern_hits:
             self.pattern_hits[pattern] += _count_lines(complete, pattern)

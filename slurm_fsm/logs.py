@@ -27,6 +27,7 @@ from slurm_fsm.files import FileProblem, Problem, open_for_reading
 __all__ = [
     "DEFAULT_HANG_MARKER",
     "MAX_LINE_CHARS",
+    "cut_line",
     "TAIL_MAX_BYTES",
     "LogFollower",
     "hang_line_pattern",
@@ -99,13 +100,20 @@ def is_hang_line(line: str, marker: str = DEFAULT_HANG_MARKER) -> bool:
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
+def cut_line(text: str, max_chars: int = MAX_LINE_CHARS) -> str:
+    """``text`` cut to ``max_chars`` characters, saying what was left out:
+    ``<first max_chars> [... N more characters]``. Every line a report keeps goes
+    through it (docs/report.md), never a bare slice."""
+    if len(text) > max_chars:
+        return f"{text[:max_chars]} [... {len(text) - max_chars} more characters]"
+    return text
+
+
 def _decode(raw: bytes, max_chars: int) -> str:
     text = raw.decode("utf-8", errors="replace")
     if text.endswith("\r"):
         text = text[:-1]
-    if len(text) > max_chars:
-        text = f"{text[:max_chars]} [... {len(text) - max_chars} more characters]"
-    return text
+    return cut_line(text, max_chars)
 
 
 def tail_lines(

@@ -877,10 +877,13 @@ def _sacct_job(job_id: str, rows: Sequence[tuple[JobOutcome, tuple[int, int] | N
     raw_exit = next(ex for row, ex in rows if row is job_row)
     steps = [row for row, _ in rows if row is not job_row]
     code, sig = job_row.exit_code, job_row.signal
-    if raw_exit is None:
-        batch = next((r for r in steps if r.job_id == f"{job_id}.batch"), None)
-        if batch is not None:
-            code, sig = batch.exit_code, batch.signal
+    batch = next((r for r in steps if r.job_id == f"{job_id}.batch"), None)
+    if batch is not None and (raw_exit is None or (code, sig) == (0, 0)
+                              and batch.exit_code == 0 and batch.signal):
+        # no exit code on the job row; or 0:0 on a job whose batch script was killed
+        # by a signal (22.05, measured: TIMEOUT|0:0 beside the batch's CANCELLED|0:15):
+        # the script's own status, 143 as in persistent mode
+        code, sig = batch.exit_code, batch.signal
     max_rss = job_row.max_rss
     if not max_rss:
         sized = [r for r in steps if r.max_rss and _rss_bytes(r.max_rss) >= 0]
@@ -894,7 +897,8 @@ def parse_sacct(text: str, job_id: str) -> JobOutcome | None:
     """``sacct -n -P --format=JobID,State,ExitCode,Elapsed,MaxRSS`` -> JobOutcome.
 
     The job row gives state, exit code and elapsed; its step rows become
-    ``steps``. When the job row has no exit code, the batch step's is used;
+    ``steps``. When the job row has no exit code, or says ``0:0`` while the batch step
+    was killed by a signal (``0:15``: a time limit, a cancel), the batch step's is used;
     ``max_rss`` is the job row's, else the largest of its steps'. Returns
     None when there is no row for ``job_id`` (accounting has not seen it yet).
 

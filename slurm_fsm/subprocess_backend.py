@@ -983,9 +983,11 @@ class SubprocessBackend:
         return self._parse(result, lambda text: slurmcli.parse_sacct_steps(text, job_id))
 
     def _controller_outcome(self, outcome: JobOutcome) -> JobOutcome | None:
-        """scontrol's record of a job sacct says ended non-zero (its ExitCode is the real
-        status, sacct's is modulo 128), or None when it has none."""
-        if not outcome.state.is_final or (outcome.exit_code == 0 and outcome.signal == 0):
+        """scontrol's record of a job sacct says ended with a non-zero code (its ExitCode
+        is the real status, sacct's is modulo 128), or None when it has none. A status
+        that is a signal only (``0:15``) is not mangled: nothing to ask (scontrol's
+        job record says ``0:0`` where the batch step was SIGTERMed at a time limit)."""
+        if not outcome.state.is_final or outcome.exit_code == 0:
             return None
         try:
             return self.job_outcome_from_scontrol(outcome.job_id)

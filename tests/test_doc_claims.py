@@ -8,6 +8,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from slurm_fsm.allocation import AllocationStatus
 from slurm_fsm.backend import JobInfo
 from slurm_fsm.capacity import allocation_request_size
@@ -306,3 +308,120 @@ def test_one_shot_chdir_is_documented_and_passed(tmp_path: Path) -> None:
     assert f"--chdir={spec.work_dir}" in argv
     assert "`sbatch --chdir=<work_dir>`" in _page("spec.md")
     assert "--chdir=<work_dir> SCRIPT" in _backend_row("submit")
+
+
+# ------------------------------------------- issue 41, item 8: what a first hour read
+
+def test_cli_md_every_help_ends_with_the_exit_codes() -> None:
+    import argparse
+
+    from slurm_fsm import cli
+
+    assert "every `--help` ends with the exit codes" in _page("cli.md")
+    parser = cli._parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    helps = {"slurm-fsm": parser.format_help(),
+             **{name: p.format_help() for name, p in sub.choices.items()}}
+    assert {"diagram", "demo", "run", "runs"} <= set(helps)
+    late = [name for name, text in helps.items()
+            if not text.rstrip().endswith(cli.EXIT_CODES_HELP.rstrip())]
+    assert not late, late
+
+
+def test_cli_md_the_fake_refuses_an_unknown_partition_as_it_says(
+        tmp_path: Path, capsys: Any) -> None:
+    import json
+
+    from slurm_fsm.cli import main
+
+    bullet = _section(_page("cli.md"), "### `--backend fake`").split(
+        "- it knows only the partitions", 1)[1].split("\n- ", 1)[0]
+    said = re.search(r"\(`([^`]+)`, exit (\d)\)", bullet.replace("\n  ", " "))
+    assert said is not None, bullet
+    (tmp_path / "job.slurm").write_text("#!/bin/bash\nsrun true\n")
+    spec = tmp_path / "job_spec.json"
+    spec.write_text(json.dumps({
+        "script_path": "job.slurm", "work_dir": "work", "model_name": "m",
+        "workflow_type": "custom", "repo_root": ".",
+        "slurm_params": {"partition": "gpu", "account": "acct"}}))
+    assert main(["run", str(spec), "--backend", "fake"]) == int(said.group(2))
+    out = capsys.readouterr().out
+    assert said.group(1) in " ".join(out.split()), (said.group(1), out)
+
+
+def test_cli_md_head_of_the_merged_output_keeps_the_jobs_exit_code(tmp_path: Path) -> None:
+    """``slurm-fsm run SPEC 2>&1 | head -1``: stdout and stderr both go to a pipe that
+    closes after one line; the run goes on and the exit code is still the job's."""
+    import json
+    import subprocess
+    import sys
+
+    text = " ".join(_page("cli.md").split())
+    assert ("`slurm-fsm run SPEC 2>&1 | head -1`, a closed terminal, a full disk) progress "
+            "goes silent for the rest of the run, the job runs and is watched to its end "
+            "as usual") in text
+    assert "the exit code is the job's" in text
+    (tmp_path / "job.slurm").write_text("#!/bin/bash\nsrun true\necho all done\n")
+    spec = tmp_path / "job_spec.json"
+    spec.write_text(json.dumps({
+        "script_path": "job.slurm", "work_dir": "work", "model_name": "m",
+        "workflow_type": "custom", "repo_root": ".", "success_patterns": "all done",
+        "slurm_params": {"partition": "debug", "account": "acct"}}))
+    proc = subprocess.Popen(  # noqa: S603 - an argument list
+        [sys.executable, "-m", "slurm_fsm", "run", str(spec), "--backend", "fake"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=tmp_path)
+    assert proc.stdout is not None
+    first = proc.stdout.readline()
+    proc.stdout.close()  # head -1 exits
+    assert proc.wait(timeout=120) == 0, first
+    saved = list((tmp_path / "work_dirs").glob(".slurm_run.fake.*.report.json"))
+    assert [json.loads(p.read_text())["report"]["status"] for p in saved] == ["PASSED"]
+
+
+def test_report_md_a_long_line_is_cut_as_it_says(tmp_path: Path) -> None:
+    said = re.search(r"Log lines longer than (\d+) characters are cut \(`([^`]+)`",
+                     " ".join(_page("report.md").split()))
+    assert said is not None
+    limit, form = int(said.group(1)), said.group(2)
+    long = "x" * (limit + 1808)
+    report, _ = _run(tmp_path, FakeScript(lines=("start", long, "===== 1 failed in 1s ====="),
+                                          exit_code=1))
+    cut = [line for line in report.log_tail if line.startswith("x")]
+    expected = form.replace("N", "1808").replace("...", "x" * limit, 1) \
+        if form.startswith("...") else "x" * limit + " " + form.replace("N", "1808")
+    assert cut == [expected], (cut[0][limit - 5:] if cut else report.log_tail, form)
+
+
+def _claimed_kill_codes() -> str:
+    return " ".join(_section(_page("report.md"), "### A killed process's exit code").split())
+
+
+@pytest.mark.parametrize("mode", [{}, ONE_SHOT])
+@pytest.mark.parametrize("how", ["hang", "monitor timeout"])
+def test_report_md_a_step_stopped_by_sigterm_is_143_in_both_modes(
+        tmp_path: Path, mode: dict[str, Any], how: str) -> None:
+    assert ("A step stopped by SIGTERM (a hang, the monitor timeout) is `143`"
+            in _claimed_kill_codes())
+    if how == "hang":
+        script = FakeScript(lines=("step 1", "NCCL watchdog: hang detected"), hang=True)
+        report, _ = _run(tmp_path, script, **mode)
+        assert report.status is Status.HANG_DETECTED
+    else:
+        report, _ = _run(tmp_path, FakeScript(lines=("x",), hang=True),
+                         monitor_timeout_seconds=60, **mode)
+        assert report.status is Status.TIMEOUT
+    assert report.exit_code == 143, (report.exit_code, report.summary)
+
+
+def test_a_batch_job_killed_at_its_limit_exits_143_as_its_batch_step_says() -> None:
+    """Slurm 22.05, measured (local-slurm.md): over ``--time`` the job row is
+    ``TIMEOUT|0:0`` and its batch step ``CANCELLED|0:15``: the script was SIGTERMed."""
+    from slurm_fsm.oneshot import outcome_exit_code
+    from slurm_fsm.slurmcli import parse_sacct
+
+    text = "11|TIMEOUT|0:0|00:01:28|\n11.batch|CANCELLED|0:15|00:01:29|4808K\n"
+    assert outcome_exit_code(parse_sacct(text, "11")) == 143
+    done = "12|COMPLETED|0:0|00:00:02|\n12.batch|COMPLETED|0:0|00:00:02|4808K\n"
+    assert outcome_exit_code(parse_sacct(done, "12")) == 0
+    failed = "13|FAILED|3:0|00:00:02|\n13.batch|FAILED|3:0|00:00:02|4808K\n"
+    assert outcome_exit_code(parse_sacct(failed, "13")) == 3

@@ -165,3 +165,6 @@ def test_a_hang_line_on_stderr_of_a_running_job_is_watched_in_both_modes(
     for report in (kept, batch):
         assert report.status is Status.HANG_DETECTED, report.render_text()
         assert "hang reported in the output, the job then ended" not in report.summary
+    # issue 41 item 8 (report.md): the step SIGTERMed for the hang is 143 in both modes
+    # (one-shot: the job row says 0:0, its batch step 0:15; 0 before the fix)
+    assert (kept.exit_code, batch.exit_code) == (143, 143), (kept.summary, batch.summary)
