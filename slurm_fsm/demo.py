@@ -60,42 +60,27 @@ def _slurm_configured() -> bool:
 
 
 class _Recorder:
-    """The Slurm commands a run issued, in order (the real backend's runner and its
-    detached ``salloc``; the fake cluster's calls)."""
+    """The Slurm commands a run issued, in order: every one the real backend starts
+    (``SubprocessBackend.on_command``: also ``salloc`` and the lease ``srun`` it leaves
+    running), or the fake cluster's calls that stand for one."""
 
     def __init__(self) -> None:
         self.commands: list[str] = []
 
-    def runner(self) -> object:
-        from slurm_fsm.subprocess_backend import CommandResult, run_command
-
-        def record(argv: Sequence[str], timeout_s: float,
-                   env: Mapping[str, str]) -> CommandResult:
-            self.commands.append(shlex.join(argv))
-            return run_command(argv, timeout_s, env)
-
-        return record
+    def heard(self, argv: Sequence[str]) -> None:
+        self.commands.append(shlex.join(argv))
 
 
 def _real_backend(recorder: _Recorder) -> tuple[SlurmBackend | None, str, str, str]:
     """The real backend over the configured Slurm, or None when none is configured."""
-    from slurm_fsm import slurmcli
-    from slurm_fsm.backend import AllocationRequest
-    from slurm_fsm.subprocess_backend import Runner, SubprocessBackend
+    from slurm_fsm.subprocess_backend import SubprocessBackend
 
     if not _slurm_configured():
         _say("[demo] no Slurm configured here (SLURM_CONF unset, no /etc/slurm/slurm.conf); "
              "`make demo` starts the project's local cluster first")
         return None, "", "", ""
-
-    class Recording(SubprocessBackend):
-        def allocate(self, request: AllocationRequest, wait_s: float = 10.0) -> str:
-            recorder.commands.append(shlex.join(slurmcli.salloc_argv(request)))
-            return super().allocate(request, wait_s)
-
-    runner: Runner = recorder.runner()  # type: ignore[assignment]
     label = f"this machine's Slurm (SLURM_CONF={os.environ.get('SLURM_CONF', '/etc/slurm')})"
-    return Recording(runner=runner), label, \
+    return SubprocessBackend(on_command=recorder.heard), label, \
         os.environ.get("SLURM_FSM_DEMO_PARTITION", "debug"), \
         os.environ.get("SLURM_FSM_DEMO_ACCOUNT", "acct")
 
@@ -126,8 +111,12 @@ def _skipped(first: list[str], second: list[str]) -> list[str]:
 
 
 def _fake_commands(backend: object, since: int) -> list[str]:
+    """The fake cluster's calls that stand for a Slurm command (not ``current_user``,
+    not ``start_script``: the job's own ``bash``), as the real backend counts them."""
+    from slurm_fsm.testing.fake import SLURM_COMMAND_OPS
+
     calls = getattr(backend, "calls", [])
-    return [c.op for c in calls[since:] if c.op != "current_user"]
+    return [c.op for c in calls[since:] if c.op in SLURM_COMMAND_OPS]
 
 
 def _spec(root: Path, partition: str, account: str, release: bool = False) -> JobSpec:

@@ -451,8 +451,14 @@ class SubprocessBackend:
         env: Mapping[str, str] | None = None,
         runner: Runner | None = None,
         clock: Clock | None = None,
+        on_command: Callable[[Sequence[str]], None] | None = None,
     ) -> None:
         self.timeout_s = timeout_s
+        #: told every Slurm command this backend issues, as it starts: those run to
+        #: their end (``squeue``, ``sacct``, the GPU pre-flight ``srun``) and those it
+        #: starts and leaves running (``salloc``, a run's lease ``srun``); not the job's
+        #: own ``bash``, whose commands are the job's (the demo counts with it)
+        self.on_command = on_command
         self.probe_timeout_s = probe_timeout_s
         self.env_overrides: dict[str, str] = dict(env or {})
         self._runner: Runner = runner or _default_runner
@@ -460,6 +466,10 @@ class SubprocessBackend:
         self._container_support: bool | None = None
 
     # ------------------------------------------------------------- plumbing
+
+    def _announce(self, argv: Sequence[str]) -> None:
+        if self.on_command is not None:
+            self.on_command(list(argv))
 
     def environment(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         """The environment a Slurm tool gets: see :func:`slurmcli.clean_env`."""
@@ -485,6 +495,7 @@ class SubprocessBackend:
         env: Mapping[str, str] | None = None,
     ) -> CommandResult:
         timeout = self.timeout_s if timeout_s is None else timeout_s
+        self._announce(argv)
         result = self._runner(list(argv), timeout, self.environment(env))
         log.debug("%s -> %s in %.3f s", " ".join(result.argv), result.returncode, result.seconds)
         return result
@@ -662,6 +673,7 @@ class SubprocessBackend:
             raise AllocationFailed(argv, 1, "", f"the salloc log cannot be written: "
                                    f"{problem}; nothing was allocated") from None
         with log_file:
+            self._announce(argv)
             try:
                 proc = subprocess.Popen(  # noqa: S603 - an argument list, never a shell
                     argv,
@@ -807,6 +819,7 @@ class SubprocessBackend:
         host's ``squeue -s`` lists it. JobNotFound when the allocation is gone,
         ControllerUnreachable, or CommandTimedOut at ``timeout_s`` (srun is stopped)."""
         argv = slurmcli.srun_lease_argv(check_job_id(job_id), name)
+        self._announce(argv)
         err = tempfile.TemporaryFile()  # noqa: SIM115 - LocalLease closes it
         started = time.monotonic()
         try:

@@ -5,6 +5,7 @@ it). Each test reads the claim from the page and runs what it describes."""
 from __future__ import annotations
 
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -425,3 +426,44 @@ def test_a_batch_job_killed_at_its_limit_exits_143_as_its_batch_step_says() -> N
     assert outcome_exit_code(parse_sacct(done, "12")) == 0
     failed = "13|FAILED|3:0|00:00:02|\n13.batch|FAILED|3:0|00:00:02|4808K\n"
     assert outcome_exit_code(parse_sacct(failed, "13")) == 3
+
+
+def _warm_run_commands(gpus: int) -> Any:
+    from slurm_fsm import Allocation
+    import tempfile
+
+    from slurm_fsm.testing.fake import SLURM_COMMAND_OPS
+
+    with tempfile.TemporaryDirectory() as tmp:
+        fake = FakeCluster(preflight=True, gpus_per_node=8)
+        spec = make_spec(tmp, slurm_params={"gpus_per_node": gpus})
+        alloc = Allocation(spec.repo_root, fake)
+        assert alloc.run(spec).status is Status.PASSED  # the first run allocates
+        fake.reset_calls()
+        assert alloc.run(spec).status is Status.PASSED
+        ops = fake.ops()
+        alloc.release()
+        return Counter(op for op in ops if op in SLURM_COMMAND_OPS)
+
+
+#: what each fake call stands for, as the README names it
+_AS_NAMED = {"query_job": "a `squeue` of the allocation before and after the job",
+             "start_lease": "the run's lease step (an `srun`",
+             "list_steps": "a `squeue -s` of the allocation's steps",
+             "gpu_processes": "the GPU pre-flight `srun`"}
+
+
+def test_readme_and_index_count_the_commands_of_a_warm_run() -> None:
+    readme = " ".join((DOCS.parent / "README.md").read_text().split())
+    index = " ".join(_page("index.md").split())
+    with_gpus, without = _warm_run_commands(1), _warm_run_commands(0)
+    assert sum(with_gpus.values()) == 5 and sum(without.values()) == 4, (with_gpus, without)
+    assert "A repeated run issues 5 Slurm commands besides the job's own" in readme
+    assert "(a job that asks no GPU skips it: 4)" in readme
+    assert set(with_gpus) == set(_AS_NAMED) and with_gpus["query_job"] == 2
+    for op, named in _AS_NAMED.items():
+        assert named in readme, named
+    assert without == with_gpus - Counter({"gpu_processes": 1})
+    # the demo's job asks no GPU: index.md counts its second run
+    assert "4 Slurm commands besides the job itself: two `squeue` queries" in index
+    assert "the run's lease step (an `srun`) and a `squeue -s`" in index

@@ -94,6 +94,12 @@ CONTROLLER_OPS = frozenset({
     "cluster_partitions", "accounting_enforce", "def_cpu_per_gpu",
 })
 
+#: Operations that stand for a Slurm command of the real backend (``sacctmgr`` and
+#: ``sacct`` reach slurmdbd, not the controller): what the demo counts. Not
+#: ``current_user`` (no command) nor ``start_script`` (the job's own ``bash``).
+SLURM_COMMAND_OPS = CONTROLLER_OPS | {"user_associations", "step_outcomes",
+                                      "has_container_support"}
+
 
 def _het_blocks(text: str) -> list[dict[str, str]]:
     """The ``#SBATCH`` options of each component of a heterogeneous job's script (the
