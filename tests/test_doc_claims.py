@@ -467,3 +467,110 @@ def test_readme_and_index_count_the_commands_of_a_warm_run() -> None:
     # the demo's job asks no GPU: index.md counts its second run
     assert "4 Slurm commands besides the job itself: two `squeue` queries" in index
     assert "the run's lease step (an `srun`) and a `squeue -s`" in index
+
+
+# ---------------------------------------------------------------- troubleshooting.md
+
+def _row_messages(start: str) -> list[str]:
+    """The backticked messages of the first cell of the troubleshooting row that
+    starts with ``start``."""
+    row = next(line for line in _page("troubleshooting.md").splitlines()
+               if line.startswith(f"| `{start}"))
+    return re.findall(r"`([^`]+)`", row.split(" | ")[0])
+
+
+def _matches(template: str, text: str) -> bool:
+    """A row's message as a pattern: ``...`` and ``<rule>`` stand for any text, a lone
+    capital (N, A, X) for one word; the rest is literal."""
+    parts = re.split(r"(\.\.\.|<rule>|\b[NAMXYR]\b)", template)
+    rx = "".join(".*?" if p in ("...", "<rule>") else r"\S+?" if re.fullmatch("[NAMXYR]", p)
+                 else re.escape(p) for p in parts)
+    return re.search(rx, text) is not None
+
+
+def test_troubleshooting_md_waiting_for_the_lock_is_said_as_the_row_says(
+        tmp_path: Path) -> None:
+    import threading
+
+    from slurm_fsm.state import StateStore
+
+    (template,) = [m for m in _row_messages("waiting for .../") if "lock" in m]
+    path = tmp_path / "work_dirs" / ".slurm_alloc.json"
+    said: list[str] = []
+    asked, held = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with StateStore(path).locked():
+            held.set()
+            asked.wait(30)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    assert held.wait(30)
+    with StateStore(path, lock_timeout_s=60).locked(
+            on_wait=lambda text: (said.append(text), asked.set())):
+        pass
+    thread.join(30)
+    assert len(said) == 1 and _matches(template, said[0]), (template, said)
+
+
+def test_troubleshooting_md_waiting_for_gpus_is_said_as_the_row_says() -> None:
+    from slurm_fsm.placement import WAITING_MARKER, QueueWatch
+
+    templates = _row_messages("waiting for GPUs")
+    said: list[str] = []
+    QueueWatch(lambda _t: None, said.append, 1, allocation_gpus_per_node=1,
+               allocation_id="5")(f"srun: {WAITING_MARKER}\n")
+    QueueWatch(lambda _t: None, said.append, 0, allocation_id="5")(
+        f"srun: {WAITING_MARKER}\n")
+    assert _matches(templates[0], said[0]), (templates[0], said[0])
+    assert said[1].startswith(templates[-1]), (templates[-1], said[1])
+
+
+def test_troubleshooting_md_incompatible_and_too_short_are_said_as_the_rows_say(
+        tmp_path: Path) -> None:
+    from slurm_fsm import Allocation
+
+    fake = FakeCluster()
+    first = make_spec(tmp_path, slurm_params={"gpus_per_node": 0})
+    said: list[str] = []
+    machine = AllocationMachine(first, fake, clock=fake.clock, log=said.append)
+    assert machine.prepare() is State.Ready
+    alloc = Allocation(first.repo_root, fake)
+    report = alloc.run(make_spec(tmp_path, slurm_params={"gpus_per_node": 1}))
+    progress, note = _row_messages("[Validating -> Incompatible]")[:2]
+    m = AllocationMachine(make_spec(tmp_path, slurm_params={"gpus_per_node": 2}), fake,
+                          clock=fake.clock, log=said.append)
+    assert m.prepare() is State.Ready
+    assert any(_matches(progress, line) for line in said), (progress, said)
+    assert any(_matches(note, n) for n in report.notes), (note, report.notes)
+    too_short, warning = _row_messages("[Validating -> TooShort]")[:2]
+    fake.clock.advance(4 * 3600 - 19 * 60)
+    said.clear()
+    m = AllocationMachine(make_spec(tmp_path, slurm_params={"gpus_per_node": 2},
+                                    expected_duration_seconds=1200), fake,
+                          clock=fake.clock, log=said.append)
+    m.prepare()
+    assert any(_matches(too_short, line) for line in said), (too_short, said)
+    assert any(_matches(warning, w) for w in m.warnings), (warning, m.warnings)
+
+
+def test_testing_md_what_a_warm_run_asks_the_controller(tmp_path: Path) -> None:
+    from slurm_fsm import Allocation
+    from slurm_fsm.testing.fake import CONTROLLER_OPS
+
+    text = " ".join(_page("testing.md").split())
+    assert ("before its job starts, one job query (`query_job`, the `squeue` that validates "
+            "the allocation), its lease step (`start_lease`) and one `list_steps` (`squeue "
+            "-s`); after the job ends, one job query more") in text
+    fake = FakeCluster()
+    spec = make_spec(tmp_path)
+    alloc = Allocation(spec.repo_root, fake)
+    assert alloc.run(spec).status is Status.PASSED
+    fake.reset_calls()
+    assert alloc.run(spec).status is Status.PASSED
+    ops = fake.ops()
+    start = ops.index("start_script")
+    assert [op for op in ops[:start] if op in CONTROLLER_OPS] == [
+        "query_job", "start_lease", "list_steps"]
+    assert [op for op in ops[start:] if op in CONTROLLER_OPS] == ["query_job"]
