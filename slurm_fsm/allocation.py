@@ -55,9 +55,6 @@ if TYPE_CHECKING:
 __all__ = ["SHARING_RULES", "Allocation", "AllocationStatus", "BatchSize", "RunHandle",
            "batch_size"]
 
-#: When a spec runs in the allocation that is already there (in this order; the first
-#: that fails decides). Each rule is checked by a pure function of the state file and
-#: the spec in :mod:`slurm_fsm.edges`, except the time left, which needs ``squeue``.
 SHARING_RULES: tuple[str, ...] = (
     "same repo_root: the allocation is found through <repo_root>/work_dirs/.slurm_alloc.json",
     "the job is still in Slurm, RUNNING (a PENDING one is waited for), and carries this "
@@ -72,6 +69,10 @@ SHARING_RULES: tuple[str, ...] = (
     "a different container_name reuses the allocation but imports and installs that "
     "container first (step 0F)",
 )
+"""When a spec runs in the allocation that is already there, in this order (the first
+that fails decides; :meth:`Allocation.reuse_problems` says which). Each rule is a pure
+function of the state file and the spec in :mod:`slurm_fsm.edges`, except the time
+left, which needs ``squeue``."""
 
 
 @attrs.frozen(kw_only=True)

@@ -308,6 +308,10 @@ class StepRequest:
 
 @attrs.frozen
 class StepResult:
+    """What :meth:`SlurmBackend.run_step` returns: a step's exit code (``128 + N`` when
+    killed by signal N) and its captured stdout and stderr (for the machine's own steps:
+    the GPU check, the container import, the installs)."""
+
     exit_code: int
     stdout: str
     stderr: str

@@ -13,6 +13,10 @@ __all__ = [
 
 
 class Clock(Protocol):
+    """What the machine, the monitor and the executor read time from: ``now()`` on a
+    monotonic scale and ``sleep()``. :class:`SystemClock` is the real one; the fake
+    cluster's clock moves only when told, so tests never wait."""
+
     def now(self) -> float:
         """Seconds on a monotonic scale."""
         ...
@@ -21,6 +25,9 @@ class Clock(Protocol):
 
 
 class SystemClock:
+    """The real :class:`Clock`: ``time.monotonic()`` and ``time.sleep()`` (the default
+    of every component that takes a ``clock``)."""
+
     def now(self) -> float:
         return time.monotonic()
 

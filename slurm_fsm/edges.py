@@ -601,6 +601,9 @@ EDGES: tuple[Edge, ...] = (
     # failures of any work
     Edge("fail", "*", S.Failed, doc="the work of the current state failed"),
 )
+"""The machine's table: every edge (trigger, source, destination, conditions, effects,
+the procedure's step), in the order the machine tries them; the first whose conditions
+hold on the observation is taken. The diagrams and docs/states.md are drawn from it."""
 
 
 def edges_from(trigger: str | None, state: State,

@@ -87,6 +87,10 @@ _UNKNOWN_KEYS_EXAMINED = 200
 
 
 class WorkflowType(Enum):
+    """The spec's ``workflow_type``: which parser reads the job's output for the
+    report's ``metrics`` (pytest's counts, an eval's scores, a benchmark's figures);
+    ``custom`` reads only the success and failure patterns."""
+
     PYTEST = "pytest"
     EVAL = "eval"
     BENCHMARK = "benchmark"
@@ -358,6 +362,12 @@ def _validate(self: Any) -> None:
 
 @attrs.frozen
 class SlurmParams:
+    """The spec's ``slurm_params``: what the job asks of Slurm (partition, account,
+    nodes, tasks, GPUs and CPUs, its time limit). The persistent allocation is sized
+    from them (unless ``alloc_*`` says more) and the job's ``SLURM_*`` are set from them;
+    one-shot passes them to sbatch where the script's ``#SBATCH`` lines do not. Each
+    field is checked as it is built (``SpecError`` naming it; docs/spec.md)."""
+
     partition: str
     account: str
     nodes: PositiveInt = PositiveInt(1)
@@ -374,6 +384,10 @@ class SlurmParams:
 
 @attrs.frozen
 class PartitionInfo:
+    """One ``slurm_env.partitions[]`` entry of the spec: a partition's ``name`` (a Slurm
+    name) and its CPU ``arch`` (``x86_64``/``aarch64``), which the pre-step build uses
+    when Slurm does not say it (:mod:`slurm_fsm.build`)."""
+
     name: str
     arch: Arch | None = None
 
@@ -382,6 +396,10 @@ class PartitionInfo:
 
 @attrs.frozen
 class SlurmEnv:
+    """The spec's ``slurm_env``: what the spec says of the cluster that Slurm may not
+    (today the :class:`PartitionInfo` of each partition it names). Optional; empty by
+    default."""
+
     partitions: tuple[PartitionInfo, ...] = ()
 
     __attrs_post_init__ = _validate

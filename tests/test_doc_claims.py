@@ -4,6 +4,7 @@ it). Each test reads the claim from the page and runs what it describes."""
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from pathlib import Path
@@ -574,3 +575,24 @@ def test_testing_md_what_a_warm_run_asks_the_controller(tmp_path: Path) -> None:
     assert [op for op in ops[:start] if op in CONTROLLER_OPS] == [
         "query_job", "start_lease", "list_steps"]
     assert [op for op in ops[start:] if op in CONTROLLER_OPS] == ["query_job"]
+
+
+# ------------------------------------------------- public names with their own docstring
+
+@functools.cache
+def _griffe_package() -> Any:
+    import griffe
+
+    return griffe.load("slurm_fsm", search_paths=[str(DOCS.parent)])
+
+
+@pytest.mark.parametrize("path", [
+    "spec.PartitionInfo", "spec.SlurmEnv", "spec.SlurmParams", "backend.StepResult",
+    "clock.SystemClock", "clock.Clock", "spec.WorkflowType", "edges.EDGES",
+    "allocation.SHARING_RULES",
+])
+def test_public_names_have_a_docstring_of_their_own_on_the_api_pages(path: str) -> None:
+    """As the API pages read them (griffe, mkdocstrings' loader): a class's own
+    docstring, a constant's string after its assignment (``#:`` comments are not read)."""
+    doc = _griffe_package()[path].docstring
+    assert doc is not None and len(doc.value.split()) >= 5, (path, doc and doc.value)
