@@ -596,3 +596,88 @@ def test_public_names_have_a_docstring_of_their_own_on_the_api_pages(path: str) 
     docstring, a constant's string after its assignment (``#:`` comments are not read)."""
     doc = _griffe_package()[path].docstring
     assert doc is not None and len(doc.value.split()) >= 5, (path, doc and doc.value)
+
+
+# ------------------------------------------------- python.md and from-procedure.md
+
+def test_python_md_examples_run_as_written(tmp_path: Path, monkeypatch: Any) -> None:
+    """Every block of the page, in order, in one namespace (as a reader pastes them)."""
+    import logging
+
+    monkeypatch.chdir(tmp_path)
+    blocks = re.findall(r"^```python\n(.*?)^```", _page("python.md"), re.M | re.S)
+    assert len(blocks) == 5
+    namespace: dict[str, Any] = {}
+    root_logger = logging.getLogger()
+    saved = list(root_logger.handlers), root_logger.level
+    try:
+        for block in blocks:
+            exec(compile(block, "python.md", "exec"), namespace)  # noqa: S102 - the docs' own code
+    finally:
+        root_logger.handlers[:] = saved[0]
+        root_logger.setLevel(saved[1])
+    assert namespace["report"].status is Status.PASSED and namespace["m"].state is State.Ready
+
+
+def test_python_md_a_sink_that_raises_never_reaches_the_run(tmp_path: Path) -> None:
+    from slurm_fsm import Allocation, Events
+
+    assert "an exception your sink raises never reaches the run" in " ".join(
+        _page("python.md").split())
+
+    class Broken(Events):
+        def message(self, text: str) -> None:
+            raise RuntimeError("the GUI is gone")
+
+    fake = FakeCluster()
+    spec = make_spec(tmp_path)
+    report = Allocation(spec.repo_root, fake, events=Broken()).run(spec)
+    assert report.status is Status.PASSED
+    assert any("progress output stopped" in w and "the GUI is gone" in w
+               for w in report.warnings), report.warnings
+
+
+def test_from_procedure_md_a_gpu_less_procedure_allocation_is_replaced(
+        tmp_path: Path) -> None:
+    import json
+
+    from slurm_fsm import Allocation
+
+    page = _page("from-procedure.md")
+    (said,) = [b for b in _code_blocks(page) if "Incompatible" in b]
+    rule = said.split("; ")[-1].strip()
+    fake = FakeCluster()
+    made = make_spec(tmp_path, slurm_params={"gpus_per_node": 0})
+    first = Allocation(made.repo_root, fake).run(made)
+    # as the procedure writes it: exactly its keys, the GPUs the spec asked
+    state = json.loads(made.state_path.read_text())
+    keys = ("job_id", "container_name", "nodelist", "partition", "account", "nodes",
+            "gpus_per_node", "docker_image", "container_mounts", "allocated_at",
+            "time_limit", "installed")
+    made.state_path.write_text(json.dumps({**{k: state[k] for k in keys},
+                                           "gpus_per_node": 1}))
+    lines: list[str] = []
+    spec = make_spec(tmp_path, slurm_params={"gpus_per_node": 1})
+    m = AllocationMachine(spec, fake, clock=fake.clock, log=lines.append)
+    assert m.prepare() is State.Ready
+    assert m.alloc is not None and m.alloc.job_id != first.allocation_id
+    assert any("[Validating -> Incompatible]" in line and line.endswith(rule)
+               for line in lines), (rule, lines)
+
+
+def test_from_procedure_md_names_every_file_a_run_leaves(tmp_path: Path) -> None:
+    from slurm_fsm import Allocation
+    from slurm_fsm.successor import parity_names
+
+    page = _page("from-procedure.md")
+    table = _section(page, "## The extra files in `work_dirs`")
+    named = re.findall(r"`(\.[^`]+)`", table) + [".slurm_alloc.json", ".salloc.log"]
+    patterns = [re.escape(n).replace(re.escape("<run id>"), r"r[0-9a-f]+")
+                .replace(re.escape("*"), ".*") for n in named]
+    fake = FakeCluster()
+    spec = make_spec(tmp_path)
+    alloc = Allocation(spec.repo_root, fake)
+    assert alloc.run(spec).status is Status.PASSED
+    left = sorted(p.name for p in spec.state_path.parent.iterdir())
+    assert all(any(re.fullmatch(rx, name) for rx in patterns) for name in left), left
+    assert "`<job name>-b`" in page and parity_names("x")[1] == "x-b"
