@@ -29,7 +29,8 @@ from mkdocs.exceptions import PluginError  # noqa: E402
 from mkdocs.structure.files import File, Files  # noqa: E402
 
 from benchmarks import charts  # noqa: E402
-from slurm_fsm_dev.docgen import DIAGRAM_MARKER, DiagramError, states_svg  # noqa: E402
+from slurm_fsm.edges import DiagramPart  # noqa: E402
+from slurm_fsm_dev.docgen import DiagramError, diagram_marker, states_svg  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results.json"
 _MERMAID = re.compile(r"^```mermaid\n.*?^```\n", re.S | re.M)
@@ -81,9 +82,10 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
     src = page.file.src_uri
     markdown = unescape_table_code(markdown)
     if src == "states.md":
-        markdown, n = _MERMAID.subn(DIAGRAM_MARKER + "\n", markdown, count=1)
-        if n != 1:
-            raise PluginError("states.md has no mermaid block for the diagram to replace")
+        markdown, n = _MERMAID.subn(_part_marker, markdown)
+        if n != len(DiagramPart):
+            raise PluginError(f"states.md has {n} mermaid blocks, not one per drawing "
+                              f"({', '.join(p.value for p in DiagramPart)})")
         # the diagram and the edge table are wide: give them the table of contents' column
         page.meta.setdefault("hide", []).append("toc")
     if src == "benchmarks.md":
@@ -102,16 +104,27 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
     return markdown
 
 
+def _part_marker(block: re.Match[str]) -> str:
+    """A mermaid block of states.md -> the marker of the drawing it names."""
+    named = re.search(r"%% slurm_fsm part: (\w+)", block.group(0))
+    if named is None:
+        raise PluginError("a mermaid block of states.md names no drawing (%% slurm_fsm part:)")
+    return diagram_marker(DiagramPart(named.group(1))) + "\n"
+
+
 def on_page_content(html: str, page: Any, config: Any, files: Files) -> str:
-    if DIAGRAM_MARKER in html:
+    for part in DiagramPart:
+        marker = diagram_marker(part)
+        if marker not in html:
+            continue
         try:
-            svg = states_svg()
+            svg = states_svg(part=part)
         except DiagramError as exc:
             raise PluginError(str(exc)) from exc
-        html = html.replace(DIAGRAM_MARKER, f'<figure class="fsm-diagram">{svg}<figcaption>'
-                            "Drawn by Graphviz from <code>slurm_fsm.machine.EDGES</code> "
-                            "when the site is built; hover an arrow for its step."
-                            "</figcaption></figure>", 1)
+        html = html.replace(marker, f'<figure class="fsm-diagram fsm-{part.value}">{svg}'
+                            "<figcaption>Drawn by Graphviz from "
+                            "<code>slurm_fsm.machine.EDGES</code> when the site is built; "
+                            "hover an arrow for its steps.</figcaption></figure>", 1)
     return html
 
 

@@ -52,7 +52,9 @@ __all__ = [
     "EXPIRY_MARGIN_S",
     "IN_PROGRESS",
     "RULES",
+    "PART_STATES",
     "Condition",
+    "DiagramPart",
     "Edge",
     "Effect",
     "Observation",
@@ -67,6 +69,9 @@ __all__ = [
     "job_fits",
     "mermaid_diagram",
     "owner_of",
+    "part_edges",
+    "part_of_edge",
+    "part_of_state",
     "remaining_after",
     "repo_tag",
     "same_container",
@@ -627,17 +632,72 @@ def choose(trigger: str, state: State, obs: Observation, spec: JobSpec,
 _FINAL = (S.Ready, S.Gone, S.Released, S.Failed)
 
 
-def mermaid_diagram(edges: Sequence[Edge] = EDGES, current: State | None = None) -> str:
+class DiagramPart(Enum):
+    """The drawings of the machine. The design card's states and their edges come first
+    (``core``, at a page's width); each opt-in part is a drawing of its own, with the
+    core states its edges touch as context. With 17 states and 42 edges in one picture
+    it was several page-widths wide and opened on the successor states."""
+
+    #: the design card's states (docs/design.md) and the machine's Failed and Gone
+    CORE = "core"
+    #: admission by time left: an allocation too short for the job's expected duration
+    ADMISSION = "admission"
+    #: the warm successor (``warm_successor: true``): the hand-off to the next allocation
+    SUCCESSOR = "successor"
+
+
+#: The states only an opt-in part has (every other state is the core's).
+PART_STATES: dict[DiagramPart, frozenset[State]] = {
+    DiagramPart.ADMISSION: frozenset({S.TooShort}),
+    DiagramPart.SUCCESSOR: frozenset({S.QueueingSuccessor, S.AwaitingSuccessor,
+                                      S.Switching}),
+}
+
+
+def part_of_state(state: State) -> DiagramPart:
+    """The drawing ``state`` belongs to (a notebook shows the part its machine is in)."""
+    return next((p for p, states in PART_STATES.items() if state in states),
+                DiagramPart.CORE)
+
+
+def part_of_edge(edge: Edge) -> DiagramPart:
+    """The drawing ``edge`` belongs to: the successor's when it needs ``warm_successor``
+    or touches a successor state, admission's when it touches TooShort, else the core's."""
+    touched = {edge.dest} | ({edge.source} if edge.source != "*" else set())
+    if "warm_successor" in edge.conditions or touched & PART_STATES[DiagramPart.SUCCESSOR]:
+        return DiagramPart.SUCCESSOR
+    if touched & PART_STATES[DiagramPart.ADMISSION]:
+        return DiagramPart.ADMISSION
+    return DiagramPart.CORE
+
+
+def part_edges(part: DiagramPart, edges: Sequence[Edge] = EDGES
+               ) -> list[tuple[int, Edge]]:
+    """The edges of one drawing, with their index in ``edges`` (an arrow's id)."""
+    return [(i, e) for i, e in enumerate(edges) if part_of_edge(e) is part]
+
+
+def mermaid_diagram(edges: Sequence[Edge] = EDGES, current: State | None = None,
+                    part: DiagramPart | None = None) -> str:
     """A mermaid ``stateDiagram-v2`` of ``edges`` (the ``fail`` fan-in drawn once);
-    ``current`` is highlighted."""
-    lines = ["stateDiagram-v2", f"    [*] --> {S.NoState.value}"]
+    ``current`` is highlighted. ``part``: only that drawing's edges (a comment line
+    names it: ``%% slurm_fsm part: core``)."""
+    if part is not None:
+        edges = [e for _, e in part_edges(part, edges)]
+    drawn = {s for e in edges for s in (e.source, e.dest) if s != "*"}
+    lines = ["stateDiagram-v2"]
+    if part is not None:
+        lines.append(f"    %% slurm_fsm part: {part.value}")
+    if S.NoState in drawn:
+        lines.append(f"    [*] --> {S.NoState.value}")
     for e in edges:
         if e.source == "*":
             lines.append(f"    note right of {e.dest.value}: any state --{e.trigger}--> here")
             continue
         lines.append(f"    {e.source.value} --> {e.dest.value}: {e.label}")
     for final in _FINAL:
-        lines.append(f"    {final.value} --> [*]")
+        if final in drawn:
+            lines.append(f"    {final.value} --> [*]")
     if current is not None:
         lines.append("    classDef current fill:#ffd54f,stroke:#e65100,stroke-width:3px")
         lines.append(f"    class {current.value} current")

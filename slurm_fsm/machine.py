@@ -80,6 +80,8 @@ from slurm_fsm.edges import (
     EDGES,
     EXPIRY_MARGIN_S,
     IN_PROGRESS,
+    PART_STATES,
+    DiagramPart,
     Edge,
     Effect,
     Observation,
@@ -92,6 +94,9 @@ from slurm_fsm.edges import (
     job_expiring,
     mermaid_diagram,
     owner_of,
+    part_edges,
+    part_of_edge,
+    part_of_state,
     remaining_after,
     repo_tag,
     same_container,
@@ -132,7 +137,9 @@ __all__ = [
     "EDGES",
     "EXPIRY_MARGIN_S",
     "ORPHAN_GRACE_S",
+    "PART_STATES",
     "AllocationMachine",
+    "DiagramPart",
     "Edge",
     "Effect",
     "Failure",
@@ -150,6 +157,9 @@ __all__ = [
     "job_expiring",
     "mermaid_diagram",
     "owner_of",
+    "part_edges",
+    "part_of_edge",
+    "part_of_state",
     "remaining_after",
     "repo_tag",
     "same_container",
@@ -588,8 +598,10 @@ class AllocationMachine:
         return mermaid_diagram(EDGES)
 
     def diagram(self) -> str:
-        """The mermaid diagram with the current state highlighted."""
-        return mermaid_diagram(self.edges, current=self.state)
+        """The mermaid diagram of the part the machine is in (:class:`DiagramPart`: the
+        design card's states, or an opt-in part) with the current state highlighted."""
+        return mermaid_diagram(self.edges, current=self.state,
+                               part=part_of_state(self.state))
 
     def _repr_markdown_(self) -> str:
         """A notebook shows the machine as its diagram, the current state marked."""

@@ -15,11 +15,23 @@ import shutil
 import subprocess
 from collections.abc import Sequence
 
-from slurm_fsm.edges import CONDITIONS, EDGES, Edge, Effect, State, mermaid_diagram
+from slurm_fsm.edges import (
+    CONDITIONS,
+    EDGES,
+    PART_STATES,
+    DiagramPart,
+    Edge,
+    Effect,
+    State,
+    mermaid_diagram,
+    part_edges,
+    part_of_state,
+)
 from slurm_fsm.jobstate import JobState
 
 __all__ = [
     "DIAGRAM_MARKER",
+    "diagram_marker",
     "PUBLIC_MODULES",
     "STEP_CODES",
     "WORK_COMMANDS",
@@ -71,6 +83,12 @@ PUBLIC_MODULES: tuple[str, ...] = (
 #: Where ``states.md``'s mermaid block goes on the site: the build hook puts the
 #: Graphviz drawing there.
 DIAGRAM_MARKER = "<!-- slurm_fsm:state-diagram -->"
+
+
+def diagram_marker(part: DiagramPart) -> str:
+    """What the docs hook puts in place of the mermaid block of ``part`` (and then
+    replaces with its SVG): :data:`DIAGRAM_MARKER` naming the part."""
+    return DIAGRAM_MARKER.replace(" -->", f":{part.value} -->")
 
 #: The Slurm commands the work of each trigger/state issues (backend calls).
 WORK_COMMANDS: dict[str, str] = {
@@ -149,11 +167,27 @@ def states_markdown() -> str:
         "cannot be recorded in the state file; `release` cancels the allocation and",
         "deletes the state file (0A). A failure of the work is recorded by the `fail`",
         "trigger.",
-        "On the docs site the diagram below is drawn by Graphviz from the same edges when the",
-        "site is built (one arrow per row of the table; hover an arrow for its step).",
+        "On the docs site the diagrams below are drawn by Graphviz from the same edges when",
+        "the site is built (the edges of one trigger between two states share an arrow,",
+        "`or` between their conditions; hover an arrow for its steps). The states of the",
+        "design card come first; each opt-in part is a drawing of its own, where a dashed",
+        "state is one of the first drawing (`slurm_fsm.edges.DiagramPart`).",
         "",
         "```mermaid",
-        mermaid_diagram(EDGES).rstrip("\n"),
+        mermaid_diagram(EDGES, part=DiagramPart.CORE).rstrip("\n"),
+        "```",
+        "",
+        "**Admission by time left** (an allocation too short for the job's expected",
+        "duration; [below](#admission-by-time-left)):",
+        "",
+        "```mermaid",
+        mermaid_diagram(EDGES, part=DiagramPart.ADMISSION).rstrip("\n"),
+        "```",
+        "",
+        "**The warm successor** (`warm_successor: true` only; [below](#the-warm-successor)):",
+        "",
+        "```mermaid",
+        mermaid_diagram(EDGES, part=DiagramPart.SUCCESSOR).rstrip("\n"),
         "```",
         "",
         "## Steps",
@@ -379,63 +413,93 @@ def _html(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def states_dot(edges: Sequence[Edge] = EDGES, current: State | None = None) -> str:
-    """The state diagram in Graphviz dot: every :class:`State`, and one arrow per edge.
+def _arrows(part: DiagramPart, edges: Sequence[Edge]
+            ) -> list[tuple[str, str, str, list[tuple[int, Edge]]]]:
+    """The arrows of one drawing: the edges of ``part`` with the same trigger, source
+    and destination share one arrow (its label lists each edge's conditions, ``or``
+    between them), in table order."""
+    arrows: dict[tuple[str, str, str], list[tuple[int, Edge]]] = {}
+    for i, e in part_edges(part, edges):
+        src = "__any__" if e.source == "*" else e.source.value
+        arrows.setdefault((e.trigger, src, e.dest.value), []).append((i, e))
+    return [(t, src, dest, items) for (t, src, dest), items in arrows.items()]
 
-    Each arrow's SVG element gets the id ``edge-<i>`` (``i`` its index in ``edges``),
-    each state's ``state-<name>``; the ``fail`` fan-in (source ``*``) comes from one
-    "any state" box. The arrow's tooltip is the edge's step and what happens.
-    ``current`` (a notebook's machine state) is drawn highlighted.
+
+def _conds(e: Edge) -> list[str]:
+    return [*e.conditions, *(f"not {u}" for u in e.unless)]
+
+
+def _state_line(state: State, part: DiagramPart, current: State | None,
+                loops: dict[str, list[str]]) -> str:
+    fill = _FILL.get(state, _NEUTRAL_FILL)
+    label = ""
+    if state is current:
+        fill = "#ffd54f"
+        label = 'penwidth=3, color="#e65100", '
+    elif part is not DiagramPart.CORE and state not in PART_STATES[part]:
+        label = 'style="rounded,filled,dashed", '  # context: drawn in the core drawing
+    if state.value in loops:
+        rows = "<BR/>".join(_html(t) for t in loops[state.value])
+        label += (f"label=<{_html(state.value)}<BR/><FONT POINT-SIZE=\"9\">{rows}</FONT>>, "
+                  'margin="0.2,0.1", ')
+    return (f"  {_dot_str(state.value)} [{label}id={_dot_str('state-' + state.value)}, "
+            f"class=\"state\", fillcolor={_dot_str(fill)}, tooltip={_dot_str(state.value)}];")
+
+
+def states_dot(edges: Sequence[Edge] = EDGES, current: State | None = None,
+               part: DiagramPart | None = None) -> str:
+    """One drawing of the machine in Graphviz dot (:class:`DiagramPart`; default: the
+    part ``current`` is in, else the core): its states, and one arrow per trigger,
+    source and destination.
+
+    Each arrow's SVG element gets the id ``edge-<i>`` (``i`` its index in ``edges``;
+    ``edge-<i>+<j>`` for edges that share it), each state's ``state-<name>``; the
+    ``fail`` fan-in (source ``*``) comes from one "any state" box. The arrow's tooltip
+    is each edge's step and what happens. ``current`` is drawn highlighted; a core
+    state an opt-in part touches is dashed (its edges are in the core drawing).
     """
+    part = part or (part_of_state(current) if current is not None else DiagramPart.CORE)
+    arrows = _arrows(part, edges)
+    drawn = {n for _, src, dest, _ in arrows for n in (src, dest)}
     lines = [
         "digraph slurm_fsm {",
-        '  graph [rankdir=TB, bgcolor="transparent", fontname="Helvetica", nodesep=0.35,'
-        " ranksep=0.45];",
+        '  graph [rankdir=TB, bgcolor="transparent", fontname="Helvetica", nodesep=0.2,'
+        " ranksep=0.35];",
         '  node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=12,'
         " margin=\"0.15,0.06\"];",
         '  edge [fontname="Helvetica", fontsize=10, arrowsize=0.7];',
-        '  "__initial__" [shape=point, width=0.14, label="", id="state-initial", tooltip="start"];',
     ]
+    if State.NoState.value in drawn:
+        lines.append('  "__initial__" [shape=point, width=0.14, label="", id="state-initial",'
+                     ' tooltip="start"];')
     # a self-loop's label is written in its state's box (under the name): beside a busy
     # state (Validating has a dozen arrows) Graphviz lays it over other labels
-    loop_labels: dict[str, list[str]] = {}
-    for e in edges:
-        if e.source != "*" and e.source == e.dest:
-            conds = [*e.conditions, *(f"not {u}" for u in e.unless)]
-            loop_labels.setdefault(e.dest.value, []).append(
-                f"\u21bb {e.trigger}" + (f" [{' and '.join(conds)}]" if conds else ""))
-    for state in State:
-        fill = _FILL.get(state, _NEUTRAL_FILL)
-        if state is current:
-            fill = "#ffd54f"
-            label = 'penwidth=3, color="#e65100", '
-        else:
-            label = ""
-        if state.value in loop_labels:
-            rows = "<BR/>".join(_html(t) for t in loop_labels[state.value])
-            label += (f"label=<{_html(state.value)}<BR/><FONT POINT-SIZE=\"9\">{rows}</FONT>>, "
-                     'margin="0.2,0.1", ')
-        lines.append(f"  {_dot_str(state.value)} [{label}id={_dot_str('state-' + state.value)}, "
-                     f"class=\"state\", fillcolor={_dot_str(fill)}, "
-                     f"tooltip={_dot_str(state.value)}];")
-    if any(e.source == "*" for e in edges):
+    loops: dict[str, list[str]] = {}
+    for trigger, src, dest, items in arrows:
+        if src == dest:
+            for _, e in items:  # one line per condition: the box stays narrow
+                conds = _and(_conds(e))
+                rows = [f"\u21bb {trigger}" + (f" [{conds[0]}" if conds else "")]
+                rows += [f"  {c}" for c in conds[1:]]
+                rows[-1] += "]" if conds else ""
+                loops.setdefault(dest, []).extend(rows)
+    lines += [_state_line(s, part, current, loops) for s in State if s.value in drawn]
+    if "__any__" in drawn:
         lines.append('  "__any__" [label="any state", shape=note, style="dashed",'
                      ' id="state-any", tooltip="any state"];')
-    lines.append(f'  "__initial__" -> {_dot_str(State.NoState.value)} [id="edge-initial"];')
-    loops: dict[str, int] = {}
-    for i, e in enumerate(edges):
-        src = "__any__" if e.source == "*" else e.source.value
-        conds = [*e.conditions, *(f"not {u}" for u in e.unless)]
-        label = e.trigger + (f"\n[{chr(10).join(_and(conds))}]" if conds else "")
-        tip = f"{e.step}: {e.doc}" if e.step else e.doc
-        ports = ""
-        if src == e.dest.value:  # self-loops alternate sides; their label is in the box
-            loops[src] = loops.get(src, 0) + 1
-            ports = "tailport=w, headport=w, " if loops[src] % 2 == 0 else ""
-            label = ""
-        lines.append(f"  {_dot_str(src)} -> {_dot_str(e.dest.value)} [{ports}id=\"edge-{i}\", "
-                     f"class={_dot_str('edge-' + e.trigger)}, label={_dot_str(label)}, "
-                     f"tooltip={_dot_str(tip or e.trigger)}];")
+    if State.NoState.value in drawn:
+        lines.append(f'  "__initial__" -> {_dot_str(State.NoState.value)} [id="edge-initial"];')
+    for trigger, src, dest, items in arrows:
+        alts = [_and(_conds(e)) for _, e in items if _conds(e)]
+        label = trigger + "".join(("\n[" if k == 0 else "\nor [") + "\n".join(a) + "]"
+                                  for k, a in enumerate(alts))
+        tip = " | ".join(f"{e.step}: {e.doc}" if e.step else e.doc for _, e in items)
+        ports = 'tailport=e, headport=e, ' if src == dest else ""
+        ids = "+".join(str(i) for i, _ in items)
+        lines.append(f"  {_dot_str(src)} -> {_dot_str(dest)} [{ports}id=\"edge-{ids}\", "
+                     f"class={_dot_str('edge-' + trigger)}, "
+                     f"label={_dot_str('' if src == dest else label)}, "
+                     f"tooltip={_dot_str(tip or trigger)}];")
     lines.append("}")
     return "\n".join(lines) + "\n"
 
@@ -445,8 +509,9 @@ _SVG_COMMENT = re.compile(r"<!--.*?-->\s*", re.S)
 
 
 def states_svg(dot: str = "dot", *, timeout_s: float = 60.0,
-               current: State | None = None) -> str:
-    """The state diagram as an SVG element to inline in a page (Graphviz's ``dot``).
+               current: State | None = None, part: DiagramPart | None = None) -> str:
+    """One drawing of the machine (:func:`states_dot`) as an SVG element to inline in a
+    page (Graphviz's ``dot``): ``part``, else the part ``current`` is in, else the core.
 
     Raises :class:`DiagramError` when ``dot`` is missing or fails: the site is
     never built without its diagram.
@@ -457,11 +522,14 @@ def states_svg(dot: str = "dot", *, timeout_s: float = 60.0,
                            "graphviz (`make docs-deps`, or `apt-get install graphviz`)")
     try:
         proc = subprocess.run(  # noqa: S603 - an argument list, never a shell
-            [exe, "-Tsvg"], input=states_dot(current=current), capture_output=True, text=True,
+            [exe, "-Tsvg"], input=states_dot(current=current, part=part), capture_output=True,
+            text=True,
             timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired as exc:
         raise DiagramError(f"`{exe} -Tsvg` did not finish in {timeout_s:g} s") from exc
     if proc.returncode != 0 or "<svg" not in proc.stdout:
         raise DiagramError(f"`{exe} -Tsvg` exited {proc.returncode}: {proc.stderr.strip()}")
     svg = _SVG_COMMENT.sub("", _SVG_PREAMBLE.sub("", proc.stdout, count=1))
-    return svg.replace("<svg ", '<svg role="img" aria-label="slurm_fsm state diagram" ', 1).strip()
+    name = (part or (part_of_state(current) if current else DiagramPart.CORE)).value
+    return svg.replace("<svg ", f'<svg role="img" aria-label="slurm_fsm state diagram: '
+                       f'{name}" ', 1).strip()

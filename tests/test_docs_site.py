@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from slurm_fsm.machine import EDGES, State
+from slurm_fsm.machine import EDGES, DiagramPart, State
 from slurm_fsm_dev.docgen import PUBLIC_MODULES, states_dot, states_svg
 
 REPO = Path(__file__).resolve().parent.parent
@@ -70,23 +70,28 @@ def _resolve(dotted: str) -> object:
 # ----------------------------------------------------------------- without a browser
 
 
+def _arrow_ids(svg_or_dot: str) -> list[int]:
+    """The edge indices of the arrows (``edge-3``, ``edge-4+5`` for a shared arrow)."""
+    ids = re.findall(r'id="edge(?:&#45;|-)([0-9+]+)"', svg_or_dot)
+    return [int(i) for group in ids for i in group.split("+")]
+
+
 def test_diagram_has_every_state_and_every_edge() -> None:
-    svg = states_svg()
+    """Across its drawings (issue 41 item 6: the core, then each opt-in part)."""
+    svgs = [states_svg(part=part) for part in DiagramPart]
     for state in State:
-        assert f'id="state&#45;{state.value}"' in svg, state
-        assert f">{state.value}</text>" in svg, state
-    for i in range(len(EDGES)):
-        assert f'id="edge&#45;{i}"' in svg, EDGES[i]
-    assert f'id="edge&#45;{len(EDGES)}"' not in svg
-    assert "<?xml" not in svg and "<!DOCTYPE" not in svg  # inlined in the page
+        assert any(f'id="state&#45;{state.value}"' in svg for svg in svgs), state
+        assert any(f">{state.value}</text>" in svg for svg in svgs), state
+    assert sorted(i for svg in svgs for i in _arrow_ids(svg)) == list(range(len(EDGES)))
+    for svg in svgs:
+        assert "<?xml" not in svg and "<!DOCTYPE" not in svg  # inlined in the page
 
 
 def test_diagram_draws_the_fail_fan_in_from_one_box() -> None:
-    dot = states_dot()
+    dot = states_dot(part=DiagramPart.CORE)
     fail = [i for i, e in enumerate(EDGES) if e.source == "*"]
     assert fail
-    for i in fail:
-        assert re.search(rf'"__any__" -> "Failed" \[id="edge-{i}"', dot)
+    assert re.search(rf'"__any__" -> "Failed" \[id="edge-{"[+]".join(map(str, fail))}"', dot)
 
 
 def test_diagram_fails_loudly_without_graphviz() -> None:
@@ -364,15 +369,37 @@ def _smallest_text_px(svg: Any) -> float:
 
 def test_states_page_shows_the_diagram(visit: Visit) -> None:
     page = visit.open("states/")
-    svg = page.locator("figure.fsm-diagram svg")
-    assert svg.count() == 1
-    assert svg.bounding_box()["width"] > 300  # drawn, not an empty box
-    text = svg.text_content()
+    figures = page.locator("figure.fsm-diagram")
+    assert figures.count() == len(DiagramPart)  # the core first, then each opt-in part
+    assert figures.first.get_attribute("class") == "fsm-diagram fsm-core"
+    # the core fits the page's width: nothing to scroll (issue 41 item 6: the one
+    # drawing of 17 states was several page-widths wide)
+    core = figures.first
+    assert core.evaluate("f => f.scrollWidth <= f.clientWidth"), core.evaluate(
+        "f => [f.scrollWidth, f.clientWidth]")
+    text = " ".join(f.locator("svg").text_content() for f in figures.all())
     for state in State:
         assert state.value in text, state
-    edges = page.locator("figure.fsm-diagram svg g.edge[id^='edge-']:not(#edge-initial)")
-    assert edges.count() == len(EDGES)
+    ids = page.locator("figure.fsm-diagram svg g.edge[id^='edge-']:not(#edge-initial)")
+    drawn = [int(i) for el in ids.all() for i in (el.get_attribute("id") or "")[5:].split("+")]
+    assert sorted(drawn) == list(range(len(EDGES)))
     assert page.locator("pre code.language-mermaid, .mermaid").count() == 0  # no raw source
+    for figure in figures.all()[1:]:
+        _no_label_overlaps(figure.locator("svg"))
+    svg = core.locator("svg")
+    assert svg.bounding_box()["width"] > 300  # drawn, not an empty box
+    _no_label_overlaps(svg)
+    visit.shot("states")
+    # dark mode: the toggle switches the palette, the diagram's text follows the page
+    light = svg.locator("text").first.evaluate("t => getComputedStyle(t).fill")
+    page.locator("label[for='__palette_1']").click()
+    page.wait_for_function("document.body.getAttribute('data-md-color-scheme') === 'slate'")
+    dark = svg.locator("text").first.evaluate("t => getComputedStyle(t).fill")
+    assert light != dark
+    visit.shot("states-dark")
+
+
+def _no_label_overlaps(svg: Any) -> None:
     # no label lies over another edge's label or over a state's box (as drawn)
     overlaps = svg.evaluate("""svg => {
         const box = el => {
@@ -414,14 +441,6 @@ def test_states_page_shows_the_diagram(visit: Visit) -> None:
     assert crossings == [], crossings
     # every label is readable as drawn: at least 11 CSS px (shrunk to the column it was 5-9)
     assert _smallest_text_px(svg) >= 11
-    visit.shot("states")
-    # dark mode: the toggle switches the palette, the diagram's text follows the page
-    light = svg.locator("text").first.evaluate("t => getComputedStyle(t).fill")
-    page.locator("label[for='__palette_1']").click()
-    page.wait_for_function("document.body.getAttribute('data-md-color-scheme') === 'slate'")
-    dark = svg.locator("text").first.evaluate("t => getComputedStyle(t).fill")
-    assert light != dark
-    visit.shot("states-dark")
 
 
 @pytest.mark.parametrize(("path", "names"), [

@@ -720,7 +720,11 @@ def test_every_state_of_the_design_card_exists() -> None:
 def test_diagram_in_docs_is_current() -> None:
     doc = Path(__file__).parent.parent / "docs" / "states.md"
     assert doc.read_text() == states_markdown(), "docs/states.md is stale: run `make diagram`"
-    assert AllocationMachine.mermaid() in doc.read_text()
+    # one drawing per part (issue 41 item 6), together the whole machine
+    from slurm_fsm.edges import DiagramPart, mermaid_diagram
+
+    assert all(mermaid_diagram(EDGES, part=p).rstrip("\n") in doc.read_text()
+               for p in DiagramPart)
 
 
 # ------------------------------------------------- the table decides; the machine acts
