@@ -27,9 +27,9 @@ from slurm_fsm.files import FileProblem, Problem, open_for_reading
 __all__ = [
     "DEFAULT_HANG_MARKER",
     "MAX_LINE_CHARS",
-    "cut_line",
     "TAIL_MAX_BYTES",
     "LogFollower",
+    "cut_line",
     "hang_line_pattern",
     "is_hang_line",
     "strip_log_prefix",

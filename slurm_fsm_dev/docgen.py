@@ -31,11 +31,11 @@ from slurm_fsm.jobstate import JobState
 
 __all__ = [
     "DIAGRAM_MARKER",
-    "diagram_marker",
     "PUBLIC_MODULES",
     "STEP_CODES",
     "WORK_COMMANDS",
     "DiagramError",
+    "diagram_marker",
     "states_dot",
     "states_markdown",
     "states_svg",

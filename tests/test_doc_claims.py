@@ -369,7 +369,7 @@ def test_cli_md_head_of_the_merged_output_keeps_the_jobs_exit_code(tmp_path: Pat
         "script_path": "job.slurm", "work_dir": "work", "model_name": "m",
         "workflow_type": "custom", "repo_root": ".", "success_patterns": "all done",
         "slurm_params": {"partition": "debug", "account": "acct"}}))
-    proc = subprocess.Popen(  # noqa: S603 - an argument list
+    proc = subprocess.Popen(
         [sys.executable, "-m", "slurm_fsm", "run", str(spec), "--backend", "fake"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=tmp_path)
     assert proc.stdout is not None
@@ -430,9 +430,9 @@ def test_a_batch_job_killed_at_its_limit_exits_143_as_its_batch_step_says() -> N
 
 
 def _warm_run_commands(gpus: int) -> Any:
-    from slurm_fsm import Allocation
     import tempfile
 
+    from slurm_fsm import Allocation
     from slurm_fsm.testing.fake import SLURM_COMMAND_OPS
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -462,7 +462,7 @@ def test_readme_and_index_count_the_commands_of_a_warm_run() -> None:
     assert "A repeated run issues 5 Slurm commands besides the job's own" in readme
     assert "(a job that asks no GPU skips it: 4)" in readme
     assert set(with_gpus) == set(_AS_NAMED) and with_gpus["query_job"] == 2
-    for op, named in _AS_NAMED.items():
+    for named in _AS_NAMED.values():
         assert named in readme, named
     assert without == with_gpus - Counter({"gpu_processes": 1})
     # the demo's job asks no GPU: index.md counts its second run
@@ -612,7 +612,7 @@ def test_python_md_examples_run_as_written(tmp_path: Path, monkeypatch: Any) -> 
     saved = list(root_logger.handlers), root_logger.level
     try:
         for block in blocks:
-            exec(compile(block, "python.md", "exec"), namespace)  # noqa: S102 - the docs' own code
+            exec(compile(block, "python.md", "exec"), namespace)
     finally:
         root_logger.handlers[:] = saved[0]
         root_logger.setLevel(saved[1])
@@ -671,7 +671,7 @@ def test_from_procedure_md_names_every_file_a_run_leaves(tmp_path: Path) -> None
 
     page = _page("from-procedure.md")
     table = _section(page, "## The extra files in `work_dirs`")
-    named = re.findall(r"`(\.[^`]+)`", table) + [".slurm_alloc.json", ".salloc.log"]
+    named = [*re.findall(r"`(\.[^`]+)`", table), ".slurm_alloc.json", ".salloc.log"]
     patterns = [re.escape(n).replace(re.escape("<run id>"), r"r[0-9a-f]+")
                 .replace(re.escape("*"), ".*") for n in named]
     fake = FakeCluster()
