@@ -289,6 +289,9 @@ class AllocationMachine:
     """
 
     #: why the allocation is replaced (set by the work, read by the CANCEL effect)
+    #: this machine asked for an allocation (0E's salloc, or adopted another run's
+    #: request): only then is :attr:`salloc_log` this run's to quote in a report
+    salloc_requested: bool = False
     _replace_why: str = ""
     #: the rules the last edge was taken for, in words (:meth:`Edge.why`)
     _why: str = ""
@@ -342,9 +345,6 @@ class AllocationMachine:
         self.notes: list[str] = []  # steps skipped and why
         self.failure: Failure | None = None
         self.released_job_id: str | None = None  # set by release (0A)
-        #: this machine asked for an allocation (0E's salloc, or adopted another run's
-        #: request): only then is :attr:`salloc_log` this run's to quote
-        self.salloc_requested = False
         self._gpu_ahead: _GpuAhead | None = None  # start_gpu_check's, for which job
         self.edges: tuple[Edge, ...] = tuple(EDGES)
         self._job: tuple[JobInfo, float] | None = None  # the last job row and when
