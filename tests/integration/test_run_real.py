@@ -263,6 +263,9 @@ def test_one_shot_over_the_slurm_time_limit_is_timeout(
     assert "monitor timeout" not in report.summary  # Slurm's limit, not ours
     assert report.metrics["accounting_source"] == "sacct"
     assert report.elapsed_s is not None and 55 <= report.elapsed_s < 140
+    # the job row says TIMEOUT|0:0, its batch step CANCELLED|0:15: the script was
+    # SIGTERMed, 143 as persistent mode says it (issue 41 item 8; 0 before)
+    assert report.exit_code == 143, report.render_text()
 
 
 class CancelWhenRunning(Events):
