@@ -646,12 +646,13 @@ class DiagramPart(Enum):
     SUCCESSOR = "successor"
 
 
-#: The states only an opt-in part has (every other state is the core's).
 PART_STATES: dict[DiagramPart, frozenset[State]] = {
     DiagramPart.ADMISSION: frozenset({S.TooShort}),
     DiagramPart.SUCCESSOR: frozenset({S.QueueingSuccessor, S.AwaitingSuccessor,
                                       S.Switching}),
 }
+"""The states only an opt-in part has; every other state is the core's (the design
+card's, plus Failed and Gone)."""
 
 
 def part_of_state(state: State) -> DiagramPart:

@@ -303,9 +303,13 @@ class JobOutput:
         self.gaps: list[str] = []
         self._followers: dict[Path, LogFollower] = {}
         self._partial: dict[Path, str] = {}  # each file's unfinished last line (bounded)
+        #: characters of that unfinished line dropped past LINE_BUFFER_CHARS: its cut
+        #: says how long it really was
+        self._dropped: dict[Path, int] = {}
         self._open: dict[Path, bool] = {}  # an unfinished line is open (perhaps empty)
         for path in self.paths:
             self._partial[path] = ""
+            self._dropped[path] = 0
             self._open[path] = False
             self._partial_judged[path] = False
             self._followers[path] = LogFollower(  # the marker is judged here, by line
@@ -329,9 +333,13 @@ class JobOutput:
         if not newline:
             complete, last = "", buf
         self._partial[path] = last[:LINE_BUFFER_CHARS]
+        dropped = max(0, len(last) - LINE_BUFFER_CHARS)
         self._open[path] = bool(last) or (self._open[path] and not newline)
-        if newline:
-            self._lines(path, complete)
+        if newline:  # the unfinished line's dropped part belongs to the first line now
+            first_extra, self._dropped[path] = self._dropped[path], dropped
+            self._lines(path, complete, first_extra)
+        else:
+            self._dropped[path] += dropped
         self._judge_partial(path)
 
     def _judge_partial(self, path: Path) -> None:
@@ -343,27 +351,30 @@ class JobOutput:
             self._partial_judged[path] = True
             self.hang_judge.feed(partial[:MAX_LINE_CHARS], path)
 
-    def _lines(self, path: Path, complete: str) -> None:
-        """``complete``: whole lines, without the newline of the last one."""
+    def _lines(self, path: Path, complete: str, first_extra: int = 0) -> None:
+        """``complete``: whole lines, without the newline of the last one; the first
+        was ``first_extra`` characters longer (dropped while it was unfinished)."""
         lines = complete.split("\n")
         if "\r" in complete:
             lines = [line[:-1] if line.endswith("\r") else line for line in lines]
         base = self._seq
         self._seq += len(lines)
         self.lines_seen += len(lines)
+        def cut(i: int) -> str:
+            return cut_line(lines[i], extra=first_extra if i == 0 else 0)
+
         room = HEAD_LINES - len(self.head)
         if room > 0:
-            self.head.extend(cut_line(line) for line in lines[:room])
+            self.head.extend(cut(i) for i in range(min(room, len(lines))))
         first = max(0, len(lines) - TAIL_LINES)
-        self._tail.extend((base + 1 + i, cut_line(lines[i]))
-                          for i in range(first, len(lines)))
-        self._file_tails[path].extend(cut_line(line)
-                                      for line in lines[-ERR_TAIL_LINES:])
+        self._tail.extend((base + 1 + i, cut(i)) for i in range(first, len(lines)))
+        self._file_tails[path].extend(
+            cut(i) for i in range(max(0, len(lines) - ERR_TAIL_LINES), len(lines)))
         relevant = self._relevant
         if relevant is not None:
             candidates = (enumerate(lines) if self._hint is None
                           else _hinted(complete, self._hint))
-            self._kept.extend((base + 1 + i, cut_line(line))
+            self._kept.extend((base + 1 + i, cut(i))
                               for i, line in candidates if relevant(line))
         for pattern in self.pattern_hits:
             self.pattern_hits[pattern] += _count_lines(complete, pattern)
@@ -397,7 +408,8 @@ class JobOutput:
         for path in self.paths:
             if self._open[path] or self._partial[path]:
                 last, self._partial[path], self._open[path] = self._partial[path], "", False
-                self._lines(path, last)
+                extra, self._dropped[path] = self._dropped[path], 0
+                self._lines(path, last, extra)
         self.hang_judge.close()
         self.finished = True
 
@@ -418,7 +430,8 @@ class JobOutput:
         for path, f in self._followers.items():
             if self._open[path] or self._partial[path]:  # a line cut by the skip
                 last, self._partial[path], self._open[path] = self._partial[path], "", False
-                self._lines(path, last)
+                extra, self._dropped[path] = self._dropped[path], 0
+                self._lines(path, last, extra)
             scan = _PatternScan(self.pattern_hits)
             skipped = f.skip(share, scan.feed, hand=scan.budget)
             if not skipped:

@@ -100,12 +100,14 @@ def is_hang_line(line: str, marker: str = DEFAULT_HANG_MARKER) -> bool:
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
-def cut_line(text: str, max_chars: int = MAX_LINE_CHARS) -> str:
+def cut_line(text: str, max_chars: int = MAX_LINE_CHARS, *, extra: int = 0) -> str:
     """``text`` cut to ``max_chars`` characters, saying what was left out:
-    ``<first max_chars> [... N more characters]``. Every line a report keeps goes
-    through it (docs/report.md), never a bare slice."""
-    if len(text) > max_chars:
-        return f"{text[:max_chars]} [... {len(text) - max_chars} more characters]"
+    ``<first max_chars> [... N more characters]``; ``extra``: characters of the line
+    already dropped before ``text`` was kept. Every line a report keeps goes through it
+    (docs/report.md), never a bare slice."""
+    length = len(text) + extra
+    if length > max_chars:
+        return f"{text[:max_chars]} [... {length - max_chars} more characters]"
     return text
 
 

@@ -879,7 +879,7 @@ def _sacct_job(job_id: str, rows: Sequence[tuple[JobOutcome, tuple[int, int] | N
     code, sig = job_row.exit_code, job_row.signal
     batch = next((r for r in steps if r.job_id == f"{job_id}.batch"), None)
     if batch is not None and (raw_exit is None or ((code, sig) == (0, 0)
-                              and batch.exit_code == 0 and batch.signal)):
+                              and batch.exit_code == 0 and 0 < batch.signal <= 64)):
         # no exit code on the job row; or 0:0 on a job whose batch script was killed
         # by a signal (22.05, measured: TIMEOUT|0:0 beside the batch's CANCELLED|0:15):
         # the script's own status, 143 as in persistent mode
