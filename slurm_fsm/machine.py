@@ -571,7 +571,7 @@ class AllocationMachine:
             raise RuntimeError("a run that holds a lease never waits for the state file's "
                                "lock (a release waiting for that lease holds it)")
         # run_many's runs take step 0 in turn: a wait for a sibling is not "another run"
-        batch = sharedview.current(self.backend) is not None
+        batch = sharedview.view_of(self.backend) is not None
         with self.store.locked(on_wait=self._waiting, siblings_quiet=batch):
             if self.store.unlocked and self.store.unlocked not in self.warnings:
                 self.warnings.append(self.store.unlocked)
