@@ -57,7 +57,7 @@ from typing import Any
 import attrs
 from transitions import EventData, Machine, MachineError
 
-from slurm_fsm import files, handoff, sharedview
+from slurm_fsm import files, handoff, setupkey, sharedview
 from slurm_fsm.backend import (
     AllocationRequest,
     ContainerOptions,
@@ -124,7 +124,12 @@ from slurm_fsm.ownership import Ownership, describe, new_nonce, request_of
 from slurm_fsm.paths import StatePaths
 from slurm_fsm.preflight import PreflightFailed, node_cpus, require
 from slurm_fsm.project import install_commands
-from slurm_fsm.slurmcli import mount_warmup_argv
+from slurm_fsm.slurmcli import (
+    mount_warmup_argv,
+    setup_key_read_argv,
+    setup_key_write_argv,
+    setup_keys,
+)
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState, StateStore
 from slurm_fsm.successor import SINGLETON
@@ -138,6 +143,10 @@ __all__ = [
     "EXPIRY_MARGIN_S",
     "ORPHAN_GRACE_S",
     "PART_STATES",
+    "REUSE_CHECK_TIMEOUT_S",
+    "SETUP_COLD",
+    "SETUP_REUSED",
+    "SETUP_SHARED",
     "AllocationMachine",
     "DiagramPart",
     "Edge",
@@ -175,6 +184,16 @@ LOCKED_TRIGGERS = frozenset({"start", "advance", "release"})
 #: whose state file is not written yet (that run's salloc has just answered); step 0E
 #: adopts it. Older, it is an orphan (cancelled).
 ORPHAN_GRACE_S = 60.0
+#: How step 0 came by its container (:attr:`AllocationMachine.container_setup`, the
+#: report's ``container`` note): imported and installed; the one the node kept, set up
+#: from the same image and inputs (issue 42 item 1); a live allocation's on the same
+#: nodes (issue 44 item 3).
+SETUP_COLD = "cold"
+SETUP_REUSED = "reused on node"
+SETUP_SHARED = "shared with a live allocation"
+#: The step that reads the nodes' setup keys gives up after this long (a fresh import
+#: follows).
+REUSE_CHECK_TIMEOUT_S = 300.0
 
 
 @attrs.frozen(kw_only=True)
@@ -263,6 +282,11 @@ class _Model:
 
 
 _LOG = logging.getLogger("slurm_fsm.machine")
+
+
+def _held(found: str, key: str) -> str:
+    """What a node's container holds, said against the spec's setup ``key``."""
+    return "same setup" if found == key else "no setup key" if found == "-" else "other setup"
 # transitions logs each callback it runs at INFO: an orchestrator's INFO logging would
 # show those, not what happens; a level the application set is left as it is
 if logging.getLogger("transitions").level == logging.NOTSET:
@@ -354,6 +378,11 @@ class AllocationMachine:
         self._reused: set[str] = set()  # ids the state file named, given to another job
         self._adopt: str | None = None  # 0D: another run's job, a moment old: 0E adopts it
         self._grant_unsaved = False  # the grant was read into alloc, not yet written
+        self._key: tuple[setupkey.SetupKey | None] | None = None  # _setup_key's, once
+        #: how step 0 came by its container: :data:`SETUP_COLD` (imported, installed),
+        #: :data:`SETUP_REUSED` (the node's, same setup key), :data:`SETUP_SHARED` (a live
+        #: allocation's on the same nodes); None: no container set up by this machine
+        self.container_setup: str | None = None
         self._taken: Edge | None = None
         self._applied: list[Effect] = []  # the effects of the last edge that did something
         self._model = _Model()
@@ -1149,35 +1178,88 @@ class AllocationMachine:
         name = spec.container_name or ""
         image = spec.docker_image
         if (shared := handoff.before_import(self)) is not None:
+            self.container_setup = SETUP_SHARED
             return shared  # a container a live allocation of the checkout uses: kept
+        if (kept := self._reuse_on_node()) is not None:
+            return kept
         if self.leases is not None:
             self.leases.clear(self.alloc.job_id, f"re-importing container {name!r}", name)
         self._log(f"Importing {image} as container {name!r} on {self.alloc.nodelist}.")
         # Importing is entered only when this allocation holds no container of the
-        # spec's name that the state file vouches for: a new allocation, another
-        # container, or one the state file does not name. pyxis would silently reuse
-        # any container of that name the nodes still hold (from an earlier allocation,
-        # maybe of another image): ask for a fresh one.
+        # spec's name that the state file vouches for (nor one whose setup key matches,
+        # above): a new allocation, another container, or one the state file does not
+        # name. pyxis would silently reuse any container of that name the nodes still
+        # hold (from an earlier allocation, maybe of another image): ask for a fresh one.
         self._setup_step(
             f"container import of {image}", ("true",),
             ContainerOptions(name=name, image=image, mounts=spec.mounts_text, fresh=True,
                              owner=f"{repo_tag(spec)} {spec.repo_root}"),
         )
-        if spec.container_mounts:  # one ls loop, failures ignored (procedure.md 0E.2)
-            targets = [mount.container for mount in spec.container_mounts]
-            warmed = self._setup_step(
-                f"mount warm-up of {', '.join(targets)}", mount_warmup_argv(targets),
-                ContainerOptions(name=name, mounts=spec.mounts_text),
-            )
-            if warmed.stderr.strip():
-                self._warn("mount warm-up: ls reported (ignored, the job goes on): "
-                           + " | ".join(warmed.stderr.strip().splitlines()[-5:]))
+        self.container_setup = SETUP_COLD
+        self._warm_mounts()
         self._gpu_check()
         # not installed yet, also when this job skips the install (skip_install): the
         # next job in this container that installs must find it not done
         self.alloc = attrs.evolve(self.alloc, container_name=name, installed=False)
         self.store.write(self.alloc)
         return f"container {name!r} imported on {self.alloc.nodelist}"
+
+    def _warm_mounts(self) -> None:
+        """0E.2: one ``ls`` loop over the container's mount targets, failures ignored."""
+        spec = self.spec
+        if not spec.container_mounts:
+            return
+        targets = [mount.container for mount in spec.container_mounts]
+        warmed = self._setup_step(
+            f"mount warm-up of {', '.join(targets)}", mount_warmup_argv(targets),
+            ContainerOptions(name=spec.container_name or "", mounts=spec.mounts_text),
+        )
+        if warmed.stderr.strip():
+            self._warn("mount warm-up: ls reported (ignored, the job goes on): "
+                       + " | ".join(warmed.stderr.strip().splitlines()[-5:]))
+
+    def _setup_key(self) -> setupkey.SetupKey | None:
+        """The spec's setup key (:mod:`slurm_fsm.setupkey`), computed once per machine."""
+        if self._key is None:
+            self._key = (setupkey.setup_key(self.spec),)
+        return self._key[0]
+
+    def _reuse_on_node(self) -> str | None:
+        """Issue 42 item 1: before a fresh import into a new allocation, one step reads
+        the setup key the install left in the container of the spec's name on each node
+        (pyxis' global scope keeps it after its job). When every node's key is the
+        spec's (same image, same install inputs: :mod:`slurm_fsm.setupkey`), that
+        container is used as it is: the state becomes imported and installed, nothing is
+        imported or installed. Else (no container, no key, another key, a failed step):
+        None, a fresh import. No key for the spec (a tag, no install): no step at all."""
+        assert self.alloc is not None
+        key = self._setup_key()
+        if key is None:
+            return None
+        name = self.spec.container_name or ""
+        result = self.backend.run_step(StepRequest(
+            job_id=self.alloc.job_id, argv=tuple(setup_key_read_argv()),
+            nodes=self.alloc.nodes, container=ContainerOptions(name=name),
+            timeout_s=min(self.setup_timeout_s, REUSE_CHECK_TIMEOUT_S),
+            overlap=True, no_gpus=True,
+        ))
+        found = setup_keys(result.stdout) if result.exit_code == 0 else {}
+        nodes = self.backend.expand_nodelist(self.alloc.nodelist)
+        if not nodes or any(found.get(n) != key.key for n in nodes):
+            held = ", ".join(f"{n}: {_held(found.get(n, '-'), key.key)}" for n in nodes)
+            self._log(f"Container {name!r} not reusable on {self.alloc.nodelist} "
+                      f"({held}): imported and installed afresh.")
+            return None
+        self.container_setup = SETUP_REUSED
+        self._warm_mounts()
+        self._gpu_check()
+        self.alloc = attrs.evolve(self.alloc, container_name=name, installed=True)
+        self.store.write(self.alloc)
+        self._log(f"Container {name!r} on {self.alloc.nodelist} was set up from the same "
+                  f"image and install inputs ({key.described}): used as it is.")
+        return (f"container {name!r} reused on {self.alloc.nodelist} (setup key "
+                f"{key.key[:12]}: same image and install inputs): nothing imported or "
+                "installed")
 
     def _install(self) -> str:
         assert self.alloc is not None
@@ -1196,6 +1278,8 @@ class AllocationMachine:
             # host, the state file not yet saying installed) waits, then skips it
             self._setup_step(what, argv, options, chdir=str(spec.repo_root),
                              once=f"install {options.name} {what}")
+        if (key := self._setup_key()) is not None:  # last: only a finished install has it
+            self._setup_step("setup key", setup_key_write_argv(key.key), options)
         self.alloc = attrs.evolve(self.alloc, installed=True)
         self.store.write(self.alloc)
         return "installed: " + "; ".join(w for w, _ in commands)

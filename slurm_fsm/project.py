@@ -10,6 +10,7 @@ holds.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 __all__ = [
@@ -20,8 +21,10 @@ __all__ = [
     "IMAGE_KEYS",
     "IMAGE_KEY_SUFFIXES",
     "INSTALL_COMMANDS",
+    "PACKAGE_FILES",
     "TAGS_FILE",
     "install_commands",
+    "install_inputs",
 ]
 
 #: The persistent allocation's job name is ``<account><this>`` unless the spec's
@@ -45,6 +48,58 @@ def install_commands(repo_root: Path) -> list[tuple[str, tuple[str, ...]]]:
         commands.append((f"pip install -r {EVAL_REQUIREMENTS}",
                          ("pip", "install", "-r", EVAL_REQUIREMENTS)))
     return commands
+
+
+#: What ``pip install`` of a source directory reads (TensorRT-LLM's ``setup.py`` reads
+#: ``requirements.txt``): install inputs of the repo and of any local directory a
+#: requirements file names.
+PACKAGE_FILES = ("setup.py", "pyproject.toml", "setup.cfg", "requirements.txt")
+#: At most this many files are followed through ``-r``/``-c`` and local directories.
+MAX_INPUTS = 200
+
+
+def _local(target: str) -> bool:
+    return target == "." or target.startswith(("./", "../", "/"))
+
+
+def _requirement_refs(path: Path) -> list[Path]:
+    """What a requirements file makes pip read, relative to its folder: the files it
+    names (``-r``, ``-c``), the package files of a local editable (``-e ./x``: the code
+    stays where it is), and a local directory it installs (``./x``: copied, so whole)."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    found = []
+    for raw in text.splitlines():
+        words = raw.split(" #", 1)[0].replace("=", " ", 1).split() if raw.startswith(
+            "--") else raw.split(" #", 1)[0].split()
+        if len(words) >= 2 and words[0] in ("-r", "-c", "--requirement", "--constraint"):
+            found.append(path.parent / words[1])
+        elif len(words) >= 2 and words[0] in ("-e", "--editable") and _local(words[1]):
+            found += [path.parent / words[1] / name for name in PACKAGE_FILES]
+        elif len(words) == 1 and _local(words[0]):
+            found.append(path.parent / words[0])
+    return found
+
+
+def install_inputs(repo_root: Path) -> list[Path]:
+    """The files the installs of :func:`install_commands` read: the repo's
+    :data:`PACKAGE_FILES`, each requirements file and what it names (``-r``, ``-c``),
+    and local directories it installs (whole: hashed as a tree). Paths that do not
+    exist are listed too (a file that appears is a change)."""
+    todo = [repo_root / name for name in PACKAGE_FILES]
+    for _, argv in install_commands(repo_root):
+        todo += [repo_root / argv[i + 1] for i, word in enumerate(argv[:-1]) if word == "-r"]
+    seen: list[Path] = []
+    while todo and len(seen) < MAX_INPUTS:
+        path = Path(os.path.normpath(todo.pop(0)))
+        if path in seen:
+            continue
+        seen.append(path)
+        if path.is_file() and path.name not in PACKAGE_FILES[:3]:
+            todo += _requirement_refs(path)
+    return seen
 
 
 #: GPU model (a token of the nvidia-smi name) -> build arch, the ``-a`` flag.

@@ -100,6 +100,10 @@ __all__ = [
     "SACCT_FIELDS",
     "SACCT_STEP_FIELDS",
     "SEP",
+    "SETUP_KEY_FILE",
+    "SETUP_KEY_LINE",
+    "SETUP_KEY_READ",
+    "SETUP_KEY_WRITE",
     "STDERR_TAIL_LINES",
     "STEP_FORMAT",
     "TOOL_ENV_PREFIXES",
@@ -149,6 +153,9 @@ __all__ = [
     "scontrol_granted_argv",
     "scontrol_show_job_argv",
     "scontrol_show_steps_argv",
+    "setup_key_read_argv",
+    "setup_key_write_argv",
+    "setup_keys",
     "squeue_find_argv",
     "squeue_job_argv",
     "squeue_steps_argv",
@@ -357,6 +364,54 @@ ONCE_DIR_CONTAINER = "/var/lib/slurm_fsm"
 ONCE_DIR_HOST = "/tmp"
 #: What a ``once`` step prints (stderr) on a node where the work was already done.
 ONCE_SKIPPED = "slurm_fsm: already done on this node (node-locked), skipped:"
+
+#: Where the install leaves the key of what the container was set up from
+#: (:mod:`slurm_fsm.setupkey`), inside the container: it goes with the container, and a
+#: fresh import starts without it (issue 42 item 1).
+SETUP_KEY_FILE = f"{ONCE_DIR_CONTAINER}/setup.key"
+#: The first word of each node's line of :func:`setup_key_read_argv`:
+#: ``@@slurm_fsm-setup-key NODE KEY`` (``-``: none).
+SETUP_KEY_LINE = "@@slurm_fsm-setup-key"
+#: The name (``$0``) of the two steps' scripts: how a reader of a command line (the
+#: fake cluster) knows them.
+SETUP_KEY_READ = "slurm_fsm-setup-key-read"
+SETUP_KEY_WRITE = "slurm_fsm-setup-key-write"
+# $1 the key file, $2 the line's first word. ``read`` is the shell's own: any image.
+_SETUP_KEY_READ_SCRIPT = (
+    'k=; [ -r "$1" ] && read -r k < "$1"; '
+    'echo "$2 ${SLURMD_NODENAME:-$(hostname)} ${k:--}"'
+)
+# $1 the key file, $2 the key: written aside, then renamed (never a half key).
+_SETUP_KEY_WRITE_SCRIPT = (
+    'mkdir -p -- "${1%/*}" && printf "%s\\n" "$2" > "$1.$$" && mv -f -- "$1.$$" "$1"'
+)
+
+
+def setup_key_read_argv() -> list[str]:
+    """``sh -c`` printing, on each node, ``@@slurm_fsm-setup-key NODE KEY`` (``-`` when
+    the container holds no key): the one cheap step that says whether a container the
+    node kept was set up from the same inputs (:func:`setup_keys` reads it)."""
+    return ["sh", "-c", _SETUP_KEY_READ_SCRIPT, SETUP_KEY_READ, SETUP_KEY_FILE,
+            SETUP_KEY_LINE]
+
+
+def setup_key_write_argv(key: str) -> list[str]:
+    """``sh -c`` writing ``key`` to :data:`SETUP_KEY_FILE` (atomically), run in the
+    writable container once its install succeeded."""
+    if not re.fullmatch(r"[0-9a-f]{16,128}", key):
+        raise ValueError(f"a setup key is lowercase hex, got {key!r}")
+    return ["sh", "-c", _SETUP_KEY_WRITE_SCRIPT, SETUP_KEY_WRITE, SETUP_KEY_FILE, key]
+
+
+def setup_keys(stdout: str) -> dict[str, str]:
+    """``{node: key}`` from the output of :func:`setup_key_read_argv` (``-``: none)."""
+    found: dict[str, str] = {}
+    for line in stdout.splitlines():
+        words = line.split()
+        if len(words) == 3 and words[0] == SETUP_KEY_LINE:
+            found[words[1]] = words[2]
+    return found
+
 
 # Takes the lock on the file argv[1], keeps it across exec into argv[2:] (flock(2)
 # locks belong to the open file, which the exec'd program inherits).

@@ -67,6 +67,10 @@ from slurm_fsm.preflight import ClusterPartition, enforces_associations
 from slurm_fsm.scriptguard import stop_group
 from slurm_fsm.slurmcli import (
     ONCE_SKIPPED,
+    SETUP_KEY_FILE,
+    SETUP_KEY_LINE,
+    SETUP_KEY_READ,
+    SETUP_KEY_WRITE,
     array_task_ids,
     batch_kind,
     enroot_image,
@@ -209,6 +213,8 @@ class FakeContainer:
     packages: list[str] = attrs.field(factory=list)  # what writable installs left
     owner: str = ""  # the owner mark of a fresh import: "<checkout tag> <repo_root>"
     done: set[str] = attrs.field(factory=set)  # markers of the ``once`` steps done in it
+    #: the setup key a finished install wrote in it (slurmcli.SETUP_KEY_FILE); "" none
+    setup_key: str = ""
 
 
 @attrs.define
@@ -1055,6 +1061,8 @@ class FakeCluster:
         if holders and all(once_key in h.done for h in holders):
             job.next_step += 1
             return StepResult(0, "", "".join(f"{ONCE_SKIPPED} {command}\n" for _ in nodes))
+        if c is not None and request.argv[3:4] in ((SETUP_KEY_READ,), (SETUP_KEY_WRITE,)):
+            return self._setup_key_step(request, c, nodes)
         if c is not None and request.argv[:2] == ("pip", "install"):
             if not c.writable:
                 return StepResult(1, "", "".join(
@@ -1071,6 +1079,26 @@ class FakeCluster:
             out = "".join(f"{n}\n" for n in nodes)
         job.next_step += 1  # every srun makes a step, as in Slurm
         return StepResult(0, out, "")
+
+    def _setup_key_step(self, request: StepRequest, c: ContainerOptions,
+                        nodes: list[str]) -> StepResult:
+        """The steps of :func:`~slurm_fsm.slurmcli.setup_key_read_argv` and
+        :func:`~slurm_fsm.slurmcli.setup_key_write_argv` in each node's container: the
+        key file lives in the container (a fresh import starts without it)."""
+        job = self._job(request.job_id)
+        job.next_step += 1
+        held = [self.nodes[n].containers[c.name] for n in nodes]
+        if request.argv[3] == SETUP_KEY_WRITE:
+            if not c.writable:
+                return StepResult(1, "", "".join(
+                    f"sh: can't create {SETUP_KEY_FILE}.1: Read-only file system\n"
+                    for _ in nodes))
+            for container in held:
+                container.setup_key = request.argv[-1]
+            return StepResult(0, "", "")
+        return StepResult(0, "".join(
+            f"{SETUP_KEY_LINE} {n} {container.setup_key or '-'}\n"
+            for n, container in zip(nodes, held, strict=True)), "")
 
     def _relay_when(self) -> float | None:
         """The time a relayed line carries (:attr:`relay_timestamps`), else None."""
