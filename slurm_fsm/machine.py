@@ -116,7 +116,7 @@ from slurm_fsm.errors import (
     SlurmFsmError,
     StateFileError,
 )
-from slurm_fsm.history import Estimate, RunHistory
+from slurm_fsm.history import Estimate, RunHistory, lead_times
 from slurm_fsm.jobstate import JobState
 from slurm_fsm.lease import AllocationInUse, LeaseGate, cancel_allocation
 from slurm_fsm.nvsmi import NvidiaSmiFailed
@@ -567,6 +567,29 @@ class AllocationMachine:
         if not self.history:
             return [self.state.value]
         return [self.history[0].source] + [t.dest for t in self.history]
+
+    def setup_seconds(self) -> dict[str, float]:
+        """Seconds of step 0's setup work (:func:`slurm_fsm.history.lead_times` of the
+        history): ``queue_wait_s`` (Allocating: salloc until granted), ``import_s``
+        (Importing: the import, mount warm-up and GPU check), ``install_s``
+        (Installing). When the container was not imported, the Importing part is named
+        by what was done instead: ``reuse_check_s`` (the node's container, issue 42) or
+        ``share_check_s`` (a live allocation's). Only the states visited."""
+        seconds = lead_times(self.history)
+        instead = {SETUP_REUSED: "reuse_check_s", SETUP_SHARED: "share_check_s"}
+        if self.container_setup in instead and "import_s" in seconds:
+            seconds[instead[self.container_setup]] = seconds.pop("import_s")
+        return seconds
+
+    def setup_note(self) -> str | None:
+        """One line for the report's notes: which path step 0's container took and how
+        long each part took (None: no container set up by this run)."""
+        if self.container_setup is None or self.alloc is None:
+            return None
+        took = ", ".join(f"{k.removesuffix('_s').replace('_', ' ')} {v:.1f} s"
+                         for k, v in self.setup_seconds().items())
+        return (f"container {self.spec.container_name!r}: {self.container_setup} on "
+                f"{self.alloc.nodelist} ({took})")
 
     def prepare(self) -> State:
         """Run step 0 to its end (Ready, Released or Failed) under the state-file lock."""

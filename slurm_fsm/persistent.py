@@ -280,6 +280,9 @@ class PersistentRun:
         state = m.prepare()
         self.timings["step0_s"] = self.clock.now() - t
         self._note_successor_wait(m)
+        if (note := m.setup_note()) is not None:  # issue 42: the parts of step 0
+            self.timings.update(m.setup_seconds())
+            m.notes.append(note)
         if state is not State.Ready or m.alloc is None:
             if again and m.failure is not None and isinstance(m.failure.error,
                                                               AllocationVanished):

@@ -206,6 +206,8 @@ class Report:
         if isinstance(waited, int | float):
             field("hand-off", f"waited {format_seconds(waited)} for a successor allocation "
                   "(the job did not fit the old one's time left)")
+        if (setup := _container_setup(self.timings)) is not None:
+            field("container", setup)
         if self.summary:
             field("summary", self.summary)
         # an error the summary already says is not printed again
@@ -223,6 +225,22 @@ class Report:
 
     def __str__(self) -> str:
         return self.render_text()
+
+
+def _container_setup(timings: Mapping[str, float]) -> str | None:
+    """``reused on node: reuse check 0.4s``, ``cold: import 5.1s, install 10.2s`` or
+    ``shared with a live allocation: share check 0.1s``
+    from a persistent run's step-0 timings (None: no container set up)."""
+    kinds = {"reuse_check_s": "reused on node", "share_check_s": "shared with a live "
+             "allocation", "import_s": "cold"}
+    parts = [(key, timings[key]) for key in (*kinds, "install_s")
+             if isinstance(timings.get(key), int | float)]
+    if not parts or parts[0][0] not in kinds:
+        return None
+    kind = kinds[parts[0][0]]
+    return f"{kind}: " + ", ".join(
+        f"{key.removesuffix('_s').replace('_', ' ')} {format_seconds(value)}"
+        for key, value in parts)
 
 
 _LIST_FIELDS = tuple(

@@ -220,3 +220,30 @@ def test_a_setup_key_is_hex_before_it_reaches_a_command_line() -> None:
         slurmcli.setup_key_write_argv("$(reboot)")
     assert slurmcli.setup_keys(f"{slurmcli.SETUP_KEY_LINE} n1 abc\nnoise\n"
                                f"{slurmcli.SETUP_KEY_LINE} n2 -\n") == {"n1": "abc", "n2": "-"}
+
+
+def test_the_report_says_which_path_step_0_took_and_how_long_each_part_took(
+        make_spec: SpecFactory, tmp_path: Path) -> None:
+    from slurm_fsm.executor import Executor
+    from slurm_fsm.results import Status
+    from slurm_fsm.testing import FakeScript
+
+    fake = FakeCluster()
+    spec = _spec(make_spec, tmp_path, _image(tmp_path))
+    fake.script(spec.script_path, FakeScript(lines=["ok"]))
+    cold = Executor(spec, fake, clock=fake.clock).run()
+    assert cold.status is Status.PASSED, cold.summary
+    assert {"queue_wait_s", "import_s", "install_s"} <= set(cold.timings)
+    assert "reuse_check_s" not in cold.timings
+    assert any(n.startswith("container 'llama': cold on node01 (queue wait ") for n in cold.notes)
+    assert "  container:   cold: import 0.0s, install 0.0s" in cold.render_text()
+    Executor(attrs.evolve(spec, release_allocation=True), fake, clock=fake.clock).run()
+    warm = Executor(spec, fake, clock=fake.clock).run()
+    assert warm.status is Status.PASSED, warm.summary
+    assert {"queue_wait_s", "reuse_check_s"} <= set(warm.timings)
+    assert not {"import_s", "install_s"} & set(warm.timings)
+    assert any(n.startswith("container 'llama': reused on node on node01 (") for n in warm.notes)
+    assert "  container:   reused on node: reuse check 0.0s" in warm.render_text()
+    again = Executor(spec, fake, clock=fake.clock).run()  # the same allocation: no setup
+    assert not {"queue_wait_s", "reuse_check_s", "import_s"} & set(again.timings)
+    assert "container:" not in again.render_text()
