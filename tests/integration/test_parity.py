@@ -29,7 +29,7 @@ from slurm_fsm.subprocess_backend import SubprocessBackend
 from slurm_fsm.testing import FakeCluster
 from slurm_fsm_dev.localcluster import DEF_CPU_PER_GPU, GPUS_PER_NODE, ClusterInfo
 
-from .containers import ContainerNames, pyxis_or_skip
+from .containers import ContainerNames, make_install_repo, pyxis_or_skip
 from .helpers import (
     RELAYS_WITH_TIMESTAMPS,
     JobNames,
@@ -74,6 +74,8 @@ class World(Protocol):
     def wait_running(self, job_id: str) -> None: ...
 
     def leases(self, spec: JobSpec) -> LeaseGate: ...
+
+    def wait_gone(self, job_id: str) -> None: ...
 
 
 class FakeWorld:
@@ -123,6 +125,9 @@ class FakeWorld:
 
     def cancel_behind_our_back(self, job_id: str) -> None:
         self.fake.end_job(job_id, "CANCELLED")
+
+    def wait_gone(self, job_id: str) -> None:
+        assert not self.running(job_id)  # the fake ends a cancelled job at once
 
     def expiring_time_limit(self) -> str:
         return "01:00:00"
@@ -178,6 +183,9 @@ class RealWorld:
         assert slurm("scancel", job_id).returncode == 0
         wait_gone(job_id)
 
+    def wait_gone(self, job_id: str) -> None:
+        wait_gone(job_id)
+
     def expiring_time_limit(self) -> str:
         return "00:30:00"
 
@@ -212,6 +220,7 @@ class Outcome:
     live_jobs: int  # our jobs that hold the allocation at the end
     image: tuple[str, ...] = ()  # container scenarios: the image each node's container has
     errors: tuple[str, ...] = ()  # pyxis' lines of a failed import (tmp path as <root>)
+    setup: str | None = None  # how the last run's step 0 came by its container (issue 42)
 
 
 def _outcome(world: World, spec: JobSpec, first: str, m: AllocationMachine) -> Outcome:
@@ -366,6 +375,34 @@ def container_switch(world: World) -> Outcome:
                         image=tuple(world.image_in(m.alloc.job_id, name)))
 
 
+def _installed_after_release(world: World, change: bool) -> Outcome:
+    """Issue 42 item 1: a container set up (python image, installs) on every node, the
+    allocation released; the next run's new allocation on the same nodes uses it, or
+    (``change``: requirements-dev.txt changed) imports and installs it again."""
+    name = world.container_name()  # type: ignore[attr-defined]
+    repo = make_install_repo(world.root / "repo")  # type: ignore[attr-defined]
+    spec = world.spec(docker_image=_images(world)["python"], container_name=name,
+                      workflow_type="pytest", container_mounts=f"{repo}:{repo}",
+                      slurm_params={"nodes": len(world.cluster.nodes)})  # type: ignore[attr-defined]
+    first = _first(world, spec)
+    released = world.machine(attrs.evolve(spec, release_allocation=True))
+    assert released.prepare() is State.Released, released.path
+    world.wait_gone(first)
+    if change:
+        (repo / "requirements-dev.txt").write_text("./devtool\n# changed\n")
+    m = world.machine(spec)
+    m.prepare()
+    return attrs.evolve(_outcome(world, spec, first, m), setup=m.container_setup)
+
+
+def container_reused_after_release(world: World) -> Outcome:
+    return _installed_after_release(world, change=False)
+
+
+def container_input_changed_after_release(world: World) -> Outcome:
+    return _installed_after_release(world, change=True)
+
+
 def _container_error(world: World, **over: Any) -> Outcome:
     images = _images(world)
     over.setdefault("docker_image", images["busybox"])
@@ -507,6 +544,11 @@ SCENARIOS: dict[str, tuple[Callable[[World], Outcome], Outcome]] = {
     "container switch": (container_switch, Outcome(
         ("NoState", "Validating", "Importing", "Ready"), State.Ready, True, True, True, 1,
         ("busybox2", "busybox2"))),
+    "container reused after release": (container_reused_after_release, Outcome(
+        IMPORTED, State.Ready, True, False, False, 1, setup="reused on node")),
+    "container input changed after release": (container_input_changed_after_release, Outcome(
+        ("NoState", "Allocating", "Importing", "Installing", "Ready"), State.Ready, True,
+        False, False, 1, setup="cold")),
     "missing image": (missing_image, Outcome(
         IMPORT_FAILED, State.Failed, True, True, True, 1, errors=(
             "pyxis: failed to create container filesystem for image: <root>/nope.sqsh",
