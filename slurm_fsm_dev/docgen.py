@@ -65,6 +65,7 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "slurm_fsm.capacity",
     "slurm_fsm.scriptcheck",
     "slurm_fsm.machine",
+    "slurm_fsm.setupkey",
     "slurm_fsm.edges",
     "slurm_fsm.history",
     "slurm_fsm.backend",
@@ -111,13 +112,18 @@ WORK_COMMANDS: dict[str, str] = {
                   "checkout's tag, or untagged under the job name), `scancel` per orphan, "
                   "`salloc --no-shell ...`, `squeue -j ID` until RUNNING, "
                   "`scontrol show job -d -o ID` (what was granted)",
-    "Importing": "`srun --jobid=ID -N n --ntasks-per-node=1 bash -c '...enroot remove "
+    "Importing": "`srun ... --container-name=NAME sh -c 'read -r k < "
+                 "/var/lib/slurm_fsm/setup.key ...'` (the nodes' setup keys: the same key "
+                 "on every node reuses the container, nothing more; only for an image "
+                 "pinned by digest or a file, when the spec installs), else "
+                 "`srun --jobid=ID -N n --ntasks-per-node=1 bash -c '...enroot remove "
                  "-f...' pyxis_NAME pyxis_ID_NAME` (host: an old container of that name "
                  "goes), `srun ... --container-image=IMG --container-name=NAME:create true`, "
                  "`srun ... ls <mount>` per mount, "
                  "`srun ... nvidia-smi --query-compute-apps=...`",
     "Installing": "`srun ... --container-writable pip install -e .`, "
-                  "`pip install -r requirements-dev.txt` (+ eval requirements)",
+                  "`pip install -r requirements-dev.txt` (+ eval requirements), then "
+                  "`sh -c '... > /var/lib/slurm_fsm/setup.key'` (the setup key)",
     "run": "`srun ... nvidia-smi` (GPU pre-flight); time left reuses the validation's answer",
     "finish": "none (the monitor cancelled a hung step with `scancel ID.STEP`; after a "
               "failed step, `squeue -j ID` and `sacct` tell whether the allocation ended "
