@@ -1260,12 +1260,15 @@ class AllocationMachine:
         if key is None:
             return None
         name = self.spec.container_name or ""
-        result = self.backend.run_step(StepRequest(
-            job_id=self.alloc.job_id, argv=tuple(setup_key_read_argv()),
-            nodes=self.alloc.nodes, container=ContainerOptions(name=name),
-            timeout_s=min(self.setup_timeout_s, REUSE_CHECK_TIMEOUT_S),
-            overlap=True, no_gpus=True,
-        ))
+        try:
+            result = self.backend.run_step(StepRequest(
+                job_id=self.alloc.job_id, argv=tuple(setup_key_read_argv()),
+                nodes=self.alloc.nodes, container=ContainerOptions(name=name),
+                timeout_s=min(self.setup_timeout_s, REUSE_CHECK_TIMEOUT_S),
+                overlap=True, no_gpus=True,
+            ))
+        except CommandTimedOut as exc:  # a slow node: the import decides, as before
+            result = StepResult(124, "", str(exc))
         found = setup_keys(result.stdout) if result.exit_code == 0 else {}
         nodes = self.backend.expand_nodelist(self.alloc.nodelist)
         if not nodes or any(found.get(n) != key.key for n in nodes):

@@ -247,3 +247,22 @@ def test_the_report_says_which_path_step_0_took_and_how_long_each_part_took(
     again = Executor(spec, fake, clock=fake.clock).run()  # the same allocation: no setup
     assert not {"queue_wait_s", "reuse_check_s", "import_s"} & set(again.timings)
     assert "container:" not in again.render_text()
+
+
+def test_a_check_that_times_out_falls_back_to_the_import(
+        make_spec: SpecFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from slurm_fsm.errors import CommandTimedOut
+
+    fake = FakeCluster()
+    spec = _spec(make_spec, tmp_path, _image(tmp_path))
+    _run(spec, fake)
+    real = fake.run_step
+
+    def slow(request: StepRequest) -> StepResult:
+        if slurmcli.SETUP_KEY_READ in request.argv:
+            raise CommandTimedOut(list(request.argv), 300.0)
+        return real(request)
+
+    monkeypatch.setattr(fake, "run_step", slow)
+    m, steps = _run(spec, fake)
+    assert (m.path, m.container_setup, len(_pips(steps))) == (COLD, SETUP_COLD, 2)
