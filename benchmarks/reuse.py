@@ -55,13 +55,15 @@ def padded_image(base: Path, folder: Path, pad_mb: int) -> Path:
         return base
     root, image = folder / "rootfs", folder / f"python-pad{pad_mb}.sqsh"
     subprocess.run(["unsquashfs", "-q", "-d", str(root), str(base)], check=True,  # noqa: S603
+                   stdout=subprocess.DEVNULL,
                    timeout=TOOL_TIMEOUT_S)
     (root / "opt").mkdir(exist_ok=True)
     with (root / "opt" / "pad").open("wb") as fh:
         for _ in range(pad_mb):
             fh.write(os.urandom(1 << 20))
     subprocess.run(["mksquashfs", str(root), str(image), "-noappend", "-all-root",  # noqa: S603
-                    "-quiet"], check=True, timeout=TOOL_TIMEOUT_S)
+                    "-quiet", "-no-progress"], check=True, timeout=TOOL_TIMEOUT_S,
+                   stdout=subprocess.DEVNULL)
     shutil.rmtree(root)
     return image
 

@@ -1250,20 +1250,24 @@ class AllocationMachine:
     def _reuse_on_node(self) -> str | None:
         """Issue 42 item 1: before a fresh import into a new allocation, one step reads
         the setup key the install left in the container of the spec's name on each node
-        (pyxis' global scope keeps it after its job). When every node's key is the
-        spec's (same image, same install inputs: :mod:`slurm_fsm.setupkey`), that
-        container is used as it is: the state becomes imported and installed, nothing is
-        imported or installed. Else (no container, no key, another key, a failed step):
-        None, a fresh import. No key for the spec (a tag, no install): no step at all."""
+        (pyxis' global scope keeps it after its job) and warms its mounts. When every
+        node's key is the spec's (same image, same install inputs:
+        :mod:`slurm_fsm.setupkey`), that container is used as it is: the state becomes
+        imported and installed, nothing is imported or installed. Else (no container,
+        no key, another key, a failed or timed-out step): None, a fresh import. No key
+        for the spec (a tag, no install): no step at all."""
         assert self.alloc is not None
         key = self._setup_key()
         if key is None:
             return None
-        name = self.spec.container_name or ""
-        try:
+        spec = self.spec
+        name = spec.container_name or ""
+        targets = [mount.container for mount in spec.container_mounts]
+        try:  # the mounts warmed by the same step: a reused container costs one step
             result = self.backend.run_step(StepRequest(
-                job_id=self.alloc.job_id, argv=tuple(setup_key_read_argv()),
-                nodes=self.alloc.nodes, container=ContainerOptions(name=name),
+                job_id=self.alloc.job_id, argv=tuple(setup_key_read_argv(targets)),
+                nodes=self.alloc.nodes,
+                container=ContainerOptions(name=name, mounts=spec.mounts_text),
                 timeout_s=min(self.setup_timeout_s, REUSE_CHECK_TIMEOUT_S),
                 overlap=True, no_gpus=True,
             ))
@@ -1277,7 +1281,6 @@ class AllocationMachine:
                       f"({held}): imported and installed afresh.")
             return None
         self.container_setup = SETUP_REUSED
-        self._warm_mounts()
         self._gpu_check()
         self.alloc = attrs.evolve(self.alloc, container_name=name, installed=True)
         self.store.write(self.alloc)

@@ -376,10 +376,12 @@ SETUP_KEY_LINE = "@@slurm_fsm-setup-key"
 #: fake cluster) knows them.
 SETUP_KEY_READ = "slurm_fsm-setup-key-read"
 SETUP_KEY_WRITE = "slurm_fsm-setup-key-write"
-# $1 the key file, $2 the line's first word. ``read`` is the shell's own: any image.
+# $1 the key file, $2 the line's first word, then the mount targets to warm (0E.2, as
+# mount_warmup_argv). ``read`` is the shell's own: any image.
 _SETUP_KEY_READ_SCRIPT = (
     'k=; [ -r "$1" ] && read -r k < "$1"; '
-    'echo "$2 ${SLURMD_NODENAME:-$(hostname)} ${k:--}"'
+    'echo "$2 ${SLURMD_NODENAME:-$(hostname)} ${k:--}"; shift 2; '
+    'for d in "$@"; do ls "$d" > /dev/null || true; done'
 )
 # $1 the key file, $2 the key: written aside, then renamed (never a half key).
 _SETUP_KEY_WRITE_SCRIPT = (
@@ -387,12 +389,14 @@ _SETUP_KEY_WRITE_SCRIPT = (
 )
 
 
-def setup_key_read_argv() -> list[str]:
+def setup_key_read_argv(warm: Sequence[str] = ()) -> list[str]:
     """``sh -c`` printing, on each node, ``@@slurm_fsm-setup-key NODE KEY`` (``-`` when
     the container holds no key): the one cheap step that says whether a container the
-    node kept was set up from the same inputs (:func:`setup_keys` reads it)."""
+    node kept was set up from the same inputs (:func:`setup_keys` reads it). It also
+    ``ls``-es the container-side mount targets ``warm`` (the mount warm-up of 0E.2,
+    failures ignored), so that a reused container needs no second step."""
     return ["sh", "-c", _SETUP_KEY_READ_SCRIPT, SETUP_KEY_READ, SETUP_KEY_FILE,
-            SETUP_KEY_LINE]
+            SETUP_KEY_LINE, *warm]
 
 
 def setup_key_write_argv(key: str) -> list[str]:

@@ -67,13 +67,16 @@ def _pips(steps: list[str]) -> list[str]:
 def test_a_new_allocation_uses_the_container_the_node_kept(
         make_spec: SpecFactory, tmp_path: Path) -> None:
     fake = FakeCluster()
-    spec = _spec(make_spec, tmp_path, _image(tmp_path))
+    repo = tmp_path / "repo"
+    spec = _spec(make_spec, tmp_path, _image(tmp_path), container_mounts=f"{repo}:{repo}")
     first, steps = _run(spec, fake)
     assert (first.path, first.container_setup, len(_pips(steps))) == (COLD, SETUP_COLD, 2)
     again, steps = _run(spec, fake)
     assert again.path == REUSED
     assert again.container_setup == SETUP_REUSED
     assert _pips(steps) == []  # nothing installed
+    # one step: the keys read and the mounts warmed
+    assert steps == [" ".join(slurmcli.setup_key_read_argv([str(repo)]))]
     assert not any(c.op == "run_step" and c.args["request"].container is not None
                    and c.args["request"].container.image for c in fake.calls[-12:])
     assert again.alloc is not None and again.alloc.installed
