@@ -90,7 +90,7 @@ def test_after_a_release_the_next_allocation_uses_what_the_nodes_kept(
     assert again.container_setup == SETUP_REUSED
     assert imports(backend) == [] and installs(backend) == []  # the install ran once in all
     # one step: the keys read, the mounts warmed (no GPUs asked: no GPU check)
-    [check] = [a for a in backend.argvs if a[0] == "srun"]
+    [check] = [a for a in backend.argvs if a[0] == "srun" and a[1].startswith("--jobid=")]
     assert slurmcli.SETUP_KEY_READ in check and str(spec.repo_root) in check
     assert f"--container-name={name}" in check and not any(
         x.startswith("--container-image") for x in check)
