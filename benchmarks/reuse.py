@@ -86,6 +86,8 @@ def run_once(spec: JobSpec, label: str) -> dict[str, Any]:
                            "path": report.path,
                            **{k: round(report.timings[k], 2) for k in PARTS
                               if k in report.timings}}
+    if report.status.name != "PASSED":
+        row["summary"], row["errors"] = report.summary, report.errors[-5:]
     say(f"{label}: {row}")
     released = Executor(attrs.evolve(spec, release_allocation=True),
                         SubprocessBackend()).run()
