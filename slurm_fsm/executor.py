@@ -224,5 +224,5 @@ class Executor:
         path = self._path
         machine = path.machine if isinstance(path, PersistentRun) else None
         return record_run(StatePaths.for_state_file(self.state_path).history, self.spec, report,
-                          machine.history if machine is not None else ())
+                          machine.lead_history() if machine is not None else ())
 

@@ -581,6 +581,15 @@ class AllocationMachine:
             seconds[instead[self.container_setup]] = seconds.pop("import_s")
         return seconds
 
+    def lead_history(self) -> list[Transition]:
+        """The history as a measure of what setting up an allocation takes (the run
+        history's lead-time parts, :func:`slurm_fsm.history.record_run`): without the
+        Importing work when the container was not imported (reused from the node or
+        shared), which measured no import."""
+        if self.container_setup in (None, SETUP_COLD):
+            return list(self.history)
+        return [t for t in self.history if t.source != State.Importing.value]
+
     def setup_note(self) -> str | None:
         """One line for the report's notes: which path step 0's container took and how
         long each part took (None: no container set up by this run)."""

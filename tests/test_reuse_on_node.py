@@ -269,3 +269,25 @@ def test_a_check_that_times_out_falls_back_to_the_import(
     monkeypatch.setattr(fake, "run_step", slow)
     m, steps = _run(spec, fake)
     assert (m.path, m.container_setup, len(_pips(steps))) == (COLD, SETUP_COLD, 2)
+
+
+def test_a_reused_container_is_no_measure_of_what_setting_one_up_takes(
+        make_spec: SpecFactory, tmp_path: Path) -> None:
+    """The warm successor's lead time (p90 of the history's import and install) is what
+    a cold setup costs: a run that reused the node's container measured no import."""
+    from slurm_fsm.executor import Executor
+    from slurm_fsm.history import RunHistory
+    from slurm_fsm.paths import StatePaths
+    from slurm_fsm.testing import FakeScript
+
+    fake = FakeCluster()
+    spec = _spec(make_spec, tmp_path, _image(tmp_path))
+    fake.script(spec.script_path, FakeScript(lines=["ok"]))
+    Executor(spec, fake, clock=fake.clock).run()
+    Executor(attrs.evolve(spec, release_allocation=True), fake, clock=fake.clock).run()
+    warm = Executor(spec, fake, clock=fake.clock).run()
+    assert "reuse_check_s" in warm.timings
+    cold, reused = RunHistory(StatePaths.for_state_file(spec.state_path).history).entries()
+    assert cold.import_s is not None and cold.install_s is not None
+    assert (reused.import_s, reused.install_s) == (None, None)
+    assert reused.queue_wait_s is not None
