@@ -321,6 +321,12 @@ class AllocationMachine:
     _why: str = ""
     #: the pre-flight's questions were asked (:meth:`_require`)
     _required: bool = False
+    #: how step 0 came by its container: :data:`SETUP_COLD` (imported, installed),
+    #: :data:`SETUP_REUSED` (the node's, same setup key), :data:`SETUP_SHARED` (a live
+    #: allocation's on the same nodes); None: no container set up by this machine
+    container_setup: str | None = None
+    #: the spec's setup key, once computed (:meth:`_setup_key`)
+    _key: tuple[setupkey.SetupKey | None] | None = None
 
     def __init__(
         self,
@@ -378,11 +384,6 @@ class AllocationMachine:
         self._reused: set[str] = set()  # ids the state file named, given to another job
         self._adopt: str | None = None  # 0D: another run's job, a moment old: 0E adopts it
         self._grant_unsaved = False  # the grant was read into alloc, not yet written
-        self._key: tuple[setupkey.SetupKey | None] | None = None  # _setup_key's, once
-        #: how step 0 came by its container: :data:`SETUP_COLD` (imported, installed),
-        #: :data:`SETUP_REUSED` (the node's, same setup key), :data:`SETUP_SHARED` (a live
-        #: allocation's on the same nodes); None: no container set up by this machine
-        self.container_setup: str | None = None
         self._taken: Edge | None = None
         self._applied: list[Effect] = []  # the effects of the last edge that did something
         self._model = _Model()
