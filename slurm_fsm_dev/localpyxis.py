@@ -388,7 +388,11 @@ def prepare(base: Path, plugstack: Path, *, say: Callable[[str], None] = print,
             conf_d = build / "enroot" / "etc" / "enroot" / "enroot.conf.d"
             # the recipe's own drop-in keys state by node only; enroot keeps the first
             # value it reads, so ours replaces it rather than following it
-            (conf_d / "50-local-slurm.conf").write_text(enroot_conf(base))
+            # atomically: another cluster's import may be reading it at this moment
+            conf = conf_d / "50-local-slurm.conf"
+            tmp = conf.with_name(f".{conf.name}.{os.getpid()}.tmp")
+            tmp.write_text(enroot_conf(base))
+            os.replace(tmp, conf)
     except (ContainerBuildError, OSError, TimeoutError) as exc:
         return None, f"pyxis/enroot build failed: {exc}"
     plugin = build / "pyxis" / "lib" / "slurm" / "spank_pyxis.so"
