@@ -372,7 +372,7 @@ def _main(args: argparse.Namespace) -> int:
         name = signal.Signals(signum).name
         _say(f"slurm-fsm: stopped by {name} (the persistent allocation, if any, is kept)")
         if current.executor is not None and not as_json:  # its report is saved
-            current.executor.interrupted_report(f"stopped by {name}")
+            current.executor.interrupted_report(f"stopped by {name}", signum)
         if as_json:
             _emit_stopped(current, command, f"stopped by {name}", 128 + signum)
         return 128 + signum
@@ -416,7 +416,7 @@ def _emit_stopped(current: _Run, command: str, why: str, code: int) -> None:
                                           stopped.summary, stopped.errors))
         return
     if current.executor is not None:
-        report = current.executor.interrupted_report(why)
+        report = current.executor.interrupted_report(why, code - 128 if code > 128 else None)
     else:
         report = report_of(RunFacts(mode=Mode(command), phase=Phase.INPUT, interrupted=why),
                            None)

@@ -119,12 +119,12 @@ class Executor:
         for a detached run."""
         self._pre_notes.append(text)
 
-    def interrupted_report(self, why: str) -> Report:
+    def interrupted_report(self, why: str, signum: int | None = None) -> Report:
         """What is known of a run stopped by a signal or Ctrl-C, as a CANCELLED report
         (the CLI prints it, so that ``--json`` always gives one document). By then the
         monitor has cancelled the running step (persistent) or the job (one-shot)."""
         if self._path is not None:
-            return self._judge(self._path.facts_so_far(why))
+            return self._judge(self._path.facts_so_far(why, signum))
         return self._judge(RunFacts(mode=self._mode(), phase=Phase.PRE_STEP, interrupted=why,
                                     timings=dict(self._timings)))
 

@@ -112,9 +112,10 @@ class OneShotRun:
                         path=tuple(self.path), warnings=tuple(self.warnings),
                         timings=dict(self.timings), **what)
 
-    def facts_so_far(self, interrupted: str) -> RunFacts:
+    def facts_so_far(self, interrupted: str, signum: int | None = None) -> RunFacts:
         """What is known of a run stopped by a signal or Ctrl-C (the monitor has
-        cancelled the job by then)."""
+        cancelled the job by then; ``signum`` is the signal, unused here: a batch job
+        gets no signal of the orchestrator's)."""
         log = self.log_path
         return self._facts(Phase(self.path[-1]) if self.path else Phase.SUBMITTING,
                            interrupted=interrupted,

@@ -100,6 +100,11 @@ class _AllocationEnd:
     cancelled_by: str = ""
 
 
+def _died_of(exit_code: int | None, signum: int | None) -> bool:
+    """``exit_code`` is that of a process killed by ``signum`` (bash's 128+N, or -N)."""
+    return signum is not None and exit_code in (128 + signum, -signum)
+
+
 def _finish_reason(watch: Watch) -> str:
     if watch.hang:
         return f"hang detected; cancelled {', '.join(watch.cancelled_steps) or 'no step'}"
@@ -173,13 +178,18 @@ class PersistentRun:
             warnings=(*self.warnings, *(m.warnings if m else ())),
             messages=tuple(self.messages), timings=dict(self.timings), **known)
 
-    def facts_so_far(self, interrupted: str) -> RunFacts:
+    def facts_so_far(self, interrupted: str, signum: int | None = None) -> RunFacts:
         """What is known of a run stopped by a signal or Ctrl-C (the monitor has
-        cancelled the running step by then; the allocation is kept)."""
+        cancelled the running step by then; the allocation is kept). A script that had
+        ended by itself is judged from its end, unless it died of the very signal that
+        stopped the run (``signum``): Ctrl-C reaches the whole process group, and a
+        cancel of a run's agent every process of its step, the script's too, so the
+        script may be seen ending a moment before the stop itself."""
         mode = Mode.RELEASE if self.spec.release_allocation else Mode.PERSISTENT
         log = self.log_path
         watch = self.ended_watch
-        if watch is not None and watch.output is not None and log is not None:
+        if (watch is not None and watch.output is not None and log is not None
+                and not _died_of(watch.exit_code, signum)):
             # the script had ended: a stop now cancels nothing of the job; it is judged
             # from its exit code and its log (accounting is not asked)
             return self._facts(

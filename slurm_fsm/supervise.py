@@ -202,7 +202,7 @@ def _run(task: Task, state_path: Path, run_id: str, allocation: str = "") -> int
         signum = exc.signum if isinstance(exc, _Stopped) else signal.SIGINT
         name = signal.Signals(signum).name
         report = executor.interrupted_report(f"stopped by {name} (slurm-fsm cancel, or a "
-                                             f"signal to the {who})")
+                                             f"signal to the {who})", signum)
     print(f"{who} {os.getpid()}: {report.status.name}: {report.summary}", flush=True)
     return report.exit_code_for_cli
 

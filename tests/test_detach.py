@@ -283,6 +283,29 @@ def test_a_stop_after_the_script_ended_is_judged_from_the_job_not_cancelled(
                for n in stopped.notes)
 
 
+def test_a_script_killed_by_the_very_signal_that_stopped_the_run_is_cancelled(
+        make_spec: SpecFactory) -> None:
+    """The kill-point campaign (26.05): ``slurm-fsm cancel`` of an agent's run signals
+    every process of the agent's step, the script's too; the script ended 143 a moment
+    before the agent's own SIGTERM was handled, and the run was judged FAILED. A script
+    that died of the stop's own signal was stopped by it: CANCELLED. (One that died of
+    another signal, or ended by itself, is still judged from its end.)"""
+    import signal as sig
+
+    from slurm_fsm.testing import FakeScript
+
+    spec = make_spec()
+    fake = FakeCluster()
+    fake.script(spec.script_path.name, FakeScript(lines=("killed",), exit_code=143))
+    executor = Executor(spec, fake)
+    live = executor.run()
+    assert live.status.name == "FAILED"  # as the agent saw it, before its own SIGTERM
+    stopped = executor.interrupted_report("stopped by SIGTERM", sig.SIGTERM)
+    assert stopped.status.name == "CANCELLED", stopped.summary
+    other = executor.interrupted_report("stopped by SIGINT", sig.SIGINT)
+    assert other.status.name == "FAILED"  # died of SIGTERM, stopped by SIGINT
+
+
 def test_the_progress_file_repeats_the_jobs_output_only_up_to_a_bound(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from slurm_fsm import supervise
