@@ -136,7 +136,10 @@ class JobNames:
     def cleanup(self) -> None:
         for name in self.names:
             slurm("scancel", "-u", self.user, f"--name={name}", env=self.env)
-        until("our jobs gone from squeue", lambda: True if not self.jobs() else None, 20.0)
+        # generous: a job cancelled after its controller was stopped (SIGSTOP) can stay
+        # COMPLETING for 40 s and more, until slurmctld resends TERMINATE_JOB (seen in CI
+        # runs); Slurm promises no bound, this only keeps a stuck one from passing
+        until("our jobs gone from squeue", lambda: True if not self.jobs() else None, 180.0)
 
 
 def spec_dict(cluster: ClusterInfo, root: Path, name: str, **over: Any) -> dict[str, Any]:
