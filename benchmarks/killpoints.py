@@ -4,13 +4,13 @@
 (needs the local cluster: it is brought up when it is not; the emulated login nodes
 need root and ``unshare``) detaches ``N`` runs of one persistent spec, one after the
 other through one warm allocation. The job prints a line, runs a step of the allocation
-for about 2 s (``srun --overlap``) and ends with ``end``. Each run is hit at a random
+for about 5 s (``srun --overlap``) and ends with ``end``. Each run is hit at a random
 moment by one of:
 
 - ``cli``: kill -9 of the ``run --detach`` command itself, before or after it returned;
 - ``owner``: kill -9 of the run's owner at that moment (its supervisor on this host, or
-  its agent in the allocation: the pid ``runs --json`` names; the agent is a process of
-  this machine's slurmd);
+  its agent in the allocation: the pid its owner record names, as ``runs --json``
+  shows it; the agent is a process of this machine's slurmd);
 - ``cancel``: ``slurm-fsm cancel``;
 - ``node``: the run started from the emulated login node ``login-a``
   (:func:`slurm_fsm_dev.loginnodes.on_node`), which is killed whole (kill -9 of its pid
@@ -72,7 +72,7 @@ from slurm_fsm_dev.loginnodes import children, on_node
 
 RESULTS = Path(__file__).with_name("killpoints.json")
 KINDS = ("cli", "owner", "cancel", "node", "ctld", "none")
-JOB = "#!/bin/bash\necho start\nsrun --overlap -n1 sleep 2\necho end\n"
+JOB = "#!/bin/bash\necho start\nsrun --overlap -n1 sleep 5\necho end\n"
 #: the ``none`` runs' job: ``attach`` on login-b is following it when the gate opens
 ATTACH_JOB = ("#!/bin/bash\necho start\nuntil [ -e {gate} ]; do sleep 0.05; done\n"
               "echo \"mark $(date +%s.%N)\"\nsrun --overlap -n1 sleep 1\necho end\n")
@@ -233,15 +233,26 @@ def _start(spec: Path, repo: Path, kind: str, delay: float) -> tuple[str | None,
     return _new_run(repo, before, 10), facts
 
 
+def _owner_record(repo: Path, run_id: str) -> dict[str, Any]:
+    """The run's owner record as ``runs --json`` reads it (read here directly: a
+    ``runs`` command takes seconds on this loaded machine, longer than the job)."""
+    with contextlib.suppress(OSError, ValueError):
+        data = json.loads((repo / "work_dirs" / f".slurm_run.{run_id}.owner.json")
+                          .read_text())
+        return data if isinstance(data, dict) else {}
+    return {}
+
+
 def _hit_after(repo: Path, run_id: str, kind: str, delay: float) -> dict[str, Any]:
     time.sleep(delay)
     if kind == "owner":
-        view = _view(repo, run_id)
+        rec = _owner_record(repo, run_id)
         with contextlib.suppress(ProcessLookupError, TypeError, ValueError):
-            os.kill(int(view["pid"]), signal.SIGKILL)  # it ended first: nothing to hit
-        return {"hit_owner": view.get("owner"), "hit_state": view.get("state")}
+            os.kill(int(rec["pid"]), signal.SIGKILL)  # it ended first: nothing to hit
+        return {"hit_owner": rec.get("owner"), "hit_phase": rec.get("phase")}
+    phase = _owner_record(repo, run_id).get("phase")
     _cli("cancel", run_id, cwd=repo)
-    return {}
+    return {"hit_phase": phase}
 
 
 def _right(kind: str, status: str | None, source: str | None, ended: bool,
@@ -288,9 +299,9 @@ def one_point(spec: Path, repo: Path, kind: str, delay: float) -> dict[str, Any]
     if run_id is None:  # killed before it started a supervisor: nothing ran
         point.update(status=None, source=None, right=True, lost=False, steps_left=[])
         return point
-    point["logs_running"] = _timed_logs(repo, run_id)
     if kind in ("owner", "cancel"):
         point.update(_hit_after(repo, run_id, kind, delay))
+    point["logs_running"] = _timed_logs(repo, run_id)
     point.update(_settle(repo, run_id, kind))
     point["logs_done"] = _timed_logs(repo, run_id, "done")
     point["lost"] = point["status"] is None
@@ -355,7 +366,10 @@ def _point(specs: dict[str, Path], repo: Path, kind: str, delay: float) -> dict[
     return point
 
 
-DELAYS = {"cli": 3.0, "owner": 4.0, "cancel": 4.0, "node": 8.0, "ctld": 6.0, "none": 0.0}
+#: the hits' moments are uniform in [0, DELAYS[kind]] s: from the command's start (cli,
+#: node, ctld) or from its return (owner, cancel); the job runs about 5 s once started,
+#: and on this loaded machine a command takes seconds to start
+DELAYS = {"cli": 8.0, "owner": 7.0, "cancel": 7.0, "node": 14.0, "ctld": 10.0, "none": 0.0}
 
 
 def _figures(values: Sequence[float]) -> dict[str, Any]:
