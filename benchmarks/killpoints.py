@@ -174,14 +174,15 @@ def _new_run_after(repo: Path, before: set[str],
     return _new_run(repo, before, 10), facts
 
 
-def _kill_node(node: subprocess.Popen[str]) -> int:
-    """kill -9 of the emulated node's init (its namespace's pid 1): the node, whole."""
+def _kill_node(node: subprocess.Popen[str]) -> str:
+    """kill -9 of the emulated node's init (its namespace's pid 1): the node, whole;
+    what its ``run --detach`` had printed."""
     deadline = time.monotonic() + 10
     while not (inits := children().get(node.pid, [])) and time.monotonic() < deadline:
         time.sleep(0.01)
     os.kill(inits[0], signal.SIGKILL)
-    node.communicate(timeout=60)
-    return inits[0]
+    out, err = node.communicate(timeout=60)
+    return (out + err)[-1000:]
 
 
 def _hit_node(spec: Path, delay: float) -> dict[str, Any]:
@@ -190,11 +191,11 @@ def _hit_node(spec: Path, delay: float) -> dict[str, Any]:
                    env=os.environ, linger_s=600)
     time.sleep(delay)
     leases = _host_leases(LOGIN_NODES[0])  # the dead node's, as it dies
-    _kill_node(node)
+    printed = _kill_node(node)
     gone = None
     if leases:
         gone = _until(lambda: not set(leases) & {s.split()[0] for s in _all_steps()}, 60)
-    return {"node_leases": leases, "lease_gone_s": gone}
+    return {"node_leases": leases, "lease_gone_s": gone, "node_printed": printed}
 
 
 def _all_steps() -> list[str]:
@@ -369,7 +370,7 @@ def _point(specs: dict[str, Path], repo: Path, kind: str, delay: float) -> dict[
 #: the hits' moments are uniform in [0, DELAYS[kind]] s: from the command's start (cli,
 #: node, ctld) or from its return (owner, cancel); the job runs about 5 s once started,
 #: and on this loaded machine a command takes seconds to start
-DELAYS = {"cli": 8.0, "owner": 7.0, "cancel": 7.0, "node": 14.0, "ctld": 10.0, "none": 0.0}
+DELAYS = {"cli": 8.0, "owner": 7.0, "cancel": 7.0, "node": 25.0, "ctld": 10.0, "none": 0.0}
 
 
 def _figures(values: Sequence[float]) -> dict[str, Any]:
