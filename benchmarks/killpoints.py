@@ -14,7 +14,8 @@ moment by one of:
 - ``cancel``: ``slurm-fsm cancel``;
 - ``node``: the run started from the emulated login node ``login-a``
   (:func:`slurm_fsm_dev.loginnodes.on_node`), which is killed whole (kill -9 of its pid
-  namespace's init: every process of the node at once);
+  namespace's init: every process of the node at once); every other such run has no
+  agent (``SLURM_FSM_AGENT=off``: its supervisor on the node runs the job);
 - ``ctld``: slurmctld restarted (:func:`slurm_fsm_dev.localcluster.restart_ctld`);
 - ``none``: nothing (the live verdict, for comparison); these runs also measure
   ``attach`` from the other login node, ``login-b``: the job waits for a gate, then
@@ -28,7 +29,8 @@ Then ``slurm-fsm wait`` must give a verdict, and it must be the right one:
   that races the script's last line may find it still running: CANCELLED, or ended:
   PASSED; never PASSED for a script that did not finish);
 - ``node``: once the agent held the run (the run's record names the agent), PASSED and
-  live; before, CANCELLED rebuilt, or the run never started. A run whose supervisor
+  live; before (or with no agent), CANCELLED rebuilt (PASSED when the script had
+  ended), or the run never started. A run whose supervisor
   died on the node before it got past step 0 (no allocation in its record, or no lease)
   may get no verdict at all: such points are ``unsettled_step0`` with the reason, a
   known gap, never counted right;
@@ -185,17 +187,20 @@ def _kill_node(node: subprocess.Popen[str]) -> str:
     return (out + err)[-1000:]
 
 
-def _hit_node(spec: Path, delay: float) -> dict[str, Any]:
-    """Start the run on login-a, kill the node after ``delay`` s; the lease figure."""
+def _hit_node(spec: Path, delay: float, agent: bool) -> dict[str, Any]:
+    """Start the run on login-a (without an agent: ``SLURM_FSM_AGENT=off``), kill the
+    node after ``delay`` s; the lease figure."""
+    env = {**os.environ, **({} if agent else {"SLURM_FSM_AGENT": "off"})}
     node = on_node(LOGIN_NODES[0], ["run", str(spec), "--detach", "--json", "--quiet"],
-                   env=os.environ, linger_s=600)
+                   env=env, linger_s=600)
     time.sleep(delay)
     leases = _host_leases(LOGIN_NODES[0])  # the dead node's, as it dies
     printed = _kill_node(node)
     gone = None
     if leases:
         gone = _until(lambda: not set(leases) & {s.split()[0] for s in _all_steps()}, 60)
-    return {"node_leases": leases, "lease_gone_s": gone, "node_printed": printed}
+    return {"agent": agent, "node_leases": leases, "lease_gone_s": gone,
+            "node_printed": printed}
 
 
 def _all_steps() -> list[str]:
@@ -203,12 +208,13 @@ def _all_steps() -> list[str]:
     return [ln.strip() for ln in out.splitlines() if ln.strip()]
 
 
-def _start(spec: Path, repo: Path, kind: str, delay: float) -> tuple[str | None, dict[str, Any]]:
+def _start(spec: Path, repo: Path, kind: str, delay: float,
+           agent: bool = True) -> tuple[str | None, dict[str, Any]]:
     """Start the run and hit it (every kind but ``owner`` and ``cancel``, which need the
     run id first); its run id (None: it never started) and what the hit measured."""
     before = {r["run_id"] for r in _runs(repo)}
     if kind == "node":
-        return _new_run_after(repo, before, _hit_node(spec, delay))
+        return _new_run_after(repo, before, _hit_node(spec, delay, agent))
     facts: dict[str, Any] = {}
     restart: threading.Thread | None = None
     if kind == "ctld":
@@ -292,10 +298,11 @@ def _settle(repo: Path, run_id: str, kind: str) -> dict[str, Any]:
                 "squeue", "-h", "-j", alloc, "-o", "%T").strip() == "RUNNING"}
 
 
-def one_point(spec: Path, repo: Path, kind: str, delay: float) -> dict[str, Any]:
+def one_point(spec: Path, repo: Path, kind: str, delay: float,
+              agent: bool = True) -> dict[str, Any]:
     """One detached run hit by ``kind`` after ``delay`` seconds; what came of it."""
     point: dict[str, Any] = {"kind": kind, "delay_s": round(delay, 2)}
-    run_id, facts = _start(spec, repo, kind, delay)
+    run_id, facts = _start(spec, repo, kind, delay, agent)
     point.update(facts, run_id=run_id, never_started=run_id is None)
     if run_id is None:  # killed before it started a supervisor: nothing ran
         point.update(status=None, source=None, right=True, lost=False, steps_left=[])
@@ -350,9 +357,10 @@ def _attach_start(spec: Path, repo: Path, gate: Path) -> tuple[str | None, dict[
                     "attach_line_s": round(marks[0][0] - marks[0][1], 3) if marks else None}
 
 
-def _point(specs: dict[str, Path], repo: Path, kind: str, delay: float) -> dict[str, Any]:
+def _point(specs: dict[str, Path], repo: Path, kind: str, delay: float,
+           agent: bool) -> dict[str, Any]:
     if kind != "none":
-        return one_point(specs["job"], repo, kind, delay)
+        return one_point(specs["job"], repo, kind, delay, agent)
     run_id, facts = _attach_start(specs["attach"], repo, specs["attach"].with_suffix(".gate"))
     point: dict[str, Any] = {"kind": kind, "delay_s": 0.0, **facts, "run_id": run_id,
                              "never_started": run_id is None}
@@ -396,6 +404,11 @@ def summarize(results: list[dict[str, Any]], extra: dict[str, Any]) -> dict[str,
         "unsettled_step0" if r.get("unsettled_step0") else
         ("right" if r["right"] else "WRONG") + ("+LOST" if r["lost"] else "")
         for r in results if r["kind"] == k)) for k in KINDS}
+    for agent in (True, False):
+        by_kind[f"node_{'agent' if agent else 'no_agent'}"] = dict(Counter(
+            "unsettled_step0" if r.get("unsettled_step0") else
+            ("right" if r["right"] else "WRONG") + ("+LOST" if r["lost"] else "")
+            for r in results if r["kind"] == "node" and r.get("agent") is agent))
     logs = [r[k] for r in results for k in ("logs_running", "logs_done") if k in r]
     lease = [r["lease_gone_s"] for r in results if r.get("node_leases")]
     return {
@@ -462,7 +475,11 @@ def main(argv: list[str] | None = None) -> int:
                 if time.monotonic() > stop:
                     break
                 kind = KINDS[i % len(KINDS)]
-                results.append(_point(specs, repo, kind, rng.uniform(0.0, DELAYS[kind])))
+                # every other node kill: a run with no agent (its supervisor runs the
+                # job on the node, and its lease must end with it)
+                agent = (i // len(KINDS)) % 2 == 0
+                results.append(_point(specs, repo, kind, rng.uniform(0.0, DELAYS[kind]),
+                                      agent))
                 print(json.dumps(results[-1]), flush=True)
                 if i % 12 == 11:
                     floor.append(_import_floor())
