@@ -50,6 +50,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import random
 import re
@@ -386,7 +387,7 @@ def _figures(values: Sequence[float]) -> dict[str, Any]:
     if not vals:
         return {"n": 0}
     return {"n": len(vals), "median": round(statistics.median(vals), 3),
-            "p90": round(vals[int(0.9 * (len(vals) - 1))], 3), "max": round(vals[-1], 3)}
+            "p90": round(vals[math.ceil(0.9 * len(vals)) - 1], 3), "max": round(vals[-1], 3)}
 
 
 def _import_floor() -> float:
