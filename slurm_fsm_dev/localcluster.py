@@ -114,6 +114,7 @@ __all__ = [
     "main",
     "missing_commands",
     "node_cpus",
+    "restart_ctld",
     "status",
     "up",
 ]
@@ -1076,6 +1077,29 @@ def log_tails(base: Path | None = None, lines: int = 15) -> str:
     return "\n".join(chunks) if chunks else f"(all logs in {log_dir} are empty)"
 
 
+def _daemon_env(layout: _Layout) -> dict[str, str]:
+    """The environment every daemon of the cluster starts with."""
+    env = _clean_env(layout.slurm_conf)
+    env[_DAEMON_MARKER] = str(layout.base)  # marks our processes, see _marked_pids
+    return env
+
+
+def _spawn_ctld(layout: _Layout, env: Mapping[str, str]) -> _Daemon:
+    """slurmctld, as the cluster runs it (in the foreground of a session of its own)."""
+    return _spawn("slurmctld", ["slurmctld", "-D", "-f", str(layout.slurm_conf)],
+                  layout=layout, env=env, exe="slurmctld")
+
+
+def _wait_ctld_listens(ctld: _Daemon, port: int) -> None:
+    def ctld_listens() -> bool | None:
+        if not _proc_alive(ctld.pid):
+            raise LocalClusterError("slurmctld exited")
+        return True if _tcp_open(port) else None
+
+    # a client that finds no controller retries only after a second
+    _wait_for(ctld_listens, timeout=30.0, what=f"slurmctld to listen on port {port}")
+
+
 def _start(layout: _Layout, n_nodes: int, config: tuple[str, ...] = ()) -> ClusterInfo:
     """Start everything from scratch; on failure stop what was started and raise."""
     if layout.base.exists():
@@ -1092,8 +1116,7 @@ def _start(layout: _Layout, n_nodes: int, config: tuple[str, ...] = ()) -> Clust
     for node in nodes:
         (layout.spool / f"slurmd-{node}").mkdir()
     port0 = _choose_ports(layout.base, n_nodes)
-    env = _clean_env(layout.slurm_conf)
-    env[_DAEMON_MARKER] = str(layout.base)  # marks our processes, see _marked_pids
+    env = _daemon_env(layout)
     daemons: list[_Daemon] = []
     _write_state(layout, None, daemons)
     user = getpass.getuser()
@@ -1138,20 +1161,9 @@ def _start(layout: _Layout, n_nodes: int, config: tuple[str, ...] = ()) -> Clust
         _add_associations(env, user)
 
         conf = str(layout.slurm_conf)
-        daemons.append(
-            _spawn("slurmctld", ["slurmctld", "-D", "-f", conf], layout=layout, env=env,
-                   exe="slurmctld")
-        )  # fmt: skip
+        daemons.append(_spawn_ctld(layout, env))
         _write_state(layout, info, daemons)
-        ctld = daemons[-1]
-
-        def ctld_listens() -> bool | None:
-            if not _proc_alive(ctld.pid):
-                raise LocalClusterError("slurmctld exited")
-            return True if _tcp_open(port0) else None
-
-        # a client that finds no controller retries only after a second
-        _wait_for(ctld_listens, timeout=30.0, what=f"slurmctld to listen on port {port0}")
+        _wait_ctld_listens(daemons[-1], port0)
         for node in nodes:
             daemons.append(
                 _spawn(f"slurmd-{node}", ["slurmd", "-D", "-f", conf, "-N", node], layout=layout,
@@ -1289,6 +1301,29 @@ def bring_up(nodes: int = DEFAULT_NODES, *, install: bool = True) -> UpResult:
 def up(nodes: int = DEFAULT_NODES, *, install: bool = True) -> ClusterInfo:
     """Make sure the local cluster is up and return how to reach it."""
     return bring_up(nodes, install=install).info
+
+
+def restart_ctld(*, stop_timeout: float = 60.0) -> int:
+    """Restart the running cluster's slurmctld (a controller restart, as an admin's
+    ``systemctl restart slurmctld``): under the cluster's lock, SIGTERM and wait for it
+    to exit (it saves its state), start it again exactly as :func:`bring_up` does (same
+    argv and environment: it recovers the jobs and steps from its state folder), record
+    the new pid in the state file and wait until it listens. The new pid. The nodes are
+    ``unknown`` until their slurmd registers again (about 5 s here), as after a real
+    restart: :func:`current` is None meanwhile."""
+    layout = _Layout(base_dir())
+    with _lock(layout):
+        info, daemons = _read_state(layout)
+        old = next((d for d in daemons if d.name == "slurmctld"), None)
+        if info is None or old is None or not _is_ours(old):
+            raise LocalClusterError(f"no running slurmctld of the cluster in {layout.base}")
+        os.kill(old.pid, signal.SIGTERM)
+        _wait_for(lambda: not _proc_alive(old.pid), timeout=stop_timeout,
+                  what=f"slurmctld (pid {old.pid}) to exit on SIGTERM")
+        new = _spawn_ctld(layout, _daemon_env(layout))
+        _write_state(layout, info, [new if d is old else d for d in daemons])
+        _wait_ctld_listens(new, info.slurmctld_port)
+    return new.pid
 
 
 def _stop(layout: _Layout) -> list[str]:

@@ -221,3 +221,56 @@ def test_another_configuration_restarts_the_cluster_and_down_leaves_no_cgroup_fo
         localcluster.down()
     assert localcluster.status().state == "down"
     assert localcluster.cgroup_folders() == []
+
+
+@pytest.mark.slurm
+def test_restart_ctld_restarts_the_controller_and_keeps_the_running_steps(
+    local_cluster: ClusterInfo, tmp_path: Path,
+) -> None:
+    """``restart_ctld`` (the kill-point campaign's ``ctld`` kind): slurmctld stopped and
+    started again as ``up`` starts it; the state file names the new pid, the old one is
+    gone, the job and its step running across the restart are still there, and the
+    cluster is healthy again once the nodes have registered."""
+    try:
+        alloc = slurm(
+            local_cluster, "salloc", "--no-shell", "-N", "1",
+            f"--partition={local_cluster.partition}", f"--account={local_cluster.account}",
+            "--time=5", f"--job-name={JOB_NAME}",
+        )  # fmt: skip
+        match = re.search(r"Granted job allocation (\d+)", alloc.stderr)
+        assert match, alloc.stderr
+        job_id = match.group(1)
+        step = subprocess.Popen(  # a step that runs across the restart
+            ["srun", f"--jobid={job_id}", "--overlap", "-n1", "sleep", "120"],
+            env={**os.environ, **local_cluster.env}, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 60
+            while f"{job_id}.0" not in slurm(local_cluster, "squeue", "-h", "-s", "-j",
+                                              job_id, "-o", "%i").stdout.split():
+                assert time.monotonic() < deadline, "the step never ran"
+                time.sleep(0.2)
+            old = localcluster.daemon_pids()["slurmctld"]
+            new = localcluster.restart_ctld()
+            assert new != old
+            assert not Path(f"/proc/{old}").exists() or "slurmctld" not in Path(
+                f"/proc/{old}/cmdline").read_bytes().decode(errors="replace")
+            assert localcluster.daemon_pids()["slurmctld"] == new
+            assert "slurmctld" in Path(f"/proc/{new}/cmdline").read_bytes().decode()
+            steps_after = slurm(local_cluster, "squeue", "-h", "-s", "-j", job_id,
+                                "-o", "%i").stdout.split()
+            assert f"{job_id}.0" in steps_after
+            state = slurm(local_cluster, "squeue", "-h", "-j", job_id, "-o", "%T").stdout
+            assert state.strip() == "RUNNING"
+            assert step.poll() is None  # its srun never noticed
+            # the nodes register again (they are "unknown" for a few seconds): healthy,
+            # as `up` sees it
+            deadline = time.monotonic() + 60
+            while localcluster.current() is None:
+                assert time.monotonic() < deadline, "the cluster never became healthy"
+                time.sleep(0.5)
+        finally:
+            step.kill()
+            step.wait(timeout=30)
+    finally:
+        cancel_ours(local_cluster)
