@@ -53,6 +53,10 @@ DEVICE_VARS = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVIC
                "NVIDIA_VISIBLE_DEVICES")
 #: How often the supervisor looks whether the agent holds the run.
 POLL_S = 0.2
+#: An agent that has not begun (no owner record of its own) this long after its
+#: ``srun`` started, with no step of its name listed, is given up: that ``srun`` hangs
+#: silent, its step never made (asked as slurmctld went down: the kill-point campaign)
+AGENT_SILENT_S = 30.0
 
 
 def agent_enabled(backend: SlurmBackend, environ: MutableMapping[str, str] | None = None
@@ -121,6 +125,20 @@ def _holds(files: RunFiles, run_id: str) -> bool:
             and rec.phase is not RunPhase.STARTING)
 
 
+def _begun(files: RunFiles, run_id: str) -> bool:
+    """The agent has begun: the run's owner record is its own."""
+    rec = files.owner(run_id)
+    return rec is not None and rec.owner is Owner.AGENT
+
+
+def _listed(backend: SlurmBackend, allocation_id: str, name: str) -> bool:
+    """Slurm lists a step ``name`` of the allocation (False when it cannot say)."""
+    try:
+        return any(s.name == name for s in backend.list_steps(allocation_id))
+    except SlurmFsmError:
+        return False
+
+
 def hand_over(backend: SlurmBackend, files: RunFiles, run_id: str, allocation_id: str,
               nodes: Sequence[str], task: bytes, *,
               say: Callable[[str], None] = lambda _text: None) -> str | None:
@@ -139,6 +157,7 @@ def hand_over(backend: SlurmBackend, files: RunFiles, run_id: str, allocation_id
         return f"the run's agent could not be started on {node}: {exc}"
     say(f"handing the run over to its agent on {node} (step {name} of allocation "
         f"{allocation_id}): it goes on if this login node goes")
+    silent_until: float | None = time.monotonic() + AGENT_SILENT_S
     try:
         while not _holds(files, run_id):
             if not handle.alive():
@@ -147,6 +166,14 @@ def hand_over(backend: SlurmBackend, files: RunFiles, run_id: str, allocation_id
                 said = " ".join(handle.stderr_text().split())[-600:]
                 return (f"the run's agent on {node} ended before it took the run over"
                         + (f": {said}" if said else ""))
+            if silent_until is not None and time.monotonic() >= silent_until:
+                if _begun(files, run_id) or _listed(backend, allocation_id, name):
+                    silent_until = None  # it runs: it is slow, not lost
+                else:
+                    handle.stop()
+                    return (f"the run's agent step {name} was not made in "
+                            f"{AGENT_SILENT_S:.0f} s (its srun said nothing and Slurm "
+                            "lists no such step)")
             time.sleep(POLL_S)
     except BaseException:  # stopped (cancel, Ctrl-C) before the agent held the run:
         handle.stop()  # its step ends too; the run is this process's to report

@@ -407,6 +407,17 @@ class LocalLease:
         """The guard (and so its ``srun``) still runs."""
         return self._proc.poll() is None
 
+    @property
+    def stdout(self) -> IO[bytes]:
+        """The ``srun``'s stdout (a pipe)."""
+        assert self._proc.stdout is not None  # started with stdout=PIPE
+        return self._proc.stdout
+
+    @property
+    def returncode(self) -> int | None:
+        """The guard's exit status once it ended."""
+        return self._proc.returncode
+
     def stop(self, grace_s: float = 10.0) -> None:
         """SIGTERM to the group (``srun`` ends its step), SIGKILL after ``grace_s``."""
         if self._proc.poll() is None:
@@ -427,6 +438,36 @@ class LocalLease:
             return self._stderr.read().decode("utf-8", "replace")
         except (OSError, ValueError):
             return ""
+
+
+#: A lease ``srun`` silent this long, with no step of its name listed, is started again.
+LEASE_SILENT_S = 15.0
+#: The most ``srun`` s one lease step is asked with (the last waits to the deadline).
+LEASE_ATTEMPTS = 3
+
+
+def _await_lease_mark(lease: LocalLease, deadline: float, silent_until: float | None
+                      ) -> tuple[bytes, str]:
+    """Read the lease's srun until it prints :data:`slurmcli.LEASE_UP` (``up``), ends
+    (``ended``), the deadline passes (``timeout``), or ``silent_until`` passes with
+    nothing read (``silent``). What it printed, and how the wait ended."""
+    out = lease.stdout
+    seen = b""
+    mark = slurmcli.LEASE_UP.encode()
+    while mark not in seen:
+        now = time.monotonic()
+        if now >= deadline:
+            return seen, "timeout"
+        if silent_until is not None and not seen and now >= silent_until:
+            return seen, "silent"
+        until = deadline if silent_until is None or seen else min(deadline, silent_until)
+        ready, _, _ = select.select([out], [], [], max(0.0, min(until - now, 1.0)))
+        if ready:
+            chunk = os.read(out.fileno(), 4096)
+            if not chunk:  # srun ended before its task ran
+                return seen, "ended"
+            seen += chunk
+    return seen, "up"
 
 
 class SubprocessBackend:
@@ -817,11 +858,37 @@ class SubprocessBackend:
         """A run's lease step ``name`` (:func:`slurmcli.srun_lease_argv`), tied to this
         process's life (:func:`guarded`); returns once its task runs, i.e. once every
         host's ``squeue -s`` lists it. JobNotFound when the allocation is gone,
-        ControllerUnreachable, or CommandTimedOut at ``timeout_s`` (srun is stopped)."""
+        ControllerUnreachable, or CommandTimedOut at ``timeout_s`` (srun is stopped).
+
+        An ``srun`` that says nothing for :data:`LEASE_SILENT_S` while Slurm lists no
+        step of its name is stopped and started again (at most
+        :data:`LEASE_ATTEMPTS` in all): one that asked for its step as slurmctld went
+        down hangs silent, its step never made (the kill-point campaign's ``ctld``)."""
         argv = slurmcli.srun_lease_argv(check_job_id(job_id), name)
-        self._announce(argv)
-        err = tempfile.TemporaryFile()  # noqa: SIM115 - LocalLease closes it
         started = time.monotonic()
+        deadline = started + timeout_s
+        for attempt in range(1, LEASE_ATTEMPTS + 1):
+            self._announce(argv)
+            lease = self._spawn_lease(argv, name)
+            silent_until = (time.monotonic() + LEASE_SILENT_S if attempt < LEASE_ATTEMPTS
+                            else None)
+            while True:
+                seen, how = _await_lease_mark(lease, deadline, silent_until)
+                if how == "up":
+                    return lease
+                if how != "silent":
+                    raise self._lease_error(argv, lease, seen, started, timeout_s)
+                if self._step_listed(job_id, name):  # its task is slow: wait for it
+                    silent_until = None
+                    continue
+                log.warning("lease step %s: srun said nothing in %.0f s and Slurm lists no "
+                            "such step: started again", name, LEASE_SILENT_S)
+                lease.stop(grace_s=5.0)
+                break
+        raise AssertionError("unreachable: the last attempt has no silent limit")
+
+    def _spawn_lease(self, argv: Sequence[str], name: str) -> LocalLease:
+        err = tempfile.TemporaryFile()  # noqa: SIM115 - LocalLease closes it
         try:
             proc = subprocess.Popen(  # noqa: S603 - an argument list, never a shell
                 guarded(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -829,31 +896,28 @@ class SubprocessBackend:
         except BaseException:
             err.close()
             raise
-        lease = LocalLease(proc, name, err)
-        assert proc.stdout is not None
-        seen = b""
-        mark = slurmcli.LEASE_UP.encode()
-        while mark not in seen:
-            left = started + timeout_s - time.monotonic()
-            if left <= 0:
-                break
-            ready, _, _ = select.select([proc.stdout], [], [], min(left, 1.0))
-            if ready:
-                chunk = os.read(proc.stdout.fileno(), 4096)
-                if not chunk:  # srun ended before its task ran
-                    break
-                seen += chunk
-        if mark in seen:
-            return lease
-        timed_out = proc.poll() is None
+        return LocalLease(proc, name, err)
+
+    def _step_listed(self, job_id: str, name: str) -> bool:
+        """Slurm lists a step ``name`` of ``job_id`` (False when it cannot say)."""
+        try:
+            return any(s.name == name for s in self.list_steps(job_id))
+        except BackendError:
+            return False
+
+    def _lease_error(self, argv: Sequence[str], lease: LocalLease, seen: bytes,
+                     started: float, timeout_s: float) -> BackendError:
+        """Why the lease step did not start (its srun is stopped first)."""
+        timed_out = lease.alive()
         lease.stop(grace_s=5.0)
+        code = lease.returncode
         result = CommandResult(argv=tuple(argv), returncode=None if timed_out else
-                               (proc.returncode or 1), stdout=seen.decode("utf-8", "replace"),
+                               (code or 1), stdout=seen.decode("utf-8", "replace"),
                                stderr=lease.stderr_text(),
                                seconds=time.monotonic() - started, timeout_s=timeout_s)
         error = self._classify(result)
-        raise error or CommandFailed(argv, result.returncode or 1, result.stderr,
-                                     f"lease step {name} did not start")
+        return error or CommandFailed(argv, result.returncode or 1, result.stderr,
+                                      f"lease step {lease.name} did not start")
 
     def start_agent(self, job_id: str, node: str, name: str, argv: Sequence[str],
                     task: bytes) -> LocalLease:

@@ -6,6 +6,7 @@ tests/integration/test_detach_real.py."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -15,10 +16,11 @@ import pytest
 
 from slurm_fsm import agent, slurmcli
 from slurm_fsm.agent import AgentBackend, HandedOver, hand_over, scrub_environ
-from slurm_fsm.backend import AllocationRequest, SlurmBackend
+from slurm_fsm.backend import AllocationRequest, SlurmBackend, StepInfo
 from slurm_fsm.duration import Duration
 from slurm_fsm.errors import BackendError
 from slurm_fsm.executor import Executor
+from slurm_fsm.jobstate import JobState
 from slurm_fsm.runowner import Owner, OwnerRecord, RunFiles, RunPhase
 from slurm_fsm.state import AllocState
 from slurm_fsm.supervise import main as supervise_main
@@ -109,6 +111,7 @@ class _Launcher:
     def __init__(self, handle: _Handle, on_start: Any = None) -> None:
         self.handle = handle
         self.on_start = on_start
+        self.steps: list[StepInfo] = []
         self.started: list[tuple[str, str, str, list[str], bytes]] = []
 
     def start_agent(self, job_id: str, node: str, name: str, argv: Sequence[str],
@@ -120,6 +123,9 @@ class _Launcher:
 
     def signal_step(self, job_id: str, step_id: str, signal_name: str) -> None:
         raise AssertionError("not asked here")
+
+    def list_steps(self, job_id: str) -> list[StepInfo]:
+        return list(self.steps)
 
 
 def _agent_record(files: RunFiles, run_id: str, phase: RunPhase) -> None:
@@ -169,6 +175,40 @@ def test_a_supervisor_stopped_during_the_hand_over_stops_the_agent_too(
     with pytest.raises(KeyboardInterrupt):
         hand_over(_Launcher(handle), files, "r0123456789ab", "5", ["n1"], b"{}")  # type: ignore[arg-type]
     assert handle.stopped
+
+
+def test_an_agent_step_never_made_is_given_up(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kill-point campaign: an srun that asks for its step as slurmctld goes down
+    hangs silent and makes no step. Before, the supervisor waited for that agent for
+    ever, its lease held; now, with no owner record of the agent's and no step of its
+    name after AGENT_SILENT_S, the srun is stopped and the supervisor runs the job."""
+    monkeypatch.setattr(agent, "AGENT_SILENT_S", 0.3)
+    files = RunFiles(tmp_path / ".slurm_alloc.json")
+    handle = _Handle([True] * 10_000)
+    why = hand_over(_Launcher(handle), files, "r0123456789ab", "5", ["n1"], b"{}")  # type: ignore[arg-type]
+    assert why is not None and "was not made in" in why and handle.stopped
+
+
+def test_a_slow_agent_whose_step_is_listed_is_waited_for(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(agent, "AGENT_SILENT_S", 0.2)
+    files = RunFiles(tmp_path / ".slurm_alloc.json")
+    run_id = "r0123456789ab"
+    launcher = _Launcher(_Handle([True] * 10_000))
+    launcher.steps = [StepInfo(job_id="5", step_id="1", name=f"fsm-agent.{run_id}",
+                               state=JobState.RUNNING)]
+    ticks = iter(range(10_000))
+    real_sleep = time.sleep
+
+    def later(_s: float) -> None:  # the agent takes the run well after the silent limit
+        real_sleep(0.02)
+        if next(ticks) == 30:
+            _agent_record(files, run_id, RunPhase.RUNNING)
+
+    monkeypatch.setattr("slurm_fsm.agent.time.sleep", later)
+    assert hand_over(launcher, files, run_id, "5", ["n1"], b"{}") is None  # type: ignore[arg-type]
+    assert not launcher.handle.stopped
 
 
 def test_no_agent_without_a_launcher(tmp_path: Path) -> None:
