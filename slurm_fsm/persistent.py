@@ -436,8 +436,9 @@ class PersistentRun:
         spec.work_dir.mkdir(parents=True, exist_ok=True)
         log = self.log_path = run_log_path(spec)
         self.events.message(
-            f"Running {spec.script_path} on allocation {alloc.job_id} ({alloc.nodelist}, "
-            f"{left} left), container {spec.container_name or '-'}; log {log}"
+            f"Running {spec.script_path} in {spec.work_dir} on allocation {alloc.job_id} "
+            f"({alloc.nodelist}, {left} left), container {spec.container_name or '-'}; "
+            f"log {log}"
         )
         env = placement.script_env(attrs.evolve(info, nodelist=info.nodelist or alloc.nodelist),
                                    spec.slurm_params, spec.script_path,

@@ -146,3 +146,24 @@ def test_the_fake_results_first_line_has_the_real_form(
         assert real_form.split()[0] == "PASSED" and real_form.startswith("PASSED  ("), first
     else:
         assert "allocation" in real_form.lower(), first
+
+
+def test_the_persistent_running_line_names_the_work_dir(make_spec: SpecFactory) -> None:
+    """Issue 41, item 6 (conformance): procedure step 1 runs ``bash <script>`` in the
+    work dir; the "Running ..." line said where the log went but not where the script
+    ran."""
+    from slurm_fsm.events import Events
+    from slurm_fsm.executor import Executor
+    from slurm_fsm.testing import FakeCluster
+
+    said: list[str] = []
+
+    class Said(Events):
+        def message(self, text: str) -> None:
+            said.append(text)
+
+    spec = make_spec()
+    report = Executor(spec, FakeCluster(), events=Said()).run()
+    assert report.status.name == "PASSED"
+    (line,) = [t for t in said if t.startswith("Running ")]
+    assert f" in {spec.work_dir} on allocation " in line, line
