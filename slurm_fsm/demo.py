@@ -157,24 +157,8 @@ def run_demo(*, fake: bool = False, keep: bool = False, quiet: bool = False) -> 
     _say(f"[demo] running on {label}")
     _say(f"[demo] repo root {root}; state file {StatePaths.for_repo(root).state}")
     spec = _spec(root, partition, account)
-    reports: list[tuple[Report, float, list[str]]] = []
-    code = 0
-    for n in (1, 2):
-        _say(f"\n[demo] run {n} of 2: slurm-fsm run (persistent allocation)")
-        events = StderrEvents(quiet=quiet, stream_output=True, report_follows=True)
-        since = len(getattr(backend, "calls", []))
-        recorder.commands.clear()
-        t0 = time.monotonic()
-        report = Executor(spec, backend, clock=clock, events=events).run()
-        took = time.monotonic() - t0
-        events.close()
-        commands = (_fake_commands(backend, since) if clock is not None
-                    else list(recorder.commands))
-        reports.append((report, took, commands))
-        sys.stdout.write(report.render_text().rstrip("\n") + "\n")
-        _say(f"  path:        {' -> '.join(report.path)}")
-        _say(f"  took:        {took:.3f} s")
-        code = code or report.exit_code_for_cli
+    reports = [_one_run(n, spec, backend, clock, recorder, quiet=quiet) for n in (1, 2)]
+    code = next((r.exit_code_for_cli for r, _, _ in reports if r.exit_code_for_cli), 0)
     if len(reports) == 2 and not _compare(reports, spec, fake=clock is not None):
         code = code or 1
     if keep:
@@ -187,6 +171,26 @@ def run_demo(*, fake: bool = False, keep: bool = False, quiet: bool = False) -> 
         code = code or rel.exit_code_for_cli
     _ending(fake=clock is not None, kept=keep, spec_path=root / "job_spec.json")
     return code
+
+
+def _one_run(n: int, spec: JobSpec, backend: SlurmBackend, clock: Clock | None,
+             recorder: _Recorder, *, quiet: bool) -> tuple[Report, float, list[str]]:
+    """Run ``n`` of the two: its report, its seconds and the Slurm commands (or the fake
+    cluster's calls) it issued, each said as it comes."""
+    _say(f"\n[demo] run {n} of 2: slurm-fsm run (persistent allocation)")
+    events = StderrEvents(quiet=quiet, stream_output=True, report_follows=True)
+    since = len(getattr(backend, "calls", []))
+    recorder.commands.clear()
+    t0 = time.monotonic()
+    report = Executor(spec, backend, clock=clock, events=events).run()
+    took = time.monotonic() - t0
+    events.close()
+    commands = (_fake_commands(backend, since) if clock is not None
+                else list(recorder.commands))
+    sys.stdout.write(report.render_text().rstrip("\n") + "\n")
+    _say(f"  path:        {' -> '.join(report.path)}")
+    _say(f"  took:        {took:.3f} s")
+    return report, took, commands
 
 
 def _compare(reports: list[tuple[Report, float, list[str]]], spec: JobSpec, *,

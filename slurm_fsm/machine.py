@@ -683,62 +683,81 @@ class AllocationMachine:
         self._applied = [effect for effect in edge.effects if self._effect(effect)]
 
     def _effect(self, effect: Effect) -> bool:
-        """Carry out one effect of the chosen edge; False when there was nothing to do
-        (no allocation to cancel, a nodelist already complete, no job to warn about)."""
+        """Carry out one effect of the chosen edge (:data:`_EFFECT_WORK`: one method per
+        effect); False when there was nothing to do (no allocation to cancel, a nodelist
+        already complete, no job to warn about)."""
+        return _EFFECT_WORK[effect](self)
+
+    def _fx_drop_state_file(self) -> bool:
+        self._drop_state_file(self.observation, self.alloc)
+        return True
+
+    def _fx_cancel(self) -> bool:
+        if self.alloc is None:  # nothing the state file names: nothing to cancel
+            return False
+        self._replace(self.alloc.job_id)
+        return True
+
+    def _fx_record_failure(self) -> bool:
         obs = self.observation
+        self.failure = Failure(self.state.value, obs.failure or obs.summary,
+                               state_file_kept=self.store.exists())
+        return True
+
+    def _fx_complete_nodelist(self) -> bool:
+        alloc, info = self.alloc, self.observation.info
+        if alloc is None or not (self._grant_unsaved or (
+                not alloc.nodelist and info is not None and info.nodelist)):
+            return False
+        # written while PENDING by a run that was interrupted (or by an older version
+        # without the grant): complete it
+        if not alloc.nodelist and info is not None:
+            alloc = self.alloc = attrs.evolve(alloc, nodelist=info.nodelist)
+        self._grant_unsaved = False
+        self.store.write(alloc)
+        return True
+
+    def _fx_warn_not_ours(self) -> bool:
+        obs, alloc = self.observation, self.alloc
+        if obs.info is None:  # no job row: nobody's job to describe
+            return False
+        if not same_generation(alloc, obs.info):
+            self._warn(self._reused_id(alloc, obs.info))
+            self._reused.add(obs.info.job_id)  # nor cancelled as an orphan (0D)
+            return True
+        owner = owner_of(obs.info, obs.user, self.spec, state_job_names(alloc, self.spec))
+        self._warn(
+            f"state file names job {obs.info.job_id}, but it is not ours: it is "
+            f"{describe(obs.info, owner)}, and this checkout is {repo_tag(self.spec)} of "
+            f"user {obs.user!r}; it is left alone (never reused, never cancelled) and the "
+            "state file is dropped"
+        )
+        return True
+
+    def _fx_warn_expiring(self) -> bool:
+        info = self.observation.info
+        if info is None:
+            return False
+        self._warn(f"Allocation expiring soon: {info.job_id} has {info.time_left} left.")
+        return True
+
+    def _fx_drop_successor(self) -> bool:
+        return handoff.drop_successor(self)
+
+    def _fx_release_drained(self) -> bool:
         alloc = self.alloc
-        if effect is Effect.DROP_STATE_FILE:
-            self._drop_state_file(obs, alloc)
-        elif effect is Effect.CANCEL:
-            if alloc is None:  # nothing the state file names: nothing to cancel
-                return False
-            self._replace(alloc.job_id)
-        elif effect is Effect.RECORD_FAILURE:
-            self.failure = Failure(self.state.value, obs.failure or obs.summary,
-                                   state_file_kept=self.store.exists())
-        elif effect is Effect.COMPLETE_NODELIST:
-            info = obs.info
-            if alloc is None or not (self._grant_unsaved or (
-                    not alloc.nodelist and info is not None and info.nodelist)):
-                return False
-            # written while PENDING by a run that was interrupted (or by an older version
-            # without the grant): complete it
-            if not alloc.nodelist and info is not None:
-                alloc = self.alloc = attrs.evolve(alloc, nodelist=info.nodelist)
-            self._grant_unsaved = False
-            self.store.write(alloc)
-        elif effect is Effect.WARN_NOT_OURS:
-            if obs.info is None:  # no job row: nobody's job to describe
-                return False
-            if not same_generation(alloc, obs.info):
-                self._warn(self._reused_id(alloc, obs.info))
-                self._reused.add(obs.info.job_id)  # nor cancelled as an orphan (0D)
-                return True
-            owner = owner_of(obs.info, obs.user, self.spec, state_job_names(alloc, self.spec))
-            self._warn(
-                f"state file names job {obs.info.job_id}, but it is not ours: it is "
-                f"{describe(obs.info, owner)}, and this checkout is {repo_tag(self.spec)} of "
-                f"user {obs.user!r}; it is left alone (never reused, never cancelled) and the "
-                "state file is dropped"
-            )
-        elif effect is Effect.WARN_EXPIRING:
-            if obs.info is None:
-                return False
-            self._warn(f"Allocation expiring soon: {obs.info.job_id} has "
-                       f"{obs.info.time_left} left.")
-        elif effect is Effect.DROP_SUCCESSOR:
-            return handoff.drop_successor(self)
-        elif effect is Effect.RELEASE_DRAINED:
-            return handoff.release_drained(
-                self, self.handoff.drained if self.state is State.Switching
-                else alloc.job_id if alloc else None)
-        elif effect is Effect.WARN_TOO_SHORT:
-            if obs.info is None:
-                return False
-            self._warn(f"Allocation {obs.info.job_id} has {obs.info.time_left} left; the job "
-                       f"{obs.expected} and needs {Duration.of_seconds(EXPIRY_MARGIN_S)} "
-                       "more of margin: it is not started on it; the allocation is replaced "
-                       "once no other run's job uses it.")
+        return handoff.release_drained(
+            self, self.handoff.drained if self.state is State.Switching
+            else alloc.job_id if alloc else None)
+
+    def _fx_warn_too_short(self) -> bool:
+        obs = self.observation
+        if obs.info is None:
+            return False
+        self._warn(f"Allocation {obs.info.job_id} has {obs.info.time_left} left; the job "
+                   f"{obs.expected} and needs {Duration.of_seconds(EXPIRY_MARGIN_S)} "
+                   "more of margin: it is not started on it; the allocation is replaced "
+                   "once no other run's job uses it.")
         return True
 
     def _replace(self, job_id: str) -> None:
@@ -1494,3 +1513,18 @@ class AllocationMachine:
         self._taken = None
         self._applied = []
         self._model.fail()  # type: ignore[attr-defined]  # bound by transitions
+
+
+#: The work of each effect an edge names (:meth:`AllocationMachine._effect`): the one
+#: place that says what an effect does; every :class:`Effect` has a row (a test checks).
+_EFFECT_WORK: dict[Effect, Callable[[AllocationMachine], bool]] = {
+    Effect.DROP_STATE_FILE: AllocationMachine._fx_drop_state_file,
+    Effect.CANCEL: AllocationMachine._fx_cancel,
+    Effect.RECORD_FAILURE: AllocationMachine._fx_record_failure,
+    Effect.COMPLETE_NODELIST: AllocationMachine._fx_complete_nodelist,
+    Effect.WARN_NOT_OURS: AllocationMachine._fx_warn_not_ours,
+    Effect.WARN_EXPIRING: AllocationMachine._fx_warn_expiring,
+    Effect.WARN_TOO_SHORT: AllocationMachine._fx_warn_too_short,
+    Effect.DROP_SUCCESSOR: AllocationMachine._fx_drop_successor,
+    Effect.RELEASE_DRAINED: AllocationMachine._fx_release_drained,
+}
