@@ -11,6 +11,7 @@ from pathlib import Path
 
 import hostlist
 import pytest
+from filelock import FileLock
 
 from slurm_fsm_dev import localcluster
 from slurm_fsm_dev.localcluster import ClusterInfo
@@ -188,7 +189,22 @@ def test_another_configuration_restarts_the_cluster_and_down_leaves_no_cgroup_fo
         local_cluster: ClusterInfo, monkeypatch: pytest.MonkeyPatch) -> None:
     """A second cluster of its own (its base folder, its ports): up with ``cgroup``
     (a step makes the nodes' cgroup folders), then up with ``typed`` restarts it rather
-    than reuse it (and removes those folders), then down."""
+    than reuse it (and removes those folders), then down.
+
+    One cgroup cluster per host: ``make test`` runs the 24.11 and 26.05 suites at the
+    same time, each with this test; a lock in the checkout (which both chroots see)
+    keeps the two from overlapping."""
+    CGROUP_LOCK.parent.mkdir(exist_ok=True)
+    with FileLock(str(CGROUP_LOCK), timeout=900):
+        _cgroup_then_typed(local_cluster, monkeypatch)
+
+
+#: Held by a test that brings a cgroup cluster up (the checkout's build folder: every
+#: chroot of make test sees it at the same path)
+CGROUP_LOCK = Path(__file__).resolve().parents[2] / "build" / "cgroup-cluster.lock"
+
+
+def _cgroup_then_typed(local_cluster: ClusterInfo, monkeypatch: pytest.MonkeyPatch) -> None:
     assert localcluster.cgroup_folders() == [], "another cgroup cluster runs on this host"
     monkeypatch.setenv(localcluster.ENV_BASE_DIR, f"{local_cluster.base_dir}-second")
     try:
