@@ -297,16 +297,9 @@ def _scan_groups() -> dict[int, list[int]]:
     for name in entries:
         if not name.isdigit():
             continue
-        try:
-            fd = os.open(f"/proc/{name}/stat", os.O_RDONLY)
-        except OSError:
+        stat = _read_stat(name)
+        if stat is None:
             continue
-        try:
-            stat = os.read(fd, 4096)
-        except OSError:
-            continue
-        finally:
-            os.close(fd)
         # after the command's name: state, ppid, pgrp, ...
         fields = stat.rpartition(b")")[2].split(None, 3)
         if len(fields) > 2 and fields[0] != b"Z" and fields[2].isdigit():
@@ -422,22 +415,29 @@ def _candidates(after: tuple[int, int] | None) -> list[int]:
     return pids if new is None else new
 
 
+def _read_stat(pid: str) -> bytes | None:
+    """``/proc/<pid>/stat`` (one read of at most 4 KiB); None when it is gone."""
+    try:
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, 4096)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def _started_since(since_ticks: int, after: tuple[int, int] | None = None
                    ) -> dict[int, int]:
     """Every live (not zombie) process started at or after ``since_ticks``: pid: start
     ticks, from one ``/proc`` scan (of the pids :func:`_candidates` leaves)."""
     found: dict[int, int] = {}
     for name in map(str, _candidates(after)):
-        try:
-            fd = os.open(f"/proc/{name}/stat", os.O_RDONLY)
-        except OSError:
+        stat = _read_stat(name)
+        if stat is None:
             continue
-        try:
-            stat = os.read(fd, 4096)
-        except OSError:
-            continue
-        finally:
-            os.close(fd)
         fields = stat.rpartition(b")")[2].split()
         if len(fields) > 19 and fields[0] != b"Z" and fields[19].isdigit():
             ticks = int(fields[19])
