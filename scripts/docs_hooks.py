@@ -30,7 +30,13 @@ from mkdocs.structure.files import File, Files  # noqa: E402
 
 from benchmarks import charts  # noqa: E402
 from slurm_fsm.edges import DiagramPart  # noqa: E402
-from slurm_fsm_dev.docgen import DiagramError, diagram_marker, states_svg  # noqa: E402
+from slurm_fsm_dev.docgen import (  # noqa: E402
+    RUN_DIAGRAM_MARKER,
+    DiagramError,
+    diagram_marker,
+    run_svg,
+    states_svg,
+)
 
 RESULTS = REPO / "benchmarks" / "results.json"
 _MERMAID = re.compile(r"^```mermaid\n.*?^```\n", re.S | re.M)
@@ -88,6 +94,10 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
                               f"({', '.join(p.value for p in DiagramPart)})")
         # the diagram and the edge table are wide: give them the table of contents' column
         page.meta.setdefault("hide", []).append("toc")
+    if src == "detach.md":
+        markdown, n = _MERMAID.subn(RUN_DIAGRAM_MARKER + "\n", markdown)
+        if n != 1:
+            raise PluginError(f"detach.md has {n} mermaid blocks, not one (a run's states)")
     if src == "benchmarks.md":
         def chart(m: re.Match[str]) -> str:
             name = m.group(1)
@@ -125,6 +135,15 @@ def on_page_content(html: str, page: Any, config: Any, files: Files) -> str:
                             "<figcaption>Drawn by Graphviz from "
                             "<code>slurm_fsm.machine.EDGES</code> when the site is built; "
                             "hover an arrow for its steps.</figcaption></figure>", 1)
+    if RUN_DIAGRAM_MARKER in html:
+        try:
+            svg = run_svg()
+        except DiagramError as exc:
+            raise PluginError(str(exc)) from exc
+        html = html.replace(RUN_DIAGRAM_MARKER, '<figure class="fsm-diagram fsm-run">'
+                            f"{svg}<figcaption>Drawn by Graphviz from "
+                            "<code>slurm_fsm.runstates.RUN_EDGES</code> when the site is "
+                            "built; dashed: what a reader does.</figcaption></figure>", 1)
     return html
 
 

@@ -136,9 +136,7 @@ def _parser() -> argparse.ArgumentParser:
     from slurm_fsm import cli_runs
 
     cli_runs.add_parsers(sub, EXIT_CODES_HELP)
-    d = sub.add_parser("diagram", help="print the state diagram")
-    d.add_argument("--format", choices=("mermaid", "dot"), default="mermaid",
-                   help="mermaid (default; renders in GitHub and notebooks) or Graphviz dot")
+    _add_diagram(sub)
     demo = sub.add_parser("demo", help="run an example job twice through one persistent "
                                        "allocation on the local Slurm cluster")
     demo.add_argument("--fake", action="store_true", help="use the fake cluster")
@@ -423,12 +421,34 @@ def _emit_stopped(current: _Run, command: str, why: str, code: int) -> None:
     _print_json_error({**report.to_dict(), "cli_exit_code": code, "command": command})
 
 
+def _add_diagram(sub: Any) -> None:
+    d = sub.add_parser("diagram", help="print the state diagram")
+    d.add_argument("--format", choices=("mermaid", "dot"), default="mermaid",
+                   help="mermaid (default; renders in GitHub and notebooks) or Graphviz dot")
+    d.add_argument("--part", choices=("all", "core", "admission", "successor", "run"),
+                   default="all",
+                   help="one drawing: the design card's states (core), an opt-in part "
+                        "(admission, successor), or a run's own states (run: what "
+                        "`slurm-fsm runs` shows, docs/detach.md); default: the whole machine")
+
+
+def _diagram(part: str, fmt: str) -> str:
+    """``slurm-fsm diagram``: the machine (or one drawing of it), or a run's states."""
+    if part == "run":
+        from slurm_fsm.runstates import run_dot, run_mermaid
+
+        return run_mermaid() if fmt == "mermaid" else run_dot()
+    from slurm_fsm.edges import EDGES, DiagramPart, dot_diagram, mermaid_diagram, part_edges
+
+    drawing = None if part == "all" else DiagramPart(part)
+    if fmt == "mermaid":
+        return mermaid_diagram(EDGES, part=drawing)
+    return dot_diagram(EDGES if drawing is None else [e for _, e in part_edges(drawing)])
+
+
 def _dispatch(args: argparse.Namespace, current: _Run) -> int:
     if args.command == "diagram":
-        from slurm_fsm.machine import EDGES, dot_diagram, mermaid_diagram
-
-        text = mermaid_diagram(EDGES) if args.format == "mermaid" else dot_diagram(EDGES)
-        sys.stdout.write(text)
+        sys.stdout.write(_diagram(args.part, args.format))
         return 0
     if args.command == "demo":
         from slurm_fsm.demo import run_demo

@@ -45,6 +45,7 @@ from slurm_fsm.files import read_bounded, write_atomic
 from slurm_fsm.paths import RUN_ID, StatePaths
 from slurm_fsm.report import Report
 from slurm_fsm.runrecord import boot_id
+from slurm_fsm.runstates import RunEvent, RunPhase, next_phase
 from slurm_fsm.scriptguard import live_start_ticks, start_ticks
 
 __all__ = ["HEARTBEAT_S", "HEARTBEAT_STALE_S", "KEEP_RUNS", "MAX_BYTES", "OnStarted",
@@ -76,15 +77,6 @@ class Owner(Enum):
     SUPERVISOR = "supervisor"
     #: a detached run's agent, inside its allocation (:mod:`slurm_fsm.agent`)
     AGENT = "agent"
-
-
-class RunPhase(Enum):
-    """How far a run got, as its owner last wrote."""
-
-    STARTING = "starting"  # step 0, or sbatch
-    RUNNING = "running"  # the job has started: its log is known
-    ENDED = "ended"  # a persistent run's script has ended: its exit code is known
-    DONE = "done"  # judged: the report is saved
 
 
 @attrs.frozen(kw_only=True)
@@ -226,9 +218,10 @@ class RunFiles:
         self.folder.mkdir(parents=True, exist_ok=True)
         write_atomic(self.report_path(saved.run_id), saved.to_json(), mode=0o600)
         record = self.owner(saved.run_id)
-        if record is not None and record.phase is not RunPhase.DONE:
+        done = None if record is None else next_phase(record.phase, RunEvent.JUDGED)
+        if record is not None and done is not None and record.phase is not done:
             with contextlib.suppress(OSError):
-                self.write_owner(attrs.evolve(record, phase=RunPhase.DONE))
+                self.write_owner(attrs.evolve(record, phase=done))
         self._trim()
 
     def _names(self) -> list[str]:
@@ -332,9 +325,10 @@ class OwnedRun:
                 lease: str = "") -> None:
         """The job has started: where its log is, its job or allocation id, the lease
         step that holds it."""
-        if self.record is None:
+        phase = self._next(RunEvent.STARTED)
+        if self.record is None or phase is None:
             return
-        record = attrs.evolve(self.record, phase=RunPhase.RUNNING, log=log,
+        record = attrs.evolve(self.record, phase=phase, log=log,
                               job_id=job_id or "", allocation_id=allocation_id or "",
                               lease=lease)
         with contextlib.suppress(OSError):
@@ -343,12 +337,18 @@ class OwnedRun:
 
     def script_ended(self, exit_code: int | None) -> None:
         """A persistent run's script has ended with ``exit_code``."""
-        if self.record is None:
+        phase = self._next(RunEvent.SCRIPT_ENDED)
+        if self.record is None or phase is None:
             return
-        record = attrs.evolve(self.record, phase=RunPhase.ENDED, exit_code=exit_code)
+        record = attrs.evolve(self.record, phase=phase, exit_code=exit_code)
         with contextlib.suppress(OSError):
             self.files.write_owner(record)
             self.record = record
+
+    def _next(self, event: RunEvent) -> RunPhase | None:
+        """The phase ``event`` moves this run to (:data:`slurm_fsm.runstates.RUN_EDGES`);
+        None when there is no record or no such edge: nothing is written."""
+        return None if self.record is None else next_phase(self.record.phase, event)
 
     def save(self, report: Report, source: str = "live") -> str | None:
         """Save the verdict (nothing for a run that never began: a release); a warning
@@ -364,6 +364,8 @@ class OwnedRun:
         except OSError as exc:
             return (f"could not save this run's report "
                     f"{self.files.report_path(self.run_id)}: {exc}")
+        if (done := self._next(RunEvent.JUDGED)) is not None:
+            self.record = attrs.evolve(self.record, phase=done)  # judged stays judged
         return None
 
 

@@ -32,10 +32,12 @@ from slurm_fsm.jobstate import JobState
 __all__ = [
     "DIAGRAM_MARKER",
     "PUBLIC_MODULES",
+    "RUN_DIAGRAM_MARKER",
     "STEP_CODES",
     "WORK_COMMANDS",
     "DiagramError",
     "diagram_marker",
+    "run_svg",
     "states_dot",
     "states_markdown",
     "states_svg",
@@ -50,6 +52,7 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "slurm_fsm.executor",
     "slurm_fsm.detach",
     "slurm_fsm.runowner",
+    "slurm_fsm.runstates",
     "slurm_fsm.supervise",
     "slurm_fsm.agent",
     "slurm_fsm.fakecli",
@@ -84,6 +87,10 @@ PUBLIC_MODULES: tuple[str, ...] = (
 #: Where ``states.md``'s mermaid block goes on the site: the build hook puts the
 #: Graphviz drawing there.
 DIAGRAM_MARKER = "<!-- slurm_fsm:state-diagram -->"
+
+
+#: Where docs/detach.md's mermaid block (a run's own states) goes on the site.
+RUN_DIAGRAM_MARKER = DIAGRAM_MARKER.replace(" -->", ":run -->")
 
 
 def diagram_marker(part: DiagramPart) -> str:
@@ -522,20 +529,31 @@ def states_svg(dot: str = "dot", *, timeout_s: float = 60.0,
     Raises :class:`DiagramError` when ``dot`` is missing or fails: the site is
     never built without its diagram.
     """
+    name = (part or (part_of_state(current) if current else DiagramPart.CORE)).value
+    return _graphviz_svg(states_dot(current=current, part=part), name, dot, timeout_s)
+
+
+def run_svg(dot: str = "dot", *, timeout_s: float = 60.0) -> str:
+    """A run's own states (:mod:`slurm_fsm.runstates`) as an SVG element, for
+    docs/detach.md; :class:`DiagramError` as :func:`states_svg`."""
+    from slurm_fsm.runstates import run_dot
+
+    return _graphviz_svg(run_dot(), "run", dot, timeout_s)
+
+
+def _graphviz_svg(source: str, name: str, dot: str, timeout_s: float) -> str:
     exe = shutil.which(dot)
     if exe is None:
         raise DiagramError(f"Graphviz's `{dot}` was not found on PATH: install Debian's "
                            "graphviz (`make docs-deps`, or `apt-get install graphviz`)")
     try:
         proc = subprocess.run(  # noqa: S603 - an argument list, never a shell
-            [exe, "-Tsvg"], input=states_dot(current=current, part=part), capture_output=True,
-            text=True,
+            [exe, "-Tsvg"], input=source, capture_output=True, text=True,
             timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired as exc:
         raise DiagramError(f"`{exe} -Tsvg` did not finish in {timeout_s:g} s") from exc
     if proc.returncode != 0 or "<svg" not in proc.stdout:
         raise DiagramError(f"`{exe} -Tsvg` exited {proc.returncode}: {proc.stderr.strip()}")
     svg = _SVG_COMMENT.sub("", _SVG_PREAMBLE.sub("", proc.stdout, count=1))
-    name = (part or (part_of_state(current) if current else DiagramPart.CORE)).value
     return svg.replace("<svg ", f'<svg role="img" aria-label="slurm_fsm state diagram: '
                        f'{name}" ', 1).strip()
