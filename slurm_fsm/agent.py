@@ -19,7 +19,9 @@ stdin), which is the same supervisor program run there. The agent
   script, the monitor, the verdict, saved beside the state file.
 
 The supervisor keeps its own lease until the agent holds the run (its owner record
-names the agent and the job has started, or it saved a report), then ends. A step
+names the agent and the job has started, or it saved a report), then lets go of the
+agent's step (:meth:`~slurm_fsm.backend.AgentHandle.let_go`: its ``srun`` ends, so that
+no signal on the login node, a session's end included, can end the step) and ends. A step
 whose ``srun``'s host dies whole is not ended by Slurm (measured,
 shared/docs/design-detach.md): the agent goes on when the login node is gone.
 
@@ -178,4 +180,5 @@ def hand_over(backend: SlurmBackend, files: RunFiles, run_id: str, allocation_id
     except BaseException:  # stopped (cancel, Ctrl-C) before the agent held the run:
         handle.stop()  # its step ends too; the run is this process's to report
         raise
+    handle.let_go()  # nothing on this host may end the agent's step now
     return None

@@ -516,6 +516,14 @@ class AgentHandle(Protocol):
         """End the agent's step (its ``srun``), and wait for it."""
         ...
 
+    def let_go(self) -> None:
+        """Leave the agent's step to itself, once the agent holds the run: end its
+        ``srun`` (and anything of it on this host) so that nothing here can end the
+        step. A SIGTERM to ``srun`` cancels its step (``srun: forcing job
+        termination``): a login session's end, or a CI runner's stop, would otherwise
+        end the run it was detached to keep."""
+        ...
+
 
 @runtime_checkable
 class AgentLauncher(Protocol):

@@ -26,6 +26,7 @@ import pwd
 import re
 import secrets
 import select
+import signal
 import socket
 import subprocess
 import sys
@@ -438,6 +439,25 @@ class LocalLease:
             return self._stderr.read().decode("utf-8", "replace")
         except (OSError, ValueError):
             return ""
+
+
+class LocalAgent(LocalLease):
+    """A detached run's agent step, as started by :meth:`SubprocessBackend.start_agent`
+    (:class:`slurm_fsm.backend.AgentHandle`): its ``srun`` in a session and process
+    group of its own, not guarded."""
+
+    def let_go(self) -> None:
+        """SIGKILL to ``srun``'s process group: ``srun`` and its helper end at once and
+        the step goes on by itself, as when its host dies whole (measured on 22.05,
+        24.11 and 26.05: the agent outlives its login node). Killed alone, ``srun``'s
+        helper would cancel the step; SIGTERM to ``srun`` cancels it. The agent never
+        writes through ``srun``: it took its own output before it held the run."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._proc.wait(timeout=10)
+        if not self._stderr.closed:
+            self._stderr.close()
 
 
 #: A lease ``srun`` silent this long, with no step of its name listed, is started again.
@@ -920,7 +940,7 @@ class SubprocessBackend:
                                       f"lease step {lease.name} did not start")
 
     def start_agent(self, job_id: str, node: str, name: str, argv: Sequence[str],
-                    task: bytes) -> LocalLease:
+                    task: bytes) -> LocalAgent:
         """A detached run's agent (:func:`slurmcli.srun_agent_argv`), ``task`` on its
         stdin, in a session of its own and not guarded: it outlives this process (see
         :class:`~slurm_fsm.backend.AgentLauncher`). OSError when srun cannot be run."""
@@ -939,7 +959,7 @@ class SubprocessBackend:
                 proc.stdin.write(task)
         except OSError:  # srun ended before it read its task: its stderr says why
             pass
-        return LocalLease(proc, name, err)
+        return LocalAgent(proc, name, err)
 
     def signal_step(self, job_id: str, step_id: str, signal_name: str) -> None:
         """``scancel --signal=NAME ID.STEP``; a gone step is not an error."""

@@ -6,6 +6,9 @@ tests/integration/test_detach_real.py."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -94,6 +97,7 @@ class _Handle:
     lives: list[bool]
     said: str = ""
     stopped: bool = False
+    let_go_: bool = False
 
     def alive(self) -> bool:
         return self.lives.pop(0) if self.lives else False
@@ -103,6 +107,9 @@ class _Handle:
 
     def stop(self) -> None:
         self.stopped = True
+
+    def let_go(self) -> None:
+        self.let_go_ = True
 
 
 class _Launcher:
@@ -143,6 +150,7 @@ def test_hand_over_ends_when_the_agent_holds_the_run(tmp_path: Path) -> None:
                      say=said.append) is None
     [(job, node, name, argv, task)] = launcher.started
     assert (job, node, name, task) == ("5", "n1", f"fsm-agent.{run_id}", b"{task}")
+    assert launcher.handle.let_go_ and not launcher.handle.stopped  # srun let go of it
     assert argv[-4:] == ["--agent", str(files.paths.state), run_id, "5"]
     assert said and "agent on n1" in said[0]
 
@@ -242,3 +250,39 @@ def test_where_the_agent_cannot_take_it_the_run_goes_on_here_and_says_why(
     assert report.status.name == "PASSED", report.summary
     assert any("ended before it took the run over; the supervisor on this login node "
                "runs the job" in w for w in report.warnings), report.warnings
+
+
+def test_letting_go_ends_srun_and_its_helper_at_once() -> None:
+    """``LocalAgent.let_go``: ``srun`` (here a stand-in that, as srun does, has a helper
+    child) and its helper end together, by SIGKILL to their process group: a helper
+    left alone would cancel the step, a SIGTERM to srun would too."""
+    from slurm_fsm.subprocess_backend import LocalAgent
+
+    proc = subprocess.Popen(["sh", "-c", "trap '' TERM; sleep 300 & wait"],
+                            start_new_session=True)
+    with tempfile.TemporaryFile() as err:
+        handle = LocalAgent(proc, "fsm-agent.r0123456789ab", err)
+        until = time.monotonic() + 10
+        while time.monotonic() < until and not _group(proc.pid)[1:]:
+            time.sleep(0.02)
+        assert len(_group(proc.pid)) == 2  # srun and its helper
+        handle.let_go()
+    assert proc.returncode == -9
+    until = time.monotonic() + 10
+    while time.monotonic() < until and _group(proc.pid):
+        time.sleep(0.02)
+    assert _group(proc.pid) == []
+
+
+def _group(pgid: int) -> list[int]:
+    """The live (not zombie) processes of process group ``pgid``."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                stat = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[-1].split()
+            except OSError:
+                continue
+            if int(stat[2]) == pgid and stat[0] != "Z":
+                found.append(int(name))
+    return sorted(found)

@@ -9,12 +9,14 @@ fake has no agent: its supervisor runs the job)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -224,6 +226,66 @@ def test_a_run_outlives_the_login_node_that_started_it(
         if node_a.poll() is None:
             node_a.kill()
             node_a.communicate(timeout=30)
+        (tmp_path / "gate").touch()
+        _release(local_cluster, spec)
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def _descendants(root: int) -> list[int]:
+    from slurm_fsm_dev.loginnodes import children
+
+    tree, found, todo = children(), [], [root]
+    while todo:
+        kids = tree.get(todo.pop(), [])
+        found.extend(kids)
+        todo.extend(kids)
+    return found
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                    reason="emulating a login node needs unshare as root")
+def test_a_run_outlives_the_end_of_its_login_session(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    """Node A detaches a run; once its agent holds it, every process node A has left
+    gets SIGTERM, then SIGKILL (what a CI runner's service stop, or logind's end of a
+    session, does). Before, the agent's ``srun`` was still there on node A: SIGTERM
+    made it cancel its step ("srun: forcing job termination"), the agent with it, and
+    the run ended CANCELLED. Now nothing on node A holds the run: PASSED, live."""
+    spec = _spec(local_cluster, tmp_path, names.new("session"))
+    repo = tmp_path / "repo"
+    node_a = on_node(LOGIN_NODES[0], ["run", str(spec), "--detach", "--json", "--quiet"],
+                     env=_env(local_cluster), linger_s=600)
+    try:
+        doc = until("node A's run, with its agent", lambda: next(
+            (r for r in json.loads(_cli(local_cluster, "runs", "--json", cwd=repo).stdout)
+             if r["state"] == "running" and r["owner"] == "agent"), None), 120)
+        run_id, alloc = str(doc["run_id"]), str(doc["allocation_id"])
+        until("the job's step running", lambda: True if _job_steps(alloc) else None, 60)
+        until("run --detach returned on node A", lambda: True if not any(
+            b"\0--detach\0" in _cmdline(p) for p in _descendants(node_a.pid)) else None, 60)
+        left = _descendants(node_a.pid)[1:]  # all but the node's init (the lingering sh)
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in left:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+            time.sleep(2)
+        (tmp_path / "gate").touch()
+        waited = _cli(local_cluster, "wait", run_id, "--json", cwd=repo, timeout=180)
+        [report] = json.loads(waited.stdout)
+        assert (report["status"], report["report_source"]) == ("PASSED", "live"), report
+        assert waited.returncode == 0, waited.stderr
+        until("no step of the run left", lambda: True if not steps(alloc) else None, 30)
+        assert job_state(alloc) == "RUNNING"  # kept for the next run
+    finally:
+        if node_a.poll() is None:
+            node_a.kill()
+        node_a.communicate(timeout=30)
         (tmp_path / "gate").touch()
         _release(local_cluster, spec)
 
