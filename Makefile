@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 SYS_PYTHON ?= python3
 
-.PHONY: setup cluster cluster-down demo test test-confined test-wide test-chroots test-2411 test-2411-config chroot-2411 chroot-2411-umount test-2605 test-2605-config chroot-2605 chroot-2605-umount lint typecheck unit diagram docs docs-deps bench clean
+.PHONY: setup cluster cluster-down demo test test-host test-confined test-wide test-chroots test-2411 test-2411-config chroot-2411 chroot-2411-umount test-2605 test-2605-config chroot-2605 chroot-2605-umount lint typecheck unit diagram docs docs-deps bench clean
 
 setup: $(VENV)/.installed
 
@@ -33,14 +33,20 @@ typecheck: setup
 unit: setup docs-deps     ## fast tests only (no real cluster)
 	$(VENV)/bin/pytest -m "not slurm" -q
 
-test: lint typecheck docs-deps  ## everything CI runs: lint, types, unit and real-cluster tests, the cgroup-confined ones, those on 12-CPU nodes with DefCpuPerGPU, docs, then the real tests on Slurm 24.11 and 26.05 (and their configuration-dependent ones)
-	$(VENV)/bin/pytest -q
+test: lint typecheck docs-deps chroot-2411 chroot-2605  ## everything CI runs: lint, types, the cgroup-confined real tests, then at once the host's tests (unit and real, Slurm 22.05) and the real tests on Slurm 24.11 and 26.05, then those on 12-CPU nodes with DefCpuPerGPU, the docs, and the configuration-dependent ones on 24.11 and 26.05
 	$(MAKE) --no-print-directory test-confined
+	$(MAKE) --no-print-directory -j3 --output-sync=target test-host test-2411 test-2605
 	$(MAKE) --no-print-directory test-wide
 	$(MAKE) --no-print-directory docs
-	$(MAKE) --no-print-directory test-chroots
 	$(MAKE) --no-print-directory test-2411-config
 	$(MAKE) --no-print-directory test-2605-config
+
+# The host's whole suite: the unit tests and the real ones on the host's cluster (Slurm
+# 22.05). make test runs it beside the 24.11 and 26.05 suites: each real suite mostly
+# waits on its Slurm, and one after the other they came near CI's 90 minutes. The one
+# test that brings up a cgroup cluster takes a lock in this checkout (one per host).
+test-host: setup docs-deps  ## the host's tests: unit and real (Slurm 22.05)
+	$(VENV)/bin/pytest -q
 
 # The real tests on Slurm 24.11 and 26.05 at the same time: two clusters of their own
 # (own roots, folders and ports), each suite mostly waiting on its Slurm; one after the
