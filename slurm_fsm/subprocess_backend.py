@@ -81,6 +81,7 @@ from slurm_fsm.preflight import (
 
 __all__ = [
     "CommandResult",
+    "LocalAgent",
     "LocalLease",
     "LocalScript",
     "Runner",
