@@ -62,12 +62,13 @@ from slurm_fsm.backend import ScriptRequest, SlurmBackend
 from slurm_fsm.clock import SystemClock
 from slurm_fsm.errors import BackendError, JobNotFound
 from slurm_fsm.executor import Events, Executor
-from slurm_fsm.machine import AllocationMachine, State
+from slurm_fsm.machine import AllocationMachine
 from slurm_fsm.monitor import watch_script
 from slurm_fsm.report import Report
 from slurm_fsm.results import Status
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import StateStore
+from slurm_fsm.step0.table import State
 from slurm_fsm.subprocess_backend import (
     CommandResult,
     LocalScript,

@@ -3,30 +3,30 @@
 Theory of operation
 -------------------
 
-:mod:`slurm_fsm.edges` decides; this module acts. Every Slurm operation goes
+:mod:`slurm_fsm.step0.table` decides; this module acts. Every Slurm operation goes
 through the injected :class:`~slurm_fsm.backend.SlurmBackend`; this module runs
 no command line.
 
 * A trigger (``start()``, ``advance()``, ``release()``, ``run()``, ``finish()``)
-  first checks that an edge of :data:`~slurm_fsm.edges.EDGES` leaves the current
+  first checks that an edge of :data:`~slurm_fsm.step0.table.EDGES` leaves the current
   state for it (else :class:`transitions.MachineError`, nothing done), then, for a
   trigger of step 0 (``start``, ``advance``, ``release``: :data:`LOCKED_TRIGGERS`),
   takes the state-file lock, does the current state's work (at most one Slurm
   interaction for Validating) and stores what it saw as one frozen
-  :class:`~slurm_fsm.edges.Observation` in :attr:`AllocationMachine.observation`.
+  :class:`~slurm_fsm.step0.table.Observation` in :attr:`AllocationMachine.observation`.
   ``run`` (the pre-flight) and ``finish`` (the job's end) never take the lock: a
   finished job's report never waits behind another run's step 0 or a release that
   waits for this run's lease. A run that holds a lease never waits for the lock
   (:meth:`AllocationMachine.locked` refuses), so the lease and the lock cannot wait
   on each other.
 * transitions then takes the first edge whose conditions hold on that observation
-  and executes the edge's :class:`~slurm_fsm.edges.Effect` s (drop the state file,
+  and executes the edge's :class:`~slurm_fsm.step0.table.Effect` s (drop the state file,
   scancel, record the failure, ...) before the state changes. The work never
   deletes, cancels or records a failure on its own.
 * ``may_<trigger>()`` and :meth:`AllocationMachine.possible_edges` only read the
   current state and the last observation: they make no Slurm call.
 * An exception raised by the work or an effect is routed into
-  :attr:`~slurm_fsm.edges.State.Failed` with a :class:`Failure` that says which
+  :attr:`~slurm_fsm.step0.table.State.Failed` with a :class:`Failure` that says which
   step failed and whether the state file was kept.
 
 Drive it one trigger at a time (a notebook)::
@@ -75,34 +75,6 @@ from slurm_fsm.capacity import (
 )
 from slurm_fsm.clock import Clock, SystemClock, backoff
 from slurm_fsm.duration import Duration
-from slurm_fsm.edges import (
-    CONDITIONS,
-    EDGES,
-    EXPIRY_MARGIN_S,
-    IN_PROGRESS,
-    PART_STATES,
-    DiagramPart,
-    Edge,
-    Effect,
-    Observation,
-    State,
-    dot_diagram,
-    edges_from,
-    incompatibilities,
-    is_compatible,
-    is_ours,
-    job_expiring,
-    mermaid_diagram,
-    owner_of,
-    part_edges,
-    part_of_edge,
-    part_of_state,
-    remaining_after,
-    repo_tag,
-    same_container,
-    same_generation,
-    state_job_names,
-)
 from slurm_fsm.errors import (
     AllocationFailed,
     AllocationVanished,
@@ -132,47 +104,42 @@ from slurm_fsm.slurmcli import (
 )
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState, StateStore
+from slurm_fsm.step0.table import (
+    CONDITIONS,
+    EDGES,
+    EXPIRY_MARGIN_S,
+    IN_PROGRESS,
+    Edge,
+    Effect,
+    Observation,
+    State,
+    edges_from,
+    mermaid_diagram,
+    owner_of,
+    part_of_state,
+    remaining_after,
+    repo_tag,
+    same_generation,
+    state_job_names,
+)
 from slurm_fsm.successor import SINGLETON
 
 # AllocationMachine, Failure, PossibleEdge and Transition are defined here (SetupFailed
-# lives in errors.py and is re-exported);
-# the table (State, Edge, EDGES, ...) is slurm_fsm.edges', kept importable from here.
+# lives in errors.py and is re-exported); the table (State, Edge, EDGES, ...) is
+# slurm_fsm.step0.table's, imported from there (or from slurm_fsm), not from here.
 __all__ = [
-    "CONDITIONS",
-    "EDGES",
-    "EXPIRY_MARGIN_S",
     "ORPHAN_GRACE_S",
-    "PART_STATES",
     "REUSE_CHECK_TIMEOUT_S",
     "SETUP_COLD",
     "SETUP_REUSED",
     "SETUP_SHARED",
     "AllocationMachine",
-    "DiagramPart",
-    "Edge",
-    "Effect",
     "Failure",
     "MachineError",
-    "Observation",
     "PossibleEdge",
     "PossibleEdges",
     "SetupFailed",
-    "State",
     "Transition",
-    "dot_diagram",
-    "incompatibilities",
-    "is_compatible",
-    "is_ours",
-    "job_expiring",
-    "mermaid_diagram",
-    "owner_of",
-    "part_edges",
-    "part_of_edge",
-    "part_of_state",
-    "remaining_after",
-    "repo_tag",
-    "same_container",
-    "state_job_names",
 ]
 
 TRIGGERS = ("start", "advance", "release", "run", "finish", "fail")
@@ -208,7 +175,7 @@ class Transition:
     source: str
     dest: str
     reason: str
-    #: the row of :data:`~slurm_fsm.edges.EDGES` taken
+    #: the row of :data:`~slurm_fsm.step0.table.EDGES` taken
     edge: Edge | None = None
 
 
@@ -656,7 +623,7 @@ class AllocationMachine:
     # Display ------------------------------------------------------------------------
     @staticmethod
     def mermaid() -> str:
-        """The state diagram, generated from :data:`~slurm_fsm.edges.EDGES`."""
+        """The state diagram, generated from :data:`~slurm_fsm.step0.table.EDGES`."""
         return mermaid_diagram(EDGES)
 
     def diagram(self) -> str:

@@ -28,7 +28,7 @@ from slurm_fsm.joboutput import output_for_spec
 from slurm_fsm.jobstate import JobState
 from slurm_fsm.lease import LeaseGate, lease_name, wait_out_closing
 from slurm_fsm.logs import tail_lines
-from slurm_fsm.machine import AllocationMachine, SetupFailed, State
+from slurm_fsm.machine import AllocationMachine, SetupFailed
 from slurm_fsm.monitor import PollPolicy, Watch, final_outcome, step_end_of, watch_script
 from slurm_fsm.paths import StatePaths
 from slurm_fsm.runfacts import Failure, Mode, Phase, RunFacts, StateSource, StepEnd
@@ -36,6 +36,7 @@ from slurm_fsm.runrecord import RunBook, RunRecord, new_run_id
 from slurm_fsm.runsteps import RunSteps, stop_leftovers
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState, StateStore
+from slurm_fsm.step0.table import State
 from slurm_fsm.warmer import warmer_for
 
 __all__ = ["PersistentRun", "point_latest", "run_book", "run_log_path"]

@@ -34,7 +34,6 @@ from slurm_fsm.backend import (
 )
 from slurm_fsm.clock import Clock
 from slurm_fsm.duration import Duration
-from slurm_fsm.edges import CONDITIONS, EXPIRY_MARGIN_S, IN_PROGRESS, State, job_fits
 from slurm_fsm.errors import JobNotFound, StateFileError
 from slurm_fsm.history import RunHistory
 from slurm_fsm.jobstate import JobState
@@ -52,6 +51,7 @@ from slurm_fsm.preflight import (
 )
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import MAX_STATE_BYTES, StateStore, read_regular_file
+from slurm_fsm.step0.table import CONDITIONS, EXPIRY_MARGIN_S, IN_PROGRESS, State, job_fits
 
 __all__ = ["Plan", "PlanBackend", "PlanCommand", "admission_text", "make_plan"]
 

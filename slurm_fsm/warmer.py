@@ -38,12 +38,12 @@ import attrs
 from slurm_fsm import files
 from slurm_fsm.backend import SlurmBackend
 from slurm_fsm.clock import Clock
-from slurm_fsm.edges import State
 from slurm_fsm.errors import SlurmFsmError
 from slurm_fsm.machine import AllocationMachine
 from slurm_fsm.paths import StatePaths
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import StateStore
+from slurm_fsm.step0.table import State
 from slurm_fsm.successor import Phase, read_successor, write_successor
 
 __all__ = ["SPEC_LIMIT", "main", "spawner", "spec_digest", "warm", "warmer_for"]

@@ -15,7 +15,8 @@ import shutil
 import subprocess
 from collections.abc import Sequence
 
-from slurm_fsm.edges import (
+from slurm_fsm.jobstate import JobState
+from slurm_fsm.step0.table import (
     CONDITIONS,
     EDGES,
     PART_STATES,
@@ -27,7 +28,6 @@ from slurm_fsm.edges import (
     part_edges,
     part_of_state,
 )
-from slurm_fsm.jobstate import JobState
 
 __all__ = [
     "DIAGRAM_MARKER",
@@ -70,6 +70,7 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "slurm_fsm.machine",
     "slurm_fsm.setupkey",
     "slurm_fsm.edges",
+    "slurm_fsm.step0.table",
     "slurm_fsm.history",
     "slurm_fsm.backend",
     "slurm_fsm.subprocess_backend",

@@ -16,13 +16,14 @@ from slurm_fsm.cli import main
 from slurm_fsm.executor import Executor
 from slurm_fsm.history import RunEntry, RunHistory, spec_key
 from slurm_fsm.lease import AllocationInUse, LeaseGate
-from slurm_fsm.machine import AllocationMachine, State
+from slurm_fsm.machine import AllocationMachine
 from slurm_fsm.paths import StatePaths
 from slurm_fsm.plan import make_plan
 from slurm_fsm.results import Status
 from slurm_fsm.runrecord import RunBook
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState
+from slurm_fsm.step0.table import State
 from slurm_fsm.testing import FakeCluster, FakeScript
 from slurm_fsm.testing.fake import CONTROLLER_OPS, FakeClock
 

@@ -19,13 +19,13 @@ from slurm_fsm.capacity import (
     job_needs,
     with_grant,
 )
-from slurm_fsm.edges import incompatibilities
 from slurm_fsm.errors import JobNotFound, SpecError
 from slurm_fsm.executor import Executor
-from slurm_fsm.machine import AllocationMachine, State
+from slurm_fsm.machine import AllocationMachine
 from slurm_fsm.results import Status
 from slurm_fsm.slurmcli import classify, parse_scontrol_granted, salloc_argv, scontrol_granted_argv
 from slurm_fsm.state import AllocState
+from slurm_fsm.step0.table import State, incompatibilities
 from slurm_fsm.testing import FakeCluster
 
 from conftest import SpecFactory

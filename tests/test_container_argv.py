@@ -15,7 +15,8 @@ import pytest
 
 from slurm_fsm import slurmcli
 from slurm_fsm.backend import ContainerOptions, StepRequest
-from slurm_fsm.machine import AllocationMachine, State
+from slurm_fsm.machine import AllocationMachine
+from slurm_fsm.step0.table import State
 from slurm_fsm.subprocess_backend import CommandResult, SubprocessBackend
 from slurm_fsm.testing import FakeCluster
 

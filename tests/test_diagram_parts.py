@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from slurm_fsm.edges import EDGES, PART_STATES, DiagramPart, State, part_edges, part_of_state
 from slurm_fsm.machine import AllocationMachine
+from slurm_fsm.step0.table import EDGES, PART_STATES, DiagramPart, State, part_edges, part_of_state
 from slurm_fsm.testing import FakeCluster, make_spec
 from slurm_fsm_dev.docgen import states_dot, states_markdown, states_svg
 

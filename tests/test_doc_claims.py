@@ -16,16 +16,16 @@ from slurm_fsm.allocation import AllocationStatus
 from slurm_fsm.backend import JobInfo
 from slurm_fsm.capacity import allocation_request_size
 from slurm_fsm.duration import Duration
-from slurm_fsm.edges import Effect
 from slurm_fsm.executor import Executor
 from slurm_fsm.jobstate import JobState
-from slurm_fsm.machine import EDGES, AllocationMachine, State
+from slurm_fsm.machine import AllocationMachine
 from slurm_fsm.placement import script_env
 from slurm_fsm.report import Report
 from slurm_fsm.results import Status, diagnose
 from slurm_fsm.runrecord import RunBook
 from slurm_fsm.slurmcli import salloc_argv, sbatch_argv
 from slurm_fsm.spec import JobSpec
+from slurm_fsm.step0.table import EDGES, Effect, State
 from slurm_fsm.testing import FakeCluster, FakeScript, make_spec
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"

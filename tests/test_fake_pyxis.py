@@ -10,8 +10,9 @@ import pytest
 
 from slurm_fsm.backend import ContainerOptions, StepRequest, StepResult
 from slurm_fsm.executor import Executor
-from slurm_fsm.machine import AllocationMachine, State
+from slurm_fsm.machine import AllocationMachine
 from slurm_fsm.results import Status, diagnose, setup_error_lines
+from slurm_fsm.step0.table import State
 from slurm_fsm.testing import FakeCluster
 
 from conftest import SpecFactory

@@ -10,12 +10,12 @@ import logging
 import pytest
 
 from slurm_fsm import Allocation, Status
-from slurm_fsm.edges import State
 from slurm_fsm.errors import SpecError
 from slurm_fsm.events import PROGRESS_LOGGER
 from slurm_fsm.machine import AllocationMachine
 from slurm_fsm.plan import make_plan
 from slurm_fsm.spec import JobSpec
+from slurm_fsm.step0.table import State
 from slurm_fsm.testing import FakeCluster, FakeScript
 
 from conftest import SpecFactory

@@ -11,9 +11,9 @@ import pytest
 
 from slurm_fsm import Allocation, Status
 from slurm_fsm.cli import main
-from slurm_fsm.edges import State
 from slurm_fsm.events import Events
 from slurm_fsm.machine import AllocationMachine
+from slurm_fsm.step0.table import State
 from slurm_fsm.testing import FakeCluster, FakeScript
 
 from conftest import SpecFactory

@@ -10,13 +10,13 @@ from pathlib import Path
 import attrs
 import pytest
 
-from slurm_fsm.edges import EDGES, Edge, Effect, Observation, State, choose
 from slurm_fsm.lease import LeaseGate
 from slurm_fsm.machine import AllocationMachine
 from slurm_fsm.paths import StatePaths
 from slurm_fsm.runrecord import RunBook
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState, StateStore
+from slurm_fsm.step0.table import EDGES, Edge, Effect, Observation, State, choose
 from slurm_fsm.successor import (
     DEFAULT_LEAD_S,
     SINGLETON,

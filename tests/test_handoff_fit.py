@@ -16,12 +16,12 @@ import os
 
 import pytest
 
-from slurm_fsm.edges import State
 from slurm_fsm.handoff import SWITCHED_MARGIN_S
 from slurm_fsm.machine import AllocationMachine
 from slurm_fsm.paths import StatePaths
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import StateStore
+from slurm_fsm.step0.table import State
 from slurm_fsm.testing import FakeCluster
 
 from conftest import SpecFactory

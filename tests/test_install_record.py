@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 
-from slurm_fsm.machine import AllocationMachine, State
+from slurm_fsm.machine import AllocationMachine
+from slurm_fsm.step0.table import State
 from slurm_fsm.testing import FakeCluster
 
 from conftest import SpecFactory

@@ -15,13 +15,13 @@ import pytest
 from transitions import MachineError
 
 from slurm_fsm.backend import AllocationRequest, StepResult
-from slurm_fsm.edges import Effect
 from slurm_fsm.errors import CommandTimedOut, ControllerUnreachable, NotOurJobError
-from slurm_fsm.machine import EDGES, ORPHAN_GRACE_S, AllocationMachine, State, repo_tag
+from slurm_fsm.machine import ORPHAN_GRACE_S, AllocationMachine
 from slurm_fsm.ownership import Ownership, ownership
 from slurm_fsm.slurmcli import mount_warmup_argv
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState, StateStore
+from slurm_fsm.step0.table import EDGES, Effect, State, repo_tag
 from slurm_fsm.testing import FakeCluster
 from slurm_fsm.testing.fake import CONTROLLER_OPS
 from slurm_fsm_dev.docgen import states_markdown
@@ -721,7 +721,7 @@ def test_diagram_in_docs_is_current() -> None:
     doc = Path(__file__).parent.parent / "docs" / "states.md"
     assert doc.read_text() == states_markdown(), "docs/states.md is stale: run `make diagram`"
     # one drawing per part (issue 41 item 6), together the whole machine
-    from slurm_fsm.edges import DiagramPart, mermaid_diagram
+    from slurm_fsm.step0.table import DiagramPart, mermaid_diagram
 
     assert all(mermaid_diagram(EDGES, part=p).rstrip("\n") in doc.read_text()
                for p in DiagramPart)

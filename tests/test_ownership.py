@@ -21,7 +21,7 @@ import pytest
 
 from slurm_fsm.backend import AllocationRequest, JobInfo, check_job_id, is_job_id
 from slurm_fsm.errors import ControllerUnreachable, NotOurJobError
-from slurm_fsm.machine import ORPHAN_GRACE_S, AllocationMachine, State, repo_tag
+from slurm_fsm.machine import ORPHAN_GRACE_S, AllocationMachine
 from slurm_fsm.ownership import (
     Ownership,
     checkout_tag,
@@ -34,6 +34,7 @@ from slurm_fsm.ownership import (
 )
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState
+from slurm_fsm.step0.table import State, repo_tag
 from slurm_fsm.testing import FakeCluster
 from slurm_fsm.testing.fake import CONTROLLER_OPS
 

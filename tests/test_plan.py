@@ -9,9 +9,10 @@ import pytest
 
 from slurm_fsm import cli
 from slurm_fsm.cli import main
-from slurm_fsm.machine import AllocationMachine, State
+from slurm_fsm.machine import AllocationMachine
 from slurm_fsm.plan import make_plan
 from slurm_fsm.spec import JobSpec
+from slurm_fsm.step0.table import State
 from slurm_fsm.testing import FakeCluster, make_spec
 
 

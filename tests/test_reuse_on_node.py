@@ -15,8 +15,9 @@ import pytest
 
 from slurm_fsm import setupkey, slurmcli
 from slurm_fsm.backend import StepRequest, StepResult
-from slurm_fsm.machine import SETUP_COLD, SETUP_REUSED, AllocationMachine, State
+from slurm_fsm.machine import SETUP_COLD, SETUP_REUSED, AllocationMachine
 from slurm_fsm.spec import JobSpec
+from slurm_fsm.step0.table import State
 from slurm_fsm.testing import FakeCluster
 
 from conftest import SpecFactory

@@ -97,7 +97,7 @@ def test_a_held_allocation_keeps_its_state_file(make_spec: SpecFactory, held: st
     state file kept; never dropped while a new one is allocated beside it."""
     from test_machine import machine, ready_allocation, slurm_ops
 
-    from slurm_fsm.machine import State
+    from slurm_fsm.step0.table import State
     from slurm_fsm.testing import FakeCluster
     fake = FakeCluster()
     spec = make_spec()
@@ -117,7 +117,7 @@ def test_a_stopped_allocation_is_replaced_not_left_behind(make_spec: SpecFactory
     new one is allocated (the old one is never left running beside it)."""
     from test_machine import machine, ready_allocation
 
-    from slurm_fsm.machine import State
+    from slurm_fsm.step0.table import State
     from slurm_fsm.testing import FakeCluster
     fake = FakeCluster()
     spec = make_spec()

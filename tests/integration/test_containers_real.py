@@ -21,9 +21,10 @@ import pytest
 
 from slurm_fsm import slurmcli
 from slurm_fsm.executor import Executor
-from slurm_fsm.machine import AllocationMachine, State
+from slurm_fsm.machine import AllocationMachine
 from slurm_fsm.results import Status
 from slurm_fsm.spec import JobSpec
+from slurm_fsm.step0.table import State
 from slurm_fsm.subprocess_backend import SubprocessBackend
 from slurm_fsm_dev.localcluster import ClusterInfo, ContainerInfo
 

@@ -18,10 +18,11 @@ import pytest
 
 from slurm_fsm.backend import is_job_id
 from slurm_fsm.errors import NotOurJobError
-from slurm_fsm.machine import AllocationMachine, State, repo_tag
+from slurm_fsm.machine import AllocationMachine
 from slurm_fsm.ownership import split_comment
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState
+from slurm_fsm.step0.table import State, repo_tag
 from slurm_fsm.subprocess_backend import SubprocessBackend
 from slurm_fsm_dev.localcluster import ClusterInfo
 

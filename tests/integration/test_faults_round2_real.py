@@ -19,8 +19,9 @@ import attrs
 import pytest
 
 from slurm_fsm.errors import AllocationFailed, StateFileError
-from slurm_fsm.machine import AllocationMachine, State
+from slurm_fsm.machine import AllocationMachine
 from slurm_fsm.spec import JobSpec
+from slurm_fsm.step0.table import State
 from slurm_fsm.subprocess_backend import SubprocessBackend
 from slurm_fsm_dev.localcluster import ClusterInfo, ContainerInfo
 

@@ -26,8 +26,9 @@ import pytest
 from slurm_fsm import slurmcli
 from slurm_fsm.backend import AllocationRequest, ContainerOptions, StepRequest, StepResult
 from slurm_fsm.duration import Duration
-from slurm_fsm.machine import AllocationMachine, State
+from slurm_fsm.machine import AllocationMachine
 from slurm_fsm.ownership import checkout_tag, split_comment
+from slurm_fsm.step0.table import State
 from slurm_fsm.subprocess_backend import SubprocessBackend
 from slurm_fsm_dev.localcluster import ClusterInfo, ContainerInfo
 

@@ -20,11 +20,12 @@ import pytest
 from slurm_fsm.backend import AllocationRequest, SlurmBackend
 from slurm_fsm.duration import Duration
 from slurm_fsm.lease import LeaseGate
-from slurm_fsm.machine import AllocationMachine, SetupFailed, State
+from slurm_fsm.machine import AllocationMachine, SetupFailed
 from slurm_fsm.paths import StatePaths
 from slurm_fsm.results import setup_error_lines
 from slurm_fsm.runrecord import RunBook
 from slurm_fsm.spec import JobSpec
+from slurm_fsm.step0.table import State
 from slurm_fsm.subprocess_backend import SubprocessBackend
 from slurm_fsm.testing import FakeCluster
 from slurm_fsm_dev.localcluster import DEF_CPU_PER_GPU, GPUS_PER_NODE, ClusterInfo

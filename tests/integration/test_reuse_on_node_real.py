@@ -16,8 +16,9 @@ import attrs
 import pytest
 
 from slurm_fsm import slurmcli
-from slurm_fsm.machine import SETUP_COLD, SETUP_REUSED, AllocationMachine, State
+from slurm_fsm.machine import SETUP_COLD, SETUP_REUSED, AllocationMachine
 from slurm_fsm.spec import JobSpec
+from slurm_fsm.step0.table import State
 from slurm_fsm_dev.localcluster import ClusterInfo, ContainerInfo
 
 from .containers import ContainerNames, in_container

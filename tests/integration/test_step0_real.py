@@ -27,9 +27,10 @@ import pytest
 
 from slurm_fsm.backend import StepRequest
 from slurm_fsm.errors import NotOurJobError
-from slurm_fsm.machine import AllocationMachine, State
+from slurm_fsm.machine import AllocationMachine
 from slurm_fsm.preflight import ClusterPartition
 from slurm_fsm.state import KEYS, AllocState
+from slurm_fsm.step0.table import State
 from slurm_fsm.subprocess_backend import SubprocessBackend
 from slurm_fsm_dev import localcluster
 from slurm_fsm_dev.localcluster import ClusterInfo
