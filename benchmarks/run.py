@@ -1003,7 +1003,7 @@ def fig_fake(b: Bench, runs: int = FAKE_RUNS) -> Figure:
                 spec.state_path.unlink(missing_ok=True)
                 t = time.perf_counter()
                 m = AllocationMachine(spec, fake, clock=fake.clock)
-                state = m.prepare()
+                state = m.prepare().state
                 spent += time.perf_counter() - t
                 if state is not State.Ready or "Allocating" not in m.path:
                     raise BenchError(f"fake allocating run ended {state}: {m.path}")
@@ -1012,7 +1012,7 @@ def fig_fake(b: Bench, runs: int = FAKE_RUNS) -> Figure:
             for _ in range(runs):
                 t = time.perf_counter()
                 m = AllocationMachine(spec, fake, clock=fake.clock)
-                state = m.prepare()
+                state = m.prepare().state
                 spent += time.perf_counter() - t
                 if state is not State.Ready or "Allocating" in m.path:
                     raise BenchError(f"fake warm run ended {state}: {m.path}")

@@ -74,6 +74,7 @@ if _typing.TYPE_CHECKING:  # pragma: no cover - what the lazy table below resolv
     from slurm_fsm.report import Report, Status
     from slurm_fsm.spec import JobSpec, Mount, PartitionInfo, SlurmEnv, SlurmParams, WorkflowType
     from slurm_fsm.state import AllocState, StateStore
+    from slurm_fsm.step0.outcome import Step0Outcome
     from slurm_fsm.step0.table import EDGES, Edge, Observation, State
     from slurm_fsm.subprocess_backend import SubprocessBackend
     from slurm_fsm.testing import FakeClock, FakeCluster, FakeScript
@@ -111,6 +112,7 @@ _EXPORTS: dict[str, str] = {
     "AllocState": "slurm_fsm.state",
     "StateStore": "slurm_fsm.state",
     "AllocationMachine": "slurm_fsm.machine",
+    "Step0Outcome": "slurm_fsm.step0.outcome",
     "State": "slurm_fsm.step0.table",
     "Edge": "slurm_fsm.step0.table",
     "EDGES": "slurm_fsm.step0.table",
@@ -238,6 +240,7 @@ __all__ = [
     "StateStore",
     "Status",
     "StderrEvents",
+    "Step0Outcome",
     "StepInfo",
     "StepRequest",
     "StepResult",

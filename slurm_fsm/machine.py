@@ -104,6 +104,7 @@ from slurm_fsm.slurmcli import (
 )
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState, StateStore
+from slurm_fsm.step0.outcome import Failure, Step0Outcome, SuccessorWait, Transition
 from slurm_fsm.step0.table import (
     CONDITIONS,
     EDGES,
@@ -124,9 +125,10 @@ from slurm_fsm.step0.table import (
 )
 from slurm_fsm.successor import SINGLETON
 
-# AllocationMachine, Failure, PossibleEdge and Transition are defined here (SetupFailed
-# lives in errors.py and is re-exported); the table (State, Edge, EDGES, ...) is
-# slurm_fsm.step0.table's, imported from there (or from slurm_fsm), not from here.
+# AllocationMachine and PossibleEdge are defined here (SetupFailed lives in errors.py,
+# Failure, Step0Outcome and Transition in step0/outcome.py: named here too); the table
+# (State, Edge, EDGES, ...) is slurm_fsm.step0.table's, imported from there (or from
+# slurm_fsm), not from here.
 __all__ = [
     "ORPHAN_GRACE_S",
     "REUSE_CHECK_TIMEOUT_S",
@@ -139,6 +141,7 @@ __all__ = [
     "PossibleEdge",
     "PossibleEdges",
     "SetupFailed",
+    "Step0Outcome",
     "Transition",
 ]
 
@@ -161,32 +164,6 @@ SETUP_SHARED = "shared with a live allocation"
 #: The step that reads the nodes' setup keys gives up after this long (a fresh import
 #: follows).
 REUSE_CHECK_TIMEOUT_S = 300.0
-
-
-@attrs.frozen(kw_only=True)
-class Transition:
-    """One entry of the machine's history."""
-
-    #: the injected clock's reading (a FakeClock's in tests)
-    clock: float
-    #: wall time, ISO 8601 UTC
-    at: str
-    trigger: str
-    source: str
-    dest: str
-    reason: str
-    #: the row of :data:`~slurm_fsm.step0.table.EDGES` taken
-    edge: Edge | None = None
-
-
-@attrs.frozen
-class Failure:
-    """Why the machine is in Failed."""
-
-    step: str  # the state whose work failed, e.g. "Allocating"
-    message: str
-    error: BaseException | None = attrs.field(default=None, eq=False, repr=False)
-    state_file_kept: bool = True
 
 
 @attrs.frozen(kw_only=True)
@@ -568,18 +545,48 @@ class AllocationMachine:
         return (f"container {self.spec.container_name!r}: {self.container_setup} on "
                 f"{self.alloc.nodelist} ({took})")
 
-    def prepare(self) -> State:
-        """Run step 0 to its end (Ready, Released or Failed) under the state-file lock."""
+    def prepare(self, *, within: frozenset[State] = IN_PROGRESS,
+                until: Callable[[Step0Outcome], bool] | None = None) -> Step0Outcome:
+        """Run step 0 to its end (Ready, Released or Failed) under the state-file lock:
+        :meth:`start`, then :meth:`advance` while the state is one of ``within`` (every
+        in-progress state; the warmer passes its own few), stopping early when
+        ``until`` (asked with :meth:`outcome` after each trigger) says so
+        (``slurm-fsm plan`` stops at a PENDING allocation, the warmer when the
+        successor is gone). What it ended with: :meth:`outcome`."""
         with self.locked():
             if self.spec.release_allocation:
                 self.release()
-                return self.state
-            while self.state in IN_PROGRESS or self.state is State.NoState:
+                return self.outcome()
+            while self.state in within or self.state is State.NoState:
                 if self.state is State.NoState:
                     self.start()
                 else:
                     self.advance()
-            return self.state
+                if until is not None and until(self.outcome()):
+                    break
+            return self.outcome()
+
+    def outcome(self) -> Step0Outcome:
+        """What the machine knows now, as one frozen value (no Slurm call): what
+        :meth:`prepare` returns, and what a caller reads after :meth:`run` or
+        :meth:`finish`, instead of the machine's fields."""
+        waited = self.handoff.waited_s
+        return Step0Outcome(
+            state=self.state, alloc=self.alloc, failure=self.failure,
+            path=tuple(self.path), history=tuple(self.history), notes=tuple(self.notes),
+            warnings=tuple(self.warnings), observation=self.observation,
+            released_job_id=self.released_job_id, salloc_requested=self.salloc_requested,
+            salloc_log=self.salloc_log, container_setup=self.container_setup,
+            setup_note=self.setup_note(), setup_seconds=tuple(self.setup_seconds().items()),
+            successor_wait=None if waited is None else SuccessorWait(
+                seconds=waited, job_id=self.handoff.waited_for),
+        )
+
+    def note(self, text: str) -> None:
+        """Add one line to the notes (the caller's own: how long the job waited for
+        its successor or its GPUs, how step 0's container was set up), in the order
+        it happens among the machine's."""
+        self.notes.append(text)
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:

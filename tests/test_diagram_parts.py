@@ -82,7 +82,7 @@ def test_a_drawing_of_the_current_state_is_its_part(state: State, part: DiagramP
 def test_a_machine_shows_the_part_it_is_in(tmp_path: object) -> None:
     fake = FakeCluster()
     m = AllocationMachine(make_spec(str(tmp_path)), fake, clock=fake.clock)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     shown = m._repr_markdown_()
     assert "Switching" not in shown and "AwaitingSuccessor" not in shown
     assert "TooShort" not in shown and "class Ready current" in shown

@@ -204,7 +204,7 @@ def _reused(spec_root: SpecFactory, fake: FakeCluster, *, tagged: bool
 
     spec = spec_root()
     m = AllocationMachine(spec, fake, clock=fake.clock)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     first = StateStore(spec.state_path).read()
     assert first is not None and first.submit_time  # recorded with the allocation
     fake.clock.advance(3600 * 24)
@@ -226,7 +226,7 @@ def test_a_reused_job_id_is_never_released(make_spec: SpecFactory, tagged: bool)
     fake = FakeCluster()
     spec, job_id, _ = _reused(make_spec, fake, tagged=tagged)
     m = AllocationMachine(attrs.evolve(spec, release_allocation=True), fake, clock=fake.clock)
-    assert m.prepare() is State.Released
+    assert m.prepare().state is State.Released
     assert "cancel" not in fake.ops()
     assert fake.jobs[job_id].state == "RUNNING"
     assert not spec.state_path.exists()
@@ -244,7 +244,7 @@ def test_a_reused_job_id_is_never_reused_nor_cancelled_as_an_orphan(
     fake = FakeCluster()
     spec, job_id, _ = _reused(make_spec, fake, tagged=tagged)
     m = AllocationMachine(spec, fake, clock=fake.clock)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path[:3] == ["NoState", "Validating", "NoState"]
     assert "cancel" not in fake.ops()
     assert fake.jobs[job_id].state == "RUNNING"
@@ -261,13 +261,13 @@ def test_a_state_file_without_a_submit_time_is_judged_as_before(
 
     fake = FakeCluster()
     spec = make_spec()
-    assert AllocationMachine(spec, fake, clock=fake.clock).prepare() is State.Ready
+    assert AllocationMachine(spec, fake, clock=fake.clock).prepare().state is State.Ready
     data = json.loads(spec.state_path.read_text())
     assert "submit_time" in data
     del data["submit_time"]
     spec.state_path.write_text(json.dumps(data))
     m = AllocationMachine(spec, fake, clock=fake.clock)
-    assert m.prepare() is State.Ready and m.path == ["NoState", "Validating", "Ready"]
+    assert m.prepare().state is State.Ready and m.path == ["NoState", "Validating", "Ready"]
 
 
 def test_the_next_run_stops_a_dead_runs_lease_step_slurm_kept(tmp_path: Path) -> None:

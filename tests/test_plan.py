@@ -20,7 +20,7 @@ def pending_allocation(spec: JobSpec, fake: FakeCluster) -> str:
     """A Ready allocation of ``spec`` whose job Slurm now shows PENDING (requeued, or a
     run interrupted while it waited)."""
     m = AllocationMachine(spec, fake, clock=fake.clock)
-    assert m.prepare() is State.Ready and m.alloc is not None
+    assert m.prepare().state is State.Ready and m.alloc is not None
     job = fake.jobs[m.alloc.job_id]
     job.state, job.pending_until = "PENDING", fake.clock.now() + 10_000
     fake.reset_calls()

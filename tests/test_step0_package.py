@@ -9,10 +9,18 @@ from __future__ import annotations
 
 import ast
 import inspect
+from pathlib import Path
+
+import attrs
+import pytest
 
 import slurm_fsm.edges as public_edges
 import slurm_fsm.machine as machine
 import slurm_fsm.step0.table as table
+from slurm_fsm.machine import AllocationMachine
+from slurm_fsm.step0.outcome import Step0Outcome
+from slurm_fsm.step0.table import State
+from slurm_fsm.testing import FakeCluster, make_spec
 
 
 def test_the_table_lives_in_the_step0_package() -> None:
@@ -34,3 +42,87 @@ def test_slurm_fsm_edges_is_only_a_re_export_of_the_table() -> None:
 
 def test_the_machine_does_not_re_export_the_table() -> None:
     assert set(machine.__all__) & set(table.__all__) == set()
+
+
+# ---------------------------------------------------------------- the outcome
+#: what a caller may use of the machine it steps: the driver's triggers and its
+#: outcome, the configuration it was given; never what step 0 found (its fields)
+DRIVER_API = frozenset({
+    "prepare", "outcome", "note", "run", "finish", "start_gpu_check", "locked",
+    "info_now", "estimate", "spec", "pending_wait_s",
+})
+#: the modules that step a machine of their own
+STEPPERS = ("persistent.py", "warmer.py", "plan.py", "allocation.py")
+
+
+def _machine_reads(source: str) -> list[str]:
+    """``x.attr`` where ``x`` is a machine: ``m``, ``self.machine`` (``_step0(m)``,
+    ``admission_text(m)``...), or a name bound by ``AllocationMachine(...)``."""
+    tree = ast.parse(source)
+    names = {"m"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) \
+                and getattr(node.value.func, "id", "") == "AllocationMachine":
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    out = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute):
+            continue
+        target = node.value
+        is_machine = (isinstance(target, ast.Name) and target.id in names) or (
+            isinstance(target, ast.Attribute) and target.attr == "machine")
+        if is_machine and node.attr not in DRIVER_API:
+            out.append(f"{node.lineno}: .{node.attr}")
+    return out
+
+
+def test_the_steppers_read_the_outcome_not_the_machines_fields() -> None:
+    """Issue 40 item 1: the persistent path read or wrote the machine's attributes 39
+    times; it, the warmer and the plan now read :class:`Step0Outcome`."""
+    root = Path(machine.__file__).parent
+    found = {name: _machine_reads((root / name).read_text()) for name in STEPPERS}
+    assert found == {name: [] for name in STEPPERS}
+
+
+def test_the_guard_sees_a_field_read() -> None:
+    assert _machine_reads("m.alloc.job_id\nself.machine.notes.append(x)\n") == [
+        "1: .alloc", "2: .notes"]
+    assert _machine_reads("w = AllocationMachine(s, b)\nw.failure\nw.prepare()\n") == [
+        "2: .failure"]
+
+
+def test_prepare_returns_a_frozen_outcome_a_snapshot(tmp_path: Path) -> None:
+    fake = FakeCluster()
+    spec = make_spec(tmp_path)
+    m = AllocationMachine(spec, fake, clock=fake.clock)
+    done = m.prepare()
+    assert isinstance(done, Step0Outcome)
+    assert done.state is State.Ready and done.ready and done.alloc == m.alloc
+    assert done.path == tuple(m.path) and done.path[-1] == "Ready"
+    assert done.notes == tuple(m.notes) and done.warnings == tuple(m.warnings)
+    assert done.failure is None and done.salloc_requested
+    assert done.summary == m.history[-1].reason
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        done.state = State.Failed  # type: ignore[misc]
+    m.note("after step 0")
+    assert m.run()
+    assert done.state is State.Ready and "after step 0" not in done.notes
+    now = m.outcome()
+    assert now.state is State.Running and now.notes[-1] == "after step 0"
+
+
+def test_prepare_until_stops_early_and_within_limits_the_states(tmp_path: Path) -> None:
+    fake = FakeCluster()
+    spec = make_spec(tmp_path)
+    seen: list[str] = []
+
+    def stop(o: Step0Outcome) -> bool:
+        seen.append(o.state.value)
+        return o.state is State.Allocating
+
+    done = AllocationMachine(spec, fake, clock=fake.clock).prepare(until=stop)
+    assert done.state is State.Allocating and seen == ["Allocating"]
+    assert fake.ops().count("allocate") == 0
+    only = AllocationMachine(spec, fake, clock=fake.clock).prepare(
+        within=frozenset({State.Validating}))
+    assert only.state is State.Allocating  # not an in-progress state of ``within``

@@ -6,3 +6,5 @@
 :class:`slurm_fsm.machine.AllocationMachine` drives the table and does each state's
 work. Nothing is imported here: ``import slurm_fsm.step0.table`` loads the table only.
 """
+
+__all__: list[str] = []

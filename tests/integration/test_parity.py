@@ -238,7 +238,7 @@ def _outcome(world: World, spec: JobSpec, first: str, m: AllocationMachine) -> O
 
 def _first(world: World, spec: JobSpec) -> str:
     m = world.machine(spec)
-    assert m.prepare() is State.Ready, (m.path, m.failure)
+    assert m.prepare().state is State.Ready, (m.path, m.failure)
     assert m.alloc is not None
     return m.alloc.job_id
 
@@ -387,7 +387,7 @@ def _installed_after_release(world: World, change: bool) -> Outcome:
                       slurm_params={"nodes": len(world.cluster.nodes)})  # type: ignore[attr-defined]
     first = _first(world, spec)
     released = world.machine(attrs.evolve(spec, release_allocation=True))
-    assert released.prepare() is State.Released, released.path
+    assert released.prepare().state is State.Released, released.path
     world.wait_gone(first)
     if change:
         (repo / "requirements-dev.txt").write_text("./devtool\n# changed\n")
@@ -462,7 +462,7 @@ def _hand_off(world: World, *, drain: bool) -> Outcome:
     blocker = _hold_name(world, twin)
     world.leave_minutes(6)
     queue = world.machine(spec)
-    assert queue.prepare() is State.Ready, (queue.path, queue.failure)
+    assert queue.prepare().state is State.Ready, (queue.path, queue.failure)
     assert queue.alloc is not None and queue.alloc.job_id == first
     (succ,) = [j for j in world.live(twin) if j != blocker]
     world.cancel_behind_our_back(blocker)
@@ -599,7 +599,7 @@ def test_fake_and_real_slurm_size_the_allocation_s_cpus_alike(
                      {"slurm_params": {"ntasks_per_node": 2}}):
             spec = world.spec(**over)
             m = world.machine(spec)
-            assert m.prepare() is State.Ready, m.path
+            assert m.prepare().state is State.Ready, m.path
             assert m.alloc is not None
             got.append(m.alloc.cpus_per_node)
             m.release()

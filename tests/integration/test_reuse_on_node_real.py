@@ -39,7 +39,7 @@ def _run(spec: JobSpec) -> tuple[AllocationMachine, RecordingBackend]:
     """Step 0 of one run in a new allocation (the state file's was released)."""
     backend = RecordingBackend()
     m = AllocationMachine(spec, backend)
-    assert m.prepare() is State.Ready, (m.path, m.failure)
+    assert m.prepare().state is State.Ready, (m.path, m.failure)
     assert m.alloc is not None
     assert sorted(backend.expand_nodelist(m.alloc.nodelist)) == ["n1", "n2", "n3"]
     return m, backend
@@ -49,7 +49,7 @@ def _release(spec: JobSpec, m: AllocationMachine) -> None:
     assert m.alloc is not None
     released = AllocationMachine(attrs.evolve(spec, release_allocation=True),
                                  RecordingBackend())
-    assert released.prepare() is State.Released, released.path
+    assert released.prepare().state is State.Released, released.path
     wait_gone(m.alloc.job_id)
 
 
