@@ -115,20 +115,30 @@ SWITCH_LOCK_S = 120.0
 class Machine(Protocol):
     """What the hand-off work uses of :class:`slurm_fsm.machine.AllocationMachine`."""
 
-    spec: JobSpec
-    backend: SlurmBackend
-    store: StateStore
-    clock: Clock
     alloc: AllocState | None
-    leases: LeaseGate | None
-    run_history: RunHistory
     notes: list[str]
     observation: Observation
-    salloc_log: Path
-    pending_wait_s: float
-    warmer: Warmer | None
     handoff: HandoffState
 
+    # the machine's context (slurm_fsm.step0.context), read only
+    @property
+    def spec(self) -> JobSpec: ...
+    @property
+    def backend(self) -> SlurmBackend: ...
+    @property
+    def store(self) -> StateStore: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def leases(self) -> LeaseGate | None: ...
+    @property
+    def run_history(self) -> RunHistory: ...
+    @property
+    def salloc_log(self) -> Path: ...
+    @property
+    def pending_wait_s(self) -> float: ...
+    @property
+    def warmer(self) -> Warmer | None: ...
     @property
     def state(self) -> State: ...
     @property

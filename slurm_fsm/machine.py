@@ -104,6 +104,7 @@ from slurm_fsm.slurmcli import (
 )
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState, StateStore
+from slurm_fsm.step0.context import ORPHAN_GRACE_S, MachinePolicy, Step0Context
 from slurm_fsm.step0.outcome import Failure, Step0Outcome, SuccessorWait, Transition
 from slurm_fsm.step0.table import (
     CONDITIONS,
@@ -138,6 +139,7 @@ __all__ = [
     "AllocationMachine",
     "Failure",
     "MachineError",
+    "MachinePolicy",
     "PossibleEdge",
     "PossibleEdges",
     "SetupFailed",
@@ -149,11 +151,6 @@ TRIGGERS = ("start", "advance", "release", "run", "finish", "fail")
 #: The triggers of step 0: they take the state file's lock. ``run`` and ``finish``
 #: never do (the lock covers step 0 only).
 LOCKED_TRIGGERS = frozenset({"start", "advance", "release"})
-#: Step 0D leaves alone a job of the spec's name and of a request's nonce that no state
-#: file names while it is pending or has run less than this: it may be another run's,
-#: whose state file is not written yet (that run's salloc has just answered); step 0E
-#: adopts it. Older, it is an orphan (cancelled).
-ORPHAN_GRACE_S = 60.0
 #: How step 0 came by its container (:attr:`AllocationMachine.container_setup`, the
 #: report's ``container`` note): imported and installed; the one the node kept, set up
 #: from the same image and inputs (issue 42 item 1); a live allocation's on the same
@@ -246,6 +243,19 @@ def _now_iso() -> str:
 _GpuAhead = tuple[str, Future[list[GpuProcess]]]
 
 
+def _policy_option(name: str) -> Any:
+    """A tuning option of :class:`MachinePolicy` as the machine's attribute: read from
+    its context's policy; set, a new policy with that option."""
+
+    def get(self: AllocationMachine) -> Any:
+        return getattr(self.ctx.policy, name)
+
+    def put(self: AllocationMachine, value: Any) -> None:
+        self.ctx.policy = attrs.evolve(self.ctx.policy, **{name: value})
+
+    return property(get, put, doc=f"``MachinePolicy.{name}`` of the machine's context.")
+
+
 class AllocationMachine:
     """One persistent allocation for one spec, stepped by triggers.
 
@@ -292,24 +302,22 @@ class AllocationMachine:
         warmer: handoff.Warmer | None = None,
         orphan_grace_s: float = ORPHAN_GRACE_S,
     ) -> None:
-        self.spec = spec
-        self.orphan_grace_s = orphan_grace_s  # 0D: younger, another run's (0E adopts it)
-        self.warmer = warmer  # warm successor: sets a queued successor up
+        store = store or StateStore(spec.state_path)
+        #: what the work is handed: spec, backend, store, clock, leases, history,
+        #: warmer, salloc's log and the tuning options (:class:`MachinePolicy`)
+        self.ctx = Step0Context(
+            spec=spec, backend=backend, clock=clock or SystemClock(), store=store,
+            say=log or _LOG.info, leases=leases, warmer=warmer,
+            run_history=run_history or RunHistory(StatePaths(store.path).history),
+            salloc_log=salloc_log or spec.salloc_log,
+            policy=MachinePolicy(
+                unreachable_retries=unreachable_retries, pending_wait_s=pending_wait_s,
+                alloc_wait_s=alloc_wait_s, pending_report_s=pending_report_s,
+                setup_timeout_s=setup_timeout_s, orphan_grace_s=orphan_grace_s),
+        )
+        self._log = self.ctx.say  # else the slurm_fsm.machine logger
         self.handoff = handoff.HandoffState()
-        #: other runs' running jobs: waited for (or refused on) before a cancel, a
-        #: re-import or an install would change what they use (None: not checked)
-        self.leases = leases
-        self.salloc_log = salloc_log or spec.salloc_log
-        self.backend = backend
-        self.clock: Clock = clock or SystemClock()
-        self.store = store or StateStore(spec.state_path)
-        #: past runs' durations, for admission by time left (beside the state file)
-        self.run_history = run_history or RunHistory(StatePaths(self.store.path).history)
         self._estimate: Estimate | None = None
-        self._log = log or _LOG.info  # else the slurm_fsm.machine logger
-        self.unreachable_retries = unreachable_retries
-        self.pending_wait_s, self.alloc_wait_s = pending_wait_s, alloc_wait_s
-        self.pending_report_s, self.setup_timeout_s = pending_report_s, setup_timeout_s
         self._user = user
         self.alloc: AllocState | None = None
         #: what the work of the last trigger saw; the conditions read only this and the spec
@@ -352,6 +360,55 @@ class AllocationMachine:
                 conditions=[partial(self._holds, e)], before=[partial(self._take, e)],
             )
         return machine
+
+    # The context, as the machine's attributes (public API: read, and the tuning
+    # options set, as before) --------------------------------------------------------
+    @property
+    def spec(self) -> JobSpec:
+        """The job spec."""
+        return self.ctx.spec
+
+    @property
+    def backend(self) -> SlurmBackend:
+        """The Slurm backend."""
+        return self.ctx.backend
+
+    @property
+    def clock(self) -> Clock:
+        """The injected clock."""
+        return self.ctx.clock
+
+    @property
+    def store(self) -> StateStore:
+        """The state file's store."""
+        return self.ctx.store
+
+    @property
+    def leases(self) -> LeaseGate | None:
+        """The lease gate (None: leases not checked)."""
+        return self.ctx.leases
+
+    @property
+    def run_history(self) -> RunHistory:
+        """The run history (admission by time left)."""
+        return self.ctx.run_history
+
+    @property
+    def warmer(self) -> handoff.Warmer | None:
+        """The warm successor's warmer (None: none started)."""
+        return self.ctx.warmer
+
+    @property
+    def salloc_log(self) -> Path:
+        """salloc's output beside the state file."""
+        return self.ctx.salloc_log
+
+    unreachable_retries = _policy_option("unreachable_retries")
+    pending_wait_s = _policy_option("pending_wait_s")
+    alloc_wait_s = _policy_option("alloc_wait_s")
+    pending_report_s = _policy_option("pending_report_s")
+    setup_timeout_s = _policy_option("setup_timeout_s")
+    orphan_grace_s = _policy_option("orphan_grace_s")
 
     # Triggers -------------------------------------------------------------------------
     @property

@@ -72,6 +72,7 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "slurm_fsm.edges",
     "slurm_fsm.step0.table",
     "slurm_fsm.step0.outcome",
+    "slurm_fsm.step0.context",
     "slurm_fsm.history",
     "slurm_fsm.backend",
     "slurm_fsm.subprocess_backend",

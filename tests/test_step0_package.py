@@ -18,6 +18,7 @@ import slurm_fsm.edges as public_edges
 import slurm_fsm.machine as machine
 import slurm_fsm.step0.table as table
 from slurm_fsm.machine import AllocationMachine
+from slurm_fsm.step0.context import POLICY_FIELDS, MachinePolicy
 from slurm_fsm.step0.outcome import Step0Outcome
 from slurm_fsm.step0.table import State
 from slurm_fsm.testing import FakeCluster, make_spec
@@ -126,3 +127,34 @@ def test_prepare_until_stops_early_and_within_limits_the_states(tmp_path: Path) 
     only = AllocationMachine(spec, fake, clock=fake.clock).prepare(
         within=frozenset({State.Validating}))
     assert only.state is State.Allocating  # not an in-progress state of ``within``
+
+
+# ---------------------------------------------------------------- the context
+def test_the_tuning_options_are_one_policy_record(tmp_path: Path) -> None:
+    """The machine's six tuning keywords are :class:`MachinePolicy`'s fields, with the
+    same defaults; the machine reads them from its context's policy."""
+    params = inspect.signature(AllocationMachine).parameters
+    for name in POLICY_FIELDS:
+        default = attrs.fields_dict(MachinePolicy)[name].default
+        assert params[name].default == default, name
+    fake = FakeCluster()
+    m = AllocationMachine(make_spec(tmp_path), fake, clock=fake.clock, pending_wait_s=5.0,
+                          orphan_grace_s=1.0)
+    assert m.ctx.policy == MachinePolicy(pending_wait_s=5.0, orphan_grace_s=1.0)
+    assert m.pending_wait_s == 5.0
+    m.orphan_grace_s = 0.0  # a notebook's (and the parity test's) tuning: a new policy
+    assert m.ctx.policy.orphan_grace_s == 0.0 and m.ctx.policy.pending_wait_s == 5.0
+
+
+def test_the_machine_reads_its_configuration_from_its_context(tmp_path: Path) -> None:
+    fake = FakeCluster()
+    spec = make_spec(tmp_path)
+    m = AllocationMachine(spec, fake, clock=fake.clock)
+    ctx = m.ctx
+    assert (m.spec, m.backend, m.clock, m.store, m.salloc_log) == (
+        ctx.spec, ctx.backend, ctx.clock, ctx.store, ctx.salloc_log)
+    assert ctx.store.path == spec.state_path and ctx.leases is None and ctx.warmer is None
+    source = inspect.getsource(AllocationMachine)
+    for name in ("spec", "backend", "clock", "store", "leases", "run_history", "warmer",
+                 "salloc_log", *POLICY_FIELDS):
+        assert f"self.{name} = " not in source, name
