@@ -385,8 +385,13 @@ class AllocationMachine:
 
     @property
     def leases(self) -> LeaseGate | None:
-        """The lease gate (None: leases not checked)."""
+        """The lease gate (None: leases not checked); settable, as before the context
+        (a test hands a machine the gate of its world)."""
         return self.ctx.leases
+
+    @leases.setter
+    def leases(self, gate: LeaseGate | None) -> None:
+        self.ctx.leases = gate
 
     @property
     def run_history(self) -> RunHistory:

@@ -158,3 +158,6 @@ def test_the_machine_reads_its_configuration_from_its_context(tmp_path: Path) ->
     for name in ("spec", "backend", "clock", "store", "leases", "run_history", "warmer",
                  "salloc_log", *POLICY_FIELDS):
         assert f"self.{name} = " not in source, name
+    gate = object()
+    m.leases = gate  # type: ignore[assignment]  # the parity test hands its world's gate
+    assert ctx.leases is gate
