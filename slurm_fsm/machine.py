@@ -104,6 +104,7 @@ from slurm_fsm.slurmcli import (
 )
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState, StateStore
+from slurm_fsm.step0 import release
 from slurm_fsm.step0.context import ORPHAN_GRACE_S, MachinePolicy, Step0Context
 from slurm_fsm.step0.outcome import Failure, Step0Outcome, SuccessorWait, Transition
 from slurm_fsm.step0.table import (
@@ -758,7 +759,7 @@ class AllocationMachine:
         if obs.info is None:  # no job row: nobody's job to describe
             return False
         if not same_generation(alloc, obs.info):
-            self._warn(self._reused_id(alloc, obs.info))
+            self._warn(release.reused_id(alloc, obs.info))
             self._reused.add(obs.info.job_id)  # nor cancelled as an orphan (0D)
             return True
         owner = owner_of(obs.info, obs.user, self.spec, state_job_names(alloc, self.spec))
@@ -1419,80 +1420,25 @@ class AllocationMachine:
         return f"job started on allocation {self.alloc.job_id if self.alloc else '?'}"
 
     def _release(self) -> str:
-        """0A: cancel our allocation (after checking it is ours), drop the files."""
+        """0A: cancel our allocation (after checking it is ours), drop the files
+        (:func:`slurm_fsm.step0.release.release`), then the warm successor's."""
         if self.state is State.NoState:
             try:
                 self.alloc = self.store.read()
             except StateFileError as exc:
                 self._warn(f"{exc}; nothing to cancel from it")
                 self.alloc = None
-        alloc = self.alloc
-        if alloc is None:
-            # a lost or corrupt state file: this checkout's allocation by its tag, and
-            # only by its tag: an untagged allocation of the procedure's job name may be
-            # another checkout's, following the procedure by hand (its 0A cancels
-            # nothing without a state file)
-            found = [j.job_id for j in self.backend.find_jobs(None, self.user)
-                     if j.state.is_live
-                     and owner_of(j, self.user, self.spec) is Ownership.TAGGED]
-            for job_id in found:  # never under another run's job
-                cancel_allocation(self.leases, self.backend, job_id, "releasing it")
-            self._drop_files(found)
-            if not found:
-                self._log("No allocation to release.")
-                return "no allocation to release"
-            self.released_job_id = found[0]
-            text = (f"Allocation {', '.join(found)} released (found by this checkout's tag; "
-                    "the state file was missing or unreadable).")
-            self._log(text)
-            return text
-        job_id = alloc.job_id
-        try:
-            info = self.backend.query_job(job_id)
-        except JobNotFound:
-            info = None
-        if info is not None and not same_generation(alloc, info):
-            self._warn(self._reused_id(alloc, info))
-            info = None  # not the allocation the state file recorded: nothing to cancel
-        if info is not None:
-            owner = owner_of(info, self.user, self.spec, state_job_names(alloc, self.spec))
-            if not owner.ours:
-                raise NotOurJobError(
-                    job_id,
-                    f"it is {describe(info, owner)}, not this checkout's "
-                    f"({repo_tag(self.spec)}, user {self.user!r}); the state file "
-                    f"{self.store.path} is kept",
-                )
-            cancel_allocation(self.leases, self.backend, job_id, "releasing it")
-        self._drop_files([job_id] if info is not None else [])
+        done = release.release(self.ctx, self.alloc, user=lambda: self.user,
+                               warn=self._warn)
+        if not done.from_state_file:
+            self.released_job_id = done.job_id or self.released_job_id
+            return done.summary
         self.alloc = None
-        self.released_job_id = job_id
-        self._log(f"Allocation {job_id} released.")
+        self.released_job_id = done.job_id
         succ = handoff.release_successor(self)  # a queued warm successor goes too
         if succ is not None:
-            return f"Allocation {job_id} released (and its successor {succ})."
-        return f"Allocation {job_id} released."
-
-    @staticmethod
-    def _reused_id(alloc: AllocState | None, info: JobInfo) -> str:
-        """The warning for a state file whose job id Slurm gave to another job."""
-        return (f"state file names job {info.job_id} submitted at "
-                f"{alloc.submit_time if alloc else '?'}, but Slurm's job {info.job_id} was "
-                f"submitted at {info.submit_time}: the id was reused by another job; it is "
-                "left alone (never reused, never cancelled) and the state file is dropped")
-
-    def _drop_files(self, cancelled: Sequence[str]) -> None:
-        """Remove the state file and salloc log after a release; a failure says what was
-        already cancelled (the allocation is gone even though its file is not)."""
-        try:
-            self.store.delete()
-            self.salloc_log.unlink(missing_ok=True)
-        except OSError as exc:
-            done = (f"allocation {', '.join(cancelled)} was cancelled, but "
-                    if cancelled else "")
-            raise StateFileError(str(self.store.path), f"{done}the state file cannot be "
-                                 f"deleted ({exc.strerror or exc}); delete it by hand") \
-                from exc
+            return f"Allocation {done.job_id} released (and its successor {succ})."
+        return done.summary
 
     # Bookkeeping ----------------------------------------------------------------------
     def _waiting(self, text: str) -> None:

@@ -161,3 +161,25 @@ def test_the_machine_reads_its_configuration_from_its_context(tmp_path: Path) ->
     gate = object()
     m.leases = gate  # type: ignore[assignment]  # the parity test hands its world's gate
     assert ctx.leases is gate
+
+
+# ---------------------------------------------------------------- the worker rooms
+def test_the_release_room_works_on_a_context_not_a_machine(tmp_path: Path) -> None:
+    """0A as a function of the context (issue 40: each state's work testable as
+    ``work(ctx_on_fake)``): the state file's allocation cancelled, its files dropped."""
+    from slurm_fsm.step0 import release
+
+    fake = FakeCluster()
+    spec = make_spec(tmp_path)
+    first = AllocationMachine(spec, fake, clock=fake.clock)
+    assert first.prepare().state is State.Ready and first.alloc is not None
+    ctx = AllocationMachine(spec, fake, clock=fake.clock).ctx
+    warned: list[str] = []
+    done = release.release(ctx, first.alloc, user=fake.current_user, warn=warned.append)
+    assert done == release.Released(summary=f"Allocation {first.alloc.job_id} released.",
+                                    job_id=first.alloc.job_id, from_state_file=True)
+    assert not fake.jobs[first.alloc.job_id].active and not spec.state_path.exists()
+    again = release.release(ctx, None, user=fake.current_user, warn=warned.append)
+    assert again.job_id is None and again.summary == "no allocation to release"
+    assert warned == []
+    assert "machine" not in inspect.signature(release.release).parameters
