@@ -47,7 +47,7 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -95,16 +95,13 @@ from slurm_fsm.nvsmi import NvidiaSmiFailed
 from slurm_fsm.ownership import Ownership, describe, new_nonce, request_of
 from slurm_fsm.paths import StatePaths
 from slurm_fsm.preflight import PreflightFailed, node_cpus, require
-from slurm_fsm.project import install_commands
 from slurm_fsm.slurmcli import (
-    mount_warmup_argv,
     setup_key_read_argv,
-    setup_key_write_argv,
     setup_keys,
 )
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState, StateStore
-from slurm_fsm.step0 import release
+from slurm_fsm.step0 import release, setup
 from slurm_fsm.step0.context import ORPHAN_GRACE_S, MachinePolicy, Step0Context
 from slurm_fsm.step0.outcome import Failure, Step0Outcome, SuccessorWait, Transition
 from slurm_fsm.step0.table import (
@@ -1241,71 +1238,23 @@ class AllocationMachine:
         except OSError:
             return ""
 
-    def _setup_step(self, what: str, argv: Sequence[str], container: ContainerOptions | None,
-                    *, chdir: str | None = None, once: str | None = None) -> StepResult:
-        assert self.alloc is not None
-        result = self.backend.run_step(StepRequest(
-            job_id=self.alloc.job_id,
-            argv=tuple(argv),
-            nodes=self.alloc.nodes,
-            ntasks_per_node=1,
-            container=container,
-            timeout_s=self.setup_timeout_s,
-            chdir=chdir,
-            # a helper: no GPU, and beside the allocation's running jobs, not behind them
-            overlap=True,
-            no_gpus=True,
-            once=once,
-        ))
-        if result.exit_code != 0:
-            raise SetupFailed(what, result)
-        return result
-
     def _import(self) -> str:
         assert self.alloc is not None
-        spec = self.spec
-        name = spec.container_name or ""
-        image = spec.docker_image
+        name = self.spec.container_name or ""
         if (shared := handoff.before_import(self)) is not None:
             self.container_setup = SETUP_SHARED
             return shared  # a container a live allocation of the checkout uses: kept
         if (kept := self._reuse_on_node()) is not None:
             return kept
-        if self.leases is not None:
-            self.leases.clear(self.alloc.job_id, f"re-importing container {name!r}", name)
-        self._log(f"Importing {image} as container {name!r} on {self.alloc.nodelist}.")
-        # Importing is entered only when this allocation holds no container of the
-        # spec's name that the state file vouches for (nor one whose setup key matches,
-        # above): a new allocation, another container, or one the state file does not
-        # name. pyxis would silently reuse any container of that name the nodes still
-        # hold (from an earlier allocation, maybe of another image): ask for a fresh one.
-        self._setup_step(
-            f"container import of {image}", ("true",),
-            ContainerOptions(name=name, image=image, mounts=spec.mounts_text, fresh=True,
-                             owner=f"{repo_tag(spec)} {spec.repo_root}"),
-        )
+        setup.import_fresh(self.ctx, self.alloc)  # the one place a container is imported
         self.container_setup = SETUP_COLD
-        self._warm_mounts()
+        setup.warm_mounts(self.ctx, self.alloc, self._warn)
         self._gpu_check()
         # not installed yet, also when this job skips the install (skip_install): the
         # next job in this container that installs must find it not done
         self.alloc = attrs.evolve(self.alloc, container_name=name, installed=False)
         self.store.write(self.alloc)
         return f"container {name!r} imported on {self.alloc.nodelist}"
-
-    def _warm_mounts(self) -> None:
-        """0E.2: one ``ls`` loop over the container's mount targets, failures ignored."""
-        spec = self.spec
-        if not spec.container_mounts:
-            return
-        targets = [mount.container for mount in spec.container_mounts]
-        warmed = self._setup_step(
-            f"mount warm-up of {', '.join(targets)}", mount_warmup_argv(targets),
-            ContainerOptions(name=spec.container_name or "", mounts=spec.mounts_text),
-        )
-        if warmed.stderr.strip():
-            self._warn("mount warm-up: ls reported (ignored, the job goes on): "
-                       + " | ".join(warmed.stderr.strip().splitlines()[-5:]))
 
     def _setup_key(self) -> setupkey.SetupKey | None:
         """The spec's setup key (:mod:`slurm_fsm.setupkey`), computed once per machine."""
@@ -1358,26 +1307,8 @@ class AllocationMachine:
 
     def _install(self) -> str:
         assert self.alloc is not None
-        spec = self.spec
-        options = ContainerOptions(
-            name=spec.container_name or "", mounts=spec.mounts_text, writable=True,
-            workdir=str(spec.repo_root),
-        )
-        commands = install_commands(spec.repo_root)
-        if self.leases is not None:
-            self.leases.clear(self.alloc.job_id, f"installing into container {options.name!r}",
-                              options.name)
-        for what, argv in commands:
-            self._log(f"Installing: {what}")
-            # node-locked, done once per node: a run racing into this allocation (another
-            # host, the state file not yet saying installed) waits, then skips it
-            self._setup_step(what, argv, options, chdir=str(spec.repo_root),
-                             once=f"install {options.name} {what}")
-        if (key := self._setup_key()) is not None:  # last: only a finished install has it
-            self._setup_step("setup key", setup_key_write_argv(key.key), options)
-        self.alloc = attrs.evolve(self.alloc, installed=True)
-        self.store.write(self.alloc)
-        return "installed: " + "; ".join(w for w, _ in commands)
+        self.alloc, summary = setup.install(self.ctx, self.alloc, self._setup_key())
+        return summary
 
     def _gpu_check(self) -> list[GpuProcess]:
         assert self.alloc is not None

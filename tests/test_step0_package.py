@@ -183,3 +183,21 @@ def test_the_release_room_works_on_a_context_not_a_machine(tmp_path: Path) -> No
     assert again.job_id is None and again.summary == "no allocation to release"
     assert warned == []
     assert "machine" not in inspect.signature(release.release).parameters
+
+
+def test_the_setup_room_is_the_one_place_a_container_is_imported() -> None:
+    """``fresh=True`` (pyxis: import anew, never reuse a container of that name) is
+    asked in one function, :func:`slurm_fsm.step0.setup.import_fresh`, the place to
+    extend the import (an image cache)."""
+    root = Path(machine.__file__).parent
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for fn in ast.walk(tree):
+            if not isinstance(fn, ast.FunctionDef):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.keyword) and node.arg == "fresh" and isinstance(
+                        node.value, ast.Constant) and node.value.value is True:
+                    found.append(f"{path.relative_to(root)}:{fn.name}")
+    assert found == ["step0/setup.py:import_fresh"]
