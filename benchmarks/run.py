@@ -62,12 +62,13 @@ from slurm_fsm.backend import ScriptRequest, SlurmBackend
 from slurm_fsm.clock import SystemClock
 from slurm_fsm.errors import BackendError, JobNotFound
 from slurm_fsm.executor import Events, Executor
-from slurm_fsm.machine import AllocationMachine, State
+from slurm_fsm.machine import AllocationMachine
 from slurm_fsm.monitor import watch_script
 from slurm_fsm.report import Report
 from slurm_fsm.results import Status
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import StateStore
+from slurm_fsm.step0.table import State
 from slurm_fsm.subprocess_backend import (
     CommandResult,
     LocalScript,
@@ -1002,7 +1003,7 @@ def fig_fake(b: Bench, runs: int = FAKE_RUNS) -> Figure:
                 spec.state_path.unlink(missing_ok=True)
                 t = time.perf_counter()
                 m = AllocationMachine(spec, fake, clock=fake.clock)
-                state = m.prepare()
+                state = m.prepare().state
                 spent += time.perf_counter() - t
                 if state is not State.Ready or "Allocating" not in m.path:
                     raise BenchError(f"fake allocating run ended {state}: {m.path}")
@@ -1011,7 +1012,7 @@ def fig_fake(b: Bench, runs: int = FAKE_RUNS) -> Figure:
             for _ in range(runs):
                 t = time.perf_counter()
                 m = AllocationMachine(spec, fake, clock=fake.clock)
-                state = m.prepare()
+                state = m.prepare().state
                 spent += time.perf_counter() - t
                 if state is not State.Ready or "Allocating" in m.path:
                     raise BenchError(f"fake warm run ended {state}: {m.path}")

@@ -29,7 +29,7 @@ from mkdocs.exceptions import PluginError  # noqa: E402
 from mkdocs.structure.files import File, Files  # noqa: E402
 
 from benchmarks import charts  # noqa: E402
-from slurm_fsm.edges import DiagramPart  # noqa: E402
+from slurm_fsm.step0.table import DiagramPart  # noqa: E402
 from slurm_fsm_dev.docgen import (  # noqa: E402
     RUN_DIAGRAM_MARKER,
     DiagramError,

@@ -40,7 +40,6 @@ if _typing.TYPE_CHECKING:  # pragma: no cover - what the lazy table below resolv
     from slurm_fsm.clock import Clock, SystemClock
     from slurm_fsm.detach import DetachedRun, attach
     from slurm_fsm.duration import Duration
-    from slurm_fsm.edges import EDGES, Edge, Observation, State
     from slurm_fsm.errors import (
         AllocationFailed,
         BackendError,
@@ -75,6 +74,8 @@ if _typing.TYPE_CHECKING:  # pragma: no cover - what the lazy table below resolv
     from slurm_fsm.report import Report, Status
     from slurm_fsm.spec import JobSpec, Mount, PartitionInfo, SlurmEnv, SlurmParams, WorkflowType
     from slurm_fsm.state import AllocState, StateStore
+    from slurm_fsm.step0.outcome import Step0Outcome
+    from slurm_fsm.step0.table import EDGES, Edge, Observation, State
     from slurm_fsm.subprocess_backend import SubprocessBackend
     from slurm_fsm.testing import FakeClock, FakeCluster, FakeScript
 
@@ -111,10 +112,11 @@ _EXPORTS: dict[str, str] = {
     "AllocState": "slurm_fsm.state",
     "StateStore": "slurm_fsm.state",
     "AllocationMachine": "slurm_fsm.machine",
-    "State": "slurm_fsm.edges",
-    "Edge": "slurm_fsm.edges",
-    "EDGES": "slurm_fsm.edges",
-    "Observation": "slurm_fsm.edges",
+    "Step0Outcome": "slurm_fsm.step0.outcome",
+    "State": "slurm_fsm.step0.table",
+    "Edge": "slurm_fsm.step0.table",
+    "EDGES": "slurm_fsm.step0.table",
+    "Observation": "slurm_fsm.step0.table",
     "Transition": "slurm_fsm.machine",
     "PossibleEdge": "slurm_fsm.machine",
     "Plan": "slurm_fsm.plan",
@@ -238,6 +240,7 @@ __all__ = [
     "StateStore",
     "Status",
     "StderrEvents",
+    "Step0Outcome",
     "StepInfo",
     "StepRequest",
     "StepResult",

@@ -71,7 +71,7 @@ SHARING_RULES: tuple[str, ...] = (
 )
 """When a spec runs in the allocation that is already there, in this order (the first
 that fails decides; :meth:`Allocation.reuse_problems` says which). Each rule is a pure
-function of the state file and the spec in :mod:`slurm_fsm.edges`, except the time
+function of the state file and the spec in :mod:`slurm_fsm.step0.table`, except the time
 left, which needs ``squeue``."""
 
 
@@ -460,7 +460,7 @@ class Allocation:
         """Why ``spec`` would not simply reuse the allocation of the state file, by the
         rules of :data:`SHARING_RULES` that need no Slurm call; ``[]`` when it would
         (Slurm may still say the job is gone or expiring)."""
-        from slurm_fsm.machine import incompatibilities, same_container
+        from slurm_fsm.step0.table import incompatibilities, same_container
 
         if spec.repo_root.resolve() != self.repo_root:
             return [f"repo_root differs ({spec.repo_root} vs {self.repo_root})"]
@@ -499,8 +499,8 @@ class Allocation:
 
         admission = None
         if spec is not None:
-            from slurm_fsm.edges import job_fits
             from slurm_fsm.history import RunHistory
+            from slurm_fsm.step0.table import job_fits
 
             est = RunHistory(StatePaths.for_state_file(self.state_path).history).estimate(spec)
             admission = {"expected_s": est.seconds, "source": est.source,
@@ -516,8 +516,8 @@ class Allocation:
         """The allocation a hand-off left draining (its record beside the state file)
         and one ``squeue -j`` of it; None when there is none, or it is gone. Status
         releases nothing: the next run's validation does."""
-        from slurm_fsm.edges import same_generation
         from slurm_fsm.state import StateStore
+        from slurm_fsm.step0.table import same_generation
 
         try:
             old = StateStore(StatePaths.for_state_file(self.state_path).drained_state).read()

@@ -28,7 +28,7 @@ granted can hold a job. No I/O.
 * :func:`with_grant`: the state file's view of an allocation, set to what Slurm
   GRANTED (``scontrol show job``), never to what was asked.
 * :func:`capacity_problems`: why a granted allocation cannot hold a job (the reuse
-  rules of :func:`slurm_fsm.edges.incompatibilities` for the size).
+  rules of :func:`slurm_fsm.step0.table.incompatibilities` for the size).
 """
 
 from __future__ import annotations

@@ -438,7 +438,7 @@ def _diagram(part: str, fmt: str) -> str:
         from slurm_fsm.runstates import run_dot, run_mermaid
 
         return run_mermaid() if fmt == "mermaid" else run_dot()
-    from slurm_fsm.edges import EDGES, DiagramPart, dot_diagram, mermaid_diagram, part_edges
+    from slurm_fsm.step0.table import EDGES, DiagramPart, dot_diagram, mermaid_diagram, part_edges
 
     drawing = None if part == "all" else DiagramPart(part)
     if fmt == "mermaid":

@@ -1,6 +1,6 @@
 """The work of the warm successor's states (issue 27), for :mod:`slurm_fsm.machine`.
 
-:mod:`slurm_fsm.successor` holds the rules; :mod:`slurm_fsm.edges` the edges
+:mod:`slurm_fsm.successor` holds the rules; :mod:`slurm_fsm.step0.table` the edges
 (QueueingSuccessor, AwaitingSuccessor, Switching, the drain at ``finish``); this module
 does the work of those states and effects on the machine it is given, through the
 machine's backend (no command line here).
@@ -31,15 +31,6 @@ from slurm_fsm.backend import AllocationRequest, JobInfo, SlurmBackend
 from slurm_fsm.capacity import RequestSize, capacity_problems, with_grant
 from slurm_fsm.clock import Clock
 from slurm_fsm.duration import Duration
-from slurm_fsm.edges import (
-    Observation,
-    State,
-    is_ours,
-    owner_of,
-    repo_tag,
-    same_container,
-    same_generation,
-)
 from slurm_fsm.errors import (
     AllocationFailed,
     BackendError,
@@ -53,6 +44,15 @@ from slurm_fsm.ownership import describe
 from slurm_fsm.paths import StatePaths, successor_log_of
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState, StateStore
+from slurm_fsm.step0.table import (
+    Observation,
+    State,
+    is_ours,
+    owner_of,
+    repo_tag,
+    same_container,
+    same_generation,
+)
 from slurm_fsm.successor import (
     SINGLETON,
     Phase,
@@ -115,20 +115,30 @@ SWITCH_LOCK_S = 120.0
 class Machine(Protocol):
     """What the hand-off work uses of :class:`slurm_fsm.machine.AllocationMachine`."""
 
-    spec: JobSpec
-    backend: SlurmBackend
-    store: StateStore
-    clock: Clock
     alloc: AllocState | None
-    leases: LeaseGate | None
-    run_history: RunHistory
     notes: list[str]
     observation: Observation
-    salloc_log: Path
-    pending_wait_s: float
-    warmer: Warmer | None
     handoff: HandoffState
 
+    # the machine's context (slurm_fsm.step0.context), read only
+    @property
+    def spec(self) -> JobSpec: ...
+    @property
+    def backend(self) -> SlurmBackend: ...
+    @property
+    def store(self) -> StateStore: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def leases(self) -> LeaseGate | None: ...
+    @property
+    def run_history(self) -> RunHistory: ...
+    @property
+    def salloc_log(self) -> Path: ...
+    @property
+    def pending_wait_s(self) -> float: ...
+    @property
+    def warmer(self) -> Warmer | None: ...
     @property
     def state(self) -> State: ...
     @property
@@ -637,7 +647,7 @@ def release_stale_drained(m: Machine, *, wait: bool = False) -> str | None:
     on it: its last run died (``kill -9``) before its ``finish`` could release it. Never
     one with a live lease (Slurm's lease steps; a dead run's lease on this host is
     broken), never another checkout's or user's, never a job that reused its id (other
-    submit time: :func:`~slurm_fsm.edges.same_generation`); the record is dropped for
+    submit time: :func:`~slurm_fsm.step0.table.same_generation`); the record is dropped for
     those, and for one gone or named again. ``wait``: at a release (0A), wait for its
     leases as for the allocation itself. Once per run; the released job id or None."""
     if m.handoff.swept:

@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 
-Admission by time left (step 0C, :mod:`slurm_fsm.edges`) starts a job on an
+Admission by time left (step 0C, :mod:`slurm_fsm.step0.table`) starts a job on an
 allocation only when the time left covers the job's *expected duration* plus
 :data:`~slurm_fsm.spec.EXPIRY_MARGIN_S`. The expected duration is, first that applies
 (:func:`expected_duration`, pure, table-tested):

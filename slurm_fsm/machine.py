@@ -3,30 +3,30 @@
 Theory of operation
 -------------------
 
-:mod:`slurm_fsm.edges` decides; this module acts. Every Slurm operation goes
+:mod:`slurm_fsm.step0.table` decides; this module acts. Every Slurm operation goes
 through the injected :class:`~slurm_fsm.backend.SlurmBackend`; this module runs
 no command line.
 
 * A trigger (``start()``, ``advance()``, ``release()``, ``run()``, ``finish()``)
-  first checks that an edge of :data:`~slurm_fsm.edges.EDGES` leaves the current
+  first checks that an edge of :data:`~slurm_fsm.step0.table.EDGES` leaves the current
   state for it (else :class:`transitions.MachineError`, nothing done), then, for a
   trigger of step 0 (``start``, ``advance``, ``release``: :data:`LOCKED_TRIGGERS`),
   takes the state-file lock, does the current state's work (at most one Slurm
   interaction for Validating) and stores what it saw as one frozen
-  :class:`~slurm_fsm.edges.Observation` in :attr:`AllocationMachine.observation`.
+  :class:`~slurm_fsm.step0.table.Observation` in :attr:`AllocationMachine.observation`.
   ``run`` (the pre-flight) and ``finish`` (the job's end) never take the lock: a
   finished job's report never waits behind another run's step 0 or a release that
   waits for this run's lease. A run that holds a lease never waits for the lock
   (:meth:`AllocationMachine.locked` refuses), so the lease and the lock cannot wait
   on each other.
 * transitions then takes the first edge whose conditions hold on that observation
-  and executes the edge's :class:`~slurm_fsm.edges.Effect` s (drop the state file,
+  and executes the edge's :class:`~slurm_fsm.step0.table.Effect` s (drop the state file,
   scancel, record the failure, ...) before the state changes. The work never
   deletes, cancels or records a failure on its own.
 * ``may_<trigger>()`` and :meth:`AllocationMachine.possible_edges` only read the
   current state and the last observation: they make no Slurm call.
 * An exception raised by the work or an effect is routed into
-  :attr:`~slurm_fsm.edges.State.Failed` with a :class:`Failure` that says which
+  :attr:`~slurm_fsm.step0.table.State.Failed` with a :class:`Failure` that says which
   step failed and whether the state file was kept.
 
 Drive it one trigger at a time (a notebook)::
@@ -47,7 +47,7 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -75,34 +75,6 @@ from slurm_fsm.capacity import (
 )
 from slurm_fsm.clock import Clock, SystemClock, backoff
 from slurm_fsm.duration import Duration
-from slurm_fsm.edges import (
-    CONDITIONS,
-    EDGES,
-    EXPIRY_MARGIN_S,
-    IN_PROGRESS,
-    PART_STATES,
-    DiagramPart,
-    Edge,
-    Effect,
-    Observation,
-    State,
-    dot_diagram,
-    edges_from,
-    incompatibilities,
-    is_compatible,
-    is_ours,
-    job_expiring,
-    mermaid_diagram,
-    owner_of,
-    part_edges,
-    part_of_edge,
-    part_of_state,
-    remaining_after,
-    repo_tag,
-    same_container,
-    same_generation,
-    state_job_names,
-)
 from slurm_fsm.errors import (
     AllocationFailed,
     AllocationVanished,
@@ -123,67 +95,60 @@ from slurm_fsm.nvsmi import NvidiaSmiFailed
 from slurm_fsm.ownership import Ownership, describe, new_nonce, request_of
 from slurm_fsm.paths import StatePaths
 from slurm_fsm.preflight import PreflightFailed, node_cpus, require
-from slurm_fsm.project import install_commands
 from slurm_fsm.slurmcli import (
-    mount_warmup_argv,
     setup_key_read_argv,
-    setup_key_write_argv,
     setup_keys,
 )
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState, StateStore
+from slurm_fsm.step0 import release, setup
+from slurm_fsm.step0.context import ORPHAN_GRACE_S, MachinePolicy, Step0Context
+from slurm_fsm.step0.outcome import Failure, Step0Outcome, SuccessorWait, Transition
+from slurm_fsm.step0.table import (
+    CONDITIONS,
+    EDGES,
+    EXPIRY_MARGIN_S,
+    IN_PROGRESS,
+    Edge,
+    Effect,
+    Observation,
+    State,
+    edges_from,
+    mermaid_diagram,
+    owner_of,
+    part_of_state,
+    remaining_after,
+    repo_tag,
+    same_generation,
+    state_job_names,
+)
 from slurm_fsm.successor import SINGLETON
 
-# AllocationMachine, Failure, PossibleEdge and Transition are defined here (SetupFailed
-# lives in errors.py and is re-exported);
-# the table (State, Edge, EDGES, ...) is slurm_fsm.edges', kept importable from here.
+# AllocationMachine and PossibleEdge are defined here (SetupFailed lives in errors.py,
+# Failure, Step0Outcome and Transition in step0/outcome.py: named here too); the table
+# (State, Edge, EDGES, ...) is slurm_fsm.step0.table's, imported from there (or from
+# slurm_fsm), not from here.
 __all__ = [
-    "CONDITIONS",
-    "EDGES",
-    "EXPIRY_MARGIN_S",
     "ORPHAN_GRACE_S",
-    "PART_STATES",
     "REUSE_CHECK_TIMEOUT_S",
     "SETUP_COLD",
     "SETUP_REUSED",
     "SETUP_SHARED",
     "AllocationMachine",
-    "DiagramPart",
-    "Edge",
-    "Effect",
     "Failure",
     "MachineError",
-    "Observation",
+    "MachinePolicy",
     "PossibleEdge",
     "PossibleEdges",
     "SetupFailed",
-    "State",
+    "Step0Outcome",
     "Transition",
-    "dot_diagram",
-    "incompatibilities",
-    "is_compatible",
-    "is_ours",
-    "job_expiring",
-    "mermaid_diagram",
-    "owner_of",
-    "part_edges",
-    "part_of_edge",
-    "part_of_state",
-    "remaining_after",
-    "repo_tag",
-    "same_container",
-    "state_job_names",
 ]
 
 TRIGGERS = ("start", "advance", "release", "run", "finish", "fail")
 #: The triggers of step 0: they take the state file's lock. ``run`` and ``finish``
 #: never do (the lock covers step 0 only).
 LOCKED_TRIGGERS = frozenset({"start", "advance", "release"})
-#: Step 0D leaves alone a job of the spec's name and of a request's nonce that no state
-#: file names while it is pending or has run less than this: it may be another run's,
-#: whose state file is not written yet (that run's salloc has just answered); step 0E
-#: adopts it. Older, it is an orphan (cancelled).
-ORPHAN_GRACE_S = 60.0
 #: How step 0 came by its container (:attr:`AllocationMachine.container_setup`, the
 #: report's ``container`` note): imported and installed; the one the node kept, set up
 #: from the same image and inputs (issue 42 item 1); a live allocation's on the same
@@ -194,32 +159,6 @@ SETUP_SHARED = "shared with a live allocation"
 #: The step that reads the nodes' setup keys gives up after this long (a fresh import
 #: follows).
 REUSE_CHECK_TIMEOUT_S = 300.0
-
-
-@attrs.frozen(kw_only=True)
-class Transition:
-    """One entry of the machine's history."""
-
-    #: the injected clock's reading (a FakeClock's in tests)
-    clock: float
-    #: wall time, ISO 8601 UTC
-    at: str
-    trigger: str
-    source: str
-    dest: str
-    reason: str
-    #: the row of :data:`~slurm_fsm.edges.EDGES` taken
-    edge: Edge | None = None
-
-
-@attrs.frozen
-class Failure:
-    """Why the machine is in Failed."""
-
-    step: str  # the state whose work failed, e.g. "Allocating"
-    message: str
-    error: BaseException | None = attrs.field(default=None, eq=False, repr=False)
-    state_file_kept: bool = True
 
 
 @attrs.frozen(kw_only=True)
@@ -302,6 +241,19 @@ def _now_iso() -> str:
 _GpuAhead = tuple[str, Future[list[GpuProcess]]]
 
 
+def _policy_option(name: str) -> Any:
+    """A tuning option of :class:`MachinePolicy` as the machine's attribute: read from
+    its context's policy; set, a new policy with that option."""
+
+    def get(self: AllocationMachine) -> Any:
+        return getattr(self.ctx.policy, name)
+
+    def put(self: AllocationMachine, value: Any) -> None:
+        self.ctx.policy = attrs.evolve(self.ctx.policy, **{name: value})
+
+    return property(get, put, doc=f"``MachinePolicy.{name}`` of the machine's context.")
+
+
 class AllocationMachine:
     """One persistent allocation for one spec, stepped by triggers.
 
@@ -348,24 +300,22 @@ class AllocationMachine:
         warmer: handoff.Warmer | None = None,
         orphan_grace_s: float = ORPHAN_GRACE_S,
     ) -> None:
-        self.spec = spec
-        self.orphan_grace_s = orphan_grace_s  # 0D: younger, another run's (0E adopts it)
-        self.warmer = warmer  # warm successor: sets a queued successor up
+        store = store or StateStore(spec.state_path)
+        #: what the work is handed: spec, backend, store, clock, leases, history,
+        #: warmer, salloc's log and the tuning options (:class:`MachinePolicy`)
+        self.ctx = Step0Context(
+            spec=spec, backend=backend, clock=clock or SystemClock(), store=store,
+            say=log or _LOG.info, leases=leases, warmer=warmer,
+            run_history=run_history or RunHistory(StatePaths(store.path).history),
+            salloc_log=salloc_log or spec.salloc_log,
+            policy=MachinePolicy(
+                unreachable_retries=unreachable_retries, pending_wait_s=pending_wait_s,
+                alloc_wait_s=alloc_wait_s, pending_report_s=pending_report_s,
+                setup_timeout_s=setup_timeout_s, orphan_grace_s=orphan_grace_s),
+        )
+        self._log = self.ctx.say  # else the slurm_fsm.machine logger
         self.handoff = handoff.HandoffState()
-        #: other runs' running jobs: waited for (or refused on) before a cancel, a
-        #: re-import or an install would change what they use (None: not checked)
-        self.leases = leases
-        self.salloc_log = salloc_log or spec.salloc_log
-        self.backend = backend
-        self.clock: Clock = clock or SystemClock()
-        self.store = store or StateStore(spec.state_path)
-        #: past runs' durations, for admission by time left (beside the state file)
-        self.run_history = run_history or RunHistory(StatePaths(self.store.path).history)
         self._estimate: Estimate | None = None
-        self._log = log or _LOG.info  # else the slurm_fsm.machine logger
-        self.unreachable_retries = unreachable_retries
-        self.pending_wait_s, self.alloc_wait_s = pending_wait_s, alloc_wait_s
-        self.pending_report_s, self.setup_timeout_s = pending_report_s, setup_timeout_s
         self._user = user
         self.alloc: AllocState | None = None
         #: what the work of the last trigger saw; the conditions read only this and the spec
@@ -408,6 +358,60 @@ class AllocationMachine:
                 conditions=[partial(self._holds, e)], before=[partial(self._take, e)],
             )
         return machine
+
+    # The context, as the machine's attributes (public API: read, and the tuning
+    # options set, as before) --------------------------------------------------------
+    @property
+    def spec(self) -> JobSpec:
+        """The job spec."""
+        return self.ctx.spec
+
+    @property
+    def backend(self) -> SlurmBackend:
+        """The Slurm backend."""
+        return self.ctx.backend
+
+    @property
+    def clock(self) -> Clock:
+        """The injected clock."""
+        return self.ctx.clock
+
+    @property
+    def store(self) -> StateStore:
+        """The state file's store."""
+        return self.ctx.store
+
+    @property
+    def leases(self) -> LeaseGate | None:
+        """The lease gate (None: leases not checked); settable, as before the context
+        (a test hands a machine the gate of its world)."""
+        return self.ctx.leases
+
+    @leases.setter
+    def leases(self, gate: LeaseGate | None) -> None:
+        self.ctx.leases = gate
+
+    @property
+    def run_history(self) -> RunHistory:
+        """The run history (admission by time left)."""
+        return self.ctx.run_history
+
+    @property
+    def warmer(self) -> handoff.Warmer | None:
+        """The warm successor's warmer (None: none started)."""
+        return self.ctx.warmer
+
+    @property
+    def salloc_log(self) -> Path:
+        """salloc's output beside the state file."""
+        return self.ctx.salloc_log
+
+    unreachable_retries = _policy_option("unreachable_retries")
+    pending_wait_s = _policy_option("pending_wait_s")
+    alloc_wait_s = _policy_option("alloc_wait_s")
+    pending_report_s = _policy_option("pending_report_s")
+    setup_timeout_s = _policy_option("setup_timeout_s")
+    orphan_grace_s = _policy_option("orphan_grace_s")
 
     # Triggers -------------------------------------------------------------------------
     @property
@@ -601,18 +605,48 @@ class AllocationMachine:
         return (f"container {self.spec.container_name!r}: {self.container_setup} on "
                 f"{self.alloc.nodelist} ({took})")
 
-    def prepare(self) -> State:
-        """Run step 0 to its end (Ready, Released or Failed) under the state-file lock."""
+    def prepare(self, *, within: frozenset[State] = IN_PROGRESS,
+                until: Callable[[Step0Outcome], bool] | None = None) -> Step0Outcome:
+        """Run step 0 to its end (Ready, Released or Failed) under the state-file lock:
+        :meth:`start`, then :meth:`advance` while the state is one of ``within`` (every
+        in-progress state; the warmer passes its own few), stopping early when
+        ``until`` (asked with :meth:`outcome` after each trigger) says so
+        (``slurm-fsm plan`` stops at a PENDING allocation, the warmer when the
+        successor is gone). What it ended with: :meth:`outcome`."""
         with self.locked():
             if self.spec.release_allocation:
                 self.release()
-                return self.state
-            while self.state in IN_PROGRESS or self.state is State.NoState:
+                return self.outcome()
+            while self.state in within or self.state is State.NoState:
                 if self.state is State.NoState:
                     self.start()
                 else:
                     self.advance()
-            return self.state
+                if until is not None and until(self.outcome()):
+                    break
+            return self.outcome()
+
+    def outcome(self) -> Step0Outcome:
+        """What the machine knows now, as one frozen value (no Slurm call): what
+        :meth:`prepare` returns, and what a caller reads after :meth:`run` or
+        :meth:`finish`, instead of the machine's fields."""
+        waited = self.handoff.waited_s
+        return Step0Outcome(
+            state=self.state, alloc=self.alloc, failure=self.failure,
+            path=tuple(self.path), history=tuple(self.history), notes=tuple(self.notes),
+            warnings=tuple(self.warnings), observation=self.observation,
+            released_job_id=self.released_job_id, salloc_requested=self.salloc_requested,
+            salloc_log=self.salloc_log, container_setup=self.container_setup,
+            setup_note=self.setup_note(), setup_seconds=tuple(self.setup_seconds().items()),
+            successor_wait=None if waited is None else SuccessorWait(
+                seconds=waited, job_id=self.handoff.waited_for),
+        )
+
+    def note(self, text: str) -> None:
+        """Add one line to the notes (the caller's own: how long the job waited for
+        its successor or its GPUs, how step 0's container was set up), in the order
+        it happens among the machine's."""
+        self.notes.append(text)
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
@@ -656,7 +690,7 @@ class AllocationMachine:
     # Display ------------------------------------------------------------------------
     @staticmethod
     def mermaid() -> str:
-        """The state diagram, generated from :data:`~slurm_fsm.edges.EDGES`."""
+        """The state diagram, generated from :data:`~slurm_fsm.step0.table.EDGES`."""
         return mermaid_diagram(EDGES)
 
     def diagram(self) -> str:
@@ -722,7 +756,7 @@ class AllocationMachine:
         if obs.info is None:  # no job row: nobody's job to describe
             return False
         if not same_generation(alloc, obs.info):
-            self._warn(self._reused_id(alloc, obs.info))
+            self._warn(release.reused_id(alloc, obs.info))
             self._reused.add(obs.info.job_id)  # nor cancelled as an orphan (0D)
             return True
         owner = owner_of(obs.info, obs.user, self.spec, state_job_names(alloc, self.spec))
@@ -1204,71 +1238,23 @@ class AllocationMachine:
         except OSError:
             return ""
 
-    def _setup_step(self, what: str, argv: Sequence[str], container: ContainerOptions | None,
-                    *, chdir: str | None = None, once: str | None = None) -> StepResult:
-        assert self.alloc is not None
-        result = self.backend.run_step(StepRequest(
-            job_id=self.alloc.job_id,
-            argv=tuple(argv),
-            nodes=self.alloc.nodes,
-            ntasks_per_node=1,
-            container=container,
-            timeout_s=self.setup_timeout_s,
-            chdir=chdir,
-            # a helper: no GPU, and beside the allocation's running jobs, not behind them
-            overlap=True,
-            no_gpus=True,
-            once=once,
-        ))
-        if result.exit_code != 0:
-            raise SetupFailed(what, result)
-        return result
-
     def _import(self) -> str:
         assert self.alloc is not None
-        spec = self.spec
-        name = spec.container_name or ""
-        image = spec.docker_image
+        name = self.spec.container_name or ""
         if (shared := handoff.before_import(self)) is not None:
             self.container_setup = SETUP_SHARED
             return shared  # a container a live allocation of the checkout uses: kept
         if (kept := self._reuse_on_node()) is not None:
             return kept
-        if self.leases is not None:
-            self.leases.clear(self.alloc.job_id, f"re-importing container {name!r}", name)
-        self._log(f"Importing {image} as container {name!r} on {self.alloc.nodelist}.")
-        # Importing is entered only when this allocation holds no container of the
-        # spec's name that the state file vouches for (nor one whose setup key matches,
-        # above): a new allocation, another container, or one the state file does not
-        # name. pyxis would silently reuse any container of that name the nodes still
-        # hold (from an earlier allocation, maybe of another image): ask for a fresh one.
-        self._setup_step(
-            f"container import of {image}", ("true",),
-            ContainerOptions(name=name, image=image, mounts=spec.mounts_text, fresh=True,
-                             owner=f"{repo_tag(spec)} {spec.repo_root}"),
-        )
+        setup.import_fresh(self.ctx, self.alloc)  # the one place a container is imported
         self.container_setup = SETUP_COLD
-        self._warm_mounts()
+        setup.warm_mounts(self.ctx, self.alloc, self._warn)
         self._gpu_check()
         # not installed yet, also when this job skips the install (skip_install): the
         # next job in this container that installs must find it not done
         self.alloc = attrs.evolve(self.alloc, container_name=name, installed=False)
         self.store.write(self.alloc)
         return f"container {name!r} imported on {self.alloc.nodelist}"
-
-    def _warm_mounts(self) -> None:
-        """0E.2: one ``ls`` loop over the container's mount targets, failures ignored."""
-        spec = self.spec
-        if not spec.container_mounts:
-            return
-        targets = [mount.container for mount in spec.container_mounts]
-        warmed = self._setup_step(
-            f"mount warm-up of {', '.join(targets)}", mount_warmup_argv(targets),
-            ContainerOptions(name=spec.container_name or "", mounts=spec.mounts_text),
-        )
-        if warmed.stderr.strip():
-            self._warn("mount warm-up: ls reported (ignored, the job goes on): "
-                       + " | ".join(warmed.stderr.strip().splitlines()[-5:]))
 
     def _setup_key(self) -> setupkey.SetupKey | None:
         """The spec's setup key (:mod:`slurm_fsm.setupkey`), computed once per machine."""
@@ -1321,26 +1307,8 @@ class AllocationMachine:
 
     def _install(self) -> str:
         assert self.alloc is not None
-        spec = self.spec
-        options = ContainerOptions(
-            name=spec.container_name or "", mounts=spec.mounts_text, writable=True,
-            workdir=str(spec.repo_root),
-        )
-        commands = install_commands(spec.repo_root)
-        if self.leases is not None:
-            self.leases.clear(self.alloc.job_id, f"installing into container {options.name!r}",
-                              options.name)
-        for what, argv in commands:
-            self._log(f"Installing: {what}")
-            # node-locked, done once per node: a run racing into this allocation (another
-            # host, the state file not yet saying installed) waits, then skips it
-            self._setup_step(what, argv, options, chdir=str(spec.repo_root),
-                             once=f"install {options.name} {what}")
-        if (key := self._setup_key()) is not None:  # last: only a finished install has it
-            self._setup_step("setup key", setup_key_write_argv(key.key), options)
-        self.alloc = attrs.evolve(self.alloc, installed=True)
-        self.store.write(self.alloc)
-        return "installed: " + "; ".join(w for w, _ in commands)
+        self.alloc, summary = setup.install(self.ctx, self.alloc, self._setup_key())
+        return summary
 
     def _gpu_check(self) -> list[GpuProcess]:
         assert self.alloc is not None
@@ -1383,80 +1351,25 @@ class AllocationMachine:
         return f"job started on allocation {self.alloc.job_id if self.alloc else '?'}"
 
     def _release(self) -> str:
-        """0A: cancel our allocation (after checking it is ours), drop the files."""
+        """0A: cancel our allocation (after checking it is ours), drop the files
+        (:func:`slurm_fsm.step0.release.release`), then the warm successor's."""
         if self.state is State.NoState:
             try:
                 self.alloc = self.store.read()
             except StateFileError as exc:
                 self._warn(f"{exc}; nothing to cancel from it")
                 self.alloc = None
-        alloc = self.alloc
-        if alloc is None:
-            # a lost or corrupt state file: this checkout's allocation by its tag, and
-            # only by its tag: an untagged allocation of the procedure's job name may be
-            # another checkout's, following the procedure by hand (its 0A cancels
-            # nothing without a state file)
-            found = [j.job_id for j in self.backend.find_jobs(None, self.user)
-                     if j.state.is_live
-                     and owner_of(j, self.user, self.spec) is Ownership.TAGGED]
-            for job_id in found:  # never under another run's job
-                cancel_allocation(self.leases, self.backend, job_id, "releasing it")
-            self._drop_files(found)
-            if not found:
-                self._log("No allocation to release.")
-                return "no allocation to release"
-            self.released_job_id = found[0]
-            text = (f"Allocation {', '.join(found)} released (found by this checkout's tag; "
-                    "the state file was missing or unreadable).")
-            self._log(text)
-            return text
-        job_id = alloc.job_id
-        try:
-            info = self.backend.query_job(job_id)
-        except JobNotFound:
-            info = None
-        if info is not None and not same_generation(alloc, info):
-            self._warn(self._reused_id(alloc, info))
-            info = None  # not the allocation the state file recorded: nothing to cancel
-        if info is not None:
-            owner = owner_of(info, self.user, self.spec, state_job_names(alloc, self.spec))
-            if not owner.ours:
-                raise NotOurJobError(
-                    job_id,
-                    f"it is {describe(info, owner)}, not this checkout's "
-                    f"({repo_tag(self.spec)}, user {self.user!r}); the state file "
-                    f"{self.store.path} is kept",
-                )
-            cancel_allocation(self.leases, self.backend, job_id, "releasing it")
-        self._drop_files([job_id] if info is not None else [])
+        done = release.release(self.ctx, self.alloc, user=lambda: self.user,
+                               warn=self._warn)
+        if not done.from_state_file:
+            self.released_job_id = done.job_id or self.released_job_id
+            return done.summary
         self.alloc = None
-        self.released_job_id = job_id
-        self._log(f"Allocation {job_id} released.")
+        self.released_job_id = done.job_id
         succ = handoff.release_successor(self)  # a queued warm successor goes too
         if succ is not None:
-            return f"Allocation {job_id} released (and its successor {succ})."
-        return f"Allocation {job_id} released."
-
-    @staticmethod
-    def _reused_id(alloc: AllocState | None, info: JobInfo) -> str:
-        """The warning for a state file whose job id Slurm gave to another job."""
-        return (f"state file names job {info.job_id} submitted at "
-                f"{alloc.submit_time if alloc else '?'}, but Slurm's job {info.job_id} was "
-                f"submitted at {info.submit_time}: the id was reused by another job; it is "
-                "left alone (never reused, never cancelled) and the state file is dropped")
-
-    def _drop_files(self, cancelled: Sequence[str]) -> None:
-        """Remove the state file and salloc log after a release; a failure says what was
-        already cancelled (the allocation is gone even though its file is not)."""
-        try:
-            self.store.delete()
-            self.salloc_log.unlink(missing_ok=True)
-        except OSError as exc:
-            done = (f"allocation {', '.join(cancelled)} was cancelled, but "
-                    if cancelled else "")
-            raise StateFileError(str(self.store.path), f"{done}the state file cannot be "
-                                 f"deleted ({exc.strerror or exc}); delete it by hand") \
-                from exc
+            return f"Allocation {done.job_id} released (and its successor {succ})."
+        return done.summary
 
     # Bookkeeping ----------------------------------------------------------------------
     def _waiting(self, text: str) -> None:

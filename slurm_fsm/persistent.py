@@ -28,7 +28,7 @@ from slurm_fsm.joboutput import output_for_spec
 from slurm_fsm.jobstate import JobState
 from slurm_fsm.lease import LeaseGate, lease_name, wait_out_closing
 from slurm_fsm.logs import tail_lines
-from slurm_fsm.machine import AllocationMachine, SetupFailed, State
+from slurm_fsm.machine import AllocationMachine, SetupFailed
 from slurm_fsm.monitor import PollPolicy, Watch, final_outcome, step_end_of, watch_script
 from slurm_fsm.paths import StatePaths
 from slurm_fsm.runfacts import Failure, Mode, Phase, RunFacts, StateSource, StepEnd
@@ -36,6 +36,8 @@ from slurm_fsm.runrecord import RunBook, RunRecord, new_run_id
 from slurm_fsm.runsteps import RunSteps, stop_leftovers
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState, StateStore
+from slurm_fsm.step0.outcome import SuccessorWait
+from slurm_fsm.step0.table import State
 from slurm_fsm.warmer import warmer_for
 
 __all__ = ["PersistentRun", "point_latest", "run_book", "run_log_path"]
@@ -136,7 +138,11 @@ class PersistentRun:
         #: what the monitor and the wind-down said (the report's warnings, after the
         #: parser's)
         self.messages: list[str] = []
+        #: the machine this run steps (its driver: triggers, and :meth:`outcome` to
+        #: read what it knows; never its fields)
         self.machine: AllocationMachine | None = None
+        #: the lease gate this run's machine waits with (``own``: this run's lease)
+        self.gate: LeaseGate | None = None
         self.log_path: Path | None = None  # this run's job log, once known
         self.timings: dict[str, float] = {}
         #: this run's lease step (from the end of step 0 until its job's steps are gone)
@@ -159,23 +165,24 @@ class PersistentRun:
         """The facts with what the machine knows: its path, notes and warnings, the
         allocation, and salloc's last lines when step 0 failed allocating (only when
         this run asked for one: a failure before salloc names no older salloc log)."""
-        m = self.machine
+        o = self.machine.outcome() if self.machine is not None else None
         log = self.log_path if mode is Mode.PERSISTENT else None
-        from_salloc = (m is not None and m.failure is not None and m.salloc_requested
-                       and m.failure.step == State.Allocating.value)
-        salloc_tail = (tuple(tail_lines(m.salloc_log, 20, shared=True))
-                       if m is not None and from_salloc else ())
+        from_salloc = (o is not None and o.failure is not None and o.salloc_requested
+                       and o.failure.step == State.Allocating.value)
+        salloc_log = o.salloc_log if o is not None and from_salloc else None
+        salloc_tail = (tuple(tail_lines(salloc_log, 20, shared=True))
+                       if salloc_log is not None else ())
         known: dict[str, Any] = {
-            "allocation_id": m.alloc.job_id if m is not None and m.alloc else None,
+            "allocation_id": o.alloc.job_id if o is not None and o.alloc else None,
             "stdout": str(log) if log else None,
-            "stderr": str(m.salloc_log) if m is not None and salloc_tail else None,
+            "stderr": str(salloc_log) if salloc_log is not None and salloc_tail else None,
             "log_tail": salloc_tail,
         }
         known.update(what)
         return RunFacts(
-            mode=mode, phase=phase, path=tuple(m.path) if m else (),
-            notes=(*(m.notes if m else ()), *known.pop("notes", ())),
-            warnings=(*self.warnings, *(m.warnings if m else ())),
+            mode=mode, phase=phase, path=o.path if o else (),
+            notes=(*(o.notes if o else ()), *known.pop("notes", ())),
+            warnings=(*self.warnings, *(o.warnings if o else ())),
             messages=tuple(self.messages), timings=dict(self.timings), **known)
 
     def facts_so_far(self, interrupted: str, signum: int | None = None) -> RunFacts:
@@ -207,11 +214,11 @@ class PersistentRun:
         # the allocation, and their leases keep it (and their container) from change
         store = StateStore(self.state_path,
                            lock_timeout_s=self.spec.monitor_timeout_seconds + 900.0)
-        gate = LeaseGate(self.runs, wait_s=self.lease_wait_s, clock=self.clock,
-                         say=self._waiting, backend=self.backend)
+        self.gate = LeaseGate(self.runs, wait_s=self.lease_wait_s, clock=self.clock,
+                              say=self._waiting, backend=self.backend)
         m = AllocationMachine(self.spec, self.backend, clock=self.clock,
                               log=self.events.message, store=store, salloc_log=self.salloc_log,
-                              leases=gate,
+                              leases=self.gate,
                               warmer=warmer_for(self.spec, self.backend, self.state_path))
         self.machine = m
         return m
@@ -220,21 +227,19 @@ class PersistentRun:
         """A wait for other runs' jobs (the lease gate): said, and in the report's notes."""
         self.events.message(text)
         if self.machine is not None:
-            self.machine.notes.append(text)
+            self.machine.note(text)
 
     def release(self) -> RunFacts:
         """Release the allocation (waiting for other runs' leases)."""
-        m = self._new_machine()
-        state = m.prepare()
-        released = m.released_job_id
-        if state is State.Released:
+        done = self._new_machine().prepare()
+        alloc_id = done.released_job_id or (done.alloc.job_id if done.alloc else None)
+        if done.state is State.Released:
             return self._facts(Phase.STEP0, Mode.RELEASE, released=True,
-                               summary=m.history[-1].reason,
-                               allocation_id=released or (m.alloc.job_id if m.alloc else None))
-        msg = m.failure.message if m.failure else "release failed"
+                               summary=done.summary, allocation_id=alloc_id)
+        msg = done.failure.message if done.failure else "release failed"
         return self._facts(Phase.STEP0, Mode.RELEASE,
                            failure=Failure(phase=Phase.STEP0, message=msg),
-                           allocation_id=released or (m.alloc.job_id if m.alloc else None))
+                           allocation_id=alloc_id)
 
     # ---------------------------------------------------------------------- the run
     def run(self) -> RunFacts:
@@ -247,12 +252,13 @@ class PersistentRun:
         if isinstance(done, RunFacts):
             return done
         assert done is not None
-        if self.hand_over is not None and m.alloc is not None:
-            self._hand_over(m.alloc)
-        steps = RunSteps(self.backend, self.runs, done, clock=self.clock,
+        lease, alloc = done
+        if self.hand_over is not None:
+            self._hand_over(alloc)
+        steps = RunSteps(self.backend, self.runs, lease, clock=self.clock,
                          say=self.events.message)
         try:
-            return self._run(m, steps)
+            return self._run(m, alloc, steps)
         finally:  # an error or an interrupt on the way: the same end as a normal one
             if not steps.finished and (steps.script is None or steps.script.poll() is not None):
                 steps.finish()
@@ -279,7 +285,7 @@ class PersistentRun:
         self.events.message(f"WARNING: {text}")
 
     def _step0(self, m: AllocationMachine, *, again: bool = False
-               ) -> RunFacts | RunRecord | None:
+               ) -> RunFacts | tuple[RunRecord, AllocState] | None:
         """Under the state file's lock: step 0, then what dead runs left is stopped and
         this run's lease is taken. The lease, or the facts of a failure; None (when
         ``again``) when the allocation was gone before the lease step could start: a
@@ -287,35 +293,36 @@ class PersistentRun:
         not hold across hosts) had found no lease of this run, rightly: step 0 again."""
         t = self.clock.now()
         self.events.state(Phase.STEP0.value, "validating or allocating")
-        state = m.prepare()
+        done = m.prepare()
         self.timings["step0_s"] = self.clock.now() - t
-        self._note_successor_wait(m)
-        if (note := m.setup_note()) is not None:  # issue 42: the parts of step 0
-            self.timings.update(m.setup_seconds())
-            m.notes.append(note)
-        if state is not State.Ready or m.alloc is None:
-            if again and m.failure is not None and isinstance(m.failure.error,
-                                                              AllocationVanished):
-                self._again(f"{m.failure.message} (cancelled by another run's release, "
+        self._note_successor_wait(m, done.successor_wait)
+        if done.setup_note is not None:  # issue 42: the parts of step 0
+            self.timings.update(done.setup_seconds)
+            m.note(done.setup_note)
+        failure = done.failure
+        if not done.ready or done.alloc is None:
+            if again and failure is not None and isinstance(failure.error,
+                                                            AllocationVanished):
+                self._again(f"{failure.message} (cancelled by another run's release, "
                             "on another login node: no lease of this run held it yet)")
                 return None
-            msg = m.failure.message if m.failure else f"step 0 ended in {state.value}"
+            msg = failure.message if failure else f"step 0 ended in {done.state.value}"
             # a failed setup step: its pyxis / pip lines each on their own
-            error = m.failure.error if m.failure else None
+            error = failure.error if failure else None
             detail = error.output if isinstance(error, SetupFailed) else msg
             return self._facts(Phase.STEP0, failure=Failure(
                 phase=Phase.STEP0, message=msg, detail=detail))
-        alloc = m.alloc
+        alloc = done.alloc
         # before the pre-flight's own step: a dead run's step would hold the nodes
         for text in stop_leftovers(self.backend, self.runs, alloc.job_id, self.clock):
             self.warnings.append(text)
             self.events.message(f"WARNING: {text}")
         if self.hand_over is None:  # an agent asks its own
             m.start_gpu_check()  # the pre-flight's step, while the lease step starts
-        return self._take_lease(m, alloc, again=again)
+        lease = self._take_lease(alloc, again=again)
+        return (lease, alloc) if isinstance(lease, RunRecord) else lease
 
-    def _take_lease(self, m: AllocationMachine, alloc: AllocState, *, again: bool
-                    ) -> RunFacts | RunRecord | None:
+    def _take_lease(self, alloc: AllocState, *, again: bool) -> RunFacts | RunRecord | None:
         """This run's lease on ``alloc``: the lease step first (every host sees it; a
         ``run_many`` batch shares one), then the record that names its run. The lease,
         the facts of a failure, or None (``again``): the allocation ended first."""
@@ -358,19 +365,20 @@ class PersistentRun:
             msg = (f"could not write this run's record (its lease on allocation "
                    f"{alloc.job_id}) in {self.runs.folder}: {exc}; the job was not started")
             return self._facts(Phase.STEP0, failure=Failure(phase=Phase.STEP0, message=msg))
-        if m.leases is not None:
-            m.leases.own = lease.run_id
+        # the gate this run's machine waits with: this run's own lease is never waited for
+        if self.gate is not None:
+            self.gate.own = lease.run_id
             if shared is not None:
-                m.leases.shared.add(shared)
+                self.gate.shared.add(shared)
         return lease
 
-    def _note_successor_wait(self, m: AllocationMachine) -> None:
+    def _note_successor_wait(self, m: AllocationMachine, wait: SuccessorWait | None
+                             ) -> None:
         """The job did not fit the old allocation and waited for the successor: how long."""
-        if m.handoff.waited_s is not None:
-            self.timings["successor_wait_s"] = m.handoff.waited_s
-            m.notes.append(f"waited {m.handoff.waited_s:.1f} s for successor allocation "
-                           f"{m.handoff.waited_for}: the job did not fit the time left of "
-                           "the allocation it replaces")
+        if wait is not None:
+            self.timings["successor_wait_s"] = wait.seconds
+            m.note(f"waited {wait.seconds:.1f} s for successor allocation {wait.job_id}: "
+                   "the job did not fit the time left of the allocation it replaces")
 
     def _batch_lease_taker(self, job_id: str) -> sharedview.TakeLease:
         """How a ``run_many`` batch takes its shared lease on ``job_id``: the step, then
@@ -421,15 +429,14 @@ class PersistentRun:
         except BackendError:
             return False
 
-    def _run(self, m: AllocationMachine, steps: RunSteps) -> RunFacts:
+    def _run(self, m: AllocationMachine, alloc: AllocState, steps: RunSteps) -> RunFacts:
         """Pre-flight, the script, how it ended (the lock is free: other runs overlap)."""
         spec = self.spec
-        assert m.alloc is not None
-        alloc = m.alloc
         t = self.clock.now()
         m.run()  # pre-flight; a failure routes the machine into Failed
-        if m.state is not State.Running:
-            msg = m.failure.message if m.failure else "pre-flight failed"
+        checked = m.outcome()
+        if checked.state is not State.Running:
+            msg = checked.failure.message if checked.failure else "pre-flight failed"
             return self._facts(Phase.STEP0, failure=Failure(phase=Phase.STEP0, message=msg))
         info, left = m.info_now()
         assert info is not None
@@ -497,8 +504,8 @@ class PersistentRun:
             if self.on_script_end is not None:
                 self.on_script_end(watch.exit_code)
         if queue.queued and self.machine is not None:  # the wait for GPUs, in the notes
-            self.machine.notes.append(f"the job's steps waited for their GPUs/CPUs on "
-                                      f"allocation {alloc.job_id} ({queue.queued} time(s))")
+            self.machine.note(f"the job's steps waited for their GPUs/CPUs on "
+                   f"allocation {alloc.job_id} ({queue.queued} time(s))")
         for problem in steps.finish():
             self.events.message(f"WARNING: {problem}")
             self.messages.append(problem)

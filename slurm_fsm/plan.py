@@ -34,7 +34,6 @@ from slurm_fsm.backend import (
 )
 from slurm_fsm.clock import Clock
 from slurm_fsm.duration import Duration
-from slurm_fsm.edges import CONDITIONS, EXPIRY_MARGIN_S, IN_PROGRESS, State, job_fits
 from slurm_fsm.errors import JobNotFound, StateFileError
 from slurm_fsm.history import RunHistory
 from slurm_fsm.jobstate import JobState
@@ -52,6 +51,8 @@ from slurm_fsm.preflight import (
 )
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import MAX_STATE_BYTES, StateStore, read_regular_file
+from slurm_fsm.step0.outcome import Step0Outcome
+from slurm_fsm.step0.table import CONDITIONS, EXPIRY_MARGIN_S, State, job_fits
 
 __all__ = ["Plan", "PlanBackend", "PlanCommand", "admission_text", "make_plan"]
 
@@ -274,12 +275,13 @@ class PlanBackend:
         raise NotImplementedError("a plan never stops a script")
 
 
-def admission_text(m: AllocationMachine) -> str:
-    """What admission by time left decides on the machine's last observation of the
-    state file's allocation (a Validating one; otherwise there is none to admit to): the
-    expected duration, the time left, fits or not, and what follows."""
+def admission_text(m: AllocationMachine, seen: Step0Outcome | None = None) -> str:
+    """What admission by time left decides on the last observation of the state file's
+    allocation (``seen``: the machine's outcome, by default :meth:`AllocationMachine.outcome`
+    now; a Validating observation, otherwise there is none to admit to): the expected
+    duration (the machine's estimate), the time left, fits or not, and what follows."""
     est = m.estimate()
-    obs = m.observation
+    obs = (seen or m.outcome()).observation
     info = obs.info
     if obs.source is State.Validating and info is not None and info.state.is_pending:
         return (f"allocation {info.job_id} is {info.state}; the job {est.describe()}: "
@@ -293,6 +295,27 @@ def admission_text(m: AllocationMachine) -> str:
         return (f"{head} + {margin} margin: does not fit, so it is not started on it; the "
                 "allocation is replaced once no other run's job uses it")
     return f"{head} + {margin} margin: fits"
+
+
+class _PlanStop:
+    """Where the plan's step 0 stops (``until`` of
+    :meth:`~slurm_fsm.machine.AllocationMachine.prepare`): a PENDING allocation of the
+    state file is where a run would wait (:attr:`waits_for`), not a failure. Each
+    Validating observation is judged for admission on the way."""
+
+    def __init__(self, m: AllocationMachine, spec: JobSpec) -> None:
+        self.m, self.spec = m, spec
+        self.admission = ""
+        self.waits_for: str | None = None
+
+    def __call__(self, seen: Step0Outcome) -> bool:
+        if seen.observation.source is State.Validating:
+            self.admission = admission_text(self.m, seen)
+        if seen.state is State.Validating and CONDITIONS["job_pending"](seen.observation,
+                                                                       self.spec):
+            self.waits_for = seen.alloc.job_id if seen.alloc else None
+            return True
+        return False
 
 
 def _copy_successor(real: StatePaths, scratch: StatePaths) -> None:
@@ -322,8 +345,6 @@ def make_plan(spec: JobSpec, real: SlurmBackend, *, clock: Clock | None = None,
     ``history``: the run history admission reads (default: beside ``spec.state_path``).
     """
     backend = PlanBackend(real)
-    waits_for: str | None = None
-    admission = ""
     with tempfile.TemporaryDirectory(prefix="slurm_fsm-plan-") as tmp:
         real_paths = StatePaths.for_state_file(spec.state_path)
         paths = real_paths.moved_to(Path(tmp))
@@ -340,34 +361,22 @@ def make_plan(spec: JobSpec, real: SlurmBackend, *, clock: Clock | None = None,
             salloc_log=paths.salloc_log, unreachable_retries=0,
             run_history=history or RunHistory(real_paths.history),
         )
-        if spec.release_allocation:
-            m.release()
-        else:
-            while m.state in IN_PROGRESS or m.state is State.NoState:
-                if m.state is State.NoState:
-                    m.start()
-                else:
-                    m.advance()
-                if m.observation.source is State.Validating:
-                    admission = admission_text(m)
-                if m.state is State.Validating and CONDITIONS["job_pending"](m.observation,
-                                                                            spec):
-                    waits_for = m.alloc.job_id if m.alloc else None
-                    break
-        state = m.state
+        stop = _PlanStop(m, spec)
+        done = m.prepare(until=None if spec.release_allocation else stop)
+        admission = stop.admission
         if not admission and not spec.release_allocation:
-            admission = admission_text(m)
-    reasons = [f"{t.source} -> {t.dest}: {t.reason}" for t in m.history]
-    if waits_for is not None:
-        reasons.append(f"a run would wait for allocation {waits_for} (up to "
+            admission = admission_text(m, done)
+    reasons = [f"{t.source} -> {t.dest}: {t.reason}" for t in done.history]
+    if stop.waits_for is not None:
+        reasons.append(f"a run would wait for allocation {stop.waits_for} (up to "
                        f"{m.pending_wait_s:g} s), not cancel it, then reuse it")
     return Plan(
-        path=m.path,
-        final_state=state.value,
+        path=list(done.path),
+        final_state=done.state.value,
         commands=backend.commands,
         reasons=reasons,
-        warnings=([problem] if problem else []) + list(m.warnings)
-        + ([m.failure.message] if m.failure and state is State.Failed else []),
-        waits_for=waits_for,
+        warnings=([problem] if problem else []) + list(done.warnings)
+        + ([done.failure.message] if done.failure and done.state is State.Failed else []),
+        waits_for=stop.waits_for,
         admission=admission,
     )

@@ -1,6 +1,6 @@
 """What one run saw, frozen: the record every path of a run ends with.
 
-Step 0 has :class:`slurm_fsm.edges.Observation` and one pure decider; the job after
+Step 0 has :class:`slurm_fsm.step0.table.Observation` and one pure decider; the job after
 step 0 has :class:`RunFacts` and one pure judge, :func:`slurm_fsm.results.report_of`.
 A path (:mod:`slurm_fsm.persistent`, :mod:`slurm_fsm.oneshot`) only observes: it
 returns a ``RunFacts`` and decides no status; the judge turns it into the

@@ -1,6 +1,6 @@
 """A run's own states: the life of one run as its owner record tells it (issue 39).
 
-The allocation machine (:mod:`slurm_fsm.edges`) says what step 0 does with an
+The allocation machine (:mod:`slurm_fsm.step0.table`) says what step 0 does with an
 allocation; this table says how far one run has got, for every shell that reads its
 files (``slurm-fsm runs``, ``attach``, ``wait``). Its owner (the foreground process, a
 detached supervisor, or the agent in the allocation) moves it by the events of

@@ -38,12 +38,12 @@ import attrs
 from slurm_fsm import files
 from slurm_fsm.backend import SlurmBackend
 from slurm_fsm.clock import Clock
-from slurm_fsm.edges import State
 from slurm_fsm.errors import SlurmFsmError
 from slurm_fsm.machine import AllocationMachine
 from slurm_fsm.paths import StatePaths
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import StateStore
+from slurm_fsm.step0.table import State
 from slurm_fsm.successor import Phase, read_successor, write_successor
 
 __all__ = ["SPEC_LIMIT", "main", "spawner", "spec_digest", "warm", "warmer_for"]
@@ -70,19 +70,20 @@ def warm(spec: JobSpec, backend: SlurmBackend, state_path: Path, *,
                           salloc_log=paths.successor_salloc_log)
     with m.locked():
         if not store.exists():
-            return m.state
-        m.start()
-        while m.state in _WARMING:
-            m.advance()
+            return m.outcome().state
+        # the warming states only; a successor found gone (NoState) ends it: never a
+        # fresh start, which would allocate
+        done = m.prepare(within=_WARMING, until=lambda o: o.state is State.NoState)
     record_path = paths.successor_record
     record = read_successor(record_path)
     if record is not None:
-        phase = Phase.READY if m.state is State.Ready else Phase.FAILED
-        detail = "" if m.state is State.Ready else f"warmer stopped in {m.state.value}" + (
-            f": {m.failure.message}" if m.failure else "")
+        ready = done.state is State.Ready
+        phase = Phase.READY if ready else Phase.FAILED
+        detail = "" if ready else f"warmer stopped in {done.state.value}" + (
+            f": {done.failure.message}" if done.failure else "")
         with contextlib.suppress(OSError):  # a hint only
             write_successor(record_path, attrs.evolve(record, phase=phase, detail=detail))
-    return m.state
+    return done.state
 
 
 def spec_digest(spec: JobSpec) -> str:

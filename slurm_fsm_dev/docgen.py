@@ -15,7 +15,8 @@ import shutil
 import subprocess
 from collections.abc import Sequence
 
-from slurm_fsm.edges import (
+from slurm_fsm.jobstate import JobState
+from slurm_fsm.step0.table import (
     CONDITIONS,
     EDGES,
     PART_STATES,
@@ -27,7 +28,6 @@ from slurm_fsm.edges import (
     part_edges,
     part_of_state,
 )
-from slurm_fsm.jobstate import JobState
 
 __all__ = [
     "DIAGRAM_MARKER",
@@ -70,6 +70,9 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "slurm_fsm.machine",
     "slurm_fsm.setupkey",
     "slurm_fsm.edges",
+    "slurm_fsm.step0.table",
+    "slurm_fsm.step0.outcome",
+    "slurm_fsm.step0.context",
     "slurm_fsm.history",
     "slurm_fsm.backend",
     "slurm_fsm.subprocess_backend",
@@ -162,12 +165,12 @@ STEP_CODES: dict[str, str] = {
 
 def states_markdown() -> str:
     """``docs/states.md``: the diagram, the edge table, the conditions and the effects,
-    generated from :data:`~slurm_fsm.edges.EDGES`, :data:`~slurm_fsm.edges.CONDITIONS`
-    and :class:`~slurm_fsm.edges.Effect`."""
+    generated from :data:`~slurm_fsm.step0.table.EDGES`, :data:`~slurm_fsm.step0.table.CONDITIONS`
+    and :class:`~slurm_fsm.step0.table.Effect`."""
     rows = [
         "# States and edges",
         "",
-        "Generated from `slurm_fsm.edges.EDGES` by `make diagram`; a test fails when this",
+        "Generated from `slurm_fsm.step0.table.EDGES` by `make diagram`; a test fails when this",
         "page is stale. A trigger first does the work of the current state, which returns",
         "one frozen `Observation`; then the edges of that trigger leaving the state are",
         "tried top to bottom, and the first whose conditions hold on the observation wins.",
@@ -184,7 +187,7 @@ def states_markdown() -> str:
         "the site is built (the edges of one trigger between two states share an arrow,",
         "`or` between their conditions; hover an arrow for its steps). The states of the",
         "design card come first; each opt-in part is a drawing of its own, where a dashed",
-        "state is one of the first drawing (`slurm_fsm.edges.DiagramPart`).",
+        "state is one of the first drawing (`slurm_fsm.step0.table.DiagramPart`).",
         "",
         "```mermaid",
         mermaid_diagram(EDGES, part=DiagramPart.CORE).rstrip("\n"),
@@ -227,7 +230,7 @@ def states_markdown() -> str:
         "",
         "## Conditions",
         "",
-        "Pure functions of the observation and the spec (`slurm_fsm.edges.CONDITIONS`).",
+        "Pure functions of the observation and the spec (`slurm_fsm.step0.table.CONDITIONS`).",
         "",
         "| condition | holds when |",
         "|---|---|",
@@ -238,7 +241,7 @@ def states_markdown() -> str:
         "",
         "## Effects",
         "",
-        "What the machine does because it takes an edge (`slurm_fsm.edges.Effect`).",
+        "What the machine does because it takes an edge (`slurm_fsm.step0.table.Effect`).",
         "",
         "| effect | what the machine does |",
         "|---|---|",
@@ -295,7 +298,7 @@ def states_markdown() -> str:
         "allocation of the state file is kept, warm, for the next good spec.",
         "",
         "The edge into Expiring, TooShort or Incompatible says the rule broken, in words",
-        "(`Edge.why`, from `slurm_fsm.edges.RULES`): the transition's reason, the progress",
+        "(`Edge.why`, from `slurm_fsm.step0.table.RULES`): the transition's reason, the progress",
         "line, `slurm-fsm plan` (text and `--json` `reasons`) and the report's `notes`",
         "(`allocation 5 replaced (Incompatible: gpus_per_node 1 is more than the",
         "allocation's 0 (as granted by Slurm))`).",

@@ -16,13 +16,14 @@ from slurm_fsm.cli import main
 from slurm_fsm.executor import Executor
 from slurm_fsm.history import RunEntry, RunHistory, spec_key
 from slurm_fsm.lease import AllocationInUse, LeaseGate
-from slurm_fsm.machine import AllocationMachine, State
+from slurm_fsm.machine import AllocationMachine
 from slurm_fsm.paths import StatePaths
 from slurm_fsm.plan import make_plan
 from slurm_fsm.results import Status
 from slurm_fsm.runrecord import RunBook
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState
+from slurm_fsm.step0.table import State
 from slurm_fsm.testing import FakeCluster, FakeScript
 from slurm_fsm.testing.fake import CONTROLLER_OPS, FakeClock
 
@@ -42,7 +43,7 @@ def machine(spec: JobSpec, fake: FakeCluster, **kw: object) -> AllocationMachine
 
 def ready_allocation(spec: JobSpec, fake: FakeCluster) -> AllocState:
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     state = m.store.read()
     assert state is not None
     fake.reset_calls()
@@ -59,7 +60,7 @@ def test_a_job_that_fits_the_time_left_reuses_the_allocation(make_spec: SpecFact
     old = ready_allocation(spec, fake)
     fake.clock.advance(HOUR - 900)  # 15 min left = 10 min expected + 5 min margin
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path == ["NoState", "Validating", "Ready"]
     assert slurm_ops(fake) == ["query_job"]
     assert m.alloc is not None and m.alloc.job_id == old.job_id
@@ -72,7 +73,7 @@ def test_a_job_that_does_not_fit_replaces_the_allocation(make_spec: SpecFactory,
     old = ready_allocation(spec, fake)
     fake.clock.advance(HOUR - 899)  # one second short
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path == ["NoState", "Validating", "TooShort", "Allocating", "Ready"]
     assert slurm_ops(fake) == ["query_job", "cancel", "find_jobs", "allocate", "query_job",
                                "granted"]
@@ -103,7 +104,7 @@ def test_a_job_that_does_not_fit_waits_for_the_other_runs_jobs(make_spec: SpecFa
     gate = LeaseGate(book, wait_s=600, clock=clock, say=said.append)
     fake.clock.advance(HOUR - 1800)
     m = machine(spec, fake, leases=gate)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path == ["NoState", "Validating", "TooShort", "Allocating", "Ready"]
     (waiting,) = said
     assert "waiting before replacing it (TooShort: 00:30:00 left, the job expects " \
@@ -121,7 +122,7 @@ def test_a_job_that_does_not_fit_is_refused_when_told_not_to_wait(make_spec: Spe
     book.start(old.job_id, model="other-model")
     fake.clock.advance(HOUR - 1800)
     m = machine(spec, fake, leases=LeaseGate(book, wait_s=0, clock=fake.clock))
-    assert m.prepare() is State.Failed
+    assert m.prepare().state is State.Failed
     assert m.path == ["NoState", "Validating", "TooShort", "Failed"]
     assert m.failure is not None and isinstance(m.failure.error, AllocationInUse)
     assert "TooShort" in m.failure.message and "other-model" in m.failure.message
@@ -139,11 +140,11 @@ def test_past_runs_decide_when_the_spec_gives_no_figure(make_spec: SpecFactory,
     old = ready_allocation(spec, fake)
     fake.clock.advance(HOUR - 1500)  # 25 min left = 20 + 5: fits
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready and m.path == ["NoState", "Validating", "Ready"]
+    assert m.prepare().state is State.Ready and m.path == ["NoState", "Validating", "Ready"]
     assert m.estimate().source == "history"
     fake.clock.advance(1)
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path == ["NoState", "Validating", "TooShort", "Allocating", "Ready"]
     assert fake.jobs[old.job_id].state == "CANCELLED"
 
@@ -156,7 +157,7 @@ def test_an_unknown_duration_is_admitted_by_the_margin_alone(make_spec: SpecFact
     ready_allocation(spec, fake)
     fake.clock.advance(HOUR - 360)
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready and m.path == ["NoState", "Validating", "Ready"]
+    assert m.prepare().state is State.Ready and m.path == ["NoState", "Validating", "Ready"]
     assert m.estimate().seconds is None and "unknown" in m.history[-1].reason
 
 

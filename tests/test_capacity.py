@@ -19,13 +19,13 @@ from slurm_fsm.capacity import (
     job_needs,
     with_grant,
 )
-from slurm_fsm.edges import incompatibilities
 from slurm_fsm.errors import JobNotFound, SpecError
 from slurm_fsm.executor import Executor
-from slurm_fsm.machine import AllocationMachine, State
+from slurm_fsm.machine import AllocationMachine
 from slurm_fsm.results import Status
 from slurm_fsm.slurmcli import classify, parse_scontrol_granted, salloc_argv, scontrol_granted_argv
 from slurm_fsm.state import AllocState
+from slurm_fsm.step0.table import State, incompatibilities
 from slurm_fsm.testing import FakeCluster
 
 from conftest import SpecFactory
@@ -197,7 +197,7 @@ def test_the_state_file_holds_the_grant_when_slurm_gives_less(
 
     fake.allocate = shrinking  # type: ignore[method-assign]
     m = AllocationMachine(spec, fake, clock=fake.clock)  # type: ignore[arg-type]
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     state = json.loads(spec.state_path.read_text())
     assert state["nodes"] == 1
     assert any("less than the job needs: nodes 2 is more than the allocation's 1" in w
@@ -217,7 +217,7 @@ def test_an_old_state_file_is_completed_with_the_grant_before_reuse(
     one.state_path.write_text(json.dumps(data))
     two = make_spec(slurm_params={"nodes": 2})
     m = AllocationMachine(two, fake, clock=fake.clock)  # type: ignore[arg-type]
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path[:3] == ["NoState", "Validating", "Incompatible"]
     assert json.loads(one.state_path.read_text())["nodes"] == 2
     # and an old file that fits is completed and saved on reuse
@@ -225,7 +225,7 @@ def test_an_old_state_file_is_completed_with_the_grant_before_reuse(
     del data["cpus_per_node"]
     one.state_path.write_text(json.dumps(data))
     m = AllocationMachine(one, fake, clock=fake.clock)  # type: ignore[arg-type]
-    assert m.prepare() is State.Ready and m.path[-1] == "Ready"
+    assert m.prepare().state is State.Ready and m.path[-1] == "Ready"
     assert json.loads(one.state_path.read_text())["cpus_per_node"] == 1
 
 
@@ -289,11 +289,11 @@ def test_a_grant_that_cannot_be_read_is_read_by_the_next_run(make_spec: SpecFact
     spec = make_spec()
     fake.fail_next("granted", CommandFailed(["scontrol"], 1, "boom"))
     m = AllocationMachine(spec, fake, clock=fake.clock)  # type: ignore[arg-type]
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert any("could not be read" in n for n in m.notes)
     assert "cpus_per_node" not in json.loads(spec.state_path.read_text())
     again = AllocationMachine(spec, fake, clock=fake.clock)  # type: ignore[arg-type]
-    assert again.prepare() is State.Ready
+    assert again.prepare().state is State.Ready
     assert again.path == ["NoState", "Validating", "Ready"]
     assert json.loads(spec.state_path.read_text())["cpus_per_node"] == 1
 

@@ -10,7 +10,7 @@ import pytest
 
 from slurm_fsm import cli
 from slurm_fsm.cli import main
-from slurm_fsm.machine import EDGES, mermaid_diagram
+from slurm_fsm.step0.table import EDGES, mermaid_diagram
 from slurm_fsm.testing import FakeCluster
 
 pytestmark = pytest.mark.usefixtures("golden_reports")

@@ -15,7 +15,8 @@ import pytest
 
 from slurm_fsm import slurmcli
 from slurm_fsm.backend import ContainerOptions, StepRequest
-from slurm_fsm.machine import AllocationMachine, State
+from slurm_fsm.machine import AllocationMachine
+from slurm_fsm.step0.table import State
 from slurm_fsm.subprocess_backend import CommandResult, SubprocessBackend
 from slurm_fsm.testing import FakeCluster
 
@@ -40,7 +41,7 @@ def test_0e_import_warm_install_command_lines(make_spec: SpecFactory) -> None:
                      container_mounts="/data:/data:ro,/home/u/repo:/workspace",
                      slurm_params={"nodes": 2})
     m = AllocationMachine(spec, fake, clock=fake.clock)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     job = m.alloc.job_id if m.alloc else ""
     mounts = "--container-mounts=/data:/data:ro,/home/u/repo:/workspace"
     # setup steps are helpers: beside the allocation's jobs, with no GPU of theirs
@@ -76,12 +77,12 @@ def test_0f_container_switch_imports_the_new_name_only(make_spec: SpecFactory) -
     fake = FakeCluster()
     first = make_spec(docker_image=IMAGE, container_name="llama", skip_install=True,
                       workflow_type="custom")
-    assert AllocationMachine(first, fake, clock=fake.clock).prepare() is State.Ready
+    assert AllocationMachine(first, fake, clock=fake.clock).prepare().state is State.Ready
     fake.reset_calls()
     switch = make_spec(docker_image=IMAGE, container_name="mistral", skip_install=True,
                        workflow_type="custom")
     m = AllocationMachine(switch, fake, clock=fake.clock)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     job = m.alloc.job_id if m.alloc else ""
     assert step_argvs(fake) == [
         ["srun", f"--jobid={job}", "-N", "1", "--ntasks-per-node=1", "--overlap", "--gres=none",
@@ -92,7 +93,7 @@ def test_0f_container_switch_imports_the_new_name_only(make_spec: SpecFactory) -
 def test_no_image_means_no_container_options(make_spec: SpecFactory) -> None:
     fake = FakeCluster()
     m = AllocationMachine(make_spec(), fake, clock=fake.clock)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert step_argvs(fake) == []
     assert any("skipped" in n for n in m.notes)
 

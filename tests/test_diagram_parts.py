@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from slurm_fsm.edges import EDGES, PART_STATES, DiagramPart, State, part_edges, part_of_state
 from slurm_fsm.machine import AllocationMachine
+from slurm_fsm.step0.table import EDGES, PART_STATES, DiagramPart, State, part_edges, part_of_state
 from slurm_fsm.testing import FakeCluster, make_spec
 from slurm_fsm_dev.docgen import states_dot, states_markdown, states_svg
 
@@ -82,7 +82,7 @@ def test_a_drawing_of_the_current_state_is_its_part(state: State, part: DiagramP
 def test_a_machine_shows_the_part_it_is_in(tmp_path: object) -> None:
     fake = FakeCluster()
     m = AllocationMachine(make_spec(str(tmp_path)), fake, clock=fake.clock)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     shown = m._repr_markdown_()
     assert "Switching" not in shown and "AwaitingSuccessor" not in shown
     assert "TooShort" not in shown and "class Ready current" in shown

@@ -16,16 +16,16 @@ from slurm_fsm.allocation import AllocationStatus
 from slurm_fsm.backend import JobInfo
 from slurm_fsm.capacity import allocation_request_size
 from slurm_fsm.duration import Duration
-from slurm_fsm.edges import Effect
 from slurm_fsm.executor import Executor
 from slurm_fsm.jobstate import JobState
-from slurm_fsm.machine import EDGES, AllocationMachine, State
+from slurm_fsm.machine import AllocationMachine
 from slurm_fsm.placement import script_env
 from slurm_fsm.report import Report
 from slurm_fsm.results import Status, diagnose
 from slurm_fsm.runrecord import RunBook
 from slurm_fsm.slurmcli import salloc_argv, sbatch_argv
 from slurm_fsm.spec import JobSpec
+from slurm_fsm.step0.table import EDGES, Effect, State
 from slurm_fsm.testing import FakeCluster, FakeScript, make_spec
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -169,7 +169,7 @@ def test_states_md_the_work_of_allocating_cancels_orphans_without_a_cancel_effec
     spec = make_spec(tmp_path)
     orphan = fake.make_job(spec.job_name, fake.current_user())
     m = AllocationMachine(spec, fake, clock=fake.clock)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert fake.jobs[orphan.job_id].state == "CANCELLED"
     taken = [e for e in EDGES if e.source in (State.NoState, State.Allocating)]
     assert Effect.CANCEL not in {x for e in taken for x in e.effects}
@@ -536,13 +536,13 @@ def test_troubleshooting_md_incompatible_and_too_short_are_said_as_the_rows_say(
     first = make_spec(tmp_path, slurm_params={"gpus_per_node": 0})
     said: list[str] = []
     machine = AllocationMachine(first, fake, clock=fake.clock, log=said.append)
-    assert machine.prepare() is State.Ready
+    assert machine.prepare().state is State.Ready
     alloc = Allocation(first.repo_root, fake)
     report = alloc.run(make_spec(tmp_path, slurm_params={"gpus_per_node": 1}))
     progress, note = _row_messages("[Validating -> Incompatible]")[:2]
     m = AllocationMachine(make_spec(tmp_path, slurm_params={"gpus_per_node": 2}), fake,
                           clock=fake.clock, log=said.append)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert any(_matches(progress, line) for line in said), (progress, said)
     assert any(_matches(note, n) for n in report.notes), (note, report.notes)
     too_short, warning = _row_messages("[Validating -> TooShort]")[:2]
@@ -606,7 +606,7 @@ def test_python_md_examples_run_as_written(tmp_path: Path, monkeypatch: Any) -> 
 
     monkeypatch.chdir(tmp_path)
     blocks = re.findall(r"^```python\n(.*?)^```", _page("python.md"), re.M | re.S)
-    assert len(blocks) == 5
+    assert len(blocks) == 6
     namespace: dict[str, Any] = {}
     root_logger = logging.getLogger()
     saved = list(root_logger.handlers), root_logger.level
@@ -659,7 +659,7 @@ def test_from_procedure_md_a_gpu_less_procedure_allocation_is_replaced(
     lines: list[str] = []
     spec = make_spec(tmp_path, slurm_params={"gpus_per_node": 1})
     m = AllocationMachine(spec, fake, clock=fake.clock, log=lines.append)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.alloc is not None and m.alloc.job_id != first.allocation_id
     assert any("[Validating -> Incompatible]" in line and line.endswith(rule)
                for line in lines), (rule, lines)

@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from slurm_fsm.machine import EDGES, DiagramPart, State
+from slurm_fsm.step0.table import EDGES, DiagramPart, State
 from slurm_fsm_dev.docgen import PUBLIC_MODULES, states_dot, states_svg
 
 REPO = Path(__file__).resolve().parent.parent

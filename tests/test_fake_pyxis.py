@@ -10,8 +10,9 @@ import pytest
 
 from slurm_fsm.backend import ContainerOptions, StepRequest, StepResult
 from slurm_fsm.executor import Executor
-from slurm_fsm.machine import AllocationMachine, State
+from slurm_fsm.machine import AllocationMachine
 from slurm_fsm.results import Status, diagnose, setup_error_lines
+from slurm_fsm.step0.table import State
 from slurm_fsm.testing import FakeCluster
 
 from conftest import SpecFactory
@@ -140,7 +141,7 @@ def test_reports_of_import_errors(make_spec: SpecFactory, over: dict[str, str], 
     assert symptom in [r["symptom"] for r in report.diagnosis]
     assert any(e.startswith("pyxis: ") for e in report.errors[1:])
     m = AllocationMachine(spec, fake, clock=fake.clock)
-    assert m.prepare() is State.Failed and m.failure is not None
+    assert m.prepare().state is State.Failed and m.failure is not None
     assert m.failure.step == step0
     assert m.alloc is not None and m.alloc.container_name is None  # the next run imports
     assert len(fake.active_jobs()) == 1  # the allocation stays

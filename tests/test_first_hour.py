@@ -10,12 +10,12 @@ import logging
 import pytest
 
 from slurm_fsm import Allocation, Status
-from slurm_fsm.edges import State
 from slurm_fsm.errors import SpecError
 from slurm_fsm.events import PROGRESS_LOGGER
 from slurm_fsm.machine import AllocationMachine
 from slurm_fsm.plan import make_plan
 from slurm_fsm.spec import JobSpec
+from slurm_fsm.step0.table import State
 from slurm_fsm.testing import FakeCluster, FakeScript
 
 from conftest import SpecFactory
@@ -30,7 +30,7 @@ def machine(spec: JobSpec, fake: FakeCluster) -> AllocationMachine:
 def held(spec: JobSpec, fake: FakeCluster) -> str:
     """A Ready allocation for ``spec``: its job id."""
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.alloc is not None
     fake.reset_calls()
     return m.alloc.job_id
@@ -46,7 +46,7 @@ def test_a_spec_the_cluster_cannot_run_leaves_the_held_allocation(
     good = held(make_spec(), fake)
     before = make_spec().state_path.read_text()
     m = machine(make_spec(slurm_params=params), fake)
-    assert m.prepare() is State.Failed
+    assert m.prepare().state is State.Failed
     assert m.failure is not None and "slurm_params." in m.failure.message
     assert "cancel" not in fake.ops()  # asked before anything is cancelled
     assert fake.jobs[good].state == "RUNNING"
@@ -76,7 +76,7 @@ def test_a_replaced_allocation_says_which_rule_it_broke(make_spec: SpecFactory) 
     assert any(rule in r for r in json.loads(json.dumps(plan.to_dict()))["reasons"])
     lines: list[str] = []
     m = AllocationMachine(spec, fake, clock=fake.clock, log=lines.append)  # type: ignore[arg-type]
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     into = next(t for t in m.history if t.dest == "Incompatible")
     assert rule in into.reason
     assert any("-> Incompatible]" in line and rule in line for line in lines), lines
@@ -98,7 +98,7 @@ def test_a_time_limit_longer_than_the_time_left_warns_and_runs(make_spec: SpecFa
     fake.clock.advance(4 * 3600 - 19 * 60)  # 19 minutes left of 04:00:00
     spec = make_spec(slurm_params={"time_limit": "00:30:00"})
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path == ["NoState", "Validating", "Ready"]  # no estimate: kept, not replaced
     assert m.alloc is not None and m.alloc.job_id == old
     assert m.run() and m.state is State.Running

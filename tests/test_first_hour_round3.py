@@ -11,9 +11,9 @@ import pytest
 
 from slurm_fsm import Allocation, Status
 from slurm_fsm.cli import main
-from slurm_fsm.edges import State
 from slurm_fsm.events import Events
 from slurm_fsm.machine import AllocationMachine
+from slurm_fsm.step0.table import State
 from slurm_fsm.testing import FakeCluster, FakeScript
 
 from conftest import SpecFactory
@@ -104,7 +104,7 @@ def test_a_machine_stepped_to_running_says_how_to_run_the_job(make_spec: SpecFac
     fake = FakeCluster()
     spec = make_spec()
     m = AllocationMachine(spec, fake, clock=fake.clock)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert "run()" in m.next_step and "pre-flight" in m.next_step
     assert m.run() and m.state is State.Running
     assert m.alloc is not None
@@ -119,7 +119,7 @@ def test_a_machine_stepped_to_running_says_how_to_run_the_job(make_spec: SpecFac
 def test_possible_edges_display_as_the_lines_print_shows(make_spec: SpecFactory) -> None:
     fake = FakeCluster()
     m = AllocationMachine(make_spec(), fake, clock=fake.clock)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     edges = m.possible_edges()
     shown = repr(edges)
     assert "PossibleEdge(" not in shown and "Edge(" not in shown, shown[:300]

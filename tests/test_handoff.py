@@ -10,13 +10,13 @@ from pathlib import Path
 import attrs
 import pytest
 
-from slurm_fsm.edges import EDGES, Edge, Effect, Observation, State, choose
 from slurm_fsm.lease import LeaseGate
 from slurm_fsm.machine import AllocationMachine
 from slurm_fsm.paths import StatePaths
 from slurm_fsm.runrecord import RunBook
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState, StateStore
+from slurm_fsm.step0.table import EDGES, Edge, Effect, Observation, State, choose
 from slurm_fsm.successor import (
     DEFAULT_LEAD_S,
     SINGLETON,
@@ -53,7 +53,7 @@ def machine(spec: JobSpec, fake: FakeCluster, **kw: object) -> AllocationMachine
 
 def first_allocation(spec: JobSpec, fake: FakeCluster) -> AllocState:
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.alloc is not None
     return m.alloc
 
@@ -67,7 +67,7 @@ def queue_pending(spec: JobSpec, fake: FakeCluster, pending_s: float = 120) -> A
     fake.pending_s = pending_s
     fake.clock.advance(HOUR - DUE_AT)
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path == ["NoState", "Validating", "QueueingSuccessor", "Validating", "Ready"]
     fake.pending_s = 0
     succ = successor_file(spec)
@@ -83,7 +83,7 @@ def test_plenty_of_time_left_queues_nothing(spec: JobSpec, fake: FakeCluster) ->
     first_allocation(spec, fake)
     fake.clock.advance(HOUR - DUE_AT - 1)
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path == ["NoState", "Validating", "Ready"]
     assert successor_file(spec) is None
 
@@ -100,7 +100,7 @@ def test_near_expiry_the_first_run_queues_a_singleton_successor(spec: JobSpec,
     assert record.phase is Phase.PENDING  # no warmer on the fake
     # the next run sees it queued: never a second one (at most 2 allocations)
     m2 = machine(spec, fake)
-    assert m2.prepare() is State.Ready
+    assert m2.prepare().state is State.Ready
     assert m2.path == ["NoState", "Validating", "Ready"]
     assert m2.alloc is not None and m2.alloc.job_id == old.job_id  # the job fits the old
     assert len(live_allocations(fake)) == 2
@@ -113,7 +113,7 @@ def test_a_successor_up_at_once_takes_the_job_at_once(spec: JobSpec,
     old = first_allocation(spec, fake)
     fake.clock.advance(HOUR - DUE_AT)
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path == ["NoState", "Validating", "QueueingSuccessor", "Validating",
                       "Switching", "Validating", "Ready"]
     assert fake.jobs[old.job_id].state == "CANCELLED"
@@ -126,7 +126,7 @@ def test_a_ready_successor_takes_new_jobs_and_the_idle_old_one_is_released(
     succ = queue_pending(spec, fake)
     fake.clock.advance(121)
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path == ["NoState", "Validating", "Switching", "Validating", "Ready"]
     assert m.alloc is not None and m.alloc.job_id == succ.job_id
     state = StateStore(spec.state_path).read()
@@ -137,7 +137,7 @@ def test_a_ready_successor_takes_new_jobs_and_the_idle_old_one_is_released(
     assert live_allocations(fake) == [succ.job_id]
     # the switched-to allocation, named -b, is reused (not "Incompatible")
     again = machine(spec, fake)
-    assert again.prepare() is State.Ready
+    assert again.prepare().state is State.Ready
     assert again.path == ["NoState", "Validating", "Ready"]
 
 
@@ -149,7 +149,7 @@ def test_the_old_one_drains_under_another_runs_job_and_its_end_releases_it(
     queue_pending(spec, fake)
     fake.clock.advance(121)
     m = machine(spec, fake, leases=LeaseGate(book, wait_s=0, clock=fake.clock))
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path[-3:] == ["Switching", "Validating", "Ready"]
     assert fake.jobs[old.job_id].state == "RUNNING"  # never cut under the other job
     assert any("drains" in n for n in m.notes)
@@ -172,7 +172,7 @@ def test_a_job_that_does_not_fit_waits_for_the_successor_never_cold(
     fake.clock.advance(DUE_AT - EXPECTED - MARGIN + 1)  # the job no longer fits the old
     said: list[str] = []
     m = machine(spec, fake, log=said.append)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path[:3] == ["NoState", "Validating", "AwaitingSuccessor"]
     assert m.path[-3:] == ["Switching", "Validating", "Ready"]
     assert "TooShort" not in m.path and "Allocating" not in m.path
@@ -188,7 +188,7 @@ def test_a_successor_that_never_starts_is_cancelled_and_today_path_follows(
     fake.pending_reason = "PartitionTimeLimit"
     fake.clock.advance(HOUR - DUE_AT)
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path == ["NoState", "Validating", "QueueingSuccessor", "Validating",
                       "Validating", "Ready"]
     (succ_id,) = [j for j in fake.jobs if j != old.job_id]
@@ -206,7 +206,7 @@ def test_with_the_state_file_gone_a_queued_successor_becomes_the_allocation(
     fake.cancel(old.job_id)  # the old allocation dies early
     StateStore(spec.state_path).delete()
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path == ["NoState", "Switching", "Validating", "Ready"]
     assert m.alloc is not None and m.alloc.job_id == succ.job_id
     assert live_allocations(fake) == [succ.job_id]  # no orphan search, no third one
@@ -231,7 +231,7 @@ def test_the_warmer_sets_the_successor_up_and_marks_it_ready(
     started: list[JobSpec] = []
     alive = os.getpid()  # a live process stands for the warmer
     m = machine(spec, fake, warmer=lambda s: started.append(s) or alive)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     # the warmer works on the successor: the job runs on the old one meanwhile
     assert m.path == ["NoState", "Validating", "QueueingSuccessor", "Validating", "Ready"]
     (succ_spec,) = started
@@ -244,7 +244,7 @@ def test_the_warmer_sets_the_successor_up_and_marks_it_ready(
     record = read_successor(StatePaths.for_state_file(spec.state_path).successor_record)
     assert record is not None and record.phase is Phase.READY
     n = machine(spec, fake)
-    assert n.prepare() is State.Ready
+    assert n.prepare().state is State.Ready
     assert n.path == ["NoState", "Validating", "Switching", "Validating", "Ready"]
     assert n.alloc is not None and n.alloc.job_id == succ.job_id
 
@@ -263,7 +263,7 @@ def test_a_dead_warmer_leaves_a_successor_the_next_run_finishes(
     assert record is not None
     write_successor(path, attrs.evolve(record, warmer_pid=dead_pid()))  # kill -9
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path[:4] == ["NoState", "Validating", "Switching", "Validating"]
     assert "Importing" in m.path and "Installing" in m.path
     state = StateStore(spec.state_path).read()
@@ -288,7 +288,7 @@ def test_a_job_that_does_not_fit_waits_while_the_warmer_works_then_finishes_it(
             write_successor(path, attrs.evolve(record, warmer_pid=dead_pid()))
 
     m = AllocationMachine(spec, fake, clock=WarmerDies(fake.clock.now()))
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path[:5] == ["NoState", "Validating", "AwaitingSuccessor", "AwaitingSuccessor",
                           "Switching"]
     assert "Importing" in m.path
@@ -379,7 +379,7 @@ def test_a_release_releases_the_queued_successor_too(spec: JobSpec,
     old = first_allocation(spec, fake)
     succ = queue_pending(spec, fake)
     m = machine(attrs.evolve(spec, release_allocation=True), fake)
-    assert m.prepare() is State.Released
+    assert m.prepare().state is State.Released
     assert fake.jobs[old.job_id].state == "CANCELLED"
     assert fake.jobs[succ.job_id].state == "CANCELLED"
     assert successor_file(spec) is None
@@ -469,7 +469,7 @@ def switch_under_another_run(spec: JobSpec, fake: FakeCluster) -> tuple[AllocSta
     succ = queue_pending(spec, fake)
     fake.clock.advance(121)
     m = machine(spec, fake, leases=LeaseGate(book, wait_s=0, clock=fake.clock))
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path[-3:] == ["Switching", "Validating", "Ready"]
     assert fake.jobs[old.job_id].state == "RUNNING"  # drains under the other run's job
     recorded = drained_file(spec)
@@ -492,7 +492,7 @@ def test_a_drained_allocation_whose_last_run_was_killed_is_released_by_the_next_
     said: list[str] = []
     m = machine(spec, fake, leases=LeaseGate(book, wait_s=0, clock=fake.clock),
                 log=said.append)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path == ["NoState", "Validating", "Ready"]
     assert m.alloc is not None and m.alloc.job_id == succ
     assert fake.jobs[old.job_id].state == "CANCELLED"
@@ -506,7 +506,7 @@ def test_a_drained_allocation_with_a_live_lease_is_never_released(
     old, book, _ = switch_under_another_run(spec, fake)
     for _ in range(2):  # the other run's job still runs: every next run leaves it
         m = machine(spec, fake, leases=LeaseGate(book, wait_s=0, clock=fake.clock))
-        assert m.prepare() is State.Ready
+        assert m.prepare().state is State.Ready
         assert fake.jobs[old.job_id].state == "RUNNING"
         assert any(f"allocation {old.job_id} drains" in n for n in m.notes), m.notes
     assert drained_file(spec) is not None  # still looked for by the next runs
@@ -518,7 +518,7 @@ def test_a_drained_record_whose_id_slurm_reused_never_cancels_that_job(
     kill_9(book)
     fake.jobs[old.job_id].submitted_at += 7 * 24 * HOUR  # another job under that id
     m = machine(spec, fake, leases=LeaseGate(book, wait_s=0, clock=fake.clock))
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert fake.jobs[old.job_id].state == "RUNNING"
     assert any("reused by another job" in w for w in m.warnings), m.warnings
     assert drained_file(spec) is None
@@ -531,7 +531,7 @@ def test_a_drained_record_naming_another_checkouts_job_never_cancels_it(
     fake.jobs[old.job_id].comment = "slurm_fsm:repo=0123456789ab"
     fake.jobs[old.job_id].name = "someone-else"
     m = machine(spec, fake, leases=LeaseGate(book, wait_s=0, clock=fake.clock))
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert fake.jobs[old.job_id].state == "RUNNING"
     assert drained_file(spec) is None
 
@@ -542,7 +542,7 @@ def test_a_release_releases_a_drained_allocation_too(spec: JobSpec,
     kill_9(book)
     m = machine(attrs.evolve(spec, release_allocation=True), fake,
                 leases=LeaseGate(book, wait_s=0, clock=fake.clock))
-    assert m.prepare() is State.Released
+    assert m.prepare().state is State.Released
     assert fake.jobs[succ].state == "CANCELLED"
     assert fake.jobs[old.job_id].state == "CANCELLED"
     assert drained_file(spec) is None
@@ -573,7 +573,7 @@ def test_a_successor_granted_another_shape_is_cancelled_and_reported(
     job.num_nodes, job.nodes = 1, job.nodes[:1]  # the grant: one node
     fake.clock.advance(121)
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert "Switching" not in m.path
     assert m.alloc is not None and m.alloc.job_id == old.job_id
     assert fake.jobs[succ.job_id].state == "CANCELLED"
@@ -594,7 +594,7 @@ def test_a_successor_granted_fewer_gpus_is_cancelled_before_a_job_waits_on_it(
     fake.clock.advance(121)
     fake.clock.advance(DUE_AT - EXPECTED - MARGIN + 1 - 121)  # the job no longer fits old
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     # never waits for it, never switches to it: today's path (a fresh allocation)
     assert "AwaitingSuccessor" not in m.path and "Switching" not in m.path
     assert fake.jobs[succ.job_id].state == "CANCELLED"
@@ -636,7 +636,7 @@ def test_a_release_leaves_a_drained_allocation_in_use_and_says_so(
     old, book, succ = switch_under_another_run(spec, fake)  # its run's job still runs
     m = machine(attrs.evolve(spec, release_allocation=True), fake,
                 leases=LeaseGate(book, wait_s=0, clock=fake.clock))
-    assert m.prepare() is State.Released
+    assert m.prepare().state is State.Released
     assert fake.jobs[succ].state == "CANCELLED"
     assert fake.jobs[old.job_id].state == "RUNNING"  # never under a running job
     assert any(f"the drained allocation {old.job_id} was not released" in w
@@ -656,7 +656,7 @@ def _warm_beside_old(make_spec: SpecFactory, fake: FakeCluster,
     fake.clock.advance(HOUR - DUE_AT)
     started: list[JobSpec] = []
     m = machine(spec, fake, warmer=lambda s: started.append(s) or os.getpid())
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     (succ_spec,) = started
     return spec, attrs.evolve(succ_spec, docker_image=image), old
 
@@ -712,7 +712,7 @@ def test_a_successor_file_naming_another_checkouts_allocation_is_never_switched_
     fake.clock.advance(121)
     fake.jobs[succ.job_id].comment = FOREIGN_TAG  # another checkout's (same user)
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert "Switching" not in m.path
     assert m.alloc is not None and m.alloc.job_id == old.job_id  # its own one serves
     assert fake.jobs[old.job_id].state == "RUNNING"  # never released
@@ -732,7 +732,7 @@ def test_a_successor_file_whose_id_slurm_reused_is_never_switched_to_nor_cancell
     fake.clock.advance(121)
     fake.jobs[succ.job_id].submitted_at += 7 * 24 * HOUR  # another job under that id
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert "Switching" not in m.path
     assert m.alloc is not None and m.alloc.job_id == old.job_id
     assert fake.jobs[succ.job_id].state == "RUNNING"
@@ -753,7 +753,7 @@ def test_a_lost_successor_that_is_not_ours_is_never_cancelled(
     fake.jobs[succ.job_id].comment = FOREIGN_TAG
     fake.clock.advance(121)
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert fake.jobs[succ.job_id].state == "RUNNING"
     assert m.alloc is not None and m.alloc.job_id == old.job_id
     again = successor_file(spec)
@@ -777,7 +777,7 @@ def test_a_successor_file_recording_a_shape_slurm_did_not_grant_is_judged_on_the
         written, nodelist=",".join(fake.jobs[succ.job_id].nodes), gpus_per_node=2,
         cpus_per_node=old.cpus_per_node or 2, installed=True))
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert "Switching" not in m.path
     assert fake.jobs[succ.job_id].state == "CANCELLED"
     assert m.alloc is not None and m.alloc.job_id == old.job_id
@@ -800,7 +800,7 @@ def test_another_checkouts_singleton_never_holds_this_checkouts_allocation(
     first = first_allocation(one, fake)
     fake.clock.advance(5)
     m = machine(two, fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.alloc is not None and m.alloc.job_id != first.job_id
     assert m.path == ["NoState", "Allocating", "Importing", "Installing", "Ready"] or \
         m.path[-1] == "Ready"
@@ -836,7 +836,7 @@ def test_a_planted_successor_log_leaves_todays_path(
         os.chown(log, 12345, 12345)
     fake.clock.advance(HOUR - DUE_AT)
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready, m.path
+    assert m.prepare().state is State.Ready, m.path
     assert m.alloc is not None and m.alloc.job_id == first.job_id
     assert "QueueingSuccessor" in m.path
     assert successor_file(spec) is None
@@ -844,5 +844,5 @@ def test_a_planted_successor_log_leaves_todays_path(
     assert target.read_text() == "keep\n"
     assert any("successor" in t.reason and "salloc log" in t.reason for t in m.history)
     again = machine(spec, fake)  # the next run tries again, and falls back again
-    assert again.prepare() is State.Ready and again.alloc is not None
+    assert again.prepare().state is State.Ready and again.alloc is not None
     assert again.alloc.job_id == first.job_id

@@ -16,12 +16,12 @@ import os
 
 import pytest
 
-from slurm_fsm.edges import State
 from slurm_fsm.handoff import SWITCHED_MARGIN_S
 from slurm_fsm.machine import AllocationMachine
 from slurm_fsm.paths import StatePaths
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import StateStore
+from slurm_fsm.step0.table import State
 from slurm_fsm.testing import FakeCluster
 
 from conftest import SpecFactory
@@ -43,7 +43,7 @@ def machine(spec: JobSpec, fake: FakeCluster, *, warmer: bool = False) -> Alloca
 
 
 def prepared_path(m: AllocationMachine) -> list[str]:
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     return list(m.path)
 
 
@@ -60,7 +60,7 @@ def successor_up(make_spec: SpecFactory, fake: FakeCluster, up_s: int) -> str:
     """The state file's allocation and a successor queued for short jobs, RUNNING for
     ``up_s`` seconds (``3600 - up_s`` left), its set-up left to the run that needs it."""
     short = spec_expecting(make_spec, 600)
-    assert machine(short, fake).prepare() is State.Ready
+    assert machine(short, fake).prepare().state is State.Ready
     fake.clock.advance(HOUR - (600 + 600 + MARGIN))  # a successor is due for short jobs
     fake.pending_s = 120
     assert "QueueingSuccessor" in prepared_path(machine(short, fake))
@@ -76,7 +76,7 @@ def test_a_job_that_fits_a_ready_successor_only_without_the_margin_runs_there(
     succ = successor_up(make_spec, fake, 300)  # 3300 s left
     long = spec_expecting(make_spec, 3100)  # 3100 + 300 > 3300 >= 3100 + 60
     m = machine(long, fake, warmer=True)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path.count("Switching") == 1, " ".join(m.path) + " | " + " ".join(m.notes)
     assert "AwaitingSuccessor" not in m.path and "TooShort" not in m.path, m.path
     assert m.alloc is not None and m.alloc.job_id == succ
@@ -88,7 +88,7 @@ def test_a_job_that_does_not_fit_it_even_so_is_not_run_there(
     succ = successor_up(make_spec, fake, 300)  # 3300 s left
     long = spec_expecting(make_spec, 3300 - SWITCHED_MARGIN_S + 1)
     m = machine(long, fake)  # no warmer: the run sets the next successor up itself
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.alloc is not None and m.alloc.job_id != succ, m.path
     assert fake.jobs[m.alloc.job_id].active
     assert len(live_allocations(fake)) <= 2

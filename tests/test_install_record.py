@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 
-from slurm_fsm.machine import AllocationMachine, State
+from slurm_fsm.machine import AllocationMachine
+from slurm_fsm.step0.table import State
 from slurm_fsm.testing import FakeCluster
 
 from conftest import SpecFactory
@@ -18,17 +19,17 @@ def test_skip_install_then_pytest_installs_then_nothing_more(make_spec: SpecFact
     custom = make_spec(workflow_type="custom", skip_install=True, docker_image=IMAGE,
                        container_name="llama")
     m = AllocationMachine(custom, fake, clock=fake.clock)  # type: ignore[arg-type]
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path == ["NoState", "Allocating", "Importing", "Ready"]
     assert json.loads(custom.state_path.read_text())["installed"] is False
     tests = make_spec(docker_image=IMAGE, container_name="llama")  # pytest: installs
     m = AllocationMachine(tests, fake, clock=fake.clock)  # type: ignore[arg-type]
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path == ["NoState", "Validating", "Installing", "Ready"]
     node = fake.nodes["node01"]
     assert any("pip install" in p for p in node.containers["llama"].packages)
     again = AllocationMachine(custom, fake, clock=fake.clock)  # type: ignore[arg-type]
-    assert again.prepare() is State.Ready
+    assert again.prepare().state is State.Ready
     assert again.path == ["NoState", "Validating", "Ready"]
 
 
@@ -36,11 +37,11 @@ def test_a_switch_to_a_skip_install_container_is_not_recorded_installed(
         make_spec: SpecFactory) -> None:
     fake = FakeCluster()
     first = make_spec(docker_image=IMAGE, container_name="one")
-    assert AllocationMachine(first, fake, clock=fake.clock).prepare() is State.Ready  # type: ignore[arg-type]
+    assert AllocationMachine(first, fake, clock=fake.clock).prepare().state is State.Ready  # type: ignore[arg-type]
     custom = make_spec(workflow_type="custom", skip_install=True, docker_image=IMAGE,
                        container_name="two")
     m = AllocationMachine(custom, fake, clock=fake.clock)  # type: ignore[arg-type]
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path == ["NoState", "Validating", "Importing", "Ready"]
     state = json.loads(custom.state_path.read_text())
     assert (state["container_name"], state["installed"]) == ("two", False)
@@ -53,13 +54,13 @@ def test_two_runs_racing_into_one_allocation_install_once(make_spec: SpecFactory
     fake = FakeCluster()
     spec = make_spec(docker_image=IMAGE, container_name="llama", slurm_params={"nodes": 2})
     a = AllocationMachine(spec, fake, clock=fake.clock)  # type: ignore[arg-type]
-    assert a.prepare() is State.Ready
+    assert a.prepare().state is State.Ready
     record = json.loads(spec.state_path.read_text())
     assert record["installed"] is True
     record["installed"] = False  # what B read before A wrote its record
     spec.state_path.write_text(json.dumps(record))
     b = AllocationMachine(spec, fake, clock=fake.clock)  # type: ignore[arg-type]
-    assert b.prepare() is State.Ready
+    assert b.prepare().state is State.Ready
     assert b.path == ["NoState", "Validating", "Installing", "Ready"]
     for node in ("node01", "node02"):
         packages = fake.nodes[node].containers["llama"].packages

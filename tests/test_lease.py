@@ -199,11 +199,12 @@ def _reused(spec_root: SpecFactory, fake: FakeCluster, *, tagged: bool
     """A state file of allocation J (its submit time recorded); J ended and Slurm gave
     its id to another job of ours by name (untagged, or with this checkout's tag),
     submitted later."""
-    from slurm_fsm.machine import AllocationMachine, State, repo_tag
+    from slurm_fsm.machine import AllocationMachine
+    from slurm_fsm.step0.table import State, repo_tag
 
     spec = spec_root()
     m = AllocationMachine(spec, fake, clock=fake.clock)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     first = StateStore(spec.state_path).read()
     assert first is not None and first.submit_time  # recorded with the allocation
     fake.clock.advance(3600 * 24)
@@ -219,12 +220,13 @@ def test_a_reused_job_id_is_never_released(make_spec: SpecFactory, tagged: bool)
     """0A: the state file names J, but Slurm's J was submitted at another time: another
     job. Before issue 28 it was cancelled (ours by name or tag); now the state file is
     dropped with a warning and nothing is cancelled."""
-    from slurm_fsm.machine import AllocationMachine, State
+    from slurm_fsm.machine import AllocationMachine
+    from slurm_fsm.step0.table import State
 
     fake = FakeCluster()
     spec, job_id, _ = _reused(make_spec, fake, tagged=tagged)
     m = AllocationMachine(attrs.evolve(spec, release_allocation=True), fake, clock=fake.clock)
-    assert m.prepare() is State.Released
+    assert m.prepare().state is State.Released
     assert "cancel" not in fake.ops()
     assert fake.jobs[job_id].state == "RUNNING"
     assert not spec.state_path.exists()
@@ -236,12 +238,13 @@ def test_a_reused_job_id_is_never_reused_nor_cancelled_as_an_orphan(
         make_spec: SpecFactory, tagged: bool) -> None:
     """0C: the job of the recorded id is another generation: not reused; the state file
     is dropped; the orphan search (0D) leaves it too; a new allocation is made."""
-    from slurm_fsm.machine import AllocationMachine, State
+    from slurm_fsm.machine import AllocationMachine
+    from slurm_fsm.step0.table import State
 
     fake = FakeCluster()
     spec, job_id, _ = _reused(make_spec, fake, tagged=tagged)
     m = AllocationMachine(spec, fake, clock=fake.clock)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path[:3] == ["NoState", "Validating", "NoState"]
     assert "cancel" not in fake.ops()
     assert fake.jobs[job_id].state == "RUNNING"
@@ -253,17 +256,18 @@ def test_a_state_file_without_a_submit_time_is_judged_as_before(
         make_spec: SpecFactory) -> None:
     """A state file of an older version (or of the procedure) has no submit_time: the
     id and the tag decide, as before; the file written anew gets it."""
-    from slurm_fsm.machine import AllocationMachine, State
+    from slurm_fsm.machine import AllocationMachine
+    from slurm_fsm.step0.table import State
 
     fake = FakeCluster()
     spec = make_spec()
-    assert AllocationMachine(spec, fake, clock=fake.clock).prepare() is State.Ready
+    assert AllocationMachine(spec, fake, clock=fake.clock).prepare().state is State.Ready
     data = json.loads(spec.state_path.read_text())
     assert "submit_time" in data
     del data["submit_time"]
     spec.state_path.write_text(json.dumps(data))
     m = AllocationMachine(spec, fake, clock=fake.clock)
-    assert m.prepare() is State.Ready and m.path == ["NoState", "Validating", "Ready"]
+    assert m.prepare().state is State.Ready and m.path == ["NoState", "Validating", "Ready"]
 
 
 def test_the_next_run_stops_a_dead_runs_lease_step_slurm_kept(tmp_path: Path) -> None:

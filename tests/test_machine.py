@@ -15,13 +15,13 @@ import pytest
 from transitions import MachineError
 
 from slurm_fsm.backend import AllocationRequest, StepResult
-from slurm_fsm.edges import Effect
 from slurm_fsm.errors import CommandTimedOut, ControllerUnreachable, NotOurJobError
-from slurm_fsm.machine import EDGES, ORPHAN_GRACE_S, AllocationMachine, State, repo_tag
+from slurm_fsm.machine import ORPHAN_GRACE_S, AllocationMachine
 from slurm_fsm.ownership import Ownership, ownership
 from slurm_fsm.slurmcli import mount_warmup_argv
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState, StateStore
+from slurm_fsm.step0.table import EDGES, Effect, State, repo_tag
 from slurm_fsm.testing import FakeCluster
 from slurm_fsm.testing.fake import CONTROLLER_OPS
 from slurm_fsm_dev.docgen import states_markdown
@@ -43,7 +43,7 @@ def slurm_ops(fake: FakeCluster) -> list[str]:
 def ready_allocation(spec: JobSpec, fake: FakeCluster) -> AllocState:
     """Run step 0 once so that a Ready allocation and its state file exist."""
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     state = m.store.read()
     assert state is not None
     fake.reset_calls()
@@ -69,7 +69,7 @@ def test_release_with_state_file_cancels_our_job(make_spec: SpecFactory,
     alloc = ready_allocation(spec, fake)
     spec.salloc_log.write_text("salloc: Granted job allocation\n")
     m = machine(make_spec(release_allocation=True), fake)
-    assert m.prepare() is State.Released
+    assert m.prepare().state is State.Released
     assert m.path == ["NoState", "Released"]
     assert slurm_ops(fake) == ["query_job", "cancel"]
     assert fake.calls[-1].args == {"job_id": alloc.job_id, "step_id": None}
@@ -83,7 +83,7 @@ def test_release_without_state_file_cancels_nothing_of_others(make_spec: SpecFac
     spec = make_spec(release_allocation=True)
     theirs = fake.make_job(spec.job_name, fake.user, comment="slurm_fsm:repo=elsewhere")
     m = machine(spec, fake)
-    assert m.prepare() is State.Released
+    assert m.prepare().state is State.Released
     assert slurm_ops(fake) == ["find_jobs"]  # one look for this checkout's tag
     assert theirs.state == "RUNNING"
     assert m.history[-1].reason == "no allocation to release"
@@ -99,7 +99,7 @@ def test_release_finds_this_checkouts_allocation_by_its_tag(
         spec.state_path.parent.mkdir(parents=True)
         spec.state_path.write_text("{")
     m = machine(spec, fake)
-    assert m.prepare() is State.Released
+    assert m.prepare().state is State.Released
     assert ours.state == "CANCELLED" and m.released_job_id == ours.job_id
     assert "found by this checkout's tag" in m.history[-1].reason
     assert not spec.state_path.exists()
@@ -113,7 +113,7 @@ def test_release_without_a_state_file_leaves_an_untagged_job_of_our_name(
     spec = make_spec(release_allocation=True)
     by_hand = fake.make_job(spec.job_name, fake.user)  # no comment: untagged
     m = machine(spec, fake)
-    assert m.prepare() is State.Released
+    assert m.prepare().state is State.Released
     assert by_hand.state == "RUNNING" and "cancel" not in slurm_ops(fake)
     assert m.history[-1].reason == "no allocation to release"
 
@@ -128,7 +128,7 @@ def test_release_refuses_a_job_that_is_not_ours(make_spec: SpecFactory, fake: Fa
     spec.state_path.write_text(AllocState(job_id=other.job_id, nodelist="node01",
         partition="batch", account="acct", nodes=1).to_json())
     m = machine(spec, fake)
-    assert m.prepare() is State.Failed
+    assert m.prepare().state is State.Failed
     assert m.failure is not None and isinstance(m.failure.error, NotOurJobError)
     assert "refusing to cancel" in m.failure.message
     assert "cancel" not in slurm_ops(fake)
@@ -139,7 +139,7 @@ def test_release_refuses_a_job_that_is_not_ours(make_spec: SpecFactory, fake: Fa
 def test_release_from_ready(make_spec: SpecFactory, fake: FakeCluster) -> None:
     spec = make_spec()
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     job_id = m.alloc.job_id if m.alloc else ""
     fake.reset_calls()
     m.release()
@@ -174,7 +174,7 @@ def test_corrupt_state_file_is_handled_like_a_missing_one(make_spec: SpecFactory
     spec.state_path.write_text('{"job_id": "1')  # half-written
     fake.clock.advance(ORPHAN_GRACE_S)  # not a moment old: an orphan, not another run's
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path == ["NoState", "Allocating", "Ready"]
     assert any("not valid JSON" in w for w in m.warnings)
     assert fake.jobs[orphan.job_id].state == "CANCELLED"  # 0D found it by name
@@ -190,7 +190,7 @@ def test_reuse_makes_exactly_one_job_query(make_spec: SpecFactory, fake: FakeClu
     spec = make_spec(docker_image=IMAGE, container_name="llama")
     before = ready_allocation(spec, fake)
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path == ["NoState", "Validating", "Ready"]
     assert slurm_ops(fake) == ["query_job"]
     assert m.store.read() == before
@@ -200,7 +200,7 @@ def test_two_node_allocation_serves_one_node_request(make_spec: SpecFactory,
                                                      fake: FakeCluster) -> None:
     ready_allocation(make_spec(slurm_params={"nodes": 2}), fake)
     m = machine(make_spec(slurm_params={"nodes": 1}), fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path == ["NoState", "Validating", "Ready"]
     assert slurm_ops(fake) == ["query_job"]
 
@@ -209,7 +209,7 @@ def test_larger_request_is_incompatible(make_spec: SpecFactory, fake: FakeCluste
     old = ready_allocation(make_spec(slurm_params={"nodes": 1}), fake)
     spec = make_spec(slurm_params={"nodes": 2})
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path == ["NoState", "Validating", "Incompatible", "Allocating", "Ready"]
     assert slurm_ops(fake) == ["query_job", "cancel", "find_jobs", "allocate", "query_job",
                               "granted"]
@@ -225,7 +225,7 @@ def test_other_partition_or_image_is_incompatible(make_spec: SpecFactory, change
     fake = FakeCluster(partitions={"batch": ["a1", "a2"], "gpu": ["g1", "g2"]})
     ready_allocation(make_spec(docker_image=IMAGE, container_name="llama"), fake)
     m = machine(make_spec(**change), fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path[:4] == ["NoState", "Validating", "Incompatible", "Allocating"]
 
 
@@ -235,7 +235,7 @@ def test_completing_allocation_counts_as_gone(make_spec: SpecFactory,
     old = ready_allocation(spec, fake)
     fake.jobs[old.job_id].state = "COMPLETING"
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path == ["NoState", "Validating", "NoState", "Allocating", "Ready"]
     assert "cancel" not in slurm_ops(fake)
 
@@ -245,7 +245,7 @@ def test_account_change_cancels_the_old_allocation(make_spec: SpecFactory) -> No
     old = ready_allocation(make_spec(), fake)
     spec = make_spec(slurm_params={"account": "acct2"})
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path == ["NoState", "Validating", "Incompatible", "Allocating", "Ready"]
     assert fake.jobs[old.job_id].state == "CANCELLED"  # not leaked
     assert [j.name for j in fake.active_jobs()] == ["acct2-trtllm.persistent"]
@@ -254,10 +254,10 @@ def test_account_change_cancels_the_old_allocation(make_spec: SpecFactory) -> No
 def test_more_gpus_per_node_is_incompatible(make_spec: SpecFactory, fake: FakeCluster) -> None:
     ready_allocation(make_spec(), fake)
     m = machine(make_spec(slurm_params={"gpus_per_node": 8}), fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path[:3] == ["NoState", "Validating", "Incompatible"]
     ready = machine(make_spec(slurm_params={"gpus_per_node": 4}), fake)
-    assert ready.prepare() is State.Ready
+    assert ready.prepare().state is State.Ready
     assert ready.path == ["NoState", "Validating", "Ready"]  # 8 serve a request for 4
 
 
@@ -267,7 +267,7 @@ def test_allocation_not_running_is_incompatible(make_spec: SpecFactory,
     old = ready_allocation(spec, fake)
     fake.jobs[old.job_id].state = "SUSPENDED"
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path == ["NoState", "Validating", "Incompatible", "Allocating", "Ready"]
     assert fake.jobs[old.job_id].state == "CANCELLED"
 
@@ -278,7 +278,7 @@ def test_expiring_allocation_is_cancelled_and_replaced(make_spec: SpecFactory,
     old = ready_allocation(spec, fake)
     fake.clock.advance(3600 - 300)  # exactly 5 minutes left
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path == ["NoState", "Validating", "Expiring", "Allocating", "Ready"]
     assert slurm_ops(fake) == ["query_job", "cancel", "find_jobs", "allocate", "query_job",
                               "granted"]
@@ -293,7 +293,7 @@ def test_six_minutes_left_is_reused(make_spec: SpecFactory, fake: FakeCluster) -
     ready_allocation(spec, fake)
     fake.clock.advance(3600 - 360)
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path == ["NoState", "Validating", "Ready"]
 
 
@@ -308,7 +308,7 @@ def test_job_gone_drops_state_file_then_allocates(make_spec: SpecFactory,
     assert m.state is State.NoState
     assert state_file(spec) is None
     assert slurm_ops(fake) == ["query_job"]
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path == ["NoState", "Validating", "NoState", "Allocating", "Ready"]
 
 
@@ -320,7 +320,7 @@ def test_controller_unreachable_retries_then_fails_keeping_state(
     old = ready_allocation(spec, fake)
     fake.fail_next("query_job", error, times=10)
     m = machine(spec, fake, unreachable_retries=2)
-    assert m.prepare() is State.Failed
+    assert m.prepare().state is State.Failed
     assert m.path == ["NoState", "Validating", "Validating", "Validating", "Failed"]
     assert slurm_ops(fake) == ["query_job"] * 3
     assert m.failure is not None and "unreachable" in m.failure.message
@@ -330,7 +330,7 @@ def test_controller_unreachable_retries_then_fails_keeping_state(
     # the controller comes back: the next run reuses the same allocation
     fake._faults.clear()
     again = machine(spec, fake)
-    assert again.prepare() is State.Ready
+    assert again.prepare().state is State.Ready
     assert again.alloc is not None and again.alloc.job_id == old.job_id
 
 
@@ -339,7 +339,7 @@ def test_controller_back_within_retries_reuses(make_spec: SpecFactory, fake: Fak
     ready_allocation(spec, fake)
     fake.fail_next("query_job", ControllerUnreachable("connect failure"), times=1)
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path == ["NoState", "Validating", "Validating", "Ready"]
 
 
@@ -350,7 +350,7 @@ def test_pending_allocation_is_waited_for_not_cancelled(make_spec: SpecFactory,
     job = fake.jobs[old.job_id]
     job.state, job.pending_until = "PENDING", fake.clock.now() + 5
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path[:3] == ["NoState", "Validating", "Validating"]
     assert m.path[-1] == "Ready"
     assert "cancel" not in slurm_ops(fake)
@@ -363,7 +363,7 @@ def test_pending_too_long_fails_and_keeps_state(make_spec: SpecFactory,
     job = fake.jobs[old.job_id]
     job.state, job.pending_until = "PENDING", fake.clock.now() + 10_000
     m = machine(spec, fake, pending_wait_s=60)
-    assert m.prepare() is State.Failed
+    assert m.prepare().state is State.Failed
     assert "cancel" not in slurm_ops(fake)
     assert m.failure is not None and "still PENDING" in m.failure.message
     assert state_file(spec) is not None
@@ -379,7 +379,7 @@ def test_state_file_naming_another_job_is_dropped_never_cancelled(
     spec.state_path.write_text(AllocState(job_id=other.job_id, nodelist="node01",
         partition="batch", account="acct", nodes=1).to_json())
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path == ["NoState", "Validating", "NoState", "Allocating", "Ready"]
     assert other.state == "RUNNING"
     assert all(c.args.get("job_id") != other.job_id for c in fake.calls if c.op == "cancel")
@@ -391,7 +391,7 @@ def test_container_switch_updates_only_container_name(make_spec: SpecFactory,
     before = ready_allocation(make_spec(docker_image=IMAGE, container_name="llama"), fake)
     spec = make_spec(docker_image=IMAGE, container_name="mistral")
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path == ["NoState", "Validating", "Importing", "Installing", "Ready"]
     after = m.store.read()
     assert after is not None
@@ -404,9 +404,9 @@ def test_unfinished_install_is_redone_on_reuse(make_spec: SpecFactory, fake: Fak
     spec = make_spec(docker_image=IMAGE, container_name="llama")
     fake.on_step("requirements-dev.txt", StepResult(1, "", "ERROR: no such file"), times=1)
     first = machine(spec, fake)
-    assert first.prepare() is State.Failed
+    assert first.prepare().state is State.Failed
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path == ["NoState", "Validating", "Installing", "Ready"]
     s = state_file(spec)
     assert s is not None and s["installed"] is True
@@ -422,7 +422,7 @@ def test_allocation_with_image_imports_warms_checks_installs(make_spec: SpecFact
                      slurm_params={"nodes": 2, "gpus_per_node": 1})
     fake.add_gpu_process("node02", 4242, "python", "30000 MiB")
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path == ["NoState", "Allocating", "Importing", "Installing", "Ready"]
     assert slurm_ops(fake) == ["find_jobs", "allocate", "query_job", "granted", "run_step",
                                "run_step", "gpu_processes", "run_step", "run_step"]
@@ -461,7 +461,7 @@ def test_allocation_without_image_skips_container_steps(make_spec: SpecFactory,
                                                         fake: FakeCluster) -> None:
     spec = make_spec()
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path == ["NoState", "Allocating", "Ready"]
     assert slurm_ops(fake) == ["find_jobs", "allocate", "query_job",
                               "granted"]
@@ -474,7 +474,7 @@ def test_skip_install_for_custom(make_spec: SpecFactory, fake: FakeCluster) -> N
     spec = make_spec(workflow_type="custom", skip_install=True, docker_image=IMAGE,
                      container_name="c")
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path == ["NoState", "Allocating", "Importing", "Ready"]
     assert not any(c.args["request"].argv[0] == "pip" for c in fake.calls if c.op == "run_step")
 
@@ -482,7 +482,7 @@ def test_skip_install_for_custom(make_spec: SpecFactory, fake: FakeCluster) -> N
 def test_skip_install_is_ignored_for_pytest(make_spec: SpecFactory, fake: FakeCluster) -> None:
     spec = make_spec(workflow_type="pytest", skip_install=True, docker_image=IMAGE,
                      container_name="c")
-    assert machine(spec, fake).prepare() is State.Ready
+    assert machine(spec, fake).prepare().state is State.Ready
     assert any(c.args["request"].argv[0] == "pip" for c in fake.calls if c.op == "run_step")
 
 
@@ -495,7 +495,7 @@ def test_salloc_failure_reports_slurms_message_and_leaves_nothing(
         message: str) -> None:
     spec = make_spec(slurm_params={"partition": partition, "account": account})
     m = machine(spec, fake)
-    assert m.prepare() is State.Failed
+    assert m.prepare().state is State.Failed
     assert m.failure is not None and m.failure.step == "Allocating"
     assert message in m.failure.message
     assert state_file(spec) is None
@@ -506,7 +506,7 @@ def test_salloc_failure_reports_slurms_message_and_leaves_nothing(
 def test_pending_new_allocation_is_polled_until_running(make_spec: SpecFactory) -> None:
     fake = FakeCluster(pending_s=30)
     m = machine(make_spec(), fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert fake.count("query_job") > 2
     assert fake.clock.slept[0] < 1 and max(fake.clock.slept) <= 10
 
@@ -530,7 +530,7 @@ def test_run_interrupted_while_pending_leaves_a_tracked_allocation(
     job = fake.jobs[str(s["job_id"])]
     assert job.state == "PENDING"  # tracked, not leaked, not cancelled
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path[:3] == ["NoState", "Validating", "Validating"]
     assert "allocate" not in fake.ops()[-5:] and fake.count("allocate") == 1
     again = state_file(spec)
@@ -538,7 +538,7 @@ def test_run_interrupted_while_pending_leaves_a_tracked_allocation(
     assert again["nodelist"] == "node01"
     assert m.history[-1].reason.endswith("nodelist completed")  # the effect did something
     reused = machine(spec, fake)
-    assert reused.prepare() is State.Ready
+    assert reused.prepare().state is State.Ready
     # the same edge again: the nodelist is complete, so the history does not claim it
     assert reused.history[-1].edge == m.history[-1].edge
     assert "nodelist completed" not in reused.history[-1].reason
@@ -551,7 +551,7 @@ def test_validation_of_a_pending_allocation_backs_off(make_spec: SpecFactory,
     job = fake.jobs[old.job_id]
     job.state, job.pending_until = "PENDING", fake.clock.now() + 10_000
     m = machine(spec, fake, pending_wait_s=600)
-    assert m.prepare() is State.Failed
+    assert m.prepare().state is State.Failed
     assert fake.count("query_job") < 80  # not one squeue every 0.5 s for 10 minutes
     assert max(fake.clock.slept) == 10.0
 
@@ -559,7 +559,7 @@ def test_validation_of_a_pending_allocation_backs_off(make_spec: SpecFactory,
 def test_allocation_pending_forever_is_cancelled(make_spec: SpecFactory) -> None:
     fake = FakeCluster(pending_s=100_000)
     m = machine(make_spec(), fake, alloc_wait_s=120)
-    assert m.prepare() is State.Failed
+    assert m.prepare().state is State.Failed
     assert m.failure is not None and "still PENDING" in m.failure.message
     assert fake.active_jobs() == []
     assert state_file(make_spec()) is None
@@ -568,7 +568,7 @@ def test_allocation_pending_forever_is_cancelled(make_spec: SpecFactory) -> None
 def test_no_pyxis_fails_before_allocating(make_spec: SpecFactory) -> None:
     fake = FakeCluster(pyxis=False)
     m = machine(make_spec(docker_image=IMAGE, container_name="c"), fake)
-    assert m.prepare() is State.Failed
+    assert m.prepare().state is State.Failed
     assert m.failure is not None and "no pyxis" in m.failure.message
     assert "allocate" not in fake.ops()
 
@@ -579,7 +579,7 @@ def test_orphans_of_this_user_and_name_only_are_cancelled(make_spec: SpecFactory
     others = [fake.make_job("acct-trtllm.persistent", "bob"),
               fake.make_job("interactive", "tester")]
     m = machine(make_spec(), fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert mine.state == "CANCELLED"
     assert all(o.state == "RUNNING" for o in others)
     assert f"Released orphaned allocation {mine.job_id} - state file was missing." in m.warnings
@@ -591,10 +591,10 @@ def test_another_checkouts_allocation_is_not_an_orphan(tmp_path: Path,
     mine = make_spec()
     other = attrs.evolve(mine, repo_root=tmp_path / "other-checkout")
     theirs = machine(other, fake)
-    assert theirs.prepare() is State.Ready
+    assert theirs.prepare().state is State.Ready
     their_job = theirs.alloc.job_id if theirs.alloc else ""
     m = machine(mine, fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert fake.jobs[their_job].state == "RUNNING"  # left alone
     assert any("belongs to another checkout" in n for n in m.notes)
     assert m.alloc is not None and m.alloc.job_id != their_job
@@ -612,7 +612,7 @@ def test_setup_step_failures_get_their_own_report(make_spec: SpecFactory, fake: 
     spec = make_spec(docker_image=IMAGE, container_name="llama", container_mounts="/data:/data")
     fake.on_step(match, StepResult(1, "", f"boom in {match}"), times=1)
     m = machine(spec, fake)
-    assert m.prepare() is State.Failed
+    assert m.prepare().state is State.Failed
     assert m.failure is not None
     assert what in m.failure.message and f"boom in {match}" in m.failure.message
     s = state_file(spec)
@@ -631,7 +631,7 @@ def test_mount_warm_up_is_one_ls_loop_whose_failures_are_ignored(
     fake.on_step("for d in", StepResult(0, "", "ls: /models: No such file or directory"),
                  times=1)
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     warm = [c.args["request"].argv for c in fake.calls
             if c.op == "run_step" and "for d in" in " ".join(c.args["request"].argv)]
     assert warm == [("sh", "-c", 'for d in /data /models; do ls "$d" > /dev/null || true; '
@@ -721,7 +721,7 @@ def test_diagram_in_docs_is_current() -> None:
     doc = Path(__file__).parent.parent / "docs" / "states.md"
     assert doc.read_text() == states_markdown(), "docs/states.md is stale: run `make diagram`"
     # one drawing per part (issue 41 item 6), together the whole machine
-    from slurm_fsm.edges import DiagramPart, mermaid_diagram
+    from slurm_fsm.step0.table import DiagramPart, mermaid_diagram
 
     assert all(mermaid_diagram(EDGES, part=p).rstrip("\n") in doc.read_text()
                for p in DiagramPart)
@@ -788,7 +788,7 @@ def test_may_and_possible_edges_make_no_slurm_call(make_spec: SpecFactory, fake:
     m.advance()
     assert fake.count("allocate") == 1
     # Validating: may_advance and possible_edges ask nothing either
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     m2 = machine(spec, fake)
     m2.start()
     fake.reset_calls()
@@ -902,7 +902,7 @@ def test_the_pre_flight_and_the_end_of_a_job_never_take_the_lock(
     spec = make_spec()
     store = StateStore(spec.state_path, lock_timeout_s=1.0)
     m = machine(spec, fake, store=store)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     holder = _hold_lock(store.lock_path)
     try:
         assert m.run() and m.state is State.Running
@@ -921,7 +921,7 @@ def test_a_gone_allocations_file_is_dropped_only_when_it_still_names_it(
     still names it: another run may have written its new allocation there."""
     spec = make_spec()
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready and m.run()
+    assert m.prepare().state is State.Ready and m.run()
     assert m.alloc is not None
     newer = attrs.evolve(m.alloc, job_id="999")
     m.store.write(newer)
@@ -929,7 +929,7 @@ def test_a_gone_allocations_file_is_dropped_only_when_it_still_names_it(
     assert m.state is State.Gone
     assert m.store.read() == newer
     m2 = machine(spec, fake)
-    assert m2.prepare() is not State.Failed and m2.run()
+    assert m2.prepare().state is not State.Failed and m2.run()
     m2.finish(reason="allocation ended", allocation_gone=True)
     assert not spec.state_path.exists()
 
@@ -944,7 +944,7 @@ def test_a_run_that_holds_a_lease_never_waits_for_the_lock(
     spec = make_spec()
     gate = LeaseGate(RunBook(spec.state_path), wait_s=0)
     m = machine(spec, fake, leases=gate)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     gate.own = "r0123456789ab"
     with pytest.raises(RuntimeError, match="never waits"):
         m.release()  # a trigger of step 0, once the run holds its lease
@@ -982,7 +982,7 @@ def test_a_lost_state_file_never_adopts_an_allocation_too_small_for_the_job(
     book.start(small.job_id)  # a running job of this checkout (this process: alive)
     spec.state_path.unlink()  # lost
     m = machine(spec, fake, leases=LeaseGate(book, wait_s=0))
-    assert m.prepare() is State.Failed
+    assert m.prepare().state is State.Failed
     assert m.failure is not None and "smaller than this job needs" in m.failure.message
     assert "Slurm granted" not in " ".join(m.warnings)
     assert fake.jobs[small.job_id].state == "RUNNING"

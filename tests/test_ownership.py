@@ -21,7 +21,7 @@ import pytest
 
 from slurm_fsm.backend import AllocationRequest, JobInfo, check_job_id, is_job_id
 from slurm_fsm.errors import ControllerUnreachable, NotOurJobError
-from slurm_fsm.machine import ORPHAN_GRACE_S, AllocationMachine, State, repo_tag
+from slurm_fsm.machine import ORPHAN_GRACE_S, AllocationMachine
 from slurm_fsm.ownership import (
     Ownership,
     checkout_tag,
@@ -34,6 +34,7 @@ from slurm_fsm.ownership import (
 )
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState
+from slurm_fsm.step0.table import State, repo_tag
 from slurm_fsm.testing import FakeCluster
 from slurm_fsm.testing.fake import CONTROLLER_OPS
 
@@ -205,7 +206,7 @@ def test_a_lost_allocate_answer_is_adopted_not_allocated_again(
     spec = make_spec()
     fake.lose_allocate_answers = 1
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     allocs = [j for j in fake.jobs.values() if j.kind == "alloc"]
     assert len(allocs) == 1
     assert m.alloc is not None and m.alloc.job_id == allocs[0].job_id
@@ -245,17 +246,17 @@ def test_an_allocation_tagged_before_the_nonce_is_still_ours(
     file names is reused; one without a state file is released as an orphan."""
     spec = make_spec()
     first = machine(spec, fake)
-    assert first.prepare() is State.Ready
+    assert first.prepare().state is State.Ready
     assert first.alloc is not None
     old = first.alloc.job_id
     fake.jobs[old].comment = repo_tag(spec)  # as the version before wrote it
     again = machine(spec, fake)
-    assert again.prepare() is State.Ready
+    assert again.prepare().state is State.Ready
     assert again.alloc is not None and again.alloc.job_id == old
     spec.state_path.unlink()
     fake.reset_calls()
     third = machine(spec, fake)
-    assert third.prepare() is State.Ready
+    assert third.prepare().state is State.Ready
     assert old in cancelled(fake)  # 0D: ours, although it has no nonce
 
 
@@ -267,7 +268,7 @@ def test_copied_checkout_never_reuses_nor_cancels_the_originals_allocation(
         tmp_path: Path, make_spec: SpecFactory, fake: FakeCluster, nodes: int) -> None:
     original = make_spec()
     first = machine(original, fake)
-    assert first.prepare() is State.Ready
+    assert first.prepare().state is State.Ready
     assert first.alloc is not None
     theirs = first.alloc.job_id
     copy = copy_checkout(original, tmp_path / "copy")
@@ -276,7 +277,7 @@ def test_copied_checkout_never_reuses_nor_cancels_the_originals_allocation(
     fake.reset_calls()
 
     m = machine(copy, fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path == ["NoState", "Validating", "NoState", "Allocating", "Ready"]
     assert m.alloc is not None and m.alloc.job_id != theirs
     assert theirs not in cancelled(fake)
@@ -287,18 +288,18 @@ def test_copied_checkout_never_reuses_nor_cancels_the_originals_allocation(
     assert request.comment == repo_tag(copy) != repo_tag(original)
     # the original keeps its allocation, untouched
     again = machine(original, fake)
-    assert again.prepare() is State.Ready
+    assert again.prepare().state is State.Ready
     assert again.alloc is not None and again.alloc.job_id == theirs
 
 
 def test_copied_checkout_release_refuses_the_originals_allocation(
         tmp_path: Path, make_spec: SpecFactory, fake: FakeCluster) -> None:
     original = make_spec()
-    assert machine(original, fake).prepare() is State.Ready
+    assert machine(original, fake).prepare().state is State.Ready
     theirs = fake.active_jobs()[0].job_id
     copy = attrs.evolve(copy_checkout(original, tmp_path / "copy"), release_allocation=True)
     m = machine(copy, fake)
-    assert m.prepare() is State.Failed
+    assert m.prepare().state is State.Failed
     assert m.failure is not None and isinstance(m.failure.error, NotOurJobError)
     assert "another checkout's allocation" in m.failure.message
     assert theirs not in cancelled(fake) and fake.jobs[theirs].state == "RUNNING"
@@ -307,12 +308,12 @@ def test_copied_checkout_release_refuses_the_originals_allocation(
 def test_another_checkouts_pending_allocation_is_not_waited_for(
         tmp_path: Path, make_spec: SpecFactory, fake: FakeCluster) -> None:
     original = make_spec()
-    assert machine(original, fake).prepare() is State.Ready
+    assert machine(original, fake).prepare().state is State.Ready
     theirs = fake.active_jobs()[0]
     theirs.state, theirs.pending_until = "PENDING", fake.clock.now() + 10_000
     copy = copy_checkout(original, tmp_path / "copy")
     m = machine(copy, fake, pending_wait_s=60)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path == ["NoState", "Validating", "NoState", "Allocating", "Ready"]
     assert theirs.job_id not in cancelled(fake)
 
@@ -323,13 +324,13 @@ def test_another_checkouts_pending_allocation_is_not_waited_for(
 def test_job_name_change_replaces_the_allocation_of_the_state_file(
         make_spec: SpecFactory, fake: FakeCluster) -> None:
     old = machine(make_spec(alloc_job_name="acct-old.persistent"), fake)
-    assert old.prepare() is State.Ready
+    assert old.prepare().state is State.Ready
     assert old.alloc is not None
     old_id = old.alloc.job_id
     fake.reset_calls()
 
     m = machine(make_spec(alloc_job_name="acct-new.persistent"), fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path == ["NoState", "Validating", "Incompatible", "Allocating", "Ready"]
     assert cancelled(fake) == [old_id]
     assert fake.jobs[old_id].state == "CANCELLED"
@@ -340,12 +341,12 @@ def test_job_name_change_replaces_the_allocation_of_the_state_file(
 def test_job_name_change_finds_the_orphan_by_tag(
         make_spec: SpecFactory, fake: FakeCluster) -> None:
     spec = make_spec(alloc_job_name="acct-old.persistent")
-    assert machine(spec, fake).prepare() is State.Ready
+    assert machine(spec, fake).prepare().state is State.Ready
     old_id = fake.active_jobs()[0].job_id
     spec.state_path.unlink()
 
     m = machine(make_spec(alloc_job_name="acct-new.persistent"), fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert fake.jobs[old_id].state == "CANCELLED"
     assert f"Released orphaned allocation {old_id} - state file was missing." in m.warnings
     assert [j.name for j in fake.active_jobs()] == ["acct-new.persistent"]
@@ -366,7 +367,7 @@ def test_a_moment_old_allocation_without_a_state_file_is_adopted_not_cancelled(
     spec = make_spec()
     theirs = _made_on_another_host(spec, fake)
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert cancelled(fake) == []  # before: cancelled as an orphan 16 ms after its grant
     assert "allocate" not in fake.ops()  # and no second allocation asked for
     assert m.alloc is not None and m.alloc.job_id == theirs
@@ -381,7 +382,7 @@ def test_an_allocation_past_the_grace_without_a_state_file_is_an_orphan(
     theirs = _made_on_another_host(spec, fake)
     fake.clock.advance(ORPHAN_GRACE_S)
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert cancelled(fake) == [theirs]
     assert m.alloc is not None and m.alloc.job_id != theirs
 
@@ -397,7 +398,7 @@ def test_only_a_requests_job_of_the_specs_name_gets_the_grace(
         job = fake.make_job("acct-old.persistent", fake.user,
                             comment=request_comment(repo_tag(spec), "a1b2c3d4")).job_id
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert cancelled(fake) == [job]
 
 
@@ -406,7 +407,7 @@ def test_a_moment_old_allocation_too_small_is_neither_used_nor_cancelled(
     spec = make_spec(slurm_params={"nodes": 2})
     theirs = _made_on_another_host(spec, fake, nodes=1)
     m = machine(spec, fake)
-    assert m.prepare() is State.Failed
+    assert m.prepare().state is State.Failed
     assert m.failure is not None and "smaller than this job needs" in m.failure.message
     assert cancelled(fake) == [] and fake.jobs[theirs].state == "RUNNING"
 
@@ -417,7 +418,7 @@ def test_orphan_search_leaves_untagged_jobs_under_other_names_alone(
     other_name = fake.make_job("interactive", "tester")
     other_user = fake.make_job("x", "bob", comment=repo_tag(make_spec()))
     m = machine(make_spec(), fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert mine_untagged.state == "CANCELLED"  # the original procedure's orphan
     assert other_name.state == "RUNNING" and other_user.state == "RUNNING"
 
@@ -447,7 +448,7 @@ def test_state_path_that_is_a_directory_fails_before_any_allocation(
     spec = make_spec()
     spec.state_path.mkdir(parents=True)
     m = machine(spec, fake)
-    assert m.prepare() is State.Failed
+    assert m.prepare().state is State.Failed
     assert slurm_ops(fake) == []  # no salloc, no scancel: nothing to leak
     assert m.failure is not None
     assert str(spec.state_path) in m.failure.message
@@ -464,7 +465,7 @@ def test_work_dirs_not_writable_fails_before_any_allocation(
     spec.state_path.with_name(spec.state_path.name + ".lock").touch()
     with read_only(work_dirs):
         m = machine(spec, fake)
-        assert m.prepare() is State.Failed
+        assert m.prepare().state is State.Failed
     assert slurm_ops(fake) == []
     assert m.failure is not None and "not writable" in m.failure.message
     assert fake.active_jobs() == []
@@ -494,14 +495,14 @@ def test_fifo_at_the_state_path_is_an_unusable_state_file(
     spec.state_path.parent.mkdir(parents=True)
     os.mkfifo(spec.state_path)
     m = machine(spec, fake)
-    assert _in_time(m.prepare, spec.state_path) is State.Ready
+    assert _in_time(m.prepare, spec.state_path).state is State.Ready
     assert any("a FIFO, not a regular file" in w and str(spec.state_path) in w
                for w in m.warnings)
     assert spec.state_path.is_file()  # replaced by the real state file
     released = machine(make_spec(release_allocation=True), fake)
     spec.state_path.unlink()
     os.mkfifo(spec.state_path)
-    assert _in_time(released.prepare, spec.state_path) is State.Released
+    assert _in_time(released.prepare, spec.state_path).state is State.Released
 
 
 def test_dev_zero_at_the_state_path_is_an_unusable_state_file(
@@ -510,7 +511,7 @@ def test_dev_zero_at_the_state_path_is_an_unusable_state_file(
     spec.state_path.parent.mkdir(parents=True)
     spec.state_path.symlink_to("/dev/zero")
     m = machine(spec, fake)
-    assert _in_time(m.prepare) is State.Ready
+    assert _in_time(m.prepare).state is State.Ready
     # a link in the shared work_dirs is never followed (issue 20): refused as a link
     assert any("a symbolic link" in w for w in m.warnings), m.warnings
     assert Path("/dev/zero").is_char_device()  # the link was replaced, not its target
@@ -524,14 +525,14 @@ def test_a_bad_job_id_in_the_state_file_never_reaches_slurm(
         make_spec: SpecFactory, fake: FakeCluster, bad: str) -> None:
     spec = make_spec()
     orphan = machine(spec, fake)
-    assert orphan.prepare() is State.Ready
+    assert orphan.prepare().state is State.Ready
     assert orphan.alloc is not None
     spec.state_path.write_text(attrs.evolve(orphan.alloc, job_id=bad).to_json())
     fake.reset_calls()
     fake.clock.advance(ORPHAN_GRACE_S)  # not a moment old: an orphan, not another run's
 
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready  # recovers, no hand deletion
+    assert m.prepare().state is State.Ready  # recovers, no hand deletion
     assert bad not in ids_used(fake)
     assert all(is_job_id(i) for i in ids_used(fake))
     assert any(re.search(r"job_id: (empty|not a Slurm job id)", w) for w in m.warnings)
@@ -549,7 +550,7 @@ def test_release_with_a_bad_job_id_cancels_nothing_by_it(
         partition="batch", account="acct", nodes=1).to_json()
                                .replace('"1"', f'"{bad}"', 1))
     m = machine(make_spec(release_allocation=True), fake)
-    assert m.prepare() is State.Released
+    assert m.prepare().state is State.Released
     # the id never reaches a command line; this checkout's allocation is looked up by
     # its tag instead (issue 20 item 13): one squeue of the user's jobs, no cancel
     assert slurm_ops(fake) == ["find_jobs"]
@@ -575,7 +576,7 @@ def test_the_orphan_search_lists_the_users_jobs_not_one_name(
         make_spec: SpecFactory, fake: FakeCluster) -> None:
     from slurm_fsm.slurmcli import squeue_find_argv
 
-    assert machine(make_spec(), fake).prepare() is State.Ready
+    assert machine(make_spec(), fake).prepare().state is State.Ready
     (search,) = [c.args for c in fake.calls if c.op == "find_jobs"]
     assert search == {"name": None, "user": "tester"}
     argv = squeue_find_argv(None, "tester")

@@ -9,9 +9,10 @@ import pytest
 
 from slurm_fsm import cli
 from slurm_fsm.cli import main
-from slurm_fsm.machine import AllocationMachine, State
+from slurm_fsm.machine import AllocationMachine
 from slurm_fsm.plan import make_plan
 from slurm_fsm.spec import JobSpec
+from slurm_fsm.step0.table import State
 from slurm_fsm.testing import FakeCluster, make_spec
 
 
@@ -19,7 +20,7 @@ def pending_allocation(spec: JobSpec, fake: FakeCluster) -> str:
     """A Ready allocation of ``spec`` whose job Slurm now shows PENDING (requeued, or a
     run interrupted while it waited)."""
     m = AllocationMachine(spec, fake, clock=fake.clock)
-    assert m.prepare() is State.Ready and m.alloc is not None
+    assert m.prepare().state is State.Ready and m.alloc is not None
     job = fake.jobs[m.alloc.job_id]
     job.state, job.pending_until = "PENDING", fake.clock.now() + 10_000
     fake.reset_calls()

@@ -15,8 +15,9 @@ import pytest
 
 from slurm_fsm import setupkey, slurmcli
 from slurm_fsm.backend import StepRequest, StepResult
-from slurm_fsm.machine import SETUP_COLD, SETUP_REUSED, AllocationMachine, State
+from slurm_fsm.machine import SETUP_COLD, SETUP_REUSED, AllocationMachine
 from slurm_fsm.spec import JobSpec
+from slurm_fsm.step0.table import State
 from slurm_fsm.testing import FakeCluster
 
 from conftest import SpecFactory
@@ -52,11 +53,11 @@ def _run(spec: JobSpec, fake: FakeCluster) -> tuple[AllocationMachine, list[str]
     the steps step 0 ran."""
     before = len(fake.calls)
     m = AllocationMachine(spec, fake, clock=fake.clock)  # type: ignore[arg-type]
-    assert m.prepare() is State.Ready, (m.path, m.failure)
+    assert m.prepare().state is State.Ready, (m.path, m.failure)
     steps = [" ".join(c.args["request"].argv) for c in fake.calls[before:]
              if c.op == "run_step"]
     release = attrs.evolve(spec, release_allocation=True)
-    assert AllocationMachine(release, fake, clock=fake.clock).prepare() is State.Released  # type: ignore[arg-type]
+    assert AllocationMachine(release, fake, clock=fake.clock).prepare().state is State.Released  # type: ignore[arg-type]
     return m, steps
 
 
@@ -139,7 +140,7 @@ def test_an_interrupted_install_leaves_no_key(make_spec: SpecFactory,
     spec = _spec(make_spec, tmp_path, _image(tmp_path))
     fake.on_step("requirements-dev.txt", StepResult(1, "", "ERROR: No matching distribution\n"))
     m = AllocationMachine(spec, fake, clock=fake.clock)  # type: ignore[arg-type]
-    assert m.prepare() is State.Failed
+    assert m.prepare().state is State.Failed
     assert fake.nodes["node01"].containers["llama"].setup_key == ""
 
 

@@ -374,7 +374,8 @@ def test_a_lock_that_fails_for_another_reason_is_still_an_error(
 
 def test_step_0_without_working_locks_goes_on_and_says_so(
         make_spec: SpecFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    from slurm_fsm.machine import AllocationMachine, State
+    from slurm_fsm.machine import AllocationMachine
+    from slurm_fsm.step0.table import State
     from slurm_fsm.testing import FakeCluster
 
     fake = FakeCluster()
@@ -382,7 +383,7 @@ def test_step_0_without_working_locks_goes_on_and_says_so(
     store = StateStore(spec.state_path)
     _flock_fails(monkeypatch, store, errno.ENOLCK)
     m = AllocationMachine(spec, fake, clock=fake.clock, store=store)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert [w for w in m.warnings if "cannot be taken on this filesystem" in w] == [
         store.unlocked]
     assert store.read() is not None  # the allocation is tracked all the same

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from slurm_fsm.edges import EDGES
+from slurm_fsm.step0.table import EDGES
 from slurm_fsm_dev.docgen import STEP_CODES
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -97,14 +97,14 @@ def test_a_held_allocation_keeps_its_state_file(make_spec: SpecFactory, held: st
     state file kept; never dropped while a new one is allocated beside it."""
     from test_machine import machine, ready_allocation, slurm_ops
 
-    from slurm_fsm.machine import State
+    from slurm_fsm.step0.table import State
     from slurm_fsm.testing import FakeCluster
     fake = FakeCluster()
     spec = make_spec()
     old = ready_allocation(spec, fake)
     fake.jobs[old.job_id].state = held
     m = machine(spec, fake, pending_wait_s=60)
-    assert m.prepare() is State.Failed
+    assert m.prepare().state is State.Failed
     assert m.failure is not None and f"still {held}" in m.failure.message
     assert "allocate" not in slurm_ops(fake) and "cancel" not in slurm_ops(fake)
     assert spec.state_path.exists()
@@ -117,13 +117,13 @@ def test_a_stopped_allocation_is_replaced_not_left_behind(make_spec: SpecFactory
     new one is allocated (the old one is never left running beside it)."""
     from test_machine import machine, ready_allocation
 
-    from slurm_fsm.machine import State
+    from slurm_fsm.step0.table import State
     from slurm_fsm.testing import FakeCluster
     fake = FakeCluster()
     spec = make_spec()
     old = ready_allocation(spec, fake)
     fake.jobs[old.job_id].state = stopped
     m = machine(spec, fake)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path[:3] == ["NoState", "Validating", "Incompatible"]
     assert fake.jobs[old.job_id].state == "CANCELLED"

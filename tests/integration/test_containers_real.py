@@ -21,9 +21,10 @@ import pytest
 
 from slurm_fsm import slurmcli
 from slurm_fsm.executor import Executor
-from slurm_fsm.machine import AllocationMachine, State
+from slurm_fsm.machine import AllocationMachine
 from slurm_fsm.results import Status
 from slurm_fsm.spec import JobSpec
+from slurm_fsm.step0.table import State
 from slurm_fsm.subprocess_backend import SubprocessBackend
 from slurm_fsm_dev.localcluster import ClusterInfo, ContainerInfo
 
@@ -55,7 +56,7 @@ def prepared(spec: JobSpec, backend: RecordingBackend | None = None
              ) -> tuple[AllocationMachine, RecordingBackend]:
     backend = backend or RecordingBackend()
     m = AllocationMachine(spec, backend)
-    assert m.prepare() is State.Ready, (m.path, m.failure)
+    assert m.prepare().state is State.Ready, (m.path, m.failure)
     assert m.alloc is not None
     return m, backend
 
@@ -205,7 +206,7 @@ def test_new_allocation_does_not_inherit_an_old_container(
         gone = AllocationMachine(container_spec(
             local_cluster, tmp_path, job_name, image=pyxis.images["busybox"], name=name,
             release_allocation=True), RecordingBackend())
-        assert gone.prepare() is State.Released
+        assert gone.prepare().state is State.Released
         wait_gone(first.alloc.job_id)
     m, backend = prepared(spec)
     expected = (["NoState", "Allocating", "Importing", "Ready"] if how == "release" else

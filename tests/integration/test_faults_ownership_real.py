@@ -18,10 +18,11 @@ import pytest
 
 from slurm_fsm.backend import is_job_id
 from slurm_fsm.errors import NotOurJobError
-from slurm_fsm.machine import AllocationMachine, State, repo_tag
+from slurm_fsm.machine import AllocationMachine
 from slurm_fsm.ownership import split_comment
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState
+from slurm_fsm.step0.table import State, repo_tag
 from slurm_fsm.subprocess_backend import SubprocessBackend
 from slurm_fsm_dev.localcluster import ClusterInfo
 
@@ -40,7 +41,7 @@ pytestmark = pytest.mark.slurm
 
 
 def ready(m: AllocationMachine) -> str:
-    assert m.prepare() is State.Ready, (m.path, m.failure)
+    assert m.prepare().state is State.Ready, (m.path, m.failure)
     assert m.alloc is not None
     return m.alloc.job_id
 
@@ -88,7 +89,7 @@ def test_copied_checkout_leaves_the_originals_allocation_alone(
 
     # release in the copy cancels the copy's, never the original's
     assert AllocationMachine(attrs.evolve(copy, release_allocation=True),
-                             SubprocessBackend()).prepare() is State.Released
+                             SubprocessBackend()).prepare().state is State.Released
     wait_gone(mine)
     assert job_state(theirs) == "RUNNING"
 
@@ -101,7 +102,7 @@ def test_copy_whose_own_state_file_was_dropped_refuses_to_release_theirs(
     shutil.copytree(original.repo_root, tmp_path / "b" / "repo")
     copy = make_spec(local_cluster, tmp_path / "b", name, release_allocation=True)
     m = AllocationMachine(copy, SubprocessBackend())
-    assert m.prepare() is State.Failed
+    assert m.prepare().state is State.Failed
     assert m.failure is not None and isinstance(m.failure.error, NotOurJobError)
     assert job_state(theirs) == "RUNNING"
 
@@ -142,7 +143,7 @@ def test_state_path_that_is_a_directory_allocates_nothing(
     backend = RecordingBackend()
     for _ in range(2):  # every run: an error, never a leaked allocation
         m = AllocationMachine(spec, backend)
-        assert m.prepare() is State.Failed
+        assert m.prepare().state is State.Failed
         assert jobs_named(name, local_cluster.user) == []
         assert not spec.salloc_log.exists()  # salloc never started
         assert backend.argvs == []  # nor any other Slurm command

@@ -19,8 +19,9 @@ import attrs
 import pytest
 
 from slurm_fsm.errors import AllocationFailed, StateFileError
-from slurm_fsm.machine import AllocationMachine, State
+from slurm_fsm.machine import AllocationMachine
 from slurm_fsm.spec import JobSpec
+from slurm_fsm.step0.table import State
 from slurm_fsm.subprocess_backend import SubprocessBackend
 from slurm_fsm_dev.localcluster import ClusterInfo, ContainerInfo
 
@@ -75,7 +76,7 @@ def test_salloc_log_is_never_written_through_a_planted_link(
     spec.salloc_log.symlink_to(victim)
     backend = RecordingBackend()
     m = AllocationMachine(spec, backend)
-    assert m.prepare() is State.Failed
+    assert m.prepare().state is State.Failed
     assert victim.read_text() == "precious\n"
     assert m.failure is not None and ".salloc.log" in m.failure.message
     assert "symbolic link" in m.failure.message
@@ -93,7 +94,7 @@ def test_a_full_disk_under_work_dirs_allocates_nothing(
         backend = RecordingBackend()
         for _ in range(2):
             m = AllocationMachine(spec, backend)
-            assert m.prepare() is State.Failed
+            assert m.prepare().state is State.Failed
             assert m.failure is not None
             assert isinstance(m.failure.error, StateFileError | AllocationFailed)
             assert str(spec.state_path) in m.failure.message
@@ -116,7 +117,7 @@ def test_a_state_write_that_fails_after_salloc_cancels_the_allocation(
 
     monkeypatch.setattr(m.store, "writable_problem", lambda: None)
     monkeypatch.setattr(m.store, "write", full)
-    assert m.prepare() is State.Failed
+    assert m.prepare().state is State.Failed
     assert m.failure is not None and "No space left on device" in m.failure.message
     assert "cancelled" in m.failure.message
     until("the new allocation gone",
@@ -218,7 +219,7 @@ def test_two_checkouts_with_one_container_name_never_share_a_container(
     spec_b = container_spec(local_cluster, tmp_path / "b", names.new("ct-b"),
                             image=pyxis.images["busybox2"], name=name)
     b = AllocationMachine(spec_b, RecordingBackend())
-    assert b.prepare() is State.Failed
+    assert b.prepare().state is State.Failed
     assert b.failure is not None
     assert str(spec_a.repo_root) in b.failure.message, b.failure.message
     assert "another checkout" in b.failure.message

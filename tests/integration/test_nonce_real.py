@@ -26,8 +26,9 @@ import pytest
 from slurm_fsm import slurmcli
 from slurm_fsm.backend import AllocationRequest, ContainerOptions, StepRequest, StepResult
 from slurm_fsm.duration import Duration
-from slurm_fsm.machine import AllocationMachine, State
+from slurm_fsm.machine import AllocationMachine
 from slurm_fsm.ownership import checkout_tag, split_comment
+from slurm_fsm.step0.table import State
 from slurm_fsm.subprocess_backend import SubprocessBackend
 from slurm_fsm_dev.localcluster import ClusterInfo, ContainerInfo
 
@@ -209,7 +210,7 @@ def test_a_run_that_read_installed_false_skips_what_another_installed(
             return result
 
     b = AllocationMachine(spec, Recording())
-    assert b.prepare() is State.Ready, (b.path, b.failure)
+    assert b.prepare().state is State.Ready, (b.path, b.failure)
     assert b.path == ["NoState", "Validating", "Installing", "Ready"]
     assert b.alloc is not None and a.alloc is not None and b.alloc.job_id == a.alloc.job_id
     assert len(results) == 2  # pip install -e . and -r requirements-dev.txt
@@ -236,7 +237,7 @@ def test_a_moment_old_allocation_of_another_run_is_adopted_not_cancelled(
 
     backend = RecordingBackend()
     m = AllocationMachine(spec, backend, orphan_grace_s=3600)
-    assert m.prepare() is State.Ready, m.failure
+    assert m.prepare().state is State.Ready, m.failure
     assert m.alloc is not None and m.alloc.job_id == theirs
     used = [Path(a[0]).name for a in backend.argvs]
     assert "scancel" not in used and "salloc" not in used  # neither cancelled nor a 2nd

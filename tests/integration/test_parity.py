@@ -20,11 +20,12 @@ import pytest
 from slurm_fsm.backend import AllocationRequest, SlurmBackend
 from slurm_fsm.duration import Duration
 from slurm_fsm.lease import LeaseGate
-from slurm_fsm.machine import AllocationMachine, SetupFailed, State
+from slurm_fsm.machine import AllocationMachine, SetupFailed
 from slurm_fsm.paths import StatePaths
 from slurm_fsm.results import setup_error_lines
 from slurm_fsm.runrecord import RunBook
 from slurm_fsm.spec import JobSpec
+from slurm_fsm.step0.table import State
 from slurm_fsm.subprocess_backend import SubprocessBackend
 from slurm_fsm.testing import FakeCluster
 from slurm_fsm_dev.localcluster import DEF_CPU_PER_GPU, GPUS_PER_NODE, ClusterInfo
@@ -237,7 +238,7 @@ def _outcome(world: World, spec: JobSpec, first: str, m: AllocationMachine) -> O
 
 def _first(world: World, spec: JobSpec) -> str:
     m = world.machine(spec)
-    assert m.prepare() is State.Ready, (m.path, m.failure)
+    assert m.prepare().state is State.Ready, (m.path, m.failure)
     assert m.alloc is not None
     return m.alloc.job_id
 
@@ -386,7 +387,7 @@ def _installed_after_release(world: World, change: bool) -> Outcome:
                       slurm_params={"nodes": len(world.cluster.nodes)})  # type: ignore[attr-defined]
     first = _first(world, spec)
     released = world.machine(attrs.evolve(spec, release_allocation=True))
-    assert released.prepare() is State.Released, released.path
+    assert released.prepare().state is State.Released, released.path
     world.wait_gone(first)
     if change:
         (repo / "requirements-dev.txt").write_text("./devtool\n# changed\n")
@@ -461,7 +462,7 @@ def _hand_off(world: World, *, drain: bool) -> Outcome:
     blocker = _hold_name(world, twin)
     world.leave_minutes(6)
     queue = world.machine(spec)
-    assert queue.prepare() is State.Ready, (queue.path, queue.failure)
+    assert queue.prepare().state is State.Ready, (queue.path, queue.failure)
     assert queue.alloc is not None and queue.alloc.job_id == first
     (succ,) = [j for j in world.live(twin) if j != blocker]
     world.cancel_behind_our_back(blocker)
@@ -598,7 +599,7 @@ def test_fake_and_real_slurm_size_the_allocation_s_cpus_alike(
                      {"slurm_params": {"ntasks_per_node": 2}}):
             spec = world.spec(**over)
             m = world.machine(spec)
-            assert m.prepare() is State.Ready, m.path
+            assert m.prepare().state is State.Ready, m.path
             assert m.alloc is not None
             got.append(m.alloc.cpus_per_node)
             m.release()

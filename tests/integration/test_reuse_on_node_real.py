@@ -16,8 +16,9 @@ import attrs
 import pytest
 
 from slurm_fsm import slurmcli
-from slurm_fsm.machine import SETUP_COLD, SETUP_REUSED, AllocationMachine, State
+from slurm_fsm.machine import SETUP_COLD, SETUP_REUSED, AllocationMachine
 from slurm_fsm.spec import JobSpec
+from slurm_fsm.step0.table import State
 from slurm_fsm_dev.localcluster import ClusterInfo, ContainerInfo
 
 from .containers import ContainerNames, in_container
@@ -38,7 +39,7 @@ def _run(spec: JobSpec) -> tuple[AllocationMachine, RecordingBackend]:
     """Step 0 of one run in a new allocation (the state file's was released)."""
     backend = RecordingBackend()
     m = AllocationMachine(spec, backend)
-    assert m.prepare() is State.Ready, (m.path, m.failure)
+    assert m.prepare().state is State.Ready, (m.path, m.failure)
     assert m.alloc is not None
     assert sorted(backend.expand_nodelist(m.alloc.nodelist)) == ["n1", "n2", "n3"]
     return m, backend
@@ -48,7 +49,7 @@ def _release(spec: JobSpec, m: AllocationMachine) -> None:
     assert m.alloc is not None
     released = AllocationMachine(attrs.evolve(spec, release_allocation=True),
                                  RecordingBackend())
-    assert released.prepare() is State.Released, released.path
+    assert released.prepare().state is State.Released, released.path
     wait_gone(m.alloc.job_id)
 
 

@@ -27,9 +27,10 @@ import pytest
 
 from slurm_fsm.backend import StepRequest
 from slurm_fsm.errors import NotOurJobError
-from slurm_fsm.machine import AllocationMachine, State
+from slurm_fsm.machine import AllocationMachine
 from slurm_fsm.preflight import ClusterPartition
 from slurm_fsm.state import KEYS, AllocState
+from slurm_fsm.step0.table import State
 from slurm_fsm.subprocess_backend import SubprocessBackend
 from slurm_fsm_dev import localcluster
 from slurm_fsm_dev.localcluster import ClusterInfo
@@ -60,7 +61,7 @@ def state_of(path: Path) -> dict[str, object]:
 
 def ready(m: AllocationMachine) -> str:
     """Run step 0 to Ready and return the allocation's job id."""
-    state = m.prepare()
+    state = m.prepare().state
     assert state is State.Ready, (m.path, m.failure)
     assert m.alloc is not None
     return m.alloc.job_id
@@ -75,7 +76,7 @@ def test_first_run_allocates_and_writes_the_state_file(
     spec = make_spec(local_cluster, tmp_path, name)
     backend = RecordingBackend()
     m = AllocationMachine(spec, backend)
-    assert m.prepare() is State.Ready
+    assert m.prepare().state is State.Ready
     assert m.path == ["NoState", "Allocating", "Ready"]
     assert any("no docker_image" in n for n in m.notes)
     assert "srun" not in backend.tools()  # no image: no import, warm-up, install
@@ -206,7 +207,7 @@ def test_release_cancels_and_removes_the_files(
     backend = RecordingBackend()
     m = AllocationMachine(make_spec(local_cluster, tmp_path, name, release_allocation=True),
                           backend)
-    assert m.prepare() is State.Released
+    assert m.prepare().state is State.Released
     assert m.path == ["NoState", "Released"]
     assert m.history[-1].reason == f"Allocation {job_id} released."
     assert backend.tools() == ["squeue", "scancel"]  # verify owner, then cancel
@@ -236,7 +237,7 @@ def test_a_state_file_naming_another_job_never_cancels_it(
 
     m = AllocationMachine(make_spec(local_cluster, tmp_path, name, release_allocation=True),
                           SubprocessBackend())
-    assert m.prepare() is State.Failed
+    assert m.prepare().state is State.Failed
     assert m.failure is not None and isinstance(m.failure.error, NotOurJobError)
     assert spec.state_path.read_bytes() == before
     assert job_state(other) == "RUNNING"
@@ -274,7 +275,7 @@ def test_salloc_refused_fails_with_slurms_message_and_leaves_nothing(
             return None
 
     m = AllocationMachine(spec, NoPreflight())
-    assert m.prepare() is State.Failed
+    assert m.prepare().state is State.Failed
     assert m.path == ["NoState", "Allocating", "Failed"]
     assert m.failure is not None and m.failure.step == "Allocating"
     assert message in m.failure.message
@@ -370,7 +371,7 @@ def test_new_allocation_pending_too_long_is_cancelled_not_left_behind(
             name = names.new("pending")
             spec = make_spec(private.info, tmp_path, name)
             m = AllocationMachine(spec, SubprocessBackend(env=private.env), alloc_wait_s=2)
-            assert m.prepare() is State.Failed
+            assert m.prepare().state is State.Failed
             assert m.path == ["NoState", "Allocating", "Failed"]
             assert m.failure is not None and "still PENDING after 2 s" in m.failure.message
             assert "cancelled" in m.failure.message
@@ -406,7 +407,7 @@ def test_pending_allocation_of_the_state_file_is_waited_for_never_cancelled(
             before = spec.state_path.read_bytes()
 
             m = AllocationMachine(spec, backend, pending_wait_s=1)
-            assert m.prepare() is State.Failed
+            assert m.prepare().state is State.Failed
             assert m.path[:3] == ["NoState", "Validating", "Validating"]
             assert m.failure is not None and "still PENDING" in m.failure.message
             assert spec.state_path.read_bytes() == before
@@ -449,7 +450,7 @@ def test_controller_down_keeps_the_state_file_and_the_allocation_survives_a_rest
     try:
         t0 = time.monotonic()
         m = AllocationMachine(spec, backend, unreachable_retries=1)
-        assert m.prepare() is State.Failed
+        assert m.prepare().state is State.Failed
         seconds = time.monotonic() - t0
         assert m.path == ["NoState", "Validating", "Validating", "Failed"]
         assert m.failure is not None and m.failure.step == "Validating"
@@ -490,7 +491,7 @@ CHILD = textwrap.dedent("""
     print("ready", flush=True)
     while go is not None and not go.exists():
         time.sleep(0.002)
-    state = m.prepare()
+    state = m.prepare().state
     print(json.dumps({"state": state.value, "path": m.path,
                       "job_id": m.alloc.job_id if m.alloc else None}), flush=True)
     if go is None:

@@ -1,0 +1,85 @@
+"""What step 0's work is handed: one explicit context and one policy record.
+
+Theory of operation
+-------------------
+
+:class:`Step0Context` names everything the work of a state needs from outside the
+machine (issue 40 item 1): the spec, the backend, the state store, the clock, where
+progress is said, the lease gate, the run history, the warmer, salloc's log and the
+:class:`MachinePolicy` of tuning options. :class:`~slurm_fsm.machine.AllocationMachine`
+builds one from its keywords and reads its configuration only from it (its
+``spec``/``backend``/``pending_wait_s``... are views of the context); the next step
+of the issue hands it to each worker room instead of the machine.
+
+:class:`MachinePolicy` is the one record of the waits, retries and grace times that
+tune step 0 (before, six keywords stored as six attributes). Frozen: a change is
+``attrs.evolve``. No Slurm call, no I/O here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import attrs
+
+if TYPE_CHECKING:  # types only: this module loads nothing heavy
+    from slurm_fsm.backend import SlurmBackend
+    from slurm_fsm.clock import Clock
+    from slurm_fsm.history import RunHistory
+    from slurm_fsm.lease import LeaseGate
+    from slurm_fsm.spec import JobSpec
+    from slurm_fsm.state import StateStore
+
+__all__ = ["ORPHAN_GRACE_S", "POLICY_FIELDS", "MachinePolicy", "Step0Context"]
+
+#: Step 0D leaves alone a job of the spec's name and of a request's nonce that no state
+#: file names while it is pending or has run less than this: it may be another run's,
+#: whose state file is not written yet (that run's salloc has just answered); step 0E
+#: adopts it. Older, it is an orphan (cancelled).
+ORPHAN_GRACE_S = 60.0
+
+
+@attrs.frozen(kw_only=True)
+class MachinePolicy:
+    """The tuning options of step 0, the machine's keywords of the same names."""
+
+    #: 0C: an unreachable controller is asked again this many times, then Failed
+    unreachable_retries: int = 3
+    #: 0C: a PENDING allocation of the state file is waited for this long
+    pending_wait_s: float = 600.0
+    #: 0E: a new allocation is waited for this long (then cancelled, never left)
+    alloc_wait_s: float = 600.0
+    #: 0E: a new allocation PENDING this long is said (once)
+    pending_report_s: float = 300.0
+    #: each setup step (import, install) gives up after this long
+    setup_timeout_s: float = 3600.0
+    #: 0D: a moment-old job of a request is another run's (:data:`ORPHAN_GRACE_S`)
+    orphan_grace_s: float = ORPHAN_GRACE_S
+
+
+#: the names of :class:`MachinePolicy`'s fields (the machine's keywords)
+POLICY_FIELDS: tuple[str, ...] = tuple(a.name for a in attrs.fields(MachinePolicy))
+
+
+@attrs.define(kw_only=True)
+class Step0Context:
+    """Everything step 0's work needs from outside the machine."""
+
+    spec: JobSpec
+    backend: SlurmBackend
+    clock: Clock
+    store: StateStore
+    #: where progress is said (the orchestrator's events, else the logger)
+    say: Callable[[str], None]
+    #: other runs' running jobs: waited for (or refused on) before a cancel, a
+    #: re-import or an install would change what they use (None: not checked)
+    leases: LeaseGate | None
+    #: past runs' durations, for admission by time left (beside the state file)
+    run_history: RunHistory
+    #: warm successor: sets a queued successor up (None: none is started)
+    warmer: Callable[[JobSpec], int | None] | None
+    #: salloc's output (beside the state file)
+    salloc_log: Path
+    policy: MachinePolicy = MachinePolicy()

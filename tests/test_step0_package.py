@@ -1,0 +1,203 @@
+"""Step 0 is one package, ``slurm_fsm/step0/`` (issue 40 item 1).
+
+The table lives in :mod:`slurm_fsm.step0.table`; ``slurm_fsm.edges`` is its public
+name kept as a re-export that defines nothing, and the machine no longer re-exports
+the table's names.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from pathlib import Path
+
+import attrs
+import pytest
+
+import slurm_fsm.edges as public_edges
+import slurm_fsm.machine as machine
+import slurm_fsm.step0.table as table
+from slurm_fsm.machine import AllocationMachine
+from slurm_fsm.step0.context import POLICY_FIELDS, MachinePolicy
+from slurm_fsm.step0.outcome import Step0Outcome
+from slurm_fsm.step0.table import State
+from slurm_fsm.testing import FakeCluster, make_spec
+
+
+def test_the_table_lives_in_the_step0_package() -> None:
+    assert table.EDGES[0].__class__.__module__ == "slurm_fsm.step0.table"
+    assert table.State.__module__ == "slurm_fsm.step0.table"
+
+
+def test_slurm_fsm_edges_is_only_a_re_export_of_the_table() -> None:
+    assert public_edges.__all__ == table.__all__
+    for name in table.__all__:
+        assert getattr(public_edges, name) is getattr(table, name), name
+    tree = ast.parse(inspect.getsource(public_edges))
+    defined = [node for node in tree.body
+               if isinstance(node, ast.FunctionDef | ast.ClassDef | ast.AnnAssign)
+               or (isinstance(node, ast.Assign)
+                   and [getattr(t, "id", "") for t in node.targets] != ["__all__"])]
+    assert defined == []
+
+
+def test_the_machine_does_not_re_export_the_table() -> None:
+    assert set(machine.__all__) & set(table.__all__) == set()
+
+
+# ---------------------------------------------------------------- the outcome
+#: what a caller may use of the machine it steps: the driver's triggers and its
+#: outcome, the configuration it was given; never what step 0 found (its fields)
+DRIVER_API = frozenset({
+    "prepare", "outcome", "note", "run", "finish", "start_gpu_check", "locked",
+    "info_now", "estimate", "spec", "pending_wait_s",
+})
+#: the modules that step a machine of their own
+STEPPERS = ("persistent.py", "warmer.py", "plan.py", "allocation.py")
+
+
+def _machine_reads(source: str) -> list[str]:
+    """``x.attr`` where ``x`` is a machine: ``m``, ``self.machine`` (``_step0(m)``,
+    ``admission_text(m)``...), or a name bound by ``AllocationMachine(...)``."""
+    tree = ast.parse(source)
+    names = {"m"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) \
+                and getattr(node.value.func, "id", "") == "AllocationMachine":
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    out = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute):
+            continue
+        target = node.value
+        is_machine = (isinstance(target, ast.Name) and target.id in names) or (
+            isinstance(target, ast.Attribute) and target.attr == "machine")
+        if is_machine and node.attr not in DRIVER_API:
+            out.append(f"{node.lineno}: .{node.attr}")
+    return out
+
+
+def test_the_steppers_read_the_outcome_not_the_machines_fields() -> None:
+    """Issue 40 item 1: the persistent path read or wrote the machine's attributes 39
+    times; it, the warmer and the plan now read :class:`Step0Outcome`."""
+    root = Path(machine.__file__).parent
+    found = {name: _machine_reads((root / name).read_text()) for name in STEPPERS}
+    assert found == {name: [] for name in STEPPERS}
+
+
+def test_the_guard_sees_a_field_read() -> None:
+    assert _machine_reads("m.alloc.job_id\nself.machine.notes.append(x)\n") == [
+        "1: .alloc", "2: .notes"]
+    assert _machine_reads("w = AllocationMachine(s, b)\nw.failure\nw.prepare()\n") == [
+        "2: .failure"]
+
+
+def test_prepare_returns_a_frozen_outcome_a_snapshot(tmp_path: Path) -> None:
+    fake = FakeCluster()
+    spec = make_spec(tmp_path)
+    m = AllocationMachine(spec, fake, clock=fake.clock)
+    done = m.prepare()
+    assert isinstance(done, Step0Outcome)
+    assert done.state is State.Ready and done.ready and done.alloc == m.alloc
+    assert done.path == tuple(m.path) and done.path[-1] == "Ready"
+    assert done.notes == tuple(m.notes) and done.warnings == tuple(m.warnings)
+    assert done.failure is None and done.salloc_requested
+    assert done.summary == m.history[-1].reason
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        done.state = State.Failed  # type: ignore[misc]
+    m.note("after step 0")
+    assert m.run()
+    assert done.state is State.Ready and "after step 0" not in done.notes
+    now = m.outcome()
+    assert now.state is State.Running and now.notes[-1] == "after step 0"
+
+
+def test_prepare_until_stops_early_and_within_limits_the_states(tmp_path: Path) -> None:
+    fake = FakeCluster()
+    spec = make_spec(tmp_path)
+    seen: list[str] = []
+
+    def stop(o: Step0Outcome) -> bool:
+        seen.append(o.state.value)
+        return o.state is State.Allocating
+
+    done = AllocationMachine(spec, fake, clock=fake.clock).prepare(until=stop)
+    assert done.state is State.Allocating and seen == ["Allocating"]
+    assert fake.ops().count("allocate") == 0
+    only = AllocationMachine(spec, fake, clock=fake.clock).prepare(
+        within=frozenset({State.Validating}))
+    assert only.state is State.Allocating  # not an in-progress state of ``within``
+
+
+# ---------------------------------------------------------------- the context
+def test_the_tuning_options_are_one_policy_record(tmp_path: Path) -> None:
+    """The machine's six tuning keywords are :class:`MachinePolicy`'s fields, with the
+    same defaults; the machine reads them from its context's policy."""
+    params = inspect.signature(AllocationMachine).parameters
+    for name in POLICY_FIELDS:
+        default = attrs.fields_dict(MachinePolicy)[name].default
+        assert params[name].default == default, name
+    fake = FakeCluster()
+    m = AllocationMachine(make_spec(tmp_path), fake, clock=fake.clock, pending_wait_s=5.0,
+                          orphan_grace_s=1.0)
+    assert m.ctx.policy == MachinePolicy(pending_wait_s=5.0, orphan_grace_s=1.0)
+    assert m.pending_wait_s == 5.0
+    m.orphan_grace_s = 0.0  # a notebook's (and the parity test's) tuning: a new policy
+    assert m.ctx.policy.orphan_grace_s == 0.0 and m.ctx.policy.pending_wait_s == 5.0
+
+
+def test_the_machine_reads_its_configuration_from_its_context(tmp_path: Path) -> None:
+    fake = FakeCluster()
+    spec = make_spec(tmp_path)
+    m = AllocationMachine(spec, fake, clock=fake.clock)
+    ctx = m.ctx
+    assert (m.spec, m.backend, m.clock, m.store, m.salloc_log) == (
+        ctx.spec, ctx.backend, ctx.clock, ctx.store, ctx.salloc_log)
+    assert ctx.store.path == spec.state_path and ctx.leases is None and ctx.warmer is None
+    source = inspect.getsource(AllocationMachine)
+    for name in ("spec", "backend", "clock", "store", "leases", "run_history", "warmer",
+                 "salloc_log", *POLICY_FIELDS):
+        assert f"self.{name} = " not in source, name
+    gate = object()
+    m.leases = gate  # type: ignore[assignment]  # the parity test hands its world's gate
+    assert ctx.leases is gate
+
+
+# ---------------------------------------------------------------- the worker rooms
+def test_the_release_room_works_on_a_context_not_a_machine(tmp_path: Path) -> None:
+    """0A as a function of the context (issue 40: each state's work testable as
+    ``work(ctx_on_fake)``): the state file's allocation cancelled, its files dropped."""
+    from slurm_fsm.step0 import release
+
+    fake = FakeCluster()
+    spec = make_spec(tmp_path)
+    first = AllocationMachine(spec, fake, clock=fake.clock)
+    assert first.prepare().state is State.Ready and first.alloc is not None
+    ctx = AllocationMachine(spec, fake, clock=fake.clock).ctx
+    warned: list[str] = []
+    done = release.release(ctx, first.alloc, user=fake.current_user, warn=warned.append)
+    assert done == release.Released(summary=f"Allocation {first.alloc.job_id} released.",
+                                    job_id=first.alloc.job_id, from_state_file=True)
+    assert not fake.jobs[first.alloc.job_id].active and not spec.state_path.exists()
+    again = release.release(ctx, None, user=fake.current_user, warn=warned.append)
+    assert again.job_id is None and again.summary == "no allocation to release"
+    assert warned == []
+    assert "machine" not in inspect.signature(release.release).parameters
+
+
+def test_the_setup_room_is_the_one_place_a_container_is_imported() -> None:
+    """``fresh=True`` (pyxis: import anew, never reuse a container of that name) is
+    asked in one function, :func:`slurm_fsm.step0.setup.import_fresh`, the place to
+    extend the import (an image cache)."""
+    root = Path(machine.__file__).parent
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for fn in ast.walk(tree):
+            if not isinstance(fn, ast.FunctionDef):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.keyword) and node.arg == "fresh" and isinstance(
+                        node.value, ast.Constant) and node.value.value is True:
+                    found.append(f"{path.relative_to(root)}:{fn.name}")
+    assert found == ["step0/setup.py:import_fresh"]
