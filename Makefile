@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 SYS_PYTHON ?= python3
 
-.PHONY: setup cluster cluster-down demo test test-host test-confined test-wide test-chroots test-2411 test-2411-config chroot-2411 chroot-2411-umount test-2605 test-2605-config chroot-2605 chroot-2605-umount lint typecheck unit diagram docs docs-deps bench clean
+.PHONY: setup cluster cluster-down demo pyxis-sources test test-host test-confined test-wide test-chroots test-2411 test-2411-config chroot-2411 chroot-2411-umount test-2605 test-2605-config chroot-2605 chroot-2605-umount lint typecheck unit diagram docs docs-deps bench clean
 
 setup: $(VENV)/.installed
 
@@ -33,7 +33,13 @@ typecheck: setup
 unit: setup docs-deps     ## fast tests only (no real cluster)
 	$(VENV)/bin/pytest -m "not slurm" -q
 
-test: lint typecheck docs-deps chroot-2411 chroot-2605  ## everything CI runs: lint, types, the cgroup-confined real tests, then at once the host's tests (unit and real, Slurm 22.05) and the real tests on Slurm 24.11 and 26.05, then those on 12-CPU nodes with DefCpuPerGPU, the docs, and the configuration-dependent ones on 24.11 and 26.05
+# First of all, in one line: whether this machine can have pyxis + enroot (the vendored
+# sources beside the checkout, else the pinned upstream releases, fetched and checked)
+# and why not; without them the container tests are deselected, everything else runs.
+pyxis-sources: setup      ## say where the pyxis/enroot sources come from (fetch them if needed)
+	@$(PY) -m slurm_fsm_dev.localpyxis sources
+
+test: pyxis-sources lint typecheck docs-deps chroot-2411 chroot-2605  ## everything CI runs: lint, types, the cgroup-confined real tests, then at once the host's tests (unit and real, Slurm 22.05) and the real tests on Slurm 24.11 and 26.05, then those on 12-CPU nodes with DefCpuPerGPU, the docs, and the configuration-dependent ones on 24.11 and 26.05
 	$(MAKE) --no-print-directory test-confined
 	$(MAKE) --no-print-directory -j3 --output-sync=target test-host test-2411 test-2605
 	$(MAKE) --no-print-directory test-wide

@@ -42,6 +42,8 @@ from typing import Any
 import attrs
 from filelock import FileLock
 
+from slurm_fsm_dev import pyxissources
+
 __all__ = [
     "ENV_CACHE",
     "ENV_SOURCES",
@@ -51,12 +53,16 @@ __all__ = [
     "HostPython",
     "cache_root",
     "enroot_conf",
+    "ensure_sources",
+    "fetched_dir",
     "host_python",
     "make_install_repo",
     "plugstack_line",
     "prepare",
     "sources_dir",
     "sources_problem",
+    "unavailable",
+    "vendored_dir",
 ]
 
 ENV_SOURCES = "SLURM_FSM_PYXIS_SRC"
@@ -135,7 +141,7 @@ class ContainerInfo:
         return sorted(self.state_dir.glob("*/*/data/*"))
 
 
-def sources_dir() -> Path:
+def vendored_dir() -> Path:
     """``$SLURM_FSM_PYXIS_SRC``, else ``../shared/vendor/pyxis-enroot`` beside the repo."""
     raw = os.environ.get(ENV_SOURCES, "").strip()
     if raw:
@@ -144,14 +150,48 @@ def sources_dir() -> Path:
     return repo.parent / "shared" / "vendor" / "pyxis-enroot"
 
 
+def fetched_dir() -> Path:
+    """Where :func:`ensure_sources` puts the pinned upstream sources it fetched."""
+    return cache_root() / f"pyxis-sources-{pyxissources.pins_key()}"
+
+
+def _missing(src: Path) -> list[str]:
+    return [f for f in SOURCE_FILES if not (src / f).is_file()]
+
+
+def sources_dir() -> Path:
+    """The vendored sources (:func:`vendored_dir`), else those fetched before
+    (:func:`fetched_dir`); the vendored folder when neither is there."""
+    vendored = vendored_dir()
+    if not _missing(vendored):
+        return vendored
+    fetched = fetched_dir()
+    return fetched if not _missing(fetched) else vendored
+
+
 def sources_problem(src: Path | None = None) -> str:
     """Why containers cannot be built from ``src`` ("" when the sources are all there)."""
     src = src or sources_dir()
-    missing = [f for f in SOURCE_FILES if not (src / f).is_file()]
+    missing = _missing(src)
     if missing:
         return (f"no pyxis/enroot sources at {src} (missing {', '.join(missing)}; "
                 f"set {ENV_SOURCES})")
     return ""
+
+
+def ensure_sources(say: Callable[[str], None] = print) -> tuple[Path | None, str]:
+    """The sources (:func:`sources_dir`), fetching the pinned upstream releases
+    (:mod:`slurm_fsm_dev.pyxissources`) when neither the vendored nor a fetched copy is
+    here; or None and why there are none."""
+    src = sources_dir()
+    problem = sources_problem(src)
+    if not problem:
+        return src, ""
+    try:
+        return pyxissources.fetch(fetched_dir(), say=say), ""
+    except (pyxissources.SourceFetchError, OSError) as exc:
+        return None, (f"{problem}, and the pinned upstream releases could not be fetched "
+                      f"({exc}; ${pyxissources.ENV_GIT} names a git mirror)")
 
 
 def cache_root() -> Path:
@@ -371,6 +411,10 @@ def prepare(base: Path, plugstack: Path, *, say: Callable[[str], None] = print,
     plugstack.write_text("")
     src = sources_dir()
     problem = sources_problem(src)
+    if problem and os.geteuid() == 0 and \
+            os.environ.get(ENV_CONTAINERS, "").strip() != "if-built":
+        fetched, problem = ensure_sources(say)
+        src = fetched or src
     if problem:
         return None, problem
     if os.geteuid() != 0:
@@ -473,3 +517,42 @@ def make_install_repo(repo: Path, marker: str = "installed-from-repo") -> Path:
     _package(repo / "devtool", "it_devtool", "devtool")
     (repo / "requirements-dev.txt").write_text("./devtool\n")
     return repo
+
+
+# ------------------------------------------------ said once at the start of a run
+
+#: What a run without containers says, once (``make test``'s first line, and the line
+#: of each pytest session that deselects the container tests).
+NO_CONTAINERS = "no containers on this machine"
+
+
+def unavailable(say: Callable[[str], None] = print) -> str:
+    """Why the local clusters here will have no pyxis + enroot ("" when they will):
+    neither the vendored sources nor a fetch of the pinned releases (fetched now when
+    missing and possible)."""
+    return ensure_sources(say)[1]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m slurm_fsm_dev.localpyxis sources``: get the sources (vendored, or the
+    pinned releases fetched) and say in one line whether containers can be built here.
+    Exit 0 either way: a machine without them runs everything but the container tests."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m slurm_fsm_dev.localpyxis",
+        description="Where the local cluster's pyxis + enroot sources come from.")
+    parser.add_argument("command", choices=["sources"])
+    parser.parse_args(argv)
+    problem = unavailable(say=print)
+    if problem:
+        print(f"{NO_CONTAINERS.upper()}: {problem}. The tests that need pyxis + enroot "
+              f"are deselected (each pytest session says so in one line); everything "
+              f"else runs.")
+    else:
+        print(f"containers: pyxis + enroot sources at {sources_dir()}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

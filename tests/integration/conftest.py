@@ -20,12 +20,12 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from slurm_fsm_dev import localcluster
+from slurm_fsm_dev import localcluster, localpyxis
 from slurm_fsm_dev.localcluster import ClusterInfo, ContainerInfo, LocalClusterError
 
 from .containers import ContainerNames, pyxis_or_skip
@@ -50,23 +50,46 @@ def config_needs(item: pytest.Item) -> dict[str, bool]:
     return needs
 
 
+def needs_containers(item: pytest.Item) -> bool:
+    """The test needs real pyxis + enroot: the ``pyxis`` fixture, or the ``containers`` mark."""
+    return "pyxis" in getattr(item, "fixturenames", ()) or \
+        item.get_closest_marker("containers") is not None
+
+
+def _deselect(config: pytest.Config, items: list[pytest.Item],
+              keep: Callable[[pytest.Item], bool]) -> int:
+    kept = [item for item in items if keep(item)]
+    dropped = [item for item in items if not keep(item)]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+    return len(dropped)
+
+
+@pytest.hookimpl(trylast=True)  # after ``-m``: a session of no container test fetches nothing
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Deselect the tests whose ``config`` needs the session's configuration
-    (``$SLURM_FSM_LOCAL_CONFIG``) does not meet."""
+    (``$SLURM_FSM_LOCAL_CONFIG``) does not meet; and, on a machine where neither the
+    vendored pyxis sources nor the pinned releases can be had (a clone without
+    ``../shared``, no network), the container tests, said in one line."""
     try:
         have = set(localcluster.config_features())
     except LocalClusterError as exc:
         raise pytest.UsageError(str(exc)) from exc
-    kept, dropped = [], []
-    for item in items:
-        needs = config_needs(item)
-        if all((feature in have) == wanted for feature, wanted in needs.items()):
-            kept.append(item)
+    _deselect(config, items, lambda item: all(
+        (feature in have) == wanted for feature, wanted in config_needs(item).items()))
+    if not any(needs_containers(item) for item in items):
+        return
+    why = localpyxis.unavailable(say=lambda _line: None)
+    if why:
+        n = _deselect(config, items, lambda item: not needs_containers(item))
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        line = f"{localpyxis.NO_CONTAINERS}: the {n} tests that need pyxis + enroot " \
+               f"deselected ({why})"
+        if reporter is not None:
+            reporter.write_line(line)
         else:
-            dropped.append(item)
-    if dropped:
-        config.hook.pytest_deselected(items=dropped)
-        items[:] = kept
+            print(line)
 
 
 def _squeue(info: ClusterInfo) -> list[str]:

@@ -565,7 +565,18 @@ SCENARIOS: dict[str, tuple[Callable[[World], Outcome], Outcome]] = {
 }
 
 
-@pytest.mark.parametrize("scenario", list(SCENARIOS))
+#: the scenarios that need the cluster's real pyxis + enroot (:func:`_images`), on
+#: both backends: marked ``containers``, deselected (one line) on a machine without them
+NEEDS_PYXIS = frozenset(name for name, (run, _) in SCENARIOS.items()
+                        if run in (container_first_run, container_image_change,
+                                   container_switch, container_reused_after_release,
+                                   container_input_changed_after_release, missing_image,
+                                   registry_image, missing_mount_source))
+
+
+@pytest.mark.parametrize("scenario", [
+    pytest.param(s, marks=pytest.mark.containers) if s in NEEDS_PYXIS else s
+    for s in SCENARIOS])
 @pytest.mark.parametrize("backend", ["fake", "real"])
 def test_fake_and_real_slurm_take_the_same_path(
         local_cluster: ClusterInfo, names: JobNames, tmp_path: Path,
