@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import re
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -593,6 +593,171 @@ def _too_many_tasks(lines: Sequence[str], allocation_id: str | None) -> list[dic
                  "release the allocation and re-run")]
 
 
+@attrs.frozen
+class _Case:
+    """What the diagnosis rules read: one failed run's facts (:func:`diagnose`)."""
+
+    status: Status
+    state: JobState | str | None
+    exit_code: int | None
+    log_empty: bool
+    cleaned: list[str]  # the log lines, labels and relay prefixes taken off
+    job_id: str | None
+    allocation_id: str | None
+    failure_hits: Mapping[str, int]
+    success_missing: bool
+    metrics: Mapping[str, Any]
+    workflow_type: WorkflowType | None
+    timed_out_steps: Sequence[str]
+    container: bool
+    requeued: bool  # slurmstepd's "... DUE TO JOB REQUEUE" in the (raw) log
+
+    @property
+    def held(self) -> bool:
+        return self.state in _HELD
+
+    @property
+    def job(self) -> str:
+        return self.job_id or "<job id>"
+
+    @property
+    def release(self) -> str:
+        return (f"`scontrol release {self.job}` to run it again, or `scancel` it; raising a "
+                "timeout does not help")
+
+    @property
+    def timed_out(self) -> bool:
+        """TIMEOUT from a time limit (not a held or requeued job's)."""
+        return self.status is Status.TIMEOUT and not (self.held or self.requeued)
+
+    def has(self, pattern: re.Pattern[str]) -> bool:
+        return any(pattern.search(line) for line in self.cleaned)
+
+
+_Rows = list[dict[str, str]]
+
+
+@attrs.frozen
+class _Rule:
+    """One row of the diagnosis: when it applies, and the row(s) it adds."""
+
+    when: Callable[[_Case], bool]
+    rows: Callable[[_Case], _Rows]
+
+
+def _fixed(symptom: str, cause: str, advice: str) -> Callable[[_Case], _Rows]:
+    return lambda _c: [_row(symptom, cause, advice)]
+
+
+def _always(_c: _Case) -> bool:
+    return True
+
+
+def _cancelled_row(c: _Case) -> _Rows:
+    symptom = (c.status.value if c.state in (None, JobState.CANCELLED)
+               else f"{c.status.value} ({c.state})")
+    return [_row(symptom, "pre-empted or cancelled",
+                 f"sacct -j {c.job} --format=JobID,State,Reason")]
+
+
+def _workflow_rows(c: _Case) -> _Rows:
+    workflows = (list(WORKFLOWS.values()) if c.workflow_type is None
+                 else [workflow(c.workflow_type)])
+    return [row for wf in workflows for row in wf.diagnosis(c.metrics)]
+
+
+#: procedure.md's failure diagnosis table and the rows this project added, in the order
+#: a report lists them: each a predicate and the row it adds (docs/report.md)
+_RULES: tuple[_Rule, ...] = (
+    _Rule(lambda c: c.held, lambda c: [_row(
+        f"job held in {c.state}",
+        "Slurm requeued the job and holds it (SPECIAL_EXIT: its exit code is one of "
+        "RequeueExitHold, or `scontrol requeuehold State=SpecialExit`); a held job does not "
+        "run again by itself", c.release)]),
+    _Rule(lambda c: c.requeued and not c.held, lambda c: [_row(
+        "job requeued by Slurm (... DUE TO JOB REQUEUE)",
+        "Slurm requeued the running job (`scontrol requeue` or `requeuehold`): it went back "
+        "to waiting, held when requeued with a hold (SPECIAL_EXIT, REQUEUE_HOLD), and did "
+        "not run again before the monitor gave up",
+        f"`squeue -j {c.job} -o %T,%r` says whether it is held; " + c.release)]),
+    _Rule(lambda c: c.timed_out and status_of_state(c.state) is Status.TIMEOUT,
+          lambda c: [_row(f"TIMEOUT (Slurm state {c.state})", "over the time limit",
+                          "raise the time limit (slurm_params.time_limit / #SBATCH --time; "
+                          "persistent mode: alloc_time_limit)")]),
+    _Rule(lambda c: c.timed_out and status_of_state(c.state) is not Status.TIMEOUT
+          and bool(c.timed_out_steps), lambda c: [_row(
+              f"TIMEOUT (step {', '.join(c.timed_out_steps)}: its own time limit)",
+              "a step ran past the time limit its srun gave it (srun --time / -t)",
+              "raise that srun's --time, or drop it (the step then has the job's or the "
+              "allocation's time)")]),
+    _Rule(lambda c: c.timed_out and status_of_state(c.state) is not Status.TIMEOUT
+          and not c.timed_out_steps,
+          _fixed("TIMEOUT (monitor_timeout_seconds)", "over the time limit",
+                 "raise monitor_timeout_seconds; the job was killed")),
+    _Rule(lambda c: c.status is Status.OUT_OF_MEMORY,
+          _fixed(Status.OUT_OF_MEMORY.value, "OOM on a node", "lower the batch size")),
+    _Rule(lambda c: c.status is Status.FAILED and c.exit_code not in (None, 0),
+          lambda c: [_row(f"exit {c.exit_code} and FAILED",
+                          "the job's script (or a step of it) exited non-zero",
+                          "read the log tail (one-shot mode: the .err file)")]),
+    _Rule(lambda c: c.status is Status.CANCELLED, _cancelled_row),
+    _Rule(lambda c: c.state in (JobState.NODE_FAIL, JobState.BOOT_FAIL),
+          lambda c: [_row(str(c.state), "a node of the job failed",
+                          "re-run; `sinfo -R` shows why the node is down")]),
+    _Rule(lambda c: c.log_empty and c.container,
+          _fixed("empty output log", "container did not start",
+                 "check .err / .salloc.log for mount or image errors")),
+    _Rule(lambda c: c.log_empty and not c.container,
+          _fixed("empty output log",
+                 "the script wrote nothing to the log read here: it writes its output "
+                 "elsewhere (its own --output, a redirection), or it did not start",
+                 "check .err and the files the script writes; the spec's "
+                 "log_file_pattern names the log read")),
+    _Rule(lambda c: c.status is Status.HANG_DETECTED,
+          _fixed("HANG_DETECTED", "deadlock, NCCL timeout",
+                 "job cancelled (persistent mode: only its step); read the last 200 log "
+                 "lines")),
+    _Rule(lambda c: c.status is Status.BUILD_FAILED,
+          _fixed("BUILD_FAILED", "the build did not compile",
+                 "read the last 100 lines of the build log")),
+    _Rule(lambda c: c.has(_PREEMPTED),
+          _fixed("*** JOB ... CANCELLED ... DUE TO PREEMPTION ***",
+                 "pre-empted: Slurm stopped the job for a job of higher priority (a "
+                 "partition or QOS with PreemptMode)",
+                 "resubmit, or let Slurm requeue it (sbatch --requeue); a partition or QOS "
+                 "that is not preemptible avoids it")),
+    _Rule(lambda c: c.has(_UNABLE_TO_CREATE_STEP),
+          _fixed("srun: error: Unable to create step", "allocation expired",
+                 "drop the state file and re-run (re-allocates)")),
+    _Rule(_always, lambda c: _too_many_tasks(c.cleaned, c.allocation_id)),
+    _Rule(_always, lambda c: _container_rows("\n".join(c.cleaned))),
+    _Rule(lambda c: c.has(_CONTAINER_MISSING),
+          _fixed("srun: error: ... does not exist", "named container missing",
+                 "drop the state file and re-run (re-imports)")),
+    _Rule(lambda c: c.status is not Status.OUT_OF_MEMORY and c.has(_CUDA_OOM),
+          _fixed("CUDA out of memory in the log", "GPU memory exhausted",
+                 "lower the batch size (or max_num_tokens / KV cache fraction)")),
+    _Rule(lambda c: c.status is not Status.OUT_OF_MEMORY and not c.has(_CUDA_OOM)
+          and c.has(_HOST_OOM),
+          _fixed("oom-kill in the log", "OOM on a node", "lower the batch size")),
+    _Rule(lambda c: c.status is not Status.HANG_DETECTED and any(  # NCCL's OOM: the CUDA row
+        _NCCL.search(line) and not _CUDA_OOM.search(line) for line in c.cleaned),
+          _fixed("NCCL error in the log", "GPU communication failed or timed out",
+                 "re-run with NCCL_DEBUG=INFO; check the nodes' network")),
+    _Rule(_always, lambda c: _gpu_rows(c.cleaned, c.job_id or c.allocation_id)),
+    _Rule(lambda c: any(n > 0 for n in c.failure_hits.values()), lambda c: [_row(
+        "failure pattern matched: " + ", ".join(p for p, n in c.failure_hits.items() if n > 0),
+        "the job printed a failure pattern", "see errors and the log tail")]),
+    _Rule(lambda c: c.success_missing and c.exit_code in (None, 0),  # a non-zero exit says more
+          _fixed("no success pattern in the log", "the job did not reach its end",
+                 "read the log tail; check success_patterns")),
+    _Rule(_always, _workflow_rows),
+)
+#: an ERROR that no rule explains (symptom, cause, advice)
+_ERROR_ROW = ("ERROR", "a Slurm command or a setup step failed",
+              "the summary names the command or step and its message")
+
+
 def diagnose(
     status: Status,
     *,
@@ -627,117 +792,16 @@ def diagnose(
     """
     if status in (Status.PASSED, Status.RELEASED):
         return []
-    state = normalize_slurm_state(slurm_state)
-    rows: list[dict[str, str]] = []
-    sacct = f"sacct -j {job_id} --format=JobID,State,Reason" if job_id else (
-        "sacct -j <job id> --format=JobID,State,Reason")
-
-    release = (f"`scontrol release {job_id or '<job id>'}` to run it again, or `scancel` "
-               "it; raising a timeout does not help")
-    requeued = any(_REQUEUED.search(line) for line in log_lines)
-    if state in _HELD:
-        rows.append(_row(f"job held in {state}",
-                         "Slurm requeued the job and holds it (SPECIAL_EXIT: its exit code "
-                         "is one of RequeueExitHold, or `scontrol requeuehold "
-                         "State=SpecialExit`); a held job does not run again by itself",
-                         release))
-    elif requeued:
-        rows.append(_row("job requeued by Slurm (... DUE TO JOB REQUEUE)",
-                         "Slurm requeued the running job (`scontrol requeue` or "
-                         "`requeuehold`): it went back to waiting, held when requeued with "
-                         "a hold (SPECIAL_EXIT, REQUEUE_HOLD), and did not run again "
-                         "before the monitor gave up",
-                         f"`squeue -j {job_id or '<job id>'} -o %T,%r` says whether it is "
-                         "held; " + release))
-    if status is Status.TIMEOUT and (state in _HELD or requeued):
-        pass  # the held/requeued row says it: no time limit was reached
-    elif status is Status.TIMEOUT:
-        if status_of_state(state) is Status.TIMEOUT:
-            rows.append(_row(f"TIMEOUT (Slurm state {state})", "over the time limit",
-                             "raise the time limit (slurm_params.time_limit / #SBATCH --time; "
-                             "persistent mode: alloc_time_limit)"))
-        elif timed_out_steps:
-            rows.append(_row(f"TIMEOUT (step {', '.join(timed_out_steps)}: its own time "
-                             "limit)", "a step ran past the time limit its srun gave it "
-                             "(srun --time / -t)",
-                             "raise that srun's --time, or drop it (the step then has the "
-                             "job's or the allocation's time)"))
-        else:
-            rows.append(_row("TIMEOUT (monitor_timeout_seconds)", "over the time limit",
-                             "raise monitor_timeout_seconds; the job was killed"))
-    if status is Status.OUT_OF_MEMORY:
-        rows.append(_row(status.value, "OOM on a node", "lower the batch size"))
-    if status is Status.FAILED and exit_code not in (None, 0):
-        rows.append(_row(f"exit {exit_code} and FAILED",
-                         "the job's script (or a step of it) exited non-zero",
-                         "read the log tail (one-shot mode: the .err file)"))
-    if status is Status.CANCELLED:
-        symptom = (status.value if state in (None, JobState.CANCELLED)
-                   else f"{status.value} ({state})")
-        rows.append(_row(symptom, "pre-empted or cancelled", sacct))
-    if state in (JobState.NODE_FAIL, JobState.BOOT_FAIL):
-        rows.append(_row(state, "a node of the job failed",
-                         "re-run; `sinfo -R` shows why the node is down"))
-    if log_empty and container:
-        rows.append(_row("empty output log", "container did not start",
-                         "check .err / .salloc.log for mount or image errors"))
-    elif log_empty:
-        rows.append(_row("empty output log",
-                         "the script wrote nothing to the log read here: it writes its "
-                         "output elsewhere (its own --output, a redirection), or it did "
-                         "not start",
-                         "check .err and the files the script writes; the spec's "
-                         "log_file_pattern names the log read"))
-    if status is Status.HANG_DETECTED:
-        rows.append(_row("HANG_DETECTED", "deadlock, NCCL timeout",
-                         "job cancelled (persistent mode: only its step); "
-                         "read the last 200 log lines"))
-    if status is Status.BUILD_FAILED:
-        rows.append(_row("BUILD_FAILED", "the build did not compile",
-                         "read the last 100 lines of the build log"))
-
-    cleaned = [_clean(line) for line in log_lines]
-    if any(_PREEMPTED.search(line) for line in cleaned):
-        rows.append(_row("*** JOB ... CANCELLED ... DUE TO PREEMPTION ***",
-                         "pre-empted: Slurm stopped the job for a job of higher priority "
-                         "(a partition or QOS with PreemptMode)",
-                         "resubmit, or let Slurm requeue it (sbatch --requeue); a partition "
-                         "or QOS that is not preemptible avoids it"))
-    if any(_UNABLE_TO_CREATE_STEP.search(line) for line in cleaned):
-        rows.append(_row("srun: error: Unable to create step", "allocation expired",
-                         "drop the state file and re-run (re-allocates)"))
-    rows += _too_many_tasks(cleaned, allocation_id)
-    text = "\n".join(cleaned)
-    rows += _container_rows(text)
-    if any(_CONTAINER_MISSING.search(line) for line in cleaned):
-        rows.append(_row("srun: error: ... does not exist", "named container missing",
-                         "drop the state file and re-run (re-imports)"))
-    if status is not Status.OUT_OF_MEMORY:
-        if any(_CUDA_OOM.search(line) for line in cleaned):
-            rows.append(_row("CUDA out of memory in the log", "GPU memory exhausted",
-                             "lower the batch size (or max_num_tokens / KV cache fraction)"))
-        elif any(_HOST_OOM.search(line) for line in cleaned):
-            rows.append(_row("oom-kill in the log", "OOM on a node", "lower the batch size"))
-    if status is not Status.HANG_DETECTED and any(  # NCCL's own OOM lines: the CUDA row
-            _NCCL.search(line) and not _CUDA_OOM.search(line) for line in cleaned):
-        rows.append(_row("NCCL error in the log", "GPU communication failed or timed out",
-                         "re-run with NCCL_DEBUG=INFO; check the nodes' network"))
-    rows += _gpu_rows(cleaned, job_id or allocation_id)
-
-    hits = [p for p, n in (failure_hits or {}).items() if n > 0]
-    if hits:
-        rows.append(_row(f"failure pattern matched: {', '.join(hits)}",
-                         "the job printed a failure pattern", "see errors and the log tail"))
-    if success_missing and exit_code in (None, 0):  # a non-zero exit says more already
-        rows.append(_row("no success pattern in the log", "the job did not reach its end",
-                         "read the log tail; check success_patterns"))
-    workflows = (list(WORKFLOWS.values()) if workflow_type is None
-                 else [workflow(workflow_type)])
-    for wf in workflows:
-        rows += wf.diagnosis(metrics or {})
-    if status is Status.ERROR and not rows:
-        rows.append(_row("ERROR", "a Slurm command or a setup step failed",
-                         "the summary names the command or step and its message"))
+    case = _Case(
+        status=status, state=normalize_slurm_state(slurm_state), exit_code=exit_code,
+        log_empty=log_empty, cleaned=[_clean(line) for line in log_lines], job_id=job_id,
+        allocation_id=allocation_id, failure_hits=failure_hits or {},
+        success_missing=success_missing, metrics=metrics or {}, workflow_type=workflow_type,
+        timed_out_steps=timed_out_steps, container=container,
+        requeued=any(_REQUEUED.search(line) for line in log_lines))
+    rows = [row for rule in _RULES if rule.when(case) for row in rule.rows(case)]
+    if not rows and status is Status.ERROR:
+        rows.append(_row(*_ERROR_ROW))
     return rows
 
 
