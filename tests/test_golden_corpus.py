@@ -25,6 +25,7 @@ import pytest
 from slurm_fsm.build import BuildError, build_arch, image_key, partition_arch, read_properties
 from slurm_fsm.errors import JobNotFound
 from slurm_fsm.joboutput import HangJudge
+from slurm_fsm.oneshot import step_ends_of
 from slurm_fsm.jobstate import JobState
 from slurm_fsm.results import (
     Status,
@@ -201,6 +202,18 @@ def _parts_file(path: Path, _tmp: Path) -> dict[str, Any]:
     return out
 
 
+def _sacct_np_file(path: Path, _tmp: Path) -> dict[str, Any]:
+    """``sacct -n -P --format=JobID,State,ExitCode,Elapsed,MaxRSS`` as recorded (the
+    one-shot time-limit jobs of Slurm 22.05): the job's outcome and how its steps ended."""
+    text = path.read_text(encoding="utf-8")
+    job_id = text.split("|", 1)[0]
+    outcome = parse_sacct(text, job_id)
+    assert outcome is not None, path
+    return {"state": str(outcome.state), "exit_code": outcome.exit_code,
+            "signal": outcome.signal, "steps": {s.job_id: str(s.state) for s in outcome.steps},
+            "step_ends": [[e.step, str(e.state), e.signal] for e in step_ends_of(outcome)]}
+
+
 def _nvidia_smi_file(path: Path, _tmp: Path) -> dict[str, Any]:
     blocks = _blocks(path)
     apps = [line for line in blocks["apps"][1:] if line.strip()]
@@ -248,11 +261,15 @@ def _reader(path: Path) -> Any:
         return _nvidia_smi_file
     if rel == "local/slurm/arrays_hetjobs.txt":
         return _parts_file
+    if rel.startswith("local/slurm-22.05/sacct_"):
+        return _sacct_np_file
     return _text_file
 
 
+#: inputs kept beside their outputs (the test modules, a job script): read, never parsed
+INPUTS = (".expected.json", ".py.txt", ".slurm")
 CORPUS = sorted(p for p in REAL.rglob("*") if p.is_file() and p.name != "SOURCES.md"
-                and not p.name.endswith(".expected.json") and not p.name.endswith(".py.txt"))
+                and not p.name.endswith(INPUTS))
 
 
 def test_the_corpus_holds_the_shared_real_material() -> None:
@@ -267,6 +284,9 @@ def test_the_corpus_holds_the_shared_real_material() -> None:
             "failures/trtllm_issue1060_cpp_cuda_oom.txt", "failures/trtllm_issue1039_nccl.txt",
             "local/pytest/hangunit_rA.txt", "local/pytest/srun_l_two_ranks_rank1_fails.txt",
             "local/pytest/pytest_timeout_2.4.0_thread.txt"} <= names  # issue 25's round 2
+    assert {"local/slurm-22.05/oneshot_step_timeout.out",  # recorded here (issue 44 item 6)
+            "local/slurm-22.05/sacct_oneshot_step_timeout.stdout",
+            "local/slurm-26.05/srun_pyxis_missing_image.stderr"} <= names
     assert len([n for n in names if n.endswith(".properties")]) == 9
     sources = (REAL / "SOURCES.md").read_text(encoding="utf-8")
     for name in names:

@@ -2,7 +2,7 @@
 
 Slurm 22.05 and 24.11 prefix them ``slurmstepd-n1: error: ``; 26.05 prefixes them with
 the time slurmstepd logged them, ``[2026-12-06T18:00:24.403] error: `` (recorded from the
-real 26.05.5 cluster: tests/data/slurm-26.05/); slurmd's own log adds the step
+real 26.05.5 cluster: tests/data/real/local/slurm-26.05/); slurmd's own log adds the step
 (``[2025-11-06T20:36:19.163] [19.0] error: ``, shared/real-material round 3). A report
 reads them all alike: the same errors, the same diagnosis rows.
 """
@@ -27,7 +27,7 @@ from slurm_fsm.testing import FakeCluster
 
 from conftest import SpecFactory
 
-DATA = Path(__file__).parent / "data" / "slurm-26.05"
+DATA = Path(__file__).parent / "data" / "real" / "local" / "slurm-26.05"
 
 #: one relayed line in each form real Slurm prints it
 FORMS = {

@@ -159,7 +159,7 @@ def test_a_fake_step_cancelled_before_accounting_has_its_row_is_cancelled(
 
 
 # ------------------------------------------------------------------ one-shot
-DATA = Path(__file__).parent / "data" / "slurm-22.05"
+DATA = Path(__file__).parent / "data" / "real" / "local" / "slurm-22.05"
 
 
 def _one_shot_spec(tmp_path: Path) -> JobSpec:
