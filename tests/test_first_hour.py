@@ -21,6 +21,8 @@ from slurm_fsm.testing import FakeCluster, FakeScript
 from conftest import SpecFactory
 
 PYTEST_OK = ("===== 3 passed in 2.50s =====",)
+#: every report these tests' runs end with is kept in tests/data/golden_reports/
+pytestmark = pytest.mark.usefixtures("golden_reports")
 
 
 def machine(spec: JobSpec, fake: FakeCluster) -> AllocationMachine:
@@ -103,6 +105,23 @@ def test_a_time_limit_longer_than_the_time_left_warns_and_runs(make_spec: SpecFa
     assert m.alloc is not None and m.alloc.job_id == old
     assert m.run() and m.state is State.Running
     assert any("may be killed early" in w and "00:30:00" in w for w in m.warnings), m.warnings
+
+
+def test_the_time_limit_warning_is_in_the_report(make_spec: SpecFactory) -> None:
+    """The procedure's warning, kept where a user reads a run: the report (persistent
+    mode, the only one with an allocation's time left; one-shot asks Slurm for the job's
+    own time)."""
+    fake = FakeCluster()
+    first = make_spec()
+    fake.script(first.script_path, FakeScript(lines=PYTEST_OK))
+    alloc = Allocation(first.repo_root, fake)
+    old = alloc.run(first).allocation_id
+    fake.clock.advance(4 * 3600 - 19 * 60)  # 19 minutes left of 04:00:00
+    report = alloc.run(make_spec(slurm_params={"time_limit": "00:30:00"}))
+    assert (report.status, report.allocation_id) == (Status.PASSED, old), report.render_text()
+    assert any("may be killed early" in w and "00:30:00" in w for w in report.warnings), \
+        report.warnings
+    alloc.release()
 
 
 # ------------------------------------------------- 4. the library is not silent

@@ -19,6 +19,9 @@ from slurm_fsm.testing import FakeCluster, FakeScript
 from conftest import SpecFactory
 
 PYTEST_OK = ("===== 3 passed in 2.50s =====",)
+#: the reports of these tests' runs are kept in tests/data/golden_reports/ (each test
+#: marked so; not run_many's, whose four runs end in any order)
+GOLDEN = pytest.mark.usefixtures("golden_reports")
 
 
 def write_spec(tmp_path: Path, **over: object) -> Path:
@@ -36,6 +39,7 @@ def write_spec(tmp_path: Path, **over: object) -> Path:
 
 # ------------------------------------------- 5a. a passing one-shot job has no "why"
 
+@GOLDEN
 @pytest.mark.parametrize("persistent", [False, True])
 def test_the_progress_of_a_passing_job_points_at_no_reason(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], persistent: bool) -> None:
@@ -49,6 +53,7 @@ def test_the_progress_of_a_passing_job_points_at_no_reason(
         assert "[slurm-fsm] Monitoring: job " in err, err
 
 
+@GOLDEN
 def test_a_failed_run_still_points_at_the_report_for_its_reason(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spec = write_spec(tmp_path, slurm_params={"partition": "gpu", "account": "acct"})
@@ -59,15 +64,21 @@ def test_a_failed_run_still_points_at_the_report_for_its_reason(
 
 # ---------------------------------- 5b. an ERROR before salloc names no old salloc log
 
+@GOLDEN
+@pytest.mark.parametrize("persistent", [True, False])
 def test_an_error_before_salloc_names_no_old_salloc_log(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    spec = write_spec(tmp_path, slurm_params={"partition": "gpu", "account": "acct"})
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], persistent: bool) -> None:
+    over: dict[str, object] = {"persistent_mode": persistent}
+    if not persistent:  # one-shot: no salloc at all, and no sbatch before the pre-flight
+        over["log_file_pattern"] = "m_%j.out"
+    spec = write_spec(tmp_path, slurm_params={"partition": "gpu", "account": "acct"}, **over)
     old = tmp_path / "work_dirs" / ".salloc.fake.log"
     old.parent.mkdir()
     old.write_text("salloc: Granted job allocation 7 (yesterday)\n")
     assert main(["run", str(spec), "--backend", "fake"]) == 3
     out = capsys.readouterr().out
-    assert "no partition 'gpu'" in out
+    # persistent: the pre-flight's words; one-shot: sbatch's own (no pre-flight there)
+    assert ("no partition 'gpu'" if persistent else "invalid partition specified: gpu") in out
     assert ".salloc" not in out, out
     assert main(["run", str(spec), "--backend", "fake", "--json"]) == 3
     doc = json.loads(capsys.readouterr().out)
@@ -129,6 +140,7 @@ def test_possible_edges_display_as_the_lines_print_shows(make_spec: SpecFactory)
 
 # -------------------------------- 5f. the fake's first stdout line is the real one's form
 
+@GOLDEN
 @pytest.mark.parametrize("command", ["run", "status"])
 def test_the_fake_results_first_line_has_the_real_form(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str) -> None:
@@ -148,6 +160,7 @@ def test_the_fake_results_first_line_has_the_real_form(
         assert "allocation" in real_form.lower(), first
 
 
+@GOLDEN
 def test_the_persistent_running_line_names_the_work_dir(make_spec: SpecFactory) -> None:
     """Issue 41, item 6 (conformance): procedure step 1 runs ``bash <script>`` in the
     work dir; the "Running ..." line said where the log went but not where the script

@@ -25,8 +25,8 @@ import pytest
 from slurm_fsm.build import BuildError, build_arch, image_key, partition_arch, read_properties
 from slurm_fsm.errors import JobNotFound
 from slurm_fsm.joboutput import HangJudge
-from slurm_fsm.oneshot import step_ends_of
 from slurm_fsm.jobstate import JobState
+from slurm_fsm.oneshot import step_ends_of
 from slurm_fsm.results import (
     Status,
     diagnose,

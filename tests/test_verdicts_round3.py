@@ -35,6 +35,9 @@ from slurm_fsm.workflows import workflow
 from conftest import SpecFactory
 
 REAL = Path(__file__).resolve().parent / "data" / "real"
+#: every report these tests' fake runs end with is kept in tests/data/golden_reports/
+#: (the texts of each item's fix, both modes where a test runs both)
+pytestmark = pytest.mark.usefixtures("golden_reports")
 
 
 def real(name: str) -> list[str]:
@@ -350,3 +353,41 @@ def test_a_job_that_lost_a_gpu_and_ran_out_of_gpu_memory_says_both_on_the_fake(
     assert f"sacct -j {report.job_id or report.allocation_id} -X" in xid["advice"]
     assert any("NCCL WARN Cuda failure 'out of memory'" in e for e in report.errors)
     assert "NVRM: Xid (PCI:0000:06:00): 79, GPU has fallen off the bus." in report.errors
+
+
+# ------------------------------------- items 1-4: each real output as a job's log
+#: (file under round3/, workflow, the script's exit code, the status its report must have)
+AS_A_JOBS_LOG = [
+    ("eval/h2ogpt35_lmeval_old_table.txt", "eval", 0, Status.PASSED),
+    ("bench/vllm8914_benchmark_throughput_after.txt", "benchmark", 0, Status.PASSED),
+    ("bench/vllm27776_evalscope_grid_table.txt", "benchmark", 0, Status.PASSED),
+    ("pytest/numpy12452_seconds_format.txt", "pytest", 0, Status.PASSED),
+    ("pytest/easybuild1744_4_error_seconds.txt", "pytest", 0, Status.FAILED),
+    ("gpu/robomamba10_torchrun_childfailed_sigkill.txt", "custom", 1, Status.FAILED),
+    ("pyxis/enroot256_slurmd_log_format.txt", "custom", 1, Status.FAILED),
+    ("pyxis/pyxis61_switchroot_bin_bash.txt", "custom", 1, Status.FAILED),
+]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(("name", "kind", "exit_code", "status"), AS_A_JOBS_LOG,
+                         ids=[Path(c[0]).stem for c in AS_A_JOBS_LOG])
+def test_each_round3_output_as_a_jobs_log_on_the_fake(
+        make_spec: SpecFactory, mode: str, name: str, kind: str, exit_code: int,
+        status: Status) -> None:
+    """The real texts of items 1-4 printed by a job of the fake cluster, in both modes:
+    the report each gives is a golden report (tests/data/golden_reports), so a change to
+    what any of them says shows up as a diff. Each gives its figures, counts or rows, never
+    "nothing found"."""
+    fake = FakeCluster()
+    spec = make_spec(workflow_type=kind, **MODES[mode])
+    fake.script(spec.script_path, FakeScript(lines=tuple(real(name)), exit_code=exit_code))
+    report = Executor(spec, fake, clock=fake.clock).run()
+    assert (report.status, report.mode) == (status, mode), report.render_text()
+    assert not [w for w in report.warnings
+                if ("no " in w and "found" in w) or w.startswith("no eval figures")], \
+        report.warnings
+    if kind == "custom":
+        assert report.diagnosis and report.errors, report.render_text()
+    else:
+        assert report.metrics, report.render_text()
