@@ -282,7 +282,7 @@ class PendingSteps:
 
     def __init__(self, backend: SlurmBackend, job_id: str, pids: Collection[int],
                  clock: Clock, *, every_s: float = PENDING_POLL_S,
-                 is_srun: Callable[[int], bool] = scriptguard.is_srun,
+                 is_srun: Callable[[int], bool] = scriptguard.is_step_srun,
                  settle_s: float = scriptguard.SRUN_SETTLE_S) -> None:
         self._backend = backend
         self._job_id = job_id

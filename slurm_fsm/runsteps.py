@@ -231,6 +231,9 @@ class RunSteps:
         sruns = {p for p in members if p not in self._srun_seen and scriptguard.is_srun(p)}
         if sruns:
             self._srun_seen.update(dict.fromkeys(sruns, now))
+            # srun's own helper (its child, also named srun) has no step: never asked
+            # about, else Slurm is asked every MARK_EVERY_S while the job runs
+            self._marked_sruns.update(p for p in sruns if not scriptguard.is_step_srun(p))
             self.save(srun_pids=tuple(sorted(set(self.record.srun_pids) | self.pids)))
         # an srun is asked about once it has run SRUN_SETTLE_S: a tiny job's is gone first
         unmarked = {p for p in members if p in self._srun_seen and p not in self._marked_sruns

@@ -46,7 +46,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
 
 __all__ = ["FORK_SLOP", "GRACE_S", "GUARD_ENV", "SRUN_SETTLE_S", "TOKEN_ENV", "boot_id",
-           "command", "describe", "fork_count", "group_members", "is_srun",
+           "command", "describe", "fork_count", "group_members", "is_srun", "is_srun_helper",
+           "is_step_srun",
            "live_start_ticks", "main", "new_pids", "process_name", "proven_members",
            "signal_group", "start_ticks", "stop_group", "strays_of", "token_holders"]
 
@@ -235,6 +236,25 @@ def is_srun(pid: int) -> bool:
         return False
     finally:
         os.close(fd)
+
+
+def is_srun_helper(pid: int) -> bool:
+    """Process ``pid`` is an ``srun`` whose parent is an ``srun``: the helper every
+    ``srun`` forks (seen on Slurm 22.05, 24.11, 26.05). Its pid is no step's
+    ``SrunPid``: only its parent's step is asked about. False when it is gone."""
+    stat = _read_stat(str(pid))
+    if stat is None:
+        return False
+    fields = stat.rpartition(b")")[2].split(None, 3)  # state, ppid, ...
+    return len(fields) > 1 and fields[1].isdigit() and is_srun(int(fields[1]))
+
+
+def is_step_srun(pid: int) -> bool:
+    """Process ``pid`` is an ``srun`` that runs a step of its own (its pid the step's
+    ``SrunPid``): an ``srun``, not the helper an ``srun`` forks. What a run asks Slurm
+    about (:class:`slurm_fsm.runsteps.RunSteps`, :class:`slurm_fsm.placement.PendingSteps`):
+    asked about the helper, it would ask for as long as the job runs."""
+    return is_srun(pid) and not is_srun_helper(pid)
 
 
 def group_members(pgid: int, *, exclude: int | None = None) -> list[int]:

@@ -351,3 +351,30 @@ def test_a_group_with_no_process_is_known_empty_without_a_proc_scan(monkeypatch)
         alive.wait()
     assert group_members(alive.pid) == []  # reaped: gone, no scan
     assert scans == [1]
+
+
+def test_srun_s_own_helper_is_no_step_srun(tmp_path: Path) -> None:
+    """Every ``srun`` forks a helper, its child, also named ``srun`` (seen on Slurm 22.05:
+    ``SrunHost:Pid`` names the parent only). A run asked Slurm about that helper's step
+    every 2 s for as long as the job ran; :func:`scriptguard.is_step_srun` tells them
+    apart (a stand-in ``srun`` that forks itself, as the real one does)."""
+    srun = tmp_path / "srun"
+    srun.write_text('#!/bin/sh\nif [ -z "$HELPER" ]; then HELPER=1 "$0" & wait; '
+                    'else sleep 30; fi\n')  # both stay a shell running "srun"
+    srun.chmod(0o755)
+    parent = subprocess.Popen([str(srun)], stdin=subprocess.DEVNULL,
+                              start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        helper = None
+        while helper is None and time.monotonic() < deadline:
+            children = Path(f"/proc/{parent.pid}/task/{parent.pid}/children")
+            kids = [int(p) for p in children.read_text().split()] if children.exists() else []
+            helper = next((k for k in kids if scriptguard.is_srun(k)), None)
+            time.sleep(0.05)
+        assert helper is not None
+        assert scriptguard.is_srun(parent.pid) and scriptguard.is_step_srun(parent.pid)
+        assert scriptguard.is_srun_helper(helper) and not scriptguard.is_step_srun(helper)
+    finally:
+        os.killpg(parent.pid, signal.SIGKILL)  # its own group: the stand-ins and their sleep
+        parent.wait(timeout=10)

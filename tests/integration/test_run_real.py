@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from slurm_fsm.backend import StepInfo
 from slurm_fsm.executor import Events, Executor
 from slurm_fsm.monitor import PollPolicy
 from slurm_fsm.report import Report
@@ -119,6 +120,39 @@ def test_pytest_script_passes_and_the_warm_run_asks_slurm_once_per_question(
     assert [a for a in before if Path(a[0]).name == "squeue" and "-s" not in a] == queries[:1]
     assert len(queries) == 2 and all(job_id in q for q in queries)
     assert job_state(job_id) == "RUNNING"  # never released after a job
+
+
+class _StepAsks(RecordingBackend):
+    """The real backend, keeping what each ``scontrol show step`` of the run said: for
+    each ask, whether the step of the script's ``srun sleep`` was listed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asks: list[bool] = []
+
+    def step_details(self, job_id: str) -> list[StepInfo]:
+        steps = super().step_details(job_id)
+        self.asks.append(any(s.name == "sleep" for s in steps))
+        return steps
+
+
+def test_a_running_srun_is_asked_about_until_its_step_is_seen_then_never_again(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    """``srun`` forks a helper of its own (a second process named ``srun``, its child,
+    whose pid is no step's ``SrunPid``): it was never marked, so Slurm was asked about the
+    allocation's steps every 2 s for as long as the job ran (68 ``scontrol show step`` in
+    76 s watching a 75 s ``srun sleep``, docs/benchmarks.md's figure 3; the docs said
+    one). Now the asks end once the step is listed: the run's step record and the
+    GPU-wait watch each ask until they have seen it (at most one more after the first
+    that lists it, whatever the timing)."""
+    spec = persistent(local_cluster, tmp_path, names.new("asks"), "srun sleep 12\necho done",
+                      success_patterns="done")
+    assert run(spec).status is Status.PASSED  # allocates
+    backend = _StepAsks()
+    warm = run(spec, backend)
+    assert warm.status is Status.PASSED, warm.render_text()
+    assert True in backend.asks, backend.asks  # the step was seen (its id is the run's)
+    assert len(backend.asks[backend.asks.index(True) + 1:]) <= 1, backend.asks
 
 
 def test_failing_script_is_failed_with_its_exit_code_and_errors(
