@@ -233,6 +233,12 @@ class CountingRunner:
             self.calls.append((started, tuple(result.argv)))
         return result
 
+    def spawned(self, argv: Sequence[str]) -> None:
+        """A command the backend starts itself (a run's lease ``srun``), counted too."""
+        program = "srun" if "srun" in argv else argv[0]  # under the script guard's wrapper
+        with self._lock:
+            self.calls.append((time.monotonic(), (program, *argv)))
+
     def mark(self) -> int:
         return len(self.calls)
 
@@ -250,6 +256,19 @@ class CountingRunner:
         with self._lock:
             return next((t for t, argv in self.calls if argv[0] == program and t >= after),
                         None)
+
+
+class CountingBackend(SubprocessBackend):
+    """The real backend with a :class:`CountingRunner`, whose count also has the lease
+    ``srun`` s it spawns (not through the runner; ``salloc`` is counted from the path)."""
+
+    def __init__(self, counter: CountingRunner) -> None:
+        super().__init__(runner=counter)
+        self.counter = counter
+
+    def _spawn_lease(self, argv: Sequence[str], name: str) -> Any:
+        self.counter.spawned(argv)
+        return super()._spawn_lease(argv, name)
 
 
 class WindowEvents(Events):
@@ -712,7 +731,7 @@ def fig_series(b: Bench, *, install: bool, n_jobs: int = SERIES_JOBS) -> Figure:
 def fig_load(b: Bench) -> Figure:
     fig = Figure("load", "3. Controller load: Slurm commands issued", b.reps)
     counter = CountingRunner()
-    backend = SubprocessBackend(runner=counter)
+    backend = CountingBackend(counter)
     spec = b.persistent_spec("load", "srun true")
     mark = counter.mark()
     run_ok(spec, backend, allocating=True)
@@ -722,19 +741,24 @@ def fig_load(b: Bench) -> Figure:
                      + " (salloc is not seen by the runner; counted from the report's path)")
     run_ok(spec, backend, allocating=False)  # warm-up
     totals: list[float] = []
-    by_cmd: dict[str, list[float]] = {"squeue": [], "srun": [], "other": []}
+    named = ("squeue", "srun", "scontrol")
+    by_cmd: dict[str, list[float]] = {k: [] for k in (*named, "other")}
     for _ in range(b.reps):
         mark = counter.mark()
         run_ok(spec, backend, allocating=False)
         got = counter.counts(mark)
         totals.append(float(sum(got.values())))
-        by_cmd["squeue"].append(float(got["squeue"]))
-        by_cmd["srun"].append(float(got["srun"]))
-        by_cmd["other"].append(float(sum(n for k, n in got.items()
-                                         if k not in ("squeue", "srun"))))
-    fig.add("warm_run_commands", "persistent warm run: Slurm commands", "cmd/run", totals)
-    fig.add("warm_run_squeue", "  of which squeue", "cmd/run", by_cmd["squeue"])
-    fig.add("warm_run_srun", "  of which srun (GPU pre-flight)", "cmd/run", by_cmd["srun"])
+        for k in named:
+            by_cmd[k].append(float(got[k]))
+        by_cmd["other"].append(float(sum(n for k, n in got.items() if k not in named)))
+    fig.add("warm_run_commands", "persistent warm run, no GPU asked: Slurm commands",
+            "cmd/run", totals)
+    fig.add("warm_run_squeue", "  of which squeue (the allocation before and after the "
+            "job; its steps, -s)", "cmd/run", by_cmd["squeue"])
+    fig.add("warm_run_srun", "  of which srun (the run's lease step; a job that asks GPUs "
+            "adds the GPU pre-flight)", "cmd/run", by_cmd["srun"])
+    fig.add("warm_run_scontrol", "  of which scontrol (show step: a step of the job "
+            "waiting for GPUs?)", "cmd/run", by_cmd["scontrol"])
     fig.add("warm_run_other", "  of which other", "cmd/run", by_cmd["other"])
     fig.add("original_per_run", "original procedure per run (2 squeue + 1 GPU srun)",
             "cmd/run", Stat.single(float(sum(ORIGINAL_PER_RUN.values()))))
@@ -764,7 +788,7 @@ def fig_load(b: Bench) -> Figure:
         runner = CountingRunner()
         events = WindowEvents()
         try:
-            _, report = run_ok(s, SubprocessBackend(runner=runner), events=events)
+            _, report = run_ok(s, CountingBackend(runner), events=events)
         except BaseException as exc:
             errors.append(exc)
             return
@@ -818,8 +842,9 @@ def fig_load(b: Bench) -> Figure:
             "cmd/min", Stat.single(60.0 / ORIGINAL_POLL_S),
             note="one squeue per poll, either mode")
     fig.notes.append("counted with a recording runner around the real SubprocessBackend "
-                     "(argv[0]); the job script's own srun is not slurm_fsm's and is not "
-                     "counted, as in the original procedure's figures")
+                     "(argv[0]), and the lease srun it spawns; the job script's own srun "
+                     "is not slurm_fsm's and is not counted, as in the original procedure's "
+                     "figures")
     b.release(spec)
     return fig
 
