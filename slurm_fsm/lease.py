@@ -54,6 +54,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 
 import attrs
 
+from slurm_fsm import leasestop
 from slurm_fsm.backend import SlurmBackend, StepInfo
 from slurm_fsm.clock import Clock, SystemClock, backoff
 from slurm_fsm.errors import AllocationInUse, JobNotFound
@@ -236,6 +237,7 @@ class LeaseGate:
         """Who holds ``job_id`` (of runs using ``container``, when given): one
         ``squeue -s`` when there is a backend. A lease past its ``max_until`` is broken
         here (``scancel job.step``)."""
+        leasestop.settle(job_id)  # a lease this process is stopping is gone first
         steps: list[StepInfo] | None = None
         if self.backend is not None:
             try:

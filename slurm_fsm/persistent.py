@@ -19,7 +19,7 @@ from typing import Any
 
 import attrs
 
-from slurm_fsm import placement, sharedview
+from slurm_fsm import leasestop, placement, sharedview
 from slurm_fsm.backend import LeaseHandle, RunningScript, ScriptRequest, SlurmBackend
 from slurm_fsm.clock import Clock
 from slurm_fsm.errors import AllocationVanished, BackendError, JobNotFound
@@ -210,6 +210,9 @@ class PersistentRun:
 
     # ------------------------------------------------------------------- the machine
     def _new_machine(self) -> AllocationMachine:
+        # this process's leases still being stopped are gone before step 0 (a run's
+        # report does not wait for its lease: slurm_fsm.leasestop)
+        leasestop.settle()
         # the lock covers step 0 (and the lease); the jobs of several runs overlap in
         # the allocation, and their leases keep it (and their container) from change
         store = StateStore(self.state_path,
@@ -263,7 +266,13 @@ class PersistentRun:
             if not steps.finished and (steps.script is None or steps.script.poll() is not None):
                 steps.finish()
             if steps.finished and self.lease is not None:  # its job's steps are gone
-                self.lease.stop()
+                # the report does not wait for the step to end (slurm_fsm.leasestop):
+                # the next run, release or gate of this process does, and its exit
+                leasestop.stop_soon(self.lease, done.allocation, on_error=self._lease_error)
+
+    def _lease_error(self, exc: BaseException) -> None:
+        """The wait for this run's lease step to end failed (after the report): said."""
+        self.events.message(f"WARNING: stopping this run's lease step failed: {exc}")
 
     def _hand_over(self, alloc: AllocState) -> None:
         """Hand the run to its agent; HandedOver when it holds it (this run's lease is

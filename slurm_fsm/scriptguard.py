@@ -82,13 +82,14 @@ def stop_group(pgid: int | None, grace_s: float, *, ended: Callable[[], bool],
                sleep: Callable[[float], None] = time.sleep,
                now: Callable[[], float] = time.monotonic,
                may_kill: Callable[[], bool] = lambda: True, poll_s: float = 0.05,
-               strays: Mapping[int, int] | None = None) -> bool:
+               strays: Mapping[int, int] | None = None, term: bool = True) -> bool:
     """The one stop policy: SIGTERM to the process group ``pgid`` (None: no group) and
     to ``strays`` (pid: start ticks, :func:`strays_of`: what left the group), up to
     ``grace_s`` for ``ended()`` (asked every ``poll_s``) and the strays' end, then
     SIGKILL to what is left: the group unless ``may_kill()`` says it can no longer be
     proven the one meant, each stray that is still that very process. True when it all
-    ended within the grace period.
+    ended within the grace period. ``term`` False: the group had its SIGTERM already
+    (:meth:`slurm_fsm.subprocess_backend.LocalLease.begin_stop`), none is sent again.
 
     The grace covers the whole group: ``srun`` passes SIGTERM on to its step and needs
     a moment to see the step end (killed earlier, it would leave the step running)."""
@@ -97,7 +98,7 @@ def stop_group(pgid: int | None, grace_s: float, *, ended: Callable[[], bool],
     def done() -> bool:
         return ended() and not any(live_start_ticks(p) == t for p, t in strays.items())
 
-    if pgid is not None:
+    if pgid is not None and term:
         signal_group(pgid, signal.SIGTERM)
     _signal_strays(strays, signal.SIGTERM)
     deadline = now() + grace_s

@@ -394,6 +394,7 @@ class LocalLease:
         self._proc = proc
         self._name = name
         self._stderr = stderr
+        self._signalled = False  # begin_stop sent the SIGTERM
 
     @property
     def name(self) -> str:
@@ -420,13 +421,21 @@ class LocalLease:
         """The guard's exit status once it ended."""
         return self._proc.returncode
 
+    def begin_stop(self) -> None:
+        """SIGTERM to the group now, without waiting (:func:`slurm_fsm.leasestop.stop_soon`
+        waits in a thread: :meth:`stop`)."""
+        if self._proc.poll() is None and not self._signalled:
+            self._signalled = True
+            scriptguard.signal_group(self._proc.pid, signal.SIGTERM)
+
     def stop(self, grace_s: float = 10.0) -> None:
-        """SIGTERM to the group (``srun`` ends its step), SIGKILL after ``grace_s``."""
+        """SIGTERM to the group (``srun`` ends its step; not again after
+        :meth:`begin_stop`), until it is gone; SIGKILL after ``grace_s``."""
         if self._proc.poll() is None:
             scriptguard.stop_group(
                 self._proc.pid, grace_s,
                 ended=lambda: self._proc.poll() is not None and not _group_alive(
-                    self._proc.pid), poll_s=0.02)
+                    self._proc.pid), poll_s=0.02, term=not self._signalled)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self._proc.wait(timeout=grace_s)
         for stream in (self._proc.stdout, self._stderr):

@@ -1,0 +1,151 @@
+"""Issue 42 item 5: the report never waits for clean-up that can follow it. A run's
+lease step is signalled when its job's steps are gone and the report is handed back
+while the step ends (slurm_fsm.leasestop); whatever relies on the lease being gone (the
+next run or release of the process, the lease gate) waits for it first.
+
+The lease here stops in two halves like the real one (``begin_stop`` the signal,
+``stop`` the wait), its wait held until the test lets it go: no timing is asserted."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+
+import attrs
+import pytest
+
+from slurm_fsm import leasestop
+from slurm_fsm.executor import Executor
+from slurm_fsm.lease import LeaseGate
+from slurm_fsm.results import Status
+from slurm_fsm.runrecord import RunBook
+from slurm_fsm.testing import FakeCluster, FakeScript
+
+from conftest import SpecFactory
+
+HELD_S = 20.0  # the bound of a held wait (only a broken build reaches it)
+
+
+class SlowStop:
+    """A fake lease whose stop is two halves; the wait ends when ``release`` is set."""
+
+    def __init__(self, inner: object, log: list[str], release: threading.Event,
+                 calls: Callable[[], int]) -> None:
+        self.inner = inner
+        self.log = log
+        self.release = release
+        self.calls = calls
+        #: how many backend calls had been made when the step was gone
+        self.calls_when_gone: int | None = None
+
+    @property
+    def name(self) -> str:
+        return self.inner.name  # type: ignore[attr-defined, no-any-return]
+
+    def alive(self) -> bool:
+        return self.inner.alive()  # type: ignore[attr-defined, no-any-return]
+
+    def begin_stop(self) -> None:
+        self.log.append("signalled")
+
+    def stop(self) -> None:
+        if self.calls_when_gone is not None:
+            return
+        self.release.wait(HELD_S)
+        self.inner.stop()  # type: ignore[attr-defined]
+        self.calls_when_gone = self.calls()
+        self.log.append("gone")
+
+
+class SlowLeaseCluster(FakeCluster):
+    def __init__(self) -> None:
+        super().__init__()
+        self.log: list[str] = []
+        self.release = threading.Event()
+        self.leases: list[SlowStop] = []
+
+    def start_lease(self, job_id: str, name: str, timeout_s: float = 60.0
+                    ) -> SlowStop:  # type: ignore[override]
+        lease = SlowStop(super().start_lease(job_id, name, timeout_s), self.log,
+                         self.release, lambda: len(self.calls))
+        self.leases.append(lease)
+        return lease
+
+
+@pytest.fixture
+def fake() -> Iterator[SlowLeaseCluster]:
+    cluster = SlowLeaseCluster()
+    yield cluster
+    cluster.release.set()
+    leasestop.settle()
+
+
+def _settle_releases(fake: SlowLeaseCluster, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Whoever waits for the stopping leases lets the held wait go (and is noted)."""
+    real = leasestop.settle
+    waited: list[str] = []
+
+    def settle(job_id: str | None = None) -> None:
+        waited.append(job_id or "all")
+        fake.release.set()
+        real(job_id)
+
+    monkeypatch.setattr(leasestop, "settle", settle)
+    return waited
+
+
+def test_the_report_is_handed_back_before_the_lease_step_has_ended(
+        fake: SlowLeaseCluster, make_spec: SpecFactory) -> None:
+    spec = make_spec()
+    fake.script(spec.script_path, FakeScript(lines=("ok",)))
+    report = Executor(spec, fake, clock=fake.clock).run()
+    assert report.status is Status.PASSED
+    job = report.allocation_id or ""
+    # the step was told to end; its end is waited for after the report
+    assert fake.log == ["signalled"]
+    assert leasestop.pending(job) == 1
+    assert RunBook(spec.state_path).records() == []  # the run's own clean-up is done
+    fake.release.set()
+    leasestop.settle(job)
+    assert fake.log == ["signalled", "gone"] and leasestop.pending() == 0
+    assert fake.jobs[job].steps == {}
+
+
+def test_the_next_run_of_the_process_waits_for_the_last_runs_lease_to_be_gone(
+        fake: SlowLeaseCluster, make_spec: SpecFactory,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = make_spec()
+    fake.script(spec.script_path, FakeScript(lines=("ok",)))
+    assert Executor(spec, fake, clock=fake.clock).run().status is Status.PASSED
+    first = fake.leases[0]
+    calls_after_first = len(fake.calls)
+    assert first.calls_when_gone is None  # still ending
+    waited = _settle_releases(fake, monkeypatch)
+    assert Executor(spec, fake, clock=fake.clock).run().status is Status.PASSED
+    assert waited and first.calls_when_gone == calls_after_first  # before any call of its
+
+
+def test_a_release_in_the_same_process_finds_no_holder_in_the_last_runs_lease(
+        fake: SlowLeaseCluster, make_spec: SpecFactory,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``lease_wait_s=0`` refuses at once when held: the run's own lease, still ending
+    after its report, must not count."""
+    spec = make_spec()
+    fake.script(spec.script_path, FakeScript(lines=("ok",)))
+    job = Executor(spec, fake, clock=fake.clock).run().allocation_id or ""
+    waited = _settle_releases(fake, monkeypatch)
+    gate = LeaseGate(RunBook(spec.state_path), wait_s=0, backend=fake, clock=fake.clock)
+    assert gate.holders(job) == [] and waited == [job]
+    release = attrs.evolve(spec, release_allocation=True)
+    assert Executor(release, fake, clock=fake.clock, lease_wait_s=0).run().status \
+        is Status.RELEASED
+
+
+def test_a_lease_without_two_halves_is_stopped_at_once(make_spec: SpecFactory) -> None:
+    """The fake cluster's lease (no ``begin_stop``): gone when the report is given."""
+    fake = FakeCluster()
+    spec = make_spec()
+    fake.script(spec.script_path, FakeScript(lines=("ok",)))
+    report = Executor(spec, fake, clock=fake.clock).run()
+    assert fake.jobs[report.allocation_id or ""].steps == {}
+    assert leasestop.pending() == 0
