@@ -78,9 +78,15 @@ def _report_doc(view: RunView, report_dict: dict[str, Any], source: str) -> dict
 
 def dispatch(args: argparse.Namespace) -> int:
     """Run one of :data:`COMMANDS`; the exit code."""
+    repo = Path(args.repo).resolve()
+    if args.command == "logs" and not args.follow:
+        from slurm_fsm.runlog import log_of
+
+        log = log_of(repo, args.run_id)  # the run's files, read as plain JSON
+        if log is not None:
+            return _print_log(args.run_id, log)
     from slurm_fsm.detach import attach
 
-    repo = Path(args.repo).resolve()
     if args.command == "runs":
         return _runs(repo, args.all, args.json)
     if args.command == "wait":
@@ -122,6 +128,19 @@ def _runs(repo: Path, show_all: bool, as_json: bool) -> int:
     return 0
 
 
+def _print_log(run_id: str, log: Path) -> int:
+    """Print the log ``log`` of run ``run_id`` as it is now."""
+    try:
+        with open(log, "rb") as fh:
+            while chunk := fh.read(1 << 20):
+                sys.stdout.buffer.write(chunk)
+    except OSError as exc:
+        _err(f"run {run_id}: cannot read its log {log}: {exc}\n")
+        return 3
+    sys.stdout.flush()
+    return 0
+
+
 def _ended(handle: DetachedRun) -> Callable[[], bool]:
     from slurm_fsm.detach import RunState
 
@@ -133,19 +152,10 @@ def _logs(handle: DetachedRun, follow_it: bool) -> int:
 
     view = handle.view()
     if not follow_it:
-        log = view.log
-        if log is None:
+        if view.log is None:
             _err(f"run {handle.run_id}: no log yet ({view.state}; the job has not started)\n")
             return 0
-        try:
-            with open(log, "rb") as fh:
-                while chunk := fh.read(1 << 20):
-                    sys.stdout.buffer.write(chunk)
-        except OSError as exc:
-            _err(f"run {handle.run_id}: cannot read its log {log}: {exc}\n")
-            return 3
-        sys.stdout.flush()
-        return 0
+        return _print_log(handle.run_id, view.log)
     while (log := handle.view().log) is None or (
             view.record is not None and str(log) == view.record.progress
             and handle.view().state == RunState.STARTING):

@@ -44,6 +44,7 @@ from slurm_fsm.events import Events
 from slurm_fsm.files import read_bounded, write_atomic
 from slurm_fsm.paths import RUN_ID, StatePaths
 from slurm_fsm.report import Report
+from slurm_fsm.runlog import MAX_BYTES
 from slurm_fsm.runrecord import boot_id
 from slurm_fsm.runstates import RunEvent, RunPhase, next_phase
 from slurm_fsm.scriptguard import live_start_ticks, start_ticks
@@ -52,8 +53,6 @@ __all__ = ["HEARTBEAT_S", "HEARTBEAT_STALE_S", "KEEP_RUNS", "MAX_BYTES", "OnStar
            "OwnedRun", "Owner", "OwnerRecord", "RunFiles", "RunPhase", "SavedReport",
            "is_run_id", "owner_alive"]
 
-#: The most bytes an owner record or a saved report may have.
-MAX_BYTES = 4 << 20
 #: How many finished runs' files a checkout keeps (the oldest are removed beyond).
 KEEP_RUNS = 500
 #: How often a run's owner touches its owner record while it lives (its heartbeat).
