@@ -80,11 +80,11 @@ def dispatch(args: argparse.Namespace) -> int:
     """Run one of :data:`COMMANDS`; the exit code."""
     repo = Path(args.repo).resolve()
     if args.command == "logs" and not args.follow:
-        from slurm_fsm.runlog import log_of
+        from slurm_fsm.runlog import where
 
-        log = log_of(repo, args.run_id)  # the run's files, read as plain JSON
-        if log is not None:
-            return _print_log(args.run_id, log)
+        found = where(repo, args.run_id)  # the run's files, read as plain JSON
+        if found is not None:
+            return _print_log(args.run_id, *found)
     from slurm_fsm.detach import attach
 
     if args.command == "runs":
@@ -128,8 +128,11 @@ def _runs(repo: Path, show_all: bool, as_json: bool) -> int:
     return 0
 
 
-def _print_log(run_id: str, log: Path) -> int:
-    """Print the log ``log`` of run ``run_id`` as it is now."""
+def _print_log(run_id: str, log: Path | None, state: str) -> int:
+    """Print the log ``log`` of run ``run_id`` as it is now (None: say there is none)."""
+    if log is None:
+        _err(f"run {run_id}: no log yet ({state}; the job has not started)\n")
+        return 0
     try:
         with open(log, "rb") as fh:
             while chunk := fh.read(1 << 20):
@@ -152,10 +155,7 @@ def _logs(handle: DetachedRun, follow_it: bool) -> int:
 
     view = handle.view()
     if not follow_it:
-        if view.log is None:
-            _err(f"run {handle.run_id}: no log yet ({view.state}; the job has not started)\n")
-            return 0
-        return _print_log(handle.run_id, view.log)
+        return _print_log(handle.run_id, view.log, view.state)
     while (log := handle.view().log) is None or (
             view.record is not None and str(log) == view.record.progress
             and handle.view().state == RunState.STARTING):

@@ -32,6 +32,7 @@ from slurm_fsm.errors import SlurmFsmError, SpecError, UnknownRun
 from slurm_fsm.events import Events
 from slurm_fsm.paths import StatePaths
 from slurm_fsm.report import Report
+from slurm_fsm.runlog import RunState, state_of
 from slurm_fsm.runowner import (
     HEARTBEAT_STALE_S,
     OwnedRun,
@@ -59,16 +60,6 @@ def run_files(repo: Path) -> list[RunFiles]:
     return [RunFiles(StatePaths.for_repo(repo, fake=fake).state) for fake in (False, True)]
 
 
-class RunState:
-    """What a run is doing, as its files say (strings, for the CLI's table)."""
-
-    STARTING = "starting"
-    RUNNING = "running"
-    DONE = "done"
-    #: the owner is gone and no report was saved: :func:`settle` rebuilds it
-    LOST = "lost"
-
-
 @attrs.frozen(kw_only=True)
 class RunView:
     """One run as its files show it."""
@@ -80,12 +71,10 @@ class RunView:
 
     @property
     def state(self) -> str:
-        if self.saved is not None:
-            return RunState.DONE
-        if self.record is None or owner_alive(self.record) is False:
-            return RunState.LOST
-        return RunState.STARTING if self.record.phase is RunPhase.STARTING \
-            else RunState.RUNNING
+        rec = self.record  # the rule of slurm_fsm.runlog (logs' fast path) too
+        return state_of(saved=self.saved is not None, has_owner=rec is not None,
+                        owner_alive=owner_alive(rec) if rec is not None and self.saved is None
+                        else None, phase=rec.phase.value if rec is not None else "")
 
     @property
     def log(self) -> Path | None:

@@ -44,10 +44,10 @@ from slurm_fsm.events import Events
 from slurm_fsm.files import read_bounded, write_atomic
 from slurm_fsm.paths import RUN_ID, StatePaths
 from slurm_fsm.report import Report
-from slurm_fsm.runlog import MAX_BYTES
+from slurm_fsm.runlog import MAX_BYTES, process_alive
 from slurm_fsm.runrecord import boot_id
 from slurm_fsm.runstates import RunEvent, RunPhase, next_phase
-from slurm_fsm.scriptguard import live_start_ticks, start_ticks
+from slurm_fsm.scriptguard import start_ticks
 
 __all__ = ["HEARTBEAT_S", "HEARTBEAT_STALE_S", "KEEP_RUNS", "MAX_BYTES", "OnStarted",
            "OwnedRun", "Owner", "OwnerRecord", "RunFiles", "RunPhase", "SavedReport",
@@ -150,11 +150,7 @@ class OwnerRecord:
 def owner_alive(record: OwnerRecord) -> bool | None:
     """Is the run's owner alive? True or False on its own host (pid with its start
     time, same boot); None on another host: it cannot be told from here."""
-    if record.host != socket.gethostname():
-        return None
-    if record.boot_id != boot_id():
-        return False
-    return live_start_ticks(record.pid) == record.pid_ticks
+    return process_alive(record.host, record.boot_id, record.pid, record.pid_ticks)
 
 
 @attrs.frozen(kw_only=True)

@@ -14,7 +14,7 @@ import pytest
 
 from slurm_fsm.detach import find
 from slurm_fsm.report import Report, Status
-from slurm_fsm.runlog import log_of
+from slurm_fsm.runlog import log_of, where
 from slurm_fsm.runowner import Owner, OwnerRecord, RunFiles, RunPhase, SavedReport
 
 RUN = "r0123456789ab"
@@ -74,8 +74,21 @@ def _not_started(repo: Path) -> None:
     _record(repo)
 
 
+def _lost(repo: Path) -> None:  # its owner is gone (another start time), no report
+    _record(repo, pid_ticks=1, log=str(repo / "job.out"), phase=RunPhase.RUNNING)
+
+
+def _lost_before_its_job(repo: Path) -> None:
+    _record(repo, pid_ticks=1)
+
+
+def _another_host(repo: Path) -> None:
+    _record(repo, host="login-b", boot_id="other", phase=RunPhase.RUNNING,
+            log=str(repo / "job.out"))
+
+
 STATES = [_starting, _running, _done, _done_record_gone, _done_without_log,
-          _fake_backends, _not_started]
+          _fake_backends, _not_started, _lost, _lost_before_its_job, _another_host]
 
 
 @pytest.mark.parametrize("state", STATES, ids=[s.__name__.strip("_") for s in STATES])
@@ -83,7 +96,9 @@ def test_the_fast_path_names_the_log_the_full_path_names(tmp_path: Path, state: 
                                                          ) -> None:
     assert callable(state)
     state(tmp_path)
-    assert log_of(tmp_path, RUN) == find(tmp_path, RUN).log
+    view = find(tmp_path, RUN)
+    assert where(tmp_path, RUN) == (view.log, view.state)
+    assert log_of(tmp_path, RUN) == view.log
 
 
 def test_no_run_and_no_run_id_name_no_log(tmp_path: Path) -> None:
@@ -91,14 +106,30 @@ def test_no_run_and_no_run_id_name_no_log(tmp_path: Path) -> None:
     assert log_of(tmp_path, "../../etc/passwd") is None
 
 
-def test_logs_prints_the_log_importing_nothing_heavy(tmp_path: Path) -> None:
-    _running(tmp_path)
-    (tmp_path / "job.out").write_text("line 1\nline 2\n")
+def _logs(repo: Path) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    """``slurm-fsm logs RUN`` in ``repo``, and the modules it imported."""
     proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "slurm_fsm", "logs", RUN],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                          check=False)
-    assert proc.returncode == 0 and proc.stdout == "line 1\nline 2\n", proc.stderr
+                          cwd=repo, capture_output=True, text=True, timeout=120, check=False)
     loaded = {line.split("|")[-1].strip() for line in proc.stderr.splitlines()
               if line.startswith("import time:")}
     assert "slurm_fsm.runlog" in loaded  # the measurement works
+    return proc, loaded
+
+
+def test_logs_prints_the_log_importing_nothing_heavy(tmp_path: Path) -> None:
+    _running(tmp_path)
+    (tmp_path / "job.out").write_text("line 1\nline 2\n")
+    proc, loaded = _logs(tmp_path)
+    assert proc.returncode == 0 and proc.stdout == "line 1\nline 2\n", proc.stderr
+    assert sorted(set(HEAVY) & loaded) == []
+
+
+@pytest.mark.parametrize(("state", "said"), [(_not_started, "no log yet (starting;"),
+                                             (_lost_before_its_job, "no log yet (lost;")])
+def test_logs_of_a_run_without_a_log_says_its_state_importing_nothing_heavy(
+        tmp_path: Path, state: object, said: str) -> None:
+    assert callable(state)
+    state(tmp_path)
+    proc, loaded = _logs(tmp_path)
+    assert proc.returncode == 0 and proc.stdout == "" and said in proc.stderr, proc.stderr
     assert sorted(set(HEAVY) & loaded) == []
