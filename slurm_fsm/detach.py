@@ -24,6 +24,7 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -45,7 +46,9 @@ from slurm_fsm.runowner import (
     owner_alive,
 )
 from slurm_fsm.runrecord import new_run_id
-from slurm_fsm.spec import JobSpec
+
+if TYPE_CHECKING:  # the spec is loaded when a run is started or rebuilt, not to list runs
+    from slurm_fsm.spec import JobSpec
 
 __all__ = ["LEASE_GONE_GRACE_S", "DetachedRun", "RunState", "RunView", "UnknownRun", "attach",
            "backend_for", "find", "follow", "run_files", "runs", "settle", "submit"]
@@ -138,6 +141,8 @@ LEASE_GONE_GRACE_S = 10.0
 
 def _spec_of(rec: OwnerRecord) -> JobSpec | None:
     try:
+        from slurm_fsm.spec import JobSpec  # a rebuild's only: report and runs need none
+
         return JobSpec.from_dict(rec.spec, check_script=False) if rec.spec else None
     except SlurmFsmError:
         return None

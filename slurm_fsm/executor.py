@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -22,7 +23,6 @@ from slurm_fsm.errors import SpecError
 from slurm_fsm.events import Events, GuardedEvents, PreStep
 from slurm_fsm.history import record_run
 from slurm_fsm.monitor import PollPolicy
-from slurm_fsm.oneshot import OneShotRun, err_path_for, log_path_for, outcome_exit_code
 from slurm_fsm.paths import StatePaths
 from slurm_fsm.persistent import PersistentRun, point_latest, run_book, run_log_path
 from slurm_fsm.report import Report
@@ -34,6 +34,9 @@ from slurm_fsm.scriptcheck import input_problems
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState
 
+if TYPE_CHECKING:  # the one-shot path is imported when a run takes it (a warm run never)
+    from slurm_fsm.oneshot import OneShotRun, err_path_for, log_path_for, outcome_exit_code
+
 __all__ = [
     "Executor",
     "err_path_for",
@@ -43,6 +46,19 @@ __all__ = [
     "run_book",
     "run_log_path",
 ]
+
+
+#: Names of the one-shot path this module gives too, loaded on first use (PEP 562): a
+#: persistent run never imports :mod:`slurm_fsm.oneshot` (tests/test_cli.py checks it).
+_ONESHOT_NAMES = ("err_path_for", "log_path_for", "outcome_exit_code")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _ONESHOT_NAMES:
+        from slurm_fsm import oneshot
+
+        return getattr(oneshot, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class Executor:
@@ -177,7 +193,7 @@ class Executor:
         machine = path.machine if isinstance(path, PersistentRun) else None
         lease = path.lease if isinstance(path, PersistentRun) else None
         self.owned.started(log=str(path.log_path or ""),
-                           job_id=path.job_id if isinstance(path, OneShotRun) else None,
+                           job_id=None if isinstance(path, PersistentRun) else path.job_id,
                            allocation_id=machine.alloc.job_id
                            if machine is not None and machine.alloc else None,
                            lease=lease.name if lease is not None else "")
@@ -189,6 +205,8 @@ class Executor:
 
     def _path_for(self, spec: JobSpec, warnings: list[str]) -> PersistentRun | OneShotRun:
         if self._mode() is Mode.ONE_SHOT:
+            from slurm_fsm.oneshot import OneShotRun, err_path_for, log_path_for, outcome_exit_code
+
             return OneShotRun(spec, self.backend, clock=self.clock, events=self.events,
                               policy=self.policy, warnings=warnings)
         return PersistentRun(spec, self.backend, clock=self.clock, events=self.events,

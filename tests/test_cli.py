@@ -408,7 +408,8 @@ HEAVY = ("slurm_fsm.executor", "slurm_fsm.monitor", "slurm_fsm.build", "slurm_fs
          "slurm_fsm.report", "slurm_fsm.progress", "slurm_fsm.plan", "slurm_fsm.demo",
          "slurm_fsm.testing", "slurm_fsm.subprocess_backend", "slurm_fsm.machine",
          "slurm_fsm.spec", "transitions", "cattrs", "attrs", "filelock",
-         "importlib.metadata")
+         "importlib.metadata", "slurm_fsm.oneshot", "slurm_fsm.detach",
+         "slurm_fsm.supervise", "slurm_fsm.agent")
 
 
 def _imported(tmp_path: Path, *argv: str) -> set[str]:
@@ -437,6 +438,9 @@ def _imported(tmp_path: Path, *argv: str) -> set[str]:
      {"slurm_fsm.executor", "slurm_fsm.monitor", "slurm_fsm.results", "slurm_fsm.report",
       "slurm_fsm.progress", "slurm_fsm.testing", "slurm_fsm.subprocess_backend",
       "slurm_fsm.machine", "slurm_fsm.spec", "transitions", "cattrs", "attrs", "filelock"}),
+    # a warm run of the persistent path: not the one-shot path (issue 42 item 5)
+    # runs: the run files and reports, no spec, no machine, no backend
+    (["runs"], {"slurm_fsm.detach", "slurm_fsm.report", "cattrs", "attrs"}),
 ])
 def test_each_command_imports_only_what_it_needs(tmp_path: Path, argv: list[str],
                                                  allowed: set[str]) -> None:

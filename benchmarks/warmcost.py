@@ -1,0 +1,239 @@
+"""A warm run's own cost (issue 42 item 5) and ``slurm-fsm logs`` in each state (issue 39).
+
+``python -m benchmarks.warmcost`` (needs the local cluster: brought up when it is not)
+measures, in one warm allocation of one node, medians of ``--reps`` rounds, the kinds
+interleaved round by round (the machine is shared: only figures of one measurement are
+compared):
+
+- **bare step**: ``srun --jobid=J -N1 -n1 true``;
+- **script by hand**: the job's script (``srun -N1 -n1 true``) run with ``bash`` in the
+  allocation (``SLURM_JOB_ID=J``), as a person would;
+- **library**: ``Executor(spec, SubprocessBackend()).run()`` of that script, warm (a
+  process of its own does ``--reps`` runs; the time to the report), and the time from
+  the report until the run's lease step is gone (after the report since this change);
+- **CLI**: ``python -m slurm_fsm run spec.json --json --quiet``, the whole process;
+- **logs**: ``python -m slurm_fsm logs RUN_ID`` of a run not started yet, running and
+  done: wall and CPU seconds of the process;
+- **import**: ``python -X importtime`` of ``slurm_fsm.executor`` and of the ``logs``
+  command's modules (the sum of their own times).
+
+Each kind through the library, the CLI, ``logs`` and the import is measured for this
+checkout (``after``) and, with ``--before DIR`` (a ``slurm_fsm`` package folder's parent,
+e.g. ``git archive BASE slurm_fsm | tar -x -C DIR``), for that one too, in the same
+rounds. Results go to ``benchmarks/warmcost.json``; figures, not pass/fail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "benchmarks" / "warmcost.json"
+SCRIPT = "#!/bin/bash\nsrun -N1 -n1 true\n"
+GATED = "#!/bin/bash\nsrun -N1 -n1 true\nuntil [ -e {gate} ]; do sleep 0.05; done\n"
+
+#: The library's side, run in a process of its own with the version under test first on
+#: sys.path: ``reps`` warm runs of the spec, the time to each report and from the report
+#: until the lease step is gone, as JSON.
+LIBRARY = r"""
+import json, sys, time
+from pathlib import Path
+from slurm_fsm import JobSpec, SubprocessBackend
+from slurm_fsm.executor import Executor
+try:
+    from slurm_fsm import leasestop
+except ImportError:  # before this change: the report waited for the lease
+    leasestop = None
+spec = JobSpec.from_file(Path(sys.argv[1]))
+backend = SubprocessBackend()
+out = {"report_s": [], "lease_gone_s": [], "status": []}
+for _ in range(int(sys.argv[2])):
+    t0 = time.monotonic()
+    report = Executor(spec, backend).run()
+    t1 = time.monotonic()
+    if leasestop is not None:
+        leasestop.settle()
+    out["report_s"].append(t1 - t0)
+    out["lease_gone_s"].append(time.monotonic() - t1)
+    out["status"].append(report.status.name)
+print(json.dumps(out))
+"""
+
+
+def say(text: str) -> None:
+    print(f"[warmcost] {text}", file=sys.stderr, flush=True)
+
+
+def timed(argv: Sequence[str], env: Mapping[str, str], cwd: Path | None = None
+          ) -> tuple[float, float, subprocess.CompletedProcess[str]]:
+    """Wall and CPU seconds (the child's user + system) of one command."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.monotonic()
+    proc = subprocess.run(list(argv), env=dict(env), cwd=cwd, capture_output=True,  # noqa: S603
+                          text=True, timeout=300, check=False)
+    wall = time.monotonic() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{argv[:4]} exited {proc.returncode}: {proc.stderr[-2000:]}")
+    return wall, cpu, proc
+
+
+def version_env(base: Mapping[str, str], pythonpath: Path | None) -> dict[str, str]:
+    env = dict(base)
+    env.pop("PYTHONPATH", None)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = str(pythonpath)
+    return env
+
+
+def write_spec(folder: Path, cluster: Any, body: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "job.slurm").write_text(body)
+    spec = folder / "spec.json"
+    spec.write_text(json.dumps({
+        "script_path": "job.slurm", "work_dir": "work", "model_name": "warmcost",
+        "workflow_type": "custom", "repo_root": ".", "alloc_time_limit": "00:30:00",
+        "alloc_job_name": f"{cluster.account}-bench-warmcost-{os.getpid()}.persistent",
+        "monitor_timeout_seconds": 120,
+        "slurm_params": {"partition": cluster.partition, "account": cluster.account,
+                         "nodes": 1, "ntasks_per_node": 1}}))
+    return spec
+
+
+def import_ms(env: Mapping[str, str], argv: Sequence[str], cwd: Path) -> float:
+    """The sum of the modules' own import times (``-X importtime``), in ms."""
+    proc = subprocess.run([sys.executable, "-X", "importtime", *argv], env=dict(env),  # noqa: S603
+                          cwd=cwd, capture_output=True, text=True, timeout=120, check=False)
+    total = 0
+    for line in proc.stderr.splitlines():
+        if line.startswith("import time:") and "self [us]" not in line:
+            total += int(line.split("|")[0].split(":")[1])
+    return total / 1000.0
+
+
+def median_ms(values: Sequence[float]) -> float:
+    return round(statistics.median(values) * 1000.0, 1)
+
+
+def measure(cluster: Any, root: Path, reps: int, before: Path | None) -> dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env.update(cluster.env)
+    versions = {"after": version_env(env, None)}
+    if before is not None:
+        versions["before"] = version_env(env, before)
+    spec = write_spec(root / "warm", cluster, SCRIPT)
+    cli = [sys.executable, "-m", "slurm_fsm"]
+    say("warm-up run (step 0: the allocation)")
+    _, _, first = timed([*cli, "run", str(spec), "--json", "--quiet"], versions["after"],
+                        spec.parent)
+    job = json.loads(first.stdout)["allocation_id"]
+    samples: dict[str, list[float]] = {}
+
+    def add(key: str, value: float) -> None:
+        samples.setdefault(key, []).append(value)
+
+    step_env = dict(env)
+    hand_env = {**env, "SLURM_JOB_ID": job, "SLURM_JOBID": job}
+    for i in range(reps):
+        say(f"round {i + 1}/{reps}")
+        add("bare_step", timed(["srun", f"--jobid={job}", "-N1", "-n1", "true"], step_env)[0])
+        add("script_by_hand", timed(["bash", str(spec.parent / "job.slurm")], hand_env)[0])
+        for name, venv in versions.items():
+            wall, cpu, proc = timed([*cli, "run", str(spec), "--json", "--quiet"], venv,
+                                    spec.parent)
+            assert json.loads(proc.stdout)["status"] == "PASSED", proc.stdout
+            add(f"cli_{name}", wall)
+            add(f"cli_cpu_{name}", cpu)
+    for name, venv in versions.items():  # the library: one process, reps runs in it
+        _, _, proc = timed([sys.executable, "-c", LIBRARY, str(spec), str(reps + 1)], venv,
+                           spec.parent)
+        lib = json.loads(proc.stdout)
+        assert set(lib["status"]) == {"PASSED"}, lib
+        samples[f"library_{name}"] = lib["report_s"][1:]  # the first pays the imports
+        samples[f"library_lease_gone_after_report_{name}"] = lib["lease_gone_s"][1:]
+    res: dict[str, Any] = {k: median_ms(v) for k, v in samples.items()}
+    res["logs"] = measure_logs(cluster, root, reps, versions, cli)
+    res["import_ms"] = {name: {
+        "slurm_fsm.executor": round(statistics.median(
+            [import_ms(venv, ["-c", "import slurm_fsm.executor"], root)
+             for _ in range(reps)]), 1)} for name, venv in versions.items()}
+    res["samples_ms"] = {k: [round(x * 1000.0, 1) for x in v] for k, v in samples.items()}
+    return res
+
+
+def measure_logs(cluster: Any, root: Path, reps: int, versions: Mapping[str, Mapping[str, str]],
+                 cli: Sequence[str]) -> dict[str, Any]:
+    """``logs RUN_ID`` of a run not started (an owner record without a log), running (a
+    detached run waiting for a gate file) and done: wall and CPU, medians in ms."""
+    spec = write_spec(root / "logs", cluster, GATED.format(gate=root / "logs" / "gate"))
+    from slurm_fsm.runowner import Owner, OwnerRecord, RunFiles
+
+    files = RunFiles(spec.parent / "work_dirs" / ".slurm_alloc.json")
+    pending = "r0123456789ab"
+    files.write_owner(OwnerRecord.new(pending, Owner.SUPERVISOR, mode="persistent",
+                                      spec_path=str(spec), spec={}))
+    _, _, proc = timed([*cli, "run", str(spec), "--detach", "--json", "--quiet"],
+                       versions["after"], spec.parent)
+    running = json.loads(proc.stdout)["run_id"]
+    states = {"not started": pending, "running": running}
+    out: dict[str, Any] = {}
+    for state, run_id in states.items():
+        out[state] = logs_round(reps, versions, cli, run_id, spec.parent)
+    (spec.parent / "gate").touch()
+    timed([*cli, "wait", running, "--timeout", "120"], versions["after"], spec.parent)
+    out["done"] = logs_round(reps, versions, cli, running, spec.parent)
+    return out
+
+
+def logs_round(reps: int, versions: Mapping[str, Mapping[str, str]], cli: Sequence[str],
+               run_id: str, cwd: Path) -> dict[str, float]:
+    walls: dict[str, list[float]] = {}
+    cpus: dict[str, list[float]] = {}
+    for _ in range(reps):
+        for name, venv in versions.items():
+            wall, cpu, _ = timed([*cli, "logs", run_id], venv, cwd)
+            walls.setdefault(name, []).append(wall)
+            cpus.setdefault(name, []).append(cpu)
+    return {**{f"wall_{k}": median_ms(v) for k, v in walls.items()},
+            **{f"cpu_{k}": median_ms(v) for k, v in cpus.items()}}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    p.add_argument("--reps", type=int, default=11)
+    p.add_argument("--before", type=Path, default=None,
+                   help="a folder holding an earlier slurm_fsm package, measured too")
+    p.add_argument("--out", type=Path, default=RESULTS)
+    args = p.parse_args(argv)
+    from slurm_fsm_dev import localcluster
+
+    cluster = localcluster.up()
+    os.environ.update(cluster.env)
+    load0 = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="slurm_fsm-warmcost-") as tmp:
+        res = measure(cluster, Path(tmp), args.reps, args.before)
+        subprocess.run([sys.executable, "-m", "slurm_fsm", "release",  # noqa: S603
+                        str(Path(tmp) / "warm" / "spec.json"), "--quiet"], env=os.environ,
+                       cwd=Path(tmp) / "warm", capture_output=True, timeout=120, check=False)
+    res["reps"] = args.reps
+    res["config"] = cluster.config_name
+    res["load_1min"] = [round(load0, 2), round(os.getloadavg()[0], 2)]  # start, end
+    args.out.write_text(json.dumps(res, indent=2, sort_keys=True) + "\n")
+    print(json.dumps({k: v for k, v in res.items() if k != "samples_ms"}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
