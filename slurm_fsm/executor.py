@@ -205,7 +205,7 @@ class Executor:
 
     def _path_for(self, spec: JobSpec, warnings: list[str]) -> PersistentRun | OneShotRun:
         if self._mode() is Mode.ONE_SHOT:
-            from slurm_fsm.oneshot import OneShotRun, err_path_for, log_path_for, outcome_exit_code
+            from slurm_fsm.oneshot import OneShotRun
 
             return OneShotRun(spec, self.backend, clock=self.clock, events=self.events,
                               policy=self.policy, warnings=warnings)
