@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import secrets
 import stat
 from pathlib import Path
 from typing import BinaryIO
@@ -200,7 +199,7 @@ def write_atomic(path: Path, data: bytes, *, mode: int = 0o600, fsync: bool = Tr
     ``os.replace`` puts it at ``path``: a symbolic link planted at ``path`` is replaced,
     never written through. A failed write (``ENOSPC``) leaves ``path`` as it was and no
     temp file behind; it raises :class:`OSError` with the OS's words."""
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.urandom(8).hex()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | os.O_CLOEXEC, mode)
     try:
         try:
@@ -233,7 +232,7 @@ def prove_writable(folder: Path, size: int) -> str | None:
     Creating an empty file proves little (it works on a full disk, which refuses the
     first byte): the probe, an ``O_EXCL`` temp file with a random name, gets ``size``
     bytes and an ``fsync`` before it is removed."""
-    probe = folder / f".probe.{secrets.token_hex(8)}.tmp"
+    probe = folder / f".probe.{os.urandom(8).hex()}.tmp"
     try:
         fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | os.O_CLOEXEC,
                      0o600)

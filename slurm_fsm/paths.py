@@ -29,8 +29,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import attrs
-
 __all__ = ["RUN_ID", "STATE_NAME", "StatePaths", "successor_log_of"]
 
 #: The state file's name in ``<repo_root>/work_dirs``.
@@ -59,14 +57,35 @@ def _renamed(name: str, prefix: str, ext: str, other: str, *, anywhere: bool) ->
     return f"{name}.{other}{ext}"
 
 
-@attrs.frozen
 class StatePaths:
     """The files beside one state file (see the module). Build it with
     :meth:`for_state_file` or :meth:`for_repo`; each file is a property, a run's files
-    are methods of its run id."""
+    are methods of its run id. Frozen, equal when their state files are. A plain class,
+    not attrs: ``slurm-fsm logs`` reads a run's files through it and imports no attrs
+    (tests/test_runlog.py)."""
+
+    __slots__ = ("state",)
 
     #: the state file: the allocation's job id, container and set-up progress
-    state: Path = attrs.field(converter=Path)
+    state: Path
+
+    def __init__(self, state: Path | str) -> None:
+        object.__setattr__(self, "state", Path(state))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"StatePaths is frozen: cannot set {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"StatePaths is frozen: cannot delete {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, StatePaths) and other.state == self.state
+
+    def __hash__(self) -> int:
+        return hash((StatePaths, self.state))
+
+    def __repr__(self) -> str:
+        return f"StatePaths(state={self.state!r})"
 
     @classmethod
     def for_state_file(cls, path: Path | str) -> StatePaths:

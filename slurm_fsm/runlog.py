@@ -24,7 +24,6 @@ from typing import Any
 from slurm_fsm.errors import FileProblem
 from slurm_fsm.files import read_bounded
 from slurm_fsm.paths import RUN_ID, StatePaths
-from slurm_fsm.scriptguard import boot_id, live_start_ticks
 
 __all__ = ["MAX_BYTES", "RunState", "log_of", "process_alive", "state_of", "where"]
 
@@ -44,6 +43,8 @@ def process_alive(host: str, boot: str, pid: int, pid_ticks: int) -> bool | None
     """Is the process ``pid`` (started at ``pid_ticks``, on ``host`` in boot ``boot``)
     alive? True or False on its own host; None on another host: it cannot be told
     from here (:func:`slurm_fsm.runowner.owner_alive`)."""
+    from slurm_fsm.scriptguard import boot_id, live_start_ticks  # ctypes: when asked
+
     if host != socket.gethostname():
         return None
     if boot != boot_id():

@@ -12,7 +12,6 @@ import ast
 import re
 from pathlib import Path
 
-import attrs
 import pytest
 
 from slurm_fsm.paths import StatePaths
@@ -69,7 +68,7 @@ def test_a_checkouts_state_file_and_the_fakes(tmp_path: Path) -> None:
 
 def test_the_record_is_frozen_and_moves_with_its_names(tmp_path: Path) -> None:
     p = StatePaths.for_repo(tmp_path)
-    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+    with pytest.raises(AttributeError, match="frozen"):  # attrs.FrozenInstanceError is one
         p.state = tmp_path  # type: ignore[misc]
     moved = p.moved_to(tmp_path / "scratch")
     assert moved.state == tmp_path / "scratch" / ".slurm_alloc.json"

@@ -21,7 +21,7 @@ RUN = "r0123456789ab"
 
 #: What ``logs`` must not load: the run's classes, the report's converter, the spec,
 #: any backend (a Slurm command), the run paths (issue 42 item 5).
-HEAVY = ("slurm_fsm.detach", "slurm_fsm.runowner", "slurm_fsm.report", "slurm_fsm.spec",
+HEAVY = ("attrs", "slurm_fsm.detach", "slurm_fsm.runowner", "slurm_fsm.report", "slurm_fsm.spec",
          "slurm_fsm.backend", "slurm_fsm.subprocess_backend", "slurm_fsm.slurmcli",
          "slurm_fsm.executor", "slurm_fsm.oneshot", "slurm_fsm.handoff",
          "slurm_fsm.history", "slurm_fsm.machine", "slurm_fsm.persistent", "cattrs")
