@@ -85,7 +85,34 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
-def _parser() -> argparse.ArgumentParser:
+class _Discarded:
+    """A subcommand's parser not built (:class:`_OnlyCommand`): its arguments are dropped."""
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+class _OnlyCommand:
+    """The subparsers action, adding the parser of the command ``only`` alone (None:
+    every one): a command line that names its command builds that one (each parser
+    built costs every start; ``slurm-fsm logs`` answers in a fraction of a second).
+    ``seen``: every command name asked for, built or not."""
+
+    def __init__(self, sub: Any, only: str | None) -> None:
+        self.sub = sub
+        self.only = only
+        self.seen: set[str] = set()
+
+    def add_parser(self, name: str, **kwargs: Any) -> Any:
+        self.seen.add(name)
+        if self.only is None or name == self.only:
+            return self.sub.add_parser(name, **kwargs)
+        return _Discarded()
+
+
+def _parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser; with ``only`` (a command's name), that command's
+    subparser alone (every one when ``only`` names no command)."""
     p = _Parser(
         prog="slurm-fsm",
         description="Run test and benchmark jobs on Slurm through a persistent allocation.",
@@ -93,12 +120,12 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action=_VersionAction, help="print the version and exit")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub = _OnlyCommand(p.add_subparsers(dest="command", metavar="COMMAND"), only)
 
     def spec_command(name: str, help_text: str) -> argparse.ArgumentParser:
-        c = sub.add_parser(name, help=help_text, description=help_text,
-                           epilog=EXIT_CODES_HELP,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        c: argparse.ArgumentParser = sub.add_parser(
+            name, help=help_text, description=help_text, epilog=EXIT_CODES_HELP,
+            formatter_class=argparse.RawDescriptionHelpFormatter)
         c.add_argument("spec", help="path of job_spec.json")
         c.add_argument("--json", action="store_true",
                        help="print exactly one JSON document on stdout, also on errors")
@@ -137,12 +164,16 @@ def _parser() -> argparse.ArgumentParser:
 
     cli_runs.add_parsers(sub, EXIT_CODES_HELP)
     _add_diagram(sub)
+    _add_demo(sub)
+    return p if only is None or only in sub.seen else _parser()
+
+
+def _add_demo(sub: _OnlyCommand) -> None:
     demo = sub.add_parser("demo", help="run an example job twice through one persistent "
                                        "allocation on the local Slurm cluster")
     demo.add_argument("--fake", action="store_true", help="use the fake cluster")
     demo.add_argument("--keep", action="store_true", help="do not release the allocation")
     demo.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
-    return p
 
 
 def _backend(kind: str) -> SlurmBackend:
@@ -302,7 +333,8 @@ def configure_logging(environ: Mapping[str, str] | None = None) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
-    parser = _parser()
+    parser = _parser(args_list[0] if args_list and not args_list[0].startswith("-")
+                     else None)
     try:
         args = parser.parse_args(args_list)
     except _UsageError as exc:

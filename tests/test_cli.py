@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 from pathlib import Path
@@ -502,3 +503,23 @@ def test_status_of_an_allocation_without_container_says_no_container(tmp_path: P
     boxed = AllocationStatus(**common, container_name="c1", docker_image="img",
                              installed=False).render_text()
     assert "container c1, not installed yet" in boxed
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    (action,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(action.choices)
+
+
+def test_a_command_line_builds_its_commands_parser_alone_and_the_same() -> None:
+    """Each parser built costs every start (issue 39: ``logs`` within 0.5 s): a command
+    line naming its command builds that one alone, the same as in the whole parser; a
+    name that is no command gets the whole parser (its error lists them all)."""
+    from slurm_fsm.cli import _parser
+
+    whole = _subparsers(_parser())
+    assert {"run", "logs", "runs", "report", "diagram", "demo"} <= set(whole)
+    for name, sub in whole.items():
+        alone = _subparsers(_parser(name))
+        assert list(alone) == [name]
+        assert alone[name].format_help() == sub.format_help()
+    assert set(_subparsers(_parser("logz"))) == set(whole)
