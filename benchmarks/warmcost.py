@@ -20,7 +20,12 @@ compared):
 Each kind through the library, the CLI, ``logs`` and the import is measured for this
 checkout (``after``) and, with ``--before DIR`` (a ``slurm_fsm`` package folder's parent,
 e.g. ``git archive BASE slurm_fsm | tar -x -C DIR``), for that one too, in the same
-rounds. Results go to ``benchmarks/warmcost.json``; figures, not pass/fail.
+rounds. Every process runs with its version's bytecode cached
+(``PYTHONPYCACHEPREFIX`` in a temporary folder, compiled first), as an installed
+package's is: this machine sets ``PYTHONDONTWRITEBYTECODE``, under which each start
+compiles the package again. Results go to ``benchmarks/warmcost.json`` and the table
+of ``docs/benchmarks.md`` ("A warm run's own cost"; ``--no-docs`` leaves it,
+``--render-docs`` redraws it from the file); figures, not pass/fail.
 """
 
 from __future__ import annotations
@@ -40,6 +45,9 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "warmcost.json"
+DOC = REPO / "docs" / "benchmarks.md"
+TABLE_BEGIN = "<!-- warmcost-table:begin -->"
+TABLE_END = "<!-- warmcost-table:end -->"
 SCRIPT = "#!/bin/bash\nsrun -N1 -n1 true\n"
 GATED = "#!/bin/bash\nsrun -N1 -n1 true\nuntil [ -e {gate} ]; do sleep 0.05; done\n"
 
@@ -90,12 +98,28 @@ def timed(argv: Sequence[str], env: Mapping[str, str], cwd: Path | None = None
     return wall, cpu, proc
 
 
-def version_env(base: Mapping[str, str], pythonpath: Path | None) -> dict[str, str]:
+def version_env(base: Mapping[str, str], pythonpath: Path | None, pycache: Path
+                ) -> dict[str, str]:
+    """The environment of one version's processes: its package first on the path, and
+    its bytecode cached (in ``pycache``, outside the checkout), as an installed
+    package's is: a ``PYTHONDONTWRITEBYTECODE`` of the caller's would make each start
+    compile the whole package again."""
     env = dict(base)
     env.pop("PYTHONPATH", None)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = str(pycache)
     if pythonpath is not None:
         env["PYTHONPATH"] = str(pythonpath)
     return env
+
+
+def compile_package(env: Mapping[str, str]) -> None:
+    """Write the bytecode of the package the environment imports (once, before any
+    figure)."""
+    code = ("import compileall, os, slurm_fsm; "
+            "compileall.compile_dir(os.path.dirname(slurm_fsm.__file__), quiet=1)")
+    subprocess.run([sys.executable, "-c", code], env=dict(env), capture_output=True,  # noqa: S603
+                   timeout=300, check=True)
 
 
 def write_spec(folder: Path, cluster: Any, body: str) -> Path:
@@ -130,9 +154,11 @@ def median_ms(values: Sequence[float]) -> float:
 def measure(cluster: Any, root: Path, reps: int, before: Path | None) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     env.update(cluster.env)
-    versions = {"after": version_env(env, None)}
+    versions = {"after": version_env(env, None, root / "pycache-after")}
     if before is not None:
-        versions["before"] = version_env(env, before)
+        versions["before"] = version_env(env, before, root / "pycache-before")
+    for venv in versions.values():
+        compile_package(venv)
     spec = write_spec(root / "warm", cluster, SCRIPT)
     cli = [sys.executable, "-m", "slurm_fsm"]
     say("warm-up run (step 0: the allocation)")
@@ -210,13 +236,56 @@ def logs_round(reps: int, versions: Mapping[str, Mapping[str, str]], cli: Sequen
             **{f"cpu_{k}": median_ms(v) for k, v in cpus.items()}}
 
 
+def table(res: Mapping[str, Any]) -> str:
+    """The docs' table: each figure before and after, medians in ms."""
+    step = res["bare_step"]
+
+    def pair(key: str) -> str:
+        after, before = res.get(f"{key}_after"), res.get(f"{key}_before")
+        return f"{before if before is not None else '-'} | {after}"
+
+    rows = [
+        "| what | before | after |", "|---|---:|---:|",
+        f"| bare step `srun -N1 -n1 true` | {step} | {step} |",
+        f"| the script by hand in the allocation | {res['script_by_hand']} | "
+        f"{res['script_by_hand']} |",
+        f"| warm run through the library, to its report | {pair('library')} |",
+        f"| ... the lease step gone, after the report | "
+        f"{pair('library_lease_gone_after_report')} |",
+        f"| warm run through the CLI, the whole process | {pair('cli')} |",
+        f"| ... its CPU seconds | {pair('cli_cpu')} |",
+    ]
+    for state, fig in res["logs"].items():
+        rows.append(f"| `logs RUN_ID`, run {state}: wall | {fig.get('wall_before', '-')} | "
+                    f"{fig['wall_after']} |")
+        rows.append(f"| `logs RUN_ID`, run {state}: CPU | {fig.get('cpu_before', '-')} | "
+                    f"{fig['cpu_after']} |")
+    load = res["load_1min"]
+    return "\n".join([*rows, "", f"Medians of {res['reps']} in ms, load {load[0]}-{load[1]} "
+                       "(1-minute load average at the start and the end; 2 shared CPUs), "
+                       "before and after measured in the same rounds."])
+
+
+def update_docs(res: Mapping[str, Any]) -> None:
+    text = DOC.read_text()
+    head, rest = text.split(TABLE_BEGIN, 1)
+    _, tail = rest.split(TABLE_END, 1)
+    DOC.write_text(f"{head}{TABLE_BEGIN}\n{table(res)}\n{TABLE_END}{tail}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     p.add_argument("--reps", type=int, default=11)
     p.add_argument("--before", type=Path, default=None,
                    help="a folder holding an earlier slurm_fsm package, measured too")
     p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument("--no-docs", action="store_true")
+    p.add_argument("--render-docs", action="store_true",
+                   help="only redraw docs/benchmarks.md's table from --out")
     args = p.parse_args(argv)
+    if args.render_docs:
+        update_docs(json.loads(args.out.read_text()))
+        return 0
     from slurm_fsm_dev import localcluster
 
     cluster = localcluster.up()
@@ -232,6 +301,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     res["load_1min"] = [round(load0, 2), round(os.getloadavg()[0], 2)]  # start, end
     args.out.write_text(json.dumps(res, indent=2, sort_keys=True) + "\n")
     print(json.dumps({k: v for k, v in res.items() if k != "samples_ms"}, indent=1))
+    if not args.no_docs:
+        update_docs(res)
     return 0
 
 
