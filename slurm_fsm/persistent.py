@@ -268,7 +268,7 @@ class PersistentRun:
             if steps.finished and self.lease is not None:  # its job's steps are gone
                 # the report does not wait for the step to end (slurm_fsm.leasestop):
                 # the next run, release or gate of this process does, and its exit
-                leasestop.stop_soon(self.lease, done.allocation, on_error=self._lease_error)
+                leasestop.stop_soon(self.lease, alloc.job_id, on_error=self._lease_error)
 
     def _lease_error(self, exc: BaseException) -> None:
         """The wait for this run's lease step to end failed (after the report): said."""
