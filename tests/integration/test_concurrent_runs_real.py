@@ -28,11 +28,20 @@ pytestmark = pytest.mark.slurm
 #: a job whose step shares the node's CPUs (--overlap): several run at once on 1 node
 OVERLAP_JOB = ("#!/bin/bash\necho start $(date +%s.%N)\nsrun --overlap -n1 sleep {s}\n"
                "echo end $(date +%s.%N)\n")
+#: the same job, its step waiting for a gate file instead of a time: "while the jobs
+#: run" is then a fact the test makes, not a race with the machine's load
+GATED_JOB = ("#!/bin/bash\necho start $(date +%s.%N)\n"
+             "srun --overlap -n1 bash -c 'until [ -e {gate} ]; do sleep 0.1; done'\n"
+             "echo end $(date +%s.%N)\n")
 
 
-def _specs(cluster: ClusterInfo, tmp_path: Path, name: str, n: int, seconds: float,
+def _specs(cluster: ClusterInfo, tmp_path: Path, name: str, n: int, seconds: float | None,
            **over: Any) -> list[Path]:
-    (tmp_path / "job.slurm").write_text(OVERLAP_JOB.format(s=seconds))
+    """``n`` specs of one job: a step of ``seconds``, or (None) one that waits for the
+    file ``tmp_path/gate``."""
+    job = GATED_JOB.format(gate=tmp_path / "gate") if seconds is None \
+        else OVERLAP_JOB.format(s=seconds)
+    (tmp_path / "job.slurm").write_text(job)
     out = []
     for i in range(n):
         data = spec_dict(cluster, tmp_path, name, work_dir=str(tmp_path / f"work{i}"),
@@ -146,7 +155,7 @@ def test_four_one_gpu_runs_at_once_each_get_their_own_gpu_in_one_allocation(
 
 def test_a_release_while_two_jobs_run_refuses_or_waits_and_never_cancels_them(
         local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
-    specs = _specs(local_cluster, tmp_path, names.new("relwait"), 2, 8)
+    specs = _specs(local_cluster, tmp_path, names.new("relwait"), 2, None)
     try:
         procs = [_start(local_cluster, "run", str(p)) for p in specs]
         _running(tmp_path, 2)
@@ -172,6 +181,7 @@ def test_a_release_while_two_jobs_run_refuses_or_waits_and_never_cancels_them(
         assert (tmp_path / "repo" / "work_dirs" / ".slurm_alloc.json").exists()
         # a release that waits: it returns once both jobs have passed
         waiting = _start(local_cluster, "release", str(specs[1]))
+        (tmp_path / "gate").touch()
         reports = [_report(p) for p in procs]
         released = _report(waiting)
         assert [r["status"] for r in reports] == ["PASSED", "PASSED"], reports
@@ -181,6 +191,7 @@ def test_a_release_while_two_jobs_run_refuses_or_waits_and_never_cancels_them(
         until("the allocation gone", lambda: True if job_state(alloc) in (
             None, "CANCELLED", "COMPLETED") else None, 30)
     finally:
+        (tmp_path / "gate").touch()
         _release(local_cluster, specs[0])
 
 
@@ -209,7 +220,7 @@ def test_kill_9_of_one_of_three_runs_leaves_the_others_and_the_allocation(
 def test_an_incompatible_spec_while_jobs_run_never_cancels_the_allocation(
         local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
     name = names.new("incompat")
-    specs = _specs(local_cluster, tmp_path, name, 2, 8)
+    specs = _specs(local_cluster, tmp_path, name, 2, None)
     other = tmp_path / "other.json"
     data = spec_dict(local_cluster, tmp_path, name, work_dir=str(tmp_path / "w-other"),
                      success_patterns=["end"], slurm_params={"nodes": 2})
@@ -224,6 +235,7 @@ def test_an_incompatible_spec_while_jobs_run_never_cancels_the_allocation(
         assert job_state(alloc) == "RUNNING"
         # waiting: it replaces the allocation only once both jobs have passed
         replacing = _start(local_cluster, "run", str(other))
+        (tmp_path / "gate").touch()
         reports = [_report(p) for p in procs]
         assert [r["status"] for r in reports] == ["PASSED", "PASSED"], reports
         assert {r["allocation_id"] for r in reports} == {alloc}
@@ -232,6 +244,7 @@ def test_an_incompatible_spec_while_jobs_run_never_cancels_the_allocation(
         assert "Incompatible" in after["path"] and after["allocation_id"] != alloc
         assert max(_span(r)[1] for r in reports) <= _span(after)[0]
     finally:
+        (tmp_path / "gate").touch()
         _release(local_cluster, other)
 
 
