@@ -544,6 +544,58 @@ def summarize(results: list[dict[str, Any]], extra: dict[str, Any]) -> dict[str,
     }
 
 
+def _triple(by: dict[str, int]) -> str:
+    wrong = sum(n for k, n in by.items() if k.startswith("WRONG"))
+    return f"{by.get('right', 0)} / {wrong} / {by.get('unsettled_step0', 0)}"
+
+
+def _fig(f: dict[str, Any], keys: Sequence[str] = ("median", "p90", "max")) -> str:
+    return " / ".join(str(f.get(k, "-")) for k in keys)
+
+
+#: the docs' table: a row's title and how it is read from a summary
+TABLE_ROWS: tuple[tuple[str, Callable[[dict[str, Any]], str]], ...] = (
+    ("points (kill moments); lanes", lambda s: f"{s['points']}; {s.get('lanes', 1)}"),
+    *((f"`{k}`: right / wrong / unsettled", lambda s, k=k: _triple(s["by_kind"][k]))
+      for k in KINDS),
+    ("`node` with an agent / without: right / wrong / unsettled",
+     lambda s: f"{_triple(s['by_kind']['node_agent'])}; "
+               f"{_triple(s['by_kind']['node_no_agent'])}"),
+    ("controller restarts (each hit every lane's run)", lambda s: str(s.get("ctld_restarts", "-"))),
+    ("verdicts lost (no report from `wait`; unsettled apart)", lambda s: str(s["lost"])),
+    ("rebuilt verdicts", lambda s: str(s["rebuilt"])),
+    ("runs never started (killed before a supervisor began)",
+     lambda s: str(s["never_started"])),
+    ("runs with a step left 20 s after the verdict", lambda s: str(s["steps_left"])),
+    ("allocation not RUNNING after a verdict; left 15 s after `release`",
+     lambda s: f"{s['allocation_dead_after']}; "
+               f"{len(s.get('allocations_left_15s_after_release', []))}"),
+    ("dead node's lease gone from `squeue -s`: leases, median, max (s); over 10 s",
+     lambda s: f"{s['node_lease_gone_s'].get('leases', 0)}, "
+               f"{s['node_lease_gone_s'].get('median', '-')}, "
+               f"{s['node_lease_gone_s'].get('max', '-')}; "
+               f"{s['node_lease_gone_s'].get('over_10s_or_never', 0)}"),
+    ("`logs RUN_ID` wall: median / p90 / max (s)", lambda s: _fig(s["logs_s_all"])),
+    ("`logs RUN_ID` CPU (user+sys): median / p90 / max (s)",
+     lambda s: _fig(s["logs_cpu_s_all"])),
+    ("`python -c 'import slurm_fsm.cli'` wall: median (s)",
+     lambda s: str(s["cli_import_floor_s"].get("median", "-"))),
+    ("`attach` on login-b, a new log line shown after: median / p90 / max (s) (n)",
+     lambda s: f"{_fig(s['attach_line_s'])} ({s['attach_line_s'].get('n', 0)})"),
+    ("load (1 min) at the end; minutes", lambda s: f"{s['load_1min']}; {s['minutes']}"),
+)
+
+
+def table(paths: Sequence[Path]) -> str:
+    """The docs' table of the campaign: one column per results file."""
+    sums = [json.loads(p.read_text())["summary"] for p in paths]
+    head = " | ".join(s["slurm"].replace("slurm-wlm ", "Slurm ") for s in sums)
+    lines = [f"| figure | {head} |", "|---" * (len(sums) + 1) + "|"]
+    lines += [f"| {title} | " + " | ".join(row(s) for s in sums) + " |"
+              for title, row in TABLE_ROWS]
+    return "\n".join(lines) + "\n"
+
+
 def _stop_at(text: str | None) -> float:
     if not text:
         return float("inf")
@@ -622,7 +674,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=39)
     p.add_argument("--until", help="stop starting points at HH:MM UTC")
     p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument("--table", type=Path, nargs="+", metavar="RESULTS",
+                   help="print the docs' table of these results files, run nothing")
     args = p.parse_args(argv)
+    if args.table:
+        print(table(args.table), end="")
+        return 0
     if args.lanes < 1:
         p.error("--lanes: at least 1")
     stop = _stop_at(args.until)
