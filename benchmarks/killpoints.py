@@ -352,9 +352,11 @@ def _hit_after(repo: Path, run_id: str, kind: str, delay: float) -> dict[str, An
     time.sleep(delay)
     if kind == "owner":
         rec = _owner_record(repo, run_id)
+        hit_at = time.time()
         with contextlib.suppress(ProcessLookupError, TypeError, ValueError):
             os.kill(int(rec["pid"]), signal.SIGKILL)  # it ended first: nothing to hit
-        return {"hit_owner": rec.get("owner"), "hit_phase": rec.get("phase")}
+        return {"hit_owner": rec.get("owner"), "hit_phase": rec.get("phase"),
+                "hit_at": round(hit_at, 3)}
     phase = _owner_record(repo, run_id).get("phase")
     _cli("cancel", run_id, cwd=repo)
     return {"hit_phase": phase}
@@ -388,6 +390,9 @@ def _settle(repo: Path, run_id: str, kind: str) -> dict[str, Any]:
     alloc = str(report.get("allocation_id") or view.get("allocation_id") or "")
     gone = _until(lambda: not _steps(alloc), 20) if alloc else 0.0
     return {"status": report.get("status"), "source": report.get("report_source"),
+            # when the job's log was last written (its last line): against ``hit_at``,
+            # whether the script printed it before or after its owner was killed
+            "log_written_at": round(log.stat().st_mtime, 3) if log.exists() else None,
             "summary": report.get("summary"), "errors": report.get("errors", [])[:3],
             "log_ended": ended, "owner_at_end": view.get("owner"),
             "state_at_end": view.get("state"), "allocation_id": alloc,
@@ -526,6 +531,12 @@ def summarize(results: list[dict[str, Any]], extra: dict[str, Any]) -> dict[str,
         "rebuilt": sum(r.get("source") == "rebuilt" for r in results),
         "never_started": sum(r["never_started"] for r in results),
         "by_kind": by_kind,
+        # an owner killed as its script ended: the script's last line written after
+        # the kill (the script outlived its owner while its guard stopped it; not
+        # counted apart: the figure explains a wrong point, the rule stays)
+        "owner_end_written_after_kill": sum(
+            r["kind"] == "owner" and r.get("log_ended", False) and bool(r.get("hit_at"))
+            and (r.get("log_written_at") or 0) > r["hit_at"] for r in results),
         "cancel_raced_the_end": sum(r["kind"] == "cancel" and r.get("log_ended", False)
                                     and r["status"] == "CANCELLED" for r in results),
         "node_lease_gone_s": {**_figures([x for x in lease if x is not None]),
