@@ -49,8 +49,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import math
+import multiprocessing
 import os
 import random
 import re
@@ -81,6 +83,38 @@ ATTACH_JOB = ("#!/bin/bash\necho start\nuntil [ -e {gate} ]; do sleep 0.05; done
               "echo \"mark $(date +%s.%N)\"\nsrun --overlap -n1 sleep 1\necho end\n")
 LEASE_LIMIT_S = 10.0
 MARK = re.compile(r"mark (\d+\.\d+)")
+RUN_OWNER = re.compile(r"\.slurm_run\.(r[0-9a-f]{12})\.owner\.json")
+
+
+#: how long a lane waits for the others at a controller restart (the slowest may be
+#: waiting up to 240 s for a verdict)
+BARRIER_S = 900.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Lane:
+    """One lane: a checkout and specs of its own, so a persistent allocation of its own
+    (one CPU of one node: the local cluster's 3 nodes of 8 CPUs hold many)."""
+
+    index: int
+    root: Path
+    specs: dict[str, Path]
+    alloc: str = ""
+
+    @property
+    def repo(self) -> Path:
+        return self.root / "repo"
+
+
+@dataclasses.dataclass(frozen=True)
+class Shared:
+    """What the lanes share: where they meet before a controller restart, every lane's
+    root (whose runs' phases are read as slurmctld goes down) and the folder of the
+    restarts' records."""
+
+    barrier: Any  # a multiprocessing Barrier
+    roots: tuple[Path, ...]
+    folder: Path
 
 
 def _cli(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -93,13 +127,16 @@ def _slurm(*argv: str) -> str:
                           timeout=60, check=False).stdout
 
 
-def _runs(repo: Path) -> list[dict[str, Any]]:
-    out = _cli("runs", "--all", "--json", cwd=repo).stdout
-    return json.loads(out) if out.strip() else []
-
-
 def _view(repo: Path, run_id: str) -> dict[str, Any]:
-    return next((r for r in _runs(repo) if r["run_id"] == run_id), {})
+    """The run as ``runs --json`` shows it (the same view, read in this process: a
+    command takes seconds on this loaded machine, and the lanes share its 2 cores)."""
+    from slurm_fsm import detach
+    from slurm_fsm.errors import SlurmFsmError
+
+    try:
+        return dict(detach.find(repo, run_id).to_dict())
+    except (SlurmFsmError, OSError, ValueError):
+        return {}
 
 
 def _steps(alloc: str) -> list[str]:
@@ -109,8 +146,9 @@ def _steps(alloc: str) -> list[str]:
             if ln.strip() and ln.split()[0].split(".")[-1].isdigit()]
 
 
-def _host_leases(host: str) -> list[str]:
-    """The step ids of every lease whose ``srun`` runs on ``host`` (``scontrol``)."""
+def _host_leases(host: str, alloc: str) -> list[str]:
+    """The step ids of every lease of allocation ``alloc`` whose ``srun`` runs on
+    ``host`` (``scontrol``): every lane's emulated node has the same name."""
     out = _slurm("scontrol", "-o", "show", "step")
     found = []
     for line in out.splitlines():
@@ -118,7 +156,7 @@ def _host_leases(host: str) -> list[str]:
         name = re.search(r"\bName=(\S+)", line)
         srun = re.search(r"SrunHost:Pid=([^:\s]+):", line)
         if step and name and srun and name.group(1).startswith("fsm-lease.") and \
-                srun.group(1) == host:
+                srun.group(1) == host and step.group(1).split(".")[0] == alloc:
             found.append(step.group(1))
     return found
 
@@ -147,7 +185,7 @@ def _timed_logs(repo: Path, run_id: str, state: str | None = None) -> dict[str, 
             "rc": done.returncode, "bytes": len(done.stdout)}
 
 
-def _spec(cluster: ClusterInfo, root: Path, name: str, job: str) -> Path:
+def _spec(cluster: ClusterInfo, root: Path, name: str, job: str, lane: int = 0) -> Path:
     (root / f"{name}.slurm").write_text(job)
     (root / "repo").mkdir(exist_ok=True)
     spec = root / f"{name}.json"
@@ -155,26 +193,27 @@ def _spec(cluster: ClusterInfo, root: Path, name: str, job: str) -> Path:
         "script_path": str(root / f"{name}.slurm"), "work_dir": str(root / "work"),
         "model_name": "kp", "workflow_type": "custom", "success_patterns": ["end"],
         "repo_root": str(root / "repo"), "alloc_time_limit": "02:00:00",
-        "alloc_job_name": f"{cluster.account}-bench-killpoints-{os.getpid()}.persistent",
+        "alloc_job_name": f"{cluster.account}-bench-killpoints-{os.getpid()}-{lane}.persistent",
         "slurm_params": {"partition": cluster.partition, "account": cluster.account,
                          "nodes": 1}}))
     return spec
+
+
+def _run_ids(repo: Path) -> set[str]:
+    """The run ids of the checkout's owner records: what ``runs`` lists, read from the
+    folder (a ``runs`` command takes seconds on this loaded machine)."""
+    return {m.group(1) for f in (repo / "work_dirs").glob(".slurm_run.r*.owner.json")
+            if (m := RUN_OWNER.fullmatch(f.name))}
 
 
 def _new_run(repo: Path, before: set[str], timeout: float) -> str | None:
     """The run started since ``before`` (the CLI died before it printed its id)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        new = [r["run_id"] for r in _runs(repo) if r["run_id"] not in before]
-        if new:
-            return str(new[0])
-        time.sleep(0.2)
+        if new := sorted(_run_ids(repo) - before):
+            return new[0]
+        time.sleep(0.1)
     return None
-
-
-def _new_run_after(repo: Path, before: set[str],
-                   facts: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
-    return _new_run(repo, before, 10), facts
 
 
 def _kill_node(node: subprocess.Popen[str]) -> str:
@@ -188,14 +227,14 @@ def _kill_node(node: subprocess.Popen[str]) -> str:
     return (out + err)[-1000:]
 
 
-def _hit_node(spec: Path, delay: float, agent: bool) -> dict[str, Any]:
-    """Start the run on login-a (without an agent: ``SLURM_FSM_AGENT=off``), kill the
-    node after ``delay`` s; the lease figure."""
+def _hit_node(lane: Lane, delay: float, agent: bool) -> dict[str, Any]:
+    """Start the run on the lane's own login-a (without an agent:
+    ``SLURM_FSM_AGENT=off``), kill that node after ``delay`` s; the lease figure."""
     env = {**os.environ, **({} if agent else {"SLURM_FSM_AGENT": "off"})}
-    node = on_node(LOGIN_NODES[0], ["run", str(spec), "--detach", "--json", "--quiet"],
-                   env=env, linger_s=600)
+    node = on_node(LOGIN_NODES[0], ["run", str(lane.specs["job"]), "--detach", "--json",
+                                    "--quiet"], env=env, linger_s=600)
     time.sleep(delay)
-    leases = _host_leases(LOGIN_NODES[0])  # the dead node's, as it dies
+    leases = _host_leases(LOGIN_NODES[0], lane.alloc)  # the dead node's, as it dies
     printed = _kill_node(node)
     gone = None
     if leases:
@@ -209,36 +248,94 @@ def _all_steps() -> list[str]:
     return [ln.strip() for ln in out.splitlines() if ln.strip()]
 
 
-def _start(spec: Path, repo: Path, kind: str, delay: float,
-           agent: bool = True) -> tuple[str | None, dict[str, Any]]:
-    """Start the run and hit it (every kind but ``owner`` and ``cancel``, which need the
-    run id first); its run id (None: it never started) and what the hit measured."""
-    before = {r["run_id"] for r in _runs(repo)}
-    if kind == "node":
-        return _new_run_after(repo, before, _hit_node(spec, delay, agent))
-    facts: dict[str, Any] = {}
-    restart: threading.Thread | None = None
-    if kind == "ctld":
-        def later() -> None:
-            time.sleep(delay)
-            facts["ctld_pid"] = localcluster.restart_ctld()
-        restart = threading.Thread(target=later)
-        restart.start()
-    proc = subprocess.Popen([sys.executable, "-m", "slurm_fsm", "run", str(spec),  # noqa: S603
-                             "--detach", "--json", "--quiet"], cwd=repo,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    if kind == "cli":
-        time.sleep(delay)
-        proc.kill()
+def _detach(lane: Lane) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "slurm_fsm", "run",  # noqa: S603
+                             str(lane.specs["job"]), "--detach", "--json", "--quiet"],
+                            cwd=lane.repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def _started(lane: Lane, proc: subprocess.Popen[str], before: set[str],
+             facts: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
+    """The run id the command printed (or, killed before it printed it, the new owner
+    record's); its exit code and stderr in ``facts``."""
     out, err = proc.communicate(timeout=300)
-    if restart is not None:
-        restart.join(timeout=120)
     facts["cli_rc"] = proc.returncode
     if proc.returncode not in (0, -9):
         facts["cli_stderr"] = err[-2000:]
-    with contextlib.suppress(ValueError):
+    with contextlib.suppress(ValueError, KeyError, TypeError):
         return str(json.loads(out)["run_id"]), facts
-    return _new_run(repo, before, 10), facts
+    return _new_run(lane.repo, before, 10), facts
+
+
+def _start(lane: Lane, kind: str, delay: float,
+           agent: bool = True) -> tuple[str | None, dict[str, Any]]:
+    """Start the run and hit it (``cli``, ``node``: ``owner`` and ``cancel`` need the
+    run id first, ``ctld`` is :func:`_ctld_start`); its run id (None: it never
+    started) and what the hit measured."""
+    before = _run_ids(lane.repo)
+    if kind == "node":
+        facts = _hit_node(lane, delay, agent)
+        return _new_run(lane.repo, before, 10), facts
+    proc = _detach(lane)
+    if kind == "cli":
+        time.sleep(delay)
+        proc.kill()
+    return _started(lane, proc, before, {})
+
+
+# ------------------------------------------------------------------ controller restarts
+def _phases(roots: Sequence[Path]) -> dict[str, dict[str, Any]]:
+    """Every lane's recent runs' phases (their owner records, touched in the last 120
+    s), as the controller goes down."""
+    now, out = time.time(), {}
+    for k, root in enumerate(roots):
+        lane: dict[str, Any] = {}
+        for f in (root / "repo" / "work_dirs").glob(".slurm_run.r*.owner.json"):
+            with contextlib.suppress(OSError, ValueError):
+                if now - f.stat().st_mtime < 120 and (m := RUN_OWNER.fullmatch(f.name)):
+                    lane[m.group(1)] = json.loads(f.read_text()).get("phase")
+        out[str(k)] = lane
+    return out
+
+
+def _restart(shared: Shared, rnd: int) -> None:
+    """``DELAYS["ctld"]`` s after the lanes met: slurmctld restarted once for all of
+    them; the moment (epoch s) and each lane's runs' phases then, in the round's file."""
+    time.sleep(DELAYS["ctld"])
+    info: dict[str, Any] = {"phases": _phases(shared.roots), "t": time.time()}
+    try:
+        info["pid"] = localcluster.restart_ctld()
+    except (localcluster.LocalClusterError, OSError) as exc:  # the figure says so
+        info["error"] = repr(exc)
+    tmp = shared.folder / f".ctld-{rnd}.json"
+    tmp.write_text(json.dumps(info))
+    tmp.replace(shared.folder / f"ctld-{rnd}.json")
+
+
+def _ctld_start(lane: Lane, shared: Shared, rnd: int,
+                rng: random.Random) -> tuple[str | None, dict[str, Any]]:
+    """One controller restart hits every lane's run: the lanes meet, one of them
+    restarts slurmctld ``DELAYS["ctld"]`` s later, and each starts its run at a random
+    moment before that, so each run is hit at its own moment of its life (its
+    ``delay_s``, uniform in [0, DELAYS["ctld"]] as with one lane)."""
+    first = shared.barrier.wait(timeout=BARRIER_S) == 0
+    restart = threading.Thread(target=_restart, args=(shared, rnd)) if first else None
+    if restart is not None:
+        restart.start()
+    time.sleep(rng.uniform(0.0, DELAYS["ctld"]))
+    t_start, before = time.time(), _run_ids(lane.repo)
+    run_id, facts = _started(lane, _detach(lane), before, {"ctld_round": rnd})
+    if restart is not None:
+        restart.join(timeout=180)
+    done = shared.folder / f"ctld-{rnd}.json"
+    _until(done.exists, 180)
+    info = json.loads(done.read_text()) if done.exists() else {}
+    facts.update(delay_s=round(info["t"] - t_start, 2) if "t" in info else None,
+                 ctld_pid=info.get("pid"), ctld_error=info.get("error"),
+                 hit_phase=info.get("phases", {}).get(str(lane.index), {}).get(
+                     run_id or "", "no record yet"))
+    return run_id, facts
 
 
 def _owner_record(repo: Path, run_id: str) -> dict[str, Any]:
@@ -255,9 +352,11 @@ def _hit_after(repo: Path, run_id: str, kind: str, delay: float) -> dict[str, An
     time.sleep(delay)
     if kind == "owner":
         rec = _owner_record(repo, run_id)
+        hit_at = time.time()
         with contextlib.suppress(ProcessLookupError, TypeError, ValueError):
             os.kill(int(rec["pid"]), signal.SIGKILL)  # it ended first: nothing to hit
-        return {"hit_owner": rec.get("owner"), "hit_phase": rec.get("phase")}
+        return {"hit_owner": rec.get("owner"), "hit_phase": rec.get("phase"),
+                "hit_at": round(hit_at, 3)}
     phase = _owner_record(repo, run_id).get("phase")
     _cli("cancel", run_id, cwd=repo)
     return {"hit_phase": phase}
@@ -291,6 +390,9 @@ def _settle(repo: Path, run_id: str, kind: str) -> dict[str, Any]:
     alloc = str(report.get("allocation_id") or view.get("allocation_id") or "")
     gone = _until(lambda: not _steps(alloc), 20) if alloc else 0.0
     return {"status": report.get("status"), "source": report.get("report_source"),
+            # when the job's log was last written (its last line): against ``hit_at``,
+            # whether the script printed it before or after its owner was killed
+            "log_written_at": round(log.stat().st_mtime, 3) if log.exists() else None,
             "summary": report.get("summary"), "errors": report.get("errors", [])[:3],
             "log_ended": ended, "owner_at_end": view.get("owner"),
             "state_at_end": view.get("state"), "allocation_id": alloc,
@@ -299,11 +401,13 @@ def _settle(repo: Path, run_id: str, kind: str) -> dict[str, Any]:
                 "squeue", "-h", "-j", alloc, "-o", "%T").strip() == "RUNNING"}
 
 
-def one_point(spec: Path, repo: Path, kind: str, delay: float,
-              agent: bool = True) -> dict[str, Any]:
+def one_point(lane: Lane, kind: str, delay: float, agent: bool = True,
+              ctld: tuple[Shared, int, random.Random] | None = None) -> dict[str, Any]:
     """One detached run hit by ``kind`` after ``delay`` seconds; what came of it."""
     point: dict[str, Any] = {"kind": kind, "delay_s": round(delay, 2)}
-    run_id, facts = _start(spec, repo, kind, delay, agent)
+    repo = lane.repo
+    run_id, facts = (_ctld_start(lane, *ctld) if ctld is not None
+                     else _start(lane, kind, delay, agent))
     point.update(facts, run_id=run_id, never_started=run_id is None)
     if run_id is None:  # killed before it started a supervisor: nothing ran
         point.update(status=None, source=None, right=True, lost=False, steps_left=[])
@@ -358,11 +462,12 @@ def _attach_start(spec: Path, repo: Path, gate: Path) -> tuple[str | None, dict[
                     "attach_line_s": round(marks[0][0] - marks[0][1], 3) if marks else None}
 
 
-def _point(specs: dict[str, Path], repo: Path, kind: str, delay: float,
-           agent: bool) -> dict[str, Any]:
+def _point(lane: Lane, kind: str, delay: float, agent: bool,
+           ctld: tuple[Shared, int, random.Random] | None = None) -> dict[str, Any]:
     if kind != "none":
-        return one_point(specs["job"], repo, kind, delay, agent)
-    run_id, facts = _attach_start(specs["attach"], repo, specs["attach"].with_suffix(".gate"))
+        return one_point(lane, kind, delay, agent, ctld)
+    repo, spec = lane.repo, lane.specs["attach"]
+    run_id, facts = _attach_start(spec, repo, spec.with_suffix(".gate"))
     point: dict[str, Any] = {"kind": kind, "delay_s": 0.0, **facts, "run_id": run_id,
                              "never_started": run_id is None}
     if run_id is None:
@@ -414,6 +519,10 @@ def summarize(results: list[dict[str, Any]], extra: dict[str, Any]) -> dict[str,
     lease = [r["lease_gone_s"] for r in results if r.get("node_leases")]
     return {
         "points": len(results), "lost": sum(r["lost"] for r in settled),
+        "points_per_lane": dict(sorted(Counter(str(r.get("lane", 0))
+                                               for r in results).items())),
+        "ctld_restarts": len({r.get("ctld_round") for r in results if r["kind"] == "ctld"}),
+        "ctld_restart_errors": [r["ctld_error"] for r in results if r.get("ctld_error")],
         "wrong": sum(not r["right"] for r in settled),
         "unsettled_step0": sum(bool(r.get("unsettled_step0")) for r in results),
         "steps_left": sum(bool(r.get("steps_left")) for r in results),
@@ -422,6 +531,12 @@ def summarize(results: list[dict[str, Any]], extra: dict[str, Any]) -> dict[str,
         "rebuilt": sum(r.get("source") == "rebuilt" for r in results),
         "never_started": sum(r["never_started"] for r in results),
         "by_kind": by_kind,
+        # an owner killed as its script ended: the script's last line written after
+        # the kill (the script outlived its owner while its guard stopped it; not
+        # counted apart: the figure explains a wrong point, the rule stays)
+        "owner_end_written_after_kill": sum(
+            r["kind"] == "owner" and r.get("log_ended", False) and bool(r.get("hit_at"))
+            and (r.get("log_written_at") or 0) > r["hit_at"] for r in results),
         "cancel_raced_the_end": sum(r["kind"] == "cancel" and r.get("log_ended", False)
                                     and r["status"] == "CANCELLED" for r in results),
         "node_lease_gone_s": {**_figures([x for x in lease if x is not None]),
@@ -440,6 +555,58 @@ def summarize(results: list[dict[str, Any]], extra: dict[str, Any]) -> dict[str,
     }
 
 
+def _triple(by: dict[str, int]) -> str:
+    wrong = sum(n for k, n in by.items() if k.startswith("WRONG"))
+    return f"{by.get('right', 0)} / {wrong} / {by.get('unsettled_step0', 0)}"
+
+
+def _fig(f: dict[str, Any], keys: Sequence[str] = ("median", "p90", "max")) -> str:
+    return " / ".join(str(f.get(k, "-")) for k in keys)
+
+
+#: the docs' table: a row's title and how it is read from a summary
+TABLE_ROWS: tuple[tuple[str, Callable[[dict[str, Any]], str]], ...] = (
+    ("points (kill moments); lanes", lambda s: f"{s['points']}; {s.get('lanes', 1)}"),
+    *((f"`{k}`: right / wrong / unsettled", lambda s, k=k: _triple(s["by_kind"][k]))
+      for k in KINDS),
+    ("`node` with an agent / without: right / wrong / unsettled",
+     lambda s: f"{_triple(s['by_kind']['node_agent'])}; "
+               f"{_triple(s['by_kind']['node_no_agent'])}"),
+    ("controller restarts (each hit every lane's run)", lambda s: str(s.get("ctld_restarts", "-"))),
+    ("verdicts lost (no report from `wait`; unsettled apart)", lambda s: str(s["lost"])),
+    ("rebuilt verdicts", lambda s: str(s["rebuilt"])),
+    ("runs never started (killed before a supervisor began)",
+     lambda s: str(s["never_started"])),
+    ("runs with a step left 20 s after the verdict", lambda s: str(s["steps_left"])),
+    ("allocation not RUNNING after a verdict; left 15 s after `release`",
+     lambda s: f"{s['allocation_dead_after']}; "
+               f"{len(s.get('allocations_left_15s_after_release', []))}"),
+    ("dead node's lease gone from `squeue -s`: leases, median, max (s); over 10 s",
+     lambda s: f"{s['node_lease_gone_s'].get('leases', 0)}, "
+               f"{s['node_lease_gone_s'].get('median', '-')}, "
+               f"{s['node_lease_gone_s'].get('max', '-')}; "
+               f"{s['node_lease_gone_s'].get('over_10s_or_never', 0)}"),
+    ("`logs RUN_ID` wall: median / p90 / max (s)", lambda s: _fig(s["logs_s_all"])),
+    ("`logs RUN_ID` CPU (user+sys): median / p90 / max (s)",
+     lambda s: _fig(s["logs_cpu_s_all"])),
+    ("`python -c 'import slurm_fsm.cli'` wall: median (s)",
+     lambda s: str(s["cli_import_floor_s"].get("median", "-"))),
+    ("`attach` on login-b, a new log line shown after: median / p90 / max (s) (n)",
+     lambda s: f"{_fig(s['attach_line_s'])} ({s['attach_line_s'].get('n', 0)})"),
+    ("load (1 min) at the end; minutes", lambda s: f"{s['load_1min']}; {s['minutes']}"),
+)
+
+
+def table(paths: Sequence[Path]) -> str:
+    """The docs' table of the campaign: one column per results file."""
+    sums = [json.loads(p.read_text())["summary"] for p in paths]
+    head = " | ".join(s["slurm"].replace("slurm-wlm ", "Slurm ") for s in sums)
+    lines = [f"| figure | {head} |", "|---" * (len(sums) + 1) + "|"]
+    lines += [f"| {title} | " + " | ".join(row(s) for s in sums) + " |"
+              for title, row in TABLE_ROWS]
+    return "\n".join(lines) + "\n"
+
+
 def _stop_at(text: str | None) -> float:
     if not text:
         return float("inf")
@@ -449,60 +616,132 @@ def _stop_at(text: str | None) -> float:
     return time.monotonic() + (at - now).total_seconds()
 
 
+def _lane(lane: Lane, shared: Shared, points: int, seed: int, stop: float,
+          out: Path) -> None:
+    """A lane's points, one after the other, each a JSON line of ``out``; its first
+    line the warm-up's (which gives the lane its allocation)."""
+    rng = random.Random(seed * 1000 + lane.index)
+    try:
+        warm = _cli("run", str(lane.specs["job"]), "--json", "--quiet", cwd=lane.repo)
+        report = json.loads(warm.stdout) if warm.stdout.strip() else {}
+        lane = dataclasses.replace(lane, alloc=str(report.get("allocation_id") or ""))
+        _append(out, {"lane": lane.index, "warm_up": report.get("status"),
+                      "allocation_id": lane.alloc, "warm_stderr": warm.stderr[-500:]})
+        for i in range(points):
+            if time.monotonic() > stop:
+                break
+            kind, cycle = KINDS[i % len(KINDS)], i // len(KINDS)
+            # every other node kill: a run with no agent (its supervisor runs the
+            # job on the node, and its lease must end with it)
+            ctld = (shared, cycle, rng) if kind == "ctld" else None
+            point = _point(lane, kind, rng.uniform(0.0, DELAYS[kind]), cycle % 2 == 0,
+                           ctld)
+            _append(out, {"lane": lane.index, **point})
+    except threading.BrokenBarrierError:
+        pass  # another lane stopped (--until, --points) or failed: so does this one
+    finally:
+        shared.barrier.abort()
+
+
+def _append(out: Path, line: dict[str, Any]) -> None:
+    with out.open("a") as f:
+        f.write(json.dumps(line) + "\n")
+
+
+def _read_lanes(folder: Path, lanes: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every lane's points, and its warm-up lines."""
+    points: list[dict[str, Any]] = []
+    warm: list[dict[str, Any]] = []
+    for k in range(lanes):
+        f = folder / f"lane{k}.jsonl"
+        for line in f.read_text().splitlines() if f.exists() else []:
+            (warm if "warm_up" in json.loads(line) else points).append(json.loads(line))
+    return points, warm
+
+
+def _release(lanes: Sequence[Lane]) -> dict[str, Any]:
+    """``release`` of every lane's allocation; what each said, and what is left then and
+    15 s later."""
+    said = {}
+    for lane in lanes:
+        done = _cli("release", str(lane.specs["job"]), cwd=lane.repo)
+        said[str(lane.index)] = {"rc": done.returncode, "said": (done.stdout + done.stderr)[-1500:]}
+
+    def left() -> list[str]:
+        return [ln for ln in _slurm("squeue", "-h", "-o", "%i %j %T").split("\n")
+                if "bench-killpoints" in ln]
+
+    now = left()
+    time.sleep(15)
+    return {"release": said, "allocations_left_after_release": now,
+            "allocations_left_15s_after_release": left()}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    p.add_argument("--points", type=int, default=60)
+    p.add_argument("--points", type=int, default=60, help="points in all (over the lanes)")
+    p.add_argument("--lanes", type=int, default=1, help="lanes at once (each its own "
+                   "checkout and allocation)")
     p.add_argument("--seed", type=int, default=39)
     p.add_argument("--until", help="stop starting points at HH:MM UTC")
     p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument("--table", type=Path, nargs="+", metavar="RESULTS",
+                   help="print the docs' table of these results files, run nothing")
     args = p.parse_args(argv)
-    rng, stop = random.Random(args.seed), _stop_at(args.until)
+    if args.table:
+        print(table(args.table), end="")
+        return 0
+    if args.lanes < 1:
+        p.error("--lanes: at least 1")
+    stop = _stop_at(args.until)
     cluster = localcluster.up()
     os.environ.update(cluster.env)
-    results: list[dict[str, Any]] = []
-    floor = [_import_floor()]
-    t0 = time.monotonic()
+    floor, t0, extra = [_import_floor()], time.monotonic(), {"lanes": args.lanes}
+    ctx = multiprocessing.get_context("fork")
     with tempfile.TemporaryDirectory(prefix="slurm_fsm-killpoints-") as tmp:
-        root = Path(tmp)
-        specs = {"job": _spec(cluster, root, "job", JOB),
-                 "attach": _spec(cluster, root, "attach", ATTACH_JOB.format(
-                     gate=root / "attach.gate"))}
-        repo = root / "repo"
-        extra: dict[str, Any] = {}
+        folder = Path(tmp)
+        lanes = [_new_lane(cluster, folder / f"lane{k}", k) for k in range(args.lanes)]
+        shared = Shared(ctx.Barrier(args.lanes), tuple(ln.root for ln in lanes), folder)
+        per_lane = math.ceil(args.points / args.lanes)
+        procs = [ctx.Process(target=_lane, args=(ln, shared, per_lane, args.seed, stop,
+                                                  folder / f"lane{ln.index}.jsonl"))
+                 for ln in lanes]
         try:
-            warm = _cli("run", str(specs["job"]), "--json", "--quiet", cwd=repo)
-            extra["warm_up"] = json.loads(warm.stdout).get("status") if warm.stdout else None
-            for i in range(args.points):
-                if time.monotonic() > stop:
-                    break
-                kind = KINDS[i % len(KINDS)]
-                # every other node kill: a run with no agent (its supervisor runs the
-                # job on the node, and its lease must end with it)
-                agent = (i // len(KINDS)) % 2 == 0
-                results.append(_point(specs, repo, kind, rng.uniform(0.0, DELAYS[kind]),
-                                      agent))
-                print(json.dumps(results[-1]), flush=True)
-                if i % 12 == 11:
-                    floor.append(_import_floor())
-                _write(args.out, results, extra, floor, args.seed, t0)
+            for proc in procs:
+                proc.start()
+            while any(proc.is_alive() for proc in procs):
+                for proc in procs:
+                    proc.join(timeout=60 / len(procs))
+                floor.append(_import_floor())
+                _write(args.out, *_read_lanes(folder, args.lanes), extra, floor,
+                       args.seed, t0)
         finally:
-            _cli("release", str(specs["job"]), "--quiet", cwd=repo)
-            left = _slurm("squeue", "-h", "-o", "%i %j").split("\n")
-            extra["allocations_left_after_release"] = [
-                ln for ln in left if "bench-killpoints" in ln]
-            _write(args.out, results, extra, floor, args.seed, t0)
+            for proc in procs:
+                proc.join(timeout=600)
+            extra.update(_release(lanes))
+            _write(args.out, *_read_lanes(folder, args.lanes), extra, floor, args.seed, t0)
     print(json.dumps(json.loads(args.out.read_text())["summary"], indent=1))
     return 0
 
 
-def _write(out: Path, results: list[dict[str, Any]], extra: dict[str, Any],
-           floor: list[float], seed: int, t0: float) -> None:
+def _new_lane(cluster: ClusterInfo, root: Path, index: int) -> Lane:
+    root.mkdir(parents=True)
+    return Lane(index=index, root=root, specs={
+        "job": _spec(cluster, root, "job", JOB, index),
+        "attach": _spec(cluster, root, "attach", ATTACH_JOB.format(
+            gate=root / "attach.gate"), index)})
+
+
+def _write(out: Path, results: list[dict[str, Any]], warm: list[dict[str, Any]],
+           extra: dict[str, Any], floor: list[float], seed: int, t0: float) -> None:
     summary = summarize(results, {
-        **extra, "cli_import_floor_s": _figures(floor),
+        **extra, "warm_up": [w.get("warm_up") for w in warm],
+        "cli_import_floor_s": _figures(floor),
         "slurm": _slurm("scontrol", "--version").strip(),
         "load_1min": round(os.getloadavg()[0], 2), "seed": seed,
         "minutes": round((time.monotonic() - t0) / 60, 1)})
-    out.write_text(json.dumps({"summary": summary, "points": results}, indent=1) + "\n")
+    out.write_text(json.dumps({"summary": summary, "warm_up": warm, "points": results},
+                              indent=1) + "\n")
 
 
 if __name__ == "__main__":

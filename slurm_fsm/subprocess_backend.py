@@ -395,6 +395,7 @@ class LocalLease:
         self._name = name
         self._stderr = stderr
         self._signalled = False  # begin_stop sent the SIGTERM
+        self._said = ""  # stderr as it was when the stream was closed
 
     @property
     def name(self) -> str:
@@ -438,17 +439,27 @@ class LocalLease:
                     self._proc.pid), poll_s=0.02, term=not self._signalled)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self._proc.wait(timeout=grace_s)
+        self._said = self.stderr_text()  # kept: why it ended, read after the stop
         for stream in (self._proc.stdout, self._stderr):
             if stream is not None and not stream.closed:
                 stream.close()
 
+    def exited_within(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for the guard (and its ``srun``) to exit: one that
+        closed its output still writes why it ended; whether it exited."""
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._proc.wait(timeout=timeout_s)
+        return self._proc.poll() is not None
+
     def stderr_text(self) -> str:
-        """What ``srun`` said on stderr so far."""
+        """What ``srun`` said on stderr so far (after :meth:`stop`: until then)."""
+        if self._stderr.closed:
+            return self._said
         try:
             self._stderr.seek(0)
             return self._stderr.read().decode("utf-8", "replace")
         except (OSError, ValueError):
-            return ""
+            return self._said
 
 
 class LocalAgent(LocalLease):
@@ -466,6 +477,7 @@ class LocalAgent(LocalLease):
             os.killpg(self._proc.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self._proc.wait(timeout=10)
+        self._said = self.stderr_text()
         if not self._stderr.closed:
             self._stderr.close()
 
@@ -474,6 +486,11 @@ class LocalAgent(LocalLease):
 LEASE_SILENT_S = 15.0
 #: The most ``srun`` s one lease step is asked with (the last waits to the deadline).
 LEASE_ATTEMPTS = 3
+#: The pause (times the attempt) before a lease ``srun`` that ended without its task is
+#: asked again: slurmctld is back within seconds of a restart.
+LEASE_RETRY_PAUSE_S = 2.0
+#: How long an ``srun`` that closed its output may take to exit and say why.
+LEASE_END_WAIT_S = 10.0
 
 
 def _await_lease_mark(lease: LocalLease, deadline: float, silent_until: float | None
@@ -893,7 +910,10 @@ class SubprocessBackend:
         An ``srun`` that says nothing for :data:`LEASE_SILENT_S` while Slurm lists no
         step of its name is stopped and started again (at most
         :data:`LEASE_ATTEMPTS` in all): one that asked for its step as slurmctld went
-        down hangs silent, its step never made (the kill-point campaign's ``ctld``)."""
+        down hangs silent, its step never made (the kill-point campaign's ``ctld``).
+        One that ends without its task is asked again likewise, after a pause, unless
+        the allocation is gone (:meth:`_asked_again`): one that met slurmctld going
+        down ends so."""
         argv = slurmcli.srun_lease_argv(check_job_id(job_id), name)
         started = time.monotonic()
         deadline = started + timeout_s
@@ -906,6 +926,12 @@ class SubprocessBackend:
                 seen, how = _await_lease_mark(lease, deadline, silent_until)
                 if how == "up":
                     return lease
+                if how == "ended":
+                    error = self._lease_error(argv, lease, seen, started, timeout_s,
+                                              ended=True)
+                    if not self._asked_again(job_id, name, error, attempt, deadline):
+                        raise error
+                    break
                 if how != "silent":
                     raise self._lease_error(argv, lease, seen, started, timeout_s)
                 if self._step_listed(job_id, name):  # its task is slow: wait for it
@@ -935,10 +961,26 @@ class SubprocessBackend:
         except BackendError:
             return False
 
+    def _asked_again(self, job_id: str, name: str, error: BackendError, attempt: int,
+                     deadline: float) -> bool:
+        """A lease ``srun`` that ended without its task: True after a pause, to ask
+        again; False when it was the last attempt, the allocation is gone, the pause
+        would pass the deadline or a step of its name is listed (never two)."""
+        pause = LEASE_RETRY_PAUSE_S * attempt
+        if (attempt >= LEASE_ATTEMPTS or isinstance(error, JobNotFound)
+                or time.monotonic() + pause >= deadline or self._step_listed(job_id, name)):
+            return False
+        log.warning("lease step %s: srun ended without its task (%s): asked again in "
+                    "%.0f s", name, error, pause)
+        time.sleep(pause)
+        return True
+
     def _lease_error(self, argv: Sequence[str], lease: LocalLease, seen: bytes,
-                     started: float, timeout_s: float) -> BackendError:
-        """Why the lease step did not start (its srun is stopped first)."""
-        timed_out = lease.alive()
+                     started: float, timeout_s: float, *, ended: bool = False
+                     ) -> BackendError:
+        """Why the lease step did not start (its srun is stopped first; one that
+        ``ended`` its output is given :data:`LEASE_END_WAIT_S` to exit and say why)."""
+        timed_out = not lease.exited_within(LEASE_END_WAIT_S) if ended else lease.alive()
         lease.stop(grace_s=5.0)
         code = lease.returncode
         result = CommandResult(argv=tuple(argv), returncode=None if timed_out else

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from slurm_fsm import subprocess_backend
-from slurm_fsm.errors import CommandTimedOut
+from slurm_fsm.errors import CommandTimedOut, JobNotFound
 from slurm_fsm.slurmcli import LEASE_UP, SEP
 from slurm_fsm.subprocess_backend import SubprocessBackend
 
@@ -77,3 +77,46 @@ def test_at_most_lease_attempts_sruns_then_the_deadline(
         _backend(tmp_path, silent=99).start_lease("7", "fsm-lease.r0123456789ab.1",
                                                   timeout_s=3)
     assert _calls(tmp_path) == subprocess_backend.LEASE_ATTEMPTS
+
+
+#: a stand-in for srun: the first {failing} calls close their stdout, then say {error}
+#: on stderr a moment later and exit 1 (as an srun whose step request met slurmctld
+#: going down); the others start their task
+SRUN_ENDS = """#!/bin/bash
+n=$(cat {count} 2>/dev/null || echo 0); echo $((n + 1)) > {count}
+if [ "$n" -lt {failing} ]; then exec >&-; sleep 1; echo "srun: error: {error}" >&2; exit 1; fi
+echo {up}; exec sleep 300
+"""
+
+
+def _ending(tmp_path: Path, failing: int, error: str) -> SubprocessBackend:
+    backend = _backend(tmp_path, silent=0)
+    (tmp_path / "bin" / "srun").write_text(SRUN_ENDS.format(
+        count=tmp_path / "count", failing=failing, error=error, up=LEASE_UP))
+    return backend
+
+
+def test_an_srun_that_ends_as_the_controller_restarts_is_asked_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The campaign's 24.11 ``ctld`` point (run r1324644913a2): the agent's lease
+    ``srun``, started 2.5 s before slurmctld was told to stop, ended without its task
+    and the run ended ERROR 3.7 s later, its job not started."""
+    monkeypatch.setattr(subprocess_backend, "LEASE_RETRY_PAUSE_S", 0.1)
+    lease = _ending(tmp_path, 1, "Unable to create step for job 7: Zero Bytes were "
+                    "transmitted or received").start_lease("7", "fsm-lease.r0123456789ab.1",
+                                                           timeout_s=30)
+    try:
+        assert lease.alive()
+        assert _calls(tmp_path) == 2
+    finally:
+        lease.stop(grace_s=2)
+
+
+def test_an_srun_that_ends_says_why_not_that_it_timed_out(tmp_path: Path) -> None:
+    """Its stdout closed before it exited: the error is what it said (the allocation
+    gone: not asked again), never "timed out after 60 s" (the 24.11 run's report said
+    so 3.7 s after its start)."""
+    with pytest.raises(JobNotFound, match="Invalid job id"):
+        _ending(tmp_path, 9, "Unable to create step for job 7: Invalid job id specified"
+                ).start_lease("7", "fsm-lease.r0123456789ab.1", timeout_s=60)
+    assert _calls(tmp_path) == 1
