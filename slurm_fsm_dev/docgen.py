@@ -69,6 +69,7 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "slurm_fsm.scriptcheck",
     "slurm_fsm.machine",
     "slurm_fsm.setupkey",
+    "slurm_fsm.imagecache",
     "slurm_fsm.edges",
     "slurm_fsm.step0.table",
     "slurm_fsm.step0.outcome",
