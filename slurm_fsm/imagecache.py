@@ -43,10 +43,12 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from slurm_fsm import setupkey
 from slurm_fsm.backend import ContainerOptions, StepRequest, StepResult
 from slurm_fsm.edges import repo_tag
 from slurm_fsm.errors import CommandTimedOut
 from slurm_fsm.paths import StatePaths
+from slurm_fsm.pyxissite import PyxisQuery, PyxisSite, new_allocation_tries
 from slurm_fsm.slurmcli import image_export_argv, image_exported, setup_key_read_argv, setup_keys
 from slurm_fsm.spec import JobSpec
 
@@ -64,6 +66,9 @@ __all__ = [
     "ImageCache",
     "cache_of",
     "fill",
+    "new_allocation",
+    "nodes_may_keep",
+    "site_of",
     "start_from_cache",
 ]
 
@@ -134,6 +139,15 @@ class ImageCache:
         except OSError:
             return None
         return path
+
+    def lookup_quietly(self, key: str) -> Path | None:
+        """The entry of ``key`` as :meth:`lookup` finds it, its use not recorded (a
+        plan only looks)."""
+        path = self.entry_path(key)
+        try:
+            return path if path.is_file() and path.stat().st_size > 0 else None
+        except OSError:
+            return None
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
@@ -208,9 +222,14 @@ def cache_of(spec: JobSpec, state_path: Path,
     return ImageCache(folder=folder.absolute(), max_bytes=int(limit * _GB))
 
 
+def _dry(m: AllocationMachine) -> bool:
+    """A plan's machine (:class:`slurm_fsm.plan.PlanBackend`): no step runs."""
+    return getattr(m.backend, "dry_run", False) is True
+
+
 def _cache(m: AllocationMachine) -> ImageCache | None:
-    try:
-        return cache_of(m.spec, m.store.path)
+    try:  # a plan's state file is a scratch copy: the checkout's own cache is meant
+        return cache_of(m.spec, m.spec.state_path if _dry(m) else m.store.path)
     except ValueError as exc:
         m._warn(f"image cache: {exc}; not used")
         return None
@@ -227,7 +246,8 @@ def start_from_cache(m: AllocationMachine) -> str | None:
     assert m.alloc is not None
     key = m._setup_key()
     cache = _cache(m) if key is not None else None
-    entry = cache.lookup(key.key) if cache is not None and key is not None else None
+    look = (cache.lookup_quietly if _dry(m) else cache.lookup) if cache is not None else None
+    entry = look(key.key) if look is not None and key is not None else None
     if key is None or entry is None:
         return None
     spec, name = m.spec, m.spec.container_name or ""
@@ -248,7 +268,7 @@ def start_from_cache(m: AllocationMachine) -> str | None:
         result = StepResult(124, "", str(exc))
     found = setup_keys(result.stdout) if result.exit_code == 0 else {}
     nodes = m.backend.expand_nodelist(m.alloc.nodelist)
-    if not nodes or any(found.get(n) != key.key for n in nodes):
+    if not _dry(m) and (not nodes or any(found.get(n) != key.key for n in nodes)):
         why = (result.stderr.strip().splitlines() or ["another setup key"])[-1]
         m._warn(f"image cache: {entry} did not start on {m.alloc.nodelist} ({why}): "
                 "imported and installed afresh")
@@ -283,6 +303,8 @@ def fill(m: AllocationMachine) -> float | None:
     except CommandTimedOut as exc:
         result = StepResult(124, "", str(exc))
     took = m.clock.now() - started
+    if _dry(m):
+        return None
     if result.exit_code != 0 or image_exported(result.stdout) is None:
         tail = " | ".join(result.stderr.strip().splitlines()[-3:]) or f"exit {result.exit_code}"
         m._warn(f"image cache: export of container {name!r} failed (the run goes on): "
@@ -292,3 +314,52 @@ def fill(m: AllocationMachine) -> float | None:
         m._log(f"Image cache: removed {path.name} (oldest first, over "
                f"{cache.max_bytes / _GB:g} GB).")
     return took
+
+
+def site_of(backend: object) -> PyxisSite | None:
+    """The backend's answer about pyxis (:class:`slurm_fsm.pyxissite.PyxisQuery`); a
+    backend that cannot say is taken as pyxis with its defaults."""
+    if isinstance(backend, PyxisQuery):
+        return backend.pyxis_site()
+    return PyxisSite(source="not asked: pyxis' defaults assumed")
+
+
+def nodes_may_keep(m: AllocationMachine) -> bool:
+    """Whether a new allocation's nodes may hold the container a former one set up:
+    not where pyxis removes a container with its job (``container_scope=job``), where
+    the check of the nodes' setup keys could only miss (issue 42 item 3)."""
+    site = site_of(m.backend)
+    if site is not None and not site.keeps_containers:
+        m._log(f"Not checking the nodes for container {m.spec.container_name!r}: "
+               f"{site.describe()} removes it with its job.")
+        return False
+    return True
+
+
+def new_allocation(spec: JobSpec, backend: object,
+                   environ: Mapping[str, str] | None = None) -> dict[str, object] | None:
+    """What step 0 of the next new allocation would do for ``spec``'s container (``plan``
+    says it): ``tries`` in order (:func:`slurm_fsm.pyxissite.new_allocation_tries`: the
+    nodes' container, the cache's entry, cold), the ``cache_entry`` it would start from,
+    the ``cache_folder`` a cold install is exported to, the ``pyxis`` options read, and
+    ``says``, one sentence. None: the spec sets up no container."""
+    if spec.docker_image is None or not spec.persistent_mode:
+        return None
+    site = site_of(backend)
+    key = setupkey.setup_key(spec)
+    try:
+        cache = cache_of(spec, spec.state_path, environ)
+    except ValueError:
+        cache = None
+    entry = cache.lookup_quietly(key.key) if cache is not None and key is not None else None
+    tries = new_allocation_tries(site, keyed=key is not None, cached=entry is not None)
+    why = ("no setup key (an image named by tag only, no install, or an input not "
+           "readable): imported and installed" if key is None else
+           f"setup key {key.key[:12]}")
+    says = (f"a new allocation's container: {', else '.join(tries) or 'none (no pyxis)'}"
+            f" ({why}; {site.describe() if site else 'no pyxis'})")
+    if cache is not None and key is not None and entry is None:
+        says += f"; a cold install is exported to {cache.entry_path(key.key)}"
+    return {"tries": tries, "cache_entry": str(entry) if entry else None,
+            "cache_folder": str(cache.folder) if cache else None,
+            "pyxis": site.to_dict() if site else None, "says": says}

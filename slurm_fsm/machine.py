@@ -1290,7 +1290,7 @@ class AllocationMachine:
         for the spec (a tag, no install): no step at all."""
         assert self.alloc is not None
         key = self._setup_key()
-        if key is None:
+        if key is None or not imagecache.nodes_may_keep(self):  # item 3: pyxis' scope
             return None
         spec = self.spec
         name = spec.container_name or ""

@@ -65,6 +65,7 @@ from slurm_fsm.errors import (
 from slurm_fsm.jobstate import JobState, to_job_state
 from slurm_fsm.ownership import made_by, new_nonce, request_comment
 from slurm_fsm.preflight import ClusterPartition, enforces_associations
+from slurm_fsm.pyxissite import PyxisSite
 from slurm_fsm.scriptguard import stop_group
 from slurm_fsm.slurmcli import (
     IMAGE_EXPORT,
@@ -105,7 +106,7 @@ CONTROLLER_OPS = frozenset({
 #: ``sacct`` reach slurmdbd, not the controller): what the demo counts. Not
 #: ``current_user`` (no command) nor ``start_script`` (the job's own ``bash``).
 SLURM_COMMAND_OPS = CONTROLLER_OPS | {"user_associations", "step_outcomes",
-                                      "has_container_support"}
+                                      "has_container_support", "pyxis_site"}
 
 
 def _het_blocks(text: str) -> list[dict[str, str]]:
@@ -1518,6 +1519,12 @@ class FakeCluster:
     def has_container_support(self) -> bool:
         self.calls.append(Call("has_container_support", {}))
         return self.pyxis
+
+    def pyxis_site(self) -> PyxisSite | None:
+        """Its pyxis options: :attr:`container_scope` (None without pyxis)."""
+        self.calls.append(Call("pyxis_site", {}))
+        return PyxisSite(container_scope=self.container_scope,
+                         source="fake cluster") if self.pyxis else None
 
     def expand_nodelist(self, nodelist: str) -> list[str]:
         return list(hostlist.expand_hostlist(nodelist)) if nodelist else []

@@ -20,7 +20,9 @@ import pytest
 
 from slurm_fsm import imagecache, slurmcli
 from slurm_fsm.machine import SETUP_CACHED, SETUP_COLD
+from slurm_fsm.plan import make_plan
 from slurm_fsm.spec import JobSpec
+from slurm_fsm.subprocess_backend import SubprocessBackend
 from slurm_fsm_dev.localcluster import ClusterInfo, ContainerInfo
 
 from .containers import ContainerNames
@@ -72,9 +74,17 @@ def test_container_scope_job_is_served_from_the_cache(
     [entry] = _entries(spec)
     assert entry.size > 0 and "cache_write_s" in first.setup_seconds()
     _release(spec, first)
+    plan = make_plan(spec, SubprocessBackend())  # item 3: what the next one would do
+    assert plan.container is not None
+    assert plan.container["tries"] == ["from the cache", "cold"]
+    assert plan.container["cache_entry"] == str(entry.path)
     again, backend = _run(spec)
     assert again.path == FROM_CACHE, [t.reason for t in again.history]
     assert again.container_setup == SETUP_CACHED
+    # item 3: under container_scope=job the nodes' keys are not read (no step that
+    # names the container without an image)
+    assert not [a for a in backend.argvs if slurmcli.SETUP_KEY_READ in a
+                and not any(x.startswith("--container-image=") for x in a)]
     assert installs(backend) == [] and _exports(backend) == []  # installed once in all
     [made] = imports(backend)  # the one import: the cache's file, not the spec's image
     assert f"--container-image={entry.path}" in made
@@ -112,3 +122,13 @@ def test_a_changed_image_or_install_input_misses_the_cache(
     assert _sees(again, backend, spec, name) == [
         f"installed-from-repo devtool {seen_image} False"] * NODES
     _release(spec, again)
+
+
+def test_the_cluster_s_pyxis_options_are_read_from_its_plugstack_config(
+        local_cluster: ClusterInfo, pyxis: ContainerInfo) -> None:
+    """Item 3: ``scontrol show config`` names the plugstack config; pyxis' line in it
+    says container_scope=job."""
+    site = SubprocessBackend().pyxis_site()
+    assert site is not None
+    assert (site.container_scope, site.importer, site.use_squashfuse) == ("job", "", False)
+    assert site.source == f"plugstack {local_cluster.slurm_conf.parent / 'plugstack.conf'}"
