@@ -70,6 +70,7 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "slurm_fsm.machine",
     "slurm_fsm.setupkey",
     "slurm_fsm.imagecache",
+    "slurm_fsm.pyxissite",
     "slurm_fsm.edges",
     "slurm_fsm.step0.table",
     "slurm_fsm.step0.outcome",
