@@ -39,21 +39,21 @@ import os
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import attrs
 
 from slurm_fsm import setupkey
-from slurm_fsm.backend import ContainerOptions, StepRequest, StepResult
+from slurm_fsm.backend import ContainerOptions, SlurmBackend, StepRequest, StepResult
+from slurm_fsm.clock import Clock
 from slurm_fsm.edges import repo_tag
 from slurm_fsm.errors import CommandTimedOut
+from slurm_fsm.lease import LeaseGate
 from slurm_fsm.paths import StatePaths
 from slurm_fsm.pyxissite import PyxisQuery, PyxisSite, new_allocation_tries
 from slurm_fsm.slurmcli import image_export_argv, image_exported, setup_key_read_argv, setup_keys
 from slurm_fsm.spec import JobSpec
-
-if TYPE_CHECKING:
-    from slurm_fsm.machine import AllocationMachine
+from slurm_fsm.state import AllocState, StateStore
 
 __all__ = [
     "DEFAULT_MAX_GB",
@@ -64,6 +64,7 @@ __all__ = [
     "SUFFIX",
     "CacheEntry",
     "ImageCache",
+    "Machine",
     "cache_of",
     "fill",
     "new_allocation",
@@ -189,6 +190,22 @@ class ImageCache:
         return removed
 
 
+class Machine(Protocol):
+    """What step 0's cache work uses of :class:`slurm_fsm.machine.AllocationMachine`."""
+
+    spec: JobSpec
+    backend: SlurmBackend
+    store: StateStore
+    clock: Clock
+    alloc: AllocState | None
+    leases: LeaseGate | None
+    setup_timeout_s: float
+
+    def _setup_key(self) -> setupkey.SetupKey | None: ...
+    def _log(self, text: str) -> None: ...
+    def _warn(self, text: str) -> None: ...
+
+
 def _max_gb(spec: JobSpec, environ: Mapping[str, str]) -> float:
     if spec.image_cache_max_gb is not None:
         return float(spec.image_cache_max_gb)
@@ -222,12 +239,12 @@ def cache_of(spec: JobSpec, state_path: Path,
     return ImageCache(folder=folder.absolute(), max_bytes=int(limit * _GB))
 
 
-def _dry(m: AllocationMachine) -> bool:
+def _dry(m: Machine) -> bool:
     """A plan's machine (:class:`slurm_fsm.plan.PlanBackend`): no step runs."""
     return getattr(m.backend, "dry_run", False) is True
 
 
-def _cache(m: AllocationMachine) -> ImageCache | None:
+def _cache(m: Machine) -> ImageCache | None:
     try:  # a plan's state file is a scratch copy: the checkout's own cache is meant
         return cache_of(m.spec, m.spec.state_path if _dry(m) else m.store.path)
     except ValueError as exc:
@@ -235,7 +252,7 @@ def _cache(m: AllocationMachine) -> ImageCache | None:
         return None
 
 
-def start_from_cache(m: AllocationMachine) -> str | None:
+def start_from_cache(m: Machine) -> str | None:
     """Before a cold import into a new allocation: when the cache holds the spec's
     setup key, one step makes the container from that file (``--container-image=<file>``,
     a fresh container as every import), reads the key it holds and warms the mounts.
@@ -279,7 +296,7 @@ def start_from_cache(m: AllocationMachine) -> str | None:
             f"({entry.name}: same image and install inputs): nothing installed")
 
 
-def fill(m: AllocationMachine) -> float | None:
+def fill(m: Machine) -> float | None:
     """After a finished install (its setup key written in the container): export the
     installed container once to the cache, in a step on the allocation's first node
     (``enroot export`` under the folder's lock, written aside and renamed), then evict
@@ -324,7 +341,7 @@ def site_of(backend: object) -> PyxisSite | None:
     return PyxisSite(source="not asked: pyxis' defaults assumed")
 
 
-def nodes_may_keep(m: AllocationMachine) -> bool:
+def nodes_may_keep(m: Machine) -> bool:
     """Whether a new allocation's nodes may hold the container a former one set up:
     not where pyxis removes a container with its job (``container_scope=job``), where
     the check of the nodes' setup keys could only miss (issue 42 item 3)."""
