@@ -44,16 +44,17 @@ from typing import Protocol
 import attrs
 
 from slurm_fsm import setupkey
-from slurm_fsm.backend import ContainerOptions, SlurmBackend, StepRequest, StepResult
+from slurm_fsm.backend import SlurmBackend, StepRequest, StepResult
 from slurm_fsm.clock import Clock
-from slurm_fsm.edges import repo_tag
-from slurm_fsm.errors import CommandTimedOut
+from slurm_fsm.errors import CommandTimedOut, SetupFailed
 from slurm_fsm.lease import LeaseGate
 from slurm_fsm.paths import StatePaths
 from slurm_fsm.pyxissite import PyxisQuery, PyxisSite, new_allocation_tries
 from slurm_fsm.slurmcli import image_export_argv, image_exported, setup_key_read_argv, setup_keys
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState, StateStore
+from slurm_fsm.step0 import setup
+from slurm_fsm.step0.context import Step0Context
 
 __all__ = [
     "DEFAULT_MAX_GB",
@@ -193,14 +194,22 @@ class ImageCache:
 class Machine(Protocol):
     """What step 0's cache work uses of :class:`slurm_fsm.machine.AllocationMachine`."""
 
-    spec: JobSpec
-    backend: SlurmBackend
-    store: StateStore
-    clock: Clock
     alloc: AllocState | None
-    leases: LeaseGate | None
-    setup_timeout_s: float
 
+    @property
+    def spec(self) -> JobSpec: ...
+    @property
+    def backend(self) -> SlurmBackend: ...
+    @property
+    def store(self) -> StateStore: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def leases(self) -> LeaseGate | None: ...
+    @property
+    def setup_timeout_s(self) -> float: ...
+    @property
+    def ctx(self) -> Step0Context: ...
     def _setup_key(self) -> setupkey.SetupKey | None: ...
     def _log(self, text: str) -> None: ...
     def _warn(self, text: str) -> None: ...
@@ -268,19 +277,13 @@ def start_from_cache(m: Machine) -> str | None:
     if key is None or entry is None:
         return None
     spec, name = m.spec, m.spec.container_name or ""
-    if m.leases is not None:
-        m.leases.clear(m.alloc.job_id, f"importing container {name!r} from the cache", name)
-    m._log(f"Importing {entry} (the image cache's, setup key {key.key[:12]}) as container "
-           f"{name!r} on {m.alloc.nodelist}.")
-    try:
-        result = m.backend.run_step(StepRequest(
-            job_id=m.alloc.job_id,
-            argv=tuple(setup_key_read_argv([mt.container for mt in spec.container_mounts])),
-            nodes=m.alloc.nodes,
-            container=ContainerOptions(name=name, image=str(entry), mounts=spec.mounts_text,
-                                       fresh=True, owner=f"{repo_tag(spec)} {spec.repo_root}"),
-            timeout_s=m.setup_timeout_s, overlap=True, no_gpus=True,
-        ))
+    m._log(f"The image cache holds setup key {key.key[:12]}: container {name!r} is made "
+           f"from {entry}.")
+    try:  # step 0's one import, of the entry: its key read, the mounts warmed
+        result = setup.import_fresh(m.ctx, m.alloc, str(entry), setup_key_read_argv(
+            [mt.container for mt in spec.container_mounts]))
+    except SetupFailed as exc:
+        result = exc.result
     except CommandTimedOut as exc:
         result = StepResult(124, "", str(exc))
     found = setup_keys(result.stdout) if result.exit_code == 0 else {}
