@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 SYS_PYTHON ?= python3
 
-.PHONY: setup cluster cluster-down demo pyxis-sources test test-host test-confined test-wide test-chroots test-2411 test-2411-config chroot-2411 chroot-2411-umount test-2605 test-2605-config chroot-2605 chroot-2605-umount lint typecheck unit diagram docs docs-deps bench clean
+.PHONY: setup cluster cluster-down demo pyxis-sources test test-host test-confined test-wide test-jobscope test-chroots test-2411 test-2411-config chroot-2411 chroot-2411-umount test-2605 test-2605-config chroot-2605 chroot-2605-umount lint typecheck unit diagram docs docs-deps bench clean
 
 setup: $(VENV)/.installed
 
@@ -43,6 +43,7 @@ test: pyxis-sources lint typecheck docs-deps chroot-2411 chroot-2605  ## everyth
 	$(MAKE) --no-print-directory test-confined
 	$(MAKE) --no-print-directory -j3 --output-sync=target test-host test-2411 test-2605
 	$(MAKE) --no-print-directory test-wide
+	$(MAKE) --no-print-directory test-jobscope
 	$(MAKE) --no-print-directory docs
 	$(MAKE) --no-print-directory test-2411-config
 	$(MAKE) --no-print-directory test-2605-config
@@ -115,6 +116,14 @@ WIDE_DIR ?= /tmp/slurm_fsm-wide
 test-wide: setup          ## the configuration-dependent real tests on 12-CPU nodes with DefCpuPerGPU=2
 	SLURM_FSM_LOCAL_DIR=$(WIDE_DIR) SLURM_FSM_LOCAL_CONFIG=wide,defcpu \
 	  $(VENV)/bin/pytest -m "slurm and config" -q
+
+# The image cache's real tests (issue 42 item 2) on pyxis' container_scope=job, where a
+# named container goes with its job: a cluster of its own (jobscope), no cgroup. Only
+# the tests that need that scope: the rest of the suite assumes pyxis' default.
+JOBSCOPE_DIR ?= /tmp/slurm_fsm-jobscope
+test-jobscope: setup      ## the image cache's real tests on pyxis container_scope=job
+	SLURM_FSM_LOCAL_DIR=$(JOBSCOPE_DIR) SLURM_FSM_LOCAL_CONFIG=jobscope \
+	  $(VENV)/bin/pytest tests/integration/test_image_cache_real.py -m slurm -q
 
 diagram: setup            ## regenerate docs/states.md from the machine's edges
 	$(PY) scripts/gen-docs.py

@@ -57,7 +57,7 @@ from typing import Any
 import attrs
 from transitions import EventData, Machine, MachineError
 
-from slurm_fsm import files, handoff, setupkey, sharedview
+from slurm_fsm import files, handoff, imagecache, setupkey, sharedview
 from slurm_fsm.backend import (
     AllocationRequest,
     ContainerOptions,
@@ -131,6 +131,7 @@ from slurm_fsm.successor import SINGLETON
 __all__ = [
     "ORPHAN_GRACE_S",
     "REUSE_CHECK_TIMEOUT_S",
+    "SETUP_CACHED",
     "SETUP_COLD",
     "SETUP_REUSED",
     "SETUP_SHARED",
@@ -156,6 +157,8 @@ LOCKED_TRIGGERS = frozenset({"start", "advance", "release"})
 SETUP_COLD = "cold"
 SETUP_REUSED = "reused on node"
 SETUP_SHARED = "shared with a live allocation"
+#: made from the image cache's squashfs of the same setup (issue 42 item 2)
+SETUP_CACHED = "from the cache"
 #: The step that reads the nodes' setup keys gives up after this long (a fresh import
 #: follows).
 REUSE_CHECK_TIMEOUT_S = 300.0
@@ -277,6 +280,9 @@ class AllocationMachine:
     #: :data:`SETUP_REUSED` (the node's, same setup key), :data:`SETUP_SHARED` (a live
     #: allocation's on the same nodes); None: no container set up by this machine
     container_setup: str | None = None
+    #: seconds of the export of the installed container to the image cache (a part of
+    #: the Installing state's time, said apart); None: nothing exported
+    cache_write_s: float | None = None
     #: the spec's setup key, once computed (:meth:`_setup_key`)
     _key: tuple[setupkey.SetupKey | None] | None = None
 
@@ -578,19 +584,26 @@ class AllocationMachine:
         history): ``queue_wait_s`` (Allocating: salloc until granted), ``import_s``
         (Importing: the import, mount warm-up and GPU check), ``install_s``
         (Installing). When the container was not imported, the Importing part is named
-        by what was done instead: ``reuse_check_s`` (the node's container, issue 42) or
-        ``share_check_s`` (a live allocation's). Only the states visited."""
+        by what was done instead: ``reuse_check_s`` (the node's container, issue 42),
+        ``cache_import_s`` (made from the image cache) or ``share_check_s`` (a live
+        allocation's). ``cache_write_s``: the export to the image cache after the
+        install, said apart from ``install_s``. Only the states visited."""
         seconds = lead_times(self.history)
-        instead = {SETUP_REUSED: "reuse_check_s", SETUP_SHARED: "share_check_s"}
+        instead = {SETUP_REUSED: "reuse_check_s", SETUP_SHARED: "share_check_s",
+                   SETUP_CACHED: "cache_import_s"}
         if self.container_setup in instead and "import_s" in seconds:
             seconds[instead[self.container_setup]] = seconds.pop("import_s")
+        if self.cache_write_s is not None and "install_s" in seconds:  # said apart
+            seconds["install_s"] = round(max(0.0, seconds["install_s"] - self.cache_write_s), 3)
+            seconds["cache_write_s"] = round(self.cache_write_s, 3)
         return seconds
 
     def lead_history(self) -> list[Transition]:
         """The history as a measure of what setting up an allocation takes (the run
         history's lead-time parts, :func:`slurm_fsm.history.record_run`): without the
-        Importing work when the container was not imported (reused from the node or
-        shared), which measured no import."""
+        Importing work when the container was not imported from the spec's image
+        (reused from the node, shared, or made from the image cache), which measured
+        no cold import."""
         if self.container_setup in (None, SETUP_COLD):
             return list(self.history)
         return [t for t in self.history if t.source != State.Importing.value]
@@ -1246,6 +1259,10 @@ class AllocationMachine:
             return shared  # a container a live allocation of the checkout uses: kept
         if (kept := self._reuse_on_node()) is not None:
             return kept
+        if (cached := imagecache.start_from_cache(self)) is not None:
+            self.container_setup = SETUP_CACHED
+            self._gpu_check()
+            return cached
         setup.import_fresh(self.ctx, self.alloc)  # the one place a container is imported
         self.container_setup = SETUP_COLD
         setup.warm_mounts(self.ctx, self.alloc, self._warn)
@@ -1273,7 +1290,7 @@ class AllocationMachine:
         for the spec (a tag, no install): no step at all."""
         assert self.alloc is not None
         key = self._setup_key()
-        if key is None:
+        if key is None or not imagecache.nodes_may_keep(self):  # item 3: pyxis' scope
             return None
         spec = self.spec
         name = spec.container_name or ""
@@ -1308,6 +1325,7 @@ class AllocationMachine:
     def _install(self) -> str:
         assert self.alloc is not None
         self.alloc, summary = setup.install(self.ctx, self.alloc, self._setup_key())
+        self.cache_write_s = imagecache.fill(self)  # the image cache (issue 42 item 2)
         return summary
 
     def _gpu_check(self) -> list[GpuProcess]:

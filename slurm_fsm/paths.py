@@ -150,6 +150,14 @@ class StatePaths:
                                      "history", anywhere=False))
 
     @property
+    def image_cache(self) -> Path:
+        """The cache of installed container images, when no shared folder is configured
+        (:mod:`slurm_fsm.imagecache`): the folder ``.slurm_fsm_image_cache``
+        (``.slurm_fsm_image_cache.fake`` for the fake backend's state file)."""
+        return self._beside(_renamed(self.state.name, ".slurm_fsm_image_cache", "",
+                                     "image-cache", anywhere=False))
+
+    @property
     def successor_state(self) -> Path:
         """The warm successor's state file: ``.slurm_alloc.successor.json``."""
         return self._beside(self.state.stem + ".successor.json")

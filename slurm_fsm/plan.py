@@ -15,7 +15,7 @@ from pathlib import Path
 
 import attrs
 
-from slurm_fsm import slurmcli
+from slurm_fsm import imagecache, slurmcli
 from slurm_fsm.backend import (
     AllocationRequest,
     BatchRequest,
@@ -49,6 +49,7 @@ from slurm_fsm.preflight import (
     scontrol_partition_argv,
     sinfo_partitions_argv,
 )
+from slurm_fsm.pyxissite import PyxisQuery, PyxisSite
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import MAX_STATE_BYTES, StateStore, read_regular_file
 from slurm_fsm.step0.outcome import Step0Outcome
@@ -91,6 +92,10 @@ class Plan:
     #: what admission by time left would decide: the job's expected duration and
     #: whether the allocation's time left covers it with the margin
     admission: str = ""
+    #: what a new allocation would do for the spec's container, in order (reused on
+    #: node, from the cache, cold), the pyxis options read, the cache's entry
+    #: (:func:`slurm_fsm.imagecache.new_allocation`); None: no container
+    container: Mapping[str, object] | None = None
 
     @property
     def would_change(self) -> list[str]:
@@ -105,6 +110,7 @@ class Plan:
             "final_state": self.final_state,
             "waits_for": self.waits_for,
             "admission": self.admission,
+            "container": dict(self.container) if self.container is not None else None,
             "commands": [{"argv": list(c.argv), "changes": c.changes} for c in self.commands],
             "would_change": self.would_change,
             "reasons": list(self.reasons),
@@ -115,6 +121,8 @@ class Plan:
         lines = [f"step 0 would go: {' -> '.join(self.path)}"]
         if self.admission:
             lines.append(f"admission: {self.admission}")
+        if self.container is not None:
+            lines.append(f"container: {self.container['says']}")
         lines += [f"  {r}" for r in self.reasons]
         lines.append("Slurm commands:")
         lines += [f"  {c.line}" + ("" if c.changes else "   (asked)")
@@ -144,6 +152,10 @@ class _PlannedLease:
 
 class PlanBackend:
     """Asks the real backend, records (and does not run) what would change things."""
+
+    #: a dry run: step 0's work that reads what a step printed takes the planned
+    #: step as done (:mod:`slurm_fsm.imagecache`)
+    dry_run = True
 
     def __init__(self, real: SlurmBackend) -> None:
         self.real = real
@@ -258,6 +270,12 @@ class PlanBackend:
             return None
         self._ask(scontrol_config_argv())
         return self.real.accounting_enforce()
+
+    def pyxis_site(self) -> PyxisSite | None:
+        if not isinstance(self.real, PyxisQuery):
+            return None
+        self._ask(scontrol_config_argv())
+        return self.real.pyxis_site()
 
     def def_cpu_per_gpu(self, partition: str) -> int | None:
         if not isinstance(self.real, CpuDefaultsQuery):
@@ -379,4 +397,5 @@ def make_plan(spec: JobSpec, real: SlurmBackend, *, clock: Clock | None = None,
         + ([done.failure.message] if done.failure and done.state is State.Failed else []),
         waits_for=stop.waits_for,
         admission=admission,
+        container=imagecache.new_allocation(spec, backend),
     )

@@ -228,12 +228,13 @@ class Report:
 
 
 def _container_setup(timings: Mapping[str, float]) -> str | None:
-    """``reused on node: reuse check 0.4s``, ``cold: import 5.1s, install 10.2s`` or
-    ``shared with a live allocation: share check 0.1s``
-    from a persistent run's step-0 timings (None: no container set up)."""
+    """``reused on node: reuse check 0.4s``, ``cold: import 5.1s, install 10.2s, cache
+    write 20.3s``, ``from the cache: cache import 4.0s`` or ``shared with a live
+    allocation: share check 0.1s`` from a persistent run's step-0 timings (None: no
+    container set up)."""
     kinds = {"reuse_check_s": "reused on node", "share_check_s": "shared with a live "
-             "allocation", "import_s": "cold"}
-    parts = [(key, timings[key]) for key in (*kinds, "install_s")
+             "allocation", "cache_import_s": "from the cache", "import_s": "cold"}
+    parts = [(key, timings[key]) for key in (*kinds, "install_s", "cache_write_s")
              if isinstance(timings.get(key), int | float)]
     if not parts or parts[0][0] not in kinds:
         return None

@@ -53,6 +53,9 @@ MAX_TREE_FILES = 2000
 MAX_TREE_BYTES = 64 * 1024 * 1024
 #: Folders of a local requirement that are not part of what pip installs.
 SKIPPED_DIRS = frozenset({".git", "__pycache__", ".venv", "build", "dist", ".eggs"})
+#: Folders of that name prefix are the image cache's (beside a state file in the repo:
+#: :attr:`slurm_fsm.paths.StatePaths.image_cache`), never an install input.
+SKIPPED_PREFIX = ".slurm_fsm_image_cache"
 #: ``git rev-parse HEAD`` may take this long.
 GIT_TIMEOUT_S = 10.0
 _DIGEST = re.compile(r"@(sha256:[0-9a-f]{64})$")
@@ -118,7 +121,8 @@ def _tree_digest(root: Path) -> str:
     h = hashlib.sha256()
     count = size = 0
     for folder, dirs, names in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS)
+        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS
+                         and not d.startswith(SKIPPED_PREFIX))
         for name in sorted(names):
             path = Path(folder, name)
             count += 1

@@ -84,6 +84,9 @@ __all__ = [
     "FOREIGN_CONTAINER_MARKER",
     "GPU_NODE_MARKER",
     "GPU_QUERY_ARGV",
+    "IMAGE_EXPORT",
+    "IMAGE_EXPORT_LINE",
+    "IMAGE_EXPORT_SCRIPT",
     "JOB_FORMAT",
     "JOB_FORMAT_V1",
     "JOB_GONE_MARKERS",
@@ -123,6 +126,8 @@ __all__ = [
     "gpu_processes_argv",
     "gpu_processes_script",
     "has_container_option",
+    "image_export_argv",
+    "image_exported",
     "mount_warmup_argv",
     "once_argv",
     "parse_gpu_name",
@@ -415,6 +420,63 @@ def setup_keys(stdout: str) -> dict[str, str]:
         if len(words) == 3 and words[0] == SETUP_KEY_LINE:
             found[words[1]] = words[2]
     return found
+
+
+#: The name (``$0``) of the export step's script (:func:`image_export_argv`): how a
+#: reader of a command line (the fake cluster) knows it.
+IMAGE_EXPORT = "slurm_fsm-image-export"
+#: The first word of the line the export prints on its node (stdout):
+#: ``@@slurm_fsm-image-cache NODE exported|present PATH``.
+IMAGE_EXPORT_LINE = "@@slurm_fsm-image-cache"
+#: Run on one node, on the host (``bash -c SCRIPT NAME DIR KEY ENROOT_NAME...``): under
+#: ``flock`` of ``DIR/lock`` (held by fd 9 until the script ends), an entry
+#: ``DIR/KEY.sqsh`` already there is left as it is (``present``); else the first of
+#: pyxis' names of the container that exists is exported (``enroot export``) to a file
+#: of the node and pid beside it and renamed into place (``exported``). pyxis hides
+#: the job's ENROOT_* path variables from enroot, so this does too.
+IMAGE_EXPORT_SCRIPT = (
+    "unset ENROOT_LIBRARY_PATH ENROOT_SYSCONF_PATH ENROOT_RUNTIME_PATH ENROOT_CACHE_PATH "
+    "ENROOT_DATA_PATH ENROOT_TEMP_PATH; "
+    'PATH="$PATH:/usr/local/bin:/usr/bin:/bin"; '
+    'dir=$1; key=$2; shift 2; host=${SLURMD_NODENAME:-$(hostname)}; out="$dir/$key.sqsh"; '
+    'mkdir -p -- "$dir" && exec 9>>"$dir/lock" || exit; '
+    "if command -v flock >/dev/null 2>&1; then flock 9 || exit; fi; "
+    f'if [ -s "$out" ]; then echo "{IMAGE_EXPORT_LINE} $host present $out"; exit 0; fi; '
+    "names=$(enroot list) || exit; "
+    'for n in "$@"; do '
+    'if printf "%s\\n" "$names" | grep -qxF -- "$n"; then '
+    'tmp="$dir/.$key.sqsh.$host.$$"; rm -f -- "$tmp"; '
+    'enroot export -o "$tmp" -- "$n" >&2 && mv -f -- "$tmp" "$out" '
+    '|| { rc=$?; rm -f -- "$tmp"; exit "$rc"; }; '
+    f'echo "{IMAGE_EXPORT_LINE} $host exported $out"; exit 0; fi; '
+    "done; "
+    'echo "slurm_fsm: none of the containers $* is on $host: nothing to export" >&2; exit 4'
+)
+
+
+def image_export_argv(folder: str, key: str, job_id: str, name: str) -> list[str]:
+    """srun on the allocation's first node (host side, no container) exporting pyxis'
+    container ``name`` (``pyxis_NAME`` or, under ``container_scope=job``,
+    ``pyxis_JOBID_NAME``) to the image cache entry ``<folder>/<key>.sqsh``
+    (:data:`IMAGE_EXPORT_SCRIPT`; :mod:`slurm_fsm.imagecache`): the step's command,
+    to run with ``nodes=1``. The folder and names are positional arguments."""
+    if not re.fullmatch(r"[0-9a-f]{16,128}", key):
+        raise ValueError(f"a setup key is lowercase hex, got {key!r}")
+    if not folder.startswith("/"):
+        raise ValueError(f"the image cache folder must be an absolute path, got {folder!r}")
+    return ["bash", "-c", IMAGE_EXPORT_SCRIPT, IMAGE_EXPORT, folder, key,
+            *pyxis_container_names(job_id, name)]
+
+
+def image_exported(stdout: str) -> tuple[str, str, str] | None:
+    """``(node, "exported" | "present", path)`` from the export step's output, or None
+    (it printed no such line: nothing was exported)."""
+    for line in stdout.splitlines():
+        words = line.split(" ", 3)
+        if len(words) == 4 and words[0] == IMAGE_EXPORT_LINE and words[2] in (
+                "exported", "present"):
+            return words[1], words[2], words[3].strip()
+    return None
 
 
 # Takes the lock on the file argv[1], keeps it across exec into argv[2:] (flock(2)

@@ -82,6 +82,8 @@ MAX_CPUS_PER_TASK = 4096
 MAX_CPUS_PER_NODE = 65536
 #: 365 days: the bound of ``monitor_timeout_seconds`` and of finite Slurm times.
 MAX_SECONDS = 365 * 86_400
+#: The image cache's size limit, at most (GB).
+MAX_CACHE_GB = 1_000_000
 #: Unknown keys looked at for a did-you-mean, per object (a 1 MiB spec of keys stays fast).
 _UNKNOWN_KEYS_EXAMINED = 200
 
@@ -228,6 +230,12 @@ def _path(value: object) -> None:
         raise ValueError(f"must not contain a NUL byte, got {show(text)}")
     if len(text.encode("utf-8", "surrogatepass")) > MAX_PATH_BYTES:
         raise ValueError(f"must be at most {MAX_PATH_BYTES} bytes, got {len(text)} characters")
+
+
+def _absolute_text(value: object) -> None:
+    text = _text_basics(value, MAX_PATH_BYTES)
+    if not text.startswith("/"):
+        raise ValueError(f"must be an absolute path (the nodes see it too), got {show(text)}")
 
 
 def _optional(rule: Rule) -> Rule:
@@ -467,6 +475,13 @@ class JobSpec:
     #: Queue the next allocation before this one expires, and set it up while this one
     #: still serves (issue 27, :mod:`slurm_fsm.successor`). Off: exactly as before.
     warm_successor: bool = False
+    #: A folder the login host and the nodes share for the cache of installed container
+    #: images (:mod:`slurm_fsm.imagecache`, issue 42): an absolute path. Default:
+    #: ``$SLURM_FSM_IMAGE_CACHE``, else ``.slurm_fsm_image_cache`` beside the state file.
+    image_cache_dir: str | None = None
+    #: The image cache's size limit in GB (oldest entries evicted first); 0 turns it
+    #: off. Default: ``$SLURM_FSM_IMAGE_CACHE_MAX_GB``, else 100.
+    image_cache_max_gb: NonNegativeInt | None = None
     #: What loading noticed but let pass (an unknown key close to a known one). Not a
     #: key of the document; the report and the CLI show them.
     load_warnings: tuple[str, ...] = attrs.field(default=(), kw_only=True, eq=False,
@@ -598,6 +613,8 @@ _RULES.update({
         "alloc_cpus_per_node": _optional(_integer(1, MAX_CPUS_PER_NODE)),
         "expected_duration_seconds": _optional(_integer(1, MAX_SECONDS)),
         "warm_successor": _bool,
+        "image_cache_dir": _optional(_absolute_text),
+        "image_cache_max_gb": _optional(_integer(0, MAX_CACHE_GB)),
         "load_warnings": _instance(tuple, "a tuple"),
     },
 })
@@ -694,7 +711,7 @@ _BAD = object()
 #: Fields read from the document as plain text: a number or a list is a mistake there.
 _TEXT_FIELDS = {"partition", "account", "name", "model_name", "log_file_pattern",
                 "docker_image", "container_name", "device_type", "user_root_dir",
-                "alloc_job_name"}
+                "alloc_job_name", "image_cache_dir"}
 _NOT_KEYS = {"load_warnings"}
 
 

@@ -78,6 +78,13 @@ from slurm_fsm.preflight import (
     scontrol_partition_argv,
     sinfo_partitions_argv,
 )
+from slurm_fsm.pyxissite import (
+    DEFAULT_PLUGSTACK,
+    PyxisSite,
+    plugstack_path,
+    read_plugstack,
+    site_from_options,
+)
 
 __all__ = [
     "CommandResult",
@@ -1172,6 +1179,23 @@ class SubprocessBackend:
             result = self._run(slurmcli.srun_help_argv())
             self._container_support = slurmcli.has_container_option(result.stdout + result.stderr)
         return self._container_support
+
+    def pyxis_site(self) -> PyxisSite | None:
+        """The cluster's pyxis options (:class:`slurm_fsm.pyxissite.PyxisQuery`): its line
+        in the plugstack config ``scontrol show config`` names, where this host can read
+        it; else, when ``srun --help`` lists pyxis' options, pyxis' defaults; None
+        without pyxis."""
+        try:
+            path = plugstack_path(self._run(scontrol_config_argv()).stdout)
+        except BackendError:
+            path = DEFAULT_PLUGSTACK
+        options = read_plugstack(path)
+        if options is not None:
+            return site_from_options(options, f"plugstack {path}")
+        if not self.has_container_support():
+            return None
+        return site_from_options({}, f"srun --help: {path} not readable here, pyxis' "
+                                     "defaults assumed")
 
     # ------------------------------------------- pre-flight (preflight.ClusterQueries)
 

@@ -69,6 +69,8 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "slurm_fsm.scriptcheck",
     "slurm_fsm.machine",
     "slurm_fsm.setupkey",
+    "slurm_fsm.imagecache",
+    "slurm_fsm.pyxissite",
     "slurm_fsm.edges",
     "slurm_fsm.step0.table",
     "slurm_fsm.step0.outcome",
@@ -122,10 +124,14 @@ WORK_COMMANDS: dict[str, str] = {
                   "checkout's tag, or untagged under the job name), `scancel` per orphan, "
                   "`salloc --no-shell ...`, `squeue -j ID` until RUNNING, "
                   "`scontrol show job -d -o ID` (what was granted)",
-    "Importing": "`srun ... --container-name=NAME sh -c 'read -r k < "
+    "Importing": "`scontrol show config` (the plugstack config: pyxis' "
+                 "container_scope), `srun ... --container-name=NAME sh -c 'read -r k < "
                  "/var/lib/slurm_fsm/setup.key ...'` (the nodes' setup keys: the same key "
                  "on every node reuses the container, nothing more; only for an image "
-                 "pinned by digest or a file, when the spec installs), else "
+                 "pinned by digest or a file, when the spec installs; not under "
+                 "container_scope=job), else with the image cache's entry `srun ... "
+                 "--container-image=<key>.sqsh --container-name=NAME:create sh -c "
+                 "'read -r k < ...'` (made from it, nothing installed), else "
                  "`srun --jobid=ID -N n --ntasks-per-node=1 bash -c '...enroot remove "
                  "-f...' pyxis_NAME pyxis_ID_NAME` (host: an old container of that name "
                  "goes), `srun ... --container-image=IMG --container-name=NAME:create true`, "
@@ -133,7 +139,9 @@ WORK_COMMANDS: dict[str, str] = {
                  "`srun ... nvidia-smi --query-compute-apps=...`",
     "Installing": "`srun ... --container-writable pip install -e .`, "
                   "`pip install -r requirements-dev.txt` (+ eval requirements), then "
-                  "`sh -c '... > /var/lib/slurm_fsm/setup.key'` (the setup key)",
+                  "`sh -c '... > /var/lib/slurm_fsm/setup.key'` (the setup key), then "
+                  "`srun --jobid=ID -N 1 bash -c '...enroot export...' DIR KEY pyxis_NAME "
+                  "pyxis_ID_NAME` (host: the image cache's entry, once)",
     "run": "`srun ... nvidia-smi` (GPU pre-flight); time left reuses the validation's answer",
     "finish": "none (the monitor cancelled a hung step with `scancel ID.STEP`; after a "
               "failed step, `squeue -j ID` and `sacct` tell whether the allocation ended "

@@ -42,6 +42,10 @@ each with a pid file of ours:
 - ``wide``: nodes of :data:`WIDE_CPUS_PER_NODE` (12) CPUs, not 8: 3 per GPU.
 - ``defcpu``: ``DefCpuPerGPU=2`` (:data:`DEF_CPU_PER_GPU`, in ``JobDefaults``): Slurm
   gives a job that names no CPUs per GPU that many per GPU it holds.
+- ``jobscope``: pyxis' ``container_scope=job`` in plugstack.conf: a named container
+  goes with its job (pyxis names it ``pyxis_<job>_<name>`` and removes it when the job
+  ends), as on sites where containers do not outlive their job; the next allocation
+  finds none on its nodes (issue 42's image cache serves it).
 
 A cluster running another configuration than the one asked is restarted by ``up``.
 
@@ -126,7 +130,7 @@ DEFAULT_BASE_DIR = Path("/tmp/slurm_fsm-local")
 #: the configuration: a comma list of :data:`FEATURES` (empty: the default one)
 ENV_CONFIG = "SLURM_FSM_LOCAL_CONFIG"
 #: configuration features, in their canonical order (see the module docstring)
-FEATURES = ("cgroup", "noenforce", "typed", "memkill", "wide", "defcpu")
+FEATURES = ("cgroup", "noenforce", "typed", "memkill", "wide", "defcpu", "jobscope")
 #: the GPU type of the ``typed`` configuration
 GPU_TYPE = "h100"
 #: cgroup v1 controllers under which Slurm 22.05 makes ``slurm_<node>`` folders
@@ -1109,7 +1113,8 @@ def _start(layout: _Layout, n_nodes: int, config: tuple[str, ...] = ()) -> Clust
     (layout.spool / "slurmctld").mkdir()
     # pyxis + enroot (built once per machine) before any daemon reads plugstack.conf
     containers, containers_problem = localpyxis.prepare(
-        layout.base, layout.etc / "plugstack.conf", say=_say)
+        layout.base, layout.etc / "plugstack.conf", say=_say,
+        scope="job" if "jobscope" in config else "global")
     if containers_problem:
         _say(f"no containers: {containers_problem}")
     nodes = [f"n{i + 1}" for i in range(n_nodes)]

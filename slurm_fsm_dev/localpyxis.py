@@ -224,9 +224,13 @@ def enroot_conf(fallback_base: Path) -> str:
     )
 
 
-def plugstack_line(plugin: Path, runtime_dir: Path) -> str:
-    """The cluster's plugstack.conf: pyxis required, containers global (its default)."""
-    return f"required {plugin} runtime_path={runtime_dir} container_scope=global\n"
+def plugstack_line(plugin: Path, runtime_dir: Path, scope: str = "global") -> str:
+    """The cluster's plugstack.conf: pyxis required, containers ``global`` (its default:
+    a named container outlives its job on the node) or ``job`` (it goes with its job:
+    the ``jobscope`` configuration)."""
+    if scope not in ("global", "job"):
+        raise ValueError(f"container_scope is global or job, got {scope!r}")
+    return f"required {plugin} runtime_path={runtime_dir} container_scope={scope}\n"
 
 
 def _run(argv: list[str], *, timeout: float, env: Mapping[str, str] | None = None,
@@ -402,7 +406,7 @@ def _build(src: Path, build: Path, say: Callable[[str], None]) -> None:
 
 
 def prepare(base: Path, plugstack: Path, *, say: Callable[[str], None] = print,
-            ) -> tuple[ContainerInfo | None, str]:
+            scope: str = "global") -> tuple[ContainerInfo | None, str]:
     """Build (or reuse) pyxis, enroot and the images; write ``plugstack``.
 
     Returns the info, or None and why containers are not available. ``plugstack``
@@ -450,7 +454,7 @@ def prepare(base: Path, plugstack: Path, *, say: Callable[[str], None] = print,
     os.chmod(state / "tmp", 0o1777)
     runtime = base / "pyxis-run"
     runtime.mkdir(parents=True, exist_ok=True)
-    plugstack.write_text(plugstack_line(plugin, runtime))
+    plugstack.write_text(plugstack_line(plugin, runtime, scope))
     info = ContainerInfo(
         plugin=plugin, enroot=LINK_DIR / "enroot", images=images,
         image_ids={name: text for name, (_, text) in IMAGE_NAMES.items()},

@@ -115,7 +115,8 @@ def test_anything_different_is_imported_and_installed_again(
 def test_a_key_on_one_node_of_two_is_not_enough(make_spec: SpecFactory,
                                                   tmp_path: Path) -> None:
     fake = FakeCluster()
-    spec = _spec(make_spec, tmp_path, _image(tmp_path), slurm_params={"nodes": 2})
+    spec = _spec(make_spec, tmp_path, _image(tmp_path), slurm_params={"nodes": 2},
+                 image_cache_max_gb=0)  # no image cache: the nodes' containers alone
     _run(spec, fake)
     fake.nodes["node02"].containers["llama"].setup_key = ""
     m, steps = _run(spec, fake)

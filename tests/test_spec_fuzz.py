@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 
 from slurm_fsm import cli
 from slurm_fsm.spec import (
+    MAX_CACHE_GB,
     MAX_CPUS_PER_NODE,
     MAX_CPUS_PER_TASK,
     MAX_FILE_NAME_BYTES,
@@ -296,6 +297,9 @@ SPEC_BAD: dict[str, st.SearchStrategy[object]] = {
     "alloc_cpus_per_node": bad_ints(1, MAX_CPUS_PER_NODE),
     "expected_duration_seconds": bad_ints(1, MAX_SECONDS),
     "warm_successor": BOOL_BAD,
+    "image_cache_dir": st.one_of(NOT_STR_NOT_NONE, WITH_NUL, too_long(4096),
+                                 SAFE.filter(lambda s: not s.startswith("/"))),
+    "image_cache_max_gb": bad_ints(0, MAX_CACHE_GB),
     "slurm_env": st.one_of(
         NOT_TEXT.filter(lambda v: not isinstance(v, dict)), SAFE,
         st.fixed_dictionaries({"partitions": st.one_of(SAFE, st.integers(),

@@ -56,11 +56,15 @@ def setup_step(ctx: Step0Context, alloc: AllocState, what: str, argv: Sequence[s
     return result
 
 
-def import_fresh(ctx: Step0Context, alloc: AllocState) -> None:
+def import_fresh(ctx: Step0Context, alloc: AllocState, image: str | None = None,
+                 argv: Sequence[str] = ("true",)) -> StepResult:
     """Import the spec's image as a fresh container of its name on ``alloc``'s nodes,
-    once no other run's job uses a container of that name (the lease gate)."""
+    once no other run's job uses a container of that name (the lease gate). ``image``:
+    another image to make it from (the image cache's entry of the spec's setup key,
+    :func:`slurm_fsm.imagecache.start_from_cache`); ``argv``: the step's command in the
+    new container (its result is returned; SetupFailed unless it exits 0)."""
     spec = ctx.spec
-    name, image = spec.container_name or "", spec.docker_image
+    name, image = spec.container_name or "", image or spec.docker_image
     if ctx.leases is not None:
         ctx.leases.clear(alloc.job_id, f"re-importing container {name!r}", name)
     ctx.say(f"Importing {image} as container {name!r} on {alloc.nodelist}.")
@@ -69,8 +73,8 @@ def import_fresh(ctx: Step0Context, alloc: AllocState) -> None:
     # a new allocation, another container, or one the state file does not name. pyxis
     # would silently reuse any container of that name the nodes still hold (from an
     # earlier allocation, maybe of another image): ask for a fresh one.
-    setup_step(
-        ctx, alloc, f"container import of {image}", ("true",),
+    return setup_step(
+        ctx, alloc, f"container import of {image}", tuple(argv),
         ContainerOptions(name=name, image=image, mounts=spec.mounts_text, fresh=True,
                          owner=f"{repo_tag(spec)} {spec.repo_root}"),
     )

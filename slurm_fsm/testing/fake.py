@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import os
 import re
 import shlex
@@ -64,8 +65,11 @@ from slurm_fsm.errors import (
 from slurm_fsm.jobstate import JobState, to_job_state
 from slurm_fsm.ownership import made_by, new_nonce, request_comment
 from slurm_fsm.preflight import ClusterPartition, enforces_associations
+from slurm_fsm.pyxissite import PyxisSite
 from slurm_fsm.scriptguard import stop_group
 from slurm_fsm.slurmcli import (
+    IMAGE_EXPORT,
+    IMAGE_EXPORT_LINE,
     ONCE_SKIPPED,
     SETUP_KEY_FILE,
     SETUP_KEY_LINE,
@@ -102,7 +106,7 @@ CONTROLLER_OPS = frozenset({
 #: ``sacct`` reach slurmdbd, not the controller): what the demo counts. Not
 #: ``current_user`` (no command) nor ``start_script`` (the job's own ``bash``).
 SLURM_COMMAND_OPS = CONTROLLER_OPS | {"user_associations", "step_outcomes",
-                                      "has_container_support"}
+                                      "has_container_support", "pyxis_site"}
 
 
 def _het_blocks(text: str) -> list[dict[str, str]]:
@@ -215,6 +219,30 @@ class FakeContainer:
     done: set[str] = attrs.field(factory=set)  # markers of the ``once`` steps done in it
     #: the setup key a finished install wrote in it (slurmcli.SETUP_KEY_FILE); "" none
     setup_key: str = ""
+    #: the job that made it: under ``container_scope=job`` it goes with that job
+    job_id: str = ""
+
+
+#: The key of the fake's squashfs (a cache entry the export step wrote: JSON of the
+#: container): a container made from such a file holds its packages and setup key.
+FAKE_SQUASHFS = "slurm_fsm-fake-squashfs"
+
+
+def _made_from(c: ContainerOptions, job_id: str) -> FakeContainer:
+    """The container pyxis makes from ``c.image``: an image, or a squashfs the export
+    step wrote (with what was installed in it)."""
+    made = FakeContainer(c.image or "", owner=c.owner if c.fresh else "", job_id=job_id)
+    if c.image is not None and c.image.startswith("/"):
+        try:
+            with open(c.image, "rb") as fh:
+                head = fh.read(2)
+                data = json.loads(head + fh.read(1 << 20)) if head == b'{"' else {}
+        except (OSError, ValueError):
+            data = {}
+        if isinstance(data, dict) and data.get(FAKE_SQUASHFS) == 1:
+            made.packages = list(data.get("packages", []))
+            made.setup_key = str(data.get("setup_key", ""))
+    return made
 
 
 @attrs.define
@@ -533,6 +561,10 @@ class FakeCluster:
     #: ``DefCpuPerGPU`` (``JobDefaults``): an allocation that asks GPUs gets at least
     #: that many CPUs per GPU, as Slurm grants it (measured on 22.05); None: not set
     default_cpus_per_gpu: int | None = None
+    #: pyxis' ``container_scope``: ``"global"`` (its default: a named container outlives
+    #: its job on the node) or ``"job"`` (it goes with its job: the next job of the
+    #: node starts without it)
+    container_scope: str = "global"
 
     def __init__(
         self,
@@ -1040,18 +1072,17 @@ class FakeCluster:
                               f"{job.job_id}: More processors requested than permitted")
         nodes = job.nodes[: request.nodes]
         command = shlex.join(request.argv)
-        for rule in self._step_rules:
-            if rule.match in command and rule.times != 0:
-                if rule.times is not None:
-                    idx = self._step_rules.index(rule)
-                    self._step_rules[idx] = attrs.evolve(rule, times=rule.times - 1)
-                return rule.result
+        if (ruled := self._step_rule(command)) is not None:
+            return ruled
         c = request.container
+        self._scope_containers(job.job_id)
+        if c is None and request.argv[3:4] == (IMAGE_EXPORT,):
+            return self._export_step(request, nodes[0])
         if c is not None:
             if not self.pyxis:
                 return StepResult(255, "", "srun: unrecognized option "
                                   f"'--container-image={c.image or c.name}'")
-            failed = self._pyxis_step(c, nodes)
+            failed = self._pyxis_step(c, nodes, job.job_id)
             if failed is not None:
                 return failed
         # a ``once`` step: under each node's lock, skipped where its marker is
@@ -1080,6 +1111,16 @@ class FakeCluster:
         job.next_step += 1  # every srun makes a step, as in Slurm
         return StepResult(0, out, "")
 
+    def _step_rule(self, command: str) -> StepResult | None:
+        """The result of the first :meth:`on_step` rule ``command`` matches (one use of
+        it), or None."""
+        for idx, rule in enumerate(self._step_rules):
+            if rule.match in command and rule.times != 0:
+                if rule.times is not None:
+                    self._step_rules[idx] = attrs.evolve(rule, times=rule.times - 1)
+                return rule.result
+        return None
+
     def _setup_key_step(self, request: StepRequest, c: ContainerOptions,
                         nodes: list[str]) -> StepResult:
         """The steps of :func:`~slurm_fsm.slurmcli.setup_key_read_argv` and
@@ -1100,11 +1141,43 @@ class FakeCluster:
             f"{SETUP_KEY_LINE} {n} {container.setup_key or '-'}\n"
             for n, container in zip(nodes, held, strict=True)), "")
 
+    def _scope_containers(self, job_id: str) -> None:
+        """``container_scope=job``: a container of another job is gone (pyxis removes
+        it at its job's end)."""
+        if self.container_scope != "job":
+            return
+        for node in self.nodes.values():
+            for name in [n for n, c in node.containers.items() if c.job_id != job_id]:
+                del node.containers[name]
+
+    def _export_step(self, request: StepRequest, node: str) -> StepResult:
+        """The step of :func:`~slurm_fsm.slurmcli.image_export_argv` on ``node``: the
+        named container (its packages and setup key) written to the cache entry, a file
+        of this machine (the fake's squashfs: :data:`FAKE_SQUASHFS`), aside and renamed;
+        an entry there already is left as it is."""
+        self._job(request.job_id).next_step += 1
+        folder, key = Path(request.argv[4]), request.argv[5]
+        out = folder / f"{key}.sqsh"
+        if out.is_file() and out.stat().st_size > 0:
+            return StepResult(0, f"{IMAGE_EXPORT_LINE} {node} present {out}\n", "")
+        name = request.argv[-2].removeprefix("pyxis_")
+        held = self.nodes[node].containers.get(name)
+        if held is None:
+            return StepResult(4, "", f"slurm_fsm: none of the containers "
+                              f"{' '.join(request.argv[6:])} is on {node}: nothing to export\n")
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".{key}.sqsh.{node}.{os.getpid()}"
+        tmp.write_text(json.dumps({FAKE_SQUASHFS: 1, "image": held.image,
+                                   "packages": held.packages, "setup_key": held.setup_key}))
+        tmp.replace(out)
+        return StepResult(0, f"{IMAGE_EXPORT_LINE} {node} exported {out}\n", "")
+
     def _relay_when(self) -> float | None:
         """The time a relayed line carries (:attr:`relay_timestamps`), else None."""
         return self.clock.now() if self.relay_timestamps else None
 
-    def _pyxis_step(self, c: ContainerOptions, nodes: list[str]) -> StepResult | None:
+    def _pyxis_step(self, c: ContainerOptions, nodes: list[str], job_id: str
+                    ) -> StepResult | None:
         """What pyxis does with a step's container options on each node, as measured on
         pyxis 0.24 / enroot 4.1 (tests/integration/test_parity.py runs both): named
         containers per node that outlive the job; a name that exists is reused even for
@@ -1140,9 +1213,8 @@ class FakeCluster:
             node = self.nodes[n]
             if c.fresh:
                 node.containers.pop(c.name, None)  # SubprocessBackend's enroot remove
-            if c.image is not None:
-                node.containers.setdefault(c.name, FakeContainer(c.image, owner=c.owner
-                                                                 if c.fresh else ""))
+            if c.image is not None and c.name not in node.containers:
+                node.containers[c.name] = _made_from(c, job_id)
             elif c.name not in node.containers:
                 return _pyxis_failure(nodes, [
                     f'pyxis: error: a container with name "pyxis_{c.name}" does not exist, '
@@ -1447,6 +1519,12 @@ class FakeCluster:
     def has_container_support(self) -> bool:
         self.calls.append(Call("has_container_support", {}))
         return self.pyxis
+
+    def pyxis_site(self) -> PyxisSite | None:
+        """Its pyxis options: :attr:`container_scope` (None without pyxis)."""
+        self.calls.append(Call("pyxis_site", {}))
+        return PyxisSite(container_scope=self.container_scope,
+                         source="fake cluster") if self.pyxis else None
 
     def expand_nodelist(self, nodelist: str) -> list[str]:
         return list(hostlist.expand_hostlist(nodelist)) if nodelist else []

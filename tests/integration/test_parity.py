@@ -10,6 +10,7 @@ end: the fake's clock is advanced, the real one is made with a 5-minute limit.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -78,6 +79,8 @@ class World(Protocol):
 
     def wait_gone(self, job_id: str) -> None: ...
 
+    def forget_containers(self, name: str) -> None: ...
+
 
 class FakeWorld:
     kind = "fake"
@@ -96,6 +99,8 @@ class FakeWorld:
                                 cpus_per_node=cluster.cpus_per_node)
         if cluster.has("defcpu"):
             self.fake.default_cpus_per_gpu = DEF_CPU_PER_GPU
+        if cluster.has("jobscope"):  # pyxis' container_scope=job
+            self.fake.container_scope = "job"
         # and srun relays slurmstepd's lines as the real cluster's Slurm does (a version
         # not measured yet is a KeyError: measure it, do not guess)
         self.fake.relay_timestamps = RELAYS_WITH_TIMESTAMPS[slurm_version()]
@@ -129,6 +134,10 @@ class FakeWorld:
 
     def wait_gone(self, job_id: str) -> None:
         assert not self.running(job_id)  # the fake ends a cancelled job at once
+
+    def forget_containers(self, name: str) -> None:
+        for node in self.fake.nodes.values():
+            node.containers.pop(name, None)
 
     def expiring_time_limit(self) -> str:
         return "01:00:00"
@@ -186,6 +195,12 @@ class RealWorld:
 
     def wait_gone(self, job_id: str) -> None:
         wait_gone(job_id)
+
+    def forget_containers(self, name: str) -> None:
+        """The nodes lose pyxis' container ``name`` (as other nodes would not have it)."""
+        assert self.cluster.containers is not None
+        for d in self.cluster.containers.state_dir.glob(f"*/*/data/pyxis_{name}"):
+            shutil.rmtree(d)
 
     def expiring_time_limit(self) -> str:
         return "00:30:00"
@@ -376,7 +391,7 @@ def container_switch(world: World) -> Outcome:
                         image=tuple(world.image_in(m.alloc.job_id, name)))
 
 
-def _installed_after_release(world: World, change: bool) -> Outcome:
+def _installed_after_release(world: World, change: bool, forget: bool = False) -> Outcome:
     """Issue 42 item 1: a container set up (python image, installs) on every node, the
     allocation released; the next run's new allocation on the same nodes uses it, or
     (``change``: requirements-dev.txt changed) imports and installs it again."""
@@ -389,6 +404,8 @@ def _installed_after_release(world: World, change: bool) -> Outcome:
     released = world.machine(attrs.evolve(spec, release_allocation=True))
     assert released.prepare().state is State.Released, released.path
     world.wait_gone(first)
+    if forget:  # the next allocation's nodes do not hold it (issue 42 item 2)
+        world.forget_containers(name)
     if change:
         (repo / "requirements-dev.txt").write_text("./devtool\n# changed\n")
     m = world.machine(spec)
@@ -402,6 +419,10 @@ def container_reused_after_release(world: World) -> Outcome:
 
 def container_input_changed_after_release(world: World) -> Outcome:
     return _installed_after_release(world, change=True)
+
+
+def container_from_the_cache_on_other_nodes(world: World) -> Outcome:
+    return _installed_after_release(world, change=False, forget=True)
 
 
 def _container_error(world: World, **over: Any) -> Outcome:
@@ -550,6 +571,9 @@ SCENARIOS: dict[str, tuple[Callable[[World], Outcome], Outcome]] = {
     "container input changed after release": (container_input_changed_after_release, Outcome(
         ("NoState", "Allocating", "Importing", "Installing", "Ready"), State.Ready, True,
         False, False, 1, setup="cold")),
+    "container from the cache on other nodes": (
+        container_from_the_cache_on_other_nodes, Outcome(
+            IMPORTED, State.Ready, True, False, False, 1, setup="from the cache")),
     "missing image": (missing_image, Outcome(
         IMPORT_FAILED, State.Failed, True, True, True, 1, errors=(
             "pyxis: failed to create container filesystem for image: <root>/nope.sqsh",
