@@ -201,12 +201,21 @@ def test_a_detached_job_run_by_its_agent_gets_the_gpu_and_cpus_a_foreground_one_
     one = spec(local_cluster, root, name, f"srun {probe}\n",
                slurm_params={"gpus_per_node": 1})
     foreground = _probe_lines(run(one))
+    # the same job, held at a gate until `run --detach` has said who owns it (a probe
+    # ends in a blink: the run could be judged before the command looks)
+    gate = tmp_path / "gate"
+    held = spec(local_cluster, root, name,
+                f"until [ -e {gate} ]; do sleep 0.1; done\nsrun {probe}\n",
+                slurm_params={"gpus_per_node": 1})
     path = tmp_path / "detached.json"
-    path.write_text(json.dumps(one.to_dict()))
-    done = _cli("run", str(path), "--detach", "--json", "--quiet")
-    doc = json.loads(done.stdout or "{}")
-    assert doc.get("owner") == "agent", done.stdout + done.stderr
-    waited = _cli("wait", str(doc["run_id"]), "--json", "--repo", str(one.repo_root))
+    path.write_text(json.dumps(held.to_dict()))
+    try:
+        done = _cli("run", str(path), "--detach", "--json", "--quiet")
+        doc = json.loads(done.stdout or "{}")
+        assert doc.get("owner") == "agent", done.stdout + done.stderr
+    finally:
+        gate.touch()
+    waited = _cli("wait", str(doc["run_id"]), "--json", "--repo", str(held.repo_root))
     [report] = json.loads(waited.stdout)
     assert report["status"] == "PASSED", report
     log = Path(report["log_files"]["stdout"]).read_text()
