@@ -146,10 +146,13 @@ def test_container_switch_with_install_installs_in_the_new_one_only(
     one keeps its packages; the allocation is the same."""
     job_name = names.new("ct-switch-install")
     old, new = cnames.new("old-i"), cnames.new("new-i")
+    # the image cache off: the switch's own install is what is tested (with it, the new
+    # container comes from the cache installed: tests/integration/test_image_cache_real.py)
     first, _ = prepared(container_spec(local_cluster, tmp_path, job_name,
-                                       image=pyxis.images["python"], name=old, install=True))
+                                       image=pyxis.images["python"], name=old, install=True,
+                                       image_cache_max_gb=0))
     spec = container_spec(local_cluster, tmp_path, job_name, image=pyxis.images["python"],
-                          name=new, install=True)
+                          name=new, install=True, image_cache_max_gb=0)
     m, backend = prepared(spec)
     assert m.path == ["NoState", "Validating", "Importing", "Installing", "Ready"]
     assert m.alloc is not None and first.alloc is not None

@@ -269,9 +269,9 @@ def test_a_run_outlives_the_end_of_its_login_session(
         until("the job's step running", lambda: True if _job_steps(alloc) else None, 60)
         until("run --detach returned on node A", lambda: True if not any(
             b"\0--detach\0" in _cmdline(p) for p in _descendants(node_a.pid)) else None, 60)
-        left = _descendants(node_a.pid)[1:]  # all but the node's init (the lingering sh)
         for sig in (signal.SIGTERM, signal.SIGKILL):
-            for pid in left:
+            # all but the node's init (the lingering sh), as they are at each signal
+            for pid in _descendants(node_a.pid)[1:]:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, sig)
             time.sleep(2)
@@ -283,9 +283,17 @@ def test_a_run_outlives_the_end_of_its_login_session(
         until("no step of the run left", lambda: True if not steps(alloc) else None, 30)
         assert job_state(alloc) == "RUNNING"  # kept for the next run
     finally:
-        if node_a.poll() is None:
-            node_a.kill()
-        node_a.communicate(timeout=30)
+        from slurm_fsm_dev.loginnodes import children
+
+        for init in children().get(node_a.pid, []):  # the node ends whole: no pipe held
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(init, signal.SIGKILL)
+        try:
+            node_a.communicate(timeout=30)
+        finally:
+            for stream in (node_a.stdout, node_a.stderr):
+                if stream is not None:
+                    stream.close()
         (tmp_path / "gate").touch()
         _release(local_cluster, spec)
 
