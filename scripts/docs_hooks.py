@@ -31,8 +31,10 @@ from mkdocs.structure.files import File, Files  # noqa: E402
 from benchmarks import charts  # noqa: E402
 from slurm_fsm.step0.table import DiagramPart  # noqa: E402
 from slurm_fsm_dev.docgen import (  # noqa: E402
+    ARCH_DIAGRAM_MARKER,
     RUN_DIAGRAM_MARKER,
     DiagramError,
+    architecture_svg,
     diagram_marker,
     run_svg,
     states_svg,
@@ -135,6 +137,17 @@ def on_page_content(html: str, page: Any, config: Any, files: Files) -> str:
                             "<figcaption>Drawn by Graphviz from "
                             "<code>slurm_fsm.machine.EDGES</code> when the site is built; "
                             "hover an arrow for its steps.</figcaption></figure>", 1)
+    if ARCH_DIAGRAM_MARKER in html:
+        try:
+            svg = architecture_svg()
+        except DiagramError as exc:
+            raise PluginError(str(exc)) from exc
+        html = html.replace(ARCH_DIAGRAM_MARKER, '<figure class="fsm-diagram fsm-layers">'
+                            f"{svg}<figcaption>Drawn by Graphviz from the package's imports "
+                            "(<code>slurm_fsm_dev.archmap</code>) when the site is built; "
+                            "each arrow counts the imports from one layer to another; "
+                            "red, dashed: an import against the layers.</figcaption>"
+                            "</figure>", 1)
     if RUN_DIAGRAM_MARKER in html:
         try:
             svg = run_svg()

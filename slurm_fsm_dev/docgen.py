@@ -552,6 +552,18 @@ def run_svg(dot: str = "dot", *, timeout_s: float = 60.0) -> str:
     return _graphviz_svg(run_dot(), "run", dot, timeout_s)
 
 
+#: where docs/architecture.md's drawing goes (scripts/docs_hooks.py)
+ARCH_DIAGRAM_MARKER = "<!-- slurm_fsm:architecture -->"
+
+
+def architecture_svg(dot: str = "dot", *, timeout_s: float = 60.0) -> str:
+    """The package's layers (:func:`slurm_fsm_dev.archmap.architecture_dot`) as an SVG
+    element, for docs/architecture.md; :class:`DiagramError` as :func:`states_svg`."""
+    from slurm_fsm_dev.archmap import architecture_dot
+
+    return _graphviz_svg(architecture_dot(), "layers", dot, timeout_s)
+
+
 def _graphviz_svg(source: str, name: str, dot: str, timeout_s: float) -> str:
     exe = shutil.which(dot)
     if exe is None:
@@ -566,5 +578,6 @@ def _graphviz_svg(source: str, name: str, dot: str, timeout_s: float) -> str:
     if proc.returncode != 0 or "<svg" not in proc.stdout:
         raise DiagramError(f"`{exe} -Tsvg` exited {proc.returncode}: {proc.stderr.strip()}")
     svg = _SVG_COMMENT.sub("", _SVG_PREAMBLE.sub("", proc.stdout, count=1))
-    return svg.replace("<svg ", f'<svg role="img" aria-label="slurm_fsm state diagram: '
-                       f'{name}" ', 1).strip()
+    what = "the package's layers" if name == "layers" else f"state diagram: {name}"
+    return svg.replace("<svg ", f'<svg role="img" aria-label="slurm_fsm {what}" ',
+                       1).strip()

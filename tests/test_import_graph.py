@@ -9,38 +9,7 @@ first use.
 
 from __future__ import annotations
 
-import ast
-from pathlib import Path
-
-PACKAGE = Path(__file__).resolve().parents[1] / "slurm_fsm"
-
-
-def _modules() -> dict[str, Path]:
-    out = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        out[name] = path
-    return out
-
-
-def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            for alias in node.names:
-                sub = f"{node.module}.{alias.name}"
-                found.add(sub if sub in modules else node.module)
-        elif isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-    return {m for m in found if m in modules and m not in (name, "slurm_fsm")}
-
-
-def import_graph() -> dict[str, set[str]]:
-    modules = _modules()
-    return {name: _imports(name, path, modules) for name, path in modules.items()
-            if name != "slurm_fsm"}
+from slurm_fsm_dev.archmap import import_graph
 
 
 def circles(graph: dict[str, set[str]]) -> list[list[str]]:
