@@ -324,6 +324,9 @@ def decide(
 _UNABLE_TO_CREATE_STEP = re.compile(
     r"srun: error: (?:Unable to create step.*(?:expired|already completing|completed)"
     r"|Slurm job \d+ has expired)", re.I)
+#: a node refused a step's launch: the credential slurmctld signed for it had expired
+_CRED_EXPIRED = re.compile(r"(?:Task launch for \S+ failed on node (?P<node>[^\s:]+): )?"
+                           r"Job credential expired", re.I)
 _TOO_MANY_TASKS = re.compile(r"(?:for job (?P<job>\d+)\S*: )?More processors requested than "
                              r"permitted", re.I)
 _CONTAINER_MISSING = re.compile(
@@ -570,6 +573,22 @@ def _gpu_rows(cleaned: Sequence[str], job_id: str | None) -> list[dict[str, str]
     return rows
 
 
+def _credential_row(case: _Case) -> list[dict[str, str]]:
+    """srun's ``Task launch ... failed on node N: Job credential expired``: node N
+    refused the step, its credential (signed by slurmctld at the step's creation) too
+    old by N's clock (fractal-server#2835)."""
+    nodes = sorted({m.group("node") for line in case.cleaned
+                    if (m := _CRED_EXPIRED.search(line)) and m.group("node")})
+    on = f" on node {', '.join(nodes)}" if nodes else ""
+    where = f"node {', '.join(nodes)}" if nodes else "the node that refused it"
+    return [_row(f"srun: error: Task launch failed{on}: Job credential expired",
+                 "the node refused the step: by its clock, the credential slurmctld signed "
+                 "for the step had expired (the node's clock is off from the controller's, "
+                 "or its slurmd took the launch too late: a busy or stuck node)",
+                 f"re-run; if it repeats, check the clock (chrony/NTP) and slurmd of {where} "
+                 "against the controller's, and tell the admins")]
+
+
 def _too_many_tasks(lines: Sequence[str], allocation_id: str | None) -> list[dict[str, str]]:
     """srun's ``More processors requested than permitted``: the persistent allocation's
     size, unless the step was one of a job the script submitted itself (another job id
@@ -729,6 +748,7 @@ _RULES: tuple[_Rule, ...] = (
     _Rule(lambda c: c.has(_UNABLE_TO_CREATE_STEP),
           _fixed("srun: error: Unable to create step", "allocation expired",
                  "drop the state file and re-run (re-allocates)")),
+    _Rule(lambda c: c.has(_CRED_EXPIRED), _credential_row),
     _Rule(_always, lambda c: _too_many_tasks(c.cleaned, c.allocation_id)),
     _Rule(_always, lambda c: _container_rows("\n".join(c.cleaned))),
     _Rule(lambda c: c.has(_CONTAINER_MISSING),

@@ -605,3 +605,15 @@ def test_a_submitted_job_s_step_is_not_blamed_on_the_allocation() -> None:
     assert row["cause"].startswith("a job the script submitted itself")
     assert "salloc" in row["advice"] and "SRUN_CPUS_PER_TASK" in row["advice"]
     assert "ntasks_per_node" not in row["advice"]
+
+
+def test_diagnose_a_launch_refused_for_an_expired_credential_names_the_node() -> None:
+    """Real (fractal-server#2835): the node refused the step's launch because its
+    credential had expired; the row names the node and what to check there."""
+    line = ("srun: error: Task launch for StepId=23547462.4 failed on node "
+            "u20-chiivm0-607: Job credential expired")
+    rows = diagnose(Status.FAILED, exit_code=1, slurm_state="FAILED", log_empty=False,
+                    log_lines=[line])
+    row = next(r for r in rows if "credential" in r["symptom"])
+    assert "u20-chiivm0-607" in row["symptom"]
+    assert "clock" in row["cause"] and "u20-chiivm0-607" in row["advice"]
