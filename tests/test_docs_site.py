@@ -348,6 +348,10 @@ def test_every_page_renders_offline(visit: Visit, site: Path) -> None:
     for rel in pages:
         path = "" if rel == "." else f"{rel}/"
         page = visit.open(path)
+        if page.locator("article h1").count() == 0:
+            # once, at load ~15, api/backends/ came without its heading: the test's own
+            # server's answer cut short (the files are static); a second load must have it
+            page = visit.open(path)
         assert page.locator("article h1").count() >= 1, path
         assert page.locator("nav.md-nav--primary").count() == 1, path
         text = page.locator("article").inner_text()
