@@ -40,7 +40,7 @@ from slurm_fsm.step0.outcome import SuccessorWait
 from slurm_fsm.step0.table import State
 from slurm_fsm.warmer import warmer_for
 
-__all__ = ["PersistentRun", "point_latest", "run_book", "run_log_path"]
+__all__ = ["PersistentRun", "RunTicket", "point_latest", "run_book", "run_log_path"]
 
 #: A lease may be broken this long after its job's monitor timeout (its ``max_until``).
 LEASE_MARGIN_S = 900.0
@@ -113,6 +113,24 @@ def _finish_reason(watch: Watch) -> str:
     if watch.timed_out:
         return "monitor timeout; step cancelled"
     return f"script exited {watch.exit_code}"
+
+
+@attrs.frozen
+class RunTicket:
+    """A started persistent run between :meth:`PersistentRun.start` and
+    :meth:`PersistentRun.collect`: the machine it stepped, its allocation, its steps'
+    keeper (the run record), the running script and its log."""
+
+    machine: AllocationMachine
+    alloc: AllocState
+    steps: RunSteps
+    script: RunningScript
+    log: Path
+
+    @property
+    def run_id(self) -> str:
+        """The run's id (its record's)."""
+        return self.steps.record.run_id
 
 
 class PersistentRun:
@@ -246,6 +264,17 @@ class PersistentRun:
 
     # ---------------------------------------------------------------------- the run
     def run(self) -> RunFacts:
+        """Step 0, the lease, the script started (:meth:`start`), then watched to its
+        end and judged (:meth:`collect`)."""
+        began = self.start()
+        return began if isinstance(began, RunFacts) else self.collect(began)
+
+    def start(self) -> RunTicket | RunFacts:
+        """The first half of a run (issue 40's phase boundary): step 0, what dead runs
+        left stopped, this run's lease, the pre-flight and the script started, its
+        record written. A :class:`RunTicket` for :meth:`collect`, or the facts of a run
+        that ended here (step 0 or the pre-flight failed, the script did not start: its
+        steps and lease are then wound down already)."""
         for attempt in range(1, STEP0_ATTEMPTS + 1):
             m = self._new_machine()
             with m.locked():  # step 0, the dead runs' leftovers, this run's lease
@@ -261,14 +290,32 @@ class PersistentRun:
         steps = RunSteps(self.backend, self.runs, lease, clock=self.clock,
                          say=self.events.message)
         try:
-            return self._run(m, alloc, steps)
+            began = self._begin(m, alloc, steps)
+        except BaseException:
+            self._wind_down(steps, alloc)
+            raise
+        if isinstance(began, RunFacts):
+            self._wind_down(steps, alloc)
+        return began
+
+    def collect(self, ticket: RunTicket) -> RunFacts:
+        """The second half: the started script watched to its end, what it left
+        stopped, and the facts the judge reads; the lease's step stopped after."""
+        try:
+            watch = self._watch(ticket.script, ticket.steps, ticket.log, ticket.alloc)
+            return self._ended(ticket.machine, watch, ticket.alloc.job_id, ticket.log,
+                               ticket.steps)
         finally:  # an error or an interrupt on the way: the same end as a normal one
-            if not steps.finished and (steps.script is None or steps.script.poll() is not None):
-                steps.finish()
-            if steps.finished and self.lease is not None:  # its job's steps are gone
-                # the report does not wait for the step to end (slurm_fsm.leasestop):
-                # the next run, release or gate of this process does, and its exit
-                leasestop.stop_soon(self.lease, alloc.job_id, on_error=self._lease_error)
+            self._wind_down(ticket.steps, ticket.alloc)
+
+    def _wind_down(self, steps: RunSteps, alloc: AllocState) -> None:
+        """What the script left is stopped; once its steps are gone, the lease step is
+        stopped (the report does not wait for it, :mod:`slurm_fsm.leasestop`: the next
+        run, release or gate of this process does, and its exit)."""
+        if not steps.finished and (steps.script is None or steps.script.poll() is not None):
+            steps.finish()
+        if steps.finished and self.lease is not None:  # its job's steps are gone
+            leasestop.stop_soon(self.lease, alloc.job_id, on_error=self._lease_error)
 
     def _lease_error(self, exc: BaseException) -> None:
         """The wait for this run's lease step to end failed (after the report): said."""
@@ -438,8 +485,9 @@ class PersistentRun:
         except BackendError:
             return False
 
-    def _run(self, m: AllocationMachine, alloc: AllocState, steps: RunSteps) -> RunFacts:
-        """Pre-flight, the script, how it ended (the lock is free: other runs overlap)."""
+    def _begin(self, m: AllocationMachine, alloc: AllocState, steps: RunSteps
+               ) -> RunTicket | RunFacts:
+        """Pre-flight and the script started (the lock is free: other runs overlap)."""
         spec = self.spec
         t = self.clock.now()
         m.run()  # pre-flight; a failure routes the machine into Failed
@@ -475,8 +523,7 @@ class PersistentRun:
         self.timings["start_s"] = self.clock.now() - t
         self.events.state(Phase.RUNNING.value, f"job on allocation {alloc.job_id}")
         self.events.job_state(f"RUNNING (a step of allocation {alloc.job_id})")
-        watch = self._watch(script, steps, log, alloc)
-        return self._ended(m, watch, alloc.job_id, log, steps)
+        return RunTicket(machine=m, alloc=alloc, steps=steps, script=script, log=log)
 
     def _watch(self, script: RunningScript, steps: RunSteps, log: Path,
                alloc: AllocState) -> Watch:
