@@ -114,7 +114,7 @@ def _html(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def _label(layer: Layer, names: list[str], per_line: int = 7) -> str:
+def _label(layer: Layer, names: list[str], per_line: int = 6) -> str:
     rows = [" · ".join(names[i:i + per_line]) for i in range(0, len(names), per_line)]
     body = "<BR/>".join(_html(r) for r in rows)
     return f"<<B>{_html(layer.title)}</B><BR/><FONT POINT-SIZE=\"10\">{body}</FONT>>"
@@ -143,7 +143,8 @@ def architecture_dot(graph: Mapping[str, Iterable[str]] | None = None) -> str:
     per pair of layers (how many imports go down it); the imports against the layers
     in red, dashed, named."""
     graph = import_graph() if graph is None else graph
-    lines = ["digraph architecture {", "  rankdir=TB; nodesep=0.3; ranksep=0.45;",
+    # size: at most the page's width (700 pt, as the state diagrams), scaled to fit
+    lines = ["digraph architecture {", '  rankdir=TB; nodesep=0.3; ranksep=0.45; size="9.7,40";',
              '  node [shape=box, style="rounded,filled", fontname="Helvetica", '
              'fontsize=12, margin="0.2,0.1"];',
              '  edge [color="#607d8b", fontname="Helvetica", fontsize=10];']

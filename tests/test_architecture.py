@@ -47,3 +47,8 @@ def test_the_drawing_names_every_layer_and_every_step0_module() -> None:
         if name.startswith("slurm_fsm.step0."):
             assert name.removeprefix("slurm_fsm.") in svg, name
     assert "history &#45;&gt; report" in svg  # the import against the layers, named
+
+
+def test_the_drawing_fits_the_page_s_width() -> None:
+    found = re.search(r'<svg[^>]*\bwidth="([0-9.]+)pt"', architecture_svg())
+    assert found is not None and float(found.group(1)) <= 700  # as the state diagrams
