@@ -57,6 +57,7 @@ from typing import Any, TypeVar, cast
 
 import attrs
 
+from slurm_fsm import leasestop
 from slurm_fsm.backend import GpuProcess, JobInfo, LeaseHandle, SlurmBackend
 from slurm_fsm.clock import Clock
 
@@ -253,15 +254,15 @@ class SharedView:
             self.leases_started += 1
             return SharedLease(self, key, cur), run_id
 
-    def _give_back(self, key: Hashable, lease: _Lease) -> None:
+    def _give_back(self, key: Hashable, lease: _Lease) -> bool:
+        """One share of ``lease`` given back; True when it was the last (the step is
+        gone from the table: no new share is given of it, and the caller stops it)."""
         with self._lease_lock:
             lease.holders -= 1
             last = lease.holders == 0
             if last and self._leases.get(key) is lease:
                 del self._leases[key]
-        if last:  # no share left: no new one is given of it (gone from the table)
-            lease.handle.stop()
-            lease.drop()
+        return last
 
 
 @attrs.define(kw_only=True)
@@ -283,6 +284,8 @@ class SharedLease:
         self._key = key
         self._lease = lease
         self._given = False
+        #: the last share, given back: the step was signalled, its end not waited for
+        self._ending = False
         self._mutex = threading.Lock()
 
     @property
@@ -299,13 +302,35 @@ class SharedLease:
         """This share is held and the step's ``srun`` runs."""
         return not self._given and self._lease.handle.alive()
 
-    def stop(self) -> None:
-        """Give this share back (the last one stops the step); twice is harmless."""
+    def begin_stop(self) -> None:
+        """Give this share back without waiting: the last one asks the step to end (the
+        signal, :func:`slurm_fsm.leasestop.stop_soon`'s first half; :meth:`stop` waits).
+        A step that cannot be signalled without waiting (the fake cluster's, instant) is
+        stopped here. Twice is harmless."""
         with self._mutex:
             if self._given:
                 return
             self._given = True
-        self._view._give_back(self._key, self._lease)
+        if not self._view._give_back(self._key, self._lease):
+            return
+        handle = self._lease.handle
+        if isinstance(handle, leasestop.StopsInTwo):
+            handle.begin_stop()
+            with self._mutex:
+                self._ending = True
+        else:
+            handle.stop()
+            self._lease.drop()
+
+    def stop(self) -> None:
+        """Give this share back; when it was the last, wait until the step is gone,
+        then drop its record. Twice, or after :meth:`begin_stop`, is harmless."""
+        self.begin_stop()
+        with self._mutex:
+            ending, self._ending = self._ending, False
+        if ending:
+            self._lease.handle.stop()
+            self._lease.drop()
 
 
 class SharedBackend:

@@ -149,3 +149,27 @@ def test_a_lease_without_two_halves_is_stopped_at_once(make_spec: SpecFactory) -
     report = Executor(spec, fake, clock=fake.clock).run()
     assert fake.jobs[report.allocation_id or ""].steps == {}
     assert leasestop.pending() == 0
+
+
+def test_run_many_hands_back_its_reports_before_the_shared_lease_step_has_ended(
+        fake: SlowLeaseCluster, make_spec: SpecFactory,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Several runs in one process (``run_many``: one lease step shared by the batch):
+    the last share given back signals the step, its end is waited for after the
+    reports, and the next run of the process waits for it before any Slurm call."""
+    from slurm_fsm import Allocation
+
+    specs = [make_spec(model_name=f"m{i}") for i in range(3)]
+    for spec in specs:
+        fake.script(spec.script_path, FakeScript(lines=("ok",)))
+    alloc = Allocation(specs[0].repo_root, fake, clock=fake.clock)
+    reports = alloc.run_many(specs, max_parallel=3)
+    assert [r.status for r in reports] == [Status.PASSED] * 3
+    job = reports[0].allocation_id or ""
+    assert fake.log == ["signalled"]  # the batch's one lease step, told to end
+    assert leasestop.pending(job) == 1 and fake.leases[0].calls_when_gone is None
+    calls_after_batch = len(fake.calls)
+    waited = _settle_releases(fake, monkeypatch)
+    assert alloc.run(specs[0]).status is Status.PASSED
+    assert waited and fake.leases[0].calls_when_gone == calls_after_batch
+    assert RunBook(specs[0].state_path).records() == []  # the batch's record dropped too
