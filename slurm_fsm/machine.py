@@ -52,12 +52,12 @@ from concurrent.futures import Future
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 from transitions import EventData, Machine, MachineError
 
-from slurm_fsm import files, handoff, imagecache, setupkey, sharedview
+from slurm_fsm import files, handoff, sharedview
 from slurm_fsm.backend import (
     AllocationRequest,
     ContainerOptions,
@@ -101,7 +101,7 @@ from slurm_fsm.slurmcli import (
 )
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState, StateStore
-from slurm_fsm.step0 import release, setup
+from slurm_fsm.step0 import release
 from slurm_fsm.step0.context import ORPHAN_GRACE_S, MachinePolicy, Step0Context
 from slurm_fsm.step0.outcome import Failure, Step0Outcome, SuccessorWait, Transition
 from slurm_fsm.step0.table import (
@@ -123,6 +123,9 @@ from slurm_fsm.step0.table import (
     state_job_names,
 )
 from slurm_fsm.successor import SINGLETON
+
+if TYPE_CHECKING:  # a container's setup is imported when a run sets one up (a warm run never)
+    from slurm_fsm import setupkey
 
 # AllocationMachine and PossibleEdge are defined here (SetupFailed lives in errors.py,
 # Failure, Step0Outcome and Transition in step0/outcome.py: named here too); the table
@@ -1253,6 +1256,9 @@ class AllocationMachine:
 
     def _import(self) -> str:
         assert self.alloc is not None
+        from slurm_fsm import imagecache
+        from slurm_fsm.step0 import setup
+
         name = self.spec.container_name or ""
         if (shared := handoff.before_import(self)) is not None:
             self.container_setup = SETUP_SHARED
@@ -1276,6 +1282,8 @@ class AllocationMachine:
     def _setup_key(self) -> setupkey.SetupKey | None:
         """The spec's setup key (:mod:`slurm_fsm.setupkey`), computed once per machine."""
         if self._key is None:
+            from slurm_fsm import setupkey
+
             self._key = (setupkey.setup_key(self.spec),)
         return self._key[0]
 
@@ -1288,6 +1296,8 @@ class AllocationMachine:
         imported and installed, nothing is imported or installed. Else (no container,
         no key, another key, a failed or timed-out step): None, a fresh import. No key
         for the spec (a tag, no install): no step at all."""
+        from slurm_fsm import imagecache
+
         assert self.alloc is not None
         key = self._setup_key()
         if key is None or not imagecache.nodes_may_keep(self):  # item 3: pyxis' scope
@@ -1323,6 +1333,9 @@ class AllocationMachine:
                 "installed")
 
     def _install(self) -> str:
+        from slurm_fsm import imagecache
+        from slurm_fsm.step0 import setup
+
         assert self.alloc is not None
         self.alloc, summary = setup.install(self.ctx, self.alloc, self._setup_key())
         self.cache_write_s = imagecache.fill(self)  # the image cache (issue 42 item 2)

@@ -38,7 +38,6 @@ from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState, StateStore
 from slurm_fsm.step0.outcome import SuccessorWait
 from slurm_fsm.step0.table import State
-from slurm_fsm.warmer import warmer_for
 
 __all__ = ["PersistentRun", "RunTicket", "point_latest", "run_book", "run_log_path"]
 
@@ -240,9 +239,18 @@ class PersistentRun:
         m = AllocationMachine(self.spec, self.backend, clock=self.clock,
                               log=self.events.message, store=store, salloc_log=self.salloc_log,
                               leases=self.gate,
-                              warmer=warmer_for(self.spec, self.backend, self.state_path))
+                              warmer=self._warmer())
         self.machine = m
         return m
+
+    def _warmer(self) -> Callable[[JobSpec], int | None] | None:
+        """The warmer of the spec's successor (:func:`slurm_fsm.warmer.warmer_for`);
+        None without ``warm_successor``, its module not loaded (a warm run's start)."""
+        if not self.spec.warm_successor:
+            return None
+        from slurm_fsm.warmer import warmer_for
+
+        return warmer_for(self.spec, self.backend, self.state_path)
 
     def _waiting(self, text: str) -> None:
         """A wait for other runs' jobs (the lease gate): said, and in the report's notes."""

@@ -35,7 +35,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, TypeVar
+from typing import IO, TYPE_CHECKING, TypeVar
 
 import attrs
 
@@ -78,13 +78,9 @@ from slurm_fsm.preflight import (
     scontrol_partition_argv,
     sinfo_partitions_argv,
 )
-from slurm_fsm.pyxissite import (
-    DEFAULT_PLUGSTACK,
-    PyxisSite,
-    plugstack_path,
-    read_plugstack,
-    site_from_options,
-)
+
+if TYPE_CHECKING:  # pyxis' options are read when a run asks (a warm run never)
+    from slurm_fsm.pyxissite import PyxisSite
 
 __all__ = [
     "CommandResult",
@@ -1185,6 +1181,13 @@ class SubprocessBackend:
         in the plugstack config ``scontrol show config`` names, where this host can read
         it; else, when ``srun --help`` lists pyxis' options, pyxis' defaults; None
         without pyxis."""
+        from slurm_fsm.pyxissite import (
+            DEFAULT_PLUGSTACK,
+            plugstack_path,
+            read_plugstack,
+            site_from_options,
+        )
+
         try:
             path = plugstack_path(self._run(scontrol_config_argv()).stdout)
         except BackendError:

@@ -451,6 +451,68 @@ def test_each_command_imports_only_what_it_needs(tmp_path: Path, argv: list[str]
     assert sorted(set(HEAVY) & loaded - allowed) == []
 
 
+#: Modules a warm run (no container, no successor) never uses: loading them cost the
+#: CLI's first Slurm command its start (issue 42 item 5: the CLI within 50 ms of the
+#: library).
+WARM_UNUSED = ("slurm_fsm.imagecache", "slurm_fsm.setupkey", "slurm_fsm.step0.setup",
+               "slurm_fsm.warmer", "slurm_fsm.pyxissite", "slurm_fsm.oneshot",
+               "slurm_fsm.detach", "slurm_fsm.supervise", "slurm_fsm.agent",
+               "slurm_fsm.plan", "slurm_fsm.build", "slurm_fsm.demo")
+
+#: In a process of its own: the modules the CLI's ``run`` loads before its first Slurm
+#: command (what ``slurm_fsm.cli`` and its run path import), then a warm run (a cold one
+#: first, on a fake cluster) with the modules of ``WARM_UNUSED`` gone and unimportable:
+#: whatever the warm run imports of them fails it.
+WARM_RUN = r"""
+import json, sys
+from pathlib import Path
+import slurm_fsm.cli, slurm_fsm.preflight, slurm_fsm.progress, slurm_fsm.scriptcheck
+import slurm_fsm.spec, slurm_fsm.subprocess_backend
+from slurm_fsm.executor import Executor
+unused = json.loads(sys.argv[2])
+static = sorted(m for m in unused if m in sys.modules)
+from slurm_fsm.testing import FakeCluster, FakeScript
+from slurm_fsm.spec import JobSpec
+spec = JobSpec.from_file(Path(sys.argv[1]))
+fake = FakeCluster(partitions={"debug": ["node01"]}, accounts=["acct"])
+fake.script(spec.script_path, FakeScript(lines=("ok",)))
+cold = Executor(spec, fake, clock=fake.clock).run()
+
+class Unimportable:
+    def find_spec(self, name, path=None, target=None):
+        if name in unused:
+            raise ImportError(f"the warm run imported {name}")
+        return None
+
+for name in unused:
+    sys.modules.pop(name, None)
+    parent, _, leaf = name.rpartition(".")
+    if hasattr(sys.modules.get(parent), leaf):
+        delattr(sys.modules[parent], leaf)
+sys.meta_path.insert(0, Unimportable())
+warm = Executor(spec, fake, clock=fake.clock).run()
+print(json.dumps({"static": static, "cold": cold.status.name, "why": cold.summary,
+                  "path": warm.path,
+                  "warm": warm.status.name, "summary": warm.summary}))
+"""
+
+
+def test_a_warm_run_through_the_cli_loads_none_of_what_it_does_not_use(
+        tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    spec = write_spec(tmp_path)
+    proc = subprocess.run([sys.executable, "-c", WARM_RUN, str(spec), json.dumps(WARM_UNUSED)],
+                          capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)
+    assert doc["static"] == []  # the CLI's run path imports none of them
+    assert doc["cold"] == "PASSED", doc["why"]
+    assert "Allocating" not in doc["path"], doc["path"]  # warm: the allocation kept
+    assert doc["warm"] == "PASSED", doc["summary"]  # nor does the warm run itself
+
+
 def test_the_fake_backend_never_touches_the_real_salloc_log(tmp_path: Path) -> None:
     """The fake keeps its own state file and its own salloc log: a real allocation's
     failure message in ``.salloc.log`` survives a fake run."""
