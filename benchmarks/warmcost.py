@@ -12,6 +12,10 @@ compared):
   process of its own does ``--reps`` runs; the time to the report), and the time from
   the report until the run's lease step is gone (after the report since this change);
 - **CLI**: ``python -m slurm_fsm run spec.json --json --quiet``, the whole process;
+- **first Slurm command**: for the library's and the CLI's warm runs, the time from the
+  call (the library) or the process's start (the CLI) to the run's first Slurm command,
+  noted by stand-ins of the Slurm tools first on ``PATH`` (:func:`shims`; every run
+  measured here goes through them alike);
 - **logs**: ``python -m slurm_fsm logs RUN_ID`` of a run not started yet, running and
   done: wall and CPU seconds of the process;
 - **import**: ``python -X importtime`` of ``slurm_fsm.executor`` and of the ``logs``
@@ -34,6 +38,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -65,11 +70,15 @@ except ImportError:  # before this change: the report waited for the lease
     leasestop = None
 spec = JobSpec.from_file(Path(sys.argv[1]))
 backend = SubprocessBackend()
-out = {"report_s": [], "lease_gone_s": [], "status": []}
+shim_log = Path(sys.argv[3])
+out = {"report_s": [], "lease_gone_s": [], "status": [], "first_slurm_s": []}
 for _ in range(int(sys.argv[2])):
+    shim_log.write_text("")
+    t_wall = time.time()
     t0 = time.monotonic()
     report = Executor(spec, backend).run()
     t1 = time.monotonic()
+    out["first_slurm_s"].append(float(shim_log.read_text().split()[0]) - t_wall)
     if leasestop is not None:
         leasestop.settle()
     out["report_s"].append(t1 - t0)
@@ -77,6 +86,34 @@ for _ in range(int(sys.argv[2])):
     out["status"].append(report.status.name)
 print(json.dumps(out))
 """
+
+
+#: The Slurm commands a run may issue; each is wrapped (:func:`shims`) to note when it
+#: was first called.
+SLURM_TOOLS = ("sacct", "sacctmgr", "salloc", "sbatch", "scancel", "scontrol", "sinfo",
+               "squeue", "srun", "sstat")
+
+
+def shims(folder: Path, path: str, log: Path) -> str:
+    """A folder of stand-ins for :data:`SLURM_TOOLS` found on ``path``: each appends
+    the moment it was called (bash's ``EPOCHREALTIME``: no process of its own) to
+    ``log`` and ``exec`` s the real tool. Returns the PATH that puts them first. The
+    time to a run's first Slurm command is the first line of ``log`` minus the run's
+    start, the same stand-in cost for the library and the CLI."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for tool in SLURM_TOOLS:
+        real = shutil.which(tool, path=path)
+        if real is None:
+            continue
+        stub = folder / tool
+        stub.write_text(f'#!/bin/bash\necho "$EPOCHREALTIME" >> {log}\nexec {real} "$@"\n')
+        stub.chmod(0o755)
+    return f"{folder}:{path}"
+
+
+def first_command_s(log: Path, start: float) -> float:
+    """Seconds from ``start`` (``time.time()``) to the first Slurm command ``log`` noted."""
+    return float(log.read_text().split()[0]) - start
 
 
 def say(text: str) -> None:
@@ -154,6 +191,8 @@ def median_ms(values: Sequence[float]) -> float:
 def measure(cluster: Any, root: Path, reps: int, before: Path | None) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     env.update(cluster.env)
+    shim_log = root / "slurm-calls.log"
+    env["PATH"] = shims(root / "shims", env.get("PATH", os.defpath), shim_log)
     versions = {"after": version_env(env, None, root / "pycache-after")}
     if before is not None:
         versions["before"] = version_env(env, before, root / "pycache-before")
@@ -177,18 +216,22 @@ def measure(cluster: Any, root: Path, reps: int, before: Path | None) -> dict[st
         add("bare_step", timed(["srun", f"--jobid={job}", "-N1", "-n1", "true"], step_env)[0])
         add("script_by_hand", timed(["bash", str(spec.parent / "job.slurm")], hand_env)[0])
         for name, venv in versions.items():
+            shim_log.write_text("")
+            start = time.time()
             wall, cpu, proc = timed([*cli, "run", str(spec), "--json", "--quiet"], venv,
                                     spec.parent)
             assert json.loads(proc.stdout)["status"] == "PASSED", proc.stdout
             add(f"cli_{name}", wall)
             add(f"cli_cpu_{name}", cpu)
+            add(f"cli_first_slurm_{name}", first_command_s(shim_log, start))
     for name, venv in versions.items():  # the library: one process, reps runs in it
-        _, _, proc = timed([sys.executable, "-c", LIBRARY, str(spec), str(reps + 1)], venv,
-                           spec.parent)
+        _, _, proc = timed([sys.executable, "-c", LIBRARY, str(spec), str(reps + 1),
+                            str(shim_log)], venv, spec.parent)
         lib = json.loads(proc.stdout)
         assert set(lib["status"]) == {"PASSED"}, lib
         samples[f"library_{name}"] = lib["report_s"][1:]  # the first pays the imports
         samples[f"library_lease_gone_after_report_{name}"] = lib["lease_gone_s"][1:]
+        samples[f"library_first_slurm_{name}"] = lib["first_slurm_s"][1:]
     res: dict[str, Any] = {k: median_ms(v) for k, v in samples.items()}
     res["logs"] = measure_logs(cluster, root, reps, versions, cli)
     res["import_ms"] = {name: {
@@ -255,6 +298,12 @@ def table(res: Mapping[str, Any]) -> str:
         f"| warm run through the CLI, the whole process | {pair('cli')} |",
         f"| ... its CPU seconds | {pair('cli_cpu')} |",
     ]
+    if "cli_first_slurm_after" in res:  # since the CLI's own start was measured
+        rows[6:6] = [
+            f"| warm run through the library: its first Slurm command, after the call | "
+            f"{pair('library_first_slurm')} |",
+            f"| warm run through the CLI: its first Slurm command, after the process's "
+            f"start | {pair('cli_first_slurm')} |"]
     for state, fig in res["logs"].items():
         rows.append(f"| `logs RUN_ID`, run {state}: wall | {fig.get('wall_before', '-')} | "
                     f"{fig['wall_after']} |")
