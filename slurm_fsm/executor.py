@@ -26,7 +26,6 @@ from slurm_fsm.monitor import PollPolicy
 from slurm_fsm.paths import StatePaths
 from slurm_fsm.persistent import PersistentRun, point_latest, run_book, run_log_path
 from slurm_fsm.report import Report
-from slurm_fsm.results import report_of
 from slurm_fsm.runfacts import Failure, Mode, Phase, RunFacts
 from slurm_fsm.runowner import OnStarted, OwnedRun, Owner, RunFiles
 from slurm_fsm.runrecord import new_run_id
@@ -217,7 +216,10 @@ class Executor:
     def _judge(self, facts: RunFacts) -> Report:
         """The one report of the run: the facts with the pre-step's notes first, the
         face's timings (``total_s`` on the executor's clock) and whether progress
-        output stopped, judged by :func:`~slurm_fsm.results.report_of`."""
+        output stopped, judged by :func:`~slurm_fsm.results.report_of` (loaded when
+        the run is judged: not on the way to its first Slurm command)."""
+        from slurm_fsm.results import report_of
+
         timings = {**self._timings, **facts.timings}
         if self._t0 is not None:
             timings["total_s"] = round(self.clock.now() - self._t0, 4)

@@ -458,6 +458,8 @@ WARM_UNUSED = ("slurm_fsm.imagecache", "slurm_fsm.setupkey", "slurm_fsm.step0.se
                "slurm_fsm.warmer", "slurm_fsm.pyxissite", "slurm_fsm.oneshot",
                "slurm_fsm.detach", "slurm_fsm.supervise", "slurm_fsm.agent",
                "slurm_fsm.plan", "slurm_fsm.build", "slurm_fsm.demo")
+#: Loaded by a warm run, after its first Slurm command only (the judge: the run's end).
+WARM_LATER = ("slurm_fsm.results",)
 
 #: In a process of its own: the modules the CLI's ``run`` loads before its first Slurm
 #: command (what ``slurm_fsm.cli`` and its run path import), then a warm run (a cold one
@@ -470,7 +472,7 @@ import slurm_fsm.cli, slurm_fsm.preflight, slurm_fsm.progress, slurm_fsm.scriptc
 import slurm_fsm.spec, slurm_fsm.subprocess_backend
 from slurm_fsm.executor import Executor
 unused = json.loads(sys.argv[2])
-static = sorted(m for m in unused if m in sys.modules)
+static = sorted(m for m in [*unused, *json.loads(sys.argv[3])] if m in sys.modules)
 from slurm_fsm.testing import FakeCluster, FakeScript
 from slurm_fsm.spec import JobSpec
 spec = JobSpec.from_file(Path(sys.argv[1]))
@@ -503,11 +505,12 @@ def test_a_warm_run_through_the_cli_loads_none_of_what_it_does_not_use(
     import sys
 
     spec = write_spec(tmp_path)
-    proc = subprocess.run([sys.executable, "-c", WARM_RUN, str(spec), json.dumps(WARM_UNUSED)],
+    proc = subprocess.run([sys.executable, "-c", WARM_RUN, str(spec), json.dumps(WARM_UNUSED),
+                           json.dumps(WARM_LATER)],
                           capture_output=True, text=True, timeout=240, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(proc.stdout)
-    assert doc["static"] == []  # the CLI's run path imports none of them
+    assert doc["static"] == []  # the CLI's run path imports none of them (nor the judge)
     assert doc["cold"] == "PASSED", doc["why"]
     assert "Allocating" not in doc["path"], doc["path"]  # warm: the allocation kept
     assert doc["warm"] == "PASSED", doc["summary"]  # nor does the warm run itself
