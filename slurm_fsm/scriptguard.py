@@ -31,7 +31,6 @@ with ``-I -S``.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import sys
@@ -210,7 +209,10 @@ def _raise_stop(signum: int, _frame: object) -> None:
 
 
 def _set_pdeathsig(sig: int) -> bool:
-    """Ask the kernel for ``sig`` when our parent dies (Linux); False elsewhere."""
+    """Ask the kernel for ``sig`` when our parent dies (Linux); False elsewhere. (ctypes
+    is loaded here, in the guard's process: the run's own never needs it.)"""
+    import ctypes
+
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         return int(libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)) == 0

@@ -459,7 +459,7 @@ WARM_UNUSED = ("slurm_fsm.imagecache", "slurm_fsm.setupkey", "slurm_fsm.step0.se
                "slurm_fsm.detach", "slurm_fsm.supervise", "slurm_fsm.agent",
                "slurm_fsm.plan", "slurm_fsm.build", "slurm_fsm.demo")
 #: Loaded by a warm run, after its first Slurm command only (the judge: the run's end).
-WARM_LATER = ("slurm_fsm.results",)
+WARM_LATER = ("slurm_fsm.results", "ctypes")
 
 #: In a process of its own: the modules the CLI's ``run`` loads before its first Slurm
 #: command (what ``slurm_fsm.cli`` and its run path import), then a warm run (a cold one
