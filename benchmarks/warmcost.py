@@ -16,6 +16,8 @@ compared):
   call (the library) or the process's start (the CLI) to the run's first Slurm command,
   noted by stand-ins of the Slurm tools first on ``PATH`` (:func:`shims`; every run
   measured here goes through them alike);
+- **CLI's start**: a process importing what the CLI's ``run`` imports before its first
+  Slurm command (:data:`RUN_PATH`): wall and CPU seconds;
 - **logs**: ``python -m slurm_fsm logs RUN_ID`` of a run not started yet, running and
   done: wall and CPU seconds of the process;
 - **import**: ``python -X importtime`` of ``slurm_fsm.executor`` and of the ``logs``
@@ -114,6 +116,13 @@ def shims(folder: Path, path: str, log: Path) -> str:
 def first_command_s(log: Path, start: float) -> float:
     """Seconds from ``start`` (``time.time()``) to the first Slurm command ``log`` noted."""
     return float(log.read_text().split()[0]) - start
+
+
+#: What the CLI's ``run`` imports before its first Slurm command (the interpreter's start
+#: and these modules: the process ``cli_imports`` measures).
+RUN_PATH = ("import slurm_fsm.cli, slurm_fsm.preflight, slurm_fsm.progress, "
+            "slurm_fsm.scriptcheck, slurm_fsm.spec, slurm_fsm.subprocess_backend, "
+            "slurm_fsm.executor")
 
 
 def say(text: str) -> None:
@@ -215,7 +224,11 @@ def measure(cluster: Any, root: Path, reps: int, before: Path | None) -> dict[st
         say(f"round {i + 1}/{reps}")
         add("bare_step", timed(["srun", f"--jobid={job}", "-N1", "-n1", "true"], step_env)[0])
         add("script_by_hand", timed(["bash", str(spec.parent / "job.slurm")], hand_env)[0])
-        for name, venv in versions.items():
+        order = list(versions.items())
+        for name, venv in order if i % 2 == 0 else order[::-1]:  # each first in turn
+            wall, cpu, _ = timed([sys.executable, "-c", RUN_PATH], venv, spec.parent)
+            add(f"cli_imports_{name}", wall)
+            add(f"cli_imports_cpu_{name}", cpu)
             shim_log.write_text("")
             start = time.time()
             wall, cpu, proc = timed([*cli, "run", str(spec), "--json", "--quiet"], venv,
@@ -298,6 +311,10 @@ def table(res: Mapping[str, Any]) -> str:
         f"| warm run through the CLI, the whole process | {pair('cli')} |",
         f"| ... its CPU seconds | {pair('cli_cpu')} |",
     ]
+    if "cli_imports_after" in res:
+        rows += [f"| the CLI's start: a process importing its run path: wall | "
+                 f"{pair('cli_imports')} |",
+                 f"| ... its CPU seconds | {pair('cli_imports_cpu')} |"]
     if "cli_first_slurm_after" in res:  # since the CLI's own start was measured
         rows[6:6] = [
             f"| warm run through the library: its first Slurm command, after the call | "
