@@ -80,9 +80,9 @@ def stop_soon(lease: _Stoppable, job_id: str,
                     _pending.pop(job_id, None)
 
     me = threading.Thread(target=wait, name=f"slurm-fsm-lease-stop-{job_id}", daemon=False)
-    with _mutex:
+    with _mutex:  # started under the lock: a settle() never finds it not started yet
         _pending.setdefault(job_id, []).append(me)
-    me.start()
+        me.start()
 
 
 def pending(job_id: str | None = None) -> int:

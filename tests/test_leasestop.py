@@ -173,3 +173,43 @@ def test_run_many_hands_back_its_reports_before_the_shared_lease_step_has_ended(
     assert alloc.run(specs[0]).status is Status.PASSED
     assert waited and fake.leases[0].calls_when_gone == calls_after_batch
     assert RunBook(specs[0].state_path).records() == []  # the batch's record dropped too
+
+
+def test_a_settle_from_another_thread_never_finds_a_stop_not_started_yet(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """run_many's runs stop and settle leases in threads of their own: a ``settle`` that
+    comes while a stop is being registered must wait for it, never fail ("cannot join
+    thread before it is started": a batch on the real cluster). The stop's thread lets a
+    settle of another thread run just before it starts."""
+    real_thread = threading.Thread
+    errors: list[BaseException] = []
+    settlers: list[threading.Thread] = []
+
+    def settle_elsewhere() -> None:
+        try:
+            leasestop.settle()
+        except BaseException as exc:  # noqa: BLE001 - what the other run would raise
+            errors.append(exc)
+
+    class Racing(real_thread):
+        def start(self) -> None:
+            other = real_thread(target=settle_elsewhere)
+            settlers.append(other)
+            other.start()
+            other.join(0.5)  # a settle that waits (the fix) is let go by the start below
+            super().start()
+
+    class Lease:
+        def begin_stop(self) -> None:
+            pass
+
+        def stop(self) -> None:
+            pass
+
+    monkeypatch.setattr(leasestop.threading, "Thread", Racing)
+    leasestop.stop_soon(Lease(), "7")
+    monkeypatch.undo()
+    for other in settlers:
+        other.join(HELD_S)
+    leasestop.settle()
+    assert errors == [] and leasestop.pending() == 0
