@@ -188,7 +188,7 @@ def test_a_settle_from_another_thread_never_finds_a_stop_not_started_yet(
     def settle_elsewhere() -> None:
         try:
             leasestop.settle()
-        except BaseException as exc:  # noqa: BLE001 - what the other run would raise
+        except BaseException as exc:  # what the other run would raise
             errors.append(exc)
 
     class Racing(real_thread):
