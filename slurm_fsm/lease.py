@@ -54,15 +54,17 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 
 import attrs
 
-from slurm_fsm import leasestop
+from slurm_fsm import leasestop, runowner
 from slurm_fsm.backend import SlurmBackend, StepInfo
 from slurm_fsm.clock import Clock, SystemClock, backoff
 from slurm_fsm.errors import AllocationInUse, JobNotFound
+from slurm_fsm.runowner import RunFiles
 from slurm_fsm.runrecord import RunBook, RunRecord, new_run_id, owner_alive
 
 __all__ = ["CLOSING_PREFIX", "CLOSING_S", "LEASE_PREFIX", "MAX_POLL_S", "AllocationInUse",
            "Holder", "LeaseGate", "LeaseStep", "cancel_allocation", "closing_markers",
-           "closing_name", "holders_of", "lease_name", "lease_steps", "wait_out_closing"]
+           "closing_name", "holders_of", "lease_name", "lease_steps", "owner_gone",
+           "wait_out_closing"]
 
 #: Every lease step's name starts with this.
 LEASE_PREFIX = "fsm-lease"
@@ -167,11 +169,33 @@ class Holder:
         return f"run {self.run_id} ({where}; no run record here)"
 
 
+def owner_gone(files: RunFiles, run_id: str, *, now: float | None = None) -> str | None:
+    """Why run ``run_id``'s owner is known gone, from its owner record
+    (:mod:`slurm_fsm.runowner`), or None (alive, or it cannot be told: no record). On
+    this host: its pid (with its start time, same boot) is dead. On another host: its
+    heartbeat (the record touched every :data:`~slurm_fsm.runowner.HEARTBEAT_S` while
+    its owner lives) is older than :data:`~slurm_fsm.runowner.HEARTBEAT_STALE_S` at
+    ``now`` (epoch seconds of this host's clock, the file's; None: now)."""
+    record = files.owner(run_id)
+    if record is None:
+        return None
+    alive = runowner.owner_alive(record)
+    if alive is False:
+        return f"its owner, pid {record.pid} on {record.host}, is gone"
+    if alive is None:
+        age = files.heartbeat_age(run_id, now)
+        if age is not None and age > runowner.HEARTBEAT_STALE_S:
+            return (f"its owner on {record.host} has not touched its record for "
+                    f"{age:.0f} s (its host is gone)")
+    return None
+
+
 def holders_of(steps: Sequence[StepInfo] | None, records: Sequence[RunRecord], *,
                job_id: str, own: str | None, now: float, host: str,
                alive: Callable[[RunRecord], bool] = owner_alive,
-               container: str | None = None,
-               shared: Collection[str] = ()) -> tuple[list[Holder], list[LeaseStep]]:
+               container: str | None = None, shared: Collection[str] = (),
+               gone: Callable[[str], str | None] = lambda _run: None,
+               ) -> tuple[list[Holder], list[LeaseStep]]:
     """The holders of allocation ``job_id`` (the module's rule), and the lease steps
     past their ``max_until`` (to break). Pure but for ``alive``: table-tested.
 
@@ -180,7 +204,11 @@ def holders_of(steps: Sequence[StepInfo] | None, records: Sequence[RunRecord], *
     records beside the state file; ``own``: this run's id; ``now``: epoch seconds;
     ``shared``: the run ids of the batch lease steps this run shares with its siblings
     of one ``run_many`` (:meth:`slurm_fsm.sharedview.SharedView.lease`): not holders
-    for it (its siblings hold the allocation by their own records, of this host)."""
+    for it (its siblings hold the allocation by their own records, of this host);
+    ``gone``: why a run's owner is known gone (:func:`owner_gone`), or None: its lease
+    step is broken whatever Slurm lists (a step whose task never ran, its host dead
+    between the step's creation and the task's launch, lives until the allocation's
+    end: no task is there to notice its host is gone)."""
     by_run = {r.run_id: r for r in records}
     out: list[Holder] = []
     stale: list[LeaseStep] = []
@@ -191,8 +219,8 @@ def holders_of(steps: Sequence[StepInfo] | None, records: Sequence[RunRecord], *
             continue
         record = by_run.get(lease.run_id)
         if now > lease.max_until or (record is not None and record.host == host
-                                     and not alive(record)):
-            stale.append(lease)  # past max_until, or its owner here is provably dead
+                                     and not alive(record)) or gone(lease.run_id):
+            stale.append(lease)  # past max_until, or its owner is provably gone
             continue
         if container is not None and record is not None and record.container != container:
             continue
@@ -244,17 +272,27 @@ class LeaseGate:
                 steps = self.backend.list_steps(job_id)
             except JobNotFound:
                 steps = []  # no job, no lease on it
+        now = self.wall()
+        files = RunFiles(self.book.paths.state)
+        why: dict[str, str] = {}
+
+        def gone(run_id: str) -> str | None:
+            if run_id not in why:
+                why[run_id] = owner_gone(files, run_id) or ""  # the files' clock
+            return why[run_id] or None
+
         found, stale = holders_of(steps, self.book.records(), job_id=job_id, own=self.own,
-                                  now=self.wall(), host=socket.gethostname(),
-                                  container=container, shared=self.shared)
+                                  now=now, host=socket.gethostname(),
+                                  container=container, shared=self.shared, gone=gone)
         for lease in stale:
             assert self.backend is not None
-            self.backend.cancel(job_id, lease.step.step_id)
+            self.backend.cancel(job_id, lease.step.step_id)  # the step only
             self.broken.append(lease.step.full_id)
             self.say(f"broke the lease of run {lease.run_id} on allocation {job_id} "
-                     f"(step {lease.step.full_id} {lease.step.name}): past its max_until "
-                     f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(lease.max_until))} "
-                     "UTC, or its orchestrator on this host is gone")
+                     f"(step {lease.step.full_id} {lease.step.name}): "
+                     + (why.get(lease.run_id) or "past its max_until "
+                        f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(lease.max_until))}"
+                        " UTC, or its orchestrator on this host is gone"))
         return found
 
     def cancel(self, job_id: str, what: str, *, wait: bool = True) -> bool:

@@ -433,3 +433,54 @@ def test_a_run_whose_allocate_found_its_job_cancelled_allocates_again(
     assert report.status is Status.PASSED, (report.summary, report.errors)
     assert len(fake.jobs) == 2
     assert any("was made and is gone" in w and "step 0 again" in w for w in report.warnings)
+
+
+def _owner_of(tmp_path: Path, run_id: str, *, host: str, age_s: float,
+              lease: str) -> None:
+    """Run ``run_id``'s owner record, of ``host``, last touched ``age_s`` ago."""
+    import os
+    import time
+
+    from slurm_fsm.runowner import Owner, OwnerRecord, RunFiles
+
+    files = RunFiles(tmp_path / ".slurm_alloc.json")
+    files.write_owner(attrs.evolve(
+        OwnerRecord.new(run_id, Owner.FOREGROUND, mode="persistent", spec_path="s.yaml",
+                        spec={}), host=host, lease=lease))
+    then = time.time() - age_s
+    os.utime(files.owner_path(run_id), (then, then))
+
+
+@pytest.mark.parametrize("age_s, broken", [(200.0, True), (20.0, False)])
+def test_a_lease_step_without_a_task_whose_owner_is_gone_is_broken_at_once(
+        tmp_path: Path, age_s: float, broken: bool) -> None:
+    """Issue 39 (b): login node A died between its lease ``srun``'s step creation and the
+    task's launch: Slurm lists the step RUNNING until the allocation ends, and no task
+    is there to notice its host is gone. Its run's owner record (of host login-a) was
+    last touched 200 s ago, past ``HEARTBEAT_STALE_S``: the owner is gone, the gate
+    breaks the step (``scancel`` of the step only) and says why, never waiting its
+    600 s. With a fresh heartbeat (20 s) the run is alive: a holder, as before."""
+    fake = FakeCluster()
+    job = fake.make_job("alloc", fake.user).job_id
+    book = RunBook(tmp_path / ".slurm_alloc.json")
+    name = lease_name(A, NOW + 3600)
+    book.save(attrs.evolve(record(A, host="login-a", job=job), uid=0, lease=name))
+    _owner_of(tmp_path, A, host="login-a", age_s=age_s, lease=name)
+    step_id = fake.step_without_task(job, name)
+    assert fake.lease_owner_dies(A) == []  # nothing of its owner's ends it
+    said: list[str] = []
+    gate = LeaseGate(book, wait_s=600, clock=fake.clock, backend=fake, say=said.append,
+                     wall=lambda: NOW)
+    if not broken:
+        with pytest.raises(AllocationInUse):
+            LeaseGate(book, wait_s=0, backend=fake, wall=lambda: NOW).clear(job, "x")
+        assert fake.jobs[job].steps and gate.broken == []
+        return
+    start = fake.clock.now()
+    gate.clear(job, "releasing it")
+    assert fake.clock.now() == start  # no wait at all
+    assert gate.broken == [step_id] and fake.jobs[job].steps == {}
+    assert [c.args for c in fake.calls if c.op == "cancel"] == [
+        {"job_id": job, "step_id": step_id.split(".")[1]}]
+    assert fake.jobs[job].state.is_running  # the step only: the allocation stays
+    assert any("login-a" in m and "not touched" in m for m in said), said

@@ -622,6 +622,8 @@ class FakeCluster:
         self._scripts: dict[str, FakeScript] = {}
         self._step_rules: list[StepRule] = []
         self._running: list[_FakeRunningScript | _LocalFakeScript] = []
+        #: steps made without a task (:meth:`step_without_task`): nothing of theirs ends them
+        self._taskless: set[str] = set()
         self._bin: Path | None = None  # the srun shim's folder (run_scripts=True)
         #: GPUs of every node (a script's real ``srun`` takes them from a ledger, waiting
         #: while taken: :meth:`gpus_in_use`); CPUs of every node as sinfo says (None: not)
@@ -1272,10 +1274,30 @@ class FakeCluster:
         gone: list[str] = []
         for job in self.jobs.values():
             for sid, step in list(job.steps.items()):
+                if step.full_id in self._taskless:
+                    continue  # no task, no srun: nothing of its owner's ends it
                 if step.name.startswith(f"fsm-lease.{run_id}."):
                     del job.steps[sid]
                     gone.append(step.full_id)
         return gone
+
+    def step_without_task(self, job_id: str, name: str) -> str:
+        """A step ``name`` of ``job_id`` that slurmctld made but whose task never ran: its
+        ``srun`` (and the host it ran on) died between the step's creation and the
+        task's launch. Slurm lists it RUNNING until the allocation ends; nothing ends it
+        (no ``srun`` to stop it, no task to notice its host is gone, and
+        :meth:`lease_owner_dies` leaves it): only a ``scancel`` of the step or the job.
+        Its full id."""
+        self._call("step_without_task", job_id=job_id, name=name)
+        job = self._job(job_id)
+        if job.state is not JobState.RUNNING:
+            raise JobNotFound(job_id, f"srun: error: Unable to create step for job {job_id}")
+        step_id = str(job.next_step)
+        job.next_step += 1
+        job.steps[step_id] = StepInfo(job_id=job_id, step_id=step_id, name=name,
+                                     state=JobState.RUNNING)
+        self._taskless.add(f"{job_id}.{step_id}")
+        return f"{job_id}.{step_id}"
 
     def step_details(self, job_id: str) -> list[StepInfo]:
         """The job's running numbered steps, as :meth:`list_steps` (the fake has no
