@@ -19,10 +19,13 @@ container, it asks :class:`LeaseGate` to clear the way. The gate's holders
 (:meth:`LeaseGate.holders`, :func:`holders_of`) are:
 
 * every lease step Slurm lists on the allocation, but this run's own, a lease past its
-  ``max_until`` or whose run's record is of this host and its orchestrator provably
-  dead (a ``srun`` killed with its whole group leaves its step behind; both broken:
-  ``scancel <job>.<step>``, and said) and, for a container, a run whose record names
-  another container;
+  ``max_until`` or whose run's owner is provably gone: its record of this host with its
+  orchestrator dead, or its owner record (:func:`owner_gone`) with its pid dead here or,
+  from another host, its heartbeat stale (a ``srun`` killed with its whole group leaves
+  its step behind, and a step whose task never ran, its host dead between the step's
+  creation and the launch, lives until the allocation's end; all broken: ``scancel
+  <job>.<step>``, and said) and, for a container, a run whose record names another
+  container;
 * every live run record of **this host** (its orchestrator's pid checked here) with no
   lease step: a run of this host in the moment before its lease step runs, or of a
   backend without lease steps. A record of another host without a lease step is not a
