@@ -455,6 +455,10 @@ class ScriptRequest:
     log_path: Path
     env: Mapping[str, str]
     cwd: Path
+    #: where the script's guard writes its exit status once it ends by itself (never
+    #: when it is stopped): a rebuild reads it after the owner died
+    #: (:meth:`slurm_fsm.runowner.RunFiles.script_status`). None: nowhere.
+    status_path: Path | None = None
 
 
 class RunningScript(Protocol):

@@ -161,6 +161,12 @@ def _interrupted(view: RunView, why: str) -> Report:
     spec = _spec_of(rec)
     if rec.phase is RunPhase.ENDED and log is not None and spec is not None:
         return _ended_script(rec, spec, log, why)
+    code = view.files.script_status(rec.run_id) if rec.mode != "one-shot" else None
+    if code is not None and log is not None and spec is not None:
+        # the script ended by itself before its owner noticed: its guard wrote its status
+        return _ended_script(attrs.evolve(rec, exit_code=code), spec, log,
+                             f"{why} (its script had ended, exit code {code} as its "
+                             "guard wrote it)")
     facts = RunFacts(
         mode=Mode(rec.mode), phase=Phase.RUNNING if log else Phase.STEP0,
         interrupted=why, job_id=rec.job_id or None, allocation_id=rec.allocation_id or None,

@@ -203,6 +203,11 @@ class StatePaths:
         """A detached run's progress (its supervisor's output): ``.slurm_run.<run id>.out``."""
         return self._beside(f"{self.run_stem}.{_checked(run_id)}.out")
 
+    def run_status(self, run_id: str) -> Path:
+        """A persistent run's script's exit status as its guard saw it end:
+        ``.slurm_run.<run id>.status`` (:data:`slurm_fsm.scriptguard.STATUS_ENV`)."""
+        return self._beside(f"{self.run_stem}.{_checked(run_id)}.status")
+
     def run_owner_id_of(self, name: str) -> str | None:
         """The run id when ``name`` is an owner record's name beside this state file."""
         head, _, tail = name.partition(f"{self.run_stem}.")

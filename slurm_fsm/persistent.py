@@ -519,6 +519,7 @@ class PersistentRun:
         try:
             script = self.backend.start_script(ScriptRequest(
                 script_path=spec.script_path, log_path=log, env=env, cwd=spec.work_dir,
+                status_path=self.runs.paths.run_status(self.run_id),
             ))
         except OSError as exc:  # bash missing, log not writable, ...
             m.finish(reason=f"script did not start: {exc}")

@@ -197,6 +197,24 @@ class RunFiles:
     def report_path(self, run_id: str) -> Path:
         return self.paths.run_report(run_id)
 
+    def status_path(self, run_id: str) -> Path:
+        """Where a persistent run's script guard writes the script's exit status."""
+        return self.paths.run_status(run_id)
+
+    def script_status(self, run_id: str) -> int | None:
+        """The exit status the run's script guard wrote as the script ended by itself
+        (:data:`slurm_fsm.scriptguard.STATUS_ENV`), or None (none written: the script
+        still runs, or was stopped; unreadable, planted link, another user's)."""
+        try:
+            text = read_bounded(self.status_path(run_id), 64, follow=False, owned=True)
+        except (FileProblem, OSError):
+            return None
+        try:
+            code = int(text.decode("ascii").strip())
+        except (UnicodeDecodeError, ValueError):
+            return None
+        return code if 0 <= code <= 255 else None
+
     def progress_path(self, run_id: str) -> Path:
         return self.paths.run_progress(run_id)
 
@@ -235,7 +253,7 @@ class RunFiles:
         for old in records[:max(0, len(records) - KEEP_RUNS)]:
             if old.phase is RunPhase.DONE:
                 for path in (self.owner_path(old.run_id), self.report_path(old.run_id),
-                             self.progress_path(old.run_id)):
+                             self.progress_path(old.run_id), self.status_path(old.run_id)):
                     with contextlib.suppress(OSError):
                         path.unlink()
 

@@ -44,14 +44,22 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
 
-__all__ = ["FORK_SLOP", "GRACE_S", "GUARD_ENV", "SRUN_SETTLE_S", "TOKEN_ENV", "boot_id",
+__all__ = ["FORK_SLOP", "GRACE_S", "GUARD_ENV", "SRUN_SETTLE_S", "STATUS_ENV", "TOKEN_ENV",
+           "boot_id",
            "command", "describe", "fork_count", "group_members", "is_srun", "is_srun_helper",
            "is_step_srun",
            "live_start_ticks", "main", "new_pids", "process_name", "proven_members",
-           "signal_group", "start_ticks", "stop_group", "strays_of", "token_holders"]
+           "signal_group", "start_ticks", "stop_group", "strays_of", "token_holders",
+           "write_status"]
 
 #: The environment variable that carries the guard's secret token.
 TOKEN_ENV = "SLURM_FSM_GUARD_TOKEN"
+#: The environment variable naming the file where the guard writes its command's exit
+#: status (a line, atomically: a temp file renamed) once the command ended by itself,
+#: before the guard exits; never when the guard is stopped. Taken out of the command's
+#: environment. A run rebuilt after its owner died judges a script that had ended by it
+#: (:meth:`slurm_fsm.runowner.RunFiles.script_status`).
+STATUS_ENV = "SLURM_FSM_GUARD_STATUS"
 
 GRACE_S = 10.0
 PR_SET_PDEATHSIG = 1
@@ -577,6 +585,24 @@ def proven_members(pgid: int, token: str) -> list[int]:
     return []
 
 
+def write_status(path: str, code: int) -> None:
+    """``code`` and a newline into ``path``, atomically (a temp file beside it, created
+    exclusively, renamed over it); a failure is ignored (the rebuild then knows less)."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            os.write(fd, f"{code}\n".encode())
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError:
+        try:  # noqa: SIM105 - contextlib is not imported by the guard (its start's cost)
+            os.unlink(tmp)
+        except OSError:
+            pass
+
+
 def _exit_code(status: int) -> int:
     code = os.waitstatus_to_exitcode(status)
     return 128 - code if code < 0 else code
@@ -611,6 +637,7 @@ def main(argv: list[str]) -> int:
         print("usage: scriptguard.py ORCHESTRATOR_PID COMMAND [ARG...]", file=sys.stderr)
         return 2
     parent, command = int(argv[1]), argv[2:]
+    status_path = os.environ.pop(STATUS_ENV, "")  # the guard's, not the command's
     for sig in _STOP_SIGNALS:
         signal.signal(sig, _raise_stop)
     _set_pdeathsig(signal.SIGTERM)
@@ -627,7 +654,10 @@ def main(argv: list[str]) -> int:
             finally:
                 os._exit(127)
         _, status = os.waitpid(child, 0)
-        return _exit_code(status)
+        code = _exit_code(status)
+        if status_path:
+            write_status(status_path, code)
+        return code
     except _Stop as stop:
         return _stop(child, stop.signum)
 

@@ -11,8 +11,12 @@
 # the orchestrator's killpg; SIGHUP; SIGINT) it execs the Python guard's stop
 # (`scriptguard.py --stop CHILD SIGNUM`: the one stop policy, as the same process, the
 # group's leader, with the same environment and so the same token).
+# SLURM_FSM_GUARD_STATUS (the guard's, taken out of CMD's environment) names the file
+# where the exit status is written (a temp file renamed) once CMD ended by itself.
 parent=$1 python=$2 guardpy=$3 envcmd=$4
 shift 4
+status=${SLURM_FSM_GUARD_STATUS-}
+unset SLURM_FSM_GUARD_STATUS
 child=0
 stop() {
     trap '' TERM HUP INT
@@ -28,4 +32,9 @@ trap 'stop 2' INT
 "$envcmd" --default-signal=INT,QUIT "$@" &
 child=$!
 wait "$child" 2>/dev/null  # dash would print "Killed" to the job's log
-exit $?
+code=$?
+if [ -n "$status" ]; then
+    { printf '%s\n' "$code" > "$status.$$.tmp" && mv -f "$status.$$.tmp" "$status"; } \
+        2>/dev/null || rm -f "$status.$$.tmp"
+fi
+exit $code

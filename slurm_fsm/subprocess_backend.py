@@ -1260,6 +1260,8 @@ class SubprocessBackend:
         log_file = files.open_private(request.log_path, mode=files.umasked(0o644))
         token = secrets.token_hex(16)  # proves the group ours to a later run
         env = {**self.environment(request.env), scriptguard.TOKEN_ENV: token}
+        if request.status_path is not None:  # the guard takes it out of the script's env
+            env[scriptguard.STATUS_ENV] = str(request.status_path)
         if env.get(scancelshim.ALLOCATION_ENV):  # scancel of the allocation: our steps only
             env.update(scancelshim.shim_env(env.get("PATH", os.defpath)))
         try:

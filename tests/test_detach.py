@@ -361,3 +361,36 @@ def test_a_live_owner_keeps_its_record_touched(tmp_path: Path) -> None:
     owned._beat(interval_s=0.05)  # a second beat, quicker than HEARTBEAT_S
     until("the record touched", lambda: (files.heartbeat_age("r0123456789ab") or 1e9) < 60,
           timeout=10)
+
+
+@pytest.mark.parametrize("status, want", [("0\n", "PASSED"), (None, "CANCELLED")])
+def test_a_script_that_ended_just_before_its_owner_died_is_judged_by_its_guards_status(
+        make_spec: SpecFactory, tmp_path: Path, status: str | None, want: str) -> None:
+    """Issue 39 (c): the agent was killed about 35 ms after its script exited, before it
+    wrote that the script ended (its record still RUNNING, the log complete): rebuilt
+    CANCELLED though the live verdict was PASSED. The script's guard now writes the
+    exit status beside the run's record as the script ends; the rebuild judges by it.
+    Without it (the guard was stopped: the script outlived its owner), CANCELLED."""
+    from slurm_fsm.detach import find, settle
+
+    spec = make_spec()
+    fake = FakeCluster()
+    executor = Executor(spec, fake)
+    live = executor.run()
+    assert live.status.value == "PASSED"
+    files = RunFiles(spec.state_path)
+    record = files.owner(executor.run_id)
+    assert record is not None
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    files.report_path(executor.run_id).unlink()
+    files.write_owner(attrs.evolve(record, phase=RunPhase.RUNNING, exit_code=None,
+                                   pid=dead.pid))
+    if status is not None:
+        files.status_path(executor.run_id).write_text(status)
+    saved = settle(find(spec.repo_root, executor.run_id))
+    assert saved is not None and saved.source == "rebuilt"
+    assert saved.report.status.value == want, saved.report.notes
+    if status is not None:
+        assert saved.report.exit_code == live.exit_code
+        assert any("exit code 0 as its guard wrote it" in n for n in saved.report.notes)

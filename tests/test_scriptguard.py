@@ -378,3 +378,68 @@ def test_srun_s_own_helper_is_no_step_srun(tmp_path: Path) -> None:
     finally:
         os.killpg(parent.pid, signal.SIGKILL)  # its own group: the stand-ins and their sleep
         parent.wait(timeout=10)
+
+
+def test_the_guard_writes_its_commands_exit_status_and_keeps_the_variable_to_itself(
+        tmp_path: Path, form: str) -> None:
+    """Issue 39 (c): the guard writes the command's exit status (atomically) beside the
+    run's record as the command ends by itself, so a rebuild after its owner's death
+    knows it; the variable naming the file is not in the command's environment."""
+    status = tmp_path / "status"
+    env = {**os.environ, scriptguard.STATUS_ENV: str(status)}
+    out = subprocess.run(guard("bash", "-c", f"echo ${{{scriptguard.STATUS_ENV}-unset}}; exit 7"),
+                         capture_output=True, text=True, timeout=30, env=env)
+    assert out.returncode == 7 and out.stdout == "unset\n", out
+    assert status.read_text() == "7\n"
+    killed = subprocess.run(guard("bash", "-c", "kill -KILL $$"), timeout=30, env=env)
+    assert killed.returncode == 137 and status.read_text() == "137\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["status"]  # no temp file left
+
+
+def test_a_stopped_guard_writes_no_status(tmp_path: Path, form: str) -> None:
+    """Stopped (its owner died, or it was asked), the guard writes nothing: the script
+    did not end by itself, and the rebuild says CANCELLED."""
+    status = tmp_path / "status"
+    started = tmp_path / "started"
+    env = {**os.environ, scriptguard.STATUS_ENV: str(status)}
+    proc = subprocess.Popen(guard("bash", "-c", f"touch {started}; sleep 600"), env=env,
+                            start_new_session=True)
+    try:
+        wait_for("the command", started.exists)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert not status.exists()
+
+
+def test_a_script_that_ended_before_its_orchestrators_kill_9_keeps_its_status(
+        tmp_path: Path, form: str) -> None:
+    """The orchestrator never looks (it sleeps) after starting the script; the script
+    ends, its guard writes 0; then the orchestrator is killed with SIGKILL: the status
+    stays for the rebuild (no timing: the kill comes once the file is there)."""
+    status = tmp_path / "status"
+    starter = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from slurm_fsm.backend import ScriptRequest\n"
+        "from slurm_fsm.subprocess_backend import SubprocessBackend\n"
+        f"d = Path({str(tmp_path)!r})\n"
+        "SubprocessBackend().start_script(ScriptRequest(script_path=d / 'job.sh',"
+        " log_path=d / 'job.log', env={}, cwd=d, status_path=d / 'status'))\n"
+        "time.sleep(600)\n"
+    )
+    (tmp_path / "job.sh").write_text("echo end\n")
+    orchestrator = subprocess.Popen([sys.executable, "-c", starter])
+    try:
+        wait_for("the script's status", status.exists, timeout=60)
+        orchestrator.send_signal(signal.SIGKILL)
+        orchestrator.wait(timeout=10)
+    finally:
+        if orchestrator.poll() is None:
+            orchestrator.kill()
+            orchestrator.wait()
+    assert status.read_text() == "0\n"
+    assert (tmp_path / "job.log").read_text() == "end\n"
