@@ -47,6 +47,7 @@ __all__ = [
     "StepInfo",
     "StepRequest",
     "StepResult",
+    "TaskLister",
     "check_job_id",
     "check_step_id",
     "is_job_id",
@@ -545,6 +546,19 @@ class AgentLauncher(Protocol):
 
     def signal_step(self, job_id: str, step_id: str, signal_name: str) -> None:
         """Send signal ``signal_name`` (``TERM``) to the tasks of step ``step_id``."""
+        ...
+
+
+@runtime_checkable
+class TaskLister(Protocol):
+    """What a backend that can tell a step whose tasks run from one whose task was never
+    launched has besides :class:`SlurmBackend` (``sstat``). Optional: where a backend
+    has not got it, a lease step is never broken for its owner's silence alone
+    (:class:`slurm_fsm.lease.LeaseGate`)."""
+
+    def steps_with_tasks(self, job_id: str) -> set[str]:
+        """The ids of ``job_id``'s numbered steps whose tasks run on their nodes. A
+        BackendError when it cannot be told."""
         ...
 
 

@@ -58,9 +58,9 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 import attrs
 
 from slurm_fsm import leasestop, runowner
-from slurm_fsm.backend import SlurmBackend, StepInfo
+from slurm_fsm.backend import SlurmBackend, StepInfo, TaskLister
 from slurm_fsm.clock import Clock, SystemClock, backoff
-from slurm_fsm.errors import AllocationInUse, JobNotFound
+from slurm_fsm.errors import AllocationInUse, BackendError, JobNotFound
 from slurm_fsm.runowner import RunFiles
 from slurm_fsm.runrecord import RunBook, RunRecord, new_run_id, owner_alive
 
@@ -172,13 +172,18 @@ class Holder:
         return f"run {self.run_id} ({where}; no run record here)"
 
 
-def owner_gone(files: RunFiles, run_id: str, *, now: float | None = None) -> str | None:
+def owner_gone(files: RunFiles, run_id: str, *, now: float | None = None,
+               task_runs: Callable[[], bool | None] = lambda: None) -> str | None:
     """Why run ``run_id``'s owner is known gone, from its owner record
     (:mod:`slurm_fsm.runowner`), or None (alive, or it cannot be told: no record). On
     this host: its pid (with its start time, same boot) is dead. On another host: its
     heartbeat (the record touched every :data:`~slurm_fsm.runowner.HEARTBEAT_S` while
     its owner lives) is older than :data:`~slurm_fsm.runowner.HEARTBEAT_STALE_S` at
-    ``now`` (epoch seconds of this host's clock, the file's; None: now)."""
+    ``now`` (epoch seconds of this host's clock, the file's; None: now), **and**
+    ``task_runs()`` says its lease step has no task (False; True or None: it runs, or
+    it cannot be told). A silent owner whose lease task runs is a paused one (Ctrl-Z,
+    SIGSTOP, a paused VM): its host lives, and the task would end the step if it died
+    (design-handoff-and-arbiter.md: a paused owner's lease is never broken early)."""
     record = files.owner(run_id)
     if record is None:
         return None
@@ -187,9 +192,10 @@ def owner_gone(files: RunFiles, run_id: str, *, now: float | None = None) -> str
         return f"its owner, pid {record.pid} on {record.host}, is gone"
     if alive is None:
         age = files.heartbeat_age(run_id, now)
-        if age is not None and age > runowner.HEARTBEAT_STALE_S:
+        if age is not None and age > runowner.HEARTBEAT_STALE_S and task_runs() is False:
             return (f"its owner on {record.host} has not touched its record for "
-                    f"{age:.0f} s (its host is gone)")
+                    f"{age:.0f} s and no task of its lease step runs (its host died "
+                    "before the task's launch)")
     return None
 
 
@@ -279,9 +285,25 @@ class LeaseGate:
         files = RunFiles(self.book.paths.state)
         why: dict[str, str] = {}
 
+        lease_of = {lease.run_id: lease.step.step_id for lease in lease_steps(steps or ())}
+        tasks: list[set[str] | None] = []
+
+        def task_runs(run_id: str) -> bool | None:
+            """Whether a task of ``run_id``'s lease step runs (one ``sstat`` a call of
+            holders, asked only for a silent owner of another host); None: unknown."""
+            if not isinstance(self.backend, TaskLister) or run_id not in lease_of:
+                return None
+            if not tasks:
+                try:
+                    tasks.append(self.backend.steps_with_tasks(job_id))
+                except BackendError:
+                    tasks.append(None)
+            return None if tasks[0] is None else lease_of[run_id] in tasks[0]
+
         def gone(run_id: str) -> str | None:
             if run_id not in why:
-                why[run_id] = owner_gone(files, run_id) or ""  # the files' clock
+                why[run_id] = owner_gone(  # the files' clock
+                    files, run_id, task_runs=lambda: task_runs(run_id)) or ""
             return why[run_id] or None
 
         found, stale = holders_of(steps, self.book.records(), job_id=job_id, own=self.own,

@@ -142,6 +142,7 @@ __all__ = [
     "parse_scontrol_granted",
     "parse_scontrol_job",
     "parse_scontrol_steps",
+    "parse_sstat_steps",
     "parse_steps",
     "probe_gpu_argv",
     "pyxis_container_names",
@@ -168,6 +169,7 @@ __all__ = [
     "srun_help_argv",
     "srun_lease_argv",
     "srun_step_argv",
+    "sstat_tasks_argv",
     "stderr_tail",
     "with_true_exit_code",
 ]
@@ -285,6 +287,22 @@ def squeue_find_argv(name: str | None, user: str) -> list[str]:
 def squeue_steps_argv(job_id: str) -> list[str]:
     """``squeue -s`` for the steps of one job, one :data:`STEP_FORMAT` row each."""
     return ["squeue", "-s", "-j", str(job_id), "-h", "-O", STEP_FORMAT]
+
+
+def sstat_tasks_argv(job_id: str) -> list[str]:
+    """``sstat -a`` of one job: a row for each step whose tasks run on its nodes (asked
+    of their slurmd). A step slurmctld made whose task was never launched has none."""
+    return ["sstat", "-a", "-j", str(job_id), "--noheader", "--parsable2", "-o", "JobID"]
+
+
+def parse_sstat_steps(text: str, job_id: str) -> set[str]:
+    """The numeric step ids of ``job_id`` in :func:`sstat_tasks_argv`'s output."""
+    out = set()
+    for line in text.splitlines():
+        job, _, step = line.strip().partition(".")
+        if job == str(job_id) and step.isdigit():
+            out.add(step)
+    return out
 
 
 #: The ``--dependency`` values an allocation may carry: ``singleton`` (the warm

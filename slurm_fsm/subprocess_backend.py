@@ -904,6 +904,17 @@ class SubprocessBackend:
         result = self._run(slurmcli.squeue_steps_argv(check_job_id(job_id)))
         return self._parse(result, lambda text: slurmcli.parse_steps(text, job_id))
 
+    def steps_with_tasks(self, job_id: str) -> set[str]:
+        """``sstat -a -j ID``: the numbered steps whose tasks run on their nodes
+        (:class:`slurm_fsm.backend.TaskLister`). sstat exits 0 whatever it found; its
+        "couldn't get steps" (no such job, or no answer) is a CommandFailed."""
+        result = self._run(slurmcli.sstat_tasks_argv(check_job_id(job_id)))
+        if not result.stdout.strip() and "couldn't get steps" in result.stderr:
+            raise CommandFailed(result.argv, result.returncode or 0,
+                                slurmcli.stderr_tail(result.stderr),
+                                message=f"sstat could not list the steps of {job_id}")
+        return self._parse(result, lambda text: slurmcli.parse_sstat_steps(text, job_id))
+
     def start_lease(self, job_id: str, name: str, timeout_s: float = 60.0) -> LocalLease:
         """A run's lease step ``name`` (:func:`slurmcli.srun_lease_argv`), tied to this
         process's life (:func:`guarded`); returns once its task runs, i.e. once every

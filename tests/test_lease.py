@@ -484,3 +484,23 @@ def test_a_lease_step_without_a_task_whose_owner_is_gone_is_broken_at_once(
         {"job_id": job, "step_id": step_id.split(".")[1]}]
     assert fake.jobs[job].state.is_running  # the step only: the allocation stays
     assert any("login-a" in m and "not touched" in m for m in said), said
+
+
+def test_a_paused_owner_s_lease_whose_task_runs_is_never_broken_for_its_heartbeat(
+        tmp_path: Path) -> None:
+    """A run on login node A whose orchestrator is stopped (Ctrl-Z, SIGSTOP, a paused VM)
+    stops touching its owner record, but its host lives and so does its lease step's
+    task (it ends the step when the host dies): design-handoff-and-arbiter.md, "a paused
+    owner's lease is never broken before max_until". A stale heartbeat breaks a lease
+    step only when Slurm says no task of it runs (``sstat``: the step of issue 39 (b))."""
+    fake = FakeCluster()
+    job = fake.make_job("alloc", fake.user).job_id
+    book = RunBook(tmp_path / ".slurm_alloc.json")
+    name = lease_name(A, NOW + 3600)
+    book.save(attrs.evolve(record(A, host="login-a", job=job), uid=0, lease=name))
+    _owner_of(tmp_path, A, host="login-a", age_s=200.0, lease=name)
+    fake.start_lease(job, name)
+    gate = LeaseGate(book, wait_s=0, backend=fake, wall=lambda: NOW)
+    with pytest.raises(AllocationInUse):
+        gate.clear(job, "releasing it")
+    assert gate.broken == [] and fake.jobs[job].steps  # kept: its task runs

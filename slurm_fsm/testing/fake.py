@@ -98,7 +98,7 @@ __all__ = [
 CONTROLLER_OPS = frozenset({
     "query_job", "find_jobs", "allocate", "run_step", "gpu_processes", "probe_gpu_name",
     "list_steps", "step_details", "start_lease", "cancel", "submit", "job_outcome", "granted",
-    "job_files",
+    "job_files", "steps_with_tasks",
     "cluster_partitions", "accounting_enforce", "def_cpu_per_gpu",
 })
 
@@ -614,6 +614,14 @@ class FakeCluster:
         self.pending_s = pending_s
         self.pending_reason = pending_reason  # the reason new allocations pend with
         self.min_job_age_s = min_job_age_s
+        self._books(first_job_id)
+        #: GPUs of every node (a script's real ``srun`` takes them from a ledger, waiting
+        #: while taken: :meth:`gpus_in_use`); CPUs of every node as sinfo says (None: not)
+        self.gpus_per_node, self.cpus_per_node = gpus_per_node, cpus_per_node
+
+    def _books(self, first_job_id: int) -> None:
+        """What the cluster keeps: its jobs, the calls made, the faults, scripts and
+        step rules asked for, what runs."""
         self.jobs: dict[str, FakeJob] = {}
         self.calls: list[Call] = []
         self.controller_up = True
@@ -625,9 +633,6 @@ class FakeCluster:
         #: steps made without a task (:meth:`step_without_task`): nothing of theirs ends them
         self._taskless: set[str] = set()
         self._bin: Path | None = None  # the srun shim's folder (run_scripts=True)
-        #: GPUs of every node (a script's real ``srun`` takes them from a ledger, waiting
-        #: while taken: :meth:`gpus_in_use`); CPUs of every node as sinfo says (None: not)
-        self.gpus_per_node, self.cpus_per_node = gpus_per_node, cpus_per_node
 
     # ---------------------------------------------------------------- test controls
     def fail_next(self, op: str, error: BaseException, times: int = 1) -> None:
@@ -1298,6 +1303,13 @@ class FakeCluster:
                                      state=JobState.RUNNING)
         self._taskless.add(f"{job_id}.{step_id}")
         return f"{job_id}.{step_id}"
+
+    def steps_with_tasks(self, job_id: str) -> set[str]:
+        """The job's running numbered steps but those :meth:`step_without_task` made
+        (``sstat -a``: :class:`slurm_fsm.backend.TaskLister`)."""
+        self._call("steps_with_tasks", job_id=job_id)
+        job = self._job(job_id)
+        return {s for s in job.steps if s.isdigit() and f"{job_id}.{s}" not in self._taskless}
 
     def step_details(self, job_id: str) -> list[StepInfo]:
         """The job's running numbered steps, as :meth:`list_steps` (the fake has no

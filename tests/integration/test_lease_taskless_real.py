@@ -126,3 +126,43 @@ def test_a_lease_step_whose_task_never_ran_is_broken_once_its_owner_is_gone(
             None, "CANCELLED", "COMPLETED") else None, 30)
     finally:
         names.cleanup()  # scancel of this test's jobs: never a release that could wait
+
+
+def test_a_paused_owner_s_lease_whose_task_runs_is_kept_however_old_its_heartbeat(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    """The other side of the rule: a run of login node A whose orchestrator is stopped
+    (Ctrl-Z, SIGSTOP, a paused VM) stops touching its owner record while its host and
+    its lease step's task live on. ``sstat`` lists that task: the release refuses, the
+    step stays (design-handoff-and-arbiter.md: a paused owner's lease is never broken
+    before its max_until)."""
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(spec_dict(local_cluster, tmp_path, names.new("paused"))))
+    work_dirs = tmp_path / "repo" / "work_dirs"
+    srun = None
+    try:
+        ran = subprocess.run([sys.executable, "-m", "slurm_fsm", "run", str(spec), "--json"],
+                             capture_output=True, text=True, timeout=300,
+                             env=_env(local_cluster), check=False)
+        first = json.loads(ran.stdout)
+        assert first["status"] == "PASSED", first
+        alloc = str(first["allocation_id"])
+        run_id = new_run_id()
+        name = lease_name(run_id, time.time() + 3600)
+        srun = subprocess.Popen(srun_lease_argv(alloc, name), env=_env(local_cluster),
+                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+        step = until("the lease step with its task", lambda: next(
+            (s for s, n in steps(alloc).items() if n == name), None), 60)
+        until("its task running (sstat)", lambda: True if step in subprocess.run(
+            ["sstat", "-a", "-j", alloc, "--noheader", "--parsable2", "-o", "JobID"],
+            capture_output=True, text=True, timeout=30, env=_env(local_cluster),
+            check=False).stdout.split() else None, 60)
+        _plant_owner(work_dirs, run_id, alloc, name, age_s=HEARTBEAT_STALE_S + 60)
+        held = _release(local_cluster, spec)
+        assert held["_rc"] == 3 and "in use by 1" in str(held["summary"]), held
+        assert steps(alloc).get(step) == name and job_state(alloc) == "RUNNING"
+    finally:
+        if srun is not None:
+            os.killpg(srun.pid, signal.SIGKILL)
+            srun.communicate(timeout=30)
+        names.cleanup()
