@@ -1,27 +1,43 @@
-"""The one cattrs converter: how job specs, state files and reports cross the edge.
+"""The one cattrs converter: how job specs, state files, reports and the run's records
+cross the edge.
 
-Every per-field check lives in a structure hook here, so that cattrs' detailed
-validation collects *all* bad fields of a document with their paths, and
-:func:`problems_of` turns them into ``path: what is wrong`` lines.
+:func:`configure_converter` registers every hook, in one place (as cattrs' own
+``preconf`` modules do); :data:`converter` is the one converter it configured. Every
+per-field check lives in a structure hook here, so that cattrs' detailed validation
+collects *all* bad fields of a document with their paths, and :func:`problems_of` turns
+them into ``path: what is wrong`` lines. The classes that cross the edge say what is
+theirs declaratively (an enum's values, a field's ``metadata``): this module imports
+none of them, and every module above it may import it.
 """
 
 from __future__ import annotations
 
 import re
 import reprlib
+from collections.abc import Callable
+from enum import Enum
 from pathlib import Path
 from typing import Any, NewType
 
+import attrs
 import cattrs
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
+from cattrs.gen import make_dict_unstructure_fn, override
 
 from slurm_fsm.duration import Duration
 
 __all__ = [
+    "ARCHES",
+    "OMIT",
+    "Arch",
+    "Mount",
+    "Mounts",
     "NonNegativeInt",
     "Patterns",
     "PositiveInt",
+    "configure_converter",
     "converter",
+    "make_converter",
     "problems_of",
     "show",
 ]
@@ -30,9 +46,6 @@ PositiveInt = NewType("PositiveInt", int)
 NonNegativeInt = NewType("NonNegativeInt", int)
 #: Comma-separated text or a list of strings; stored as a tuple of non-empty strings.
 Patterns = NewType("Patterns", tuple[str, ...])
-
-converter = cattrs.Converter(detailed_validation=True, forbid_extra_keys=False)
-
 
 _SHOW = reprlib.Repr()
 _SHOW.maxstring = 60
@@ -115,15 +128,127 @@ def _path(value: object, _: Any) -> Path:
     return Path(value).expanduser()
 
 
-converter.register_structure_hook(PositiveInt, lambda v, _: PositiveInt(_int(v, 1)))
-converter.register_structure_hook(NonNegativeInt, lambda v, _: NonNegativeInt(_int(v, 0)))
-converter.register_structure_hook(bool, _bool)
-converter.register_structure_hook(str, _str)
-converter.register_structure_hook(Duration, _duration)
-converter.register_structure_hook(Patterns, lambda v, t: Patterns(_patterns(v, t)))
-converter.register_structure_hook(Path, _path)
-converter.register_unstructure_hook(Duration, lambda d: d.as_slurm())
-converter.register_unstructure_hook(Path, str)
+@attrs.frozen
+class Mount:
+    """One ``host:container[:flags]`` entry of ``container_mounts``."""
+
+    host: str
+    container: str
+    flags: str = ""
+
+    @classmethod
+    def parse(cls, text: str) -> Mount:
+        parts = text.strip().split(":")
+        if len(parts) not in (2, 3) or not parts[0] or not parts[1]:
+            raise ValueError(f"must be host:container[:flags], got {show(text)}")
+        return cls(parts[0], parts[1], parts[2] if len(parts) == 3 else "")
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.container}" + (f":{self.flags}" if self.flags else "")
+
+
+#: The spec's ``container_mounts``: comma-separated text or a list; written as text.
+Mounts = NewType("Mounts", tuple[Mount, ...])
+
+
+def _mounts(value: object, _: Any) -> Mounts:
+    if value is None or value == "":
+        return Mounts(())
+    if isinstance(value, str):
+        items: list[object] = [v for v in value.split(",") if v.strip()]
+    elif isinstance(value, list | tuple):
+        items = list(value)
+    else:
+        raise ValueError(f"must be comma-separated host:container pairs, got {show(value)}")
+    out = []
+    for item in items:
+        if not isinstance(item, str):
+            raise ValueError(f"must be host:container[:flags] text, got {show(item)}")
+        out.append(Mount.parse(item))
+    return Mounts(tuple(out))
+
+
+#: The spec's ``arch``: one of :data:`ARCHES`.
+Arch = NewType("Arch", str)
+ARCHES = ("x86_64", "aarch64")
+
+
+def _arch(value: object, _: Any) -> Arch:
+    if not isinstance(value, str) or value not in ARCHES:
+        raise ValueError(f"must be one of {', '.join(ARCHES)}, got {show(value)}")
+    return Arch(value)
+
+
+def _is_enum(kind: Any) -> bool:
+    return isinstance(kind, type) and issubclass(kind, Enum)
+
+
+def _enum_structure(kind: type[Enum]) -> Callable[[object, Any], Enum]:
+    """An enum is read by its value; one whose values are its names (``Status``) also
+    by its name in any case, around spaces (``" passed"``)."""
+    by_name = all(m.name == m.value for m in kind)
+
+    def structure(value: object, _: Any) -> Enum:
+        if isinstance(value, kind):
+            return value
+        for member in kind:
+            if isinstance(value, str) and value == member.value:
+                return member
+        if by_name and isinstance(value, str) and value.strip().upper() in kind.__members__:
+            return kind[value.strip().upper()]
+        allowed = ", ".join(str(m.value) for m in kind)
+        raise ValueError(f"must be one of {allowed}, got {show(value)}")
+    return structure
+
+
+#: ``attrs.field(metadata={OMIT: True})``: a field that is never written (a spec's
+#: ``load_warnings``: what loading it said, not part of it).
+OMIT = "slurm_fsm.convert.omit"
+
+
+def _has_omitted(kind: Any) -> bool:
+    return attrs.has(kind) and any(f.metadata.get(OMIT) for f in attrs.fields(kind))
+
+
+def _omitting(conv: cattrs.Converter) -> Callable[[Any], Callable[[Any], Any]]:
+    def factory(kind: Any) -> Callable[[Any], Any]:
+        omitted: dict[str, Any] = {f.name: override(omit=True) for f in attrs.fields(kind)
+                                     if f.metadata.get(OMIT)}
+        return make_dict_unstructure_fn(kind, conv, **omitted)
+    return factory
+
+
+def configure_converter(conv: cattrs.Converter) -> None:
+    """Register every hook of slurm_fsm on ``conv``: the checked values (counts, flags,
+    text, durations, patterns, paths, mounts, arch), every enum by its value, and the
+    fields a class marks :data:`OMIT`."""
+    conv.register_structure_hook(PositiveInt, lambda v, _: PositiveInt(_int(v, 1)))
+    conv.register_structure_hook(NonNegativeInt, lambda v, _: NonNegativeInt(_int(v, 0)))
+    conv.register_structure_hook(bool, _bool)
+    conv.register_structure_hook(str, _str)
+    conv.register_structure_hook(Duration, _duration)
+    conv.register_structure_hook(Patterns, lambda v, t: Patterns(_patterns(v, t)))
+    conv.register_structure_hook(Path, _path)
+    conv.register_structure_hook(Mounts, _mounts)
+    conv.register_structure_hook(Arch, _arch)
+    conv.register_structure_hook_factory(_is_enum, _enum_structure)
+    conv.register_unstructure_hook(Duration, lambda d: d.as_slurm())
+    conv.register_unstructure_hook(Path, str)
+    conv.register_unstructure_hook(Mounts, lambda ms: ",".join(str(m) for m in ms))
+    conv.register_unstructure_hook_func(_is_enum, lambda e: e.value)
+    conv.register_unstructure_hook_factory(_has_omitted, _omitting(conv))
+
+
+def make_converter() -> cattrs.Converter:
+    """A converter configured by :func:`configure_converter` (detailed validation,
+    unknown keys ignored: the files are shared with other tools and other versions)."""
+    conv = cattrs.Converter(detailed_validation=True, forbid_extra_keys=False)
+    configure_converter(conv)
+    return conv
+
+
+#: The one converter: every document of slurm_fsm crosses the edge through it.
+converter = make_converter()
 
 
 def _message(exc: BaseException) -> str:
