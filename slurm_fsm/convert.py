@@ -22,14 +22,18 @@ from typing import Any, NewType
 import attrs
 import cattrs
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
-from cattrs.gen import make_dict_unstructure_fn, override
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from slurm_fsm.duration import Duration
 
 __all__ = [
     "ARCHES",
+    "GOOD_ITEMS",
     "OMIT",
+    "OR_DEFAULT",
+    "READ_AS",
     "Arch",
+    "JsonInt",
     "Mount",
     "Mounts",
     "NonNegativeInt",
@@ -40,6 +44,7 @@ __all__ = [
     "make_converter",
     "problems_of",
     "show",
+    "structure_record",
 ]
 
 PositiveInt = NewType("PositiveInt", int)
@@ -218,10 +223,112 @@ def _omitting(conv: cattrs.Converter) -> Callable[[Any], Callable[[Any], Any]]:
     return factory
 
 
+#: ``metadata={READ_AS: kind}``: the field is read as ``kind``, a stricter type of the
+#: same values (:data:`JsonInt`, :data:`StepId`).
+READ_AS = "slurm_fsm.convert.read_as"
+#: ``metadata={OR_DEFAULT: True}``: a bad value is read as the field's default (a hint
+#: of a record, never a reason to refuse the whole record).
+OR_DEFAULT = "slurm_fsm.convert.or_default"
+#: ``metadata={GOOD_ITEMS: kind}``: a tuple field keeps the items that read as ``kind``
+#: and drops the others (an older record's bare step ids); anything not a list is ().
+GOOD_ITEMS = "slurm_fsm.convert.good_items"
+
+#: An integer as JSON writes it: not a bool, not text.
+JsonInt = NewType("JsonInt", int)
+#: A Slurm step id: ``3``, or ``3+1`` (a heterogeneous job's component).
+StepId = NewType("StepId", str)
+_STEP_ID = re.compile(r"\d+(\+\d+)?", re.ASCII)
+#: A record's text: a string, nothing else (no number read as text).
+Text = NewType("Text", str)
+#: A record's JSON scalars by name (a script's identity): values that are not text or
+#: integers are dropped; null or empty is {}.
+Scalars = NewType("Scalars", dict[str, str | int])
+
+
+def _json_int(value: object, _: Any) -> JsonInt:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return JsonInt(value)
+    raise ValueError(f"must be an integer, got {show(value)}")
+
+
+def _step_id(value: object, _: Any) -> StepId:
+    if isinstance(value, str) and _STEP_ID.fullmatch(value):
+        return StepId(value)
+    raise ValueError(f"must be a step id such as 3 or 3+1, got {show(value)}")
+
+
+def _text(value: object, _: Any) -> Text:
+    if isinstance(value, str):
+        return Text(value)
+    raise ValueError(f"must be a string, got {show(value)}")
+
+
+def _scalars(value: object, _: Any) -> Scalars:
+    if not value:
+        return Scalars({})
+    if not isinstance(value, dict):
+        raise ValueError(f"must be an object, got {show(value)}")
+    return Scalars({str(k): v for k, v in value.items() if isinstance(v, str | int)})
+
+
+_BAD = (ValueError, TypeError, KeyError, cattrs.BaseValidationError)
+
+
+def _field_hook(conv: cattrs.Converter, field: Any) -> Callable[[object, Any], Any] | None:
+    """The structure hook of one field of a record, from its metadata; None: cattrs'."""
+    meta, kind = field.metadata, field.metadata.get(READ_AS, field.type)
+    if GOOD_ITEMS in meta:
+        item = meta[GOOD_ITEMS]
+
+        def good(value: object, _: Any) -> tuple[Any, ...]:
+            if not isinstance(value, list | tuple):
+                return ()
+            out = []
+            for v in value:
+                try:
+                    out.append(conv.structure(v, item))
+                except _BAD:
+                    continue
+            return tuple(out)
+        return good
+    if meta.get(OR_DEFAULT):
+        default = field.default
+
+        def or_default(value: object, _: Any) -> Any:
+            try:
+                return conv.structure(value, kind)
+            except _BAD:
+                return default.factory() if isinstance(default, attrs.Factory) else default
+        return or_default
+    if READ_AS in meta:
+        return lambda value, _: conv.structure(value, kind)
+    return None
+
+
+_RECORD_KEYS = (READ_AS, OR_DEFAULT, GOOD_ITEMS)
+
+
+def _is_record(kind: Any) -> bool:
+    return attrs.has(kind) and any(k in f.metadata for f in attrs.fields(kind)
+                                   for k in _RECORD_KEYS)
+
+
+def _reading(conv: cattrs.Converter) -> Callable[[Any], Callable[[Any, Any], Any]]:
+    def factory(kind: Any) -> Callable[[Any, Any], Any]:
+        attrs.resolve_types(kind)
+        hooks = {f.name: _field_hook(conv, f) for f in attrs.fields(kind)}
+        fields: dict[str, Any] = {name: override(struct_hook=hook)
+                                  for name, hook in hooks.items() if hook is not None}
+        return make_dict_structure_fn(kind, conv, **fields)
+    return factory
+
+
 def configure_converter(conv: cattrs.Converter) -> None:
     """Register every hook of slurm_fsm on ``conv``: the checked values (counts, flags,
-    text, durations, patterns, paths, mounts, arch), every enum by its value, and the
-    fields a class marks :data:`OMIT`."""
+    text, durations, patterns, paths, mounts, arch; a record's strict integers, step
+    ids, text and scalars), every enum by its value, the fields a class marks
+    :data:`OMIT`, and the record fields marked :data:`READ_AS`, :data:`OR_DEFAULT` or
+    :data:`GOOD_ITEMS`."""
     conv.register_structure_hook(PositiveInt, lambda v, _: PositiveInt(_int(v, 1)))
     conv.register_structure_hook(NonNegativeInt, lambda v, _: NonNegativeInt(_int(v, 0)))
     conv.register_structure_hook(bool, _bool)
@@ -231,6 +338,11 @@ def configure_converter(conv: cattrs.Converter) -> None:
     conv.register_structure_hook(Path, _path)
     conv.register_structure_hook(Mounts, _mounts)
     conv.register_structure_hook(Arch, _arch)
+    conv.register_structure_hook(JsonInt, _json_int)
+    conv.register_structure_hook(StepId, _step_id)
+    conv.register_structure_hook(Text, _text)
+    conv.register_structure_hook(Scalars, _scalars)
+    conv.register_structure_hook_factory(_is_record, _reading(conv))
     conv.register_structure_hook_factory(_is_enum, _enum_structure)
     conv.register_unstructure_hook(Duration, lambda d: d.as_slurm())
     conv.register_unstructure_hook(Path, str)
@@ -249,6 +361,17 @@ def make_converter() -> cattrs.Converter:
 
 #: The one converter: every document of slurm_fsm crosses the edge through it.
 converter = make_converter()
+
+
+def structure_record(data: object, kind: type[Any], what: str) -> Any:
+    """``data`` read as a ``kind`` with :data:`converter`; raises ValueError naming
+    every bad field (``not a run record: pid: must be an integer, got 'x'``)."""
+    if not isinstance(data, dict):
+        raise ValueError(f"not a {what}: must be a JSON object, got {type(data).__name__}")
+    try:
+        return converter.structure(data, kind)
+    except cattrs.BaseValidationError as exc:
+        raise ValueError(f"not a {what}: {'; '.join(problems_of(exc))}") from None
 
 
 def _message(exc: BaseException) -> str:
