@@ -12,6 +12,7 @@ none of them, and every module above it may import it.
 
 from __future__ import annotations
 
+import math
 import re
 import reprlib
 from collections.abc import Callable
@@ -33,12 +34,22 @@ __all__ = [
     "OR_DEFAULT",
     "READ_AS",
     "Arch",
+    "Digits",
     "JsonInt",
+    "JsonObject",
     "Mount",
     "Mounts",
+    "NodeCount",
+    "NonEmptyText",
     "NonNegativeInt",
+    "NonNegativeJsonInt",
     "Patterns",
     "PositiveInt",
+    "PositiveJsonInt",
+    "Scalars",
+    "Seconds",
+    "StepId",
+    "Text",
     "configure_converter",
     "converter",
     "make_converter",
@@ -245,10 +256,60 @@ Text = NewType("Text", str)
 Scalars = NewType("Scalars", dict[str, str | int])
 
 
-def _json_int(value: object, _: Any) -> JsonInt:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return JsonInt(value)
-    raise ValueError(f"must be an integer, got {show(value)}")
+#: A :data:`JsonInt` above 0 (a pid), and one of 0 or more (seconds of lead time).
+PositiveJsonInt = NewType("PositiveJsonInt", int)
+NonNegativeJsonInt = NewType("NonNegativeJsonInt", int)
+#: A node count a record may hold: 1 to 2**20.
+NodeCount = NewType("NodeCount", int)
+MAX_NODE_COUNT = 1 << 20
+#: Seconds a record may hold: a finite number, 0 to 366 days (an int stays an int).
+Seconds = NewType("Seconds", float)
+MAX_RECORD_SECONDS = 366 * 24 * 3600
+#: Text that is not empty (a job name).
+NonEmptyText = NewType("NonEmptyText", str)
+#: A job id as a record holds it: decimal digits only.
+Digits = NewType("Digits", str)
+#: A JSON object (a spec as a run used it), as it is.
+JsonObject = NewType("JsonObject", dict[str, Any])
+
+
+def _json_int(value: object, minimum: int | None = None, maximum: int | None = None) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"must be an integer, got {show(value)}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"must be >= {minimum}, got {show(value)}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"must be <= {maximum}, got {show(value)}")
+    return value
+
+
+def _seconds(value: object, _: Any) -> Seconds:
+    """A number of seconds: finite, 0 to :data:`MAX_RECORD_SECONDS` (an int past float
+    range is no such number: no OverflowError)."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and (
+        0 <= value <= MAX_RECORD_SECONDS if isinstance(value, int)
+        else math.isfinite(value) and 0 <= value <= MAX_RECORD_SECONDS)
+    if not ok:
+        raise ValueError(f"must be seconds from 0 to {MAX_RECORD_SECONDS}, got {show(value)}")
+    return Seconds(value)  # type: ignore[arg-type]
+
+
+def _non_empty_text(value: object, _: Any) -> NonEmptyText:
+    if isinstance(value, str) and value:
+        return NonEmptyText(value)
+    raise ValueError(f"must be a non-empty string, got {show(value)}")
+
+
+def _digits(value: object, _: Any) -> Digits:
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        return Digits(value)
+    raise ValueError(f"must be a job id (digits), got {show(value)}")
+
+
+def _json_object(value: object, _: Any) -> JsonObject:
+    if isinstance(value, dict):
+        return JsonObject(value)
+    raise ValueError(f"must be an object, got {show(value)}")
 
 
 def _step_id(value: object, _: Any) -> StepId:
@@ -275,10 +336,12 @@ _BAD = (ValueError, TypeError, KeyError, cattrs.BaseValidationError)
 
 
 def _field_hook(conv: cattrs.Converter, field: Any) -> Callable[[object, Any], Any] | None:
-    """The structure hook of one field of a record, from its metadata; None: cattrs'."""
+    """The structure hook of one field of a record, from its metadata; None: cattrs'.
+    The hooks of the types read are looked up once (a history has thousands of lines)."""
     meta, kind = field.metadata, field.metadata.get(READ_AS, field.type)
     if GOOD_ITEMS in meta:
         item = meta[GOOD_ITEMS]
+        read_item = conv.get_structure_hook(item)
 
         def good(value: object, _: Any) -> tuple[Any, ...]:
             if not isinstance(value, list | tuple):
@@ -286,22 +349,23 @@ def _field_hook(conv: cattrs.Converter, field: Any) -> Callable[[object, Any], A
             out = []
             for v in value:
                 try:
-                    out.append(conv.structure(v, item))
+                    out.append(read_item(v, item))
                 except _BAD:
                     continue
             return tuple(out)
         return good
+    read = conv.get_structure_hook(kind)
     if meta.get(OR_DEFAULT):
         default = field.default
 
         def or_default(value: object, _: Any) -> Any:
             try:
-                return conv.structure(value, kind)
+                return read(value, kind)
             except _BAD:
-                return default.factory() if isinstance(default, attrs.Factory) else default
+                return default.factory() if hasattr(default, "factory") else default
         return or_default
     if READ_AS in meta:
-        return lambda value, _: conv.structure(value, kind)
+        return lambda value, _: read(value, kind)
     return None
 
 
@@ -338,7 +402,16 @@ def configure_converter(conv: cattrs.Converter) -> None:
     conv.register_structure_hook(Path, _path)
     conv.register_structure_hook(Mounts, _mounts)
     conv.register_structure_hook(Arch, _arch)
-    conv.register_structure_hook(JsonInt, _json_int)
+    conv.register_structure_hook(JsonInt, lambda v, _: JsonInt(_json_int(v)))
+    conv.register_structure_hook(PositiveJsonInt, lambda v, _: PositiveJsonInt(_json_int(v, 1)))
+    conv.register_structure_hook(NonNegativeJsonInt,
+                                 lambda v, _: NonNegativeJsonInt(_json_int(v, 0)))
+    conv.register_structure_hook(NodeCount,
+                                 lambda v, _: NodeCount(_json_int(v, 1, MAX_NODE_COUNT)))
+    conv.register_structure_hook(Seconds, _seconds)
+    conv.register_structure_hook(NonEmptyText, _non_empty_text)
+    conv.register_structure_hook(Digits, _digits)
+    conv.register_structure_hook(JsonObject, _json_object)
     conv.register_structure_hook(StepId, _step_id)
     conv.register_structure_hook(Text, _text)
     conv.register_structure_hook(Scalars, _scalars)
