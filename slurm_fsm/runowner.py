@@ -249,6 +249,22 @@ class RunFiles:
         record = OwnerRecord.from_dict(data) if data is not None else None
         return record if record is not None and record.run_id == run_id else None
 
+    def owner_problem(self, run_id: str) -> str | None:
+        """Why run ``run_id``'s owner record, there, is no record: its file and every
+        bad field. None when it reads, or there is none."""
+        path = self.owner_path(run_id)
+        if not os.path.lexists(path):
+            return None
+        data = self._read(path)
+        if data is None:
+            return (f"{path} cannot be read (not a JSON object, not a regular file of "
+                    "this user's, or too big)")
+        try:
+            OwnerRecord.load(data)
+        except ValueError as exc:
+            return f"{path}: {exc}"
+        return None
+
     def report(self, run_id: str) -> SavedReport | None:
         data = self._read(self.report_path(run_id))
         saved = SavedReport.from_dict(data) if data is not None else None

@@ -192,3 +192,22 @@ def test_a_saved_report_with_a_bad_report_is_none() -> None:
     data = json.loads((DATA / "saved_report.json").read_text())
     data["report"]["status"] = "GREAT"
     assert SavedReport.from_dict(data) is None
+
+
+def test_a_run_whose_owner_record_is_bad_is_refused_naming_the_file_and_field(
+        tmp_path: Path) -> None:
+    """``status``/``logs``/``wait`` of a run whose only file is a bad owner record said
+    "no run" (as for an id never used); now the file and the field are named."""
+    from slurm_fsm.detach import find
+    from slurm_fsm.errors import UnknownRun
+
+    files = RunFiles(tmp_path / "work_dirs" / ".slurm_alloc.json")
+    path = files.owner_path(RUN)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = json.loads((DATA / "owner_record.json").read_text())
+    data["pid"] = "many"
+    path.write_text(json.dumps(data))
+    os.chmod(path, 0o600)
+    with pytest.raises(UnknownRun) as caught:
+        find(tmp_path, RUN)
+    assert str(path) in str(caught.value) and "pid: must be an integer" in str(caught.value)
