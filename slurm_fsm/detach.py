@@ -118,8 +118,10 @@ def find(repo: Path, run_id: str) -> RunView:
         record, saved = files.owner(run_id), files.report(run_id)
         if record is not None or saved is not None:
             return RunView(run_id=run_id, files=files, record=record, saved=saved)
+    bad = [why for files in run_files(repo) if (why := files.owner_problem(run_id))]
     raise UnknownRun(f"no run {run_id} in {Path(repo) / 'work_dirs'} (`slurm-fsm runs` "
-                     "lists this checkout's runs)")
+                     "lists this checkout's runs)"
+                     + "".join(f"; its owner record {why}" for why in bad))
 
 
 def runs(repo: Path) -> list[RunView]:

@@ -49,11 +49,12 @@ import threading
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import attrs
 
 from slurm_fsm import files
+from slurm_fsm.convert import OR_DEFAULT, READ_AS, NodeCount, Seconds, Text, structure_record
 from slurm_fsm.errors import FileProblem, Problem
 from slurm_fsm.spec import EXPIRY_MARGIN_S, JobSpec
 
@@ -85,9 +86,6 @@ SOURCES = ("expected_duration_seconds", "history", "unknown")
 #: The machine's states whose time is a lead-time part, by history field.
 #: A line longer than this (characters) is skipped unread: an entry is about 300.
 MAX_LINE_CHARS = 4096
-#: The largest seconds and node count a line may hold (a year; Slurm's node ids).
-_MAX_SECONDS = 366 * 24 * 3600
-_MAX_NODES = 1 << 20
 #: Mode bits of a history file that make it anyone's: such a file is neither read nor
 #: extended.
 _OPEN_TO_OTHERS = 0o022
@@ -176,26 +174,32 @@ def expected_duration(spec: JobSpec, durations: Sequence[float] = ()) -> Estimat
     return guess
 
 
+#: a history field of the wrong type or out of range is dropped (read as None)
+_SECONDS = {READ_AS: Seconds | None, OR_DEFAULT: True}
+_TEXT = {READ_AS: Text | None, OR_DEFAULT: True}
+
+
 @attrs.frozen(kw_only=True)
 class RunEntry:
     """One line of the history. Every field but ``key`` may be missing (None)."""
 
-    key: str
-    at: str = ""
-    status: str = ""
-    mode: str = ""
+    key: str = attrs.field(metadata={READ_AS: Text})
+    at: str = attrs.field(default="", metadata={READ_AS: Text, OR_DEFAULT: True})
+    status: str = attrs.field(default="", metadata={READ_AS: Text, OR_DEFAULT: True})
+    mode: str = attrs.field(default="", metadata={READ_AS: Text, OR_DEFAULT: True})
     #: the job's own wall time (the report's ``elapsed_s``)
-    run_s: float | None = None
-    allocation: str | None = None
+    run_s: float | None = attrs.field(default=None, metadata=_SECONDS)
+    allocation: str | None = attrs.field(default=None, metadata=_TEXT)
     #: seconds in Allocating (salloc until RUNNING: the queue wait, mostly)
-    queue_wait_s: float | None = None
+    queue_wait_s: float | None = attrs.field(default=None, metadata=_SECONDS)
     #: seconds in Importing (container import, mount warm-up, GPU check)
-    import_s: float | None = None
+    import_s: float | None = attrs.field(default=None, metadata=_SECONDS)
     #: seconds in Installing
-    install_s: float | None = None
-    partition: str | None = None
-    nodes: int | None = None
-    image: str | None = None
+    install_s: float | None = attrs.field(default=None, metadata=_SECONDS)
+    partition: str | None = attrs.field(default=None, metadata=_TEXT)
+    nodes: int | None = attrs.field(default=None,
+                                    metadata={READ_AS: NodeCount | None, OR_DEFAULT: True})
+    image: str | None = attrs.field(default=None, metadata=_TEXT)
 
     def to_json(self) -> str:
         data = {k: v for k, v in attrs.asdict(self).items() if v is not None and v != ""}
@@ -210,33 +214,10 @@ class RunEntry:
         if len(line) > MAX_LINE_CHARS:
             return None
         try:
-            data = json.loads(line)
+            entry: RunEntry = structure_record(json.loads(line), cls, "history entry")
         except (ValueError, RecursionError):  # ValueError: int past 4300 digits too
             return None
-        if not isinstance(data, dict) or not isinstance(data.get("key"), str):
-            return None
-        kw: dict[str, Any] = {}
-        for f in attrs.fields(cls):
-            v = data.get(f.name)
-            if f.name in ("run_s", "queue_wait_s", "import_s", "install_s"):
-                ok = _seconds(v)
-            elif f.name == "nodes":
-                ok = isinstance(v, int) and not isinstance(v, bool) and 0 < v <= _MAX_NODES
-            else:
-                ok = isinstance(v, str)
-            if ok:
-                kw[f.name] = v
-        return cls(**kw)
-
-
-def _seconds(v: object) -> bool:
-    """A number of seconds a history line may hold: finite, 0 to :data:`_MAX_SECONDS`
-    (an int past float range is no such number: no OverflowError)."""
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        return False
-    if isinstance(v, int):
-        return 0 <= v <= _MAX_SECONDS
-    return math.isfinite(v) and 0 <= v <= _MAX_SECONDS
+        return entry
 
 
 @attrs.frozen

@@ -51,21 +51,6 @@ EXIT_CODES: dict[Status, int] = {
 }
 
 
-def _structure_status(value: object, _: Any) -> Status:
-    if isinstance(value, Status):
-        return value
-    if isinstance(value, str):
-        try:
-            return Status[value.strip().upper()]
-        except KeyError:
-            pass
-    allowed = ", ".join(s.name for s in Status)
-    raise ValueError(f"must be one of {allowed}, got {value!r}")
-
-
-converter.register_structure_hook(Status, _structure_status)
-converter.register_unstructure_hook(Status, lambda s: s.name)
-
 #: Decimal places of :attr:`Report.timings` (milliseconds: a clock reading carries
 #: 17 significant digits, of which the sub-millisecond ones say nothing).
 TIMING_DIGITS = 3

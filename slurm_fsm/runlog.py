@@ -12,6 +12,11 @@ be read), :func:`where` still says the run's state (:func:`state_of`, the rule
 :attr:`~slurm_fsm.detach.RunView.state` uses too), and the CLI says there is no log
 yet. tests/test_runlog.py keeps the two paths equal on runs in every state, and this
 module's imports lean.
+
+It is the one reader of a run's files outside :mod:`slurm_fsm.convert` (issue 40 item
+5), on purpose: importing cattrs and the record classes is most of what the fast path
+saves, and it reads two fields, not records; :class:`slurm_fsm.runowner.OwnerRecord`
+and :class:`~slurm_fsm.runowner.SavedReport` stay the full readers.
 """
 
 from __future__ import annotations

@@ -39,6 +39,7 @@ from typing import Any
 
 import attrs
 
+from slurm_fsm.convert import READ_AS, JsonInt, JsonObject, Text, converter, structure_record
 from slurm_fsm.errors import FileProblem
 from slurm_fsm.events import Events
 from slurm_fsm.files import read_bounded, write_atomic
@@ -78,33 +79,38 @@ class Owner(Enum):
     AGENT = "agent"
 
 
+#: an owner record's integers and texts are JSON's own (not a bool, not a number as text)
+_INT = {READ_AS: JsonInt}
+_TEXT = {READ_AS: Text}
+
+
 @attrs.frozen(kw_only=True)
 class OwnerRecord:
     """One run's owner and what another shell needs to find its job (the module)."""
 
     run_id: str
     owner: Owner
-    pid: int
-    pid_ticks: int
+    pid: int = attrs.field(metadata=_INT)
+    pid_ticks: int = attrs.field(metadata=_INT)
     host: str
     boot_id: str
-    uid: int
+    uid: int = attrs.field(metadata=_INT)
     since: str
     mode: str
-    spec_path: str = ""
+    spec_path: str = attrs.field(default="", metadata=_TEXT)
     #: the spec as the run used it (``JobSpec.to_dict``): what a rebuild judges with
-    spec: dict[str, Any] = attrs.field(factory=dict)
+    spec: dict[str, Any] = attrs.field(factory=dict, metadata={READ_AS: JsonObject})
     phase: RunPhase = RunPhase.STARTING
-    log: str = ""
-    job_id: str = ""
-    allocation_id: str = ""
+    log: str = attrs.field(default="", metadata=_TEXT)
+    job_id: str = attrs.field(default="", metadata=_TEXT)
+    allocation_id: str = attrs.field(default="", metadata=_TEXT)
     #: a detached run's progress file (its supervisor's output)
-    progress: str = ""
+    progress: str = attrs.field(default="", metadata=_TEXT)
     #: a persistent run's lease step (its own or its ``run_many`` batch's): when Slurm
     #: no longer lists it, its owner's host is gone
-    lease: str = ""
+    lease: str = attrs.field(default="", metadata=_TEXT)
     #: a persistent run's script's exit code once it has ended (phase ENDED)
-    exit_code: int | None = None
+    exit_code: int | None = attrs.field(default=None, metadata={READ_AS: JsonInt | None})
 
     @classmethod
     def new(cls, run_id: str, owner: Owner, *, mode: str, spec_path: str,
@@ -117,34 +123,25 @@ class OwnerRecord:
                    spec_path=spec_path, spec=dict(spec), progress=progress)
 
     def to_json(self) -> bytes:
-        data = attrs.asdict(self)
-        data["owner"] = self.owner.value
-        data["phase"] = self.phase.value
-        return json.dumps(data, indent=1).encode()
+        return json.dumps(converter.unstructure(self), indent=1).encode()
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> OwnerRecord | None:
         """A record from its JSON; None when a field is missing or of the wrong type."""
         try:
-            texts = {k: data.get(k, "") for k in ("spec_path", "log", "job_id",
-                                                  "allocation_id", "progress", "lease")}
-            ints = {k: data[k] for k in ("pid", "pid_ticks", "uid")}
-            spec = data.get("spec", {})
-            if (not all(isinstance(v, str) for v in texts.values())
-                    or not all(isinstance(v, int) and not isinstance(v, bool)
-                               for v in ints.values()) or not isinstance(spec, dict)):
-                return None
-            code = data.get("exit_code")
-            if code is not None and (not isinstance(code, int) or isinstance(code, bool)):
-                return None
-            rec = cls(run_id=str(data["run_id"]), owner=Owner(data["owner"]), exit_code=code,
-                      host=str(data["host"]), boot_id=str(data["boot_id"]),
-                      since=str(data["since"]), mode=str(data["mode"]),
-                      phase=RunPhase(data.get("phase", "starting")), spec=spec,
-                      **ints, **texts)
-        except (KeyError, TypeError, ValueError):
+            return cls.load(data)
+        except ValueError:
             return None
-        return rec if is_run_id(rec.run_id) else None
+
+    @classmethod
+    def load(cls, data: object) -> OwnerRecord:
+        """A record from its JSON (unknown keys ignored). Raises ValueError naming every
+        bad field."""
+        rec: OwnerRecord = structure_record(data, cls, "run owner record")
+        if not is_run_id(rec.run_id):
+            raise ValueError(f"not a run owner record: run_id: not a run id, got "
+                             f"{rec.run_id!r}")
+        return rec
 
 
 def owner_alive(record: OwnerRecord) -> bool | None:
@@ -269,6 +266,22 @@ class RunFiles:
         data = self._read(self.owner_path(run_id))
         record = OwnerRecord.from_dict(data) if data is not None else None
         return record if record is not None and record.run_id == run_id else None
+
+    def owner_problem(self, run_id: str) -> str | None:
+        """Why run ``run_id``'s owner record, there, is no record: its file and every
+        bad field. None when it reads, or there is none."""
+        path = self.owner_path(run_id)
+        if not os.path.lexists(path):
+            return None
+        data = self._read(path)
+        if data is None:
+            return (f"{path} cannot be read (not a JSON object, not a regular file of "
+                    "this user's, or too big)")
+        try:
+            OwnerRecord.load(data)
+        except ValueError as exc:
+            return f"{path}: {exc}"
+        return None
 
     def report(self, run_id: str) -> SavedReport | None:
         data = self._read(self.report_path(run_id))

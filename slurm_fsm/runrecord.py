@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import secrets
 import socket
 from collections.abc import Callable, Iterator
@@ -40,6 +39,17 @@ from typing import Any
 import attrs
 
 from slurm_fsm.backend import StepInfo, is_job_id
+from slurm_fsm.convert import (
+    GOOD_ITEMS,
+    OR_DEFAULT,
+    READ_AS,
+    JsonInt,
+    Scalars,
+    StepId,
+    Text,
+    converter,
+    structure_record,
+)
 from slurm_fsm.errors import FileProblem
 from slurm_fsm.files import read_bounded, write_atomic
 from slurm_fsm.paths import RUN_ID, StatePaths
@@ -51,19 +61,16 @@ __all__ = ["RunBook", "RunRecord", "StepMark", "boot_id", "new_run_id", "owner_a
 MAX_BYTES = 65536
 
 
-STEP_ID = re.compile(r"\d+(\+\d+)?")
-
-
 @attrs.frozen(kw_only=True)
 class StepMark:
     """One step as Slurm described it when its run saw it (``scontrol show step``):
     what tells that very step again, and never another one of the same id."""
 
-    step_id: str
-    name: str = ""
-    srun_host: str = ""
-    srun_pid: int | None = None
-    start_time: str = ""
+    step_id: str = attrs.field(metadata={READ_AS: StepId})
+    name: str = attrs.field(default="", metadata={READ_AS: Text})
+    srun_host: str = attrs.field(default="", metadata={READ_AS: Text})
+    srun_pid: int | None = attrs.field(default=None, metadata={READ_AS: JsonInt | None})
+    start_time: str = attrs.field(default="", metadata={READ_AS: Text})
 
     @classmethod
     def of(cls, step: StepInfo) -> StepMark:
@@ -79,24 +86,11 @@ class StepMark:
     def from_json(cls, value: object) -> StepMark | None:
         """A mark from its JSON; None for anything else (a bare id of an older record
         included: an id alone proves nothing)."""
-        if not isinstance(value, dict):
+        try:
+            mark: StepMark = structure_record(value, cls, "step mark")
+        except ValueError:
             return None
-        sid, pid = value.get("step_id"), value.get("srun_pid")
-        if not isinstance(sid, str) or not STEP_ID.fullmatch(sid):
-            return None
-        if pid is not None and (not isinstance(pid, int) or isinstance(pid, bool)):
-            return None
-        texts = [value.get(k, "") for k in ("name", "srun_host", "start_time")]
-        if not all(isinstance(t, str) for t in texts):
-            return None
-        return cls(step_id=sid, name=str(texts[0]), srun_host=str(texts[1]), srun_pid=pid,
-                   start_time=str(texts[2]))
-
-
-def _steps(value: object) -> tuple[StepMark, ...]:
-    if not isinstance(value, list | tuple):
-        return ()
-    return tuple(m for m in (StepMark.from_json(v) for v in value) if m is not None)
+        return mark
 
 
 @attrs.frozen(kw_only=True)
@@ -116,51 +110,41 @@ class RunRecord:
     model: str = ""
     container: str = ""
     log: str = ""
-    script: dict[str, str | int] = attrs.field(factory=dict)
-    steps: tuple[StepMark, ...] = ()
+    script: dict[str, str | int] = attrs.field(factory=dict, metadata={READ_AS: Scalars})
+    steps: tuple[StepMark, ...] = attrs.field(default=(), metadata={GOOD_ITEMS: StepMark})
     #: the pids of the script's ``srun`` s (on ``host``): Slurm keeps a step's
     #: ``SrunHost:Pid`` after the srun is gone, so the next run can still tell its steps
-    srun_pids: tuple[int, ...] = ()
-    ended: bool = False  # the script has ended; its steps are being stopped
+    srun_pids: tuple[int, ...] = attrs.field(default=(), metadata={GOOD_ITEMS: JsonInt})
+    ended: bool = attrs.field(default=False, metadata={OR_DEFAULT: True})
     #: the ids of the steps seen running while the script ran (for accounting's word on
     #: how they ended; ids alone prove nothing: never a step to stop)
-    seen_steps: tuple[str, ...] = ()
+    seen_steps: tuple[str, ...] = attrs.field(default=(), metadata={GOOD_ITEMS: StepId})
     #: the name of the lease step that holds the run (its own, or a ``run_many``
     #: batch's): when Slurm no longer lists it, a run of another host is gone (a lease
     #: step ends with its host)
-    lease: str = ""
+    lease: str = attrs.field(default="", metadata={OR_DEFAULT: True})
 
     def to_json(self) -> bytes:
-        data = attrs.asdict(self)
-        data["steps"] = [attrs.asdict(m) for m in self.steps]
-        data["srun_pids"] = list(self.srun_pids)
-        data["seen_steps"] = list(self.seen_steps)
-        return json.dumps(data, indent=1).encode()
+        return json.dumps(converter.unstructure(self), indent=1).encode()
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunRecord | None:
         """A record from its JSON, or None when a field is missing or of the wrong type."""
         try:
-            script = data.get("script") or {}
-            if not isinstance(script, dict):
-                return None
-            rec = cls(
-                run_id=str(data["run_id"]), allocation=str(data["allocation"]),
-                pid=int(data["pid"]), pid_ticks=int(data["pid_ticks"]),
-                host=str(data["host"]), boot_id=str(data["boot_id"]), uid=int(data["uid"]),
-                since=str(data["since"]), spec=str(data.get("spec", "")),
-                model=str(data.get("model", "")), container=str(data.get("container", "")),
-                log=str(data.get("log", "")),
-                script={str(k): v for k, v in script.items() if isinstance(v, str | int)},
-                steps=_steps(data.get("steps")), ended=bool(data.get("ended", False)),
-                srun_pids=tuple(p for p in data.get("srun_pids") or () if isinstance(p, int)),
-                seen_steps=tuple(p for p in data.get("seen_steps") or ()
-                                 if isinstance(p, str) and STEP_ID.fullmatch(p)),
-                lease=str(data.get("lease") or ""),
-            )
-        except (KeyError, TypeError, ValueError):
+            return cls.load(data)
+        except ValueError:
             return None
-        return rec if RUN_ID.fullmatch(rec.run_id) and is_job_id(rec.allocation) else None
+
+    @classmethod
+    def load(cls, data: object) -> RunRecord:
+        """A record from its JSON (unknown keys ignored; see the fields' leniency).
+        Raises ValueError naming every bad field."""
+        rec: RunRecord = structure_record(data, cls, "run record")
+        if not RUN_ID.fullmatch(rec.run_id):
+            raise ValueError(f"not a run record: run_id: not a run id, got {rec.run_id!r}")
+        if not is_job_id(rec.allocation):
+            raise ValueError(f"its allocation {rec.allocation!r} is not a Slurm job id")
+        return rec
 
     @property
     def step_ids(self) -> tuple[str, ...]:
@@ -300,16 +284,16 @@ class RunBook:
                 data = json.loads(raw.decode("utf-8", "replace"))
             except (FileProblem, OSError, ValueError):
                 continue
-            record = RunRecord.from_dict(data) if isinstance(data, dict) else None
-            if record is not None and self.paths.run_id_of(name) is not None and \
-                    name == self.path(record.run_id).name:
+            try:
+                record = RunRecord.load(data)
+            except ValueError as exc:
+                if isinstance(data, dict):
+                    self.skipped[str(self.folder / name)] = str(exc)
+                continue
+            if self.paths.run_id_of(name) is not None and name == self.path(record.run_id).name:
                 found.append(record)
-            elif isinstance(data, dict):
-                alloc = data.get("allocation")
-                why = (f"its allocation {alloc!r} is not a Slurm job id"
-                       if not (isinstance(alloc, str) and is_job_id(alloc))
-                       else "it is not a run record of this name")
-                self.skipped[str(self.folder / name)] = why
+            else:
+                self.skipped[str(self.folder / name)] = "it is not a run record of this name"
         return sorted(found, key=lambda r: (r.since, r.run_id))
 
     @staticmethod

@@ -23,13 +23,17 @@ import re
 from collections.abc import Callable, Mapping
 from enum import Enum
 from pathlib import Path
-from typing import Any, NewType
+from typing import Any
 
 import attrs
 from cattrs.errors import BaseValidationError
-from cattrs.gen import make_dict_unstructure_fn, override
 
 from slurm_fsm.convert import (
+    ARCHES,  # noqa: F401  (kept importable from here)
+    OMIT,
+    Arch,
+    Mount,
+    Mounts,
     NonNegativeInt,
     Patterns,
     PositiveInt,
@@ -97,70 +101,6 @@ class WorkflowType(Enum):
     EVAL = "eval"
     BENCHMARK = "benchmark"
     CUSTOM = "custom"
-
-
-@attrs.frozen
-class Mount:
-    """One ``host:container[:flags]`` entry of ``container_mounts``."""
-
-    host: str
-    container: str
-    flags: str = ""
-
-    @classmethod
-    def parse(cls, text: str) -> Mount:
-        parts = text.strip().split(":")
-        if len(parts) not in (2, 3) or not parts[0] or not parts[1]:
-            raise ValueError(f"must be host:container[:flags], got {show(text)}")
-        return cls(parts[0], parts[1], parts[2] if len(parts) == 3 else "")
-
-    def __str__(self) -> str:
-        return f"{self.host}:{self.container}" + (f":{self.flags}" if self.flags else "")
-
-
-def _mounts(value: object, _: Any) -> tuple[Mount, ...]:
-    if value is None or value == "":
-        return ()
-    if isinstance(value, str):
-        items: list[object] = [v for v in value.split(",") if v.strip()]
-    elif isinstance(value, list | tuple):
-        items = list(value)
-    else:
-        raise ValueError(f"must be comma-separated host:container pairs, got {show(value)}")
-    out = []
-    for item in items:
-        if not isinstance(item, str):
-            raise ValueError(f"must be host:container[:flags] text, got {show(item)}")
-        out.append(Mount.parse(item))
-    return tuple(out)
-
-
-def _workflow(value: object, _: Any) -> WorkflowType:
-    for w in WorkflowType:
-        if isinstance(value, str) and value == w.value:
-            return w
-    allowed = ", ".join(w.value for w in WorkflowType)
-    raise ValueError(f"must be one of {allowed}, got {show(value)}")
-
-
-converter.register_structure_hook(WorkflowType, _workflow)
-converter.register_unstructure_hook(WorkflowType, lambda w: w.value)
-
-Mounts = NewType("Mounts", tuple[Mount, ...])
-converter.register_structure_hook(Mounts, lambda v, t: Mounts(_mounts(v, t)))
-converter.register_unstructure_hook(Mounts, lambda ms: ",".join(str(m) for m in ms))
-
-Arch = NewType("Arch", str)
-ARCHES = ("x86_64", "aarch64")
-
-
-def _arch(value: object, _: Any) -> Arch:
-    if not isinstance(value, str) or value not in ARCHES:
-        raise ValueError(f"must be one of {', '.join(ARCHES)}, got {show(value)}")
-    return Arch(value)
-
-
-converter.register_structure_hook(Arch, _arch)
 
 
 # --------------------------------------------------------------------------------------
@@ -321,7 +261,7 @@ def _mount_list(value: object) -> None:
 
 
 def _arch_rule(value: object) -> None:
-    _arch(value, None)
+    converter.structure(value, Arch)
 
 
 # --------------------------------------------------------------------------------------
@@ -485,7 +425,7 @@ class JobSpec:
     #: What loading noticed but let pass (an unknown key close to a known one). Not a
     #: key of the document; the report and the CLI show them.
     load_warnings: tuple[str, ...] = attrs.field(default=(), kw_only=True, eq=False,
-                                                 repr=False)
+                                                 repr=False, metadata={OMIT: True})
 
     __attrs_post_init__ = _validate
 
@@ -567,9 +507,6 @@ class JobSpec:
         out: dict[str, Any] = converter.unstructure(self)
         return out
 
-
-converter.register_unstructure_hook(
-    JobSpec, make_dict_unstructure_fn(JobSpec, converter, load_warnings=override(omit=True)))
 
 _RULES.update({
     SlurmParams: {

@@ -49,6 +49,17 @@ import attrs
 
 from slurm_fsm import files
 from slurm_fsm.backend import JobInfo
+from slurm_fsm.convert import (
+    OR_DEFAULT,
+    READ_AS,
+    Digits,
+    NonEmptyText,
+    NonNegativeJsonInt,
+    PositiveJsonInt,
+    Text,
+    converter,
+    structure_record,
+)
 from slurm_fsm.history import RunEntry, nearest_rank
 from slurm_fsm.spec import EXPIRY_MARGIN_S
 from slurm_fsm.state import AllocState
@@ -233,6 +244,10 @@ def node_sharing(mine: Collection[str], other_nodes: Collection[str],
 # The successor record beside the state file.
 
 
+#: a successor record's text that is only a hint: anything but text is read as ""
+_HINT_TEXT = {READ_AS: Text, OR_DEFAULT: True}
+
+
 class Phase(Enum):
     """How far a successor got."""
 
@@ -246,59 +261,37 @@ class Phase(Enum):
 class SuccessorRecord:
     """``.slurm_fsm_successor.json``: the allocation that follows the state file's."""
 
-    job_id: str
-    job_name: str
+    job_id: str = attrs.field(metadata={READ_AS: Digits})
+    job_name: str = attrs.field(metadata={READ_AS: NonEmptyText})
     #: the job id of the allocation it follows (the state file's when it was asked)
-    predecessor: str
+    predecessor: str = attrs.field(metadata={READ_AS: NonEmptyText})
     phase: Phase = Phase.PENDING
-    requested_at: str = ""
-    ready_at: str = ""
+    requested_at: str = attrs.field(default="", metadata=_HINT_TEXT)
+    ready_at: str = attrs.field(default="", metadata=_HINT_TEXT)
     #: the pid of the detached warmer, when one was started (a hint: same host only)
-    warmer_pid: int | None = None
+    warmer_pid: int | None = attrs.field(
+        default=None, metadata={READ_AS: PositiveJsonInt | None, OR_DEFAULT: True})
     #: the lead time the decision used, seconds
-    lead_s: int | None = None
+    lead_s: int | None = attrs.field(
+        default=None, metadata={READ_AS: NonNegativeJsonInt | None, OR_DEFAULT: True})
     #: one line: why it failed, what it waits for
-    detail: str = ""
+    detail: str = attrs.field(default="", metadata=_HINT_TEXT)
 
     def to_json(self) -> str:
-        data: dict[str, Any] = attrs.asdict(self)
-        data["phase"] = self.phase.value
+        data: dict[str, Any] = converter.unstructure(self)
         return json.dumps({k: v for k, v in data.items() if v is not None and v != ""},
                           indent=2, sort_keys=True) + "\n"
 
     @classmethod
     def from_json(cls, text: str) -> SuccessorRecord | None:
-        """None for anything that is not a record (unknown keys are ignored: additive)."""
+        """None for anything that is not a record (unknown keys are ignored: additive;
+        a bad hint, such as a warmer pid of 0, is read as none)."""
         try:
-            data = json.loads(text)
+            record: SuccessorRecord = structure_record(json.loads(text), cls,
+                                                       "successor record")
         except (ValueError, RecursionError):
             return None
-        if not isinstance(data, dict):
-            return None
-        job_id, name, pred = data.get("job_id"), data.get("job_name"), data.get("predecessor")
-        if not all(isinstance(v, str) and v for v in (job_id, name, pred)):
-            return None
-        assert isinstance(job_id, str) and isinstance(name, str) and isinstance(pred, str)
-        if not job_id.isdigit():
-            return None
-        try:
-            phase = Phase(data.get("phase", Phase.PENDING.value))
-        except ValueError:
-            return None
-        pid = data.get("warmer_pid")
-        lead = data.get("lead_s")
-        return cls(job_id=job_id, job_name=name, predecessor=pred, phase=phase,
-                   requested_at=_text(data.get("requested_at")),
-                   ready_at=_text(data.get("ready_at")),
-                   warmer_pid=pid if isinstance(pid, int) and not isinstance(pid, bool)
-                   and pid > 0 else None,
-                   lead_s=lead if isinstance(lead, int) and not isinstance(lead, bool)
-                   and lead >= 0 else None,
-                   detail=_text(data.get("detail")))
-
-
-def _text(value: object) -> str:
-    return value if isinstance(value, str) else ""
+        return record
 
 
 def read_successor(path: Path) -> SuccessorRecord | None:

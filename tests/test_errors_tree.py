@@ -10,6 +10,7 @@ import importlib
 import inspect
 import pkgutil
 import re
+from pathlib import Path
 
 import slurm_fsm
 from slurm_fsm import errors
@@ -79,3 +80,32 @@ def test_the_old_homes_still_give_the_moved_names() -> None:
                                  errors.NoSlurmConfig, errors.PreflightFailed,
                                  errors.AllocationInUse)
 
+
+
+DOCS_PAGE = Path(__file__).parent.parent / "docs" / "api" / "errors.md"
+
+
+def _tree_block(text: str) -> str:
+    """The drawn tree: the lines from ``SlurmFsmError`` to the last drawn class, each
+    without its indent (the docstring indents it by 4, the page's fence by none)."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip() == "SlurmFsmError")
+    indent = len(lines[start]) - len(lines[start].lstrip())
+    out = []
+    for line in lines[start:]:
+        if line.strip() in ("```", '"""'):
+            break
+        out.append(line[indent:].rstrip())
+    return "\n".join(out).strip()
+
+
+def test_the_errors_page_draws_the_same_tree_and_documents_every_class() -> None:
+    """The docs' errors page draws the tree of ``slurm_fsm.errors`` as it is, and has
+    an entry for every exception class there (``UnknownRun`` had none)."""
+    page = DOCS_PAGE.read_text()
+    assert _tree_block(page) == _tree_block(errors.__doc__ or "")
+    documented = set(re.findall(r"^::: slurm_fsm\.errors\.(\w+)$", page, re.M))
+    classes = {name for name in errors.__all__
+               if inspect.isclass(getattr(errors, name))
+               and issubclass(getattr(errors, name), BaseException)}
+    assert classes - documented == set()
