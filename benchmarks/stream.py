@@ -198,7 +198,7 @@ def sacct_times(sacct: str, ids: list[str]) -> dict[str, dict[str, float | None]
 
 def run_mode(mode: str, cluster: localcluster.ClusterInfo, image: Path, root: Path,
              seconds: float, limit: str, long_s: int, install_sleep_s: float,
-             ) -> dict[str, Any]:
+             whole_nodes: bool = False) -> dict[str, Any]:
     tag = f"{cluster.account}-bench-stream-{mode}-{os.getpid()}.persistent"
     names = (tag, tag + "-b")
     folder = root / mode
@@ -224,6 +224,8 @@ def run_mode(mode: str, cluster: localcluster.ClusterInfo, image: Path, root: Pa
     }
     if mode == NO_REUSE:  # as before issue 42: the image cache off (the warmer too)
         data["image_cache_max_gb"] = 0
+    if whole_nodes:  # every CPU of its node: a successor lands on another node
+        data["alloc_cpus_per_node"] = cluster.cpus_per_node
     short = JobSpec.from_dict(data)
     long = JobSpec.from_dict(dict(data, expected_duration_seconds=long_s))
     record_path = StatePaths.for_state_file(short.state_path).successor_record
@@ -294,7 +296,21 @@ def run_mode(mode: str, cluster: localcluster.ClusterInfo, image: Path, root: Pa
     result["successors"] = successor_setups(
         StatePaths.for_state_file(short.state_path).warmer_log, t0)
     result["successor_setup"] = setup_summary(result["successors"])
+    result["placement"] = WHOLE_NODES if whole_nodes else SHARED_NODE
     return result
+
+
+#: ``placement`` of a mode run: ``--whole-nodes`` (each allocation all the CPUs of its
+#: node, a successor on another node), else the allocations share a node when they fit.
+WHOLE_NODES = "whole nodes"
+SHARED_NODE = "may share a node"
+
+
+def key_of(result: dict[str, Any]) -> str:
+    """A mode run's entry in the results file: its mode, and its placement when whole
+    nodes."""
+    return result["mode"] + (" (whole nodes)" if result.get("placement") == WHOLE_NODES
+                             else "")
 
 
 #: The parts of step 0's set-up in a report's timings and the warmer's line
@@ -495,9 +511,9 @@ def table(results: list[dict[str, Any]]) -> str:
 
 def setup_table(results: list[dict[str, Any]]) -> str:
     """The docs table of the warm successors' set-up (one row per mode that has one)."""
-    rows = ["| mode | hand-offs | successors set up by the warmer | their paths | set-up "
+    rows = ["| mode | allocations | hand-offs | successors set up by the warmer | their paths | set-up "
             "median (s) | least-most (s) | cold start step 0 (s) | not PASSED | load "
-            "average (1 min) |", "|---|---|---|---|---|---|---|---|---|"]
+            "average (1 min) |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         setup = r.get("successor_setup")
         if not setup:
@@ -505,7 +521,8 @@ def setup_table(results: list[dict[str, Any]]) -> str:
         paths = ", ".join(f"{k} {v}" for k, v in sorted(setup["by_path"].items()))
         load = r["load_average"]
         rows.append(
-            f"| {r['mode']} | {len(r['handoffs_at'])} | {setup['warmed']} | {paths} | "
+            f"| {r['mode']} | {r.get('placement', SHARED_NODE)} | {len(r['handoffs_at'])} | "
+            f"{setup['warmed']} | {paths} | "
             f"{setup['median_s']} | {setup['min_s']}-{setup['max_s']} | "
             f"{r['cold_start_step0_s']} | {r['not_passed']} | "
             f"{load['min']:.1f}-{load['max']:.1f} (mean {load['mean']}) |")
@@ -564,6 +581,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--modes", default="handoff,today",
                         help=f"today, handoff, {ONE_NODE}, {NO_REUSE} (comma-separated)")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--whole-nodes", action="store_true",
+                        help="each allocation takes every CPU of its node "
+                             "(alloc_cpus_per_node): a successor lands on another node")
     parser.add_argument("--docs-only", action="store_true",
                         help="redraw the figure and the table from --out; run nothing")
     parser.add_argument("--no-docs", action="store_true")
@@ -587,14 +607,14 @@ def main(argv: list[str] | None = None) -> int:
     results: list[dict[str, Any]] = []
     previous: dict[str, Any] = {}
     if args.out.exists():
-        previous = {r["mode"]: r for r in json.loads(args.out.read_text())["results"]}
+        previous = {key_of(r): r for r in json.loads(args.out.read_text())["results"]}
     with tempfile.TemporaryDirectory(prefix="bench-stream-") as tmp:
         for mode in args.modes.split(","):
             with one_node(cluster, mode == ONE_NODE):
                 results.append(run_mode(mode, cluster, Path(image), Path(tmp),
                                         args.seconds, args.limit, args.long,
-                                        args.install_sleep))
-            previous[mode] = results[-1]
+                                        args.install_sleep, args.whole_nodes))
+            previous[key_of(results[-1])] = results[-1]
             args.out.write_text(json.dumps({"results": list(previous.values())}, indent=2)
                                 + "\n", encoding="utf-8")
     for r in results:

@@ -147,7 +147,7 @@ def test_each_warmers_set_up_is_read_from_its_log(tmp_path: Path) -> None:
            "load_average": {"min": 9.0, "max": 14.0, "mean": 11.5}}
     table = stream.setup_table([row, {"mode": "today"}])
     assert table.count("\n") == 3  # the header, its rule, one row: today has none
-    assert ("| handoff-no-reuse | 2 | 3 | cold 1, from the cache 1, reused on node 1 | "
+    assert ("| handoff-no-reuse | may share a node | 2 | 3 | cold 1, from the cache 1, reused on node 1 | "
             "4.25 | 1.5-30.5 | 40.0 | 0 | 9.0-14.0 (mean 11.5) |") in table
 
 
