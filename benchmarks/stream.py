@@ -591,7 +591,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="write the successors' set-up table from --out; run nothing")
     args = parser.parse_args(argv)
     if args.setup_docs_only:
-        found = ordered(json.loads(args.out.read_text())["results"])
+        found = sorted(json.loads(args.out.read_text())["results"], key=lambda r: (
+            r.get("placement") != WHOLE_NODES, r["mode"] != NO_REUSE))
         if not splice_table(DOC, SETUP_BEGIN, SETUP_END, setup_table(found)):
             say(f"{DOC} has no {SETUP_BEGIN}: table not written")
         return 0
