@@ -509,11 +509,17 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(rows) + "\n"
 
 
+def setup_ordered(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The order of the set-up table: whole nodes first, each without issue 42 first."""
+    return sorted(results, key=lambda r: (r.get("placement") != WHOLE_NODES,
+                                          r["mode"] != NO_REUSE))
+
+
 def setup_table(results: list[dict[str, Any]]) -> str:
     """The docs table of the warm successors' set-up (one row per mode that has one)."""
-    rows = ["| mode | allocations | hand-offs | successors set up by the warmer | their paths | set-up "
-            "median (s) | least-most (s) | cold start step 0 (s) | not PASSED | load "
-            "average (1 min) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| mode | allocations | hand-offs | successors set up by the warmer | their "
+            "paths | set-up median (s) | least-most (s) | cold start step 0 (s) | not "
+            "PASSED | load average (1 min) |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         setup = r.get("successor_setup")
         if not setup:
@@ -591,8 +597,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="write the successors' set-up table from --out; run nothing")
     args = parser.parse_args(argv)
     if args.setup_docs_only:
-        found = sorted(json.loads(args.out.read_text())["results"], key=lambda r: (
-            r.get("placement") != WHOLE_NODES, r["mode"] != NO_REUSE))
+        found = setup_ordered(json.loads(args.out.read_text())["results"])
         if not splice_table(DOC, SETUP_BEGIN, SETUP_END, setup_table(found)):
             say(f"{DOC} has no {SETUP_BEGIN}: table not written")
         return 0
