@@ -25,6 +25,10 @@ part's seconds (the machine's ``setup_seconds``) to the warmer's log; ``successo
 (one row each) and ``successor_setup`` (the median, least and most of the parts' sum,
 the queue wait not counted, and the paths) in the mode's results, the table between
 ``<!-- stream-setup-table -->`` markers of docs/benchmarks.md (``--setup-docs-only``).
+Allocations that fit share a node, and a successor on its predecessor's node takes the
+live allocation's container before issue 42's paths are tried; ``--whole-nodes`` gives
+each allocation all the CPUs of its node (``alloc_cpus_per_node``), so that each
+successor lands on another node.
 
 One job of the stream expects ``--long`` seconds (``expected_duration_seconds``): it is
 started when the allocation in use has less than that + 5 minutes left (with the
