@@ -12,7 +12,23 @@ own clock.
   or less are left, or when the job does not fit the time left;
 - **handoff** (``warm_successor: true``): the successor is queued when the time left
   nears the job + lead time + 5 minutes, set up by the detached warmer while the old
-  allocation serves, and switched to; the old one is released when its jobs end.
+  allocation serves, and switched to; the old one is released when its jobs end;
+- **handoff-no-reuse**: the hand-off with issue 42's reuse of the nodes' containers and
+  its image cache off (the spec's ``image_cache_max_gb: 0``; the check of the nodes'
+  containers never made, in this process and in the warmer:
+  :mod:`benchmarks.stream_warmer` ``--no-reuse``): each successor set up as before
+  issue 42, the baseline of issue 42's "the successor's setup at most 25% of today's".
+
+With the hand-off, each successor's set-up is recorded: the warmer is started as
+:mod:`benchmarks.stream_warmer`, which prints the path its container took and each
+part's seconds (the machine's ``setup_seconds``) to the warmer's log; ``successors``
+(one row each) and ``successor_setup`` (the median, least and most of the parts' sum,
+the queue wait not counted, and the paths) in the mode's results, the table between
+``<!-- stream-setup-table -->`` markers of docs/benchmarks.md (``--setup-docs-only``).
+Allocations that fit share a node, and a successor on its predecessor's node takes the
+live allocation's container before issue 42's paths are tried; ``--whole-nodes`` gives
+each allocation all the CPUs of its node (``alloc_cpus_per_node``), so that each
+successor lands on another node.
 
 One job of the stream expects ``--long`` seconds (``expected_duration_seconds``): it is
 started when the allocation in use has less than that + 5 minutes left (with the
@@ -52,7 +68,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.doctable import splice_table
-from slurm_fsm import JobSpec, Status, SubprocessBackend
+from benchmarks.stream_warmer import MARK
+from slurm_fsm import JobSpec, Status, SubprocessBackend, files, imagecache, warmer
 from slurm_fsm.executor import Executor
 from slurm_fsm.paths import StatePaths
 from slurm_fsm.spec import EXPIRY_MARGIN_S
@@ -66,6 +83,8 @@ FIGURE = REPO / "docs" / "img" / "stream.svg"
 DOC = REPO / "docs" / "benchmarks.md"
 TABLE_BEGIN = "<!-- stream-table:begin -->"
 TABLE_END = "<!-- stream-table:end -->"
+SETUP_BEGIN = "<!-- stream-setup-table:begin -->"
+SETUP_END = "<!-- stream-setup-table:end -->"
 #: the Slurm tools the shim logs
 TOOLS = ("salloc", "sbatch", "srun", "squeue", "scancel", "scontrol", "sacct", "sinfo",
          "sstat")
@@ -183,7 +202,7 @@ def sacct_times(sacct: str, ids: list[str]) -> dict[str, dict[str, float | None]
 
 def run_mode(mode: str, cluster: localcluster.ClusterInfo, image: Path, root: Path,
              seconds: float, limit: str, long_s: int, install_sleep_s: float,
-             ) -> dict[str, Any]:
+             whole_nodes: bool = False) -> dict[str, Any]:
     tag = f"{cluster.account}-bench-stream-{mode}-{os.getpid()}.persistent"
     names = (tag, tag + "-b")
     folder = root / mode
@@ -207,6 +226,10 @@ def run_mode(mode: str, cluster: localcluster.ClusterInfo, image: Path, root: Pa
         "container_mounts": [f"{repo}:{repo}"], "success_patterns": ["done"],
         "expected_duration_seconds": SHORT_EXPECTED_S, "warm_successor": mode != "today",
     }
+    if mode == NO_REUSE:  # as before issue 42: the image cache off (the warmer too)
+        data["image_cache_max_gb"] = 0
+    if whole_nodes:  # every CPU of its node: a successor lands on another node
+        data["alloc_cpus_per_node"] = cluster.cpus_per_node
     short = JobSpec.from_dict(data)
     long = JobSpec.from_dict(dict(data, expected_duration_seconds=long_s))
     record_path = StatePaths.for_state_file(short.state_path).successor_record
@@ -215,6 +238,8 @@ def run_mode(mode: str, cluster: localcluster.ClusterInfo, image: Path, root: Pa
     sampler = Sampler(real["squeue"], names, cluster.user, t0)
     sampler.start()
     long_done = False
+    patches = contextlib.ExitStack()
+    patches.enter_context(recorded_warmer(mode == NO_REUSE))
     try:
         while time.time() - t0 < seconds:
             current = jobs[-1]["allocation"] if jobs else None
@@ -248,7 +273,8 @@ def run_mode(mode: str, cluster: localcluster.ClusterInfo, image: Path, root: Pa
             if report.status is not Status.PASSED:
                 row.update(summary=report.summary, errors=report.errors[:5],
                            notes=report.notes[:10])
-            if not jobs:
+            if not jobs or any(k in report.timings for k in SETUP_PARTS):
+                # the first job's, and any job that set a container up itself
                 row["timings"] = {k: round(v, 2) for k, v in report.timings.items()}
             jobs.append(row)
             long_done = long_done or is_long
@@ -260,6 +286,7 @@ def run_mode(mode: str, cluster: localcluster.ClusterInfo, image: Path, root: Pa
         try:
             Executor(JobSpec.from_dict(release), SubprocessBackend()).run()
         finally:
+            patches.close()
             time.sleep(2.0)
             sampler.stop.set()
             sampler.join(timeout=35)
@@ -268,8 +295,103 @@ def run_mode(mode: str, cluster: localcluster.ClusterInfo, image: Path, root: Pa
                 for job_id in sample["alive"]:
                     subprocess.run([real["scancel"], job_id], timeout=30,  # noqa: S603
                                    check=False)
-    return summarize(mode, jobs, sampler.samples, calls_log, real, t0,
-                     limit=limit, long_s=long_s)
+    result = summarize(mode, jobs, sampler.samples, calls_log, real, t0,
+                       limit=limit, long_s=long_s)
+    result["successors"] = successor_setups(
+        StatePaths.for_state_file(short.state_path).warmer_log, t0)
+    result["successor_setup"] = setup_summary(result["successors"])
+    result["placement"] = WHOLE_NODES if whole_nodes else SHARED_NODE
+    return result
+
+
+#: ``placement`` of a mode run: ``--whole-nodes`` (each allocation all the CPUs of its
+#: node, a successor on another node), else the allocations share a node when they fit.
+WHOLE_NODES = "whole nodes"
+SHARED_NODE = "may share a node"
+
+
+def key_of(result: dict[str, Any]) -> str:
+    """A mode run's entry in the results file: its mode, and its placement when whole
+    nodes."""
+    return result["mode"] + (" (whole nodes)" if result.get("placement") == WHOLE_NODES
+                             else "")
+
+
+#: The parts of step 0's set-up in a report's timings and the warmer's line
+#: (:meth:`slurm_fsm.machine.AllocationMachine.setup_seconds`); the queue wait is not one.
+SETUP_PARTS = ("import_s", "reuse_check_s", "cache_import_s", "share_check_s",
+               "install_s", "cache_write_s")
+
+
+@contextlib.contextmanager
+def recorded_warmer(no_reuse: bool) -> Iterator[None]:
+    """While in it, a warm successor's warmer is :mod:`benchmarks.stream_warmer` (its
+    set-up's path and seconds in its log); with ``no_reuse``, issue 42's check of the
+    nodes' containers is off in this process and in the warmer (the cache is off by
+    the spec): the set-up as before issue 42."""
+    saved_spawner, saved_keep = warmer.spawner, imagecache.nodes_may_keep
+    warmer.spawner = bench_spawner(no_reuse)  # type: ignore[assignment]
+    if no_reuse:
+        from benchmarks.stream_warmer import no_reuse as turn_off
+        turn_off()
+    try:
+        yield
+    finally:
+        warmer.spawner, imagecache.nodes_may_keep = saved_spawner, saved_keep
+
+
+def bench_spawner(no_reuse: bool) -> Any:
+    """:func:`slurm_fsm.warmer.spawner` starting ``python -m benchmarks.stream_warmer``
+    (from this checkout) instead of ``python -m slurm_fsm.warmer``."""
+
+    def spawner(state_path: Path) -> Any:
+        def spawn(spec: JobSpec) -> int | None:
+            log_path = StatePaths.for_state_file(state_path).warmer_log
+            argv = [sys.executable, "-m", "benchmarks.stream_warmer",
+                    *(["--no-reuse"] if no_reuse else []), str(state_path)]
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+                p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p))
+            with files.open_private(log_path, append=True, mode=0o600) as out:
+                proc = subprocess.Popen(  # noqa: S603 - argument list, no shell
+                    argv, stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT,
+                    start_new_session=True, close_fds=True, env=env)
+            assert proc.stdin is not None
+            with proc.stdin:
+                proc.stdin.write(json.dumps(spec.to_dict()).encode("utf-8"))
+            threading.Thread(target=proc.wait, daemon=True).start()
+            return proc.pid
+
+        return spawn
+
+    return spawner
+
+
+def successor_setups(log: Path, t0: float) -> list[dict[str, Any]]:
+    """Each warmer's set-up line (:data:`benchmarks.stream_warmer.MARK`) in ``log``:
+    the successor, its path, each part's seconds and ``setup_s``, their sum."""
+    found = []
+    for line in log.read_text().splitlines() if log.exists() else []:
+        if not line.startswith(MARK):
+            continue
+        row = json.loads(line[len(MARK):])
+        parts = row.pop("seconds")
+        found.append({"t": round(row.pop("at") - t0, 1), **row, "seconds": parts,
+                      "setup_s": round(sum(parts.get(k, 0.0) for k in SETUP_PARTS), 2)})
+    return found
+
+
+def setup_summary(successors: list[dict[str, Any]]) -> dict[str, Any]:
+    """The successors set up by a warmer (Ready): how many, by path, and the median,
+    least and most of their set-up seconds."""
+    ready = [s for s in successors if s["state"] == "Ready" and s["path"]]
+    values = [s["setup_s"] for s in ready]
+    paths: dict[str, int] = {}
+    for s in ready:
+        paths[s["path"]] = paths.get(s["path"], 0) + 1
+    return {"warmed": len(ready), "not_ready": len(successors) - len(ready),
+            "by_path": paths,
+            "median_s": round(statistics.median(values), 2) if values else None,
+            "min_s": min(values, default=None), "max_s": max(values, default=None)}
 
 
 def calls_by_caller(log: Path, me: int) -> list[tuple[float, str, str]]:
@@ -285,7 +407,8 @@ def calls_by_caller(log: Path, me: int) -> list[tuple[float, str, str]]:
         parent, _, grand = callers.partition("|")
         if "job.slurm" in parent:
             caller = "job"
-        elif "slurm_fsm.warmer" in parent or "slurm_fsm.warmer" in grand:
+        elif any(w in parent or w in grand
+                 for w in ("slurm_fsm.warmer", "benchmarks.stream_warmer")):
             caller = "warmer"
         elif str(me) in (ppid, gpid):
             caller = "stream"
@@ -390,6 +513,32 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(rows) + "\n"
 
 
+def setup_ordered(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The order of the set-up table: whole nodes first, each without issue 42 first."""
+    return sorted(results, key=lambda r: (r.get("placement") != WHOLE_NODES,
+                                          r["mode"] != NO_REUSE))
+
+
+def setup_table(results: list[dict[str, Any]]) -> str:
+    """The docs table of the warm successors' set-up (one row per mode that has one)."""
+    rows = ["| mode | allocations | hand-offs | successors set up by the warmer | their "
+            "paths | set-up median (s) | least-most (s) | cold start step 0 (s) | not "
+            "PASSED | load average (1 min) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        setup = r.get("successor_setup")
+        if not setup:
+            continue
+        paths = ", ".join(f"{k} {v}" for k, v in sorted(setup["by_path"].items()))
+        load = r["load_average"]
+        rows.append(
+            f"| {r['mode']} | {r.get('placement', SHARED_NODE)} | {len(r['handoffs_at'])} | "
+            f"{setup['warmed']} | {paths} | "
+            f"{setup['median_s']} | {setup['min_s']}-{setup['max_s']} | "
+            f"{r['cold_start_step0_s']} | {r['not_passed']} | "
+            f"{load['min']:.1f}-{load['max']:.1f} (mean {load['mean']}) |")
+    return "\n".join(rows) + "\n"
+
+
 def write_docs(results: list[dict[str, Any]]) -> None:
     """The figure into docs/img/stream.svg, the table into docs/benchmarks.md."""
     from benchmarks import charts
@@ -402,13 +551,16 @@ def write_docs(results: list[dict[str, Any]]) -> None:
 
 def ordered(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """today first, then the hand-off (the order of the figure and the table)."""
-    rank = {"today": 0, "handoff": 1, ONE_NODE: 2}
+    rank = {"today": 0, "handoff": 1, ONE_NODE: 2, NO_REUSE: 3}
     return sorted(results, key=lambda r: rank.get(r["mode"], 2))
 
 
 #: The hand-off with every allocation on one node (the partition's other nodes drained
 #: for the run), the jobs starting the container: issue 44 item 3.
 ONE_NODE = "handoff-one-node"
+#: The hand-off with issue 42's reuse of the nodes' containers and the image cache off:
+#: each successor set up as before issue 42 (:func:`recorded_warmer`).
+NO_REUSE = "handoff-no-reuse"
 
 
 @contextlib.contextmanager
@@ -437,12 +589,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--install-sleep", type=float, default=8.0,
                         help="seconds each of the two package builds sleeps")
     parser.add_argument("--modes", default="handoff,today",
-                        help=f"today, handoff, {ONE_NODE} (comma-separated)")
+                        help=f"today, handoff, {ONE_NODE}, {NO_REUSE} (comma-separated)")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--whole-nodes", action="store_true",
+                        help="each allocation takes every CPU of its node "
+                             "(alloc_cpus_per_node): a successor lands on another node")
     parser.add_argument("--docs-only", action="store_true",
                         help="redraw the figure and the table from --out; run nothing")
     parser.add_argument("--no-docs", action="store_true")
+    parser.add_argument("--setup-docs-only", action="store_true",
+                        help="write the successors' set-up table from --out; run nothing")
     args = parser.parse_args(argv)
+    if args.setup_docs_only:
+        found = setup_ordered(json.loads(args.out.read_text())["results"])
+        if not splice_table(DOC, SETUP_BEGIN, SETUP_END, setup_table(found)):
+            say(f"{DOC} has no {SETUP_BEGIN}: table not written")
+        return 0
     if args.docs_only:
         write_docs(ordered(json.loads(args.out.read_text())["results"]))
         return 0
@@ -455,14 +617,14 @@ def main(argv: list[str] | None = None) -> int:
     results: list[dict[str, Any]] = []
     previous: dict[str, Any] = {}
     if args.out.exists():
-        previous = {r["mode"]: r for r in json.loads(args.out.read_text())["results"]}
+        previous = {key_of(r): r for r in json.loads(args.out.read_text())["results"]}
     with tempfile.TemporaryDirectory(prefix="bench-stream-") as tmp:
         for mode in args.modes.split(","):
             with one_node(cluster, mode == ONE_NODE):
                 results.append(run_mode(mode, cluster, Path(image), Path(tmp),
                                         args.seconds, args.limit, args.long,
-                                        args.install_sleep))
-            previous[mode] = results[-1]
+                                        args.install_sleep, args.whole_nodes))
+            previous[key_of(results[-1])] = results[-1]
             args.out.write_text(json.dumps({"results": list(previous.values())}, indent=2)
                                 + "\n", encoding="utf-8")
     for r in results:
@@ -470,7 +632,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['cold_start_step0_s']} s, longest step 0 after the first "
             f"{r['longest_step0_after_first_s']} s, most alive "
             f"{r['most_allocations_alive']}, hand-offs {len(r['handoffs_at'])}, calls per "
-            f"hand-off {r['slurm_calls']['per_handoff']}")
+            f"hand-off {r['slurm_calls']['per_handoff']}, successors' set-up "
+            f"{r['successor_setup']}")
     if not args.no_docs:
         write_docs(ordered(list(previous.values())))
     return 0
