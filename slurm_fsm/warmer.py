@@ -74,6 +74,8 @@ def warm(spec: JobSpec, backend: SlurmBackend, state_path: Path, *,
         # the warming states only; a successor found gone (NoState) ends it: never a
         # fresh start, which would allocate
         done = m.prepare(within=_WARMING, until=lambda o: o.state is State.NoState)
+    if done.setup_note and log is not None:  # which path its container took, how long
+        log(f"successor set up: {done.setup_note}")
     record_path = paths.successor_record
     record = read_successor(record_path)
     if record is not None:

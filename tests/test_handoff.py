@@ -238,7 +238,12 @@ def test_the_warmer_sets_the_successor_up_and_marks_it_ready(
     assert succ_spec.job_name == spec.job_name + "-b" and not succ_spec.warm_successor
     record = read_successor(StatePaths.for_state_file(spec.state_path).successor_record)
     assert record is not None and record.phase is Phase.WARMING and record.warmer_pid == alive
-    assert warm(succ_spec, fake, spec.state_path, clock=fake.clock) is State.Ready
+    said: list[str] = []
+    assert warm(succ_spec, fake, spec.state_path, clock=fake.clock,
+                log=said.append) is State.Ready
+    # which path the successor's container took, and how long: in the warmer's log
+    assert any(line.startswith("successor set up: container 'c': ") and " s)" in line
+               for line in said), said
     succ = successor_file(spec)
     assert succ is not None and succ.installed and succ.container_name == "c"
     record = read_successor(StatePaths.for_state_file(spec.state_path).successor_record)
