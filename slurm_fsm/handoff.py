@@ -116,9 +116,11 @@ class Machine(Protocol):
     """What the hand-off work uses of :class:`slurm_fsm.machine.AllocationMachine`."""
 
     alloc: AllocState | None
-    notes: list[str]
     observation: Observation
     handoff: HandoffState
+
+    @property
+    def notes(self) -> list[str]: ...
 
     # the machine's context (slurm_fsm.step0.context), read only
     @property

@@ -14,6 +14,13 @@ of the issue hands it to each worker room instead of the machine.
 :class:`MachinePolicy` is the one record of the waits, retries and grace times that
 tune step 0 (before, six keywords stored as six attributes). Frozen: a change is
 ``attrs.evolve``. No Slurm call, no I/O here.
+
+:class:`Step0Memory` is what step 0's work remembers from one trigger to the next (the
+state file's allocation, the last job row, the ids cancelled or reused, the
+unreachable and pending counts, the notes): the driver owns one and hands it, with
+the context, to each worker room (:mod:`slurm_fsm.step0.validate`,
+:mod:`slurm_fsm.step0.allocate`); a room reads and updates it and returns what the
+driver needs to fire.
 """
 
 from __future__ import annotations
@@ -25,14 +32,14 @@ from typing import TYPE_CHECKING
 import attrs
 
 if TYPE_CHECKING:  # types only: this module loads nothing heavy
-    from slurm_fsm.backend import SlurmBackend
+    from slurm_fsm.backend import JobInfo, SlurmBackend
     from slurm_fsm.clock import Clock
     from slurm_fsm.history import RunHistory
     from slurm_fsm.lease import LeaseGate
     from slurm_fsm.spec import JobSpec
-    from slurm_fsm.state import StateStore
+    from slurm_fsm.state import AllocState, StateStore
 
-__all__ = ["ORPHAN_GRACE_S", "POLICY_FIELDS", "MachinePolicy", "Step0Context"]
+__all__ = ["ORPHAN_GRACE_S", "POLICY_FIELDS", "MachinePolicy", "Step0Context", "Step0Memory"]
 
 #: Step 0D leaves alone a job of the spec's name and of a request's nonce that no state
 #: file names while it is pending or has run less than this: it may be another run's,
@@ -83,3 +90,33 @@ class Step0Context:
     #: salloc's output (beside the state file)
     salloc_log: Path
     policy: MachinePolicy = MachinePolicy()
+
+
+@attrs.define(kw_only=True)
+class Step0Memory:
+    """What step 0's work remembers between triggers (the driver's, lent to the rooms)."""
+
+    #: the allocation of the state file (None: none, or dropped)
+    alloc: AllocState | None = None
+    #: the last job row seen of it, and when (on the context's clock)
+    job: tuple[JobInfo, float] | None = None
+    #: steps skipped, waits, replacements... in words (the report's notes)
+    notes: list[str] = attrs.field(factory=list)
+    #: 0D: ids this machine cancelled (never cancelled twice)
+    cancelled: set[str] = attrs.field(factory=set)
+    #: ids the state file named that Slurm gave to another job (never an orphan)
+    reused: set[str] = attrs.field(factory=set)
+    #: 0D: another run's job, a moment old, that 0E adopts instead of a salloc
+    adopt: str | None = None
+    #: the grant was read into ``alloc`` and not yet written to the state file
+    grant_unsaved: bool = False
+    #: 0C: the controller was unreachable this many times in a row
+    attempt: int = 0
+    #: 0C: PENDING polls of the state file's allocation (the backoff's count)
+    pending_polls: int = 0
+    #: 0C: when the state file's allocation was first seen PENDING
+    pending_since: float | None = None
+    #: 0E asked for an allocation (or adopted another run's request)
+    salloc_requested: bool = False
+    #: the pre-flight's questions were asked (:func:`slurm_fsm.step0.allocate.require`)
+    required: bool = False
