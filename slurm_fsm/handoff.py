@@ -39,11 +39,13 @@ from slurm_fsm.errors import (
     StateFileError,
 )
 from slurm_fsm.history import Estimate, RunHistory
-from slurm_fsm.lease import AllocationInUse, LeaseGate, cancel_allocation
+from slurm_fsm.lease import AllocationInUse, LeaseGate
 from slurm_fsm.ownership import describe
 from slurm_fsm.paths import StatePaths, successor_log_of
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState, StateStore
+from slurm_fsm.step0 import effects
+from slurm_fsm.step0.context import Step0Context
 from slurm_fsm.step0.table import (
     Observation,
     State,
@@ -59,7 +61,6 @@ from slurm_fsm.successor import (
     Sharing,
     SuccessorRecord,
     SuccessorVerdict,
-    clear_successor,
     judge_successor,
     lead_time,
     node_sharing,
@@ -123,6 +124,8 @@ class Machine(Protocol):
     def notes(self) -> list[str]: ...
 
     # the machine's context (slurm_fsm.step0.context), read only
+    @property
+    def ctx(self) -> Step0Context: ...
     @property
     def spec(self) -> JobSpec: ...
     @property
@@ -366,8 +369,7 @@ def queued_successor(m: Machine) -> bool:
 
 def forget_successor(m: Machine) -> None:
     """Drop the successor's state file and record (no job is cancelled)."""
-    _store(m).delete()
-    clear_successor(_paths(m).successor_record)
+    effects.forget_successor_files(_store(m), _paths(m).successor_record)
 
 
 def _misfit(m: Machine, succ: AllocState, info: JobInfo) -> list[str]:
@@ -469,7 +471,7 @@ def queue_successor(m: Machine) -> str:
     try:
         _store(m).write(pending)
     except OSError as exc:  # never leaked: nothing would name it
-        m.backend.cancel(job_id)
+        effects.cancel_unleased(m.ctx, job_id)
         raise StateFileError(str(_paths(m).successor_state),
                              f"cannot be written ({exc}); successor {job_id} was cancelled") \
             from exc
@@ -553,8 +555,8 @@ def switch(m: Machine) -> str:
                                  "with Slurm: not switched to")
         old = m.alloc
         m.store.write(succ)
-        store.delete()
-    clear_successor(_paths(m).successor_record)
+        effects.delete_state(store)
+    effects.forget_successor_record(_paths(m).successor_record)
     m.alloc = succ
     if m.handoff.await_since is not None:  # the job waited for it: the report says so
         m.handoff.waited_s = m.clock.now() - m.handoff.await_since
@@ -589,7 +591,7 @@ def drop_successor(m: Machine) -> bool:
     if info is not None and not _vet(m, succ, info):
         info = None  # never cancelled: not ours, or another job under its id
     elif info is not None and info.state.is_live:
-        m.backend.cancel(succ.job_id)
+        effects.cancel_unleased(m.ctx, succ.job_id)
         m.handoff.cancelled.add(succ.job_id)
         if misfit:
             m._warn(f"successor allocation {succ.job_id} was granted another shape than "
@@ -629,7 +631,7 @@ def release_drained(m: Machine, job_id: str | None) -> bool:
         return False
     m._log(f"Releasing drained allocation {job_id} (no job on it).")
     try:
-        cancel_allocation(m.leases, m.backend, job_id, "releasing it", wait=False)
+        effects.cancel_gated(m.ctx, job_id, "releasing it", wait=False)
     except AllocationInUse:
         m.notes.append(f"allocation {job_id} drains: a job of another run came up on it; "
                        "the last one releases it")
@@ -641,7 +643,7 @@ def release_drained(m: Machine, job_id: str | None) -> bool:
 
 def _forget_drained(m: Machine, job_id: str) -> None:
     """Drop the drained record when it names ``job_id`` (never waits for its lock)."""
-    StateStore(_paths(m).drained_state).delete_if_names(job_id)
+    effects.delete_state_if_names(StateStore(_paths(m).drained_state), job_id)
 
 
 def release_stale_drained(m: Machine, *, wait: bool = False) -> str | None:
@@ -659,27 +661,27 @@ def release_stale_drained(m: Machine, *, wait: bool = False) -> str | None:
     try:
         old = store.read()
     except StateFileError:
-        store.delete()
+        effects.delete_state(store)
         return None
     if old is None:
         return None
     if old.job_id == m.handoff.drained:
         return None  # this run's own switch: RELEASE_DRAINED did what can be done
     if m.alloc is not None and old.job_id == m.alloc.job_id:
-        store.delete_if_names(old.job_id)  # named again: it serves
+        effects.delete_state_if_names(store, old.job_id)  # named again: it serves
         return None
     if not _still_ours_and_live(m, store, old) or _drained_in_use(m, old.job_id, wait):
         return None
     m._log(f"Releasing drained allocation {old.job_id}: no job of any run is on it (its "
            "last run ended without releasing it).")
     try:
-        cancel_allocation(m.leases, m.backend, old.job_id, "releasing it", wait=False)
+        effects.cancel_gated(m.ctx, old.job_id, "releasing it", wait=False)
     except AllocationInUse:
         m.notes.append(f"allocation {old.job_id} drains: a job of another run came up on "
                        "it; the last one releases it")
         return None
     m.handoff.cancelled.add(old.job_id)
-    store.delete_if_names(old.job_id)
+    effects.delete_state_if_names(store, old.job_id)
     return old.job_id
 
 
@@ -695,18 +697,18 @@ def _still_ours_and_live(m: Machine, store: StateStore, old: AllocState) -> bool
         m.notes.append(f"the drained allocation {old.job_id} was not checked ({exc})")
         return False
     if info is None or not info.state.is_live:
-        store.delete_if_names(old.job_id)
+        effects.delete_state_if_names(store, old.job_id)
         return False
     if not same_generation(old, info):
         m._warn(f"the drained allocation {old.job_id} was submitted at {old.submit_time}, "
                 f"but Slurm's job {info.job_id} was submitted at {info.submit_time}: the "
                 "id was reused by another job; it is left alone and its record dropped")
-        store.delete_if_names(old.job_id)
+        effects.delete_state_if_names(store, old.job_id)
         return False
     if not is_ours(info, m.user, m.spec, set(parity_names(m.spec.job_name))):
         m.notes.append(f"the drained allocation {old.job_id} is not this checkout's now: "
                        "left alone, its record dropped")
-        store.delete_if_names(old.job_id)
+        effects.delete_state_if_names(store, old.job_id)
         return False
     return True
 
@@ -764,10 +766,9 @@ def release_successor(m: Machine) -> str | None:
     if info is not None and info.state.is_live and same_generation(succ, info) and is_ours(
             info, m.user, m.spec, set(parity_names(m.spec.job_name))):
         # never under another run's job
-        cancel_allocation(m.leases, m.backend, succ.job_id, "releasing it")
+        effects.cancel_gated(m.ctx, succ.job_id, "releasing it")
         m._log(f"Successor allocation {succ.job_id} released.")
-    _store(m).delete()
-    clear_successor(_paths(m).successor_record)
+    effects.forget_successor_files(_store(m), _paths(m).successor_record)
     return succ.job_id
 
 

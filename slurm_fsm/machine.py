@@ -21,8 +21,9 @@ no command line.
   on each other.
 * transitions then takes the first edge whose conditions hold on that observation
   and executes the edge's :class:`~slurm_fsm.step0.table.Effect` s (drop the state file,
-  scancel, record the failure, ...) before the state changes. The work never
-  deletes, cancels or records a failure on its own.
+  scancel, record the failure, ...) before the state changes. Every cancel and
+  delete of step 0 is a function of :mod:`slurm_fsm.step0.effects` (a test scans
+  for any other); the work of a state (its room) records no failure on its own.
 * ``may_<trigger>()`` and :meth:`AllocationMachine.possible_edges` only read the
   current state and the last observation: they make no Slurm call.
 * An exception raised by the work or an effect is routed into
@@ -80,7 +81,7 @@ from slurm_fsm.errors import (
     StateFileError,
 )
 from slurm_fsm.history import Estimate, RunHistory, lead_times
-from slurm_fsm.lease import LeaseGate, cancel_allocation
+from slurm_fsm.lease import LeaseGate
 from slurm_fsm.nvsmi import NvidiaSmiFailed
 from slurm_fsm.ownership import describe
 from slurm_fsm.paths import StatePaths
@@ -91,11 +92,10 @@ from slurm_fsm.slurmcli import (
 )
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState, StateStore
-from slurm_fsm.step0 import allocate, release, validate
+from slurm_fsm.step0 import allocate, effects, release, validate
 from slurm_fsm.step0.context import ORPHAN_GRACE_S, MachinePolicy, Step0Context, Step0Memory
 from slurm_fsm.step0.outcome import Failure, Step0Outcome, SuccessorWait, Transition
 from slurm_fsm.step0.table import (
-    CONDITIONS,
     EDGES,
     EXPIRY_MARGIN_S,
     IN_PROGRESS,
@@ -734,7 +734,7 @@ class AllocationMachine:
         return _EFFECT_WORK[effect](self)
 
     def _fx_drop_state_file(self) -> bool:
-        self._drop_state_file(self.observation, self.alloc)
+        effects.drop_state_file(self.ctx, self.mem, self.observation, self.alloc)
         return True
 
     def _fx_cancel(self) -> bool:
@@ -806,41 +806,16 @@ class AllocationMachine:
         return True
 
     def _replace(self, job_id: str) -> None:
-        """The effect CANCEL: through the lease gate (a closing marker, then a last look
-        for another run's lease: :func:`slurm_fsm.lease.cancel_allocation`)."""
-        self._require()  # never a cancel before the questions that need no allocation
-        why = self._replace_why or self.state.value
-        self._log(f"Cancelling allocation {job_id} ({why}).")
-        cancel_allocation(self.leases, self.backend, job_id, f"replacing it ({why})")
-        self.mem.cancelled.add(job_id)
-        self.notes.append(f"allocation {job_id} replaced ({why})")
+        """The effect CANCEL (:func:`slurm_fsm.step0.effects.cancel_replaced`), never
+        before the questions that need no allocation."""
+        self._require()
+        effects.cancel_replaced(self.ctx, self.mem, job_id,
+                                self._replace_why or self.state.value)
 
     def _require(self) -> None:
         """The pre-flight's questions, once (:func:`slurm_fsm.step0.allocate.require`)."""
         allocate.require(self.ctx, self.mem, self.user, self._warn)
 
-
-    def _drop_state_file(self, obs: Observation, alloc: AllocState | None) -> None:
-        """The effect DROP_STATE_FILE: say why, then drop only that allocation's file."""
-        job_id = alloc.job_id if alloc else "?"
-        if obs.gone and obs.info is None:
-            self._log(f"Allocation {job_id} no longer exists; dropping the state file.")
-        elif obs.info is not None and not CONDITIONS["job_is_ours"](obs, self.spec):
-            self._log(f"Job {job_id} is not ours; dropping the state file.")
-        elif obs.info is not None:
-            self._log(f"Allocation {job_id} is {obs.info.state}; dropping the state file.")
-        else:
-            self._log(f"Dropping the state file of allocation {job_id}.")
-        # only the file of that allocation, and never waiting for the lock: after a
-        # job (finish), another run's step 0 may hold it, and may have written a new
-        # allocation there; then its own validation drops this one's file
-        if alloc is None:  # a corrupt file, in step 0 (the lock is held)
-            self.store.delete()
-        elif not self.store.delete_if_names(alloc.job_id):
-            self.notes.append(f"the state file was left for the next run's validation "
-                              f"(another run holds its lock or it names another "
-                              f"allocation than {job_id})")
-        self.alloc = None
 
     # The work of each trigger -------------------------------------------------------
     def _observe(self, trigger: str, kwargs: dict[str, Any]) -> Observation:

@@ -43,11 +43,12 @@ from slurm_fsm.errors import (
     StateFileError,
 )
 from slurm_fsm.jobstate import JobState
-from slurm_fsm.lease import AllocationInUse, cancel_allocation
+from slurm_fsm.lease import AllocationInUse
 from slurm_fsm.ownership import Ownership, new_nonce, request_of
 from slurm_fsm.preflight import node_cpus
 from slurm_fsm.preflight import require as preflight_require
 from slurm_fsm.state import AllocState
+from slurm_fsm.step0 import effects
 from slurm_fsm.step0.context import Step0Context, Step0Memory
 from slurm_fsm.step0.table import owner_of, repo_tag
 from slurm_fsm.step0.validate import complete_grant
@@ -112,8 +113,7 @@ def release_orphans(ctx: Step0Context, mem: Step0Memory, user: str, warn: Say,
             held.add(job.job_id)  # never cancelled, even when it is too small
             continue
         try:
-            cancel_allocation(ctx.leases, ctx.backend, job.job_id, "an orphan",
-                              wait=False)
+            effects.cancel_gated(ctx, job.job_id, "an orphan", wait=False)
         except AllocationInUse:
             mem.notes.append(f"allocation {job.job_id} has no state file but running "
                              "jobs of this checkout use it; left alone")
@@ -151,7 +151,7 @@ def _track_pending(ctx: Step0Context, job_id: str, size: RequestSize) -> AllocSt
     try:
         ctx.store.write(pending)
     except OSError as exc:  # nothing may stay allocated that no file records
-        ctx.backend.cancel(job_id)
+        effects.cancel_unleased(ctx, job_id)
         raise StateFileError(str(ctx.store.path), f"cannot be written "
                              f"({exc.strerror or exc}); allocation {job_id} was "
                              "cancelled so that it is not leaked") from exc
@@ -228,7 +228,7 @@ def allocate(ctx: Step0Context, mem: Step0Memory, user: str, warn: Say,
     try:
         info = _wait_running(ctx, mem, job_id)
     except AllocationFailed:
-        ctx.store.delete()  # the job is gone or was cancelled: nothing to track
+        effects.delete_state(ctx.store)  # the job is gone or was cancelled: nothing to track
         raise
     # the state file holds what Slurm GRANTED (it may differ from the request); when
     # it cannot be read now, the next run's validation reads it
@@ -267,7 +267,7 @@ def _never_running(ctx: Step0Context, info: JobInfo, waited: float) -> None:
     ``alloc_wait_s``: cancelled (never left to start unused), AllocationFailed."""
     job_id, wait_s = info.job_id, ctx.policy.alloc_wait_s
     if info.never_starts:
-        ctx.backend.cancel(job_id)
+        effects.cancel_unleased(ctx, job_id)
         raise AllocationFailed(
             ["salloc"], 1, "",
             f"allocation {job_id} can never start: Slurm keeps it PENDING with "
@@ -276,7 +276,7 @@ def _never_running(ctx: Step0Context, info: JobInfo, waited: float) -> None:
             "partition or account",
         )
     if waited >= wait_s:
-        ctx.backend.cancel(job_id)
+        effects.cancel_unleased(ctx, job_id)
         raise AllocationFailed(
             ["salloc"], 1, "",
             f"allocation {job_id} still {info.state} after {wait_s:g} s "
