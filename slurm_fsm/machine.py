@@ -93,7 +93,14 @@ from slurm_fsm.slurmcli import (
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState, StateStore
 from slurm_fsm.step0 import allocate, effects, release, validate
-from slurm_fsm.step0.context import ORPHAN_GRACE_S, MachinePolicy, Step0Context, Step0Memory
+from slurm_fsm.step0.context import (
+    ORPHAN_GRACE_S,
+    MachinePolicy,
+    Step0Context,
+    Step0Memory,
+    user_of,
+    warn,
+)
 from slurm_fsm.step0.outcome import Failure, Step0Outcome, SuccessorWait, Transition
 from slurm_fsm.step0.table import (
     EDGES,
@@ -306,15 +313,12 @@ class AllocationMachine:
                 setup_timeout_s=setup_timeout_s, orphan_grace_s=orphan_grace_s),
         )
         self._log = self.ctx.say  # else the slurm_fsm.machine logger
-        self.handoff = handoff.HandoffState()
         self._estimate: Estimate | None = None
-        self._user = user
         #: what the work remembers between triggers (lent to the worker rooms)
-        self.mem = Step0Memory()
+        self.mem = Step0Memory(user=user)
         #: what the work of the last trigger saw; the conditions read only this and the spec
         self.observation = Observation()
         self.history: list[Transition] = []
-        self.warnings: list[str] = []
         self.failure: Failure | None = None
         self.released_job_id: str | None = None  # set by release (0A)
         self._gpu_ahead: _GpuAhead | None = None  # start_gpu_check's, for which job
@@ -405,6 +409,16 @@ class AllocationMachine:
     def notes(self) -> list[str]:
         """Steps skipped, waits, replacements... in words (the report's notes)."""
         return self.mem.notes
+
+    @property
+    def warnings(self) -> list[str]:
+        """What went wrong but did not stop step 0 (the report's warnings)."""
+        return self.mem.warnings
+
+    @property
+    def handoff(self) -> handoff.HandoffState:
+        """The warm successor's hand-off memory (:mod:`slurm_fsm.handoff`)."""
+        return self.mem.handoff
 
     @property
     def salloc_requested(self) -> bool:
@@ -568,9 +582,7 @@ class AllocationMachine:
     # Driving ------------------------------------------------------------------------
     @property
     def user(self) -> str:
-        if self._user is None:
-            self._user = self.backend.current_user()
-        return self._user
+        return user_of(self.ctx, self.mem)
 
     @property
     def path(self) -> list[str]:
@@ -787,13 +799,13 @@ class AllocationMachine:
         return True
 
     def _fx_drop_successor(self) -> bool:
-        return handoff.drop_successor(self)
+        return handoff.drop_successor(self.ctx, self.mem)
 
     def _fx_release_drained(self) -> bool:
         alloc = self.alloc
-        return handoff.release_drained(
-            self, self.handoff.drained if self.state is State.Switching
-            else alloc.job_id if alloc else None)
+        drained = (self.handoff.drained if self.state is State.Switching
+                   else alloc.job_id if alloc else None)
+        return handoff.release_drained(self.ctx, self.mem, drained)
 
     def _fx_warn_too_short(self) -> bool:
         obs = self.observation
@@ -827,11 +839,11 @@ class AllocationMachine:
         if trigger == "advance" and state is State.Validating:
             return self._validate()
         if trigger == "advance" and state is State.AwaitingSuccessor:
-            return handoff.await_successor(self)
+            return handoff.await_successor(self.ctx, self.mem, self.observation)
         if trigger == "finish":
             gone = bool(kwargs.get("allocation_gone", False))
             return self._seen(trigger, str(kwargs.get("reason", "") or "job finished"),
-                              gone=gone, replaced=handoff.replaced(self))
+                              gone=gone, replaced=handoff.replaced(self.ctx, self.mem))
         if trigger == "release":
             summary = self._release()
         elif trigger == "run":
@@ -844,8 +856,9 @@ class AllocationMachine:
                 State.Allocating: self._allocate,
                 State.Importing: self._import,
                 State.Installing: self._install,
-                State.QueueingSuccessor: partial(handoff.queue_successor, self),
-                State.Switching: partial(handoff.switch, self),
+                State.QueueingSuccessor: partial(handoff.queue_successor, self.ctx, self.mem,
+                                                 self.observation),
+                State.Switching: partial(handoff.switch, self.ctx, self.mem),
             }
             summary = work[state]()
         return self._seen(trigger, summary)
@@ -854,12 +867,12 @@ class AllocationMachine:
         """An observation of the machine's own knowledge (no Slurm question asked)."""
         return Observation(trigger=trigger, source=self.state, at=self.clock.now(),
                            alloc=self.alloc, info=self.mem.job[0] if self.mem.job else None,
-                           user=self._user or "", summary=summary, **fields)
+                           user=self.mem.user or "", summary=summary, **fields)
 
     def _read_state_file(self) -> Observation:
         obs = validate.read_state_file(self.ctx, self.mem, self.state, self._warn)
         if self.spec.warm_successor and self.alloc is None \
-                and handoff.queued_successor(self):
+                and handoff.queued_successor(self.ctx, self.mem):
             obs = attrs.evolve(obs, successor="pending")
         return obs
 
@@ -870,7 +883,7 @@ class AllocationMachine:
                                 user=lambda: self.user, estimate=self.estimate)
         if obs.info is None:
             return obs
-        return handoff.with_successor(self, obs, obs.info, self.estimate())
+        return handoff.with_successor(self.ctx, self.mem, obs, obs.info, self.estimate())
 
 
     def _replacing(self) -> str:
@@ -887,7 +900,7 @@ class AllocationMachine:
     def _allocate(self) -> str:
         """0D-0E (:func:`slurm_fsm.step0.allocate.allocate`)."""
         return allocate.allocate(self.ctx, self.mem, self.user, self._warn,
-                                 lambda: handoff.successor_ids(self))
+                                 lambda: handoff.successor_ids(self.ctx, self.mem))
 
 
     def request_size(self) -> RequestSize:
@@ -902,15 +915,18 @@ class AllocationMachine:
         from slurm_fsm.step0 import setup
 
         name = self.spec.container_name or ""
-        if (shared := handoff.before_import(self)) is not None:
+        if (shared := handoff.before_import(self.ctx, self.mem)) is not None:
             self.container_setup = SETUP_SHARED
             return shared  # a container a live allocation of the checkout uses: kept
         if (kept := self._reuse_on_node()) is not None:
             return kept
-        if (cached := imagecache.start_from_cache(self)) is not None:
+        cached = imagecache.start_from_cache(self.ctx, self.alloc, self._setup_key(),
+                                             self._warn)
+        if cached is not None:
+            summary, self.alloc = cached
             self.container_setup = SETUP_CACHED
             self._gpu_check()
-            return cached
+            return summary
         setup.import_fresh(self.ctx, self.alloc)  # the one place a container is imported
         self.container_setup = SETUP_COLD
         setup.warm_mounts(self.ctx, self.alloc, self._warn)
@@ -942,7 +958,7 @@ class AllocationMachine:
 
         assert self.alloc is not None
         key = self._setup_key()
-        if key is None or not imagecache.nodes_may_keep(self):  # item 3: pyxis' scope
+        if key is None or not imagecache.nodes_may_keep(self.ctx):  # item 3: pyxis' scope
             return None
         spec = self.spec
         name = spec.container_name or ""
@@ -980,7 +996,8 @@ class AllocationMachine:
 
         assert self.alloc is not None
         self.alloc, summary = setup.install(self.ctx, self.alloc, self._setup_key())
-        self.cache_write_s = imagecache.fill(self)  # the image cache (issue 42 item 2)
+        self.cache_write_s = imagecache.fill(  # the image cache (issue 42 item 2)
+            self.ctx, self.alloc, self._setup_key(), self._warn)
         return summary
 
     def _gpu_check(self) -> list[GpuProcess]:
@@ -1039,7 +1056,8 @@ class AllocationMachine:
             return done.summary
         self.alloc = None
         self.released_job_id = done.job_id
-        succ = handoff.release_successor(self)  # a queued warm successor goes too
+        # a queued warm successor goes too
+        succ = handoff.release_successor(self.ctx, self.mem)
         if succ is not None:
             return f"Allocation {done.job_id} released (and its successor {succ})."
         return done.summary
@@ -1052,12 +1070,8 @@ class AllocationMachine:
         self.notes.append(text)
 
     def _warn(self, text: str) -> None:
-        if text not in self.warnings:
-            self.warnings.append(text)
-        if self._log == _LOG.info:  # no progress callback: the logger's own level
-            _LOG.warning("%s", text)
-        else:
-            self._log(f"WARNING: {text}")
+        """A warning, kept once and said (:func:`slurm_fsm.step0.context.warn`)."""
+        warn(self.ctx, self.mem, text)
 
     def _record(self, event: EventData) -> None:
         source = event.transition.source if event.transition else ""

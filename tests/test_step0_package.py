@@ -245,3 +245,35 @@ def test_the_effects_guard_sees_a_cancel_and_a_delete() -> None:
     assert _destructive_calls("def f(m):\n    m.backend.cancel(j)\n    m.store.delete()\n"
                               "    cancel_allocation(g, b, j, 'x')\n") == [
         "f: cancel", "f: delete", "f: cancel_allocation"]
+
+
+# ---------------------------------------------------------------- the hand-off rooms
+def _machine_shaped(source: str) -> list[str]:
+    """A ``Machine`` protocol, a parameter annotated with it, or a reach for the
+    machine's privates (``._log``, ``._warn``, ``._setup_key``)."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ClassDef) and node.name == "Machine":
+            out.append(f"{node.lineno}: class Machine")
+        elif isinstance(node, ast.arg) and "Machine" in ast.unparse(node.annotation or
+                                                                     ast.Constant("")):
+            out.append(f"{node.lineno}: {node.arg}: Machine")
+        elif isinstance(node, ast.Attribute) and node.attr in ("_log", "_warn",
+                                                               "_setup_key"):
+            out.append(f"{node.lineno}: .{node.attr}")
+    return out
+
+
+@pytest.mark.parametrize("name", ["handoff.py", "imagecache.py"])
+def test_the_hand_off_and_cache_work_take_the_context_not_the_machine(name: str) -> None:
+    """Issue 40 item 1: handoff.py and imagecache.py each described the machine by a
+    protocol of their own (with its private ``_log``/``_warn``); they take the
+    :class:`Step0Context` and the driver's :class:`Step0Memory` instead."""
+    root = Path(machine.__file__).parent
+    assert _machine_shaped((root / name).read_text()) == []
+
+
+def test_the_machine_shape_guard_sees_a_protocol_and_a_private() -> None:
+    assert _machine_shaped("class Machine(Protocol): ...\ndef f(m: Machine) -> None:\n"
+                           "    m._warn('x')\n") == [
+        "1: class Machine", "2: m: Machine", "3: ._warn"]
