@@ -54,7 +54,7 @@ from slurm_fsm.step0.table import owner_of, repo_tag
 from slurm_fsm.step0.validate import complete_grant
 from slurm_fsm.successor import SINGLETON
 
-__all__ = ["allocate", "release_orphans", "request_size", "require"]
+__all__ = ["allocate", "release_orphans", "request_size", "require", "salloc_log_tail"]
 
 #: what the work says and warns through (the driver's)
 Say = Callable[[str], None]

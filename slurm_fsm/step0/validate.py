@@ -52,7 +52,14 @@ from slurm_fsm.step0.table import (
     remaining_after,
 )
 
-__all__ = ["complete_grant", "query_job", "read_state_file", "replacing", "validate"]
+__all__ = [
+    "complete_grant",
+    "info_now",
+    "query_job",
+    "read_state_file",
+    "replacing",
+    "validate",
+]
 
 
 def read_state_file(ctx: Step0Context, mem: Step0Memory, source: State,
