@@ -28,7 +28,10 @@ import of the spec's image, no install.
   export that died are removed after :data:`STALE_TEMP_S`.
 
 :func:`start_from_cache` and :func:`fill` are what step 0 calls (one line each in
-:mod:`slurm_fsm.machine`); the command lines are :mod:`slurm_fsm.slurmcli`'s.
+:mod:`slurm_fsm.machine`): like a room of :mod:`slurm_fsm.step0`, functions of the
+:class:`~slurm_fsm.step0.context.Step0Context`, the allocation, the spec's setup key
+and the driver's warning, never of the machine; the command lines are
+:mod:`slurm_fsm.slurmcli`'s.
 """
 
 from __future__ import annotations
@@ -37,22 +40,20 @@ import contextlib
 import fcntl
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Protocol
 
 import attrs
 
 from slurm_fsm import setupkey
-from slurm_fsm.backend import SlurmBackend, StepRequest, StepResult
-from slurm_fsm.clock import Clock
+from slurm_fsm.backend import StepRequest, StepResult
 from slurm_fsm.errors import CommandTimedOut, SetupFailed
-from slurm_fsm.lease import LeaseGate
 from slurm_fsm.paths import StatePaths
 from slurm_fsm.pyxissite import PyxisQuery, PyxisSite, new_allocation_tries
+from slurm_fsm.setupkey import SetupKey
 from slurm_fsm.slurmcli import image_export_argv, image_exported, setup_key_read_argv, setup_keys
 from slurm_fsm.spec import JobSpec
-from slurm_fsm.state import AllocState, StateStore
+from slurm_fsm.state import AllocState
 from slurm_fsm.step0 import setup
 from slurm_fsm.step0.context import Step0Context
 
@@ -65,7 +66,6 @@ __all__ = [
     "SUFFIX",
     "CacheEntry",
     "ImageCache",
-    "Machine",
     "cache_of",
     "fill",
     "new_allocation",
@@ -191,30 +191,6 @@ class ImageCache:
         return removed
 
 
-class Machine(Protocol):
-    """What step 0's cache work uses of :class:`slurm_fsm.machine.AllocationMachine`."""
-
-    alloc: AllocState | None
-
-    @property
-    def spec(self) -> JobSpec: ...
-    @property
-    def backend(self) -> SlurmBackend: ...
-    @property
-    def store(self) -> StateStore: ...
-    @property
-    def clock(self) -> Clock: ...
-    @property
-    def leases(self) -> LeaseGate | None: ...
-    @property
-    def setup_timeout_s(self) -> float: ...
-    @property
-    def ctx(self) -> Step0Context: ...
-    def _setup_key(self) -> setupkey.SetupKey | None: ...
-    def _log(self, text: str) -> None: ...
-    def _warn(self, text: str) -> None: ...
-
-
 def _max_gb(spec: JobSpec, environ: Mapping[str, str]) -> float:
     if spec.image_cache_max_gb is not None:
         return float(spec.image_cache_max_gb)
@@ -248,91 +224,91 @@ def cache_of(spec: JobSpec, state_path: Path,
     return ImageCache(folder=folder.absolute(), max_bytes=int(limit * _GB))
 
 
-def _dry(m: Machine) -> bool:
+def _dry(ctx: Step0Context) -> bool:
     """A plan's machine (:class:`slurm_fsm.plan.PlanBackend`): no step runs."""
-    return getattr(m.backend, "dry_run", False) is True
+    return getattr(ctx.backend, "dry_run", False) is True
 
 
-def _cache(m: Machine) -> ImageCache | None:
+def _cache(ctx: Step0Context, warn: Callable[[str], None]) -> ImageCache | None:
     try:  # a plan's state file is a scratch copy: the checkout's own cache is meant
-        return cache_of(m.spec, m.spec.state_path if _dry(m) else m.store.path)
+        return cache_of(ctx.spec, ctx.spec.state_path if _dry(ctx) else ctx.store.path)
     except ValueError as exc:
-        m._warn(f"image cache: {exc}; not used")
+        warn(f"image cache: {exc}; not used")
         return None
 
 
-def start_from_cache(m: Machine) -> str | None:
+def start_from_cache(ctx: Step0Context, alloc: AllocState, key: SetupKey | None,
+                     warn: Callable[[str], None]) -> tuple[str, AllocState] | None:
     """Before a cold import into a new allocation: when the cache holds the spec's
     setup key, one step makes the container from that file (``--container-image=<file>``,
     a fresh container as every import), reads the key it holds and warms the mounts.
     When every node's key is the spec's, the state becomes imported and installed
     (nothing of the spec's image imported, nothing installed) and the summary is
     returned. Else (no key for the spec, no entry, a failed step, another key): None,
-    the cold import follows (and replaces whatever the step made)."""
-    assert m.alloc is not None
-    key = m._setup_key()
-    cache = _cache(m) if key is not None else None
-    look = (cache.lookup_quietly if _dry(m) else cache.lookup) if cache is not None else None
+    the cold import follows (and replaces whatever the step made)). With the summary,
+    the allocation marked imported and installed (written to the state file).
+    ``key``: the spec's setup key (:func:`slurm_fsm.setupkey.setup_key`)."""
+    cache = _cache(ctx, warn) if key is not None else None
+    look = (cache.lookup_quietly if _dry(ctx) else cache.lookup) if cache is not None else None
     entry = look(key.key) if look is not None and key is not None else None
     if key is None or entry is None:
         return None
-    spec, name = m.spec, m.spec.container_name or ""
-    m._log(f"The image cache holds setup key {key.key[:12]}: container {name!r} is made "
-           f"from {entry}.")
+    spec, name = ctx.spec, ctx.spec.container_name or ""
+    ctx.say(f"The image cache holds setup key {key.key[:12]}: container {name!r} is made "
+            f"from {entry}.")
     try:  # step 0's one import, of the entry: its key read, the mounts warmed
-        result = setup.import_fresh(m.ctx, m.alloc, str(entry), setup_key_read_argv(
+        result = setup.import_fresh(ctx, alloc, str(entry), setup_key_read_argv(
             [mt.container for mt in spec.container_mounts]))
     except SetupFailed as exc:
         result = exc.result
     except CommandTimedOut as exc:
         result = StepResult(124, "", str(exc))
     found = setup_keys(result.stdout) if result.exit_code == 0 else {}
-    nodes = m.backend.expand_nodelist(m.alloc.nodelist)
-    if not _dry(m) and (not nodes or any(found.get(n) != key.key for n in nodes)):
+    nodes = ctx.backend.expand_nodelist(alloc.nodelist)
+    if not _dry(ctx) and (not nodes or any(found.get(n) != key.key for n in nodes)):
         why = (result.stderr.strip().splitlines() or ["another setup key"])[-1]
-        m._warn(f"image cache: {entry} did not start on {m.alloc.nodelist} ({why}): "
-                "imported and installed afresh")
+        warn(f"image cache: {entry} did not start on {alloc.nodelist} ({why}): "
+             "imported and installed afresh")
         return None
-    m.alloc = attrs.evolve(m.alloc, container_name=name, installed=True)
-    m.store.write(m.alloc)
-    return (f"container {name!r} made on {m.alloc.nodelist} from the image cache "
-            f"({entry.name}: same image and install inputs): nothing installed")
+    alloc = attrs.evolve(alloc, container_name=name, installed=True)
+    ctx.store.write(alloc)
+    return (f"container {name!r} made on {alloc.nodelist} from the image cache "
+            f"({entry.name}: same image and install inputs): nothing installed"), alloc
 
 
-def fill(m: Machine) -> float | None:
+def fill(ctx: Step0Context, alloc: AllocState, key: SetupKey | None,
+         warn: Callable[[str], None]) -> float | None:
     """After a finished install (its setup key written in the container): export the
     installed container once to the cache, in a step on the allocation's first node
     (``enroot export`` under the folder's lock, written aside and renamed), then evict
     oldest first down to the size limit. A failure is a warning: the run goes on.
     Returns the step's seconds (None: nothing exported: no key, the cache off, or the
-    entry there already)."""
-    assert m.alloc is not None
-    key = m._setup_key()
-    cache = _cache(m) if key is not None else None
+    entry there already). ``key``: the spec's setup key."""
+    cache = _cache(ctx, warn) if key is not None else None
     if key is None or cache is None or cache.lookup(key.key) is not None:
         return None
-    name = m.spec.container_name or ""
-    m._log(f"Exporting container {name!r} to the image cache {cache.folder}.")
-    started = m.clock.now()
+    name = ctx.spec.container_name or ""
+    ctx.say(f"Exporting container {name!r} to the image cache {cache.folder}.")
+    started = ctx.clock.now()
     try:
-        result = m.backend.run_step(StepRequest(
-            job_id=m.alloc.job_id, argv=tuple(image_export_argv(
-                str(cache.folder), key.key, m.alloc.job_id, name)),
-            nodes=1, timeout_s=m.setup_timeout_s, overlap=True, no_gpus=True,
+        result = ctx.backend.run_step(StepRequest(
+            job_id=alloc.job_id, argv=tuple(image_export_argv(
+                str(cache.folder), key.key, alloc.job_id, name)),
+            nodes=1, timeout_s=ctx.policy.setup_timeout_s, overlap=True, no_gpus=True,
         ))
     except CommandTimedOut as exc:
         result = StepResult(124, "", str(exc))
-    took = m.clock.now() - started
-    if _dry(m):
+    took = ctx.clock.now() - started
+    if _dry(ctx):
         return None
     if result.exit_code != 0 or image_exported(result.stdout) is None:
         tail = " | ".join(result.stderr.strip().splitlines()[-3:]) or f"exit {result.exit_code}"
-        m._warn(f"image cache: export of container {name!r} failed (the run goes on): "
-                f"{tail}")
+        warn(f"image cache: export of container {name!r} failed (the run goes on): "
+             f"{tail}")
         return took
     for path in cache.evict(keep=key.key):
-        m._log(f"Image cache: removed {path.name} (oldest first, over "
-               f"{cache.max_bytes / _GB:g} GB).")
+        ctx.say(f"Image cache: removed {path.name} (oldest first, over "
+                f"{cache.max_bytes / _GB:g} GB).")
     return took
 
 
@@ -344,14 +320,14 @@ def site_of(backend: object) -> PyxisSite | None:
     return PyxisSite(source="not asked: pyxis' defaults assumed")
 
 
-def nodes_may_keep(m: Machine) -> bool:
+def nodes_may_keep(ctx: Step0Context) -> bool:
     """Whether a new allocation's nodes may hold the container a former one set up:
     not where pyxis removes a container with its job (``container_scope=job``), where
     the check of the nodes' setup keys could only miss (issue 42 item 3)."""
-    site = site_of(m.backend)
+    site = site_of(ctx.backend)
     if site is not None and not site.keeps_containers:
-        m._log(f"Not checking the nodes for container {m.spec.container_name!r}: "
-               f"{site.describe()} removes it with its job.")
+        ctx.say(f"Not checking the nodes for container {ctx.spec.container_name!r}: "
+                f"{site.describe()} removes it with its job.")
         return False
     return True
 

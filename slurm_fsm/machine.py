@@ -21,8 +21,9 @@ no command line.
   on each other.
 * transitions then takes the first edge whose conditions hold on that observation
   and executes the edge's :class:`~slurm_fsm.step0.table.Effect` s (drop the state file,
-  scancel, record the failure, ...) before the state changes. The work never
-  deletes, cancels or records a failure on its own.
+  scancel, record the failure, ...) before the state changes. Every cancel and
+  delete of step 0 is a function of :mod:`slurm_fsm.step0.effects` (a test scans
+  for any other); the work of a state (its room) records no failure on its own.
 * ``may_<trigger>()`` and :meth:`AllocationMachine.possible_edges` only read the
   current state and the last observation: they make no Slurm call.
 * An exception raised by the work or an effect is routed into
@@ -45,11 +46,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -57,9 +57,8 @@ from typing import TYPE_CHECKING, Any
 import attrs
 from transitions import EventData, Machine, MachineError
 
-from slurm_fsm import files, handoff, sharedview
+from slurm_fsm import handoff, sharedview
 from slurm_fsm.backend import (
-    AllocationRequest,
     ContainerOptions,
     GpuProcess,
     JobInfo,
@@ -69,43 +68,41 @@ from slurm_fsm.backend import (
 )
 from slurm_fsm.capacity import (
     RequestSize,
-    allocation_request_size,
-    capacity_problems,
-    with_grant,
 )
-from slurm_fsm.clock import Clock, SystemClock, backoff
+from slurm_fsm.clock import Clock, SystemClock
 from slurm_fsm.duration import Duration
 from slurm_fsm.errors import (
     AllocationFailed,
-    AllocationVanished,
     BackendError,
     CommandTimedOut,
-    ContainerSupportMissing,
-    ControllerUnreachable,
-    JobNotFound,
     NotOurJobError,
     SetupFailed,
     SlurmFsmError,
     StateFileError,
 )
 from slurm_fsm.history import Estimate, RunHistory, lead_times
-from slurm_fsm.jobstate import JobState
-from slurm_fsm.lease import AllocationInUse, LeaseGate, cancel_allocation
+from slurm_fsm.lease import LeaseGate
 from slurm_fsm.nvsmi import NvidiaSmiFailed
-from slurm_fsm.ownership import Ownership, describe, new_nonce, request_of
+from slurm_fsm.ownership import describe
 from slurm_fsm.paths import StatePaths
-from slurm_fsm.preflight import PreflightFailed, node_cpus, require
+from slurm_fsm.preflight import PreflightFailed
 from slurm_fsm.slurmcli import (
     setup_key_read_argv,
     setup_keys,
 )
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState, StateStore
-from slurm_fsm.step0 import release
-from slurm_fsm.step0.context import ORPHAN_GRACE_S, MachinePolicy, Step0Context
+from slurm_fsm.step0 import allocate, effects, release, validate
+from slurm_fsm.step0.context import (
+    ORPHAN_GRACE_S,
+    MachinePolicy,
+    Step0Context,
+    Step0Memory,
+    user_of,
+    warn,
+)
 from slurm_fsm.step0.outcome import Failure, Step0Outcome, SuccessorWait, Transition
 from slurm_fsm.step0.table import (
-    CONDITIONS,
     EDGES,
     EXPIRY_MARGIN_S,
     IN_PROGRESS,
@@ -117,12 +114,10 @@ from slurm_fsm.step0.table import (
     mermaid_diagram,
     owner_of,
     part_of_state,
-    remaining_after,
     repo_tag,
     same_generation,
     state_job_names,
 )
-from slurm_fsm.successor import SINGLETON
 
 if TYPE_CHECKING:  # a container's setup is imported when a run sets one up (a warm run never)
     from slurm_fsm import setupkey
@@ -271,14 +266,9 @@ class AllocationMachine:
     """
 
     #: why the allocation is replaced (set by the work, read by the CANCEL effect)
-    #: this machine asked for an allocation (0E's salloc, or adopted another run's
-    #: request): only then is :attr:`salloc_log` this run's to quote in a report
-    salloc_requested: bool = False
     _replace_why: str = ""
     #: the rules the last edge was taken for, in words (:meth:`Edge.why`)
     _why: str = ""
-    #: the pre-flight's questions were asked (:meth:`_require`)
-    _required: bool = False
     #: how step 0 came by its container: :data:`SETUP_COLD` (imported, installed),
     #: :data:`SETUP_REUSED` (the node's, same setup key), :data:`SETUP_SHARED` (a live
     #: allocation's on the same nodes); None: no container set up by this machine
@@ -323,26 +313,16 @@ class AllocationMachine:
                 setup_timeout_s=setup_timeout_s, orphan_grace_s=orphan_grace_s),
         )
         self._log = self.ctx.say  # else the slurm_fsm.machine logger
-        self.handoff = handoff.HandoffState()
         self._estimate: Estimate | None = None
-        self._user = user
-        self.alloc: AllocState | None = None
+        #: what the work remembers between triggers (lent to the worker rooms)
+        self.mem = Step0Memory(user=user)
         #: what the work of the last trigger saw; the conditions read only this and the spec
         self.observation = Observation()
         self.history: list[Transition] = []
-        self.warnings: list[str] = []
-        self.notes: list[str] = []  # steps skipped and why
         self.failure: Failure | None = None
         self.released_job_id: str | None = None  # set by release (0A)
         self._gpu_ahead: _GpuAhead | None = None  # start_gpu_check's, for which job
         self.edges: tuple[Edge, ...] = tuple(EDGES)
-        self._job: tuple[JobInfo, float] | None = None  # the last job row and when
-        self._pending_since: float | None = None
-        self._attempt = self._pending_polls = 0  # _attempt: unreachable controller, in a row
-        self._cancelled: set[str] = set()
-        self._reused: set[str] = set()  # ids the state file named, given to another job
-        self._adopt: str | None = None  # 0D: another run's job, a moment old: 0E adopts it
-        self._grant_unsaved = False  # the grant was read into alloc, not yet written
         self._taken: Edge | None = None
         self._applied: list[Effect] = []  # the effects of the last edge that did something
         self._model = _Model()
@@ -414,6 +394,37 @@ class AllocationMachine:
     def salloc_log(self) -> Path:
         """salloc's output beside the state file."""
         return self.ctx.salloc_log
+
+    # The memory, as the machine's attributes (public API, as before) ------------------
+    @property
+    def alloc(self) -> AllocState | None:
+        """The allocation of the state file (None: none, or dropped)."""
+        return self.mem.alloc
+
+    @alloc.setter
+    def alloc(self, alloc: AllocState | None) -> None:
+        self.mem.alloc = alloc
+
+    @property
+    def notes(self) -> list[str]:
+        """Steps skipped, waits, replacements... in words (the report's notes)."""
+        return self.mem.notes
+
+    @property
+    def warnings(self) -> list[str]:
+        """What went wrong but did not stop step 0 (the report's warnings)."""
+        return self.mem.warnings
+
+    @property
+    def handoff(self) -> handoff.HandoffState:
+        """The warm successor's hand-off memory (:mod:`slurm_fsm.handoff`)."""
+        return self.mem.handoff
+
+    @property
+    def salloc_requested(self) -> bool:
+        """This machine asked for an allocation (0E's salloc, or adopted another run's
+        request): only then is :attr:`salloc_log` this run's to quote in a report."""
+        return self.mem.salloc_requested
 
     unreachable_retries = _policy_option("unreachable_retries")
     pending_wait_s = _policy_option("pending_wait_s")
@@ -571,9 +582,7 @@ class AllocationMachine:
     # Driving ------------------------------------------------------------------------
     @property
     def user(self) -> str:
-        if self._user is None:
-            self._user = self.backend.current_user()
-        return self._user
+        return user_of(self.ctx, self.mem)
 
     @property
     def path(self) -> list[str]:
@@ -698,10 +707,8 @@ class AllocationMachine:
 
     def info_now(self) -> tuple[JobInfo | None, Duration | None]:
         """The last job row seen and the time left it implies now (no Slurm call)."""
-        if self._job is None:
-            return None, None
-        info, at = self._job
-        return info, remaining_after(info, at, self.clock.now())
+        return validate.info_now(self.ctx, self.mem)
+
 
     # Display ------------------------------------------------------------------------
     @staticmethod
@@ -739,7 +746,7 @@ class AllocationMachine:
         return _EFFECT_WORK[effect](self)
 
     def _fx_drop_state_file(self) -> bool:
-        self._drop_state_file(self.observation, self.alloc)
+        effects.drop_state_file(self.ctx, self.mem, self.observation, self.alloc)
         return True
 
     def _fx_cancel(self) -> bool:
@@ -756,14 +763,14 @@ class AllocationMachine:
 
     def _fx_complete_nodelist(self) -> bool:
         alloc, info = self.alloc, self.observation.info
-        if alloc is None or not (self._grant_unsaved or (
+        if alloc is None or not (self.mem.grant_unsaved or (
                 not alloc.nodelist and info is not None and info.nodelist)):
             return False
         # written while PENDING by a run that was interrupted (or by an older version
         # without the grant): complete it
         if not alloc.nodelist and info is not None:
             alloc = self.alloc = attrs.evolve(alloc, nodelist=info.nodelist)
-        self._grant_unsaved = False
+        self.mem.grant_unsaved = False
         self.store.write(alloc)
         return True
 
@@ -773,7 +780,7 @@ class AllocationMachine:
             return False
         if not same_generation(alloc, obs.info):
             self._warn(release.reused_id(alloc, obs.info))
-            self._reused.add(obs.info.job_id)  # nor cancelled as an orphan (0D)
+            self.mem.reused.add(obs.info.job_id)  # nor cancelled as an orphan (0D)
             return True
         owner = owner_of(obs.info, obs.user, self.spec, state_job_names(alloc, self.spec))
         self._warn(
@@ -792,13 +799,13 @@ class AllocationMachine:
         return True
 
     def _fx_drop_successor(self) -> bool:
-        return handoff.drop_successor(self)
+        return handoff.drop_successor(self.ctx, self.mem)
 
     def _fx_release_drained(self) -> bool:
         alloc = self.alloc
-        return handoff.release_drained(
-            self, self.handoff.drained if self.state is State.Switching
-            else alloc.job_id if alloc else None)
+        drained = (self.handoff.drained if self.state is State.Switching
+                   else alloc.job_id if alloc else None)
+        return handoff.release_drained(self.ctx, self.mem, drained)
 
     def _fx_warn_too_short(self) -> bool:
         obs = self.observation
@@ -811,47 +818,16 @@ class AllocationMachine:
         return True
 
     def _replace(self, job_id: str) -> None:
-        """The effect CANCEL: through the lease gate (a closing marker, then a last look
-        for another run's lease: :func:`slurm_fsm.lease.cancel_allocation`)."""
-        self._require()  # never a cancel before the questions that need no allocation
-        why = self._replace_why or self.state.value
-        self._log(f"Cancelling allocation {job_id} ({why}).")
-        cancel_allocation(self.leases, self.backend, job_id, f"replacing it ({why})")
-        self._cancelled.add(job_id)
-        self.notes.append(f"allocation {job_id} replaced ({why})")
+        """The effect CANCEL (:func:`slurm_fsm.step0.effects.cancel_replaced`), never
+        before the questions that need no allocation."""
+        self._require()
+        effects.cancel_replaced(self.ctx, self.mem, job_id,
+                                self._replace_why or self.state.value)
 
     def _require(self) -> None:
-        """The pre-flight's questions (``sinfo``, ``sacctmgr``: they change nothing),
-        asked once, before anything is cancelled or allocated: a spec the cluster cannot
-        run (a misspelt partition) fails here with :class:`PreflightFailed`, and the
-        allocation of the state file is left as it was."""
-        if self._required:
-            return
-        for warning in require(self.spec, self.backend, self.user):
-            self._warn(warning)
-        self._required = True
+        """The pre-flight's questions, once (:func:`slurm_fsm.step0.allocate.require`)."""
+        allocate.require(self.ctx, self.mem, self.user, self._warn)
 
-    def _drop_state_file(self, obs: Observation, alloc: AllocState | None) -> None:
-        """The effect DROP_STATE_FILE: say why, then drop only that allocation's file."""
-        job_id = alloc.job_id if alloc else "?"
-        if obs.gone and obs.info is None:
-            self._log(f"Allocation {job_id} no longer exists; dropping the state file.")
-        elif obs.info is not None and not CONDITIONS["job_is_ours"](obs, self.spec):
-            self._log(f"Job {job_id} is not ours; dropping the state file.")
-        elif obs.info is not None:
-            self._log(f"Allocation {job_id} is {obs.info.state}; dropping the state file.")
-        else:
-            self._log(f"Dropping the state file of allocation {job_id}.")
-        # only the file of that allocation, and never waiting for the lock: after a
-        # job (finish), another run's step 0 may hold it, and may have written a new
-        # allocation there; then its own validation drops this one's file
-        if alloc is None:  # a corrupt file, in step 0 (the lock is held)
-            self.store.delete()
-        elif not self.store.delete_if_names(alloc.job_id):
-            self.notes.append(f"the state file was left for the next run's validation "
-                              f"(another run holds its lock or it names another "
-                              f"allocation than {job_id})")
-        self.alloc = None
 
     # The work of each trigger -------------------------------------------------------
     def _observe(self, trigger: str, kwargs: dict[str, Any]) -> Observation:
@@ -863,11 +839,11 @@ class AllocationMachine:
         if trigger == "advance" and state is State.Validating:
             return self._validate()
         if trigger == "advance" and state is State.AwaitingSuccessor:
-            return handoff.await_successor(self)
+            return handoff.await_successor(self.ctx, self.mem, self.observation)
         if trigger == "finish":
             gone = bool(kwargs.get("allocation_gone", False))
             return self._seen(trigger, str(kwargs.get("reason", "") or "job finished"),
-                              gone=gone, replaced=handoff.replaced(self))
+                              gone=gone, replaced=handoff.replaced(self.ctx, self.mem))
         if trigger == "release":
             summary = self._release()
         elif trigger == "run":
@@ -880,8 +856,9 @@ class AllocationMachine:
                 State.Allocating: self._allocate,
                 State.Importing: self._import,
                 State.Installing: self._install,
-                State.QueueingSuccessor: partial(handoff.queue_successor, self),
-                State.Switching: partial(handoff.switch, self),
+                State.QueueingSuccessor: partial(handoff.queue_successor, self.ctx, self.mem,
+                                                 self.observation),
+                State.Switching: partial(handoff.switch, self.ctx, self.mem),
             }
             summary = work[state]()
         return self._seen(trigger, summary)
@@ -889,370 +866,48 @@ class AllocationMachine:
     def _seen(self, trigger: str, summary: str, **fields: Any) -> Observation:
         """An observation of the machine's own knowledge (no Slurm question asked)."""
         return Observation(trigger=trigger, source=self.state, at=self.clock.now(),
-                           alloc=self.alloc, info=self._job[0] if self._job else None,
-                           user=self._user or "", summary=summary, **fields)
+                           alloc=self.alloc, info=self.mem.job[0] if self.mem.job else None,
+                           user=self.mem.user or "", summary=summary, **fields)
 
     def _read_state_file(self) -> Observation:
-        view = sharedview.view_of(self.backend)  # run_many: a sibling's proof, 1 s old
-        problem = (self.store.writable_problem() if view is None else
-                   view.writable_problem(str(self.store.path), self.store.writable_problem))
-        if problem is not None:
-            # checked before anything is allocated: an allocation whose state file cannot
-            # be written would be leaked by every run
-            raise StateFileError(str(self.store.path), f"{problem}; the state file cannot "
-                                 "be written, so nothing was allocated")
-        read_problem = ""
-        try:
-            self.alloc = self.store.read()
-        except StateFileError as exc:
-            self.alloc = None
-            read_problem = str(exc)
-            self._warn(f"{exc}; handled like a missing state file")
-        summary = (f"state file names allocation {self.alloc.job_id}" if self.alloc
-                   else read_problem or "no state file")
-        queued = ("pending" if self.spec.warm_successor and self.alloc is None
-                  and handoff.queued_successor(self) else "")
-        return Observation(trigger="start", source=self.state, at=self.clock.now(),
-                           alloc=self.alloc, state_file_problem=read_problem, summary=summary,
-                           successor=queued)
+        obs = validate.read_state_file(self.ctx, self.mem, self.state, self._warn)
+        if self.spec.warm_successor and self.alloc is None \
+                and handoff.queued_successor(self.ctx, self.mem):
+            obs = attrs.evolve(obs, successor="pending")
+        return obs
+
 
     def _validate(self) -> Observation:
-        """0C: one ``squeue`` of the state file's job. Decides nothing: it observes."""
-        assert self.alloc is not None
-        job_id = self.alloc.job_id
-        last = self.observation
-        if last.source is State.Validating and last.unreachable:
-            self.clock.sleep(backoff(self._attempt - 1, first=1.0, cap=15.0))
-        elif last.source is State.Validating and CONDITIONS["job_pending"](last, self.spec):
-            self.clock.sleep(backoff(self._pending_polls, first=0.5, cap=10.0))
-            self._pending_polls += 1
-        base = Observation(trigger="advance", source=State.Validating, alloc=self.alloc)
-        try:
-            info, asked_at = self._query_job(job_id)
-        except JobNotFound:
-            return attrs.evolve(base, at=self.clock.now(), gone=True,
-                                summary=f"allocation {job_id} is gone")
-        except (ControllerUnreachable, CommandTimedOut) as exc:
-            self._attempt += 1
-            return attrs.evolve(
-                base, at=self.clock.now(), unreachable=True, error=str(exc),
-                retries_left=max(0, self.unreachable_retries + 1 - self._attempt),
-                summary=f"controller unreachable ({exc}); attempt {self._attempt}",
-                failure=f"Slurm controller unreachable while validating allocation {job_id}: "
-                        f"{exc}. The state file is kept; run again when the controller is "
-                        "back.",
-            )
-        now = self.clock.now()  # the one reading every time of this observation uses
-        self._attempt = 0
-        self._job = (info, now if asked_at is None else asked_at)
-        if info.state.is_running and info.nodelist and (
-                not self.alloc.nodelist or self.alloc.cpus_per_node is None):
-            # written while PENDING, or by an older version: complete it with what Slurm
-            # granted before anything is judged on it (the COMPLETE_NODELIST effect saves it)
-            self.alloc = self._complete_grant(self.alloc, info)
-            base = attrs.evolve(base, alloc=self.alloc)
-        user = self.user
-        if info.state.is_pending:
-            if self._pending_since is None:
-                self._pending_since = now
-            wait_left = self.pending_wait_s - (now - self._pending_since)
-        else:
-            self._pending_since = None
-            wait_left = 0.0
-        estimate = self.estimate()
-        summary = f"allocation {job_id} {info.state}, {info.time_left} left"
-        if info.state.is_running:
-            summary += f"; job {estimate.describe()}"
-        if not info.state.is_live:
-            summary = f"allocation {job_id} is {info.state}: ending, not reusable"
-        elif info.name not in handoff.job_names(self.spec):
-            summary += f", named {info.name!r} (not {self.spec.job_name!r})"
-        obs = attrs.evolve(
-            base, at=now, info=info, user=user, pending_wait_left_s=max(0.0, wait_left),
-            summary=summary, expected_s=estimate.seconds, expected=estimate.describe(),
-            failure=f"allocation {job_id} still {info.state} after {self.pending_wait_s:g} s "
-                    f"(reason {info.reason or 'unknown'}); state file kept, not cancelled",
-        )
-        return handoff.with_successor(self, obs, info, estimate)
+        """0C (:func:`slurm_fsm.step0.validate.validate`), then the warm successor's part."""
+        obs = validate.validate(self.ctx, self.mem, self.observation,
+                                user=lambda: self.user, estimate=self.estimate)
+        if obs.info is None:
+            return obs
+        return handoff.with_successor(self.ctx, self.mem, obs, obs.info, self.estimate())
 
-    def _query_job(self, job_id: str) -> tuple[JobInfo, float | None]:
-        """The job's row; in ``run_many``, the row a sibling run asked at most
-        :data:`~slurm_fsm.sharedview.JOB_MAX_AGE_S` ago (newer than this machine's last)
-        and when it was asked (:mod:`slurm_fsm.sharedview`)."""
-        view = sharedview.view_of(self.backend)
-        if view is None:
-            return self.backend.query_job(job_id), None
-        return view.query_job(job_id, not_before=self._job[1] if self._job else None)
-
-    def _complete_grant(self, alloc: AllocState, info: JobInfo) -> AllocState:
-        alloc = attrs.evolve(alloc, nodelist=alloc.nodelist or info.nodelist)
-        try:
-            granted = self.backend.granted(alloc.job_id)
-        except (BackendError, ValueError) as exc:
-            self.notes.append(f"what Slurm granted allocation {alloc.job_id} could not be "
-                              f"read ({exc}); judged on the state file")
-            return alloc
-        self._grant_unsaved = True
-        return with_grant(alloc, granted)
 
     def _replacing(self) -> str:
-        """Expiring / TooShort / Incompatible: wait for the other runs' jobs on it (the
-        lease gate); the rest is the edge's (scancel, drop the state file)."""
+        """Expiring / TooShort / Incompatible: wait for nothing here; the edge's CANCEL
+        goes through the lease gate (:func:`slurm_fsm.step0.validate.replacing`)."""
         assert self.alloc is not None
         self._require()  # a spec the cluster cannot run stops here: nothing cancelled
-        why = f"{self.state.value}: {self._why}" if self._why else self.state.value
-        if self.state is State.TooShort:
-            _, left = self.info_now()
-            why = (f"TooShort: {left} left, the job {self.observation.expected} + the "
-                   f"{Duration.of_seconds(EXPIRY_MARGIN_S)} margin; the job is not started "
-                   "on it")
-            if left is not None and left.is_finite:  # until when, at the latest
-                ends = datetime.now(UTC) + timedelta(seconds=left.seconds or 0)
-                why += (f"; the allocation ends by {ends.strftime('%H:%M:%S')} UTC (in "
-                        f"{left}) in any case")
+        why = validate.replacing(self.ctx, self.mem, self.state, self._why,
+                                 self.observation.expected)
         self._replace_why = why  # the edge's CANCEL goes through the lease gate
         return f"replacing allocation {self.alloc.job_id} ({why})"
 
-    def _release_orphans(self) -> set[str]:
-        """0D: cancel this user's allocations of this checkout that no state file names
-        and no running job of this checkout uses; the ids of those left alone because
-        running jobs use them (held)."""
-        # 0D: orphans: this user's jobs with this checkout's tag (whatever their name, an
-        # earlier alloc_job_name included) or untagged under our job name. One squeue of
-        # this user's jobs; the name is not a filter, the tag decides.
-        spec = self.spec
-        held: set[str] = set()  # orphans left alone: running jobs of this checkout use them
-        self._adopt = None
-        for job in self.backend.find_jobs(None, self.user):
-            if job.job_id in self._cancelled or job.job_id in self._reused \
-                    or not job.state.is_live:
-                continue  # already cancelled by us, another job of a recorded id, ending
-            if spec.warm_successor and job.job_id in handoff.successor_ids(self):
-                continue  # the queued successor: its own state file names it
-            owner = owner_of(job, self.user, spec)
-            if owner is Ownership.OTHER_CHECKOUT and job.name == spec.job_name:
-                self.notes.append(f"allocation {job.job_id} has our job name but belongs to "
-                                  f"another checkout ({job.comment}); left alone")
-            if not owner.ours:
-                continue
-            if self._in_flight(job):
-                self.notes.append(
-                    f"allocation {job.job_id} has no state file yet, but another request "
-                    f"made it {job.elapsed} ago (req={request_of(job)}): a run on another "
-                    "host may be writing it; adopted, not cancelled")
-                self._adopt = self._adopt or job.job_id
-                held.add(job.job_id)  # never cancelled, even when it is too small
-                continue
-            try:
-                cancel_allocation(self.leases, self.backend, job.job_id, "an orphan",
-                                  wait=False)
-            except AllocationInUse:
-                self.notes.append(f"allocation {job.job_id} has no state file but running "
-                                  "jobs of this checkout use it; left alone")
-                held.add(job.job_id)
-                continue
-            self._cancelled.add(job.job_id)
-            self._log(f"Released orphaned allocation {job.job_id} - state file was missing.")
-            self._warn(f"Released orphaned allocation {job.job_id} - state file was missing.")
-        return held
-
-    def _in_flight(self, job: JobInfo) -> bool:
-        """A job of ours with no state file that may be another run's, made a moment ago
-        (its salloc answered, its state file not yet written: two login nodes without a
-        shared lock; issue 28's race campaign): a job of the spec's name, of a request's
-        nonce, pending or running for less than ``orphan_grace_s`` (default
-        :data:`ORPHAN_GRACE_S`). Step 0E adopts it; an older one is an orphan."""
-        return (job.name == self.spec.job_name and request_of(job) is not None
-                and (job.elapsed.seconds or 0) < self.orphan_grace_s)
-
-    def _track_pending(self, job_id: str, size: RequestSize) -> AllocState:
-        """The state file of ``job_id`` from the moment it exists (nodelist not yet
-        known); when it cannot be written the job is cancelled, never leaked."""
-        # tracked from the moment it exists: a run interrupted while it is PENDING leaves
-        # a state file, and the next run waits for it (0C) instead of leaking it
-        spec, params = self.spec, self.spec.slurm_params
-        pending = AllocState(
-            job_id=job_id, nodelist="", partition=params.partition, account=params.account,
-            nodes=size.nodes, gpus_per_node=size.gpus_per_node,
-            docker_image=spec.docker_image, container_mounts=spec.mounts_text,
-            time_limit=spec.alloc_time_limit.as_slurm(), installed=False,
-        )
-        try:
-            self.store.write(pending)
-        except OSError as exc:  # nothing may stay allocated that no file records
-            self.backend.cancel(job_id)
-            raise StateFileError(str(self.store.path), f"cannot be written "
-                                 f"({exc.strerror or exc}); allocation {job_id} was "
-                                 "cancelled so that it is not leaked") from exc
-        return pending
-
-    def _judge_grant(self, job_id: str, held: set[str]) -> None:
-        """What Slurm granted against what the job needs: a warning, or a failure when
-        the backend gave back an allocation running jobs of this checkout hold."""
-        assert self.alloc is not None
-        short = capacity_problems(self.alloc, self.spec)
-        if short and job_id in held:
-            # not Slurm's grant: the backend never makes a second allocation of this
-            # checkout and gave back the one running jobs use (its state file was lost)
-            raise AllocationFailed(
-                ["salloc"], 1, "",
-                f"allocation {job_id} is this checkout's (its state file was lost) and "
-                f"running jobs of this checkout use it, but it is smaller than this job "
-                f"needs: {'; '.join(short)}. It was not used; its state file is written "
-                "again, and the next run replaces it once those jobs end")
-        if short:
-            self._warn(f"Slurm granted allocation {job_id} less than the job needs: "
-                       f"{'; '.join(short)}")
 
     def _allocate(self) -> str:
-        spec = self.spec
-        params = spec.slurm_params
-        if spec.docker_image is not None and not self.backend.has_container_support():
-            raise ContainerSupportMissing(
-                f"docker_image {spec.docker_image!r} is set but this Slurm has no pyxis "
-                "(srun --help lacks --container-image); nothing was allocated"
-            )
-        self._require()  # before salloc
-        held = self._release_orphans()
-        size = self.request_size()
-        self._log(
-            f"No reusable allocation found. Allocating {size.nodes} node(s) on partition "
-            f"{params.partition} for {spec.alloc_time_limit}, {size.ntasks_per_node} CPU(s) "
-            f"per node ({size.cpus_from})."
-        )
-        # 0E
-        self.salloc_log.parent.mkdir(parents=True, exist_ok=True)
-        request = AllocationRequest(
-            partition=params.partition,
-            account=params.account,
-            nodes=size.nodes,
-            time_limit=spec.alloc_time_limit,
-            job_name=spec.job_name,
-            log_path=self.salloc_log,
-            gpus_per_node=size.gpus_per_node,
-            user=self.user,
-            ntasks_per_node=size.ntasks_per_node,
-            comment=repo_tag(spec),
-            nonce=new_nonce(),
-            dependency=SINGLETON if spec.warm_successor else None,
-        )
-        self.salloc_requested = True
-        if self._adopt:  # another request's, a moment old (0D): never a second one
-            job_id = self._adopt
-            self._log(f"Adopting allocation {job_id}, made a moment ago by another run.")
-        else:
-            job_id = self._request_allocation(request)
-        pending = self._track_pending(job_id, size)
-        try:
-            info = self._wait_running(job_id)
-        except AllocationFailed:
-            self.store.delete()  # the job is gone or was cancelled: nothing to track
-            raise
-        # the state file holds what Slurm GRANTED (it may differ from the request); when
-        # it cannot be read now, the next run's validation reads it
-        self.alloc = self._complete_grant(
-            attrs.evolve(pending, nodelist=info.nodelist, installed=spec.docker_image is None,
-                         submit_time=info.submit_time or None, request=request_of(info)),
-            info)
-        self._grant_unsaved = False
-        self.store.write(self.alloc)
-        self._judge_grant(job_id, held)
-        if spec.docker_image is None:
-            self.notes.append(
-                "no docker_image: container import, mount warm-up and install skipped"
-            )
-        return f"allocation {job_id} RUNNING on {info.nodelist}"
+        """0D-0E (:func:`slurm_fsm.step0.allocate.allocate`)."""
+        return allocate.allocate(self.ctx, self.mem, self.user, self._warn,
+                                 lambda: handoff.successor_ids(self.ctx, self.mem))
+
 
     def request_size(self) -> RequestSize:
-        """What ``salloc`` asks for this spec, its CPUs per node from what the cluster
-        says (:func:`slurm_fsm.preflight.node_cpus`: ``DefCpuPerGPU``, else the nodes'
-        CPUs per GPU); step 0E and the warm successor ask alike."""
-        return allocation_request_size(self.spec, node_cpus(self.spec, self.backend))
+        """What ``salloc`` asks for this spec (:func:`slurm_fsm.step0.allocate.request_size`);
+        step 0E and the warm successor ask alike."""
+        return allocate.request_size(self.ctx)
 
-    def _request_allocation(self, request: AllocationRequest) -> str:
-        """0E's salloc. An answer lost to the controller (unreachable, timed out) is
-        asked again with the *same* request: its nonce makes the backend adopt the job
-        the first attempt made, never a second one."""
-        attempt = 0
-        while True:
-            try:
-                return self.backend.allocate(request)
-            except (ControllerUnreachable, CommandTimedOut) as exc:
-                attempt += 1
-                if attempt > self.unreachable_retries:
-                    raise
-                self._warn(f"the allocation request's answer was lost ({exc}); asking "
-                           f"again with the same request (req={request.nonce}), which "
-                           "adopts its job if Slurm made one")
-                self.clock.sleep(backoff(attempt - 1, first=1.0, cap=15.0))
-
-    def _wait_running(self, job_id: str) -> JobInfo:
-        """Poll the new allocation until RUNNING: fast at first, then every 10 s.
-
-        A pending reason that can never clear (:attr:`JobInfo.never_starts`) ends the
-        wait at once; a long wait says why after ``pending_report_s``.
-        """
-        started = self.clock.now()
-        attempt = 0
-        reported = False
-        pending_reason: str | None = None  # None: never seen PENDING
-        while True:
-            try:
-                info = self.backend.query_job(job_id)
-            except JobNotFound:
-                raise AllocationVanished(
-                    ["salloc"], 1, self._salloc_log_tail(),
-                    f"allocation {job_id} disappeared before it started",
-                ) from None
-            if info.state.is_running and info.nodelist:
-                self._job = (info, self.clock.now())
-                if attempt and pending_reason is not None:  # it waited in the queue
-                    self.notes.append(f"allocation {job_id} was PENDING (reason "
-                                      f"{pending_reason or 'unknown'}) for "
-                                      f"{self.clock.now() - started:.1f} s before it ran")
-                return info
-            if not info.state.is_pending:
-                vanished = info.state is JobState.CANCELLED or info.state.is_ending
-                raise (AllocationVanished if vanished else AllocationFailed)(
-                    ["salloc"], 1, self._salloc_log_tail(),
-                    f"allocation {job_id} ended as {info.state} before it started",
-                )
-            waited = self.clock.now() - started
-            pending_reason = info.reason or ""
-            if info.never_starts:
-                self.backend.cancel(job_id)
-                raise AllocationFailed(
-                    ["salloc"], 1, "",
-                    f"allocation {job_id} can never start: Slurm keeps it PENDING with "
-                    f"reason {info.reason} (the request exceeds a limit of its partition, "
-                    "account or QOS); cancelled. Ask for less (nodes, time) or another "
-                    "partition or account",
-                )
-            if waited >= self.alloc_wait_s:
-                self.backend.cancel(job_id)
-                raise AllocationFailed(
-                    ["salloc"], 1, "",
-                    f"allocation {job_id} still {info.state} after {self.alloc_wait_s:g} s "
-                    f"(reason {info.reason or 'unknown'}); cancelled so that it does not "
-                    "start later unused",
-                )
-            if not reported and waited >= self.pending_report_s:
-                reported = True
-                self._log(f"allocation {job_id} pending for {waited:.0f} s: reason "
-                          f"{info.reason or 'unknown'}, expected start "
-                          f"{info.start_time or '?'}; still waiting (up to "
-                          f"{self.alloc_wait_s:g} s)")
-            self.clock.sleep(backoff(attempt, first=0.1, cap=10.0))
-            attempt += 1
-
-    def _salloc_log_tail(self) -> str:
-        try:  # never through a link planted in the shared work_dirs
-            with files.open_for_reading(self.salloc_log) as fh:
-                fh.seek(0, os.SEEK_END)
-                fh.seek(max(0, fh.tell() - 4000))
-                return fh.read().decode("utf-8", "replace")
-        except OSError:
-            return ""
 
     def _import(self) -> str:
         assert self.alloc is not None
@@ -1260,15 +915,18 @@ class AllocationMachine:
         from slurm_fsm.step0 import setup
 
         name = self.spec.container_name or ""
-        if (shared := handoff.before_import(self)) is not None:
+        if (shared := handoff.before_import(self.ctx, self.mem)) is not None:
             self.container_setup = SETUP_SHARED
             return shared  # a container a live allocation of the checkout uses: kept
         if (kept := self._reuse_on_node()) is not None:
             return kept
-        if (cached := imagecache.start_from_cache(self)) is not None:
+        cached = imagecache.start_from_cache(self.ctx, self.alloc, self._setup_key(),
+                                             self._warn)
+        if cached is not None:
+            summary, self.alloc = cached
             self.container_setup = SETUP_CACHED
             self._gpu_check()
-            return cached
+            return summary
         setup.import_fresh(self.ctx, self.alloc)  # the one place a container is imported
         self.container_setup = SETUP_COLD
         setup.warm_mounts(self.ctx, self.alloc, self._warn)
@@ -1300,7 +958,7 @@ class AllocationMachine:
 
         assert self.alloc is not None
         key = self._setup_key()
-        if key is None or not imagecache.nodes_may_keep(self):  # item 3: pyxis' scope
+        if key is None or not imagecache.nodes_may_keep(self.ctx):  # item 3: pyxis' scope
             return None
         spec = self.spec
         name = spec.container_name or ""
@@ -1338,7 +996,8 @@ class AllocationMachine:
 
         assert self.alloc is not None
         self.alloc, summary = setup.install(self.ctx, self.alloc, self._setup_key())
-        self.cache_write_s = imagecache.fill(self)  # the image cache (issue 42 item 2)
+        self.cache_write_s = imagecache.fill(  # the image cache (issue 42 item 2)
+            self.ctx, self.alloc, self._setup_key(), self._warn)
         return summary
 
     def _gpu_check(self) -> list[GpuProcess]:
@@ -1397,7 +1056,8 @@ class AllocationMachine:
             return done.summary
         self.alloc = None
         self.released_job_id = done.job_id
-        succ = handoff.release_successor(self)  # a queued warm successor goes too
+        # a queued warm successor goes too
+        succ = handoff.release_successor(self.ctx, self.mem)
         if succ is not None:
             return f"Allocation {done.job_id} released (and its successor {succ})."
         return done.summary
@@ -1410,12 +1070,8 @@ class AllocationMachine:
         self.notes.append(text)
 
     def _warn(self, text: str) -> None:
-        if text not in self.warnings:
-            self.warnings.append(text)
-        if self._log == _LOG.info:  # no progress callback: the logger's own level
-            _LOG.warning("%s", text)
-        else:
-            self._log(f"WARNING: {text}")
+        """A warning, kept once and said (:func:`slurm_fsm.step0.context.warn`)."""
+        warn(self.ctx, self.mem, text)
 
     def _record(self, event: EventData) -> None:
         source = event.transition.source if event.transition else ""

@@ -201,3 +201,79 @@ def test_the_setup_room_is_the_one_place_a_container_is_imported() -> None:
                         node.value, ast.Constant) and node.value.value is True:
                     found.append(f"{path.relative_to(root)}:{fn.name}")
     assert found == ["step0/setup.py:import_fresh"]
+
+
+# ---------------------------------------------------------------- the effects
+#: what cancels an allocation or deletes a state file (or salloc's log, the successor
+#: record): step 0 does them only in slurm_fsm/step0/effects.py
+DESTRUCTIVE = frozenset({"cancel", "cancel_allocation", "delete", "delete_if_names",
+                         "unlink", "clear_successor"})
+#: step 0's modules: the driver, the hand-off work and every room of the wing
+STEP0_MODULES = ("machine.py", "handoff.py", "step0/*.py")
+
+
+def _destructive_calls(source: str) -> list[str]:
+    """``f(...)`` or ``x.f(...)`` for ``f`` in :data:`DESTRUCTIVE`, by function."""
+    out = []
+    for fn in ast.walk(ast.parse(source)):
+        if not isinstance(fn, ast.FunctionDef):
+            continue
+        for node in ast.walk(fn):
+            if not isinstance(node, ast.Call):
+                continue
+            name = (node.func.attr if isinstance(node.func, ast.Attribute)
+                    else getattr(node.func, "id", ""))
+            if name in DESTRUCTIVE:
+                out.append(f"{fn.name}: {name}")
+    return out
+
+
+def test_step0_cancels_and_deletes_only_in_its_effects_room() -> None:
+    """Issue 40 item 1: ``effects.py``, the only place step 0 cancels an allocation or
+    deletes a state file; the driver and every other room ask it."""
+    root = Path(machine.__file__).parent
+    found = {}
+    for pattern in STEP0_MODULES:
+        for path in sorted(root.glob(pattern)):
+            if path.name != "effects.py" and (calls := _destructive_calls(path.read_text())):
+                found[str(path.relative_to(root))] = calls
+    assert found == {}
+    assert _destructive_calls((root / "step0" / "effects.py").read_text())
+
+
+def test_the_effects_guard_sees_a_cancel_and_a_delete() -> None:
+    assert _destructive_calls("def f(m):\n    m.backend.cancel(j)\n    m.store.delete()\n"
+                              "    cancel_allocation(g, b, j, 'x')\n") == [
+        "f: cancel", "f: delete", "f: cancel_allocation"]
+
+
+# ---------------------------------------------------------------- the hand-off rooms
+def _machine_shaped(source: str) -> list[str]:
+    """A ``Machine`` protocol, a parameter annotated with it, or a reach for the
+    machine's privates (``._log``, ``._warn``, ``._setup_key``)."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ClassDef) and node.name == "Machine":
+            out.append(f"{node.lineno}: class Machine")
+        elif isinstance(node, ast.arg) and "Machine" in ast.unparse(node.annotation or
+                                                                     ast.Constant("")):
+            out.append(f"{node.lineno}: {node.arg}: Machine")
+        elif isinstance(node, ast.Attribute) and node.attr in ("_log", "_warn",
+                                                               "_setup_key"):
+            out.append(f"{node.lineno}: .{node.attr}")
+    return out
+
+
+@pytest.mark.parametrize("name", ["handoff.py", "imagecache.py"])
+def test_the_hand_off_and_cache_work_take_the_context_not_the_machine(name: str) -> None:
+    """Issue 40 item 1: handoff.py and imagecache.py each described the machine by a
+    protocol of their own (with its private ``_log``/``_warn``); they take the
+    :class:`Step0Context` and the driver's :class:`Step0Memory` instead."""
+    root = Path(machine.__file__).parent
+    assert _machine_shaped((root / name).read_text()) == []
+
+
+def test_the_machine_shape_guard_sees_a_protocol_and_a_private() -> None:
+    assert _machine_shaped("class Machine(Protocol): ...\ndef f(m: Machine) -> None:\n"
+                           "    m._warn('x')\n") == [
+        "1: class Machine", "2: m: Machine", "3: ._warn"]

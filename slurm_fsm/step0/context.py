@@ -14,25 +14,44 @@ of the issue hands it to each worker room instead of the machine.
 :class:`MachinePolicy` is the one record of the waits, retries and grace times that
 tune step 0 (before, six keywords stored as six attributes). Frozen: a change is
 ``attrs.evolve``. No Slurm call, no I/O here.
+
+:class:`Step0Memory` is what step 0's work remembers from one trigger to the next (the
+state file's allocation, the last job row, the ids cancelled or reused, the
+unreachable and pending counts, the notes): the driver owns one and hands it, with
+the context, to each worker room (:mod:`slurm_fsm.step0.validate`,
+:mod:`slurm_fsm.step0.allocate`); a room reads and updates it and returns what the
+driver needs to fire.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import attrs
 
+_LOG = logging.getLogger("slurm_fsm.machine")
+
 if TYPE_CHECKING:  # types only: this module loads nothing heavy
-    from slurm_fsm.backend import SlurmBackend
+    from slurm_fsm.backend import JobInfo, SlurmBackend
     from slurm_fsm.clock import Clock
     from slurm_fsm.history import RunHistory
     from slurm_fsm.lease import LeaseGate
     from slurm_fsm.spec import JobSpec
-    from slurm_fsm.state import StateStore
+    from slurm_fsm.state import AllocState, StateStore
 
-__all__ = ["ORPHAN_GRACE_S", "POLICY_FIELDS", "MachinePolicy", "Step0Context"]
+__all__ = [
+    "ORPHAN_GRACE_S",
+    "POLICY_FIELDS",
+    "HandoffState",
+    "MachinePolicy",
+    "Step0Context",
+    "Step0Memory",
+    "user_of",
+    "warn",
+]
 
 #: Step 0D leaves alone a job of the spec's name and of a request's nonce that no state
 #: file names while it is pending or has run less than this: it may be another run's,
@@ -83,3 +102,92 @@ class Step0Context:
     #: salloc's output (beside the state file)
     salloc_log: Path
     policy: MachinePolicy = MachinePolicy()
+
+
+@attrs.define
+class HandoffState:
+    """Step 0's memory of the warm successor's hand-off, within one run
+    (:mod:`slurm_fsm.handoff`'s work reads and writes it)."""
+
+    #: a successor failed in this run: today's path, no new one queued
+    failed: bool = False
+    #: this run queued one already: never a second (even when its file cannot be read
+    #: back, as in ``plan``'s dry run)
+    queued: bool = False
+    #: when this run began waiting for the successor (clock reading)
+    await_since: float | None = None
+    polls: int = 0
+    #: seconds this run's job waited for a successor (it did not fit the old allocation's
+    #: time left): the report's ``timings.successor_wait_s``; None: it never waited
+    waited_s: float | None = None
+    #: the successor it waited for
+    waited_for: str | None = None
+    #: the allocation replaced by the switch, to release once no job is on it
+    drained: str | None = None
+    #: the successor this run switched to: its job is admitted there with
+    #: :data:`slurm_fsm.handoff.SWITCHED_MARGIN_S`, never sent on to wait for yet another
+    switched_to: str | None = None
+    #: the job ids cancelled here
+    cancelled: set[str] = attrs.field(factory=set)
+    #: a drained allocation left by an earlier switch was looked for in this run
+    swept: bool = False
+    #: successors whose grant was judged in this run: job id -> what the spec needs
+    #: that the grant lacks (``[]``: it can serve the spec)
+    misfits: dict[str, list[str]] = attrs.field(factory=dict)
+    #: successors Slurm confirmed in this run as this checkout's own (tag, user) and the
+    #: very job their file recorded (submit time): only these are switched to
+    vetted: set[str] = attrs.field(factory=set)
+
+
+@attrs.define(kw_only=True)
+class Step0Memory:
+    """What step 0's work remembers between triggers (the driver's, lent to the rooms)."""
+
+    #: the allocation of the state file (None: none, or dropped)
+    alloc: AllocState | None = None
+    #: the last job row seen of it, and when (on the context's clock)
+    job: tuple[JobInfo, float] | None = None
+    #: steps skipped, waits, replacements... in words (the report's notes)
+    notes: list[str] = attrs.field(factory=list)
+    #: what went wrong but did not stop step 0 (the report's warnings), each once
+    warnings: list[str] = attrs.field(factory=list)
+    #: the Slurm user (asked once: :func:`user_of`); None: not asked yet
+    user: str | None = None
+    #: the warm successor's hand-off (:mod:`slurm_fsm.handoff`)
+    handoff: HandoffState = attrs.field(factory=HandoffState)
+    #: 0D: ids this machine cancelled (never cancelled twice)
+    cancelled: set[str] = attrs.field(factory=set)
+    #: ids the state file named that Slurm gave to another job (never an orphan)
+    reused: set[str] = attrs.field(factory=set)
+    #: 0D: another run's job, a moment old, that 0E adopts instead of a salloc
+    adopt: str | None = None
+    #: the grant was read into ``alloc`` and not yet written to the state file
+    grant_unsaved: bool = False
+    #: 0C: the controller was unreachable this many times in a row
+    attempt: int = 0
+    #: 0C: PENDING polls of the state file's allocation (the backoff's count)
+    pending_polls: int = 0
+    #: 0C: when the state file's allocation was first seen PENDING
+    pending_since: float | None = None
+    #: 0E asked for an allocation (or adopted another run's request)
+    salloc_requested: bool = False
+    #: the pre-flight's questions were asked (:func:`slurm_fsm.step0.allocate.require`)
+    required: bool = False
+
+
+def warn(ctx: Step0Context, mem: Step0Memory, text: str) -> None:
+    """A warning: kept once in ``mem.warnings`` and said (``WARNING: ...`` through the
+    context's ``say``; with no progress callback, at the logger's WARNING level)."""
+    if text not in mem.warnings:
+        mem.warnings.append(text)
+    if ctx.say == _LOG.info:  # no progress callback: the logger's own level
+        _LOG.warning("%s", text)
+    else:
+        ctx.say(f"WARNING: {text}")
+
+
+def user_of(ctx: Step0Context, mem: Step0Memory) -> str:
+    """The Slurm user, asked of the backend once (kept in ``mem.user``)."""
+    if mem.user is None:
+        mem.user = ctx.backend.current_user()
+    return mem.user

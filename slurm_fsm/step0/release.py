@@ -9,7 +9,7 @@ did as one :class:`Released`; the machine keeps its own memory (the allocation, 
 released id) and does the warm successor's part (:func:`slurm_fsm.handoff.release_successor`).
 
 0A's cancel is this work's own, not an edge's effect: releasing *is* cancelling. It
-goes through the lease gate (:func:`slurm_fsm.lease.cancel_allocation`: never under
+goes through the lease gate (:func:`slurm_fsm.step0.effects.cancel_gated`: never under
 another run's job) and only after the allocation is found to be this checkout's:
 
 * with a state file: its job, when Slurm's job of that id is the one recorded (same
@@ -19,24 +19,25 @@ another run's job) and only after the allocation is found to be this checkout's:
   by their tag (an untagged one of the procedure's job name may be another checkout's,
   following the procedure by hand).
 
-Then the state file and salloc's log are deleted (:func:`drop_files`).
+Then the state file and salloc's log are deleted
+(:func:`slurm_fsm.step0.effects.drop_files`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import attrs
 
 from slurm_fsm.backend import JobInfo
-from slurm_fsm.errors import JobNotFound, NotOurJobError, StateFileError
-from slurm_fsm.lease import cancel_allocation
+from slurm_fsm.errors import JobNotFound, NotOurJobError
 from slurm_fsm.ownership import Ownership, describe
 from slurm_fsm.state import AllocState
+from slurm_fsm.step0 import effects
 from slurm_fsm.step0.context import Step0Context
 from slurm_fsm.step0.table import owner_of, repo_tag, same_generation, state_job_names
 
-__all__ = ["Released", "drop_files", "release", "reused_id"]
+__all__ = ["Released", "release", "reused_id"]
 
 
 @attrs.frozen(kw_only=True)
@@ -57,19 +58,6 @@ def reused_id(alloc: AllocState | None, info: JobInfo) -> str:
             f"{alloc.submit_time if alloc else '?'}, but Slurm's job {info.job_id} was "
             f"submitted at {info.submit_time}: the id was reused by another job; it is "
             "left alone (never reused, never cancelled) and the state file is dropped")
-
-
-def drop_files(ctx: Step0Context, cancelled: Sequence[str]) -> None:
-    """Remove the state file and salloc's log after a release; a failure says what was
-    already cancelled (the allocation is gone even though its file is not)."""
-    try:
-        ctx.store.delete()
-        ctx.salloc_log.unlink(missing_ok=True)
-    except OSError as exc:
-        done = (f"allocation {', '.join(cancelled)} was cancelled, but "
-                if cancelled else "")
-        raise StateFileError(str(ctx.store.path), f"{done}the state file cannot be "
-                             f"deleted ({exc.strerror or exc}); delete it by hand") from exc
 
 
 def release(ctx: Step0Context, alloc: AllocState | None, *, user: Callable[[], str],
@@ -95,8 +83,8 @@ def release(ctx: Step0Context, alloc: AllocState | None, *, user: Callable[[], s
                 f"({repo_tag(ctx.spec)}, user {who!r}); the state file "
                 f"{ctx.store.path} is kept",
             )
-        cancel_allocation(ctx.leases, ctx.backend, job_id, "releasing it")
-    drop_files(ctx, [job_id] if info is not None else [])
+        effects.cancel_gated(ctx, job_id, "releasing it")
+    effects.drop_files(ctx, [job_id] if info is not None else [])
     ctx.say(f"Allocation {job_id} released.")
     return Released(summary=f"Allocation {job_id} released.", job_id=job_id,
                     from_state_file=True)
@@ -109,8 +97,8 @@ def _release_by_tag(ctx: Step0Context, user: str, warn: Callable[[str], None]
     found = [j.job_id for j in ctx.backend.find_jobs(None, user)
              if j.state.is_live and owner_of(j, user, ctx.spec) is Ownership.TAGGED]
     for job_id in found:  # never under another run's job
-        cancel_allocation(ctx.leases, ctx.backend, job_id, "releasing it")
-    drop_files(ctx, found)
+        effects.cancel_gated(ctx, job_id, "releasing it")
+    effects.drop_files(ctx, found)
     if not found:
         ctx.say("No allocation to release.")
         return Released(summary="no allocation to release", job_id=None,

@@ -1,0 +1,132 @@
+"""The only place step 0 cancels an allocation or deletes a state file.
+
+Theory of operation
+-------------------
+
+Step 0's destructive acts, each named for why it may happen (issue 40 item 1): the
+driver (:mod:`slurm_fsm.machine`), the hand-off work (:mod:`slurm_fsm.handoff`) and
+every room of :mod:`slurm_fsm.step0` call these and never ``backend.cancel``,
+:func:`slurm_fsm.lease.cancel_allocation`, ``StateStore.delete`` or an ``unlink``
+themselves (``tests/test_step0_package.py`` scans for it). A reader who asks "what
+can step 0 destroy, and when?" reads this module.
+
+* An allocation another run may use is cancelled through the lease gate
+  (:func:`cancel_gated`: a closing marker, then a last look for another run's lease),
+  the CANCEL effect's :func:`cancel_replaced` included.
+* A whole allocation on which no lease can exist (a new one still PENDING, one whose
+  state file could not be written, a successor that never started) is cancelled at
+  once (:func:`cancel_unleased`).
+* A state file is deleted whole (:func:`delete_state`), or only while it names the
+  allocation meant (:func:`delete_state_if_names`, never waiting for its lock);
+  DROP_STATE_FILE is :func:`drop_state_file`, a release's files :func:`drop_files`,
+  a successor's :func:`forget_successor_files` (or, switched to, its record:
+  :func:`forget_successor_record`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from slurm_fsm.errors import StateFileError
+from slurm_fsm.lease import cancel_allocation
+from slurm_fsm.state import AllocState, StateStore
+from slurm_fsm.step0.context import Step0Context, Step0Memory
+from slurm_fsm.step0.table import CONDITIONS, Observation
+from slurm_fsm.successor import clear_successor
+
+__all__ = [
+    "cancel_gated",
+    "cancel_replaced",
+    "cancel_unleased",
+    "delete_state",
+    "delete_state_if_names",
+    "drop_files",
+    "drop_state_file",
+    "forget_successor_files",
+    "forget_successor_record",
+]
+
+
+def cancel_gated(ctx: Step0Context, job_id: str, why: str, *, wait: bool = True) -> None:
+    """Cancel ``job_id`` through the lease gate (:func:`slurm_fsm.lease.cancel_allocation`:
+    never under another run's job; ``wait=False``: refuse at once with
+    :class:`~slurm_fsm.lease.AllocationInUse` instead of waiting for its leases)."""
+    cancel_allocation(ctx.leases, ctx.backend, job_id, why, wait=wait)
+
+
+def cancel_unleased(ctx: Step0Context, job_id: str) -> None:
+    """Cancel a whole allocation on which no lease can exist: this run's new one still
+    PENDING (it never starts, or waited too long), one whose state file could not be
+    written (no run knows it: never leaked), a successor that never started."""
+    ctx.backend.cancel(job_id)
+
+
+def cancel_replaced(ctx: Step0Context, mem: Step0Memory, job_id: str, why: str) -> None:
+    """The effect CANCEL: the state file's allocation, replaced (Expiring, TooShort,
+    Incompatible), through the lease gate; remembered (never an orphan to cancel
+    again) and in the notes."""
+    ctx.say(f"Cancelling allocation {job_id} ({why}).")
+    cancel_gated(ctx, job_id, f"replacing it ({why})")
+    mem.cancelled.add(job_id)
+    mem.notes.append(f"allocation {job_id} replaced ({why})")
+
+
+def delete_state(store: StateStore) -> None:
+    """Delete the state file of ``store`` (and its record), whatever it names."""
+    store.delete()
+
+
+def delete_state_if_names(store: StateStore, job_id: str) -> bool:
+    """Delete the state file of ``store`` only while it names ``job_id``, never waiting
+    for its lock; False when it was left (another allocation, or the lock is held)."""
+    return store.delete_if_names(job_id)
+
+
+def forget_successor_files(store: StateStore, record: Path) -> None:
+    """Drop a warm successor's state file and its record (no job is cancelled)."""
+    store.delete()
+    clear_successor(record)
+
+
+def forget_successor_record(record: Path) -> None:
+    """Drop a warm successor's record (its state file became the state file)."""
+    clear_successor(record)
+
+
+def drop_state_file(ctx: Step0Context, mem: Step0Memory, obs: Observation,
+                    alloc: AllocState | None) -> None:
+    """The effect DROP_STATE_FILE: say why, then drop only that allocation's file and
+    forget it (``mem.alloc``). Never cancels."""
+    job_id = alloc.job_id if alloc else "?"
+    if obs.gone and obs.info is None:
+        ctx.say(f"Allocation {job_id} no longer exists; dropping the state file.")
+    elif obs.info is not None and not CONDITIONS["job_is_ours"](obs, ctx.spec):
+        ctx.say(f"Job {job_id} is not ours; dropping the state file.")
+    elif obs.info is not None:
+        ctx.say(f"Allocation {job_id} is {obs.info.state}; dropping the state file.")
+    else:
+        ctx.say(f"Dropping the state file of allocation {job_id}.")
+    # only the file of that allocation, and never waiting for the lock: after a
+    # job (finish), another run's step 0 may hold it, and may have written a new
+    # allocation there; then its own validation drops this one's file
+    if alloc is None:  # a corrupt file, in step 0 (the lock is held)
+        delete_state(ctx.store)
+    elif not delete_state_if_names(ctx.store, alloc.job_id):
+        mem.notes.append(f"the state file was left for the next run's validation "
+                         f"(another run holds its lock or it names another "
+                         f"allocation than {job_id})")
+    mem.alloc = None
+
+
+def drop_files(ctx: Step0Context, cancelled: Sequence[str]) -> None:
+    """After a release (0A): remove the state file and salloc's log; a failure says
+    what was already cancelled (the allocation is gone even though its file is not)."""
+    try:
+        ctx.store.delete()
+        ctx.salloc_log.unlink(missing_ok=True)
+    except OSError as exc:
+        done = (f"allocation {', '.join(cancelled)} was cancelled, but "
+                if cancelled else "")
+        raise StateFileError(str(ctx.store.path), f"{done}the state file cannot be "
+                             f"deleted ({exc.strerror or exc}); delete it by hand") from exc
