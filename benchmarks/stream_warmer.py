@@ -25,6 +25,7 @@ from typing import Any
 
 from slurm_fsm import imagecache, warmer
 from slurm_fsm.machine import AllocationMachine
+from slurm_fsm.step0.context import Step0Context
 
 #: What starts the warmer's line of the set-up in its log.
 MARK = "stream-bench-setup "
@@ -33,7 +34,7 @@ MARK = "stream-bench-setup "
 def no_reuse() -> None:
     """Turn issue 42's check of the nodes' containers off in this process."""
 
-    def never(m: imagecache.Machine) -> bool:
+    def never(ctx: Step0Context) -> bool:
         return False
 
     imagecache.nodes_may_keep = never
