@@ -230,21 +230,36 @@ def _batch_job(view: RunView, backend: SlurmBackend, why: str) -> Report | None:
     return report_of(facts, spec)
 
 
-def _lease_gone(rec: OwnerRecord, backend: SlurmBackend) -> bool:
+def _lease_gone(view: RunView, rec: OwnerRecord, backend: SlurmBackend) -> bool:
     """Slurm no longer lists the lease step that held ``rec``'s run (nor its
-    allocation): its owner, on another host, is gone (a lease ends with its host).
-    False when Slurm cannot say, or the record names no lease."""
+    allocation): its owner, on another host, is gone (a lease ends with its host). Or
+    it lists a lease step no task of which ever ran (issue 39 (b): its host died
+    between the step's creation and the task's launch, and the step lives until the
+    allocation ends) while its owner is silent (:func:`_heartbeat_stopped`): that step
+    is cancelled here, the step alone. False when Slurm cannot say, or the record names
+    no lease; a silent owner whose lease task runs is a paused one, never gone."""
+    from slurm_fsm.backend import TaskLister
     from slurm_fsm.errors import BackendError, JobNotFound
 
     if not rec.lease:
         return False
     try:
-        names = {s.name for s in backend.list_steps(rec.allocation_id)}
+        listed = {s.name: s.step_id for s in backend.list_steps(rec.allocation_id)}
     except JobNotFound:
         return True
     except BackendError:
         return False
-    return rec.lease not in names
+    if rec.lease not in listed:
+        return True
+    if not (isinstance(backend, TaskLister) and _heartbeat_stopped(view)):
+        return False
+    try:
+        if listed[rec.lease] in backend.steps_with_tasks(rec.allocation_id):
+            return False
+        backend.cancel(rec.allocation_id, listed[rec.lease])  # the step only
+    except BackendError:
+        return False
+    return True
 
 
 def _heartbeat_stopped(view: RunView) -> bool:
@@ -306,13 +321,13 @@ def settle(view: RunView, backend: SlurmBackend | None = None) -> SavedReport | 
         report = _interrupted(view, why.replace("is gone", f"is gone (its heartbeat "
                                                 f"stopped {age:.0f} s ago)"))
     elif (rec.mode != "one-shot" and backend is not None and rec.allocation_id
-          and _lease_gone(rec, backend)):
+          and _lease_gone(view, rec, backend)):
         time.sleep(LEASE_GONE_GRACE_S)  # it may be judging now: its report comes first
         if (saved := view.files.report(rec.run_id)) is not None:
             return saved
         stopped = _stop_what_it_left(view, backend)
-        report = _interrupted(view, why.replace("is gone", "is gone (its lease step "
-                                                "ended with its host)") + stopped)
+        gone = "is gone (its lease step ended with its host, or never ran a task)"
+        report = _interrupted(view, why.replace("is gone", gone) + stopped)
     if report is None:
         return None
     owned = OwnedRun(view.files, rec.run_id, rec.owner, spec_path=rec.spec_path)

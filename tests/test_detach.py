@@ -394,3 +394,43 @@ def test_a_script_that_ended_just_before_its_owner_died_is_judged_by_its_guards_
     if status is not None:
         assert saved.report.exit_code == live.exit_code
         assert any("exit code 0 as its guard wrote it" in n for n in saved.report.notes)
+
+
+@pytest.mark.parametrize("task", [False, True])
+def test_a_dead_host_s_run_whose_lease_step_never_had_a_task_is_settled(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, task: bool) -> None:
+    """Issue 39 (b), the reader's side: login node A died between its lease ``srun``'s
+    step creation and the task's launch. Slurm lists the lease step until the
+    allocation ends, so ``wait``/``report`` took the run for alive and waited. Its
+    owner's silence (heartbeat stale) and Slurm's word that no task of the step runs
+    (``sstat``) tell: rebuilt, the step cancelled (the step alone). A silent owner whose
+    lease task runs (a paused one) is not: its run may go on."""
+    from slurm_fsm import detach
+    from slurm_fsm.detach import find, settle
+    from slurm_fsm.lease import lease_name
+    from slurm_fsm.runowner import HEARTBEAT_STALE_S
+
+    monkeypatch.setattr(detach, "LEASE_GONE_GRACE_S", 0.0)
+    fake = FakeCluster()
+    job = fake.make_job("alloc", fake.user).job_id
+    files = RunFiles(tmp_path / "work_dirs" / ".slurm_alloc.json")
+    run_id = "r0123456789ab"
+    lease = lease_name(run_id, time.time() + 3600)
+    step: str | None = None
+    if task:
+        fake.start_lease(job, lease)
+    else:
+        step = fake.step_without_task(job, lease)
+    rec = attrs.evolve(_foreign_starting_record(files, run_id), lease=lease,
+                       allocation_id=job, phase=RunPhase.RUNNING)
+    files.write_owner(rec)
+    old = time.time() - HEARTBEAT_STALE_S - 5
+    os.utime(files.owner_path(run_id), (old, old))
+    saved = settle(find(tmp_path, run_id), fake)
+    if task:
+        assert saved is None and fake.jobs[job].steps  # a paused owner's run goes on
+        return
+    assert saved is not None and saved.source == "rebuilt", saved
+    assert saved.report.status.name == "CANCELLED"
+    assert step is not None and step.split(".")[1] not in fake.jobs[job].steps
+    assert fake.jobs[job].state.is_running  # the step alone

@@ -166,3 +166,39 @@ def test_a_paused_owner_s_lease_whose_task_runs_is_kept_however_old_its_heartbea
             os.killpg(srun.pid, signal.SIGKILL)
             srun.communicate(timeout=30)
         names.cleanup()
+
+
+def test_a_reader_settles_a_dead_host_s_run_whose_lease_step_never_had_a_task(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    """The reader's side of issue 39 (b): ``report RUN_ID`` of a run whose login node
+    died between its lease step's creation and the task's launch took the run for alive
+    (Slurm lists the step) and never gave a verdict. Its owner's silence and ``sstat``
+    (no task of the step) tell: rebuilt at once, the step cancelled, the allocation
+    kept."""
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(spec_dict(local_cluster, tmp_path, names.new("readtl"))))
+    repo = tmp_path / "repo"
+    try:
+        ran = subprocess.run([sys.executable, "-m", "slurm_fsm", "run", str(spec), "--json"],
+                             capture_output=True, text=True, timeout=300,
+                             env=_env(local_cluster), check=False)
+        first = json.loads(ran.stdout)
+        assert first["status"] == "PASSED", first
+        alloc = str(first["allocation_id"])
+        run_id = new_run_id()
+        name = lease_name(run_id, time.time() + 3600)
+        step = step_without_task(local_cluster, alloc, name, tmp_path)
+        assert steps(alloc).get(step) == name  # Slurm lists it: "gone" cannot tell
+        _plant_owner(repo / "work_dirs", run_id, alloc, name, age_s=HEARTBEAT_STALE_S + 60)
+        done = subprocess.run([sys.executable, "-m", "slurm_fsm", "report", run_id, "--json",
+                               "--repo", str(repo)], capture_output=True, text=True,
+                              timeout=120, env=_env(local_cluster), check=False)
+        report = json.loads(done.stdout)
+        assert report["status"] == "CANCELLED", report
+        assert "never ran a task" in json.dumps(report), report
+        # the reader cancels the step (``scancel ALLOC.STEP``), but Slurm 22.05 keeps a
+        # step with no task listed whatever its scancel (measured: still RUNNING after
+        # scancel, scancel -s KILL and --full): it goes with the allocation
+        assert job_state(alloc) == "RUNNING"  # the allocation is kept
+    finally:
+        names.cleanup()
