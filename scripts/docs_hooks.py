@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +117,20 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
     return markdown
 
 
+def _inline(html: str, marker: str, draw: Callable[[], str], css: str,
+            caption: str) -> str:
+    """``marker`` in ``html`` -> the drawing ``draw()`` makes, in a figure with
+    ``caption``; a drawing that cannot be made fails the build."""
+    if marker not in html:
+        return html
+    try:
+        svg = draw()
+    except DiagramError as exc:
+        raise PluginError(str(exc)) from exc
+    return html.replace(marker, f'<figure class="fsm-diagram {css}">{svg}'
+                        f"<figcaption>{caption}</figcaption></figure>", 1)
+
+
 def _part_marker(block: re.Match[str]) -> str:
     """A mermaid block of states.md -> the marker of the drawing it names."""
     named = re.search(r"%% slurm_fsm part: (\w+)", block.group(0))
@@ -137,26 +152,14 @@ def on_page_content(html: str, page: Any, config: Any, files: Files) -> str:
                             "<figcaption>Drawn by Graphviz from "
                             "<code>slurm_fsm.machine.EDGES</code> when the site is built; "
                             "hover an arrow for its steps.</figcaption></figure>", 1)
-    if ARCH_DIAGRAM_MARKER in html:
-        try:
-            svg = architecture_svg()
-        except DiagramError as exc:
-            raise PluginError(str(exc)) from exc
-        html = html.replace(ARCH_DIAGRAM_MARKER, '<figure class="fsm-diagram fsm-layers">'
-                            f"{svg}<figcaption>Drawn by Graphviz from the package's imports "
-                            "(<code>slurm_fsm_dev.archmap</code>) when the site is built; "
-                            "each arrow counts the imports from one layer to another; "
-                            "red, dashed: an import against the layers.</figcaption>"
-                            "</figure>", 1)
-    if RUN_DIAGRAM_MARKER in html:
-        try:
-            svg = run_svg()
-        except DiagramError as exc:
-            raise PluginError(str(exc)) from exc
-        html = html.replace(RUN_DIAGRAM_MARKER, '<figure class="fsm-diagram fsm-run">'
-                            f"{svg}<figcaption>Drawn by Graphviz from "
-                            "<code>slurm_fsm.runstates.RUN_EDGES</code> when the site is "
-                            "built; dashed: what a reader does.</figcaption></figure>", 1)
+    html = _inline(html, ARCH_DIAGRAM_MARKER, architecture_svg, "fsm-layers",
+                   "Drawn by Graphviz from the package's imports "
+                   "(<code>slurm_fsm_dev.archmap</code>) when the site is built; each arrow "
+                   "counts the imports from one layer to another; red, dashed: an import "
+                   "against the layers.")
+    html = _inline(html, RUN_DIAGRAM_MARKER, run_svg, "fsm-run",
+                   "Drawn by Graphviz from <code>slurm_fsm.runstates.RUN_EDGES</code> when "
+                   "the site is built; dashed: what a reader does.")
     return html
 
 

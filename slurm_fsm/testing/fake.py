@@ -1264,6 +1264,11 @@ class FakeCluster:
         """A run's lease step ``name``: one step of the job (a ``srun``, counted as
         one by :meth:`count`), until stopped or :meth:`lease_owner_dies`."""
         self._call("start_lease", job_id=job_id, name=name)
+        return _FakeLease(self, job_id, self._new_step(job_id, name), name)
+
+    def _new_step(self, job_id: str, name: str) -> str:
+        """A RUNNING step ``name`` of running job ``job_id`` (JobNotFound, as srun's
+        error, when the job does not run); its step id."""
         job = self._job(job_id)
         if job.state is not JobState.RUNNING:
             raise JobNotFound(job_id, f"srun: error: Unable to create step for job {job_id}")
@@ -1271,7 +1276,7 @@ class FakeCluster:
         job.next_step += 1
         job.steps[step_id] = StepInfo(job_id=job_id, step_id=step_id, name=name,
                                      state=JobState.RUNNING)
-        return _FakeLease(self, job_id, step_id, name)
+        return step_id
 
     def lease_owner_dies(self, run_id: str) -> list[str]:
         """The orchestrator of run ``run_id`` is killed (``kill -9``): its lease step
@@ -1294,15 +1299,9 @@ class FakeCluster:
         :meth:`lease_owner_dies` leaves it): only a ``scancel`` of the step or the job.
         Its full id."""
         self._call("step_without_task", job_id=job_id, name=name)
-        job = self._job(job_id)
-        if job.state is not JobState.RUNNING:
-            raise JobNotFound(job_id, f"srun: error: Unable to create step for job {job_id}")
-        step_id = str(job.next_step)
-        job.next_step += 1
-        job.steps[step_id] = StepInfo(job_id=job_id, step_id=step_id, name=name,
-                                     state=JobState.RUNNING)
-        self._taskless.add(f"{job_id}.{step_id}")
-        return f"{job_id}.{step_id}"
+        full_id = f"{job_id}.{self._new_step(job_id, name)}"
+        self._taskless.add(full_id)
+        return full_id
 
     def steps_with_tasks(self, job_id: str) -> set[str]:
         """The job's running numbered steps but those :meth:`step_without_task` made

@@ -76,6 +76,18 @@ def _plant_owner(work_dirs: Path, run_id: str, alloc: str, lease: str, age_s: fl
     os.utime(files.owner_path(run_id), (then, then))
 
 
+def _allocation_and_lease(cluster: ClusterInfo, spec: Path) -> tuple[str, str, str]:
+    """A first run of ``spec`` (it makes the persistent allocation, and must pass), then
+    a new run id and its lease step's name: the allocation, the run id, the name."""
+    ran = subprocess.run([sys.executable, "-m", "slurm_fsm", "run", str(spec), "--json"],
+                         capture_output=True, text=True, timeout=300, env=_env(cluster),
+                         check=False)
+    first = json.loads(ran.stdout)
+    assert first["status"] == "PASSED", first
+    run_id = new_run_id()
+    return str(first["allocation_id"]), run_id, lease_name(run_id, time.time() + 3600)
+
+
 def _release(cluster: ClusterInfo, spec: Path) -> dict[str, object]:
     done = subprocess.run([sys.executable, "-m", "slurm_fsm", "release", str(spec), "--json",
                            "--no-wait"], capture_output=True, text=True, timeout=180,
@@ -97,14 +109,7 @@ def test_a_lease_step_whose_task_never_ran_is_broken_once_its_owner_is_gone(
     spec.write_text(json.dumps(spec_dict(local_cluster, tmp_path, names.new("taskless"))))
     work_dirs = tmp_path / "repo" / "work_dirs"
     try:
-        ran = subprocess.run([sys.executable, "-m", "slurm_fsm", "run", str(spec), "--json"],
-                             capture_output=True, text=True, timeout=300,
-                             env=_env(local_cluster), check=False)
-        first = json.loads(ran.stdout)
-        assert first["status"] == "PASSED", first
-        alloc = str(first["allocation_id"])
-        run_id = new_run_id()
-        name = lease_name(run_id, time.time() + 3600)
+        alloc, run_id, name = _allocation_and_lease(local_cluster, spec)
         step = step_without_task(local_cluster, alloc, name, tmp_path)
         assert steps(alloc) == {step: name}  # listed RUNNING, with no task
         shown = subprocess.run(["scontrol", "show", "step", step], capture_output=True,
@@ -140,14 +145,7 @@ def test_a_paused_owner_s_lease_whose_task_runs_is_kept_however_old_its_heartbea
     work_dirs = tmp_path / "repo" / "work_dirs"
     srun = None
     try:
-        ran = subprocess.run([sys.executable, "-m", "slurm_fsm", "run", str(spec), "--json"],
-                             capture_output=True, text=True, timeout=300,
-                             env=_env(local_cluster), check=False)
-        first = json.loads(ran.stdout)
-        assert first["status"] == "PASSED", first
-        alloc = str(first["allocation_id"])
-        run_id = new_run_id()
-        name = lease_name(run_id, time.time() + 3600)
+        alloc, run_id, name = _allocation_and_lease(local_cluster, spec)
         srun = subprocess.Popen(srun_lease_argv(alloc, name), env=_env(local_cluster),
                                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, start_new_session=True)
@@ -179,14 +177,7 @@ def test_a_reader_settles_a_dead_host_s_run_whose_lease_step_never_had_a_task(
     spec.write_text(json.dumps(spec_dict(local_cluster, tmp_path, names.new("readtl"))))
     repo = tmp_path / "repo"
     try:
-        ran = subprocess.run([sys.executable, "-m", "slurm_fsm", "run", str(spec), "--json"],
-                             capture_output=True, text=True, timeout=300,
-                             env=_env(local_cluster), check=False)
-        first = json.loads(ran.stdout)
-        assert first["status"] == "PASSED", first
-        alloc = str(first["allocation_id"])
-        run_id = new_run_id()
-        name = lease_name(run_id, time.time() + 3600)
+        alloc, run_id, name = _allocation_and_lease(local_cluster, spec)
         step = step_without_task(local_cluster, alloc, name, tmp_path)
         assert steps(alloc).get(step) == name  # Slurm lists it: "gone" cannot tell
         _plant_owner(repo / "work_dirs", run_id, alloc, name, age_s=HEARTBEAT_STALE_S + 60)
