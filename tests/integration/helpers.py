@@ -142,6 +142,38 @@ class JobNames:
         until("our jobs gone from squeue", lambda: True if not self.jobs() else None, 180.0)
 
 
+def local_processes(tag: str, *, skip: tuple[str, ...] = ("pytest",)) -> list[str]:
+    """Local processes whose command line holds ``tag``, each with its pid and its
+    state, parent, group and session (what a failure needs to be understood)."""
+    found = []
+    for pid in Path("/proc").iterdir():
+        try:
+            cmd = (pid / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if tag in cmd and not any(s in cmd for s in skip):
+            try:
+                state = (pid / "stat").read_text().rsplit(")", 1)[-1].split()[:4]
+            except OSError:
+                state = []
+            found.append(f"{cmd}[pid {pid.name} state/ppid/pgrp/sid {' '.join(state)}]")
+    return found
+
+
+def assert_processes_end(tag: str, why: str, within: float = 30, *,
+                         skip: tuple[str, ...] = ("pytest",)) -> None:
+    """No local process holds ``tag`` within ``within`` seconds. Slurm lists a cancelled
+    step no more before its srun and task have ended (seen on 24.11 and 26.05 under
+    load: both still there as the report came); they end on Slurm's own time, never
+    forever. The one way the real tests look for a step's leftover processes, so none
+    asserts "gone" at the instant Slurm stops listing the step."""
+    try:
+        until(f"{why}: no process with {tag!r}",
+              lambda: True if not local_processes(tag, skip=skip) else None, within)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {local_processes(tag, skip=skip)}") from None
+
+
 def spec_dict(cluster: ClusterInfo, root: Path, name: str, **over: Any) -> dict[str, Any]:
     """A persistent job spec on ``cluster`` with everything under ``root``; ``over``
     replaces fields (``slurm_params`` entries merge)."""

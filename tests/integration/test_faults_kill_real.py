@@ -27,7 +27,16 @@ import pytest
 
 from slurm_fsm_dev.localcluster import ClusterInfo
 
-from .helpers import JobNames, job_state, jobs_named, spec_dict, step_ids, steps, until
+from .helpers import (
+    JobNames,
+    assert_processes_end,
+    job_state,
+    jobs_named,
+    spec_dict,
+    step_ids,
+    steps,
+    until,
+)
 
 pytestmark = pytest.mark.slurm
 
@@ -114,23 +123,6 @@ def _run_json(spec: Path, timeout: float = 120) -> dict[str, object]:
     return report
 
 
-def _sleepers(tag: str) -> list[str]:
-    """Local processes whose command line holds ``tag`` (an srun of the test's step)."""
-    found = []
-    for pid in Path("/proc").iterdir():
-        try:
-            cmd = (pid / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if tag in cmd and "pytest" not in cmd:
-            try:  # state, ppid, pgrp, session: what a failure needs to be understood
-                state = (pid / "stat").read_text().rsplit(")", 1)[-1].split()[:4]
-            except OSError:
-                state = []
-            found.append(f"{cmd}[pid {pid.name} state/ppid/pgrp/sid {' '.join(state)}]")
-    return found
-
-
 def test_a_script_that_exits_with_a_step_in_the_background_leaves_no_step(
         local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
     """20.6: ``srun ... &`` still running when the script exits: the run stops that step
@@ -146,7 +138,7 @@ def test_a_script_that_exits_with_a_step_in_the_background_leaves_no_step(
         assert report["status"] == "PASSED", report
         alloc = str(report["allocation_id"])
         assert step_ids(alloc) == []  # gone before the run returned
-        assert not _sleepers("sleep 313")
+        assert_processes_end("sleep 313", "the step's srun and task")
         assert any("stopped what the script left running" in w
                    for w in report["warnings"]), report["warnings"]  # type: ignore[union-attr]
         assert _records(tmp_path) == []
@@ -188,14 +180,7 @@ def test_kill_9_of_the_script_s_guard_or_bash_stops_its_step(
         report = json.loads(out)
         assert report["status"] != "PASSED"
         assert step_ids(alloc) == []
-        # Slurm lists the step no more; its srun and task end on Slurm's own time (seen
-        # once on 24.11 at load 15: both still there as the report came): not forever
-        try:
-            until("the step's processes gone", lambda: True if not _sleepers(
-                "sleep 317") else None, 30)
-        except AssertionError as exc:
-            raise AssertionError(f"{exc} (the script's group was {pgid}): "
-                                 f"{_sleepers('sleep 317')}") from None
+        assert_processes_end("sleep 317", f"the step's srun and task (script group {pgid})")
         assert _records(tmp_path) == []
         assert job_state(alloc) == "RUNNING"  # the allocation is kept
     finally:
@@ -226,7 +211,7 @@ def test_kill_9_during_a_setup_step_leaves_nothing_running(
         orchestrator.send_signal(signal.SIGKILL)
         orchestrator.wait(timeout=10)
         until("the setup step gone", lambda: True if not step_ids(alloc) else None, 30)
-        until("its srun gone", lambda: True if not _sleepers("sleep 331") else None, 15)
+        assert_processes_end("sleep 331", "its srun")
     finally:
         subprocess.run(["scancel", alloc], timeout=30, check=False)
 
