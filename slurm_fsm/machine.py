@@ -83,7 +83,6 @@ from slurm_fsm.errors import (
 from slurm_fsm.history import Estimate, RunHistory, lead_times
 from slurm_fsm.lease import LeaseGate
 from slurm_fsm.nvsmi import NvidiaSmiFailed
-from slurm_fsm.ownership import describe
 from slurm_fsm.paths import StatePaths
 from slurm_fsm.preflight import PreflightFailed
 from slurm_fsm.slurmcli import (
@@ -104,7 +103,6 @@ from slurm_fsm.step0.context import (
 from slurm_fsm.step0.outcome import Failure, Step0Outcome, SuccessorWait, Transition
 from slurm_fsm.step0.table import (
     EDGES,
-    EXPIRY_MARGIN_S,
     IN_PROGRESS,
     Edge,
     Effect,
@@ -112,11 +110,7 @@ from slurm_fsm.step0.table import (
     State,
     edges_from,
     mermaid_diagram,
-    owner_of,
     part_of_state,
-    repo_tag,
-    same_generation,
-    state_job_names,
 )
 
 if TYPE_CHECKING:  # a container's setup is imported when a run sets one up (a warm run never)
@@ -265,8 +259,6 @@ class AllocationMachine:
     trigger raises :class:`transitions.MachineError` and does nothing.
     """
 
-    #: why the allocation is replaced (set by the work, read by the CANCEL effect)
-    _replace_why: str = ""
     #: the rules the last edge was taken for, in words (:meth:`Edge.why`)
     _why: str = ""
     #: how step 0 came by its container: :data:`SETUP_COLD` (imported, installed),
@@ -319,7 +311,6 @@ class AllocationMachine:
         #: what the work of the last trigger saw; the conditions read only this and the spec
         self.observation = Observation()
         self.history: list[Transition] = []
-        self.failure: Failure | None = None
         self.released_job_id: str | None = None  # set by release (0A)
         self._gpu_ahead: _GpuAhead | None = None  # start_gpu_check's, for which job
         self.edges: tuple[Edge, ...] = tuple(EDGES)
@@ -419,6 +410,15 @@ class AllocationMachine:
     def handoff(self) -> handoff.HandoffState:
         """The warm successor's hand-off memory (:mod:`slurm_fsm.handoff`)."""
         return self.mem.handoff
+
+    @property
+    def failure(self) -> Failure | None:
+        """Why step 0 failed (None: it did not)."""
+        return self.mem.failure
+
+    @failure.setter
+    def failure(self, failure: Failure | None) -> None:
+        self.mem.failure = failure
 
     @property
     def salloc_requested(self) -> bool:
@@ -740,89 +740,10 @@ class AllocationMachine:
         self._applied = [effect for effect in edge.effects if self._effect(effect)]
 
     def _effect(self, effect: Effect) -> bool:
-        """Carry out one effect of the chosen edge (:data:`_EFFECT_WORK`: one method per
-        effect); False when there was nothing to do (no allocation to cancel, a nodelist
-        already complete, no job to warn about)."""
-        return _EFFECT_WORK[effect](self)
-
-    def _fx_drop_state_file(self) -> bool:
-        effects.drop_state_file(self.ctx, self.mem, self.observation, self.alloc)
-        return True
-
-    def _fx_cancel(self) -> bool:
-        if self.alloc is None:  # nothing the state file names: nothing to cancel
-            return False
-        self._replace(self.alloc.job_id)
-        return True
-
-    def _fx_record_failure(self) -> bool:
-        obs = self.observation
-        self.failure = Failure(self.state.value, obs.failure or obs.summary,
-                               state_file_kept=self.store.exists())
-        return True
-
-    def _fx_complete_nodelist(self) -> bool:
-        alloc, info = self.alloc, self.observation.info
-        if alloc is None or not (self.mem.grant_unsaved or (
-                not alloc.nodelist and info is not None and info.nodelist)):
-            return False
-        # written while PENDING by a run that was interrupted (or by an older version
-        # without the grant): complete it
-        if not alloc.nodelist and info is not None:
-            alloc = self.alloc = attrs.evolve(alloc, nodelist=info.nodelist)
-        self.mem.grant_unsaved = False
-        self.store.write(alloc)
-        return True
-
-    def _fx_warn_not_ours(self) -> bool:
-        obs, alloc = self.observation, self.alloc
-        if obs.info is None:  # no job row: nobody's job to describe
-            return False
-        if not same_generation(alloc, obs.info):
-            self._warn(release.reused_id(alloc, obs.info))
-            self.mem.reused.add(obs.info.job_id)  # nor cancelled as an orphan (0D)
-            return True
-        owner = owner_of(obs.info, obs.user, self.spec, state_job_names(alloc, self.spec))
-        self._warn(
-            f"state file names job {obs.info.job_id}, but it is not ours: it is "
-            f"{describe(obs.info, owner)}, and this checkout is {repo_tag(self.spec)} of "
-            f"user {obs.user!r}; it is left alone (never reused, never cancelled) and the "
-            "state file is dropped"
-        )
-        return True
-
-    def _fx_warn_expiring(self) -> bool:
-        info = self.observation.info
-        if info is None:
-            return False
-        self._warn(f"Allocation expiring soon: {info.job_id} has {info.time_left} left.")
-        return True
-
-    def _fx_drop_successor(self) -> bool:
-        return handoff.drop_successor(self.ctx, self.mem)
-
-    def _fx_release_drained(self) -> bool:
-        alloc = self.alloc
-        drained = (self.handoff.drained if self.state is State.Switching
-                   else alloc.job_id if alloc else None)
-        return handoff.release_drained(self.ctx, self.mem, drained)
-
-    def _fx_warn_too_short(self) -> bool:
-        obs = self.observation
-        if obs.info is None:
-            return False
-        self._warn(f"Allocation {obs.info.job_id} has {obs.info.time_left} left; the job "
-                   f"{obs.expected} and needs {Duration.of_seconds(EXPIRY_MARGIN_S)} "
-                   "more of margin: it is not started on it; the allocation is replaced "
-                   "once no other run's job uses it.")
-        return True
-
-    def _replace(self, job_id: str) -> None:
-        """The effect CANCEL (:func:`slurm_fsm.step0.effects.cancel_replaced`), never
-        before the questions that need no allocation."""
-        self._require()
-        effects.cancel_replaced(self.ctx, self.mem, job_id,
-                                self._replace_why or self.state.value)
+        """Carry out one effect of the chosen edge
+        (:data:`slurm_fsm.step0.effects.EFFECT_WORK`); False when there was nothing to
+        do (no allocation to cancel, a nodelist already complete, no job to warn about)."""
+        return effects.EFFECT_WORK[effect](self.ctx, self.mem, self.observation, self.state)
 
     def _require(self) -> None:
         """The pre-flight's questions, once (:func:`slurm_fsm.step0.allocate.require`)."""
@@ -893,7 +814,7 @@ class AllocationMachine:
         self._require()  # a spec the cluster cannot run stops here: nothing cancelled
         why = validate.replacing(self.ctx, self.mem, self.state, self._why,
                                  self.observation.expected)
-        self._replace_why = why  # the edge's CANCEL goes through the lease gate
+        self.mem.replace_why = why  # the edge's CANCEL goes through the lease gate
         return f"replacing allocation {self.alloc.job_id} ({why})"
 
 
@@ -1114,17 +1035,3 @@ class AllocationMachine:
         self._applied = []
         self._model.fail()  # type: ignore[attr-defined]  # bound by transitions
 
-
-#: The work of each effect an edge names (:meth:`AllocationMachine._effect`): the one
-#: place that says what an effect does; every :class:`Effect` has a row (a test checks).
-_EFFECT_WORK: dict[Effect, Callable[[AllocationMachine], bool]] = {
-    Effect.DROP_STATE_FILE: AllocationMachine._fx_drop_state_file,
-    Effect.CANCEL: AllocationMachine._fx_cancel,
-    Effect.RECORD_FAILURE: AllocationMachine._fx_record_failure,
-    Effect.COMPLETE_NODELIST: AllocationMachine._fx_complete_nodelist,
-    Effect.WARN_NOT_OURS: AllocationMachine._fx_warn_not_ours,
-    Effect.WARN_EXPIRING: AllocationMachine._fx_warn_expiring,
-    Effect.WARN_TOO_SHORT: AllocationMachine._fx_warn_too_short,
-    Effect.DROP_SUCCESSOR: AllocationMachine._fx_drop_successor,
-    Effect.RELEASE_DRAINED: AllocationMachine._fx_release_drained,
-}

@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # types only: this module loads nothing heavy
     from slurm_fsm.lease import LeaseGate
     from slurm_fsm.spec import JobSpec
     from slurm_fsm.state import AllocState, StateStore
+    from slurm_fsm.step0.outcome import Failure
 
 __all__ = [
     "ORPHAN_GRACE_S",
@@ -173,6 +174,11 @@ class Step0Memory:
     salloc_requested: bool = False
     #: the pre-flight's questions were asked (:func:`slurm_fsm.step0.allocate.require`)
     required: bool = False
+    #: why the allocation is replaced (set by Expiring/TooShort/Incompatible's work,
+    #: read by the CANCEL effect)
+    replace_why: str = ""
+    #: why step 0 failed (the RECORD_FAILURE effect's, or the driver's failure routing)
+    failure: Failure | None = None
 
 
 def warn(ctx: Step0Context, mem: Step0Memory, text: str) -> None:

@@ -21,21 +21,43 @@ can step 0 destroy, and when?" reads this module.
   DROP_STATE_FILE is :func:`drop_state_file`, a release's files :func:`drop_files`,
   a successor's :func:`forget_successor_files` (or, switched to, its record:
   :func:`forget_successor_record`).
+
+Every :class:`~slurm_fsm.step0.table.Effect` an edge carries has its work here, one
+function of the context, the memory, the observation the edge was chosen on and the
+state it leaves (:data:`EFFECT_WORK`, every effect a row: a test checks); the driver
+runs the chosen edge's effects through it and does none itself.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import attrs
+
+from slurm_fsm.duration import Duration
 from slurm_fsm.errors import StateFileError
 from slurm_fsm.lease import cancel_allocation
+from slurm_fsm.ownership import describe
 from slurm_fsm.state import AllocState, StateStore
-from slurm_fsm.step0.context import Step0Context, Step0Memory
-from slurm_fsm.step0.table import CONDITIONS, Observation
+from slurm_fsm.step0.context import Step0Context, Step0Memory, user_of, warn
+from slurm_fsm.step0.outcome import Failure
+from slurm_fsm.step0.table import (
+    CONDITIONS,
+    EXPIRY_MARGIN_S,
+    Effect,
+    Observation,
+    State,
+    owner_of,
+    repo_tag,
+    same_generation,
+    state_job_names,
+)
 from slurm_fsm.successor import clear_successor
 
 __all__ = [
+    "EFFECT_WORK",
+    "EffectWork",
     "cancel_gated",
     "cancel_replaced",
     "cancel_unleased",
@@ -130,3 +152,122 @@ def drop_files(ctx: Step0Context, cancelled: Sequence[str]) -> None:
                 if cancelled else "")
         raise StateFileError(str(ctx.store.path), f"{done}the state file cannot be "
                              f"deleted ({exc.strerror or exc}); delete it by hand") from exc
+
+
+# The work of each effect an edge carries ---------------------------------------------
+#: one effect's work: True when it did something (False: no allocation to cancel, a
+#: nodelist already complete, no job to warn about); ``state``: the state the edge leaves
+EffectWork = Callable[[Step0Context, Step0Memory, Observation, State], bool]
+
+
+def _fx_drop_state_file(ctx: Step0Context, mem: Step0Memory, obs: Observation,
+                        state: State) -> bool:
+    drop_state_file(ctx, mem, obs, mem.alloc)
+    return True
+
+
+def _fx_cancel(ctx: Step0Context, mem: Step0Memory, obs: Observation, state: State) -> bool:
+    """CANCEL, never before the pre-flight's questions that need no allocation
+    (:func:`slurm_fsm.step0.allocate.require`: a spec the cluster cannot run fails
+    with the allocation left as it was)."""
+    from slurm_fsm.step0 import allocate  # it cancels orphans through this module
+
+    if mem.alloc is None:  # nothing the state file names: nothing to cancel
+        return False
+    allocate.require(ctx, mem, user_of(ctx, mem), lambda text: warn(ctx, mem, text))
+    cancel_replaced(ctx, mem, mem.alloc.job_id, mem.replace_why or state.value)
+    return True
+
+
+def _fx_record_failure(ctx: Step0Context, mem: Step0Memory, obs: Observation,
+                       state: State) -> bool:
+    mem.failure = Failure(state.value, obs.failure or obs.summary,
+                          state_file_kept=ctx.store.exists())
+    return True
+
+
+def _fx_complete_nodelist(ctx: Step0Context, mem: Step0Memory, obs: Observation,
+                          state: State) -> bool:
+    alloc, info = mem.alloc, obs.info
+    if alloc is None or not (mem.grant_unsaved or (
+            not alloc.nodelist and info is not None and info.nodelist)):
+        return False
+    # written while PENDING by a run that was interrupted (or by an older version
+    # without the grant): complete it
+    if not alloc.nodelist and info is not None:
+        alloc = mem.alloc = attrs.evolve(alloc, nodelist=info.nodelist)
+    mem.grant_unsaved = False
+    ctx.store.write(alloc)
+    return True
+
+
+def _fx_warn_not_ours(ctx: Step0Context, mem: Step0Memory, obs: Observation,
+                      state: State) -> bool:
+    from slurm_fsm.step0.release import reused_id  # 0A's room cancels through this one
+
+    alloc, spec = mem.alloc, ctx.spec
+    if obs.info is None:  # no job row: nobody's job to describe
+        return False
+    if not same_generation(alloc, obs.info):
+        warn(ctx, mem, reused_id(alloc, obs.info))
+        mem.reused.add(obs.info.job_id)  # nor cancelled as an orphan (0D)
+        return True
+    owner = owner_of(obs.info, obs.user, spec, state_job_names(alloc, spec))
+    warn(ctx, mem,
+         f"state file names job {obs.info.job_id}, but it is not ours: it is "
+         f"{describe(obs.info, owner)}, and this checkout is {repo_tag(spec)} of "
+         f"user {obs.user!r}; it is left alone (never reused, never cancelled) and the "
+         "state file is dropped")
+    return True
+
+
+def _fx_warn_expiring(ctx: Step0Context, mem: Step0Memory, obs: Observation,
+                      state: State) -> bool:
+    info = obs.info
+    if info is None:
+        return False
+    warn(ctx, mem, f"Allocation expiring soon: {info.job_id} has {info.time_left} left.")
+    return True
+
+
+def _fx_warn_too_short(ctx: Step0Context, mem: Step0Memory, obs: Observation,
+                       state: State) -> bool:
+    if obs.info is None:
+        return False
+    warn(ctx, mem, f"Allocation {obs.info.job_id} has {obs.info.time_left} left; the job "
+         f"{obs.expected} and needs {Duration.of_seconds(EXPIRY_MARGIN_S)} more of "
+         "margin: it is not started on it; the allocation is replaced once no other "
+         "run's job uses it.")
+    return True
+
+
+def _fx_drop_successor(ctx: Step0Context, mem: Step0Memory, obs: Observation,
+                       state: State) -> bool:
+    from slurm_fsm import handoff  # the warm successor's edges only (issue 42)
+
+    return handoff.drop_successor(ctx, mem)
+
+
+def _fx_release_drained(ctx: Step0Context, mem: Step0Memory, obs: Observation,
+                        state: State) -> bool:
+    from slurm_fsm import handoff  # the warm successor's edges only (issue 42)
+
+    alloc = mem.alloc
+    drained = (mem.handoff.drained if state is State.Switching
+               else alloc.job_id if alloc else None)
+    return handoff.release_drained(ctx, mem, drained)
+
+
+#: The work of each effect an edge names: the one place that says what an effect does;
+#: every :class:`~slurm_fsm.step0.table.Effect` has a row (a test checks).
+EFFECT_WORK: dict[Effect, EffectWork] = {
+    Effect.DROP_STATE_FILE: _fx_drop_state_file,
+    Effect.CANCEL: _fx_cancel,
+    Effect.RECORD_FAILURE: _fx_record_failure,
+    Effect.COMPLETE_NODELIST: _fx_complete_nodelist,
+    Effect.WARN_NOT_OURS: _fx_warn_not_ours,
+    Effect.WARN_EXPIRING: _fx_warn_expiring,
+    Effect.WARN_TOO_SHORT: _fx_warn_too_short,
+    Effect.DROP_SUCCESSOR: _fx_drop_successor,
+    Effect.RELEASE_DRAINED: _fx_release_drained,
+}
