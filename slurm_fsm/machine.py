@@ -46,9 +46,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import Future
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -60,7 +58,6 @@ from transitions import EventData, Machine, MachineError
 from slurm_fsm import handoff, sharedview
 from slurm_fsm.backend import (
     ContainerOptions,
-    GpuProcess,
     JobInfo,
     SlurmBackend,
     StepRequest,
@@ -82,7 +79,6 @@ from slurm_fsm.errors import (
 )
 from slurm_fsm.history import Estimate, RunHistory, lead_times
 from slurm_fsm.lease import LeaseGate
-from slurm_fsm.nvsmi import NvidiaSmiFailed
 from slurm_fsm.paths import StatePaths
 from slurm_fsm.preflight import PreflightFailed
 from slurm_fsm.slurmcli import (
@@ -91,7 +87,7 @@ from slurm_fsm.slurmcli import (
 )
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState, StateStore
-from slurm_fsm.step0 import allocate, effects, release, validate
+from slurm_fsm.step0 import allocate, checks, effects, release, validate
 from slurm_fsm.step0.context import (
     ORPHAN_GRACE_S,
     MachinePolicy,
@@ -231,11 +227,6 @@ def _now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
-#: the pre-flight's GPU check begun early (:meth:`AllocationMachine.start_gpu_check`):
-#: the allocation it asks about, and its answer to come
-_GpuAhead = tuple[str, Future[list[GpuProcess]]]
-
-
 def _policy_option(name: str) -> Any:
     """A tuning option of :class:`MachinePolicy` as the machine's attribute: read from
     its context's policy; set, a new policy with that option."""
@@ -312,7 +303,6 @@ class AllocationMachine:
         self.observation = Observation()
         self.history: list[Transition] = []
         self.released_job_id: str | None = None  # set by release (0A)
-        self._gpu_ahead: _GpuAhead | None = None  # start_gpu_check's, for which job
         self.edges: tuple[Edge, ...] = tuple(EDGES)
         self._taken: Edge | None = None
         self._applied: list[Effect] = []  # the effects of the last edge that did something
@@ -488,21 +478,8 @@ class AllocationMachine:
         no-op otherwise, or when the job asks no GPU): the caller starts its lease step
         meanwhile, and :meth:`run`'s pre-flight takes this check's answer, or its
         error, as its own. Call it once what a dead run left is stopped (the check
-        would see its GPU processes)."""
-        alloc = self.alloc
-        if (self.state is not State.Ready or alloc is None
-                or not self.spec.slurm_params.gpus_per_node):
-            return
-        future: Future[list[GpuProcess]] = Future()
-
-        def ask() -> None:
-            try:
-                future.set_result(self._ask_gpus(alloc))
-            except BaseException as exc:  # the pre-flight's, as if asked there
-                future.set_exception(exc)
-
-        threading.Thread(target=ask, name="slurm_fsm-gpu-check", daemon=True).start()
-        self._gpu_ahead = (alloc.job_id, future)
+        would see its GPU processes). :func:`slurm_fsm.step0.checks.start_gpu_check`."""
+        checks.start_gpu_check(self.ctx, self.mem, self.state)
 
     def finish(self, reason: str = "", allocation_gone: bool = False) -> bool:
         """The job on the allocation ended; ``allocation_gone``: the allocation ended too."""
@@ -768,7 +745,7 @@ class AllocationMachine:
         if trigger == "release":
             summary = self._release()
         elif trigger == "run":
-            summary = self._preflight()
+            summary = checks.preflight(self.ctx, self.mem)
         else:
             work: dict[State, Callable[[], str]] = {
                 State.Expiring: self._replacing,
@@ -846,12 +823,12 @@ class AllocationMachine:
         if cached is not None:
             summary, self.alloc = cached
             self.container_setup = SETUP_CACHED
-            self._gpu_check()
+            checks.gpu_check(self.ctx, self.mem)
             return summary
         setup.import_fresh(self.ctx, self.alloc)  # the one place a container is imported
         self.container_setup = SETUP_COLD
         setup.warm_mounts(self.ctx, self.alloc, self._warn)
-        self._gpu_check()
+        checks.gpu_check(self.ctx, self.mem)
         # not installed yet, also when this job skips the install (skip_install): the
         # next job in this container that installs must find it not done
         self.alloc = attrs.evolve(self.alloc, container_name=name, installed=False)
@@ -902,7 +879,7 @@ class AllocationMachine:
                       f"({held}): imported and installed afresh.")
             return None
         self.container_setup = SETUP_REUSED
-        self._gpu_check()
+        checks.gpu_check(self.ctx, self.mem)
         self.alloc = attrs.evolve(self.alloc, container_name=name, installed=True)
         self.store.write(self.alloc)
         self._log(f"Container {name!r} on {self.alloc.nodelist} was set up from the same "
@@ -920,46 +897,6 @@ class AllocationMachine:
         self.cache_write_s = imagecache.fill(  # the image cache (issue 42 item 2)
             self.ctx, self.alloc, self._setup_key(), self._warn)
         return summary
-
-    def _gpu_check(self) -> list[GpuProcess]:
-        assert self.alloc is not None
-        if not self.spec.slurm_params.gpus_per_node:
-            return []  # no GPUs asked: nothing to judge, no srun
-        ahead, self._gpu_ahead = self._gpu_ahead, None
-        try:
-            procs = (ahead[1].result() if ahead is not None and ahead[0] == self.alloc.job_id
-                     else self._ask_gpus(self.alloc))
-        except NvidiaSmiFailed as exc:  # a node whose GPUs nobody can see is not clean
-            procs = exc.processes
-            for failure in exc.failures:
-                self._warn(f"GPU check: {failure.describe()}")
-        by_node: dict[str, list[str]] = {}
-        for p in procs:
-            by_node.setdefault(p.node, []).append(f"{p.pid} {p.name} ({p.used_memory})")
-        for node, items in sorted(by_node.items()):
-            self._warn(
-                f"GPU processes found on {node}: {', '.join(items)}. "
-                "These may interfere with the job."
-            )
-        return procs
-
-    def _ask_gpus(self, alloc: AllocState) -> list[GpuProcess]:
-        view = sharedview.view_of(self.backend)  # run_many: a sibling's fresh check
-        return (view or self.backend).gpu_processes(alloc.job_id, alloc.nodes,
-                                                    alloc.gpus_per_node)
-
-    def _preflight(self) -> str:
-        """Step 1's pre-flight. Reuses the validation's answer: no extra job query."""
-        _, left = self.info_now()
-        wanted = self.spec.slurm_params.time_limit
-        if (left is not None and wanted is not None and wanted.is_finite and left.is_finite
-                and (left.seconds or 0) < (wanted.seconds or 0)):
-            self._warn(
-                f"Allocation has {left} left but job expects {wanted}. "
-                "The job may be killed early."
-            )
-        self._gpu_check()
-        return f"job started on allocation {self.alloc.job_id if self.alloc else '?'}"
 
     def _release(self) -> str:
         """0A: cancel our allocation (after checking it is ours), drop the files

@@ -35,7 +35,9 @@ import attrs
 _LOG = logging.getLogger("slurm_fsm.machine")
 
 if TYPE_CHECKING:  # types only: this module loads nothing heavy
-    from slurm_fsm.backend import JobInfo, SlurmBackend
+    from concurrent.futures import Future
+
+    from slurm_fsm.backend import GpuProcess, JobInfo, SlurmBackend
     from slurm_fsm.clock import Clock
     from slurm_fsm.history import RunHistory
     from slurm_fsm.lease import LeaseGate
@@ -179,6 +181,10 @@ class Step0Memory:
     replace_why: str = ""
     #: why step 0 failed (the RECORD_FAILURE effect's, or the driver's failure routing)
     failure: Failure | None = None
+    #: the pre-flight's GPU check begun early
+    #: (:func:`slurm_fsm.step0.checks.start_gpu_check`): the allocation it asks about,
+    #: and its answer to come
+    gpu_ahead: tuple[str, Future[list[GpuProcess]]] | None = None
 
 
 def warn(ctx: Step0Context, mem: Step0Memory, text: str) -> None:
