@@ -50,18 +50,15 @@ from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 from transitions import EventData, Machine, MachineError
 
 from slurm_fsm import handoff, sharedview
 from slurm_fsm.backend import (
-    ContainerOptions,
     JobInfo,
     SlurmBackend,
-    StepRequest,
-    StepResult,
 )
 from slurm_fsm.capacity import (
     RequestSize,
@@ -71,7 +68,6 @@ from slurm_fsm.duration import Duration
 from slurm_fsm.errors import (
     AllocationFailed,
     BackendError,
-    CommandTimedOut,
     NotOurJobError,
     SetupFailed,
     SlurmFsmError,
@@ -81,22 +77,28 @@ from slurm_fsm.history import Estimate, RunHistory, lead_times
 from slurm_fsm.lease import LeaseGate
 from slurm_fsm.paths import StatePaths
 from slurm_fsm.preflight import PreflightFailed
-from slurm_fsm.slurmcli import (
-    setup_key_read_argv,
-    setup_keys,
-)
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState, StateStore
 from slurm_fsm.step0 import allocate, checks, effects, release, validate
 from slurm_fsm.step0.context import (
     ORPHAN_GRACE_S,
+    REUSE_CHECK_TIMEOUT_S,
     MachinePolicy,
     Step0Context,
     Step0Memory,
     user_of,
     warn,
 )
-from slurm_fsm.step0.outcome import Failure, Step0Outcome, SuccessorWait, Transition
+from slurm_fsm.step0.outcome import (
+    SETUP_CACHED,
+    SETUP_COLD,
+    SETUP_REUSED,
+    SETUP_SHARED,
+    Failure,
+    Step0Outcome,
+    SuccessorWait,
+    Transition,
+)
 from slurm_fsm.step0.table import (
     EDGES,
     IN_PROGRESS,
@@ -108,9 +110,6 @@ from slurm_fsm.step0.table import (
     mermaid_diagram,
     part_of_state,
 )
-
-if TYPE_CHECKING:  # a container's setup is imported when a run sets one up (a warm run never)
-    from slurm_fsm import setupkey
 
 # AllocationMachine and PossibleEdge are defined here (SetupFailed lives in errors.py,
 # Failure, Step0Outcome and Transition in step0/outcome.py: named here too); the table
@@ -138,20 +137,6 @@ TRIGGERS = ("start", "advance", "release", "run", "finish", "fail")
 #: The triggers of step 0: they take the state file's lock. ``run`` and ``finish``
 #: never do (the lock covers step 0 only).
 LOCKED_TRIGGERS = frozenset({"start", "advance", "release"})
-#: How step 0 came by its container (:attr:`AllocationMachine.container_setup`, the
-#: report's ``container`` note): imported and installed; the one the node kept, set up
-#: from the same image and inputs (issue 42 item 1); a live allocation's on the same
-#: nodes (issue 44 item 3).
-SETUP_COLD = "cold"
-SETUP_REUSED = "reused on node"
-SETUP_SHARED = "shared with a live allocation"
-#: made from the image cache's squashfs of the same setup (issue 42 item 2)
-SETUP_CACHED = "from the cache"
-#: The step that reads the nodes' setup keys gives up after this long (a fresh import
-#: follows).
-REUSE_CHECK_TIMEOUT_S = 300.0
-
-
 @attrs.frozen(kw_only=True)
 class PossibleEdge:
     """An edge that leaves the current state, judged on the last observation."""
@@ -214,9 +199,6 @@ class _Model:
 _LOG = logging.getLogger("slurm_fsm.machine")
 
 
-def _held(found: str, key: str) -> str:
-    """What a node's container holds, said against the spec's setup ``key``."""
-    return "same setup" if found == key else "no setup key" if found == "-" else "other setup"
 # transitions logs each callback it runs at INFO: an orchestrator's INFO logging would
 # show those, not what happens; a level the application set is left as it is
 if logging.getLogger("transitions").level == logging.NOTSET:
@@ -252,16 +234,6 @@ class AllocationMachine:
 
     #: the rules the last edge was taken for, in words (:meth:`Edge.why`)
     _why: str = ""
-    #: how step 0 came by its container: :data:`SETUP_COLD` (imported, installed),
-    #: :data:`SETUP_REUSED` (the node's, same setup key), :data:`SETUP_SHARED` (a live
-    #: allocation's on the same nodes); None: no container set up by this machine
-    container_setup: str | None = None
-    #: seconds of the export of the installed container to the image cache (a part of
-    #: the Installing state's time, said apart); None: nothing exported
-    cache_write_s: float | None = None
-    #: the spec's setup key, once computed (:meth:`_setup_key`)
-    _key: tuple[setupkey.SetupKey | None] | None = None
-
     def __init__(
         self,
         spec: JobSpec,
@@ -400,6 +372,20 @@ class AllocationMachine:
     def handoff(self) -> handoff.HandoffState:
         """The warm successor's hand-off memory (:mod:`slurm_fsm.handoff`)."""
         return self.mem.handoff
+
+    @property
+    def container_setup(self) -> str | None:
+        """How step 0 came by its container: :data:`SETUP_COLD` (imported, installed),
+        :data:`SETUP_REUSED` (the node's, same setup key), :data:`SETUP_SHARED` (a live
+        allocation's on the same nodes), :data:`SETUP_CACHED` (the image cache's);
+        None: no container set up by this machine."""
+        return self.mem.container_setup
+
+    @property
+    def cache_write_s(self) -> float | None:
+        """Seconds of the export of the installed container to the image cache (a part
+        of the Installing state's time, said apart); None: nothing exported."""
+        return self.mem.cache_write_s
 
     @property
     def failure(self) -> Failure | None:
@@ -752,8 +738,8 @@ class AllocationMachine:
                 State.TooShort: self._replacing,
                 State.Incompatible: self._replacing,
                 State.Allocating: self._allocate,
-                State.Importing: self._import,
-                State.Installing: self._install,
+                State.Importing: self._setting_up,
+                State.Installing: self._setting_up,
                 State.QueueingSuccessor: partial(handoff.queue_successor, self.ctx, self.mem,
                                                  self.observation),
                 State.Switching: partial(handoff.switch, self.ctx, self.mem),
@@ -807,96 +793,13 @@ class AllocationMachine:
         return allocate.request_size(self.ctx)
 
 
-    def _import(self) -> str:
-        assert self.alloc is not None
-        from slurm_fsm import imagecache
+    def _setting_up(self) -> str:
+        """Importing / Installing (:mod:`slurm_fsm.step0.setup`, loaded here: a warm run,
+        which sets no container up, never loads it nor the setup key)."""
         from slurm_fsm.step0 import setup
 
-        name = self.spec.container_name or ""
-        if (shared := handoff.before_import(self.ctx, self.mem)) is not None:
-            self.container_setup = SETUP_SHARED
-            return shared  # a container a live allocation of the checkout uses: kept
-        if (kept := self._reuse_on_node()) is not None:
-            return kept
-        cached = imagecache.start_from_cache(self.ctx, self.alloc, self._setup_key(),
-                                             self._warn)
-        if cached is not None:
-            summary, self.alloc = cached
-            self.container_setup = SETUP_CACHED
-            checks.gpu_check(self.ctx, self.mem)
-            return summary
-        setup.import_fresh(self.ctx, self.alloc)  # the one place a container is imported
-        self.container_setup = SETUP_COLD
-        setup.warm_mounts(self.ctx, self.alloc, self._warn)
-        checks.gpu_check(self.ctx, self.mem)
-        # not installed yet, also when this job skips the install (skip_install): the
-        # next job in this container that installs must find it not done
-        self.alloc = attrs.evolve(self.alloc, container_name=name, installed=False)
-        self.store.write(self.alloc)
-        return f"container {name!r} imported on {self.alloc.nodelist}"
-
-    def _setup_key(self) -> setupkey.SetupKey | None:
-        """The spec's setup key (:mod:`slurm_fsm.setupkey`), computed once per machine."""
-        if self._key is None:
-            from slurm_fsm import setupkey
-
-            self._key = (setupkey.setup_key(self.spec),)
-        return self._key[0]
-
-    def _reuse_on_node(self) -> str | None:
-        """Issue 42 item 1: before a fresh import into a new allocation, one step reads
-        the setup key the install left in the container of the spec's name on each node
-        (pyxis' global scope keeps it after its job) and warms its mounts. When every
-        node's key is the spec's (same image, same install inputs:
-        :mod:`slurm_fsm.setupkey`), that container is used as it is: the state becomes
-        imported and installed, nothing is imported or installed. Else (no container,
-        no key, another key, a failed or timed-out step): None, a fresh import. No key
-        for the spec (a tag, no install): no step at all."""
-        from slurm_fsm import imagecache
-
-        assert self.alloc is not None
-        key = self._setup_key()
-        if key is None or not imagecache.nodes_may_keep(self.ctx):  # item 3: pyxis' scope
-            return None
-        spec = self.spec
-        name = spec.container_name or ""
-        targets = [mount.container for mount in spec.container_mounts]
-        try:  # the mounts warmed by the same step: a reused container costs one step
-            result = self.backend.run_step(StepRequest(
-                job_id=self.alloc.job_id, argv=tuple(setup_key_read_argv(targets)),
-                nodes=self.alloc.nodes,
-                container=ContainerOptions(name=name, mounts=spec.mounts_text),
-                timeout_s=min(self.setup_timeout_s, REUSE_CHECK_TIMEOUT_S),
-                overlap=True, no_gpus=True,
-            ))
-        except CommandTimedOut as exc:  # a slow node: the import decides, as before
-            result = StepResult(124, "", str(exc))
-        found = setup_keys(result.stdout) if result.exit_code == 0 else {}
-        nodes = self.backend.expand_nodelist(self.alloc.nodelist)
-        if not nodes or any(found.get(n) != key.key for n in nodes):
-            held = ", ".join(f"{n}: {_held(found.get(n, '-'), key.key)}" for n in nodes)
-            self._log(f"Container {name!r} not reusable on {self.alloc.nodelist} "
-                      f"({held}): imported and installed afresh.")
-            return None
-        self.container_setup = SETUP_REUSED
-        checks.gpu_check(self.ctx, self.mem)
-        self.alloc = attrs.evolve(self.alloc, container_name=name, installed=True)
-        self.store.write(self.alloc)
-        self._log(f"Container {name!r} on {self.alloc.nodelist} was set up from the same "
-                  f"image and install inputs ({key.described}): used as it is.")
-        return (f"container {name!r} reused on {self.alloc.nodelist} (setup key "
-                f"{key.key[:12]}: same image and install inputs): nothing imported or "
-                "installed")
-
-    def _install(self) -> str:
-        from slurm_fsm import imagecache
-        from slurm_fsm.step0 import setup
-
-        assert self.alloc is not None
-        self.alloc, summary = setup.install(self.ctx, self.alloc, self._setup_key())
-        self.cache_write_s = imagecache.fill(  # the image cache (issue 42 item 2)
-            self.ctx, self.alloc, self._setup_key(), self._warn)
-        return summary
+        work = setup.importing if self.state is State.Importing else setup.installing
+        return work(self.ctx, self.mem)
 
     def _release(self) -> str:
         """0A: cancel our allocation (after checking it is ours), drop the files

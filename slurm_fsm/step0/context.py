@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # types only: this module loads nothing heavy
     from slurm_fsm.clock import Clock
     from slurm_fsm.history import RunHistory
     from slurm_fsm.lease import LeaseGate
+    from slurm_fsm.setupkey import SetupKey
     from slurm_fsm.spec import JobSpec
     from slurm_fsm.state import AllocState, StateStore
     from slurm_fsm.step0.outcome import Failure
@@ -48,6 +49,7 @@ if TYPE_CHECKING:  # types only: this module loads nothing heavy
 __all__ = [
     "ORPHAN_GRACE_S",
     "POLICY_FIELDS",
+    "REUSE_CHECK_TIMEOUT_S",
     "HandoffState",
     "MachinePolicy",
     "Step0Context",
@@ -61,6 +63,9 @@ __all__ = [
 #: whose state file is not written yet (that run's salloc has just answered); step 0E
 #: adopts it. Older, it is an orphan (cancelled).
 ORPHAN_GRACE_S = 60.0
+#: The step that reads the nodes' setup keys gives up after this long (a fresh import
+#: follows).
+REUSE_CHECK_TIMEOUT_S = 300.0
 
 
 @attrs.frozen(kw_only=True)
@@ -185,6 +190,14 @@ class Step0Memory:
     #: (:func:`slurm_fsm.step0.checks.start_gpu_check`): the allocation it asks about,
     #: and its answer to come
     gpu_ahead: tuple[str, Future[list[GpuProcess]]] | None = None
+    #: how step 0 came by its container (``SETUP_COLD``... of
+    #: :mod:`slurm_fsm.step0.outcome`); None: no container set up by this machine
+    container_setup: str | None = None
+    #: seconds of the export of the installed container to the image cache (a part of
+    #: the Installing state's time, said apart); None: nothing exported
+    cache_write_s: float | None = None
+    #: the spec's setup key, once computed (:func:`slurm_fsm.step0.setup.setup_key_of`)
+    setup_key: tuple[SetupKey | None] | None = None
 
 
 def warn(ctx: Step0Context, mem: Step0Memory, text: str) -> None:

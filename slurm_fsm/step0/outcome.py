@@ -26,7 +26,26 @@ import attrs
 from slurm_fsm.state import AllocState
 from slurm_fsm.step0.table import Edge, Observation, State
 
-__all__ = ["Failure", "Step0Outcome", "SuccessorWait", "Transition"]
+__all__ = [
+    "SETUP_CACHED",
+    "SETUP_COLD",
+    "SETUP_REUSED",
+    "SETUP_SHARED",
+    "Failure",
+    "Step0Outcome",
+    "SuccessorWait",
+    "Transition",
+]
+
+#: How step 0 came by its container (:attr:`Step0Outcome.container_setup`, the
+#: report's ``container`` note): imported and installed; the one the node kept, set up
+#: from the same image and inputs (issue 42 item 1); a live allocation's on the same
+#: nodes (issue 44 item 3).
+SETUP_COLD = "cold"
+SETUP_REUSED = "reused on node"
+SETUP_SHARED = "shared with a live allocation"
+#: made from the image cache's squashfs of the same setup (issue 42 item 2)
+SETUP_CACHED = "from the cache"
 
 
 @attrs.frozen(kw_only=True)
