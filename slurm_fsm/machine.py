@@ -50,12 +50,11 @@ from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 from transitions import EventData, Machine, MachineError
 
-from slurm_fsm import handoff, sharedview
 from slurm_fsm.backend import (
     JobInfo,
     SlurmBackend,
@@ -71,7 +70,6 @@ from slurm_fsm.errors import (
     NotOurJobError,
     SetupFailed,
     SlurmFsmError,
-    StateFileError,
 )
 from slurm_fsm.history import Estimate, RunHistory, lead_times
 from slurm_fsm.lease import LeaseGate
@@ -79,16 +77,21 @@ from slurm_fsm.paths import StatePaths
 from slurm_fsm.preflight import PreflightFailed
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState, StateStore
-from slurm_fsm.step0 import allocate, checks, effects, release, validate
+from slurm_fsm.step0 import allocate, checks, effects, validate, work
 from slurm_fsm.step0.context import (
     ORPHAN_GRACE_S,
     REUSE_CHECK_TIMEOUT_S,
+    HandoffState,
     MachinePolicy,
     Step0Context,
     Step0Memory,
     user_of,
     warn,
 )
+
+if TYPE_CHECKING:
+    from slurm_fsm.handoff import Warmer
+
 from slurm_fsm.step0.outcome import (
     SETUP_CACHED,
     SETUP_COLD,
@@ -251,7 +254,7 @@ class AllocationMachine:
         salloc_log: Path | None = None,
         leases: LeaseGate | None = None,
         run_history: RunHistory | None = None,
-        warmer: handoff.Warmer | None = None,
+        warmer: Warmer | None = None,
         orphan_grace_s: float = ORPHAN_GRACE_S,
     ) -> None:
         store = store or StateStore(spec.state_path)
@@ -268,13 +271,11 @@ class AllocationMachine:
                 setup_timeout_s=setup_timeout_s, orphan_grace_s=orphan_grace_s),
         )
         self._log = self.ctx.say  # else the slurm_fsm.machine logger
-        self._estimate: Estimate | None = None
         #: what the work remembers between triggers (lent to the worker rooms)
         self.mem = Step0Memory(user=user)
         #: what the work of the last trigger saw; the conditions read only this and the spec
         self.observation = Observation()
         self.history: list[Transition] = []
-        self.released_job_id: str | None = None  # set by release (0A)
         self.edges: tuple[Edge, ...] = tuple(EDGES)
         self._taken: Edge | None = None
         self._applied: list[Effect] = []  # the effects of the last edge that did something
@@ -339,7 +340,7 @@ class AllocationMachine:
         return self.ctx.run_history
 
     @property
-    def warmer(self) -> handoff.Warmer | None:
+    def warmer(self) -> Warmer | None:
         """The warm successor's warmer (None: none started)."""
         return self.ctx.warmer
 
@@ -369,7 +370,7 @@ class AllocationMachine:
         return self.mem.warnings
 
     @property
-    def handoff(self) -> handoff.HandoffState:
+    def handoff(self) -> HandoffState:
         """The warm successor's hand-off memory (:mod:`slurm_fsm.handoff`)."""
         return self.mem.handoff
 
@@ -395,6 +396,11 @@ class AllocationMachine:
     @failure.setter
     def failure(self, failure: Failure | None) -> None:
         self.mem.failure = failure
+
+    @property
+    def released_job_id(self) -> str | None:
+        """The allocation a release (0A) cancelled."""
+        return self.mem.released_job_id
 
     @property
     def salloc_requested(self) -> bool:
@@ -535,8 +541,11 @@ class AllocationMachine:
             raise MachineError(f"Can't trigger event {trigger} from state "
                                f"{self.state.value}!")
         with self.locked() if trigger in LOCKED_TRIGGERS else contextlib.nullcontext():
+            self._taken = None
+            self._applied = []
             try:
-                self.observation = self._observe(trigger, dict(kwargs or {}))
+                self.observation = work.observe(self.ctx, self.mem, trigger, self.state,
+                                                self.observation, self._why, kwargs or {})
             except (SlurmFsmError, OSError) as exc:
                 self._fail_with(exc)
                 return True
@@ -655,7 +664,7 @@ class AllocationMachine:
             raise RuntimeError("a run that holds a lease never waits for the state file's "
                                "lock (a release waiting for that lease holds it)")
         # run_many's runs take step 0 in turn: a wait for a sibling is not "another run"
-        batch = sharedview.view_of(self.backend) is not None
+        batch = validate.in_batch(self.ctx)
         with self.store.locked(on_wait=self._waiting, siblings_quiet=batch):
             if self.store.unlocked and self.store.unlocked not in self.warnings:
                 self.warnings.append(self.store.unlocked)
@@ -663,10 +672,8 @@ class AllocationMachine:
 
     def estimate(self) -> Estimate:
         """The job's expected duration (admission by time left), read once from the spec
-        and the run history (:func:`slurm_fsm.history.expected_duration`)."""
-        if self._estimate is None:
-            self._estimate = self.run_history.estimate(self.spec)
-        return self._estimate
+        and the run history (:func:`slurm_fsm.step0.validate.estimate`)."""
+        return validate.estimate(self.ctx, self.mem)
 
     def info_now(self) -> tuple[JobInfo | None, Duration | None]:
         """The last job row seen and the time left it implies now (no Slurm call)."""
@@ -708,120 +715,10 @@ class AllocationMachine:
         do (no allocation to cancel, a nodelist already complete, no job to warn about)."""
         return effects.EFFECT_WORK[effect](self.ctx, self.mem, self.observation, self.state)
 
-    def _require(self) -> None:
-        """The pre-flight's questions, once (:func:`slurm_fsm.step0.allocate.require`)."""
-        allocate.require(self.ctx, self.mem, self.user, self._warn)
-
-
-    # The work of each trigger -------------------------------------------------------
-    def _observe(self, trigger: str, kwargs: dict[str, Any]) -> Observation:
-        self._taken = None
-        self._applied = []
-        state = self.state
-        if trigger == "start":
-            return self._read_state_file()
-        if trigger == "advance" and state is State.Validating:
-            return self._validate()
-        if trigger == "advance" and state is State.AwaitingSuccessor:
-            return handoff.await_successor(self.ctx, self.mem, self.observation)
-        if trigger == "finish":
-            gone = bool(kwargs.get("allocation_gone", False))
-            return self._seen(trigger, str(kwargs.get("reason", "") or "job finished"),
-                              gone=gone, replaced=handoff.replaced(self.ctx, self.mem))
-        if trigger == "release":
-            summary = self._release()
-        elif trigger == "run":
-            summary = checks.preflight(self.ctx, self.mem)
-        else:
-            work: dict[State, Callable[[], str]] = {
-                State.Expiring: self._replacing,
-                State.TooShort: self._replacing,
-                State.Incompatible: self._replacing,
-                State.Allocating: self._allocate,
-                State.Importing: self._setting_up,
-                State.Installing: self._setting_up,
-                State.QueueingSuccessor: partial(handoff.queue_successor, self.ctx, self.mem,
-                                                 self.observation),
-                State.Switching: partial(handoff.switch, self.ctx, self.mem),
-            }
-            summary = work[state]()
-        return self._seen(trigger, summary)
-
-    def _seen(self, trigger: str, summary: str, **fields: Any) -> Observation:
-        """An observation of the machine's own knowledge (no Slurm question asked)."""
-        return Observation(trigger=trigger, source=self.state, at=self.clock.now(),
-                           alloc=self.alloc, info=self.mem.job[0] if self.mem.job else None,
-                           user=self.mem.user or "", summary=summary, **fields)
-
-    def _read_state_file(self) -> Observation:
-        obs = validate.read_state_file(self.ctx, self.mem, self.state, self._warn)
-        if self.spec.warm_successor and self.alloc is None \
-                and handoff.queued_successor(self.ctx, self.mem):
-            obs = attrs.evolve(obs, successor="pending")
-        return obs
-
-
-    def _validate(self) -> Observation:
-        """0C (:func:`slurm_fsm.step0.validate.validate`), then the warm successor's part."""
-        obs = validate.validate(self.ctx, self.mem, self.observation,
-                                user=lambda: self.user, estimate=self.estimate)
-        if obs.info is None:
-            return obs
-        return handoff.with_successor(self.ctx, self.mem, obs, obs.info, self.estimate())
-
-
-    def _replacing(self) -> str:
-        """Expiring / TooShort / Incompatible: wait for nothing here; the edge's CANCEL
-        goes through the lease gate (:func:`slurm_fsm.step0.validate.replacing`)."""
-        assert self.alloc is not None
-        self._require()  # a spec the cluster cannot run stops here: nothing cancelled
-        why = validate.replacing(self.ctx, self.mem, self.state, self._why,
-                                 self.observation.expected)
-        self.mem.replace_why = why  # the edge's CANCEL goes through the lease gate
-        return f"replacing allocation {self.alloc.job_id} ({why})"
-
-
-    def _allocate(self) -> str:
-        """0D-0E (:func:`slurm_fsm.step0.allocate.allocate`)."""
-        return allocate.allocate(self.ctx, self.mem, self.user, self._warn,
-                                 lambda: handoff.successor_ids(self.ctx, self.mem))
-
-
     def request_size(self) -> RequestSize:
         """What ``salloc`` asks for this spec (:func:`slurm_fsm.step0.allocate.request_size`);
         step 0E and the warm successor ask alike."""
         return allocate.request_size(self.ctx)
-
-
-    def _setting_up(self) -> str:
-        """Importing / Installing (:mod:`slurm_fsm.step0.setup`, loaded here: a warm run,
-        which sets no container up, never loads it nor the setup key)."""
-        from slurm_fsm.step0 import setup
-
-        work = setup.importing if self.state is State.Importing else setup.installing
-        return work(self.ctx, self.mem)
-
-    def _release(self) -> str:
-        """0A: cancel our allocation (after checking it is ours), drop the files
-        (:func:`slurm_fsm.step0.release.release`), then the warm successor's."""
-        if self.state is State.NoState:
-            try:
-                self.alloc = self.store.read()
-            except StateFileError as exc:
-                self._warn(f"{exc}; nothing to cancel from it")
-                self.alloc = None
-        done = release.release(self.ctx, self.alloc, user=lambda: self.user,
-                               warn=self._warn)
-        if not done.from_state_file:
-            self.released_job_id = done.job_id or self.released_job_id
-            return done.summary
-        self.alloc = None
-        self.released_job_id = done.job_id
-        # a queued warm successor goes too
-        succ = handoff.release_successor(self.ctx, self.mem)
-        if succ is not None:
-            return f"Allocation {done.job_id} released (and its successor {succ})."
-        return done.summary
 
     # Bookkeeping ----------------------------------------------------------------------
     def _waiting(self, text: str) -> None:

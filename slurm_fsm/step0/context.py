@@ -39,7 +39,7 @@ if TYPE_CHECKING:  # types only: this module loads nothing heavy
 
     from slurm_fsm.backend import GpuProcess, JobInfo, SlurmBackend
     from slurm_fsm.clock import Clock
-    from slurm_fsm.history import RunHistory
+    from slurm_fsm.history import Estimate, RunHistory
     from slurm_fsm.lease import LeaseGate
     from slurm_fsm.setupkey import SetupKey
     from slurm_fsm.spec import JobSpec
@@ -198,6 +198,10 @@ class Step0Memory:
     cache_write_s: float | None = None
     #: the spec's setup key, once computed (:func:`slurm_fsm.step0.setup.setup_key_of`)
     setup_key: tuple[SetupKey | None] | None = None
+    #: the job's expected duration, once read (:func:`slurm_fsm.step0.validate.estimate`)
+    estimate: Estimate | None = None
+    #: the allocation a release (0A) cancelled
+    released_job_id: str | None = None
 
 
 def warn(ctx: Step0Context, mem: Step0Memory, text: str) -> None:

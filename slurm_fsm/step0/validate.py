@@ -11,12 +11,13 @@ frozen :class:`~slurm_fsm.step0.table.Observation` (or the summary) the driver f
 the table with; none decides an edge, cancels or deletes.
 
 * :func:`read_state_file` (``start``): can the state file be written, what does it name
-  (no Slurm call).
+  (no Slurm call); :func:`starting` adds whether a warm successor is queued.
 * :func:`validate` (0C): one ``squeue`` of the state file's job (in ``run_many``, a
   sibling's answer at most a second old, :mod:`slurm_fsm.sharedview`), with the
   unreachable and PENDING backoffs between tries; an allocation written while PENDING
-  is completed with what Slurm granted (:func:`complete_grant`). The warm successor's
-  part of the observation is the driver's (:func:`slurm_fsm.handoff.with_successor`).
+  is completed with what Slurm granted (:func:`complete_grant`). :func:`validating`
+  adds the warm successor's part (:func:`slurm_fsm.handoff.with_successor`), with the
+  job's expected duration (:func:`estimate`, read once).
 * :func:`replacing` (Expiring, TooShort, Incompatible): why the allocation is replaced,
   in words; the edge's CANCEL does the rest.
 """
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -40,10 +42,9 @@ from slurm_fsm.errors import (
     JobNotFound,
     StateFileError,
 )
-from slurm_fsm.handoff import job_names
-from slurm_fsm.history import Estimate
+from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState
-from slurm_fsm.step0.context import Step0Context, Step0Memory
+from slurm_fsm.step0.context import Step0Context, Step0Memory, user_of, warn
 from slurm_fsm.step0.table import (
     CONDITIONS,
     EXPIRY_MARGIN_S,
@@ -51,14 +52,23 @@ from slurm_fsm.step0.table import (
     State,
     remaining_after,
 )
+from slurm_fsm.successor import parity_names
+
+if TYPE_CHECKING:  # the run history is the caller's (the context's); its types only
+    from slurm_fsm.history import Estimate
 
 __all__ = [
     "complete_grant",
+    "estimate",
+    "in_batch",
     "info_now",
+    "job_names",
     "query_job",
     "read_state_file",
     "replacing",
+    "starting",
     "validate",
+    "validating",
 ]
 
 
@@ -218,3 +228,46 @@ def replacing(ctx: Step0Context, mem: Step0Memory, state: State, why: str,
             why += (f"; the allocation ends by {ends.strftime('%H:%M:%S')} UTC (in "
                     f"{left}) in any case")
     return why
+
+
+def job_names(spec: JobSpec) -> tuple[str, ...]:
+    """The names the state file's allocation may carry: the spec's job name, and with
+    ``warm_successor`` its ``-b`` twin too."""
+    return parity_names(spec.job_name) if spec.warm_successor else (spec.job_name,)
+
+
+def in_batch(ctx: Step0Context) -> bool:
+    """A run of ``run_many`` (its shared view wraps the backend): its siblings take step
+    0 in turn, so a wait for the state file's lock is not "another run"."""
+    return sharedview.view_of(ctx.backend) is not None
+
+
+def estimate(ctx: Step0Context, mem: Step0Memory) -> Estimate:
+    """The job's expected duration (admission by time left), read once from the spec
+    and the run history (:func:`slurm_fsm.history.expected_duration`)."""
+    if mem.estimate is None:
+        mem.estimate = ctx.run_history.estimate(ctx.spec)
+    return mem.estimate
+
+
+def starting(ctx: Step0Context, mem: Step0Memory, source: State) -> Observation:
+    """``start``'s work: :func:`read_state_file`; with ``warm_successor`` and no
+    allocation named, whether a successor is queued (then ``successor="pending"``)."""
+    obs = read_state_file(ctx, mem, source, lambda text: warn(ctx, mem, text))
+    if ctx.spec.warm_successor and mem.alloc is None:
+        from slurm_fsm import handoff  # the warm successor's only (issue 42)
+
+        if handoff.queued_successor(ctx, mem):
+            obs = attrs.evolve(obs, successor="pending")
+    return obs
+
+
+def validating(ctx: Step0Context, mem: Step0Memory, last: Observation) -> Observation:
+    """Validating's work: 0C (:func:`validate`), then the warm successor's part."""
+    obs = validate(ctx, mem, last, user=lambda: user_of(ctx, mem),
+                   estimate=lambda: estimate(ctx, mem))
+    if obs.info is None or not ctx.spec.warm_successor:
+        return obs
+    from slurm_fsm import handoff  # the warm successor's only (issue 42)
+
+    return handoff.with_successor(ctx, mem, obs, obs.info, estimate(ctx, mem))
