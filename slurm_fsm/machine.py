@@ -71,13 +71,13 @@ from slurm_fsm.errors import (
     SetupFailed,
     SlurmFsmError,
 )
-from slurm_fsm.history import Estimate, RunHistory, lead_times
+from slurm_fsm.history import Estimate, RunHistory
 from slurm_fsm.lease import LeaseGate
 from slurm_fsm.paths import StatePaths
 from slurm_fsm.preflight import PreflightFailed
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState, StateStore
-from slurm_fsm.step0 import allocate, checks, effects, validate, work
+from slurm_fsm.step0 import allocate, checks, effects, validate, view, work
 from slurm_fsm.step0.context import (
     ORPHAN_GRACE_S,
     REUSE_CHECK_TIMEOUT_S,
@@ -111,8 +111,8 @@ from slurm_fsm.step0.table import (
     State,
     edges_from,
     mermaid_diagram,
-    part_of_state,
 )
+from slurm_fsm.step0.view import PossibleEdge, PossibleEdges
 
 # AllocationMachine and PossibleEdge are defined here (SetupFailed lives in errors.py,
 # Failure, Step0Outcome and Transition in step0/outcome.py: named here too); the table
@@ -140,55 +140,6 @@ TRIGGERS = ("start", "advance", "release", "run", "finish", "fail")
 #: The triggers of step 0: they take the state file's lock. ``run`` and ``finish``
 #: never do (the lock covers step 0 only).
 LOCKED_TRIGGERS = frozenset({"start", "advance", "release"})
-@attrs.frozen(kw_only=True)
-class PossibleEdge:
-    """An edge that leaves the current state, judged on the last observation."""
-
-    edge: Edge
-    #: each condition (``not x`` for an unless) and whether it holds
-    checks: tuple[tuple[str, bool], ...]
-    #: every check holds
-    holds: bool
-    #: the edge the table would take for its trigger on the last observation
-    chosen: bool
-    #: the last observation was not made by this trigger's work in this state: the
-    #: trigger observes afresh before the table chooses, so ``holds`` and ``chosen``
-    #: describe the previous observation (e.g. Validating just after ``start``)
-    stale: bool = False
-
-    def __str__(self) -> str:
-        """``=> advance: Validating -> Ready  [same_container=yes, ...]``: ``=>`` marks
-        the chosen edge; a condition the edge needs false reads ``x=no (needs no)``.
-        Judged on an older observation (:attr:`stale`), every value is ``?``: the
-        trigger looks first, nothing is chosen yet."""
-        e = self.edge
-        src = "any" if e.source == "*" else e.source.value
-        checks = ", ".join(_check_text(n, None if self.stale else v) for n, v in self.checks)
-        mark = "=>" if self.chosen and not self.stale else "  "
-        return (f"{mark} {e.trigger}: {src} -> {e.dest.value}"
-                + (f"  [{checks}]" if checks else "")
-                + ("" if self.holds or self.stale else "  (does not hold)"))
-
-
-class PossibleEdges(list[PossibleEdge]):
-    """What :meth:`AllocationMachine.possible_edges` returns: a list of
-    :class:`PossibleEdge` whose display (a notebook cell's value, ``repr``) is one line
-    per edge as ``print`` shows it, not the dataclasses' repr."""
-
-    def __repr__(self) -> str:
-        return "\n".join(str(p) for p in self) if self else "(no edge leaves this state)"
-
-    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
-        """IPython's display of the value of a cell."""
-        p.text(repr(self))
-
-
-def _check_text(name: str, holds: bool | None) -> str:
-    """One check as a reader takes it: the condition's own value, not its negation."""
-    negated = name.startswith("not ")
-    cond = name[4:] if negated else name
-    value = "?" if holds is None else ("yes" if holds != negated else "no")
-    return f"{cond}={value}" + (" (needs no)" if negated else "")
 
 
 class _Model:
@@ -444,26 +395,7 @@ class AllocationMachine:
         """What to call next, in one sentence (shown under the notebook's diagram):
         the trigger of the current state, and in Running how to run the job, which
         the machine never starts itself. No Slurm call."""
-        state = self.state
-        if state is State.NoState:
-            return "start(): read the state file (no Slurm call), then advance()"
-        if state in IN_PROGRESS:
-            return f"advance(): do {state.value}'s work and take the edge the table chooses"
-        if state is State.Ready:
-            return ("run(): step 1's pre-flight (time left, GPU processes); it does not "
-                    "start the job. release() cancels the allocation")
-        if state is State.Running:
-            return self._job_hint()
-        return (f"{state.value} is final: a new AllocationMachine (or prepare()) for the "
-                "next run")
-
-    def _job_hint(self) -> str:
-        job = self.alloc.job_id if self.alloc is not None else "<allocation>"
-        return (f"the pre-flight passed and the machine does not start the job: "
-                f"slurm_fsm.Allocation(spec.repo_root, backend).run(spec) runs it on "
-                f"allocation {job} (it steps a machine of its own, reusing this allocation), "
-                f"or run the script yourself (SLURM_JOB_ID={job} bash {self.spec.script_path}"
-                f") and call finish() when it ends")
+        return view.next_step(self.state, self.alloc, self.spec)
 
     def start_gpu_check(self) -> None:
         """Begin step 1's GPU check now, in the background, on a Ready allocation (a
@@ -520,21 +452,8 @@ class AllocationMachine:
         make the last observation in this state is marked ``stale`` (printed with ``?`` for
         every value and no ``=>``). No Slurm call.
         """
-        out = []
-        chosen: set[str] = set()
-        obs = self.observation
-        for e in edges_from(trigger, self.state, self.edges):
-            if trigger is None and e.trigger == "fail":
-                continue
-            checks = e.checks(self.observation, self.spec)
-            holds = all(v for _, v in checks)
-            first = holds and e.trigger not in chosen
-            if first:
-                chosen.add(e.trigger)
-            stale = obs.source is not self.state or obs.trigger != e.trigger
-            out.append(PossibleEdge(edge=e, checks=checks, holds=holds, chosen=first,
-                                    stale=stale))
-        return PossibleEdges(out)
+        return view.possible_edges(self.edges, self.state, self.observation, self.spec,
+                                   trigger)
 
     def _fire(self, trigger: str, kwargs: Mapping[str, Any] | None = None) -> bool:
         if not edges_from(trigger, self.state, self.edges):
@@ -564,43 +483,21 @@ class AllocationMachine:
         return [self.history[0].source] + [t.dest for t in self.history]
 
     def setup_seconds(self) -> dict[str, float]:
-        """Seconds of step 0's setup work (:func:`slurm_fsm.history.lead_times` of the
-        history): ``queue_wait_s`` (Allocating: salloc until granted), ``import_s``
-        (Importing: the import, mount warm-up and GPU check), ``install_s``
-        (Installing). When the container was not imported, the Importing part is named
-        by what was done instead: ``reuse_check_s`` (the node's container, issue 42),
-        ``cache_import_s`` (made from the image cache) or ``share_check_s`` (a live
-        allocation's). ``cache_write_s``: the export to the image cache after the
-        install, said apart from ``install_s``. Only the states visited."""
-        seconds = lead_times(self.history)
-        instead = {SETUP_REUSED: "reuse_check_s", SETUP_SHARED: "share_check_s",
-                   SETUP_CACHED: "cache_import_s"}
-        if self.container_setup in instead and "import_s" in seconds:
-            seconds[instead[self.container_setup]] = seconds.pop("import_s")
-        if self.cache_write_s is not None and "install_s" in seconds:  # said apart
-            seconds["install_s"] = round(max(0.0, seconds["install_s"] - self.cache_write_s), 3)
-            seconds["cache_write_s"] = round(self.cache_write_s, 3)
-        return seconds
+        """Seconds of step 0's setup work, by part (:func:`slurm_fsm.step0.view.setup_seconds`:
+        ``queue_wait_s``, ``import_s`` or what was done instead, ``install_s``,
+        ``cache_write_s``); only the states visited."""
+        return view.setup_seconds(self.history, self.container_setup, self.cache_write_s)
 
     def lead_history(self) -> list[Transition]:
         """The history as a measure of what setting up an allocation takes (the run
-        history's lead-time parts, :func:`slurm_fsm.history.record_run`): without the
-        Importing work when the container was not imported from the spec's image
-        (reused from the node, shared, or made from the image cache), which measured
-        no cold import."""
-        if self.container_setup in (None, SETUP_COLD):
-            return list(self.history)
-        return [t for t in self.history if t.source != State.Importing.value]
+        history's lead-time parts, :func:`slurm_fsm.step0.view.lead_history`)."""
+        return view.lead_history(self.history, self.container_setup)
 
     def setup_note(self) -> str | None:
         """One line for the report's notes: which path step 0's container took and how
         long each part took (None: no container set up by this run)."""
-        if self.container_setup is None or self.alloc is None:
-            return None
-        took = ", ".join(f"{k.removesuffix('_s').replace('_', ' ')} {v:.1f} s"
-                         for k, v in self.setup_seconds().items())
-        return (f"container {self.spec.container_name!r}: {self.container_setup} on "
-                f"{self.alloc.nodelist} ({took})")
+        return view.setup_note(self.setup_seconds(), self.container_setup, self.alloc,
+                               self.spec)
 
     def prepare(self, *, within: frozenset[State] = IN_PROGRESS,
                 until: Callable[[Step0Outcome], bool] | None = None) -> Step0Outcome:
@@ -689,13 +586,11 @@ class AllocationMachine:
     def diagram(self) -> str:
         """The mermaid diagram of the part the machine is in (:class:`DiagramPart`: the
         design card's states, or an opt-in part) with the current state highlighted."""
-        return mermaid_diagram(self.edges, current=self.state,
-                               part=part_of_state(self.state))
+        return view.diagram(self.edges, self.state)
 
     def _repr_markdown_(self) -> str:
         """A notebook shows the machine as its diagram, the current state marked."""
-        return (f"**AllocationMachine** in **{self.state.value}**: next, "
-                f"{self.next_step}\n\n```mermaid\n{self.diagram()}```\n")
+        return view.markdown(self.edges, self.state, self.alloc, self.spec)
 
     def __repr__(self) -> str:
         return f"<AllocationMachine {self.state.value} {self.spec.job_name}>"
