@@ -1,36 +1,29 @@
-"""Step 0 of procedure.md as an explicit finite-state machine: the work of each state.
+"""Step 0 of procedure.md as an explicit finite-state machine: the driver.
 
 Theory of operation
 -------------------
 
-:mod:`slurm_fsm.step0.table` decides; this module acts. Every Slurm operation goes
-through the injected :class:`~slurm_fsm.backend.SlurmBackend`; this module runs
-no command line.
+:mod:`slurm_fsm.step0.table` decides, the rooms of :mod:`slurm_fsm.step0` act, this
+module drives: it runs no command line and imports no Slurm tool (a test checks).
+The work is handed one :class:`~slurm_fsm.step0.context.Step0Context` and remembers
+in one :class:`~slurm_fsm.step0.context.Step0Memory`; the machine's attributes
+(``spec``, ``alloc``, ``notes``...) are views of the two.
 
 * A trigger (``start()``, ``advance()``, ``release()``, ``run()``, ``finish()``)
-  first checks that an edge of :data:`~slurm_fsm.step0.table.EDGES` leaves the current
-  state for it (else :class:`transitions.MachineError`, nothing done), then, for a
-  trigger of step 0 (``start``, ``advance``, ``release``: :data:`LOCKED_TRIGGERS`),
-  takes the state-file lock, does the current state's work (at most one Slurm
-  interaction for Validating) and stores what it saw as one frozen
-  :class:`~slurm_fsm.step0.table.Observation` in :attr:`AllocationMachine.observation`.
-  ``run`` (the pre-flight) and ``finish`` (the job's end) never take the lock: a
-  finished job's report never waits behind another run's step 0 or a release that
-  waits for this run's lease. A run that holds a lease never waits for the lock
-  (:meth:`AllocationMachine.locked` refuses), so the lease and the lock cannot wait
-  on each other.
-* transitions then takes the first edge whose conditions hold on that observation
-  and executes the edge's :class:`~slurm_fsm.step0.table.Effect` s (drop the state file,
-  scancel, record the failure, ...) before the state changes. Every cancel and
-  delete of step 0 is a function of :mod:`slurm_fsm.step0.effects` (a test scans
-  for any other); the work of a state (its room) records no failure on its own.
-* ``may_<trigger>()`` and :meth:`AllocationMachine.possible_edges` only read the
-  current state and the last observation: they make no Slurm call.
-* An exception raised by the work or an effect is routed into
-  :attr:`~slurm_fsm.step0.table.State.Failed` with a :class:`Failure` that says which
-  step failed and whether the state file was kept.
+  checks that an edge of :data:`~slurm_fsm.step0.table.EDGES` leaves the current state
+  for it (else :class:`transitions.MachineError`, nothing done); a trigger of step 0
+  (:data:`LOCKED_TRIGGERS`) takes the state-file lock; the state's room does its work
+  (:func:`slurm_fsm.step0.work.observe`) and returns one frozen
+  :class:`~slurm_fsm.step0.table.Observation` (:attr:`AllocationMachine.observation`).
+* transitions takes the first edge whose conditions hold on it and executes its
+  :class:`~slurm_fsm.step0.table.Effect` s (:data:`slurm_fsm.step0.effects.EFFECT_WORK`,
+  the only place step 0 cancels or deletes) before the state changes.
+* ``may_<trigger>()`` and :meth:`AllocationMachine.possible_edges` make no Slurm call.
+* An exception of the work or an effect is routed into ``Failed`` with a
+  :class:`Failure` (which step, whether the state file was kept).
 
-Drive it one trigger at a time (a notebook)::
+Drive it one trigger at a time (a notebook), or to the end of step 0 with
+:meth:`AllocationMachine.prepare`::
 
     m = AllocationMachine(spec, backend, clock=clock)
     m.start(); m.state            # State.Validating
@@ -38,8 +31,6 @@ Drive it one trigger at a time (a notebook)::
     m.advance(); m.state          # State.Ready
     m.history                     # [Transition(...), ...]
     m                             # in a notebook: the diagram, current state marked
-
-or to the end of step 0 with :meth:`AllocationMachine.prepare`.
 """
 
 from __future__ import annotations
@@ -49,49 +40,23 @@ import logging
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from functools import partial
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import attrs
 from transitions import EventData, Machine, MachineError
 
-from slurm_fsm.backend import (
-    JobInfo,
-    SlurmBackend,
-)
-from slurm_fsm.capacity import (
-    RequestSize,
-)
-from slurm_fsm.clock import Clock, SystemClock
-from slurm_fsm.duration import Duration
-from slurm_fsm.errors import (
-    AllocationFailed,
-    BackendError,
-    NotOurJobError,
-    SetupFailed,
-    SlurmFsmError,
-)
-from slurm_fsm.history import Estimate, RunHistory
-from slurm_fsm.lease import LeaseGate
-from slurm_fsm.paths import StatePaths
-from slurm_fsm.preflight import PreflightFailed
-from slurm_fsm.spec import JobSpec
-from slurm_fsm.state import AllocState, StateStore
+from slurm_fsm.errors import SetupFailed, SlurmFsmError
 from slurm_fsm.step0 import allocate, checks, effects, validate, view, work
 from slurm_fsm.step0.context import (
     ORPHAN_GRACE_S,
     REUSE_CHECK_TIMEOUT_S,
     HandoffState,
+    Held,
     MachinePolicy,
     Step0Context,
     Step0Memory,
+    new_context,
     user_of,
-    warn,
 )
-
-if TYPE_CHECKING:
-    from slurm_fsm.handoff import Warmer
-
 from slurm_fsm.step0.outcome import (
     SETUP_CACHED,
     SETUP_COLD,
@@ -114,26 +79,25 @@ from slurm_fsm.step0.table import (
 )
 from slurm_fsm.step0.view import PossibleEdge, PossibleEdges
 
-# AllocationMachine and PossibleEdge are defined here (SetupFailed lives in errors.py,
-# Failure, Step0Outcome and Transition in step0/outcome.py: named here too); the table
-# (State, Edge, EDGES, ...) is slurm_fsm.step0.table's, imported from there (or from
-# slurm_fsm), not from here.
+if TYPE_CHECKING:  # types only: the driver loads no Slurm tool, no hand-off, no history
+    from pathlib import Path
+
+    from slurm_fsm.backend import JobInfo, SlurmBackend
+    from slurm_fsm.capacity import RequestSize
+    from slurm_fsm.clock import Clock
+    from slurm_fsm.duration import Duration
+    from slurm_fsm.handoff import Warmer
+    from slurm_fsm.history import Estimate, RunHistory
+    from slurm_fsm.lease import LeaseGate
+    from slurm_fsm.spec import JobSpec
+    from slurm_fsm.state import AllocState, StateStore
+
+# AllocationMachine is defined here, the other names in the wing (named here too); the
+# table (State, Edge, EDGES, ...) is slurm_fsm.step0.table's, not named here.
 __all__ = [
-    "ORPHAN_GRACE_S",
-    "REUSE_CHECK_TIMEOUT_S",
-    "SETUP_CACHED",
-    "SETUP_COLD",
-    "SETUP_REUSED",
-    "SETUP_SHARED",
-    "AllocationMachine",
-    "Failure",
-    "MachineError",
-    "MachinePolicy",
-    "PossibleEdge",
-    "PossibleEdges",
-    "SetupFailed",
-    "Step0Outcome",
-    "Transition",
+    "ORPHAN_GRACE_S", "REUSE_CHECK_TIMEOUT_S", "SETUP_CACHED", "SETUP_COLD", "SETUP_REUSED",
+    "SETUP_SHARED", "AllocationMachine", "Failure", "MachineError", "MachinePolicy",
+    "PossibleEdge", "PossibleEdges", "SetupFailed", "Step0Outcome", "Transition",
 ]
 
 TRIGGERS = ("start", "advance", "release", "run", "finish", "fail")
@@ -143,37 +107,20 @@ LOCKED_TRIGGERS = frozenset({"start", "advance", "release"})
 
 
 class _Model:
-    """The object transitions drives (it holds ``state`` and transitions' own helpers:
-    ``is_<State>``, ``may_<trigger>``...). :class:`AllocationMachine` is the public face:
-    no helper of transitions is bound to it, so none is skipped with a warning."""
+    """The object transitions drives (``state``, ``is_<State>``, ``may_<trigger>``...):
+    no helper of transitions is bound to :class:`AllocationMachine`, none is skipped."""
 
     state: State
 
 
-_LOG = logging.getLogger("slurm_fsm.machine")
-
-
-# transitions logs each callback it runs at INFO: an orchestrator's INFO logging would
-# show those, not what happens; a level the application set is left as it is
+# transitions logs each callback at INFO, which would drown what happens in an
+# orchestrator's INFO logging; a level the application set is left as it is
 if logging.getLogger("transitions").level == logging.NOTSET:
     logging.getLogger("transitions").setLevel(logging.WARNING)
 
 
 def _now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
-
-
-def _policy_option(name: str) -> Any:
-    """A tuning option of :class:`MachinePolicy` as the machine's attribute: read from
-    its context's policy; set, a new policy with that option."""
-
-    def get(self: AllocationMachine) -> Any:
-        return getattr(self.ctx.policy, name)
-
-    def put(self: AllocationMachine, value: Any) -> None:
-        self.ctx.policy = attrs.evolve(self.ctx.policy, **{name: value})
-
-    return property(get, put, doc=f"``MachinePolicy.{name}`` of the machine's context.")
 
 
 class AllocationMachine:
@@ -188,6 +135,7 @@ class AllocationMachine:
 
     #: the rules the last edge was taken for, in words (:meth:`Edge.why`)
     _why: str = ""
+
     def __init__(
         self,
         spec: JobSpec,
@@ -208,20 +156,15 @@ class AllocationMachine:
         warmer: Warmer | None = None,
         orphan_grace_s: float = ORPHAN_GRACE_S,
     ) -> None:
-        store = store or StateStore(spec.state_path)
         #: what the work is handed: spec, backend, store, clock, leases, history,
         #: warmer, salloc's log and the tuning options (:class:`MachinePolicy`)
-        self.ctx = Step0Context(
-            spec=spec, backend=backend, clock=clock or SystemClock(), store=store,
-            say=log or _LOG.info, leases=leases, warmer=warmer,
-            run_history=run_history or RunHistory(StatePaths(store.path).history),
-            salloc_log=salloc_log or spec.salloc_log,
+        self.ctx: Step0Context = new_context(
+            spec, backend, clock=clock, store=store, say=log, leases=leases,
+            run_history=run_history, warmer=warmer, salloc_log=salloc_log,
             policy=MachinePolicy(
                 unreachable_retries=unreachable_retries, pending_wait_s=pending_wait_s,
                 alloc_wait_s=alloc_wait_s, pending_report_s=pending_report_s,
-                setup_timeout_s=setup_timeout_s, orphan_grace_s=orphan_grace_s),
-        )
-        self._log = self.ctx.say  # else the slurm_fsm.machine logger
+                setup_timeout_s=setup_timeout_s, orphan_grace_s=orphan_grace_s))
         #: what the work remembers between triggers (lent to the worker rooms)
         self.mem = Step0Memory(user=user)
         #: what the work of the last trigger saw; the conditions read only this and the spec
@@ -237,14 +180,9 @@ class AllocationMachine:
         """The ``transitions`` machine over :attr:`edges`: every edge a transition whose
         condition is its check (:meth:`_holds`) and whose ``before`` takes it."""
         machine = Machine(
-            model=self._model,
-            states=State,
-            initial=State.NoState,
-            auto_transitions=False,
-            queued=True,
-            send_event=True,
-            after_state_change=self._record,
-            on_exception=self._on_exception,
+            model=self._model, states=State, initial=State.NoState,
+            auto_transitions=False, queued=True, send_event=True,
+            after_state_change=self._record, on_exception=self._on_exception,
         )
         for e in self.edges:
             machine.add_transition(
@@ -253,120 +191,53 @@ class AllocationMachine:
             )
         return machine
 
-    # The context, as the machine's attributes (public API: read, and the tuning
-    # options set, as before) --------------------------------------------------------
-    @property
-    def spec(self) -> JobSpec:
-        """The job spec."""
-        return self.ctx.spec
+    # The context and the memory, as the machine's attributes (public API, as before)
+    spec: Held[JobSpec] = Held("ctx")
+    """The job spec."""
+    backend: Held[SlurmBackend] = Held("ctx")
+    """The Slurm backend."""
+    clock: Held[Clock] = Held("ctx")
+    """The injected clock."""
+    store: Held[StateStore] = Held("ctx")
+    """The state file's store."""
+    leases: Held[LeaseGate | None] = Held("ctx", settable=True)
+    """The lease gate (None: leases not checked); settable (a test's world's gate)."""
+    run_history: Held[RunHistory] = Held("ctx")
+    """The run history (admission by time left)."""
+    warmer: Held[Warmer | None] = Held("ctx")
+    """The warm successor's warmer (None: none started)."""
+    salloc_log: Held[Path] = Held("ctx")
+    """salloc's output beside the state file."""
+    alloc: Held[AllocState | None] = Held("mem", settable=True)
+    """The allocation of the state file (None: none, or dropped)."""
+    notes: Held[list[str]] = Held("mem")
+    """Steps skipped, waits, replacements... in words (the report's notes)."""
+    warnings: Held[list[str]] = Held("mem")
+    """What went wrong but did not stop step 0 (the report's warnings)."""
+    handoff: Held[HandoffState] = Held("mem")
+    """The warm successor's hand-off memory (:mod:`slurm_fsm.handoff`)."""
+    container_setup: Held[str | None] = Held("mem")
+    """How step 0 came by its container (:data:`SETUP_COLD`, :data:`SETUP_REUSED`,
+    :data:`SETUP_SHARED`, :data:`SETUP_CACHED`); None: no container set up by it."""
+    cache_write_s: Held[float | None] = Held("mem")
+    """Seconds of the export to the image cache (a part of Installing's time, said
+    apart); None: nothing exported."""
+    failure: Held[Failure | None] = Held("mem", settable=True)
+    """Why step 0 failed (None: it did not)."""
+    released_job_id: Held[str | None] = Held("mem")
+    """The allocation a release (0A) cancelled."""
+    salloc_requested: Held[bool] = Held("mem")
+    """This machine asked for an allocation (0E's salloc, or adopted another run's
+    request): only then is :attr:`salloc_log` this run's to quote in a report."""
+    # the tuning options, :class:`MachinePolicy`'s of the context (set: a new policy)
+    unreachable_retries: Held[int] = Held("policy")
+    pending_wait_s: Held[float] = Held("policy")
+    alloc_wait_s: Held[float] = Held("policy")
+    pending_report_s: Held[float] = Held("policy")
+    setup_timeout_s: Held[float] = Held("policy")
+    orphan_grace_s: Held[float] = Held("policy")
 
-    @property
-    def backend(self) -> SlurmBackend:
-        """The Slurm backend."""
-        return self.ctx.backend
-
-    @property
-    def clock(self) -> Clock:
-        """The injected clock."""
-        return self.ctx.clock
-
-    @property
-    def store(self) -> StateStore:
-        """The state file's store."""
-        return self.ctx.store
-
-    @property
-    def leases(self) -> LeaseGate | None:
-        """The lease gate (None: leases not checked); settable, as before the context
-        (a test hands a machine the gate of its world)."""
-        return self.ctx.leases
-
-    @leases.setter
-    def leases(self, gate: LeaseGate | None) -> None:
-        self.ctx.leases = gate
-
-    @property
-    def run_history(self) -> RunHistory:
-        """The run history (admission by time left)."""
-        return self.ctx.run_history
-
-    @property
-    def warmer(self) -> Warmer | None:
-        """The warm successor's warmer (None: none started)."""
-        return self.ctx.warmer
-
-    @property
-    def salloc_log(self) -> Path:
-        """salloc's output beside the state file."""
-        return self.ctx.salloc_log
-
-    # The memory, as the machine's attributes (public API, as before) ------------------
-    @property
-    def alloc(self) -> AllocState | None:
-        """The allocation of the state file (None: none, or dropped)."""
-        return self.mem.alloc
-
-    @alloc.setter
-    def alloc(self, alloc: AllocState | None) -> None:
-        self.mem.alloc = alloc
-
-    @property
-    def notes(self) -> list[str]:
-        """Steps skipped, waits, replacements... in words (the report's notes)."""
-        return self.mem.notes
-
-    @property
-    def warnings(self) -> list[str]:
-        """What went wrong but did not stop step 0 (the report's warnings)."""
-        return self.mem.warnings
-
-    @property
-    def handoff(self) -> HandoffState:
-        """The warm successor's hand-off memory (:mod:`slurm_fsm.handoff`)."""
-        return self.mem.handoff
-
-    @property
-    def container_setup(self) -> str | None:
-        """How step 0 came by its container: :data:`SETUP_COLD` (imported, installed),
-        :data:`SETUP_REUSED` (the node's, same setup key), :data:`SETUP_SHARED` (a live
-        allocation's on the same nodes), :data:`SETUP_CACHED` (the image cache's);
-        None: no container set up by this machine."""
-        return self.mem.container_setup
-
-    @property
-    def cache_write_s(self) -> float | None:
-        """Seconds of the export of the installed container to the image cache (a part
-        of the Installing state's time, said apart); None: nothing exported."""
-        return self.mem.cache_write_s
-
-    @property
-    def failure(self) -> Failure | None:
-        """Why step 0 failed (None: it did not)."""
-        return self.mem.failure
-
-    @failure.setter
-    def failure(self, failure: Failure | None) -> None:
-        self.mem.failure = failure
-
-    @property
-    def released_job_id(self) -> str | None:
-        """The allocation a release (0A) cancelled."""
-        return self.mem.released_job_id
-
-    @property
-    def salloc_requested(self) -> bool:
-        """This machine asked for an allocation (0E's salloc, or adopted another run's
-        request): only then is :attr:`salloc_log` this run's to quote in a report."""
-        return self.mem.salloc_requested
-
-    unreachable_retries = _policy_option("unreachable_retries")
-    pending_wait_s = _policy_option("pending_wait_s")
-    alloc_wait_s = _policy_option("alloc_wait_s")
-    pending_report_s = _policy_option("pending_report_s")
-    setup_timeout_s = _policy_option("setup_timeout_s")
-    orphan_grace_s = _policy_option("orphan_grace_s")
-
-    # Triggers -------------------------------------------------------------------------
+    # Triggers ---------------------------------------------------------------------
     @property
     def state(self) -> State:
         """The current state."""
@@ -386,23 +257,19 @@ class AllocationMachine:
 
     def run(self) -> bool:
         """Step 1's pre-flight on a Ready allocation (time left, GPU processes), then
-        Running. It does not start the job: the machine holds the allocation, the job
-        is its caller's (:attr:`next_step` says how to run it)."""
+        Running. It does not start the job (:attr:`next_step` says how to run it)."""
         return self._fire("run")
 
     @property
     def next_step(self) -> str:
-        """What to call next, in one sentence (shown under the notebook's diagram):
-        the trigger of the current state, and in Running how to run the job, which
-        the machine never starts itself. No Slurm call."""
+        """What to call next, in one sentence (under the notebook's diagram); in Running,
+        how to run the job, which the machine never starts itself. No Slurm call."""
         return view.next_step(self.state, self.alloc, self.spec)
 
     def start_gpu_check(self) -> None:
-        """Begin step 1's GPU check now, in the background, on a Ready allocation (a
-        no-op otherwise, or when the job asks no GPU): the caller starts its lease step
-        meanwhile, and :meth:`run`'s pre-flight takes this check's answer, or its
-        error, as its own. Call it once what a dead run left is stopped (the check
-        would see its GPU processes). :func:`slurm_fsm.step0.checks.start_gpu_check`."""
+        """Begin step 1's GPU check now, in the background, on a Ready allocation
+        (:func:`slurm_fsm.step0.checks.start_gpu_check`): :meth:`run`'s pre-flight takes
+        its answer. Call it once what a dead run left is stopped."""
         checks.start_gpu_check(self.ctx, self.mem, self.state)
 
     def finish(self, reason: str = "", allocation_gone: bool = False) -> bool:
@@ -446,12 +313,8 @@ class AllocationMachine:
 
     def possible_edges(self, trigger: str | None = None) -> PossibleEdges:
         """The edges out of the current state (of ``trigger``, or of every trigger but
-        the internal ``fail``), in table order, each judged on the last observation.
-
-        A trigger observes afresh before the table chooses: an edge whose trigger did not
-        make the last observation in this state is marked ``stale`` (printed with ``?`` for
-        every value and no ``=>``). No Slurm call.
-        """
+        the internal ``fail``), in table order, each judged on the last observation
+        (``stale``, printed with ``?``: not made by its trigger here). No Slurm call."""
         return view.possible_edges(self.edges, self.state, self.observation, self.spec,
                                    trigger)
 
@@ -473,6 +336,7 @@ class AllocationMachine:
     # Driving ------------------------------------------------------------------------
     @property
     def user(self) -> str:
+        """The Slurm user (asked of the backend once)."""
         return user_of(self.ctx, self.mem)
 
     @property
@@ -483,30 +347,25 @@ class AllocationMachine:
         return [self.history[0].source] + [t.dest for t in self.history]
 
     def setup_seconds(self) -> dict[str, float]:
-        """Seconds of step 0's setup work, by part (:func:`slurm_fsm.step0.view.setup_seconds`:
-        ``queue_wait_s``, ``import_s`` or what was done instead, ``install_s``,
-        ``cache_write_s``); only the states visited."""
+        """Seconds of step 0's setup work, by part, of the states visited
+        (:func:`slurm_fsm.step0.view.setup_seconds`)."""
         return view.setup_seconds(self.history, self.container_setup, self.cache_write_s)
 
     def lead_history(self) -> list[Transition]:
-        """The history as a measure of what setting up an allocation takes (the run
-        history's lead-time parts, :func:`slurm_fsm.step0.view.lead_history`)."""
+        """The history as lead-time parts (:func:`~slurm_fsm.step0.view.lead_history`)."""
         return view.lead_history(self.history, self.container_setup)
 
     def setup_note(self) -> str | None:
-        """One line for the report's notes: which path step 0's container took and how
-        long each part took (None: no container set up by this run)."""
+        """One line for the notes: how the container was set up, how long each part took."""
         return view.setup_note(self.setup_seconds(), self.container_setup, self.alloc,
                                self.spec)
 
     def prepare(self, *, within: frozenset[State] = IN_PROGRESS,
                 until: Callable[[Step0Outcome], bool] | None = None) -> Step0Outcome:
         """Run step 0 to its end (Ready, Released or Failed) under the state-file lock:
-        :meth:`start`, then :meth:`advance` while the state is one of ``within`` (every
-        in-progress state; the warmer passes its own few), stopping early when
-        ``until`` (asked with :meth:`outcome` after each trigger) says so
-        (``slurm-fsm plan`` stops at a PENDING allocation, the warmer when the
-        successor is gone). What it ended with: :meth:`outcome`."""
+        :meth:`start`, then :meth:`advance` while the state is one of ``within`` (the
+        warmer passes its own few), or until ``until`` (asked with :meth:`outcome` after
+        each trigger: ``plan`` stops at a PENDING allocation). Returns :meth:`outcome`."""
         with self.locked():
             if self.spec.release_allocation:
                 self.release()
@@ -522,8 +381,7 @@ class AllocationMachine:
 
     def outcome(self) -> Step0Outcome:
         """What the machine knows now, as one frozen value (no Slurm call): what
-        :meth:`prepare` returns, and what a caller reads after :meth:`run` or
-        :meth:`finish`, instead of the machine's fields."""
+        :meth:`prepare` returns and a caller reads instead of the machine's fields."""
         waited = self.handoff.waited_s
         return Step0Outcome(
             state=self.state, alloc=self.alloc, failure=self.failure,
@@ -537,45 +395,38 @@ class AllocationMachine:
         )
 
     def note(self, text: str) -> None:
-        """Add one line to the notes (the caller's own: how long the job waited for
-        its successor or its GPUs, how step 0's container was set up), in the order
-        it happens among the machine's."""
+        """Add one line of the caller's own to the notes (how long the job waited for
+        its successor or its GPUs...), in order among the machine's."""
         self.notes.append(text)
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
         """Hold the state file's lock (two orchestrators never allocate twice).
 
-        Re-entrant: :meth:`prepare` holds it around its triggers, and every trigger of
-        step 0 takes it, so hand-stepping in a notebook is as safe as :meth:`prepare`
-        (a :class:`~slurm_fsm.state.StateLockTimeout` from a trigger means another
-        run holds it; nothing was done). Between two hand-stepped triggers the lock
-        is free: hold ``with m.locked():`` around them to keep it.
-
-        A machine whose run holds a lease (``leases.own`` set) and does not hold the
-        lock already refuses (RuntimeError, a bug): a release or a replacement holds
-        the lock while it waits for the leases, so a lease holder that waited for
-        the lock would wait for itself."""
+        Re-entrant: :meth:`prepare` and every trigger of step 0 take it (a
+        :class:`~slurm_fsm.state.StateLockTimeout` from a trigger: another run holds it,
+        nothing was done); hold ``with m.locked():`` around hand-stepped triggers to
+        keep it between them. A machine whose run holds a lease and not the lock
+        refuses (RuntimeError, a bug): a release holds the lock while it waits for the
+        leases, so a lease holder that waited for the lock would wait for itself."""
         if self.leases is not None and self.leases.own is not None \
                 and not self.store.holds_lock():
             raise RuntimeError("a run that holds a lease never waits for the state file's "
                                "lock (a release waiting for that lease holds it)")
         # run_many's runs take step 0 in turn: a wait for a sibling is not "another run"
-        batch = validate.in_batch(self.ctx)
-        with self.store.locked(on_wait=self._waiting, siblings_quiet=batch):
+        with self.store.locked(on_wait=self._waiting,
+                               siblings_quiet=validate.in_batch(self.ctx)):
             if self.store.unlocked and self.store.unlocked not in self.warnings:
                 self.warnings.append(self.store.unlocked)
             yield
 
     def estimate(self) -> Estimate:
-        """The job's expected duration (admission by time left), read once from the spec
-        and the run history (:func:`slurm_fsm.step0.validate.estimate`)."""
+        """The job's expected duration, read once (:func:`slurm_fsm.step0.validate.estimate`)."""
         return validate.estimate(self.ctx, self.mem)
 
     def info_now(self) -> tuple[JobInfo | None, Duration | None]:
         """The last job row seen and the time left it implies now (no Slurm call)."""
         return validate.info_now(self.ctx, self.mem)
-
 
     # Display ------------------------------------------------------------------------
     @staticmethod
@@ -584,8 +435,7 @@ class AllocationMachine:
         return mermaid_diagram(EDGES)
 
     def diagram(self) -> str:
-        """The mermaid diagram of the part the machine is in (:class:`DiagramPart`: the
-        design card's states, or an opt-in part) with the current state highlighted."""
+        """The mermaid diagram of the part the machine is in, its state highlighted."""
         return view.diagram(self.edges, self.state)
 
     def _repr_markdown_(self) -> str:
@@ -596,35 +446,25 @@ class AllocationMachine:
         return f"<AllocationMachine {self.state.value} {self.spec.job_name}>"
 
     # The table, as transitions calls it ------------------------------------------------
-    def _holds(self, edge: Edge, _event: EventData) -> bool:
+    def _holds(self, edge: Edge, _event: EventData) -> bool:  # on the last observation
         return edge.holds(self.observation, self.spec)
 
     def _take(self, edge: Edge, _event: EventData) -> None:
-        """The edge is chosen: execute its effects (before the state changes)."""
+        """The edge is chosen: its effects, before the state changes, each through
+        :data:`slurm_fsm.step0.effects.EFFECT_WORK` (those that did something: named)."""
         self._taken = edge
-        self._applied = [effect for effect in edge.effects if self._effect(effect)]
-
-    def _effect(self, effect: Effect) -> bool:
-        """Carry out one effect of the chosen edge
-        (:data:`slurm_fsm.step0.effects.EFFECT_WORK`); False when there was nothing to
-        do (no allocation to cancel, a nodelist already complete, no job to warn about)."""
-        return effects.EFFECT_WORK[effect](self.ctx, self.mem, self.observation, self.state)
+        self._applied = [e for e in edge.effects if effects.EFFECT_WORK[e](
+            self.ctx, self.mem, self.observation, self.state)]
 
     def request_size(self) -> RequestSize:
-        """What ``salloc`` asks for this spec (:func:`slurm_fsm.step0.allocate.request_size`);
-        step 0E and the warm successor ask alike."""
+        """What ``salloc`` asks for this spec (:func:`slurm_fsm.step0.allocate.request_size`)."""
         return allocate.request_size(self.ctx)
 
     # Bookkeeping ----------------------------------------------------------------------
     def _waiting(self, text: str) -> None:
-        """A wait (the state file's lock, a PENDING allocation): said, and in the
-        report's notes."""
-        self._log(text)
+        """A wait (the state file's lock): said, and in the report's notes."""
+        self.ctx.say(text)
         self.notes.append(text)
-
-    def _warn(self, text: str) -> None:
-        """A warning, kept once and said (:func:`slurm_fsm.step0.context.warn`)."""
-        warn(self.ctx, self.mem, text)
 
     def _record(self, event: EventData) -> None:
         source = event.transition.source if event.transition else ""
@@ -638,11 +478,10 @@ class AllocationMachine:
                                                  *(e.value for e in self._applied)) if part)
         self.history.append(Transition(
             clock=self.clock.now(), at=_now_iso(), trigger=event.event.name,
-            source=str(source), dest=str(dest), reason=reason, edge=edge,
-        ))
+            source=str(source), dest=str(dest), reason=reason, edge=edge))
         if self.state is State.Failed and self.failure is None:  # defensive: always recorded
             self.failure = Failure(source or "?", reason or "failed")
-        self._log(f"[{source} -> {dest}] {reason}")
+        self.ctx.say(f"[{source} -> {dest}] {reason}")
 
     def _on_exception(self, event: EventData) -> None:
         """An effect raised (the work's errors are caught in the trigger)."""
@@ -654,15 +493,7 @@ class AllocationMachine:
         self._fail_with(error)
 
     def _fail_with(self, error: BaseException) -> None:
-        step = self.state.value
-        kept = self.store.exists()
-        if isinstance(error, AllocationFailed) and error.stderr_tail:
-            message = f"{error}"
-        elif isinstance(error, BackendError | SetupFailed | NotOurJobError | PreflightFailed):
-            message = str(error)
-        else:
-            message = f"{type(error).__name__}: {error}"
-        self.failure = Failure(step, message, error, state_file_kept=kept)
+        self.failure = Failure.of(self.state.value, error, state_file_kept=self.store.exists())
         self._taken = None
         self._applied = []
         self._model.fail()  # type: ignore[attr-defined]  # bound by transitions

@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, overload
 
 import attrs
 
@@ -51,9 +51,11 @@ __all__ = [
     "POLICY_FIELDS",
     "REUSE_CHECK_TIMEOUT_S",
     "HandoffState",
+    "Held",
     "MachinePolicy",
     "Step0Context",
     "Step0Memory",
+    "new_context",
     "user_of",
     "warn",
 ]
@@ -110,6 +112,27 @@ class Step0Context:
     #: salloc's output (beside the state file)
     salloc_log: Path
     policy: MachinePolicy = MachinePolicy()
+
+
+def new_context(spec: JobSpec, backend: SlurmBackend, *, clock: Clock | None,
+                store: StateStore | None, say: Callable[[str], None] | None,
+                leases: LeaseGate | None, run_history: RunHistory | None,
+                warmer: Callable[[JobSpec], int | None] | None, salloc_log: Path | None,
+                policy: MachinePolicy) -> Step0Context:
+    """The context of the machine's keywords, a default for each left out: the system
+    clock, the spec's state file, the logger, the run history beside the state file,
+    salloc's log of the spec."""
+    from slurm_fsm.clock import SystemClock
+    from slurm_fsm.history import RunHistory
+    from slurm_fsm.paths import StatePaths
+    from slurm_fsm.state import StateStore
+
+    store = store or StateStore(spec.state_path)
+    return Step0Context(
+        spec=spec, backend=backend, clock=clock or SystemClock(), store=store,
+        say=say or _LOG.info, leases=leases, warmer=warmer,
+        run_history=run_history or RunHistory(StatePaths(store.path).history),
+        salloc_log=salloc_log or spec.salloc_log, policy=policy)
 
 
 @attrs.define
@@ -220,3 +243,46 @@ def user_of(ctx: Step0Context, mem: Step0Memory) -> str:
     if mem.user is None:
         mem.user = ctx.backend.current_user()
     return mem.user
+
+
+_T = TypeVar("_T")
+
+
+class _Driver(Protocol):
+    """What holds a context and a memory: the driver (``AllocationMachine``)."""
+
+    ctx: Step0Context
+    mem: Step0Memory
+
+
+class Held(Generic[_T]):
+    """An attribute of the driver held by its context (``ctx``), its memory (``mem``)
+    or its context's policy (``policy``: set, a new policy with that option). Read-only
+    (AttributeError when set) unless ``settable`` (a policy option always is): the
+    machine's ``spec``, ``alloc``, ``pending_wait_s``... are views of the two records,
+    typed, and documented where they are declared."""
+
+    def __init__(self, where: Literal["ctx", "mem", "policy"], *, settable: bool = False):
+        self.where, self.settable, self.name = where, settable or where == "policy", ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def _home(self, driver: _Driver) -> Any:
+        return driver.ctx.policy if self.where == "policy" else getattr(driver, self.where)
+
+    @overload
+    def __get__(self, driver: None, owner: type) -> Held[_T]: ...
+    @overload
+    def __get__(self, driver: _Driver, owner: type) -> _T: ...
+    def __get__(self, driver: _Driver | None, owner: type) -> Held[_T] | _T:
+        return self if driver is None else getattr(self._home(driver), self.name)
+
+    def __set__(self, driver: _Driver, value: _T) -> None:
+        if not self.settable:
+            raise AttributeError(f"{type(driver).__name__}.{self.name} is read-only")
+        if self.where == "policy":
+            option: dict[str, Any] = {self.name: value}
+            driver.ctx.policy = attrs.evolve(driver.ctx.policy, **option)
+        else:
+            setattr(self._home(driver), self.name, value)

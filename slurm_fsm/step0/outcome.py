@@ -23,6 +23,13 @@ from pathlib import Path
 
 import attrs
 
+from slurm_fsm.errors import (
+    AllocationFailed,
+    BackendError,
+    NotOurJobError,
+    PreflightFailed,
+    SetupFailed,
+)
 from slurm_fsm.state import AllocState
 from slurm_fsm.step0.table import Edge, Observation, State
 
@@ -72,6 +79,19 @@ class Failure:
     message: str
     error: BaseException | None = attrs.field(default=None, eq=False, repr=False)
     state_file_kept: bool = True
+
+    @classmethod
+    def of(cls, step: str, error: BaseException, *, state_file_kept: bool) -> Failure:
+        """The failure of ``step`` by ``error``: a Slurm, setup, ownership or pre-flight
+        error says itself (salloc's with its stderr's tail); any other is named by its
+        type."""
+        if isinstance(error, AllocationFailed) and error.stderr_tail:
+            message = f"{error}"
+        elif isinstance(error, BackendError | SetupFailed | NotOurJobError | PreflightFailed):
+            message = str(error)
+        else:
+            message = f"{type(error).__name__}: {error}"
+        return cls(step, message, error, state_file_kept=state_file_kept)
 
 
 @attrs.frozen(kw_only=True)
