@@ -1,4 +1,4 @@
-"""What step 0's work is handed: one explicit context and one policy record.
+"""What step 0's work is handed and what it remembers: one context, one policy, one memory.
 
 Theory of operation
 -------------------
@@ -7,9 +7,7 @@ Theory of operation
 machine (issue 40 item 1): the spec, the backend, the state store, the clock, where
 progress is said, the lease gate, the run history, the warmer, salloc's log and the
 :class:`MachinePolicy` of tuning options. :class:`~slurm_fsm.machine.AllocationMachine`
-builds one from its keywords and reads its configuration only from it (its
-``spec``/``backend``/``pending_wait_s``... are views of the context); the next step
-of the issue hands it to each worker room instead of the machine.
+builds one from its keywords (:func:`new_context`) and hands it to each worker room.
 
 :class:`MachinePolicy` is the one record of the waits, retries and grace times that
 tune step 0 (before, six keywords stored as six attributes). Frozen: a change is
@@ -17,10 +15,11 @@ tune step 0 (before, six keywords stored as six attributes). Frozen: a change is
 
 :class:`Step0Memory` is what step 0's work remembers from one trigger to the next (the
 state file's allocation, the last job row, the ids cancelled or reused, the
-unreachable and pending counts, the notes): the driver owns one and hands it, with
-the context, to each worker room (:mod:`slurm_fsm.step0.validate`,
-:mod:`slurm_fsm.step0.allocate`); a room reads and updates it and returns what the
-driver needs to fire.
+unreachable and pending counts, the notes, the failure, how the container was set
+up): the driver owns one and hands it, with the context, to each worker room of
+:mod:`slurm_fsm.step0`; a room reads and updates it and returns what the driver needs
+to fire. The machine's ``spec``, ``alloc``, ``pending_wait_s``... are typed views of
+the two (:class:`Held`).
 """
 
 from __future__ import annotations
