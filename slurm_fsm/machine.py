@@ -15,9 +15,10 @@ in one :class:`~slurm_fsm.step0.context.Step0Memory`; the machine's attributes
   (:data:`LOCKED_TRIGGERS`) takes the state-file lock; the state's room does its work
   (:func:`slurm_fsm.step0.work.observe`) and returns one frozen
   :class:`~slurm_fsm.step0.table.Observation` (:attr:`AllocationMachine.observation`).
-* transitions takes the first edge whose conditions hold on it and executes its
-  :class:`~slurm_fsm.step0.table.Effect` s (:data:`slurm_fsm.step0.effects.EFFECT_WORK`,
-  the only place step 0 cancels or deletes) before the state changes.
+* transitions takes the first edge whose conditions hold on it and, before the state
+  changes, does its :class:`~slurm_fsm.step0.table.Effect` s
+  (:data:`slurm_fsm.step0.work.EFFECT_WORK`; only :mod:`~slurm_fsm.step0.effects`
+  cancels or deletes).
 * ``may_<trigger>()`` and :meth:`AllocationMachine.possible_edges` make no Slurm call.
 * An exception of the work or an effect is routed into ``Failed`` with a
   :class:`Failure` (which step, whether the state file was kept).
@@ -45,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 from transitions import EventData, Machine, MachineError
 
 from slurm_fsm.errors import SetupFailed, SlurmFsmError
-from slurm_fsm.step0 import allocate, checks, effects, validate, view, work
+from slurm_fsm.step0 import allocate, checks, validate, view, work
 from slurm_fsm.step0.context import (
     ORPHAN_GRACE_S,
     REUSE_CHECK_TIMEOUT_S,
@@ -101,8 +102,7 @@ __all__ = [
 ]
 
 TRIGGERS = ("start", "advance", "release", "run", "finish", "fail")
-#: The triggers of step 0: they take the state file's lock. ``run`` and ``finish``
-#: never do (the lock covers step 0 only).
+#: The triggers of step 0: they take the state file's lock (``run``, ``finish`` never).
 LOCKED_TRIGGERS = frozenset({"start", "advance", "release"})
 
 
@@ -451,9 +451,9 @@ class AllocationMachine:
 
     def _take(self, edge: Edge, _event: EventData) -> None:
         """The edge is chosen: its effects, before the state changes, each through
-        :data:`slurm_fsm.step0.effects.EFFECT_WORK` (those that did something: named)."""
+        :data:`slurm_fsm.step0.work.EFFECT_WORK` (those that did something: named)."""
         self._taken = edge
-        self._applied = [e for e in edge.effects if effects.EFFECT_WORK[e](
+        self._applied = [e for e in edge.effects if work.EFFECT_WORK[e](
             self.ctx, self.mem, self.observation, self.state)]
 
     def request_size(self) -> RequestSize:

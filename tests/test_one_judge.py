@@ -138,10 +138,10 @@ def test_no_function_is_over_a_screen() -> None:
 
 
 def test_every_effect_has_its_work() -> None:
-    """The effects are a table (one function per effect, in step0/effects.py): a new
+    """The effects are a table (one function per effect, step0/work.py's): a new
     Effect without its row would be a KeyError at its first edge, not a silent no-op."""
-    from slurm_fsm.step0.effects import EFFECT_WORK
     from slurm_fsm.step0.table import Effect
+    from slurm_fsm.step0.work import EFFECT_WORK
 
     assert set(EFFECT_WORK) == set(Effect)
 

@@ -10,8 +10,9 @@ A worker room of step 0 (issue 40 item 1), in the style of
 returns the transition's summary; the allocation it got is ``mem.alloc`` (written to
 the state file).
 
-* :func:`require`: the pre-flight's questions (``sinfo``, ``sacctmgr``; they change
-  nothing), asked once before anything is cancelled or allocated.
+* The pre-flight's questions (:func:`slurm_fsm.step0.checks.require`: ``sinfo``,
+  ``sacctmgr``; they change nothing) are asked once before anything is cancelled or
+  allocated.
 * :func:`release_orphans` (0D): this user's allocations of this checkout that no state
   file names are cancelled through the lease gate; one a moment old with a request's
   nonce is another run's (:data:`~slurm_fsm.step0.context.ORPHAN_GRACE_S`): adopted.
@@ -50,9 +51,9 @@ from slurm_fsm.jobstate import JobState
 from slurm_fsm.lease import AllocationInUse
 from slurm_fsm.ownership import Ownership, new_nonce, request_of
 from slurm_fsm.preflight import node_cpus
-from slurm_fsm.preflight import require as preflight_require
 from slurm_fsm.state import AllocState
 from slurm_fsm.step0 import effects
+from slurm_fsm.step0.checks import require
 from slurm_fsm.step0.context import Step0Context, Step0Memory, user_of, warn
 from slurm_fsm.step0.table import Observation, State, owner_of, repo_tag
 from slurm_fsm.step0.validate import complete_grant, replacing
@@ -63,26 +64,12 @@ __all__ = [
     "allocating",
     "release_orphans",
     "request_size",
-    "require",
     "salloc_log_tail",
     "to_replace",
 ]
 
 #: what the work says and warns through (the driver's)
 Say = Callable[[str], None]
-
-
-def require(ctx: Step0Context, mem: Step0Memory, user: str, warn: Say) -> None:
-    """The pre-flight's questions (``sinfo``, ``sacctmgr``: they change nothing),
-    asked once, before anything is cancelled or allocated: a spec the cluster cannot
-    run (a misspelt partition) fails here with
-    :class:`~slurm_fsm.preflight.PreflightFailed`, and the allocation of the state file
-    is left as it was."""
-    if mem.required:
-        return
-    for warning in preflight_require(ctx.spec, ctx.backend, user):
-        warn(warning)
-    mem.required = True
 
 
 def request_size(ctx: Step0Context) -> RequestSize:

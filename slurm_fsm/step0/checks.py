@@ -1,4 +1,4 @@
-"""Step 1's pre-flight on a Ready allocation: the time it has left, the GPU check.
+"""The pre-flight's questions, and step 1's pre-flight: the time left, the GPU check.
 
 Theory of operation
 -------------------
@@ -15,6 +15,9 @@ A worker room of step 0 (issue 40 item 1): functions of the
   view) and warns of each node's; a node whose GPUs nobody can see is warned about,
   not judged clean. The import and the reuse of a container check too (their GPU
   check is part of the Importing state's time).
+* :func:`require` asks the pre-flight's questions of the spec (``sinfo``,
+  ``sacctmgr``) once, before anything is cancelled or allocated (0D-0E, the CANCEL
+  effect).
 * :func:`start_gpu_check` begins the check early in a thread (the caller starts its
   lease step meanwhile); the next :func:`gpu_check` on the same allocation takes its
   answer, or its error, as its own (``mem.gpu_ahead``).
@@ -23,17 +26,19 @@ A worker room of step 0 (issue 40 item 1): functions of the
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 
 from slurm_fsm import sharedview
 from slurm_fsm.backend import GpuProcess
 from slurm_fsm.nvsmi import NvidiaSmiFailed
+from slurm_fsm.preflight import require as preflight_require
 from slurm_fsm.state import AllocState
 from slurm_fsm.step0.context import Step0Context, Step0Memory, warn
 from slurm_fsm.step0.table import State
 from slurm_fsm.step0.validate import info_now
 
-__all__ = ["ask_gpus", "gpu_check", "preflight", "start_gpu_check"]
+__all__ = ["ask_gpus", "gpu_check", "preflight", "require", "start_gpu_check"]
 
 
 def start_gpu_check(ctx: Step0Context, mem: Step0Memory, state: State) -> None:
@@ -94,3 +99,16 @@ def preflight(ctx: Step0Context, mem: Step0Memory) -> str:
              "The job may be killed early.")
     gpu_check(ctx, mem)
     return f"job started on allocation {mem.alloc.job_id if mem.alloc else '?'}"
+
+
+def require(ctx: Step0Context, mem: Step0Memory, user: str, warn: Callable[[str], None]) -> None:
+    """The pre-flight's questions (``sinfo``, ``sacctmgr``: they change nothing),
+    asked once, before anything is cancelled or allocated: a spec the cluster cannot
+    run (a misspelt partition) fails here with
+    :class:`~slurm_fsm.preflight.PreflightFailed`, and the allocation of the state file
+    is left as it was."""
+    if mem.required:
+        return
+    for warning in preflight_require(ctx.spec, ctx.backend, user):
+        warn(warning)
+    mem.required = True

@@ -22,10 +22,13 @@ can step 0 destroy, and when?" reads this module.
   a successor's :func:`forget_successor_files` (or, switched to, its record:
   :func:`forget_successor_record`).
 
-Every :class:`~slurm_fsm.step0.table.Effect` an edge carries has its work here, one
-function of the context, the memory, the observation the edge was chosen on and the
-state it leaves (:data:`EFFECT_WORK`, every effect a row: a test checks); the driver
-runs the chosen edge's effects through it and does none itself.
+Every :class:`~slurm_fsm.step0.table.Effect` an edge carries has its work here
+(``on_<effect>``), one function of the context, the memory, the observation the edge
+was chosen on and the state it leaves; the warm successor's two are the hand-off's
+(:func:`slurm_fsm.handoff.drop_successor`, :func:`slurm_fsm.handoff.release_drained`,
+which cancel through this module). :data:`slurm_fsm.step0.work.EFFECT_WORK` is the
+whole table the driver runs the chosen edge's effects through (this module imports no
+room above it: the import graph has no circle).
 """
 
 from __future__ import annotations
@@ -35,17 +38,18 @@ from pathlib import Path
 
 import attrs
 
+from slurm_fsm.backend import JobInfo
 from slurm_fsm.duration import Duration
 from slurm_fsm.errors import StateFileError
 from slurm_fsm.lease import cancel_allocation
 from slurm_fsm.ownership import describe
 from slurm_fsm.state import AllocState, StateStore
+from slurm_fsm.step0.checks import require
 from slurm_fsm.step0.context import Step0Context, Step0Memory, user_of, warn
 from slurm_fsm.step0.outcome import Failure
 from slurm_fsm.step0.table import (
     CONDITIONS,
     EXPIRY_MARGIN_S,
-    Effect,
     Observation,
     State,
     owner_of,
@@ -56,7 +60,6 @@ from slurm_fsm.step0.table import (
 from slurm_fsm.successor import clear_successor
 
 __all__ = [
-    "EFFECT_WORK",
     "EffectWork",
     "cancel_gated",
     "cancel_replaced",
@@ -67,6 +70,14 @@ __all__ = [
     "drop_state_file",
     "forget_successor_files",
     "forget_successor_record",
+    "on_cancel",
+    "on_complete_nodelist",
+    "on_drop_state_file",
+    "on_record_failure",
+    "on_warn_expiring",
+    "on_warn_not_ours",
+    "on_warn_too_short",
+    "reused_id",
 ]
 
 
@@ -160,34 +171,37 @@ def drop_files(ctx: Step0Context, cancelled: Sequence[str]) -> None:
 EffectWork = Callable[[Step0Context, Step0Memory, Observation, State], bool]
 
 
-def _fx_drop_state_file(ctx: Step0Context, mem: Step0Memory, obs: Observation,
+def on_drop_state_file(ctx: Step0Context, mem: Step0Memory, obs: Observation,
                         state: State) -> bool:
+    """DROP_STATE_FILE: :func:`drop_state_file` of the state file's allocation."""
     drop_state_file(ctx, mem, obs, mem.alloc)
     return True
 
 
-def _fx_cancel(ctx: Step0Context, mem: Step0Memory, obs: Observation, state: State) -> bool:
-    """CANCEL, never before the pre-flight's questions that need no allocation
-    (:func:`slurm_fsm.step0.allocate.require`: a spec the cluster cannot run fails
+def on_cancel(ctx: Step0Context, mem: Step0Memory, obs: Observation, state: State) -> bool:
+    """CANCEL (through the lease gate: :func:`cancel_replaced`), never before the
+    pre-flight's questions that need no allocation
+    (:func:`slurm_fsm.step0.checks.require`: a spec the cluster cannot run fails
     with the allocation left as it was)."""
-    from slurm_fsm.step0 import allocate  # it cancels orphans through this module
-
     if mem.alloc is None:  # nothing the state file names: nothing to cancel
         return False
-    allocate.require(ctx, mem, user_of(ctx, mem), lambda text: warn(ctx, mem, text))
+    require(ctx, mem, user_of(ctx, mem), lambda text: warn(ctx, mem, text))
     cancel_replaced(ctx, mem, mem.alloc.job_id, mem.replace_why or state.value)
     return True
 
 
-def _fx_record_failure(ctx: Step0Context, mem: Step0Memory, obs: Observation,
+def on_record_failure(ctx: Step0Context, mem: Step0Memory, obs: Observation,
                        state: State) -> bool:
+    """RECORD_FAILURE: the observation's failure (or summary) as ``mem.failure``."""
     mem.failure = Failure(state.value, obs.failure or obs.summary,
                           state_file_kept=ctx.store.exists())
     return True
 
 
-def _fx_complete_nodelist(ctx: Step0Context, mem: Step0Memory, obs: Observation,
+def on_complete_nodelist(ctx: Step0Context, mem: Step0Memory, obs: Observation,
                           state: State) -> bool:
+    """COMPLETE_NODELIST: the grant (nodelist, CPUs) written to a state file saved
+    while PENDING; False when it was complete."""
     alloc, info = mem.alloc, obs.info
     if alloc is None or not (mem.grant_unsaved or (
             not alloc.nodelist and info is not None and info.nodelist)):
@@ -201,10 +215,10 @@ def _fx_complete_nodelist(ctx: Step0Context, mem: Step0Memory, obs: Observation,
     return True
 
 
-def _fx_warn_not_ours(ctx: Step0Context, mem: Step0Memory, obs: Observation,
+def on_warn_not_ours(ctx: Step0Context, mem: Step0Memory, obs: Observation,
                       state: State) -> bool:
-    from slurm_fsm.step0.release import reused_id  # 0A's room cancels through this one
-
+    """WARN_NOT_OURS: why the state file's job is left alone (an id Slurm gave to
+    another job, or another user's or checkout's job)."""
     alloc, spec = mem.alloc, ctx.spec
     if obs.info is None:  # no job row: nobody's job to describe
         return False
@@ -221,8 +235,9 @@ def _fx_warn_not_ours(ctx: Step0Context, mem: Step0Memory, obs: Observation,
     return True
 
 
-def _fx_warn_expiring(ctx: Step0Context, mem: Step0Memory, obs: Observation,
+def on_warn_expiring(ctx: Step0Context, mem: Step0Memory, obs: Observation,
                       state: State) -> bool:
+    """WARN_EXPIRING: the allocation has <= 5 min left."""
     info = obs.info
     if info is None:
         return False
@@ -230,8 +245,9 @@ def _fx_warn_expiring(ctx: Step0Context, mem: Step0Memory, obs: Observation,
     return True
 
 
-def _fx_warn_too_short(ctx: Step0Context, mem: Step0Memory, obs: Observation,
+def on_warn_too_short(ctx: Step0Context, mem: Step0Memory, obs: Observation,
                        state: State) -> bool:
+    """WARN_TOO_SHORT: the job does not fit the time left; the allocation is replaced."""
     if obs.info is None:
         return False
     warn(ctx, mem, f"Allocation {obs.info.job_id} has {obs.info.time_left} left; the job "
@@ -241,33 +257,9 @@ def _fx_warn_too_short(ctx: Step0Context, mem: Step0Memory, obs: Observation,
     return True
 
 
-def _fx_drop_successor(ctx: Step0Context, mem: Step0Memory, obs: Observation,
-                       state: State) -> bool:
-    from slurm_fsm import handoff  # the warm successor's edges only (issue 42)
-
-    return handoff.drop_successor(ctx, mem)
-
-
-def _fx_release_drained(ctx: Step0Context, mem: Step0Memory, obs: Observation,
-                        state: State) -> bool:
-    from slurm_fsm import handoff  # the warm successor's edges only (issue 42)
-
-    alloc = mem.alloc
-    drained = (mem.handoff.drained if state is State.Switching
-               else alloc.job_id if alloc else None)
-    return handoff.release_drained(ctx, mem, drained)
-
-
-#: The work of each effect an edge names: the one place that says what an effect does;
-#: every :class:`~slurm_fsm.step0.table.Effect` has a row (a test checks).
-EFFECT_WORK: dict[Effect, EffectWork] = {
-    Effect.DROP_STATE_FILE: _fx_drop_state_file,
-    Effect.CANCEL: _fx_cancel,
-    Effect.RECORD_FAILURE: _fx_record_failure,
-    Effect.COMPLETE_NODELIST: _fx_complete_nodelist,
-    Effect.WARN_NOT_OURS: _fx_warn_not_ours,
-    Effect.WARN_EXPIRING: _fx_warn_expiring,
-    Effect.WARN_TOO_SHORT: _fx_warn_too_short,
-    Effect.DROP_SUCCESSOR: _fx_drop_successor,
-    Effect.RELEASE_DRAINED: _fx_release_drained,
-}
+def reused_id(alloc: AllocState | None, info: JobInfo) -> str:
+    """The warning for a state file whose job id Slurm gave to another job."""
+    return (f"state file names job {info.job_id} submitted at "
+            f"{alloc.submit_time if alloc else '?'}, but Slurm's job {info.job_id} was "
+            f"submitted at {info.submit_time}: the id was reused by another job; it is "
+            "left alone (never reused, never cancelled) and the state file is dropped")

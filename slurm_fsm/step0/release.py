@@ -37,7 +37,7 @@ from slurm_fsm.step0 import effects
 from slurm_fsm.step0.context import Step0Context, Step0Memory, user_of, warn
 from slurm_fsm.step0.table import State, owner_of, repo_tag, same_generation, state_job_names
 
-__all__ = ["Released", "release", "releasing", "reused_id"]
+__all__ = ["Released", "release", "releasing"]
 
 
 @attrs.frozen(kw_only=True)
@@ -52,14 +52,6 @@ class Released:
     from_state_file: bool
 
 
-def reused_id(alloc: AllocState | None, info: JobInfo) -> str:
-    """The warning for a state file whose job id Slurm gave to another job."""
-    return (f"state file names job {info.job_id} submitted at "
-            f"{alloc.submit_time if alloc else '?'}, but Slurm's job {info.job_id} was "
-            f"submitted at {info.submit_time}: the id was reused by another job; it is "
-            "left alone (never reused, never cancelled) and the state file is dropped")
-
-
 def release(ctx: Step0Context, alloc: AllocState | None, *, user: Callable[[], str],
             warn: Callable[[str], None]) -> Released:
     """0A on ``alloc`` (the state file's allocation; None: lost or unreadable)."""
@@ -71,7 +63,7 @@ def release(ctx: Step0Context, alloc: AllocState | None, *, user: Callable[[], s
     except JobNotFound:
         info = None
     if info is not None and not same_generation(alloc, info):
-        warn(reused_id(alloc, info))
+        warn(effects.reused_id(alloc, info))
         info = None  # not the allocation the state file recorded: nothing to cancel
     if info is not None:
         who = user()

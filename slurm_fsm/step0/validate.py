@@ -11,13 +11,13 @@ frozen :class:`~slurm_fsm.step0.table.Observation` (or the summary) the driver f
 the table with; none decides an edge, cancels or deletes.
 
 * :func:`read_state_file` (``start``): can the state file be written, what does it name
-  (no Slurm call); :func:`starting` adds whether a warm successor is queued.
+  (no Slurm call).
 * :func:`validate` (0C): one ``squeue`` of the state file's job (in ``run_many``, a
   sibling's answer at most a second old, :mod:`slurm_fsm.sharedview`), with the
   unreachable and PENDING backoffs between tries; an allocation written while PENDING
-  is completed with what Slurm granted (:func:`complete_grant`). :func:`validating`
-  adds the warm successor's part (:func:`slurm_fsm.handoff.with_successor`), with the
-  job's expected duration (:func:`estimate`, read once).
+  is completed with what Slurm granted (:func:`complete_grant`), judged against the
+  job's expected duration (:func:`estimate`, read once). The warm successor's part is
+  :mod:`slurm_fsm.step0.work`'s (this module imports no hand-off).
 * :func:`replacing` (Expiring, TooShort, Incompatible): why the allocation is replaced,
   in words; the edge's CANCEL does the rest.
 """
@@ -44,7 +44,7 @@ from slurm_fsm.errors import (
 )
 from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState
-from slurm_fsm.step0.context import Step0Context, Step0Memory, user_of, warn
+from slurm_fsm.step0.context import Step0Context, Step0Memory
 from slurm_fsm.step0.table import (
     CONDITIONS,
     EXPIRY_MARGIN_S,
@@ -66,9 +66,7 @@ __all__ = [
     "query_job",
     "read_state_file",
     "replacing",
-    "starting",
     "validate",
-    "validating",
 ]
 
 
@@ -248,26 +246,3 @@ def estimate(ctx: Step0Context, mem: Step0Memory) -> Estimate:
     if mem.estimate is None:
         mem.estimate = ctx.run_history.estimate(ctx.spec)
     return mem.estimate
-
-
-def starting(ctx: Step0Context, mem: Step0Memory, source: State) -> Observation:
-    """``start``'s work: :func:`read_state_file`; with ``warm_successor`` and no
-    allocation named, whether a successor is queued (then ``successor="pending"``)."""
-    obs = read_state_file(ctx, mem, source, lambda text: warn(ctx, mem, text))
-    if ctx.spec.warm_successor and mem.alloc is None:
-        from slurm_fsm import handoff  # the warm successor's only (issue 42)
-
-        if handoff.queued_successor(ctx, mem):
-            obs = attrs.evolve(obs, successor="pending")
-    return obs
-
-
-def validating(ctx: Step0Context, mem: Step0Memory, last: Observation) -> Observation:
-    """Validating's work: 0C (:func:`validate`), then the warm successor's part."""
-    obs = validate(ctx, mem, last, user=lambda: user_of(ctx, mem),
-                   estimate=lambda: estimate(ctx, mem))
-    if obs.info is None or not ctx.spec.warm_successor:
-        return obs
-    from slurm_fsm import handoff  # the warm successor's only (issue 42)
-
-    return handoff.with_successor(ctx, mem, obs, obs.info, estimate(ctx, mem))
