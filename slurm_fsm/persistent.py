@@ -548,8 +548,7 @@ class PersistentRun:
         queue = placement.QueueWatch(
             self.events.output, self.events.message, share,
             allocation_gpus_per_node=alloc.gpus_per_node, allocation_id=alloc.job_id,
-            pending=placement.PendingSteps(self.backend, alloc.job_id, steps.pids,
-                                           self.clock))
+            pending=placement.PendingSteps(steps.listed, steps.pids, self.clock))
 
         def tick(elapsed: float, line: str) -> None:
             steps.sample()
