@@ -240,6 +240,7 @@ def _lease_gone(view: RunView, rec: OwnerRecord, backend: SlurmBackend) -> bool:
     no lease; a silent owner whose lease task runs is a paused one, never gone."""
     from slurm_fsm.backend import TaskLister
     from slurm_fsm.errors import BackendError, JobNotFound
+    from slurm_fsm.slurmcli import AGENT_STEP_PREFIX
 
     if not rec.lease:
         return False
@@ -250,7 +251,9 @@ def _lease_gone(view: RunView, rec: OwnerRecord, backend: SlurmBackend) -> bool:
     except BackendError:
         return False
     if rec.lease not in listed:
-        return True
+        # a supervisor's lease ends as its agent takes the run (its own lease step
+        # then); while the agent's step is listed, the agent may hold the run
+        return AGENT_STEP_PREFIX + rec.run_id not in listed
     if not (isinstance(backend, TaskLister) and _heartbeat_stopped(view)):
         return False
     try:

@@ -85,7 +85,6 @@ __all__ = [
     "before_import",
     "drop_successor",
     "forget_successor",
-    "job_names",
     "observe_successor",
     "queue_successor",
     "queued_successor",
@@ -702,12 +701,6 @@ def release_successor(ctx: Step0Context, mem: Step0Memory) -> str | None:
         ctx.say(f"Successor allocation {succ.job_id} released.")
     effects.forget_successor_files(_store(ctx, mem), _paths(ctx, mem).successor_record)
     return succ.job_id
-
-
-def job_names(spec: JobSpec) -> tuple[str, ...]:
-    """The names the state file's allocation may carry: the spec's job name, and with
-    ``warm_successor`` its ``-b`` twin too."""
-    return parity_names(spec.job_name) if spec.warm_successor else (spec.job_name,)
 
 
 def successor_ids(ctx: Step0Context, mem: Step0Memory) -> set[str]:

@@ -1,36 +1,30 @@
-"""Step 0 of procedure.md as an explicit finite-state machine: the work of each state.
+"""Step 0 of procedure.md as an explicit finite-state machine: the driver.
 
 Theory of operation
 -------------------
 
-:mod:`slurm_fsm.step0.table` decides; this module acts. Every Slurm operation goes
-through the injected :class:`~slurm_fsm.backend.SlurmBackend`; this module runs
-no command line.
+:mod:`slurm_fsm.step0.table` decides, the rooms of :mod:`slurm_fsm.step0` act, this
+module drives: it runs no command line and imports no Slurm tool (a test checks).
+The work is handed one :class:`~slurm_fsm.step0.context.Step0Context` and remembers
+in one :class:`~slurm_fsm.step0.context.Step0Memory`; the machine's attributes
+(``spec``, ``alloc``, ``notes``...) are views of the two.
 
 * A trigger (``start()``, ``advance()``, ``release()``, ``run()``, ``finish()``)
-  first checks that an edge of :data:`~slurm_fsm.step0.table.EDGES` leaves the current
-  state for it (else :class:`transitions.MachineError`, nothing done), then, for a
-  trigger of step 0 (``start``, ``advance``, ``release``: :data:`LOCKED_TRIGGERS`),
-  takes the state-file lock, does the current state's work (at most one Slurm
-  interaction for Validating) and stores what it saw as one frozen
-  :class:`~slurm_fsm.step0.table.Observation` in :attr:`AllocationMachine.observation`.
-  ``run`` (the pre-flight) and ``finish`` (the job's end) never take the lock: a
-  finished job's report never waits behind another run's step 0 or a release that
-  waits for this run's lease. A run that holds a lease never waits for the lock
-  (:meth:`AllocationMachine.locked` refuses), so the lease and the lock cannot wait
-  on each other.
-* transitions then takes the first edge whose conditions hold on that observation
-  and executes the edge's :class:`~slurm_fsm.step0.table.Effect` s (drop the state file,
-  scancel, record the failure, ...) before the state changes. Every cancel and
-  delete of step 0 is a function of :mod:`slurm_fsm.step0.effects` (a test scans
-  for any other); the work of a state (its room) records no failure on its own.
-* ``may_<trigger>()`` and :meth:`AllocationMachine.possible_edges` only read the
-  current state and the last observation: they make no Slurm call.
-* An exception raised by the work or an effect is routed into
-  :attr:`~slurm_fsm.step0.table.State.Failed` with a :class:`Failure` that says which
-  step failed and whether the state file was kept.
+  checks that an edge of :data:`~slurm_fsm.step0.table.EDGES` leaves the current state
+  for it (else :class:`transitions.MachineError`, nothing done); a trigger of step 0
+  (:data:`LOCKED_TRIGGERS`) takes the state-file lock; the state's room does its work
+  (:func:`slurm_fsm.step0.work.observe`) and returns one frozen
+  :class:`~slurm_fsm.step0.table.Observation` (:attr:`AllocationMachine.observation`).
+* transitions takes the first edge whose conditions hold on it and, before the state
+  changes, does its :class:`~slurm_fsm.step0.table.Effect` s
+  (:data:`slurm_fsm.step0.work.EFFECT_WORK`; only :mod:`~slurm_fsm.step0.effects`
+  cancels or deletes).
+* ``may_<trigger>()`` and :meth:`AllocationMachine.possible_edges` make no Slurm call.
+* An exception of the work or an effect is routed into ``Failed`` with a
+  :class:`Failure` (which step, whether the state file was kept).
 
-Drive it one trigger at a time (a notebook)::
+Drive it one trigger at a time (a notebook), or to the end of step 0 with
+:meth:`AllocationMachine.prepare`::
 
     m = AllocationMachine(spec, backend, clock=clock)
     m.start(); m.state            # State.Validating
@@ -38,73 +32,44 @@ Drive it one trigger at a time (a notebook)::
     m.advance(); m.state          # State.Ready
     m.history                     # [Transition(...), ...]
     m                             # in a notebook: the diagram, current state marked
-
-or to the end of step 0 with :meth:`AllocationMachine.prepare`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import Future
 from datetime import UTC, datetime
 from functools import partial
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import attrs
 from transitions import EventData, Machine, MachineError
 
-from slurm_fsm import handoff, sharedview
-from slurm_fsm.backend import (
-    ContainerOptions,
-    GpuProcess,
-    JobInfo,
-    SlurmBackend,
-    StepRequest,
-    StepResult,
-)
-from slurm_fsm.capacity import (
-    RequestSize,
-)
-from slurm_fsm.clock import Clock, SystemClock
-from slurm_fsm.duration import Duration
-from slurm_fsm.errors import (
-    AllocationFailed,
-    BackendError,
-    CommandTimedOut,
-    NotOurJobError,
-    SetupFailed,
-    SlurmFsmError,
-    StateFileError,
-)
-from slurm_fsm.history import Estimate, RunHistory, lead_times
-from slurm_fsm.lease import LeaseGate
-from slurm_fsm.nvsmi import NvidiaSmiFailed
-from slurm_fsm.ownership import describe
-from slurm_fsm.paths import StatePaths
-from slurm_fsm.preflight import PreflightFailed
-from slurm_fsm.slurmcli import (
-    setup_key_read_argv,
-    setup_keys,
-)
-from slurm_fsm.spec import JobSpec
-from slurm_fsm.state import AllocState, StateStore
-from slurm_fsm.step0 import allocate, effects, release, validate
+from slurm_fsm.errors import SetupFailed, SlurmFsmError
+from slurm_fsm.step0 import allocate, checks, validate, view, work
 from slurm_fsm.step0.context import (
     ORPHAN_GRACE_S,
+    REUSE_CHECK_TIMEOUT_S,
+    HandoffState,
+    Held,
     MachinePolicy,
     Step0Context,
     Step0Memory,
+    new_context,
     user_of,
-    warn,
 )
-from slurm_fsm.step0.outcome import Failure, Step0Outcome, SuccessorWait, Transition
+from slurm_fsm.step0.outcome import (
+    SETUP_CACHED,
+    SETUP_COLD,
+    SETUP_REUSED,
+    SETUP_SHARED,
+    Failure,
+    Step0Outcome,
+    SuccessorWait,
+    Transition,
+)
 from slurm_fsm.step0.table import (
     EDGES,
-    EXPIRY_MARGIN_S,
     IN_PROGRESS,
     Edge,
     Effect,
@@ -112,147 +77,50 @@ from slurm_fsm.step0.table import (
     State,
     edges_from,
     mermaid_diagram,
-    owner_of,
-    part_of_state,
-    repo_tag,
-    same_generation,
-    state_job_names,
 )
+from slurm_fsm.step0.view import PossibleEdge, PossibleEdges
 
-if TYPE_CHECKING:  # a container's setup is imported when a run sets one up (a warm run never)
-    from slurm_fsm import setupkey
+if TYPE_CHECKING:  # types only: the driver loads no Slurm tool, no hand-off, no history
+    from pathlib import Path
 
-# AllocationMachine and PossibleEdge are defined here (SetupFailed lives in errors.py,
-# Failure, Step0Outcome and Transition in step0/outcome.py: named here too); the table
-# (State, Edge, EDGES, ...) is slurm_fsm.step0.table's, imported from there (or from
-# slurm_fsm), not from here.
+    from slurm_fsm.backend import JobInfo, SlurmBackend
+    from slurm_fsm.capacity import RequestSize
+    from slurm_fsm.clock import Clock
+    from slurm_fsm.duration import Duration
+    from slurm_fsm.handoff import Warmer
+    from slurm_fsm.history import Estimate, RunHistory
+    from slurm_fsm.lease import LeaseGate
+    from slurm_fsm.spec import JobSpec
+    from slurm_fsm.state import AllocState, StateStore
+
+# AllocationMachine is defined here, the other names in the wing (named here too); the
+# table (State, Edge, EDGES, ...) is slurm_fsm.step0.table's, not named here.
 __all__ = [
-    "ORPHAN_GRACE_S",
-    "REUSE_CHECK_TIMEOUT_S",
-    "SETUP_CACHED",
-    "SETUP_COLD",
-    "SETUP_REUSED",
-    "SETUP_SHARED",
-    "AllocationMachine",
-    "Failure",
-    "MachineError",
-    "MachinePolicy",
-    "PossibleEdge",
-    "PossibleEdges",
-    "SetupFailed",
-    "Step0Outcome",
-    "Transition",
+    "ORPHAN_GRACE_S", "REUSE_CHECK_TIMEOUT_S", "SETUP_CACHED", "SETUP_COLD", "SETUP_REUSED",
+    "SETUP_SHARED", "AllocationMachine", "Failure", "MachineError", "MachinePolicy",
+    "PossibleEdge", "PossibleEdges", "SetupFailed", "Step0Outcome", "Transition",
 ]
 
 TRIGGERS = ("start", "advance", "release", "run", "finish", "fail")
-#: The triggers of step 0: they take the state file's lock. ``run`` and ``finish``
-#: never do (the lock covers step 0 only).
+#: The triggers of step 0: they take the state file's lock (``run``, ``finish`` never).
 LOCKED_TRIGGERS = frozenset({"start", "advance", "release"})
-#: How step 0 came by its container (:attr:`AllocationMachine.container_setup`, the
-#: report's ``container`` note): imported and installed; the one the node kept, set up
-#: from the same image and inputs (issue 42 item 1); a live allocation's on the same
-#: nodes (issue 44 item 3).
-SETUP_COLD = "cold"
-SETUP_REUSED = "reused on node"
-SETUP_SHARED = "shared with a live allocation"
-#: made from the image cache's squashfs of the same setup (issue 42 item 2)
-SETUP_CACHED = "from the cache"
-#: The step that reads the nodes' setup keys gives up after this long (a fresh import
-#: follows).
-REUSE_CHECK_TIMEOUT_S = 300.0
-
-
-@attrs.frozen(kw_only=True)
-class PossibleEdge:
-    """An edge that leaves the current state, judged on the last observation."""
-
-    edge: Edge
-    #: each condition (``not x`` for an unless) and whether it holds
-    checks: tuple[tuple[str, bool], ...]
-    #: every check holds
-    holds: bool
-    #: the edge the table would take for its trigger on the last observation
-    chosen: bool
-    #: the last observation was not made by this trigger's work in this state: the
-    #: trigger observes afresh before the table chooses, so ``holds`` and ``chosen``
-    #: describe the previous observation (e.g. Validating just after ``start``)
-    stale: bool = False
-
-    def __str__(self) -> str:
-        """``=> advance: Validating -> Ready  [same_container=yes, ...]``: ``=>`` marks
-        the chosen edge; a condition the edge needs false reads ``x=no (needs no)``.
-        Judged on an older observation (:attr:`stale`), every value is ``?``: the
-        trigger looks first, nothing is chosen yet."""
-        e = self.edge
-        src = "any" if e.source == "*" else e.source.value
-        checks = ", ".join(_check_text(n, None if self.stale else v) for n, v in self.checks)
-        mark = "=>" if self.chosen and not self.stale else "  "
-        return (f"{mark} {e.trigger}: {src} -> {e.dest.value}"
-                + (f"  [{checks}]" if checks else "")
-                + ("" if self.holds or self.stale else "  (does not hold)"))
-
-
-class PossibleEdges(list[PossibleEdge]):
-    """What :meth:`AllocationMachine.possible_edges` returns: a list of
-    :class:`PossibleEdge` whose display (a notebook cell's value, ``repr``) is one line
-    per edge as ``print`` shows it, not the dataclasses' repr."""
-
-    def __repr__(self) -> str:
-        return "\n".join(str(p) for p in self) if self else "(no edge leaves this state)"
-
-    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
-        """IPython's display of the value of a cell."""
-        p.text(repr(self))
-
-
-def _check_text(name: str, holds: bool | None) -> str:
-    """One check as a reader takes it: the condition's own value, not its negation."""
-    negated = name.startswith("not ")
-    cond = name[4:] if negated else name
-    value = "?" if holds is None else ("yes" if holds != negated else "no")
-    return f"{cond}={value}" + (" (needs no)" if negated else "")
 
 
 class _Model:
-    """The object transitions drives (it holds ``state`` and transitions' own helpers:
-    ``is_<State>``, ``may_<trigger>``...). :class:`AllocationMachine` is the public face:
-    no helper of transitions is bound to it, so none is skipped with a warning."""
+    """The object transitions drives (``state``, ``is_<State>``, ``may_<trigger>``...):
+    no helper of transitions is bound to :class:`AllocationMachine`, none is skipped."""
 
     state: State
 
 
-_LOG = logging.getLogger("slurm_fsm.machine")
-
-
-def _held(found: str, key: str) -> str:
-    """What a node's container holds, said against the spec's setup ``key``."""
-    return "same setup" if found == key else "no setup key" if found == "-" else "other setup"
-# transitions logs each callback it runs at INFO: an orchestrator's INFO logging would
-# show those, not what happens; a level the application set is left as it is
+# transitions logs each callback at INFO, which would drown what happens in an
+# orchestrator's INFO logging; a level the application set is left as it is
 if logging.getLogger("transitions").level == logging.NOTSET:
     logging.getLogger("transitions").setLevel(logging.WARNING)
 
 
 def _now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
-
-
-#: the pre-flight's GPU check begun early (:meth:`AllocationMachine.start_gpu_check`):
-#: the allocation it asks about, and its answer to come
-_GpuAhead = tuple[str, Future[list[GpuProcess]]]
-
-
-def _policy_option(name: str) -> Any:
-    """A tuning option of :class:`MachinePolicy` as the machine's attribute: read from
-    its context's policy; set, a new policy with that option."""
-
-    def get(self: AllocationMachine) -> Any:
-        return getattr(self.ctx.policy, name)
-
-    def put(self: AllocationMachine, value: Any) -> None:
-        self.ctx.policy = attrs.evolve(self.ctx.policy, **{name: value})
-
-    return property(get, put, doc=f"``MachinePolicy.{name}`` of the machine's context.")
 
 
 class AllocationMachine:
@@ -265,19 +133,8 @@ class AllocationMachine:
     trigger raises :class:`transitions.MachineError` and does nothing.
     """
 
-    #: why the allocation is replaced (set by the work, read by the CANCEL effect)
-    _replace_why: str = ""
     #: the rules the last edge was taken for, in words (:meth:`Edge.why`)
     _why: str = ""
-    #: how step 0 came by its container: :data:`SETUP_COLD` (imported, installed),
-    #: :data:`SETUP_REUSED` (the node's, same setup key), :data:`SETUP_SHARED` (a live
-    #: allocation's on the same nodes); None: no container set up by this machine
-    container_setup: str | None = None
-    #: seconds of the export of the installed container to the image cache (a part of
-    #: the Installing state's time, said apart); None: nothing exported
-    cache_write_s: float | None = None
-    #: the spec's setup key, once computed (:meth:`_setup_key`)
-    _key: tuple[setupkey.SetupKey | None] | None = None
 
     def __init__(
         self,
@@ -296,32 +153,23 @@ class AllocationMachine:
         salloc_log: Path | None = None,
         leases: LeaseGate | None = None,
         run_history: RunHistory | None = None,
-        warmer: handoff.Warmer | None = None,
+        warmer: Warmer | None = None,
         orphan_grace_s: float = ORPHAN_GRACE_S,
     ) -> None:
-        store = store or StateStore(spec.state_path)
         #: what the work is handed: spec, backend, store, clock, leases, history,
         #: warmer, salloc's log and the tuning options (:class:`MachinePolicy`)
-        self.ctx = Step0Context(
-            spec=spec, backend=backend, clock=clock or SystemClock(), store=store,
-            say=log or _LOG.info, leases=leases, warmer=warmer,
-            run_history=run_history or RunHistory(StatePaths(store.path).history),
-            salloc_log=salloc_log or spec.salloc_log,
+        self.ctx: Step0Context = new_context(
+            spec, backend, clock=clock, store=store, say=log, leases=leases,
+            run_history=run_history, warmer=warmer, salloc_log=salloc_log,
             policy=MachinePolicy(
                 unreachable_retries=unreachable_retries, pending_wait_s=pending_wait_s,
                 alloc_wait_s=alloc_wait_s, pending_report_s=pending_report_s,
-                setup_timeout_s=setup_timeout_s, orphan_grace_s=orphan_grace_s),
-        )
-        self._log = self.ctx.say  # else the slurm_fsm.machine logger
-        self._estimate: Estimate | None = None
+                setup_timeout_s=setup_timeout_s, orphan_grace_s=orphan_grace_s))
         #: what the work remembers between triggers (lent to the worker rooms)
         self.mem = Step0Memory(user=user)
         #: what the work of the last trigger saw; the conditions read only this and the spec
         self.observation = Observation()
         self.history: list[Transition] = []
-        self.failure: Failure | None = None
-        self.released_job_id: str | None = None  # set by release (0A)
-        self._gpu_ahead: _GpuAhead | None = None  # start_gpu_check's, for which job
         self.edges: tuple[Edge, ...] = tuple(EDGES)
         self._taken: Edge | None = None
         self._applied: list[Effect] = []  # the effects of the last edge that did something
@@ -332,14 +180,9 @@ class AllocationMachine:
         """The ``transitions`` machine over :attr:`edges`: every edge a transition whose
         condition is its check (:meth:`_holds`) and whose ``before`` takes it."""
         machine = Machine(
-            model=self._model,
-            states=State,
-            initial=State.NoState,
-            auto_transitions=False,
-            queued=True,
-            send_event=True,
-            after_state_change=self._record,
-            on_exception=self._on_exception,
+            model=self._model, states=State, initial=State.NoState,
+            auto_transitions=False, queued=True, send_event=True,
+            after_state_change=self._record, on_exception=self._on_exception,
         )
         for e in self.edges:
             machine.add_transition(
@@ -348,92 +191,53 @@ class AllocationMachine:
             )
         return machine
 
-    # The context, as the machine's attributes (public API: read, and the tuning
-    # options set, as before) --------------------------------------------------------
-    @property
-    def spec(self) -> JobSpec:
-        """The job spec."""
-        return self.ctx.spec
+    # The context and the memory, as the machine's attributes (public API, as before)
+    spec: Held[JobSpec] = Held("ctx")
+    """The job spec."""
+    backend: Held[SlurmBackend] = Held("ctx")
+    """The Slurm backend."""
+    clock: Held[Clock] = Held("ctx")
+    """The injected clock."""
+    store: Held[StateStore] = Held("ctx")
+    """The state file's store."""
+    leases: Held[LeaseGate | None] = Held("ctx", settable=True)
+    """The lease gate (None: leases not checked); settable (a test's world's gate)."""
+    run_history: Held[RunHistory] = Held("ctx")
+    """The run history (admission by time left)."""
+    warmer: Held[Warmer | None] = Held("ctx")
+    """The warm successor's warmer (None: none started)."""
+    salloc_log: Held[Path] = Held("ctx")
+    """salloc's output beside the state file."""
+    alloc: Held[AllocState | None] = Held("mem", settable=True)
+    """The allocation of the state file (None: none, or dropped)."""
+    notes: Held[list[str]] = Held("mem")
+    """Steps skipped, waits, replacements... in words (the report's notes)."""
+    warnings: Held[list[str]] = Held("mem")
+    """What went wrong but did not stop step 0 (the report's warnings)."""
+    handoff: Held[HandoffState] = Held("mem")
+    """The warm successor's hand-off memory (:mod:`slurm_fsm.handoff`)."""
+    container_setup: Held[str | None] = Held("mem")
+    """How step 0 came by its container (:data:`SETUP_COLD`, :data:`SETUP_REUSED`,
+    :data:`SETUP_SHARED`, :data:`SETUP_CACHED`); None: no container set up by it."""
+    cache_write_s: Held[float | None] = Held("mem")
+    """Seconds of the export to the image cache (a part of Installing's time, said
+    apart); None: nothing exported."""
+    failure: Held[Failure | None] = Held("mem", settable=True)
+    """Why step 0 failed (None: it did not)."""
+    released_job_id: Held[str | None] = Held("mem")
+    """The allocation a release (0A) cancelled."""
+    salloc_requested: Held[bool] = Held("mem")
+    """This machine asked for an allocation (0E's salloc, or adopted another run's
+    request): only then is :attr:`salloc_log` this run's to quote in a report."""
+    # the tuning options, :class:`MachinePolicy`'s of the context (set: a new policy)
+    unreachable_retries: Held[int] = Held("policy")
+    pending_wait_s: Held[float] = Held("policy")
+    alloc_wait_s: Held[float] = Held("policy")
+    pending_report_s: Held[float] = Held("policy")
+    setup_timeout_s: Held[float] = Held("policy")
+    orphan_grace_s: Held[float] = Held("policy")
 
-    @property
-    def backend(self) -> SlurmBackend:
-        """The Slurm backend."""
-        return self.ctx.backend
-
-    @property
-    def clock(self) -> Clock:
-        """The injected clock."""
-        return self.ctx.clock
-
-    @property
-    def store(self) -> StateStore:
-        """The state file's store."""
-        return self.ctx.store
-
-    @property
-    def leases(self) -> LeaseGate | None:
-        """The lease gate (None: leases not checked); settable, as before the context
-        (a test hands a machine the gate of its world)."""
-        return self.ctx.leases
-
-    @leases.setter
-    def leases(self, gate: LeaseGate | None) -> None:
-        self.ctx.leases = gate
-
-    @property
-    def run_history(self) -> RunHistory:
-        """The run history (admission by time left)."""
-        return self.ctx.run_history
-
-    @property
-    def warmer(self) -> handoff.Warmer | None:
-        """The warm successor's warmer (None: none started)."""
-        return self.ctx.warmer
-
-    @property
-    def salloc_log(self) -> Path:
-        """salloc's output beside the state file."""
-        return self.ctx.salloc_log
-
-    # The memory, as the machine's attributes (public API, as before) ------------------
-    @property
-    def alloc(self) -> AllocState | None:
-        """The allocation of the state file (None: none, or dropped)."""
-        return self.mem.alloc
-
-    @alloc.setter
-    def alloc(self, alloc: AllocState | None) -> None:
-        self.mem.alloc = alloc
-
-    @property
-    def notes(self) -> list[str]:
-        """Steps skipped, waits, replacements... in words (the report's notes)."""
-        return self.mem.notes
-
-    @property
-    def warnings(self) -> list[str]:
-        """What went wrong but did not stop step 0 (the report's warnings)."""
-        return self.mem.warnings
-
-    @property
-    def handoff(self) -> handoff.HandoffState:
-        """The warm successor's hand-off memory (:mod:`slurm_fsm.handoff`)."""
-        return self.mem.handoff
-
-    @property
-    def salloc_requested(self) -> bool:
-        """This machine asked for an allocation (0E's salloc, or adopted another run's
-        request): only then is :attr:`salloc_log` this run's to quote in a report."""
-        return self.mem.salloc_requested
-
-    unreachable_retries = _policy_option("unreachable_retries")
-    pending_wait_s = _policy_option("pending_wait_s")
-    alloc_wait_s = _policy_option("alloc_wait_s")
-    pending_report_s = _policy_option("pending_report_s")
-    setup_timeout_s = _policy_option("setup_timeout_s")
-    orphan_grace_s = _policy_option("orphan_grace_s")
-
-    # Triggers -------------------------------------------------------------------------
+    # Triggers ---------------------------------------------------------------------
     @property
     def state(self) -> State:
         """The current state."""
@@ -453,56 +257,20 @@ class AllocationMachine:
 
     def run(self) -> bool:
         """Step 1's pre-flight on a Ready allocation (time left, GPU processes), then
-        Running. It does not start the job: the machine holds the allocation, the job
-        is its caller's (:attr:`next_step` says how to run it)."""
+        Running. It does not start the job (:attr:`next_step` says how to run it)."""
         return self._fire("run")
 
     @property
     def next_step(self) -> str:
-        """What to call next, in one sentence (shown under the notebook's diagram):
-        the trigger of the current state, and in Running how to run the job, which
-        the machine never starts itself. No Slurm call."""
-        state = self.state
-        if state is State.NoState:
-            return "start(): read the state file (no Slurm call), then advance()"
-        if state in IN_PROGRESS:
-            return f"advance(): do {state.value}'s work and take the edge the table chooses"
-        if state is State.Ready:
-            return ("run(): step 1's pre-flight (time left, GPU processes); it does not "
-                    "start the job. release() cancels the allocation")
-        if state is State.Running:
-            return self._job_hint()
-        return (f"{state.value} is final: a new AllocationMachine (or prepare()) for the "
-                "next run")
-
-    def _job_hint(self) -> str:
-        job = self.alloc.job_id if self.alloc is not None else "<allocation>"
-        return (f"the pre-flight passed and the machine does not start the job: "
-                f"slurm_fsm.Allocation(spec.repo_root, backend).run(spec) runs it on "
-                f"allocation {job} (it steps a machine of its own, reusing this allocation), "
-                f"or run the script yourself (SLURM_JOB_ID={job} bash {self.spec.script_path}"
-                f") and call finish() when it ends")
+        """What to call next, in one sentence (under the notebook's diagram); in Running,
+        how to run the job, which the machine never starts itself. No Slurm call."""
+        return view.next_step(self.state, self.alloc, self.spec)
 
     def start_gpu_check(self) -> None:
-        """Begin step 1's GPU check now, in the background, on a Ready allocation (a
-        no-op otherwise, or when the job asks no GPU): the caller starts its lease step
-        meanwhile, and :meth:`run`'s pre-flight takes this check's answer, or its
-        error, as its own. Call it once what a dead run left is stopped (the check
-        would see its GPU processes)."""
-        alloc = self.alloc
-        if (self.state is not State.Ready or alloc is None
-                or not self.spec.slurm_params.gpus_per_node):
-            return
-        future: Future[list[GpuProcess]] = Future()
-
-        def ask() -> None:
-            try:
-                future.set_result(self._ask_gpus(alloc))
-            except BaseException as exc:  # the pre-flight's, as if asked there
-                future.set_exception(exc)
-
-        threading.Thread(target=ask, name="slurm_fsm-gpu-check", daemon=True).start()
-        self._gpu_ahead = (alloc.job_id, future)
+        """Begin step 1's GPU check now, in the background, on a Ready allocation
+        (:func:`slurm_fsm.step0.checks.start_gpu_check`): :meth:`run`'s pre-flight takes
+        its answer. Call it once what a dead run left is stopped."""
+        checks.start_gpu_check(self.ctx, self.mem, self.state)
 
     def finish(self, reason: str = "", allocation_gone: bool = False) -> bool:
         """The job on the allocation ended; ``allocation_gone``: the allocation ended too."""
@@ -545,35 +313,21 @@ class AllocationMachine:
 
     def possible_edges(self, trigger: str | None = None) -> PossibleEdges:
         """The edges out of the current state (of ``trigger``, or of every trigger but
-        the internal ``fail``), in table order, each judged on the last observation.
-
-        A trigger observes afresh before the table chooses: an edge whose trigger did not
-        make the last observation in this state is marked ``stale`` (printed with ``?`` for
-        every value and no ``=>``). No Slurm call.
-        """
-        out = []
-        chosen: set[str] = set()
-        obs = self.observation
-        for e in edges_from(trigger, self.state, self.edges):
-            if trigger is None and e.trigger == "fail":
-                continue
-            checks = e.checks(self.observation, self.spec)
-            holds = all(v for _, v in checks)
-            first = holds and e.trigger not in chosen
-            if first:
-                chosen.add(e.trigger)
-            stale = obs.source is not self.state or obs.trigger != e.trigger
-            out.append(PossibleEdge(edge=e, checks=checks, holds=holds, chosen=first,
-                                    stale=stale))
-        return PossibleEdges(out)
+        the internal ``fail``), in table order, each judged on the last observation
+        (``stale``, printed with ``?``: not made by its trigger here). No Slurm call."""
+        return view.possible_edges(self.edges, self.state, self.observation, self.spec,
+                                   trigger)
 
     def _fire(self, trigger: str, kwargs: Mapping[str, Any] | None = None) -> bool:
         if not edges_from(trigger, self.state, self.edges):
             raise MachineError(f"Can't trigger event {trigger} from state "
                                f"{self.state.value}!")
         with self.locked() if trigger in LOCKED_TRIGGERS else contextlib.nullcontext():
+            self._taken = None
+            self._applied = []
             try:
-                self.observation = self._observe(trigger, dict(kwargs or {}))
+                self.observation = work.observe(self.ctx, self.mem, trigger, self.state,
+                                                self.observation, self._why, kwargs or {})
             except (SlurmFsmError, OSError) as exc:
                 self._fail_with(exc)
                 return True
@@ -582,6 +336,7 @@ class AllocationMachine:
     # Driving ------------------------------------------------------------------------
     @property
     def user(self) -> str:
+        """The Slurm user (asked of the backend once)."""
         return user_of(self.ctx, self.mem)
 
     @property
@@ -592,52 +347,25 @@ class AllocationMachine:
         return [self.history[0].source] + [t.dest for t in self.history]
 
     def setup_seconds(self) -> dict[str, float]:
-        """Seconds of step 0's setup work (:func:`slurm_fsm.history.lead_times` of the
-        history): ``queue_wait_s`` (Allocating: salloc until granted), ``import_s``
-        (Importing: the import, mount warm-up and GPU check), ``install_s``
-        (Installing). When the container was not imported, the Importing part is named
-        by what was done instead: ``reuse_check_s`` (the node's container, issue 42),
-        ``cache_import_s`` (made from the image cache) or ``share_check_s`` (a live
-        allocation's). ``cache_write_s``: the export to the image cache after the
-        install, said apart from ``install_s``. Only the states visited."""
-        seconds = lead_times(self.history)
-        instead = {SETUP_REUSED: "reuse_check_s", SETUP_SHARED: "share_check_s",
-                   SETUP_CACHED: "cache_import_s"}
-        if self.container_setup in instead and "import_s" in seconds:
-            seconds[instead[self.container_setup]] = seconds.pop("import_s")
-        if self.cache_write_s is not None and "install_s" in seconds:  # said apart
-            seconds["install_s"] = round(max(0.0, seconds["install_s"] - self.cache_write_s), 3)
-            seconds["cache_write_s"] = round(self.cache_write_s, 3)
-        return seconds
+        """Seconds of step 0's setup work, by part, of the states visited
+        (:func:`slurm_fsm.step0.view.setup_seconds`)."""
+        return view.setup_seconds(self.history, self.container_setup, self.cache_write_s)
 
     def lead_history(self) -> list[Transition]:
-        """The history as a measure of what setting up an allocation takes (the run
-        history's lead-time parts, :func:`slurm_fsm.history.record_run`): without the
-        Importing work when the container was not imported from the spec's image
-        (reused from the node, shared, or made from the image cache), which measured
-        no cold import."""
-        if self.container_setup in (None, SETUP_COLD):
-            return list(self.history)
-        return [t for t in self.history if t.source != State.Importing.value]
+        """The history as lead-time parts (:func:`~slurm_fsm.step0.view.lead_history`)."""
+        return view.lead_history(self.history, self.container_setup)
 
     def setup_note(self) -> str | None:
-        """One line for the report's notes: which path step 0's container took and how
-        long each part took (None: no container set up by this run)."""
-        if self.container_setup is None or self.alloc is None:
-            return None
-        took = ", ".join(f"{k.removesuffix('_s').replace('_', ' ')} {v:.1f} s"
-                         for k, v in self.setup_seconds().items())
-        return (f"container {self.spec.container_name!r}: {self.container_setup} on "
-                f"{self.alloc.nodelist} ({took})")
+        """One line for the notes: how the container was set up, how long each part took."""
+        return view.setup_note(self.setup_seconds(), self.container_setup, self.alloc,
+                               self.spec)
 
     def prepare(self, *, within: frozenset[State] = IN_PROGRESS,
                 until: Callable[[Step0Outcome], bool] | None = None) -> Step0Outcome:
         """Run step 0 to its end (Ready, Released or Failed) under the state-file lock:
-        :meth:`start`, then :meth:`advance` while the state is one of ``within`` (every
-        in-progress state; the warmer passes its own few), stopping early when
-        ``until`` (asked with :meth:`outcome` after each trigger) says so
-        (``slurm-fsm plan`` stops at a PENDING allocation, the warmer when the
-        successor is gone). What it ended with: :meth:`outcome`."""
+        :meth:`start`, then :meth:`advance` while the state is one of ``within`` (the
+        warmer passes its own few), or until ``until`` (asked with :meth:`outcome` after
+        each trigger: ``plan`` stops at a PENDING allocation). Returns :meth:`outcome`."""
         with self.locked():
             if self.spec.release_allocation:
                 self.release()
@@ -653,8 +381,7 @@ class AllocationMachine:
 
     def outcome(self) -> Step0Outcome:
         """What the machine knows now, as one frozen value (no Slurm call): what
-        :meth:`prepare` returns, and what a caller reads after :meth:`run` or
-        :meth:`finish`, instead of the machine's fields."""
+        :meth:`prepare` returns and a caller reads instead of the machine's fields."""
         waited = self.handoff.waited_s
         return Step0Outcome(
             state=self.state, alloc=self.alloc, failure=self.failure,
@@ -668,47 +395,38 @@ class AllocationMachine:
         )
 
     def note(self, text: str) -> None:
-        """Add one line to the notes (the caller's own: how long the job waited for
-        its successor or its GPUs, how step 0's container was set up), in the order
-        it happens among the machine's."""
+        """Add one line of the caller's own to the notes (how long the job waited for
+        its successor or its GPUs...), in order among the machine's."""
         self.notes.append(text)
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
         """Hold the state file's lock (two orchestrators never allocate twice).
 
-        Re-entrant: :meth:`prepare` holds it around its triggers, and every trigger of
-        step 0 takes it, so hand-stepping in a notebook is as safe as :meth:`prepare`
-        (a :class:`~slurm_fsm.state.StateLockTimeout` from a trigger means another
-        run holds it; nothing was done). Between two hand-stepped triggers the lock
-        is free: hold ``with m.locked():`` around them to keep it.
-
-        A machine whose run holds a lease (``leases.own`` set) and does not hold the
-        lock already refuses (RuntimeError, a bug): a release or a replacement holds
-        the lock while it waits for the leases, so a lease holder that waited for
-        the lock would wait for itself."""
+        Re-entrant: :meth:`prepare` and every trigger of step 0 take it (a
+        :class:`~slurm_fsm.state.StateLockTimeout` from a trigger: another run holds it,
+        nothing was done); hold ``with m.locked():`` around hand-stepped triggers to
+        keep it between them. A machine whose run holds a lease and not the lock
+        refuses (RuntimeError, a bug): a release holds the lock while it waits for the
+        leases, so a lease holder that waited for the lock would wait for itself."""
         if self.leases is not None and self.leases.own is not None \
                 and not self.store.holds_lock():
             raise RuntimeError("a run that holds a lease never waits for the state file's "
                                "lock (a release waiting for that lease holds it)")
         # run_many's runs take step 0 in turn: a wait for a sibling is not "another run"
-        batch = sharedview.view_of(self.backend) is not None
-        with self.store.locked(on_wait=self._waiting, siblings_quiet=batch):
+        with self.store.locked(on_wait=self._waiting,
+                               siblings_quiet=validate.in_batch(self.ctx)):
             if self.store.unlocked and self.store.unlocked not in self.warnings:
                 self.warnings.append(self.store.unlocked)
             yield
 
     def estimate(self) -> Estimate:
-        """The job's expected duration (admission by time left), read once from the spec
-        and the run history (:func:`slurm_fsm.history.expected_duration`)."""
-        if self._estimate is None:
-            self._estimate = self.run_history.estimate(self.spec)
-        return self._estimate
+        """The job's expected duration, read once (:func:`slurm_fsm.step0.validate.estimate`)."""
+        return validate.estimate(self.ctx, self.mem)
 
     def info_now(self) -> tuple[JobInfo | None, Duration | None]:
         """The last job row seen and the time left it implies now (no Slurm call)."""
         return validate.info_now(self.ctx, self.mem)
-
 
     # Display ------------------------------------------------------------------------
     @staticmethod
@@ -717,361 +435,36 @@ class AllocationMachine:
         return mermaid_diagram(EDGES)
 
     def diagram(self) -> str:
-        """The mermaid diagram of the part the machine is in (:class:`DiagramPart`: the
-        design card's states, or an opt-in part) with the current state highlighted."""
-        return mermaid_diagram(self.edges, current=self.state,
-                               part=part_of_state(self.state))
+        """The mermaid diagram of the part the machine is in, its state highlighted."""
+        return view.diagram(self.edges, self.state)
 
     def _repr_markdown_(self) -> str:
         """A notebook shows the machine as its diagram, the current state marked."""
-        return (f"**AllocationMachine** in **{self.state.value}**: next, "
-                f"{self.next_step}\n\n```mermaid\n{self.diagram()}```\n")
+        return view.markdown(self.edges, self.state, self.alloc, self.spec)
 
     def __repr__(self) -> str:
         return f"<AllocationMachine {self.state.value} {self.spec.job_name}>"
 
     # The table, as transitions calls it ------------------------------------------------
-    def _holds(self, edge: Edge, _event: EventData) -> bool:
+    def _holds(self, edge: Edge, _event: EventData) -> bool:  # on the last observation
         return edge.holds(self.observation, self.spec)
 
     def _take(self, edge: Edge, _event: EventData) -> None:
-        """The edge is chosen: execute its effects (before the state changes)."""
+        """The edge is chosen: its effects, before the state changes, each through
+        :data:`slurm_fsm.step0.work.EFFECT_WORK` (those that did something: named)."""
         self._taken = edge
-        self._applied = [effect for effect in edge.effects if self._effect(effect)]
-
-    def _effect(self, effect: Effect) -> bool:
-        """Carry out one effect of the chosen edge (:data:`_EFFECT_WORK`: one method per
-        effect); False when there was nothing to do (no allocation to cancel, a nodelist
-        already complete, no job to warn about)."""
-        return _EFFECT_WORK[effect](self)
-
-    def _fx_drop_state_file(self) -> bool:
-        effects.drop_state_file(self.ctx, self.mem, self.observation, self.alloc)
-        return True
-
-    def _fx_cancel(self) -> bool:
-        if self.alloc is None:  # nothing the state file names: nothing to cancel
-            return False
-        self._replace(self.alloc.job_id)
-        return True
-
-    def _fx_record_failure(self) -> bool:
-        obs = self.observation
-        self.failure = Failure(self.state.value, obs.failure or obs.summary,
-                               state_file_kept=self.store.exists())
-        return True
-
-    def _fx_complete_nodelist(self) -> bool:
-        alloc, info = self.alloc, self.observation.info
-        if alloc is None or not (self.mem.grant_unsaved or (
-                not alloc.nodelist and info is not None and info.nodelist)):
-            return False
-        # written while PENDING by a run that was interrupted (or by an older version
-        # without the grant): complete it
-        if not alloc.nodelist and info is not None:
-            alloc = self.alloc = attrs.evolve(alloc, nodelist=info.nodelist)
-        self.mem.grant_unsaved = False
-        self.store.write(alloc)
-        return True
-
-    def _fx_warn_not_ours(self) -> bool:
-        obs, alloc = self.observation, self.alloc
-        if obs.info is None:  # no job row: nobody's job to describe
-            return False
-        if not same_generation(alloc, obs.info):
-            self._warn(release.reused_id(alloc, obs.info))
-            self.mem.reused.add(obs.info.job_id)  # nor cancelled as an orphan (0D)
-            return True
-        owner = owner_of(obs.info, obs.user, self.spec, state_job_names(alloc, self.spec))
-        self._warn(
-            f"state file names job {obs.info.job_id}, but it is not ours: it is "
-            f"{describe(obs.info, owner)}, and this checkout is {repo_tag(self.spec)} of "
-            f"user {obs.user!r}; it is left alone (never reused, never cancelled) and the "
-            "state file is dropped"
-        )
-        return True
-
-    def _fx_warn_expiring(self) -> bool:
-        info = self.observation.info
-        if info is None:
-            return False
-        self._warn(f"Allocation expiring soon: {info.job_id} has {info.time_left} left.")
-        return True
-
-    def _fx_drop_successor(self) -> bool:
-        return handoff.drop_successor(self.ctx, self.mem)
-
-    def _fx_release_drained(self) -> bool:
-        alloc = self.alloc
-        drained = (self.handoff.drained if self.state is State.Switching
-                   else alloc.job_id if alloc else None)
-        return handoff.release_drained(self.ctx, self.mem, drained)
-
-    def _fx_warn_too_short(self) -> bool:
-        obs = self.observation
-        if obs.info is None:
-            return False
-        self._warn(f"Allocation {obs.info.job_id} has {obs.info.time_left} left; the job "
-                   f"{obs.expected} and needs {Duration.of_seconds(EXPIRY_MARGIN_S)} "
-                   "more of margin: it is not started on it; the allocation is replaced "
-                   "once no other run's job uses it.")
-        return True
-
-    def _replace(self, job_id: str) -> None:
-        """The effect CANCEL (:func:`slurm_fsm.step0.effects.cancel_replaced`), never
-        before the questions that need no allocation."""
-        self._require()
-        effects.cancel_replaced(self.ctx, self.mem, job_id,
-                                self._replace_why or self.state.value)
-
-    def _require(self) -> None:
-        """The pre-flight's questions, once (:func:`slurm_fsm.step0.allocate.require`)."""
-        allocate.require(self.ctx, self.mem, self.user, self._warn)
-
-
-    # The work of each trigger -------------------------------------------------------
-    def _observe(self, trigger: str, kwargs: dict[str, Any]) -> Observation:
-        self._taken = None
-        self._applied = []
-        state = self.state
-        if trigger == "start":
-            return self._read_state_file()
-        if trigger == "advance" and state is State.Validating:
-            return self._validate()
-        if trigger == "advance" and state is State.AwaitingSuccessor:
-            return handoff.await_successor(self.ctx, self.mem, self.observation)
-        if trigger == "finish":
-            gone = bool(kwargs.get("allocation_gone", False))
-            return self._seen(trigger, str(kwargs.get("reason", "") or "job finished"),
-                              gone=gone, replaced=handoff.replaced(self.ctx, self.mem))
-        if trigger == "release":
-            summary = self._release()
-        elif trigger == "run":
-            summary = self._preflight()
-        else:
-            work: dict[State, Callable[[], str]] = {
-                State.Expiring: self._replacing,
-                State.TooShort: self._replacing,
-                State.Incompatible: self._replacing,
-                State.Allocating: self._allocate,
-                State.Importing: self._import,
-                State.Installing: self._install,
-                State.QueueingSuccessor: partial(handoff.queue_successor, self.ctx, self.mem,
-                                                 self.observation),
-                State.Switching: partial(handoff.switch, self.ctx, self.mem),
-            }
-            summary = work[state]()
-        return self._seen(trigger, summary)
-
-    def _seen(self, trigger: str, summary: str, **fields: Any) -> Observation:
-        """An observation of the machine's own knowledge (no Slurm question asked)."""
-        return Observation(trigger=trigger, source=self.state, at=self.clock.now(),
-                           alloc=self.alloc, info=self.mem.job[0] if self.mem.job else None,
-                           user=self.mem.user or "", summary=summary, **fields)
-
-    def _read_state_file(self) -> Observation:
-        obs = validate.read_state_file(self.ctx, self.mem, self.state, self._warn)
-        if self.spec.warm_successor and self.alloc is None \
-                and handoff.queued_successor(self.ctx, self.mem):
-            obs = attrs.evolve(obs, successor="pending")
-        return obs
-
-
-    def _validate(self) -> Observation:
-        """0C (:func:`slurm_fsm.step0.validate.validate`), then the warm successor's part."""
-        obs = validate.validate(self.ctx, self.mem, self.observation,
-                                user=lambda: self.user, estimate=self.estimate)
-        if obs.info is None:
-            return obs
-        return handoff.with_successor(self.ctx, self.mem, obs, obs.info, self.estimate())
-
-
-    def _replacing(self) -> str:
-        """Expiring / TooShort / Incompatible: wait for nothing here; the edge's CANCEL
-        goes through the lease gate (:func:`slurm_fsm.step0.validate.replacing`)."""
-        assert self.alloc is not None
-        self._require()  # a spec the cluster cannot run stops here: nothing cancelled
-        why = validate.replacing(self.ctx, self.mem, self.state, self._why,
-                                 self.observation.expected)
-        self._replace_why = why  # the edge's CANCEL goes through the lease gate
-        return f"replacing allocation {self.alloc.job_id} ({why})"
-
-
-    def _allocate(self) -> str:
-        """0D-0E (:func:`slurm_fsm.step0.allocate.allocate`)."""
-        return allocate.allocate(self.ctx, self.mem, self.user, self._warn,
-                                 lambda: handoff.successor_ids(self.ctx, self.mem))
-
+        self._applied = [e for e in edge.effects if work.EFFECT_WORK[e](
+            self.ctx, self.mem, self.observation, self.state)]
 
     def request_size(self) -> RequestSize:
-        """What ``salloc`` asks for this spec (:func:`slurm_fsm.step0.allocate.request_size`);
-        step 0E and the warm successor ask alike."""
+        """What ``salloc`` asks for this spec (:func:`slurm_fsm.step0.allocate.request_size`)."""
         return allocate.request_size(self.ctx)
-
-
-    def _import(self) -> str:
-        assert self.alloc is not None
-        from slurm_fsm import imagecache
-        from slurm_fsm.step0 import setup
-
-        name = self.spec.container_name or ""
-        if (shared := handoff.before_import(self.ctx, self.mem)) is not None:
-            self.container_setup = SETUP_SHARED
-            return shared  # a container a live allocation of the checkout uses: kept
-        if (kept := self._reuse_on_node()) is not None:
-            return kept
-        cached = imagecache.start_from_cache(self.ctx, self.alloc, self._setup_key(),
-                                             self._warn)
-        if cached is not None:
-            summary, self.alloc = cached
-            self.container_setup = SETUP_CACHED
-            self._gpu_check()
-            return summary
-        setup.import_fresh(self.ctx, self.alloc)  # the one place a container is imported
-        self.container_setup = SETUP_COLD
-        setup.warm_mounts(self.ctx, self.alloc, self._warn)
-        self._gpu_check()
-        # not installed yet, also when this job skips the install (skip_install): the
-        # next job in this container that installs must find it not done
-        self.alloc = attrs.evolve(self.alloc, container_name=name, installed=False)
-        self.store.write(self.alloc)
-        return f"container {name!r} imported on {self.alloc.nodelist}"
-
-    def _setup_key(self) -> setupkey.SetupKey | None:
-        """The spec's setup key (:mod:`slurm_fsm.setupkey`), computed once per machine."""
-        if self._key is None:
-            from slurm_fsm import setupkey
-
-            self._key = (setupkey.setup_key(self.spec),)
-        return self._key[0]
-
-    def _reuse_on_node(self) -> str | None:
-        """Issue 42 item 1: before a fresh import into a new allocation, one step reads
-        the setup key the install left in the container of the spec's name on each node
-        (pyxis' global scope keeps it after its job) and warms its mounts. When every
-        node's key is the spec's (same image, same install inputs:
-        :mod:`slurm_fsm.setupkey`), that container is used as it is: the state becomes
-        imported and installed, nothing is imported or installed. Else (no container,
-        no key, another key, a failed or timed-out step): None, a fresh import. No key
-        for the spec (a tag, no install): no step at all."""
-        from slurm_fsm import imagecache
-
-        assert self.alloc is not None
-        key = self._setup_key()
-        if key is None or not imagecache.nodes_may_keep(self.ctx):  # item 3: pyxis' scope
-            return None
-        spec = self.spec
-        name = spec.container_name or ""
-        targets = [mount.container for mount in spec.container_mounts]
-        try:  # the mounts warmed by the same step: a reused container costs one step
-            result = self.backend.run_step(StepRequest(
-                job_id=self.alloc.job_id, argv=tuple(setup_key_read_argv(targets)),
-                nodes=self.alloc.nodes,
-                container=ContainerOptions(name=name, mounts=spec.mounts_text),
-                timeout_s=min(self.setup_timeout_s, REUSE_CHECK_TIMEOUT_S),
-                overlap=True, no_gpus=True,
-            ))
-        except CommandTimedOut as exc:  # a slow node: the import decides, as before
-            result = StepResult(124, "", str(exc))
-        found = setup_keys(result.stdout) if result.exit_code == 0 else {}
-        nodes = self.backend.expand_nodelist(self.alloc.nodelist)
-        if not nodes or any(found.get(n) != key.key for n in nodes):
-            held = ", ".join(f"{n}: {_held(found.get(n, '-'), key.key)}" for n in nodes)
-            self._log(f"Container {name!r} not reusable on {self.alloc.nodelist} "
-                      f"({held}): imported and installed afresh.")
-            return None
-        self.container_setup = SETUP_REUSED
-        self._gpu_check()
-        self.alloc = attrs.evolve(self.alloc, container_name=name, installed=True)
-        self.store.write(self.alloc)
-        self._log(f"Container {name!r} on {self.alloc.nodelist} was set up from the same "
-                  f"image and install inputs ({key.described}): used as it is.")
-        return (f"container {name!r} reused on {self.alloc.nodelist} (setup key "
-                f"{key.key[:12]}: same image and install inputs): nothing imported or "
-                "installed")
-
-    def _install(self) -> str:
-        from slurm_fsm import imagecache
-        from slurm_fsm.step0 import setup
-
-        assert self.alloc is not None
-        self.alloc, summary = setup.install(self.ctx, self.alloc, self._setup_key())
-        self.cache_write_s = imagecache.fill(  # the image cache (issue 42 item 2)
-            self.ctx, self.alloc, self._setup_key(), self._warn)
-        return summary
-
-    def _gpu_check(self) -> list[GpuProcess]:
-        assert self.alloc is not None
-        if not self.spec.slurm_params.gpus_per_node:
-            return []  # no GPUs asked: nothing to judge, no srun
-        ahead, self._gpu_ahead = self._gpu_ahead, None
-        try:
-            procs = (ahead[1].result() if ahead is not None and ahead[0] == self.alloc.job_id
-                     else self._ask_gpus(self.alloc))
-        except NvidiaSmiFailed as exc:  # a node whose GPUs nobody can see is not clean
-            procs = exc.processes
-            for failure in exc.failures:
-                self._warn(f"GPU check: {failure.describe()}")
-        by_node: dict[str, list[str]] = {}
-        for p in procs:
-            by_node.setdefault(p.node, []).append(f"{p.pid} {p.name} ({p.used_memory})")
-        for node, items in sorted(by_node.items()):
-            self._warn(
-                f"GPU processes found on {node}: {', '.join(items)}. "
-                "These may interfere with the job."
-            )
-        return procs
-
-    def _ask_gpus(self, alloc: AllocState) -> list[GpuProcess]:
-        view = sharedview.view_of(self.backend)  # run_many: a sibling's fresh check
-        return (view or self.backend).gpu_processes(alloc.job_id, alloc.nodes,
-                                                    alloc.gpus_per_node)
-
-    def _preflight(self) -> str:
-        """Step 1's pre-flight. Reuses the validation's answer: no extra job query."""
-        _, left = self.info_now()
-        wanted = self.spec.slurm_params.time_limit
-        if (left is not None and wanted is not None and wanted.is_finite and left.is_finite
-                and (left.seconds or 0) < (wanted.seconds or 0)):
-            self._warn(
-                f"Allocation has {left} left but job expects {wanted}. "
-                "The job may be killed early."
-            )
-        self._gpu_check()
-        return f"job started on allocation {self.alloc.job_id if self.alloc else '?'}"
-
-    def _release(self) -> str:
-        """0A: cancel our allocation (after checking it is ours), drop the files
-        (:func:`slurm_fsm.step0.release.release`), then the warm successor's."""
-        if self.state is State.NoState:
-            try:
-                self.alloc = self.store.read()
-            except StateFileError as exc:
-                self._warn(f"{exc}; nothing to cancel from it")
-                self.alloc = None
-        done = release.release(self.ctx, self.alloc, user=lambda: self.user,
-                               warn=self._warn)
-        if not done.from_state_file:
-            self.released_job_id = done.job_id or self.released_job_id
-            return done.summary
-        self.alloc = None
-        self.released_job_id = done.job_id
-        # a queued warm successor goes too
-        succ = handoff.release_successor(self.ctx, self.mem)
-        if succ is not None:
-            return f"Allocation {done.job_id} released (and its successor {succ})."
-        return done.summary
 
     # Bookkeeping ----------------------------------------------------------------------
     def _waiting(self, text: str) -> None:
-        """A wait (the state file's lock, a PENDING allocation): said, and in the
-        report's notes."""
-        self._log(text)
+        """A wait (the state file's lock): said, and in the report's notes."""
+        self.ctx.say(text)
         self.notes.append(text)
-
-    def _warn(self, text: str) -> None:
-        """A warning, kept once and said (:func:`slurm_fsm.step0.context.warn`)."""
-        warn(self.ctx, self.mem, text)
 
     def _record(self, event: EventData) -> None:
         source = event.transition.source if event.transition else ""
@@ -1085,11 +478,10 @@ class AllocationMachine:
                                                  *(e.value for e in self._applied)) if part)
         self.history.append(Transition(
             clock=self.clock.now(), at=_now_iso(), trigger=event.event.name,
-            source=str(source), dest=str(dest), reason=reason, edge=edge,
-        ))
+            source=str(source), dest=str(dest), reason=reason, edge=edge))
         if self.state is State.Failed and self.failure is None:  # defensive: always recorded
             self.failure = Failure(source or "?", reason or "failed")
-        self._log(f"[{source} -> {dest}] {reason}")
+        self.ctx.say(f"[{source} -> {dest}] {reason}")
 
     def _on_exception(self, event: EventData) -> None:
         """An effect raised (the work's errors are caught in the trigger)."""
@@ -1101,30 +493,8 @@ class AllocationMachine:
         self._fail_with(error)
 
     def _fail_with(self, error: BaseException) -> None:
-        step = self.state.value
-        kept = self.store.exists()
-        if isinstance(error, AllocationFailed) and error.stderr_tail:
-            message = f"{error}"
-        elif isinstance(error, BackendError | SetupFailed | NotOurJobError | PreflightFailed):
-            message = str(error)
-        else:
-            message = f"{type(error).__name__}: {error}"
-        self.failure = Failure(step, message, error, state_file_kept=kept)
+        self.failure = Failure.of(self.state.value, error, state_file_kept=self.store.exists())
         self._taken = None
         self._applied = []
         self._model.fail()  # type: ignore[attr-defined]  # bound by transitions
 
-
-#: The work of each effect an edge names (:meth:`AllocationMachine._effect`): the one
-#: place that says what an effect does; every :class:`Effect` has a row (a test checks).
-_EFFECT_WORK: dict[Effect, Callable[[AllocationMachine], bool]] = {
-    Effect.DROP_STATE_FILE: AllocationMachine._fx_drop_state_file,
-    Effect.CANCEL: AllocationMachine._fx_cancel,
-    Effect.RECORD_FAILURE: AllocationMachine._fx_record_failure,
-    Effect.COMPLETE_NODELIST: AllocationMachine._fx_complete_nodelist,
-    Effect.WARN_NOT_OURS: AllocationMachine._fx_warn_not_ours,
-    Effect.WARN_EXPIRING: AllocationMachine._fx_warn_expiring,
-    Effect.WARN_TOO_SHORT: AllocationMachine._fx_warn_too_short,
-    Effect.DROP_SUCCESSOR: AllocationMachine._fx_drop_successor,
-    Effect.RELEASE_DRAINED: AllocationMachine._fx_release_drained,
-}

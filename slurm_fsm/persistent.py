@@ -176,6 +176,9 @@ class PersistentRun:
         #: run (this run then raises :class:`~slurm_fsm.agent.HandedOver`), else why not
         #: (this process runs the job, and the report says why)
         self.hand_over: Callable[[AllocState], str | None] | None = None
+        #: told the allocation's id and this run's lease step as soon as the lease is
+        #: held, before the job starts (the owner record names them: issue 39)
+        self.on_held: Callable[[str, str], None] | None = None
 
     # ----------------------------------------------------------------------- facts
     def _facts(self, phase: Phase, mode: Mode = Mode.PERSISTENT, **what: Any) -> RunFacts:
@@ -293,6 +296,8 @@ class PersistentRun:
             return done
         assert done is not None
         lease, alloc = done
+        if self.on_held is not None and self.lease is not None:
+            self.on_held(alloc.job_id, self.lease.name)
         if self.hand_over is not None:
             self._hand_over(alloc)
         steps = RunSteps(self.backend, self.runs, lease, clock=self.clock,
@@ -548,8 +553,7 @@ class PersistentRun:
         queue = placement.QueueWatch(
             self.events.output, self.events.message, share,
             allocation_gpus_per_node=alloc.gpus_per_node, allocation_id=alloc.job_id,
-            pending=placement.PendingSteps(self.backend, alloc.job_id, steps.pids,
-                                           self.clock))
+            pending=placement.PendingSteps(steps.listed, steps.pids, self.clock))
 
         def tick(elapsed: float, line: str) -> None:
             steps.sample()

@@ -56,7 +56,7 @@ from pathlib import Path
 import attrs
 
 from slurm_fsm import scriptguard
-from slurm_fsm.backend import JobInfo, SlurmBackend, StepInfo
+from slurm_fsm.backend import JobInfo, StepInfo
 from slurm_fsm.clock import Clock
 from slurm_fsm.errors import BackendError
 from slurm_fsm.files import FileProblem, read_bounded
@@ -273,19 +273,21 @@ class PendingSteps:
     """This run's queued steps, as Slurm lists them (``scontrol show step`` has the
     pending step with its srun's host and pid, on 22.05 and 24.11).
 
-    ``pids`` is the run's live view of its script's processes (``RunSteps.pids``). Slurm
-    is asked only while one of those is an ``srun`` not yet seen running a step, at most
-    every :data:`PENDING_POLL_S`: a run whose sruns all started asks nothing more; and
-    not about an ``srun`` younger than ``settle_s``
+    ``listed`` answers the allocation's steps: the run's shared answer
+    (:meth:`slurm_fsm.runsteps.RunSteps.listed`, which its steps' marks read too: one
+    question per period for both). ``pids`` is the run's live view of its script's
+    processes (``RunSteps.pids``). Slurm is asked only while one of those is an
+    ``srun`` not yet seen running a step, at most every :data:`PENDING_POLL_S`: a run
+    whose sruns all started asks nothing more; and not about an ``srun`` younger than
+    ``settle_s``
     (:data:`~slurm_fsm.scriptguard.SRUN_SETTLE_S`): most tiny jobs' are gone by then.
     """
 
-    def __init__(self, backend: SlurmBackend, job_id: str, pids: Collection[int],
+    def __init__(self, listed: Callable[[], list[StepInfo]], pids: Collection[int],
                  clock: Clock, *, every_s: float = PENDING_POLL_S,
                  is_srun: Callable[[int], bool] = scriptguard.is_step_srun,
                  settle_s: float = scriptguard.SRUN_SETTLE_S) -> None:
-        self._backend = backend
-        self._job_id = job_id
+        self._listed = listed
         self._pids = pids
         self._clock = clock
         self._every_s = every_s
@@ -309,7 +311,7 @@ class PendingSteps:
             return self._pending
         self._last = now
         try:
-            steps = self._backend.step_details(self._job_id)
+            steps = self._listed()
         except BackendError:
             return self._pending  # Slurm did not answer: nothing new to say
         host = socket.gethostname()

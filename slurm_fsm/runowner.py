@@ -347,6 +347,17 @@ class OwnedRun:
 
         threading.Thread(target=beat, name=f"heartbeat-{self.run_id}", daemon=True).start()
 
+    def held(self, *, allocation_id: str, lease: str) -> None:
+        """A persistent run holds its lease on ``allocation_id`` (its job not started
+        yet): the record names both at once, so that the lease's end tells another host
+        this owner is gone (:func:`slurm_fsm.detach.settle`), not only its heartbeat."""
+        if self.record is None or self.record.phase is not RunPhase.STARTING:
+            return
+        record = attrs.evolve(self.record, allocation_id=allocation_id, lease=lease)
+        with contextlib.suppress(OSError):
+            self.files.write_owner(record)
+            self.record = record
+
     def started(self, *, log: str, job_id: str | None, allocation_id: str | None,
                 lease: str = "") -> None:
         """The job has started: where its log is, its job or allocation id, the lease

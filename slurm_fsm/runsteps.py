@@ -64,6 +64,10 @@ SAMPLE_EVERY_S = 0.5
 #: allocation's steps at most this often (its step is marked once seen, so that
 #: accounting can be asked how it ended: :meth:`RunSteps.own_step_ids`).
 MARK_EVERY_S = 2.0
+#: The watch's readers of the allocation's steps (the marks, the wait for GPUs) share
+#: one answer this young (:meth:`RunSteps.listed`): one question per period, not one
+#: per reader.
+LISTED_FRESH_S = 2.0
 #: Slurm's clock (``StartTime``) and this host's (the record's ``since``) may differ by
 #: this much: a step that started earlier than that before the run is not the run's.
 CLOCK_SLOP_S = 120.0
@@ -192,6 +196,7 @@ class RunSteps:
         #: the srun pids already written into the record: when a sample first saw each
         self._srun_seen: dict[int, float] = {}
         self._last_mark = float("-inf")
+        self._listed: tuple[float, list[StepInfo]] | None = None
 
     @property
     def job_id(self) -> str:
@@ -248,7 +253,7 @@ class RunSteps:
         they ended. Slurm not answering is no problem here: the next sample asks again,
         and without their ids the exit code decides."""
         try:
-            found = self.ours()
+            found = self.ours(shared=True)
         except BackendError:
             return
         self._marked_sruns.update(s.srun_pid for s in found if s.srun_pid is not None)
@@ -267,18 +272,33 @@ class RunSteps:
         return sorted((i for i in ids if i not in self.cancelled),
                       key=lambda i: [int(p) for p in i.split("+")])
 
-    def ours(self, strays: Collection[int] = ()) -> list[StepInfo]:
-        """This run's steps now on the allocation (one ``scontrol show step``), by
-        :func:`steps_of`; their marks go into :attr:`found`. ``strays``: what the script
-        detached from its group (:func:`slurm_fsm.scriptguard.strays_of`), proven the
-        run's by its token like the group's members."""
+    def listed(self) -> list[StepInfo]:
+        """The allocation's steps (``scontrol show step``) as Slurm listed them at most
+        :data:`LISTED_FRESH_S` ago: the one answer the watch's readers share while the
+        script runs (its steps' marks, :class:`~slurm_fsm.placement.PendingSteps`), so
+        an ``srun`` costs one question per period, whoever asks first. An allocation
+        gone lists no step. Stopping a run's steps asks afresh (:meth:`ours`)."""
+        now = self.clock.now()
+        if self._listed is None or now - self._listed[0] >= LISTED_FRESH_S:
+            try:
+                steps = self.backend.step_details(self.job_id)
+            except JobNotFound:
+                steps = []  # the allocation is gone, and its steps with it
+            self._listed = (now, steps)
+        return self._listed[1]
+
+    def ours(self, strays: Collection[int] = (), *, shared: bool = False) -> list[StepInfo]:
+        """This run's steps now on the allocation (one ``scontrol show step``; with
+        ``shared``, the watch's shared answer, :meth:`listed`), by :func:`steps_of`.
+        ``strays``: what the script detached from its group
+        (:func:`slurm_fsm.scriptguard.strays_of`), proven the run's by its token like the
+        group's members."""
         members = (scriptguard.group_members(self.pgid) if self.pgid is not None else [])
         members += [p for p in strays if p not in members]
         self.pids.update(members)
-        try:
-            steps = self.backend.step_details(self.job_id)
-        except JobNotFound:
-            return []  # the allocation is gone, and its steps with it
+        if not shared:
+            self._listed = None  # asked afresh below: the shared answer is stale now
+        steps = self.listed()
         host = socket.gethostname()
         return steps_of(self.record, steps, host=host, uid=os.getuid(),
                         pids=self.pids | set(self.record.srun_pids), members=members,

@@ -43,7 +43,7 @@ import math
 from collections.abc import Collection, Iterable, Sequence
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -60,9 +60,11 @@ from slurm_fsm.convert import (
     converter,
     structure_record,
 )
-from slurm_fsm.history import RunEntry, nearest_rank
 from slurm_fsm.spec import EXPIRY_MARGIN_S
 from slurm_fsm.state import AllocState
+
+if TYPE_CHECKING:  # the run history is loaded where a lead time is computed
+    from slurm_fsm.history import RunEntry
 
 __all__ = [
     "DEFAULT_LEAD_S",
@@ -132,6 +134,8 @@ def other_name(name: str, base: str) -> str:
 
 def p90(values: Sequence[float]) -> float:
     """The 90th percentile by nearest rank (one of the values, never interpolated)."""
+    from slurm_fsm.history import nearest_rank
+
     return nearest_rank(values, 90)
 
 

@@ -434,3 +434,56 @@ def test_a_dead_host_s_run_whose_lease_step_never_had_a_task_is_settled(
     assert saved.report.status.name == "CANCELLED"
     assert step is not None and step.split(".")[1] not in fake.jobs[job].steps
     assert fake.jobs[job].state.is_running  # the step alone
+
+
+@pytest.mark.parametrize("agent_step", [False, True])
+def test_a_run_whose_host_died_after_its_lease_before_its_job_is_settled_by_the_lease(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, agent_step: bool) -> None:
+    """Issue 39's campaign (24.11, a ``node`` point 2.5 s into the run): login node A
+    died after its supervisor took the run's lease and before the job started. Its
+    record named no lease yet, so only the heartbeat told (after HEARTBEAT_STALE_S).
+    The record names the lease as soon as it is held: the lease's end settles the run
+    at once. Unless the run's agent step is listed: the agent may hold the run now."""
+    from slurm_fsm import detach
+    from slurm_fsm.detach import find, settle
+    from slurm_fsm.lease import lease_name
+    from slurm_fsm.slurmcli import AGENT_STEP_PREFIX
+
+    monkeypatch.setattr(detach, "LEASE_GONE_GRACE_S", 0.0)
+    fake = FakeCluster()
+    job = fake.make_job("alloc", fake.user).job_id
+    files = RunFiles(tmp_path / "work_dirs" / ".slurm_alloc.json")
+    run_id = "r0123456789ab"
+    if agent_step:
+        fake.start_lease(job, AGENT_STEP_PREFIX + run_id)
+    rec = attrs.evolve(_foreign_starting_record(files, run_id), allocation_id=job,
+                       lease=lease_name(run_id, time.time() + 3600))  # its step: gone
+    files.write_owner(rec)
+    saved = settle(find(tmp_path, run_id), fake)  # a fresh heartbeat
+    if agent_step:
+        assert saved is None
+        return
+    assert saved is not None and saved.source == "rebuilt", saved
+    assert saved.report.status.name == "CANCELLED"
+
+
+def test_the_owner_record_names_the_lease_as_soon_as_it_is_held(
+        make_spec: SpecFactory) -> None:
+    """The writer's side of the test above: when the run is handed over (after its lease
+    is taken, before its job starts), its owner record already names the allocation and
+    the lease."""
+    spec = make_spec()
+    fake = FakeCluster()
+    executor = Executor(spec, fake, clock=fake.clock)
+    seen: list[OwnerRecord | None] = []
+
+    def hand(alloc: object) -> str:
+        seen.append(executor.owned.files.owner(executor.owned.run_id))
+        return "no agent in this test"
+
+    executor.hand_over = hand  # type: ignore[assignment]
+    report = executor.run()
+    assert report.status.name == "PASSED", report.summary
+    (rec,) = seen
+    assert rec is not None and rec.phase is RunPhase.STARTING
+    assert rec.allocation_id == report.allocation_id and rec.lease.startswith("fsm-lease.")

@@ -138,12 +138,12 @@ def test_no_function_is_over_a_screen() -> None:
 
 
 def test_every_effect_has_its_work() -> None:
-    """The machine's effects are a table (one method per effect): a new Effect without
-    its row would be a KeyError at its first edge, not a silent no-op."""
-    from slurm_fsm.machine import _EFFECT_WORK
+    """The effects are a table (one function per effect, step0/work.py's): a new
+    Effect without its row would be a KeyError at its first edge, not a silent no-op."""
     from slurm_fsm.step0.table import Effect
+    from slurm_fsm.step0.work import EFFECT_WORK
 
-    assert set(_EFFECT_WORK) == set(Effect)
+    assert set(EFFECT_WORK) == set(Effect)
 
 
 def test_the_diagnosis_is_a_table_of_rules() -> None:

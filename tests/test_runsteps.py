@@ -211,3 +211,68 @@ def test_a_gone_hosts_steps_are_told_by_that_hosts_srun_pids() -> None:
     here = {"host": "login-b", "uid": 0, "pids": {25, 26}}
     assert steps_of(record, steps, **here) == []  # its host may live: nothing by pid
     assert [s.step_id for s in steps_of(record, steps, **here, host_gone=True)] == ["1"]
+
+
+def test_the_watch_s_readers_share_one_question_per_period(tmp_path: Any) -> None:
+    """Noted at stop 46: a run asked Slurm about each ``srun`` twice (``scontrol show
+    step`` for its step's mark, and again for the wait for GPUs), and twice every period
+    while its step waited for GPUs. Both readers now take :meth:`RunSteps.listed`: one
+    answer per period, whoever asks first."""
+    import os
+    import shutil
+    import subprocess
+
+    from slurm_fsm.placement import PENDING_POLL_S, PendingSteps
+    from slurm_fsm.runrecord import RunBook
+    from slurm_fsm.runsteps import MARK_EVERY_S, RunSteps
+    from slurm_fsm.scriptguard import SRUN_SETTLE_S
+    from slurm_fsm.testing import FakeClock
+
+    srun = tmp_path / "srun"  # a process whose name is srun
+    shutil.copy(shutil.which("sleep") or "/bin/sleep", srun)
+    proc = subprocess.Popen([str(srun), "30"], start_new_session=True)
+    try:
+        book = RunBook(tmp_path / ".slurm_alloc.json")
+        backend = _Steps("42", proc.pid)
+        backend.step = attrs.evolve(backend.step, step_id="TDB", state="PENDING")
+        clock = FakeClock()
+        steps = RunSteps(backend, book, book.start("42"), clock=clock)  # type: ignore[arg-type]
+        steps.pgid = os.getpgid(proc.pid)
+        pending = PendingSteps(steps.listed, steps.pids, clock)
+
+        def tick() -> list[StepInfo]:  # as the persistent path's watch ticks
+            steps.sample()
+            return pending()
+
+        tick()
+        clock.advance(SRUN_SETTLE_S)
+        assert [s.srun_pid for s in tick()] == [proc.pid]  # the wait for GPUs is seen
+        assert backend.asked == 1  # and the mark was looked for in the same answer
+        period = max(MARK_EVERY_S, PENDING_POLL_S)
+        for _ in range(4):  # the step waits: one question per period, not two
+            clock.advance(period)
+            tick()
+        assert backend.asked == 5
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_only_runsteps_asks_slurm_for_step_details() -> None:
+    """The class of the defect above: a second reader of ``scontrol show step`` in a
+    run asks Slurm again for what the run already knows. Only :mod:`slurm_fsm.runsteps`
+    calls ``step_details`` (the plan's dry-run backend passes it on); a new reader takes
+    :meth:`~slurm_fsm.runsteps.RunSteps.listed`."""
+    import ast
+    from pathlib import Path
+
+    import slurm_fsm
+
+    root = Path(slurm_fsm.__file__).parent
+    callers = set()
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "step_details"):
+                callers.add(path.relative_to(root).as_posix())
+    assert callers == {"runsteps.py", "plan.py"}

@@ -277,3 +277,66 @@ def test_the_machine_shape_guard_sees_a_protocol_and_a_private() -> None:
     assert _machine_shaped("class Machine(Protocol): ...\ndef f(m: Machine) -> None:\n"
                            "    m._warn('x')\n") == [
         "1: class Machine", "2: m: Machine", "3: ._warn"]
+
+
+# ---------------------------------------------------------------- the thin driver
+#: what the driver (machine.py) may import outside ``TYPE_CHECKING``: the standard
+#: library's plain tools, ``attrs`` and ``transitions``, the wing's own modules, and the
+#: error, state and spec types; never a Slurm tool (``slurmcli``, ``nvsmi``,
+#: ``preflight``, ``capacity``, ``subprocess``...) nor the hand-off or the run history
+DRIVER_IMPORTS = frozenset({
+    "__future__", "contextlib", "logging", "collections.abc", "datetime", "functools",
+    "typing", "attrs", "transitions", "slurm_fsm.errors", "slurm_fsm.state",
+    "slurm_fsm.spec",
+})
+#: the driver's size (issue 40, done when)
+DRIVER_MAX_LINES = 500
+
+
+def _driver_imports(source: str) -> list[str]:
+    """Every module ``source`` imports, at any depth, but under ``if TYPE_CHECKING``."""
+    tree = ast.parse(source)
+    typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+                   and ast.unparse(node.test) == "TYPE_CHECKING"
+                   for n in ast.walk(node)}
+    out = []
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            out.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.extend(f"{node.module}.{a.name}" if node.module in ("slurm_fsm",
+                       "slurm_fsm.step0") else node.module for a in node.names)
+    return out
+
+
+def test_the_driver_is_thin_and_imports_no_slurm_tool() -> None:
+    """Issue 40, done when: the driver is at most 500 lines and imports no Slurm tool;
+    the work of each state is in a room of ``slurm_fsm/step0/``."""
+    source = Path(machine.__file__).read_text()
+    assert len(source.splitlines()) <= DRIVER_MAX_LINES
+    stray = [m for m in _driver_imports(source)
+             if m not in DRIVER_IMPORTS and not m.startswith("slurm_fsm.step0.")]
+    assert stray == []
+
+
+def test_the_driver_guard_sees_a_tool_and_not_a_type() -> None:
+    assert _driver_imports("from slurm_fsm import handoff\nimport subprocess\n"
+                           "def f():\n    from slurm_fsm.nvsmi import x\n"
+                           "if TYPE_CHECKING:\n    from slurm_fsm.history import E\n") == [
+        "slurm_fsm.handoff", "subprocess", "slurm_fsm.nvsmi"]
+
+
+def test_importing_the_driver_loads_no_hand_off_nor_history() -> None:
+    """Issue 42: ``slurm_fsm.handoff`` is the warm successor's; a run without one never
+    loads it (the driver and the rooms import it where a successor is worked on). The
+    run history is loaded by the code that reads or records it, not by the import."""
+    import subprocess
+    import sys
+
+    code = ("import sys, slurm_fsm.machine\n"
+            "print(sorted({'slurm_fsm.handoff', 'slurm_fsm.history'} & set(sys.modules)))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert proc.stdout.strip() == "[]"

@@ -10,11 +10,16 @@ A worker room of step 0 (issue 40 item 1), in the style of
 returns the transition's summary; the allocation it got is ``mem.alloc`` (written to
 the state file).
 
-* :func:`require`: the pre-flight's questions (``sinfo``, ``sacctmgr``; they change
-  nothing), asked once before anything is cancelled or allocated.
+* The pre-flight's questions (:func:`slurm_fsm.step0.checks.require`: ``sinfo``,
+  ``sacctmgr``; they change nothing) are asked once before anything is cancelled or
+  allocated.
 * :func:`release_orphans` (0D): this user's allocations of this checkout that no state
   file names are cancelled through the lease gate; one a moment old with a request's
   nonce is another run's (:data:`~slurm_fsm.step0.context.ORPHAN_GRACE_S`): adopted.
+* :func:`to_replace` (Expiring, TooShort, Incompatible): the pre-flight's questions,
+  then why the allocation is replaced (``mem.replace_why``, for the edge's CANCEL).
+* :func:`allocating` is the Allocating state's work: :func:`allocate` with the
+  context's user and warnings (the queued warm successor is never an orphan).
 * :func:`allocate` (0E): ``salloc`` with a nonce (an answer lost to the controller is
   asked again with the same request, which adopts its job), the state file from the
   moment the job exists, the wait until RUNNING (a job that can never start, or waits
@@ -46,31 +51,25 @@ from slurm_fsm.jobstate import JobState
 from slurm_fsm.lease import AllocationInUse
 from slurm_fsm.ownership import Ownership, new_nonce, request_of
 from slurm_fsm.preflight import node_cpus
-from slurm_fsm.preflight import require as preflight_require
 from slurm_fsm.state import AllocState
 from slurm_fsm.step0 import effects
-from slurm_fsm.step0.context import Step0Context, Step0Memory
-from slurm_fsm.step0.table import owner_of, repo_tag
-from slurm_fsm.step0.validate import complete_grant
+from slurm_fsm.step0.checks import require
+from slurm_fsm.step0.context import Step0Context, Step0Memory, user_of, warn
+from slurm_fsm.step0.table import Observation, State, owner_of, repo_tag
+from slurm_fsm.step0.validate import complete_grant, replacing
 from slurm_fsm.successor import SINGLETON
 
-__all__ = ["allocate", "release_orphans", "request_size", "require", "salloc_log_tail"]
+__all__ = [
+    "allocate",
+    "allocating",
+    "release_orphans",
+    "request_size",
+    "salloc_log_tail",
+    "to_replace",
+]
 
 #: what the work says and warns through (the driver's)
 Say = Callable[[str], None]
-
-
-def require(ctx: Step0Context, mem: Step0Memory, user: str, warn: Say) -> None:
-    """The pre-flight's questions (``sinfo``, ``sacctmgr``: they change nothing),
-    asked once, before anything is cancelled or allocated: a spec the cluster cannot
-    run (a misspelt partition) fails here with
-    :class:`~slurm_fsm.preflight.PreflightFailed`, and the allocation of the state file
-    is left as it was."""
-    if mem.required:
-        return
-    for warning in preflight_require(ctx.spec, ctx.backend, user):
-        warn(warning)
-    mem.required = True
 
 
 def request_size(ctx: Step0Context) -> RequestSize:
@@ -339,3 +338,33 @@ def salloc_log_tail(ctx: Step0Context) -> str:
             return fh.read().decode("utf-8", "replace")
     except OSError:
         return ""
+
+
+def _warner(ctx: Step0Context, mem: Step0Memory) -> Say:
+    return lambda text: warn(ctx, mem, text)
+
+
+def to_replace(ctx: Step0Context, mem: Step0Memory, state: State, why: str,
+               last: Observation) -> str:
+    """Expiring / TooShort / Incompatible's work: a spec the cluster cannot run stops
+    here (:func:`require`: nothing cancelled); else why the allocation is replaced
+    (:func:`slurm_fsm.step0.validate.replacing`, ``why``: the rules the edge was taken
+    for) kept in ``mem.replace_why`` for the edge's CANCEL, which goes through the
+    lease gate. The transition's summary."""
+    assert mem.alloc is not None
+    require(ctx, mem, user_of(ctx, mem), _warner(ctx, mem))
+    mem.replace_why = replacing(ctx, mem, state, why, last.expected)
+    return f"replacing allocation {mem.alloc.job_id} ({mem.replace_why})"
+
+
+def _successor_ids(ctx: Step0Context, mem: Step0Memory) -> set[str]:
+    """The queued warm successor's job (its own state file names it: never an orphan)."""
+    from slurm_fsm import handoff  # the warm successor's only (issue 42)
+
+    return handoff.successor_ids(ctx, mem)
+
+
+def allocating(ctx: Step0Context, mem: Step0Memory) -> str:
+    """The Allocating state's work: 0D-0E (:func:`allocate`)."""
+    return allocate(ctx, mem, user_of(ctx, mem), _warner(ctx, mem),
+                    lambda: _successor_ids(ctx, mem))

@@ -1,4 +1,4 @@
-"""What step 0's work is handed: one explicit context and one policy record.
+"""What step 0's work is handed and what it remembers: one context, one policy, one memory.
 
 Theory of operation
 -------------------
@@ -7,9 +7,7 @@ Theory of operation
 machine (issue 40 item 1): the spec, the backend, the state store, the clock, where
 progress is said, the lease gate, the run history, the warmer, salloc's log and the
 :class:`MachinePolicy` of tuning options. :class:`~slurm_fsm.machine.AllocationMachine`
-builds one from its keywords and reads its configuration only from it (its
-``spec``/``backend``/``pending_wait_s``... are views of the context); the next step
-of the issue hands it to each worker room instead of the machine.
+builds one from its keywords (:func:`new_context`) and hands it to each worker room.
 
 :class:`MachinePolicy` is the one record of the waits, retries and grace times that
 tune step 0 (before, six keywords stored as six attributes). Frozen: a change is
@@ -17,10 +15,11 @@ tune step 0 (before, six keywords stored as six attributes). Frozen: a change is
 
 :class:`Step0Memory` is what step 0's work remembers from one trigger to the next (the
 state file's allocation, the last job row, the ids cancelled or reused, the
-unreachable and pending counts, the notes): the driver owns one and hands it, with
-the context, to each worker room (:mod:`slurm_fsm.step0.validate`,
-:mod:`slurm_fsm.step0.allocate`); a room reads and updates it and returns what the
-driver needs to fire.
+unreachable and pending counts, the notes, the failure, how the container was set
+up): the driver owns one and hands it, with the context, to each worker room of
+:mod:`slurm_fsm.step0`; a room reads and updates it and returns what the driver needs
+to fire. The machine's ``spec``, ``alloc``, ``pending_wait_s``... are typed views of
+the two (:class:`Held`).
 """
 
 from __future__ import annotations
@@ -28,27 +27,34 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, overload
 
 import attrs
 
 _LOG = logging.getLogger("slurm_fsm.machine")
 
 if TYPE_CHECKING:  # types only: this module loads nothing heavy
-    from slurm_fsm.backend import JobInfo, SlurmBackend
+    from concurrent.futures import Future
+
+    from slurm_fsm.backend import GpuProcess, JobInfo, SlurmBackend
     from slurm_fsm.clock import Clock
-    from slurm_fsm.history import RunHistory
+    from slurm_fsm.history import Estimate, RunHistory
     from slurm_fsm.lease import LeaseGate
+    from slurm_fsm.setupkey import SetupKey
     from slurm_fsm.spec import JobSpec
     from slurm_fsm.state import AllocState, StateStore
+    from slurm_fsm.step0.outcome import Failure
 
 __all__ = [
     "ORPHAN_GRACE_S",
     "POLICY_FIELDS",
+    "REUSE_CHECK_TIMEOUT_S",
     "HandoffState",
+    "Held",
     "MachinePolicy",
     "Step0Context",
     "Step0Memory",
+    "new_context",
     "user_of",
     "warn",
 ]
@@ -58,6 +64,9 @@ __all__ = [
 #: whose state file is not written yet (that run's salloc has just answered); step 0E
 #: adopts it. Older, it is an orphan (cancelled).
 ORPHAN_GRACE_S = 60.0
+#: The step that reads the nodes' setup keys gives up after this long (a fresh import
+#: follows).
+REUSE_CHECK_TIMEOUT_S = 300.0
 
 
 @attrs.frozen(kw_only=True)
@@ -102,6 +111,27 @@ class Step0Context:
     #: salloc's output (beside the state file)
     salloc_log: Path
     policy: MachinePolicy = MachinePolicy()
+
+
+def new_context(spec: JobSpec, backend: SlurmBackend, *, clock: Clock | None,
+                store: StateStore | None, say: Callable[[str], None] | None,
+                leases: LeaseGate | None, run_history: RunHistory | None,
+                warmer: Callable[[JobSpec], int | None] | None, salloc_log: Path | None,
+                policy: MachinePolicy) -> Step0Context:
+    """The context of the machine's keywords, a default for each left out: the system
+    clock, the spec's state file, the logger, the run history beside the state file,
+    salloc's log of the spec."""
+    from slurm_fsm.clock import SystemClock
+    from slurm_fsm.history import RunHistory
+    from slurm_fsm.paths import StatePaths
+    from slurm_fsm.state import StateStore
+
+    store = store or StateStore(spec.state_path)
+    return Step0Context(
+        spec=spec, backend=backend, clock=clock or SystemClock(), store=store,
+        say=say or _LOG.info, leases=leases, warmer=warmer,
+        run_history=run_history or RunHistory(StatePaths(store.path).history),
+        salloc_log=salloc_log or spec.salloc_log, policy=policy)
 
 
 @attrs.define
@@ -173,6 +203,27 @@ class Step0Memory:
     salloc_requested: bool = False
     #: the pre-flight's questions were asked (:func:`slurm_fsm.step0.allocate.require`)
     required: bool = False
+    #: why the allocation is replaced (set by Expiring/TooShort/Incompatible's work,
+    #: read by the CANCEL effect)
+    replace_why: str = ""
+    #: why step 0 failed (the RECORD_FAILURE effect's, or the driver's failure routing)
+    failure: Failure | None = None
+    #: the pre-flight's GPU check begun early
+    #: (:func:`slurm_fsm.step0.checks.start_gpu_check`): the allocation it asks about,
+    #: and its answer to come
+    gpu_ahead: tuple[str, Future[list[GpuProcess]]] | None = None
+    #: how step 0 came by its container (``SETUP_COLD``... of
+    #: :mod:`slurm_fsm.step0.outcome`); None: no container set up by this machine
+    container_setup: str | None = None
+    #: seconds of the export of the installed container to the image cache (a part of
+    #: the Installing state's time, said apart); None: nothing exported
+    cache_write_s: float | None = None
+    #: the spec's setup key, once computed (:func:`slurm_fsm.step0.setup.setup_key_of`)
+    setup_key: tuple[SetupKey | None] | None = None
+    #: the job's expected duration, once read (:func:`slurm_fsm.step0.validate.estimate`)
+    estimate: Estimate | None = None
+    #: the allocation a release (0A) cancelled
+    released_job_id: str | None = None
 
 
 def warn(ctx: Step0Context, mem: Step0Memory, text: str) -> None:
@@ -191,3 +242,46 @@ def user_of(ctx: Step0Context, mem: Step0Memory) -> str:
     if mem.user is None:
         mem.user = ctx.backend.current_user()
     return mem.user
+
+
+_T = TypeVar("_T")
+
+
+class _Driver(Protocol):
+    """What holds a context and a memory: the driver (``AllocationMachine``)."""
+
+    ctx: Step0Context
+    mem: Step0Memory
+
+
+class Held(Generic[_T]):
+    """An attribute of the driver held by its context (``ctx``), its memory (``mem``)
+    or its context's policy (``policy``: set, a new policy with that option). Read-only
+    (AttributeError when set) unless ``settable`` (a policy option always is): the
+    machine's ``spec``, ``alloc``, ``pending_wait_s``... are views of the two records,
+    typed, and documented where they are declared."""
+
+    def __init__(self, where: Literal["ctx", "mem", "policy"], *, settable: bool = False):
+        self.where, self.settable, self.name = where, settable or where == "policy", ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def _home(self, driver: _Driver) -> Any:
+        return driver.ctx.policy if self.where == "policy" else getattr(driver, self.where)
+
+    @overload
+    def __get__(self, driver: None, owner: type) -> Held[_T]: ...
+    @overload
+    def __get__(self, driver: _Driver, owner: type) -> _T: ...
+    def __get__(self, driver: _Driver | None, owner: type) -> Held[_T] | _T:
+        return self if driver is None else getattr(self._home(driver), self.name)
+
+    def __set__(self, driver: _Driver, value: _T) -> None:
+        if not self.settable:
+            raise AttributeError(f"{type(driver).__name__}.{self.name} is read-only")
+        if self.where == "policy":
+            option: dict[str, Any] = {self.name: value}
+            driver.ctx.policy = attrs.evolve(driver.ctx.policy, **option)
+        else:
+            setattr(self._home(driver), self.name, value)

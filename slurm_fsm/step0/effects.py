@@ -21,21 +21,46 @@ can step 0 destroy, and when?" reads this module.
   DROP_STATE_FILE is :func:`drop_state_file`, a release's files :func:`drop_files`,
   a successor's :func:`forget_successor_files` (or, switched to, its record:
   :func:`forget_successor_record`).
+
+Every :class:`~slurm_fsm.step0.table.Effect` an edge carries has its work here
+(``on_<effect>``), one function of the context, the memory, the observation the edge
+was chosen on and the state it leaves; the warm successor's two are the hand-off's
+(:func:`slurm_fsm.handoff.drop_successor`, :func:`slurm_fsm.handoff.release_drained`,
+which cancel through this module). :data:`slurm_fsm.step0.work.EFFECT_WORK` is the
+whole table the driver runs the chosen edge's effects through (this module imports no
+room above it: the import graph has no circle).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import attrs
+
+from slurm_fsm.backend import JobInfo
+from slurm_fsm.duration import Duration
 from slurm_fsm.errors import StateFileError
 from slurm_fsm.lease import cancel_allocation
+from slurm_fsm.ownership import describe
 from slurm_fsm.state import AllocState, StateStore
-from slurm_fsm.step0.context import Step0Context, Step0Memory
-from slurm_fsm.step0.table import CONDITIONS, Observation
+from slurm_fsm.step0.checks import require
+from slurm_fsm.step0.context import Step0Context, Step0Memory, user_of, warn
+from slurm_fsm.step0.outcome import Failure
+from slurm_fsm.step0.table import (
+    CONDITIONS,
+    EXPIRY_MARGIN_S,
+    Observation,
+    State,
+    owner_of,
+    repo_tag,
+    same_generation,
+    state_job_names,
+)
 from slurm_fsm.successor import clear_successor
 
 __all__ = [
+    "EffectWork",
     "cancel_gated",
     "cancel_replaced",
     "cancel_unleased",
@@ -45,6 +70,14 @@ __all__ = [
     "drop_state_file",
     "forget_successor_files",
     "forget_successor_record",
+    "on_cancel",
+    "on_complete_nodelist",
+    "on_drop_state_file",
+    "on_record_failure",
+    "on_warn_expiring",
+    "on_warn_not_ours",
+    "on_warn_too_short",
+    "reused_id",
 ]
 
 
@@ -130,3 +163,103 @@ def drop_files(ctx: Step0Context, cancelled: Sequence[str]) -> None:
                 if cancelled else "")
         raise StateFileError(str(ctx.store.path), f"{done}the state file cannot be "
                              f"deleted ({exc.strerror or exc}); delete it by hand") from exc
+
+
+# The work of each effect an edge carries ---------------------------------------------
+#: one effect's work: True when it did something (False: no allocation to cancel, a
+#: nodelist already complete, no job to warn about); ``state``: the state the edge leaves
+EffectWork = Callable[[Step0Context, Step0Memory, Observation, State], bool]
+
+
+def on_drop_state_file(ctx: Step0Context, mem: Step0Memory, obs: Observation,
+                        state: State) -> bool:
+    """DROP_STATE_FILE: :func:`drop_state_file` of the state file's allocation."""
+    drop_state_file(ctx, mem, obs, mem.alloc)
+    return True
+
+
+def on_cancel(ctx: Step0Context, mem: Step0Memory, obs: Observation, state: State) -> bool:
+    """CANCEL (through the lease gate: :func:`cancel_replaced`), never before the
+    pre-flight's questions that need no allocation
+    (:func:`slurm_fsm.step0.checks.require`: a spec the cluster cannot run fails
+    with the allocation left as it was)."""
+    if mem.alloc is None:  # nothing the state file names: nothing to cancel
+        return False
+    require(ctx, mem, user_of(ctx, mem), lambda text: warn(ctx, mem, text))
+    cancel_replaced(ctx, mem, mem.alloc.job_id, mem.replace_why or state.value)
+    return True
+
+
+def on_record_failure(ctx: Step0Context, mem: Step0Memory, obs: Observation,
+                       state: State) -> bool:
+    """RECORD_FAILURE: the observation's failure (or summary) as ``mem.failure``."""
+    mem.failure = Failure(state.value, obs.failure or obs.summary,
+                          state_file_kept=ctx.store.exists())
+    return True
+
+
+def on_complete_nodelist(ctx: Step0Context, mem: Step0Memory, obs: Observation,
+                          state: State) -> bool:
+    """COMPLETE_NODELIST: the grant (nodelist, CPUs) written to a state file saved
+    while PENDING; False when it was complete."""
+    alloc, info = mem.alloc, obs.info
+    if alloc is None or not (mem.grant_unsaved or (
+            not alloc.nodelist and info is not None and info.nodelist)):
+        return False
+    # written while PENDING by a run that was interrupted (or by an older version
+    # without the grant): complete it
+    if not alloc.nodelist and info is not None:
+        alloc = mem.alloc = attrs.evolve(alloc, nodelist=info.nodelist)
+    mem.grant_unsaved = False
+    ctx.store.write(alloc)
+    return True
+
+
+def on_warn_not_ours(ctx: Step0Context, mem: Step0Memory, obs: Observation,
+                      state: State) -> bool:
+    """WARN_NOT_OURS: why the state file's job is left alone (an id Slurm gave to
+    another job, or another user's or checkout's job)."""
+    alloc, spec = mem.alloc, ctx.spec
+    if obs.info is None:  # no job row: nobody's job to describe
+        return False
+    if not same_generation(alloc, obs.info):
+        warn(ctx, mem, reused_id(alloc, obs.info))
+        mem.reused.add(obs.info.job_id)  # nor cancelled as an orphan (0D)
+        return True
+    owner = owner_of(obs.info, obs.user, spec, state_job_names(alloc, spec))
+    warn(ctx, mem,
+         f"state file names job {obs.info.job_id}, but it is not ours: it is "
+         f"{describe(obs.info, owner)}, and this checkout is {repo_tag(spec)} of "
+         f"user {obs.user!r}; it is left alone (never reused, never cancelled) and the "
+         "state file is dropped")
+    return True
+
+
+def on_warn_expiring(ctx: Step0Context, mem: Step0Memory, obs: Observation,
+                      state: State) -> bool:
+    """WARN_EXPIRING: the allocation has <= 5 min left."""
+    info = obs.info
+    if info is None:
+        return False
+    warn(ctx, mem, f"Allocation expiring soon: {info.job_id} has {info.time_left} left.")
+    return True
+
+
+def on_warn_too_short(ctx: Step0Context, mem: Step0Memory, obs: Observation,
+                       state: State) -> bool:
+    """WARN_TOO_SHORT: the job does not fit the time left; the allocation is replaced."""
+    if obs.info is None:
+        return False
+    warn(ctx, mem, f"Allocation {obs.info.job_id} has {obs.info.time_left} left; the job "
+         f"{obs.expected} and needs {Duration.of_seconds(EXPIRY_MARGIN_S)} more of "
+         "margin: it is not started on it; the allocation is replaced once no other "
+         "run's job uses it.")
+    return True
+
+
+def reused_id(alloc: AllocState | None, info: JobInfo) -> str:
+    """The warning for a state file whose job id Slurm gave to another job."""
+    return (f"state file names job {info.job_id} submitted at "
+            f"{alloc.submit_time if alloc else '?'}, but Slurm's job {info.job_id} was "
+            f"submitted at {info.submit_time}: the id was reused by another job; it is "
+            "left alone (never reused, never cancelled) and the state file is dropped")

@@ -23,10 +23,36 @@ from pathlib import Path
 
 import attrs
 
+from slurm_fsm.errors import (
+    AllocationFailed,
+    BackendError,
+    NotOurJobError,
+    PreflightFailed,
+    SetupFailed,
+)
 from slurm_fsm.state import AllocState
 from slurm_fsm.step0.table import Edge, Observation, State
 
-__all__ = ["Failure", "Step0Outcome", "SuccessorWait", "Transition"]
+__all__ = [
+    "SETUP_CACHED",
+    "SETUP_COLD",
+    "SETUP_REUSED",
+    "SETUP_SHARED",
+    "Failure",
+    "Step0Outcome",
+    "SuccessorWait",
+    "Transition",
+]
+
+#: How step 0 came by its container (:attr:`Step0Outcome.container_setup`, the
+#: report's ``container`` note): imported and installed; the one the node kept, set up
+#: from the same image and inputs (issue 42 item 1); a live allocation's on the same
+#: nodes (issue 44 item 3).
+SETUP_COLD = "cold"
+SETUP_REUSED = "reused on node"
+SETUP_SHARED = "shared with a live allocation"
+#: made from the image cache's squashfs of the same setup (issue 42 item 2)
+SETUP_CACHED = "from the cache"
 
 
 @attrs.frozen(kw_only=True)
@@ -53,6 +79,19 @@ class Failure:
     message: str
     error: BaseException | None = attrs.field(default=None, eq=False, repr=False)
     state_file_kept: bool = True
+
+    @classmethod
+    def of(cls, step: str, error: BaseException, *, state_file_kept: bool) -> Failure:
+        """The failure of ``step`` by ``error``: a Slurm, setup, ownership or pre-flight
+        error says itself (salloc's with its stderr's tail); any other is named by its
+        type."""
+        if isinstance(error, AllocationFailed) and error.stderr_tail:
+            message = f"{error}"
+        elif isinstance(error, BackendError | SetupFailed | NotOurJobError | PreflightFailed):
+            message = str(error)
+        else:
+            message = f"{type(error).__name__}: {error}"
+        return cls(step, message, error, state_file_kept=state_file_kept)
 
 
 @attrs.frozen(kw_only=True)

@@ -30,14 +30,14 @@ from collections.abc import Callable
 import attrs
 
 from slurm_fsm.backend import JobInfo
-from slurm_fsm.errors import JobNotFound, NotOurJobError
+from slurm_fsm.errors import JobNotFound, NotOurJobError, StateFileError
 from slurm_fsm.ownership import Ownership, describe
 from slurm_fsm.state import AllocState
 from slurm_fsm.step0 import effects
-from slurm_fsm.step0.context import Step0Context
-from slurm_fsm.step0.table import owner_of, repo_tag, same_generation, state_job_names
+from slurm_fsm.step0.context import Step0Context, Step0Memory, user_of, warn
+from slurm_fsm.step0.table import State, owner_of, repo_tag, same_generation, state_job_names
 
-__all__ = ["Released", "release", "reused_id"]
+__all__ = ["Released", "release", "releasing"]
 
 
 @attrs.frozen(kw_only=True)
@@ -52,14 +52,6 @@ class Released:
     from_state_file: bool
 
 
-def reused_id(alloc: AllocState | None, info: JobInfo) -> str:
-    """The warning for a state file whose job id Slurm gave to another job."""
-    return (f"state file names job {info.job_id} submitted at "
-            f"{alloc.submit_time if alloc else '?'}, but Slurm's job {info.job_id} was "
-            f"submitted at {info.submit_time}: the id was reused by another job; it is "
-            "left alone (never reused, never cancelled) and the state file is dropped")
-
-
 def release(ctx: Step0Context, alloc: AllocState | None, *, user: Callable[[], str],
             warn: Callable[[str], None]) -> Released:
     """0A on ``alloc`` (the state file's allocation; None: lost or unreadable)."""
@@ -71,7 +63,7 @@ def release(ctx: Step0Context, alloc: AllocState | None, *, user: Callable[[], s
     except JobNotFound:
         info = None
     if info is not None and not same_generation(alloc, info):
-        warn(reused_id(alloc, info))
+        warn(effects.reused_id(alloc, info))
         info = None  # not the allocation the state file recorded: nothing to cancel
     if info is not None:
         who = user()
@@ -107,3 +99,32 @@ def _release_by_tag(ctx: Step0Context, user: str, warn: Callable[[str], None]
             "the state file was missing or unreadable).")
     ctx.say(text)
     return Released(summary=text, job_id=found[0], from_state_file=False)
+
+
+def releasing(ctx: Step0Context, mem: Step0Memory, state: State) -> str:
+    """The ``release`` trigger's work: from NoState, the state file read first; 0A on
+    its allocation (:func:`release`), then the queued warm successor's
+    (:func:`slurm_fsm.handoff.release_successor`). ``mem.released_job_id``: the
+    allocation cancelled. The transition's summary."""
+    from slurm_fsm import handoff  # a release's only (issue 42)
+
+    def say(text: str) -> None:
+        warn(ctx, mem, text)
+
+    if state is State.NoState:
+        try:
+            mem.alloc = ctx.store.read()
+        except StateFileError as exc:
+            say(f"{exc}; nothing to cancel from it")
+            mem.alloc = None
+    done = release(ctx, mem.alloc, user=lambda: user_of(ctx, mem), warn=say)
+    if not done.from_state_file:
+        mem.released_job_id = done.job_id or mem.released_job_id
+        return done.summary
+    mem.alloc = None
+    mem.released_job_id = done.job_id
+    # a queued warm successor goes too
+    succ = handoff.release_successor(ctx, mem)
+    if succ is not None:
+        return f"Allocation {done.job_id} released (and its successor {succ})."
+    return done.summary

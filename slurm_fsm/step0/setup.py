@@ -4,13 +4,17 @@ Theory of operation
 -------------------
 
 A worker room of step 0 (issue 40 item 1): functions of the machine's
-:class:`~slurm_fsm.step0.context.Step0Context` and the allocation being set up, never
+:class:`~slurm_fsm.step0.context.Step0Context`, the driver's
+:class:`~slurm_fsm.step0.context.Step0Memory` and the allocation being set up, never
 of the machine. Each Slurm interaction is one setup step (:func:`setup_step`): an
 ``srun`` with no GPU beside the allocation's running jobs (``--overlap``), bounded by
 :attr:`~slurm_fsm.step0.context.MachinePolicy.setup_timeout_s`; a non-zero exit is
-:class:`~slurm_fsm.errors.SetupFailed`. The machine decides which of them runs
-(a shared or reused container needs none: :mod:`slurm_fsm.handoff`, the setup key),
-checks the GPUs and keeps its memory (``container_setup``, the allocation).
+:class:`~slurm_fsm.errors.SetupFailed`.
+
+Which of them runs is :mod:`slurm_fsm.step0.container`'s (a shared or reused container
+needs none); :func:`setup_key_of` and :func:`read_keys` are the setup key this room
+writes last in an install and reads back from the nodes' containers. This module is
+loaded only when a run sets a container up: a warm run never.
 
 To extend the import (an image cache, say), add its step to :func:`import_fresh`:
 it is the one place a container is imported.
@@ -22,16 +26,29 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
+from slurm_fsm import setupkey
 from slurm_fsm.backend import ContainerOptions, StepRequest, StepResult
-from slurm_fsm.errors import SetupFailed
+from slurm_fsm.errors import CommandTimedOut, SetupFailed
 from slurm_fsm.project import install_commands
 from slurm_fsm.setupkey import SetupKey
-from slurm_fsm.slurmcli import mount_warmup_argv, setup_key_write_argv
+from slurm_fsm.slurmcli import (
+    mount_warmup_argv,
+    setup_key_read_argv,
+    setup_key_write_argv,
+    setup_keys,
+)
 from slurm_fsm.state import AllocState
-from slurm_fsm.step0.context import Step0Context
+from slurm_fsm.step0.context import REUSE_CHECK_TIMEOUT_S, Step0Context, Step0Memory
 from slurm_fsm.step0.table import repo_tag
 
-__all__ = ["import_fresh", "install", "setup_step", "warm_mounts"]
+__all__ = [
+    "import_fresh",
+    "install",
+    "read_keys",
+    "setup_key_of",
+    "setup_step",
+    "warm_mounts",
+]
 
 
 def setup_step(ctx: Step0Context, alloc: AllocState, what: str, argv: Sequence[str],
@@ -121,3 +138,29 @@ def install(ctx: Step0Context, alloc: AllocState, key: SetupKey | None
     alloc = attrs.evolve(alloc, installed=True)
     ctx.store.write(alloc)
     return alloc, "installed: " + "; ".join(w for w, _ in commands)
+
+
+def setup_key_of(ctx: Step0Context, mem: Step0Memory) -> SetupKey | None:
+    """The spec's setup key (:mod:`slurm_fsm.setupkey`), computed once per machine."""
+    if mem.setup_key is None:
+        mem.setup_key = (setupkey.setup_key(ctx.spec),)
+    return mem.setup_key[0]
+
+
+def read_keys(ctx: Step0Context, alloc: AllocState) -> dict[str, str]:
+    """One step that reads the setup key each node's container of the spec's name holds
+    and warms its mounts (a reused container costs one step); {} when it failed."""
+    spec = ctx.spec
+    targets = [mount.container for mount in spec.container_mounts]
+    try:
+        result = ctx.backend.run_step(StepRequest(
+            job_id=alloc.job_id, argv=tuple(setup_key_read_argv(targets)),
+            nodes=alloc.nodes,
+            container=ContainerOptions(name=spec.container_name or "",
+                                       mounts=spec.mounts_text),
+            timeout_s=min(ctx.policy.setup_timeout_s, REUSE_CHECK_TIMEOUT_S),
+            overlap=True, no_gpus=True,
+        ))
+    except CommandTimedOut as exc:  # a slow node: the import decides, as before
+        result = StepResult(124, "", str(exc))
+    return setup_keys(result.stdout) if result.exit_code == 0 else {}

@@ -15,8 +15,9 @@ the table with; none decides an edge, cancels or deletes.
 * :func:`validate` (0C): one ``squeue`` of the state file's job (in ``run_many``, a
   sibling's answer at most a second old, :mod:`slurm_fsm.sharedview`), with the
   unreachable and PENDING backoffs between tries; an allocation written while PENDING
-  is completed with what Slurm granted (:func:`complete_grant`). The warm successor's
-  part of the observation is the driver's (:func:`slurm_fsm.handoff.with_successor`).
+  is completed with what Slurm granted (:func:`complete_grant`), judged against the
+  job's expected duration (:func:`estimate`, read once). The warm successor's part is
+  :mod:`slurm_fsm.step0.work`'s (this module imports no hand-off).
 * :func:`replacing` (Expiring, TooShort, Incompatible): why the allocation is replaced,
   in words; the edge's CANCEL does the rest.
 """
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -40,8 +42,7 @@ from slurm_fsm.errors import (
     JobNotFound,
     StateFileError,
 )
-from slurm_fsm.handoff import job_names
-from slurm_fsm.history import Estimate
+from slurm_fsm.spec import JobSpec
 from slurm_fsm.state import AllocState
 from slurm_fsm.step0.context import Step0Context, Step0Memory
 from slurm_fsm.step0.table import (
@@ -51,10 +52,17 @@ from slurm_fsm.step0.table import (
     State,
     remaining_after,
 )
+from slurm_fsm.successor import parity_names
+
+if TYPE_CHECKING:  # the run history is the caller's (the context's); its types only
+    from slurm_fsm.history import Estimate
 
 __all__ = [
     "complete_grant",
+    "estimate",
+    "in_batch",
     "info_now",
+    "job_names",
     "query_job",
     "read_state_file",
     "replacing",
@@ -218,3 +226,23 @@ def replacing(ctx: Step0Context, mem: Step0Memory, state: State, why: str,
             why += (f"; the allocation ends by {ends.strftime('%H:%M:%S')} UTC (in "
                     f"{left}) in any case")
     return why
+
+
+def job_names(spec: JobSpec) -> tuple[str, ...]:
+    """The names the state file's allocation may carry: the spec's job name, and with
+    ``warm_successor`` its ``-b`` twin too."""
+    return parity_names(spec.job_name) if spec.warm_successor else (spec.job_name,)
+
+
+def in_batch(ctx: Step0Context) -> bool:
+    """A run of ``run_many`` (its shared view wraps the backend): its siblings take step
+    0 in turn, so a wait for the state file's lock is not "another run"."""
+    return sharedview.view_of(ctx.backend) is not None
+
+
+def estimate(ctx: Step0Context, mem: Step0Memory) -> Estimate:
+    """The job's expected duration (admission by time left), read once from the spec
+    and the run history (:func:`slurm_fsm.history.expected_duration`)."""
+    if mem.estimate is None:
+        mem.estimate = ctx.run_history.estimate(ctx.spec)
+    return mem.estimate
