@@ -265,6 +265,38 @@ def _lease_gone(view: RunView, rec: OwnerRecord, backend: SlurmBackend) -> bool:
     return True
 
 
+def _stop_named_steps(view: RunView, backend: SlurmBackend | None) -> str:
+    """The steps named for a run settled in step 0 on the checkout's allocation (its
+    lease step or agent step, made by slurmctld as its host died before the record
+    named them: the task never ran, and Slurm keeps such a step until the allocation
+    ends), cancelled: the steps alone. A run id is 48 random bits: a step named for it
+    is its. What was done, in words."""
+    from slurm_fsm.errors import BackendError, StateFileError
+    from slurm_fsm.lease import LEASE_PREFIX
+    from slurm_fsm.slurmcli import AGENT_STEP_PREFIX
+    from slurm_fsm.state import StateStore
+
+    if backend is None:
+        return ""
+    try:
+        alloc = StateStore(view.files.paths.state).read()
+    except (StateFileError, OSError):
+        return ""
+    if alloc is None:
+        return ""
+    names = (f"{LEASE_PREFIX}.{view.run_id}.", AGENT_STEP_PREFIX + view.run_id)
+    said = []
+    try:
+        for step in backend.list_steps(alloc.job_id):
+            if step.name.startswith(names):
+                backend.cancel(alloc.job_id, step.step_id)  # the step only
+                said.append(f"; its step {alloc.job_id}.{step.step_id} ({step.name}) "
+                            "cancelled")
+    except BackendError as exc:
+        said.append(f"; its steps on allocation {alloc.job_id} not stopped: {exc}")
+    return "".join(said)
+
+
 def _heartbeat_stopped(view: RunView) -> bool:
     """The run's owner has not touched its record for :data:`HEARTBEAT_STALE_S`: it is
     gone (read where no lease step can tell: an owner on another host before its job
@@ -321,8 +353,9 @@ def settle(view: RunView, backend: SlurmBackend | None = None) -> SavedReport | 
     elif alive is None and not rec.lease and _heartbeat_stopped(view):
         # another host's owner that held no lease yet (step 0; sbatch): its heartbeat
         age = view.files.heartbeat_age(rec.run_id) or 0.0
+        stopped = _stop_named_steps(view, backend) if rec.mode != "one-shot" else ""
         report = _interrupted(view, why.replace("is gone", f"is gone (its heartbeat "
-                                                f"stopped {age:.0f} s ago)"))
+                                                f"stopped {age:.0f} s ago)") + stopped)
     elif (rec.mode != "one-shot" and backend is not None and rec.allocation_id
           and _lease_gone(view, rec, backend)):
         time.sleep(LEASE_GONE_GRACE_S)  # it may be judging now: its report comes first

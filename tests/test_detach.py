@@ -487,3 +487,35 @@ def test_the_owner_record_names_the_lease_as_soon_as_it_is_held(
     (rec,) = seen
     assert rec is not None and rec.phase is RunPhase.STARTING
     assert rec.allocation_id == report.allocation_id and rec.lease.startswith("fsm-lease.")
+
+
+def test_a_silent_owner_s_run_settled_in_step0_leaves_no_lease_step_of_its_own(
+        tmp_path: Path) -> None:
+    """Issue 39's 24.11 campaign: login node A died 0.65 s after its run's supervisor
+    asked for its lease: slurmctld made the step (``fsm-lease.<run id>...``), the task
+    never ran, and the record named no lease yet. The run was settled by its heartbeat,
+    but the step stayed listed through 18 later points (and every ``squeue -s``). The
+    run settled in step 0 now cancels the steps named for it on the checkout's
+    allocation (the step alone); no other step is touched."""
+    from slurm_fsm.detach import find, settle
+    from slurm_fsm.lease import lease_name
+    from slurm_fsm.runowner import HEARTBEAT_STALE_S
+    from slurm_fsm.state import AllocState, StateStore
+
+    fake = FakeCluster()
+    job = fake.make_job("alloc", fake.user).job_id
+    files = RunFiles(tmp_path / "work_dirs" / ".slurm_alloc.json")
+    StateStore(files.paths.state).write(AllocState(
+        job_id=job, nodelist="node01", partition="batch", account="acct", nodes=1))
+    run_id = "r0123456789ab"
+    ghost = fake.step_without_task(job, lease_name(run_id, time.time() + 3600))
+    other = fake.step_without_task(job, lease_name("rba9876543210", time.time() + 3600))
+    _foreign_starting_record(files, run_id)
+    old = time.time() - HEARTBEAT_STALE_S - 5
+    os.utime(files.owner_path(run_id), (old, old))
+    saved = settle(find(tmp_path, run_id), fake)
+    assert saved is not None and saved.report.status.name == "CANCELLED"
+    steps = fake.jobs[job].steps
+    assert ghost.split(".")[1] not in steps and other.split(".")[1] in steps
+    assert fake.jobs[job].state.is_running  # the step alone
+    assert any("fsm-lease." + run_id in n for n in saved.report.notes), saved.report.notes

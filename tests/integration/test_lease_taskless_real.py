@@ -193,3 +193,34 @@ def test_a_reader_settles_a_dead_host_s_run_whose_lease_step_never_had_a_task(
         assert job_state(alloc) == "RUNNING"  # the allocation is kept
     finally:
         names.cleanup()
+
+
+def test_a_run_settled_in_step0_cancels_the_lease_step_its_dead_host_left(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    """Issue 39's 24.11 campaign: login node A died as its run's lease ``srun`` was
+    made, before the record named the lease (the run still in step 0 for other hosts).
+    Settled by its owner's silent heartbeat, the run left that step listed through 18
+    later points. ``report RUN_ID`` now cancels the steps named for the run on the
+    checkout's allocation (``scancel ALLOC.STEP``; Slurm 22.05 keeps a step with no task
+    listed even so) and says so; the allocation is kept."""
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(spec_dict(local_cluster, tmp_path, names.new("readsz"))))
+    repo = tmp_path / "repo"
+    try:
+        alloc, run_id, name = _allocation_and_lease(local_cluster, spec)
+        step = step_without_task(local_cluster, alloc, name, tmp_path)
+        files = RunFiles(repo / "work_dirs" / ".slurm_alloc.json")
+        record = OwnerRecord.new(run_id, Owner.SUPERVISOR, mode="persistent",
+                                 spec_path="s.json", spec={})
+        files.write_owner(attrs.evolve(record, host="login-a", pid=10))  # no lease named
+        then = time.time() - HEARTBEAT_STALE_S - 60
+        os.utime(files.owner_path(run_id), (then, then))
+        done = subprocess.run([sys.executable, "-m", "slurm_fsm", "report", run_id, "--json",
+                               "--repo", str(repo)], capture_output=True, text=True,
+                              timeout=120, env=_env(local_cluster), check=False)
+        report = json.loads(done.stdout)
+        assert report["status"] == "CANCELLED", report
+        assert f"its step {step} ({name}) cancelled" in json.dumps(report), report
+        assert job_state(alloc) == "RUNNING"  # the allocation is kept
+    finally:
+        names.cleanup()
