@@ -363,19 +363,32 @@ def _hit_after(repo: Path, run_id: str, kind: str, delay: float) -> dict[str, An
 
 
 def _right(kind: str, status: str | None, source: str | None, ended: bool,
-           owner: str | None) -> bool:
+           owner: str | None, *, ended_after_hit: bool = False) -> bool:
+    """Whether a point's verdict is the right one. ``ended_after_hit``: the job's log got
+    its last line after the owner was killed (``log_written_at`` after ``hit_at``): the
+    script still ran at the kill, and its guard may have stopped it after that line and
+    before its exit (CANCELLED, the rule: "the owner died while the script ran"), or it
+    exited by itself first (its status written: PASSED)."""
     if kind in ("none", "cli", "ctld"):
         return status == "PASSED"
     if kind == "node":
         if owner == "agent":  # the agent held it when the node died: it goes on
             return (status, source) == ("PASSED", "live") and ended
         return (status == "CANCELLED" and not ended) or (status == "PASSED" and ended)
+    if kind == "owner" and ended_after_hit:
+        return status == "CANCELLED" or (status == "PASSED" and ended)
     if source == "live" and kind == "cancel":
         # a cancel that races the script's last line: the script may not have exited
         # yet when the stop came (CANCELLED), or had (PASSED); never PASSED unfinished
         return status == "CANCELLED" or (status == "PASSED" and ended)
     # rebuilt (or live, when the job ended before the hit)
     return (status == "PASSED") == ended and status in ("PASSED", "CANCELLED")
+
+
+def _ended_after_hit(point: dict[str, Any]) -> bool:
+    """The job's log got its last line after the point's hit (``owner`` points)."""
+    return bool(point.get("log_ended") and point.get("hit_at")
+                and (point.get("log_written_at") or 0) > point["hit_at"])
 
 
 def _settle(repo: Path, run_id: str, kind: str) -> dict[str, Any]:
@@ -419,7 +432,7 @@ def one_point(lane: Lane, kind: str, delay: float, agent: bool = True,
     point["logs_done"] = _timed_logs(repo, run_id, "done")
     point["lost"] = point["status"] is None
     point["right"] = _right(kind, point["status"], point["source"], point["log_ended"],
-                            point["owner_at_end"])
+                            point["owner_at_end"], ended_after_hit=_ended_after_hit(point))
     if kind == "node" and point["lost"] and (
             point["state_at_end"] == "starting" or not point.get("node_leases")):
         point["right"] = False
@@ -535,8 +548,7 @@ def summarize(results: list[dict[str, Any]], extra: dict[str, Any]) -> dict[str,
         # the kill (the script outlived its owner while its guard stopped it; not
         # counted apart: the figure explains a wrong point, the rule stays)
         "owner_end_written_after_kill": sum(
-            r["kind"] == "owner" and r.get("log_ended", False) and bool(r.get("hit_at"))
-            and (r.get("log_written_at") or 0) > r["hit_at"] for r in results),
+            r["kind"] == "owner" and _ended_after_hit(r) for r in results),
         "cancel_raced_the_end": sum(r["kind"] == "cancel" and r.get("log_ended", False)
                                     and r["status"] == "CANCELLED" for r in results),
         "node_lease_gone_s": {**_figures([x for x in lease if x is not None]),

@@ -95,3 +95,22 @@ def test_the_docs_table_has_a_column_per_results_file(tmp_path: Path) -> None:
     assert text.splitlines()[0] == "| figure | Slurm 22.05.8 | Slurm 24.11.5 |"
     assert "| `owner`: right / wrong / unsettled | 3 / 1 / 0 | 2 / 0 / 0 |" in text
     assert "| points (kill moments); lanes | 4; 2 | 2; 2 |" in text
+
+
+def test_an_owner_killed_before_the_log_s_last_line_is_right_cancelled() -> None:
+    """The 2026-12-07 campaign: an agent killed 80-95 ms before its job's log got its last
+    line was counted wrong (rebuilt CANCELLED, the log ending ``end``). The script still
+    ran at the kill: CANCELLED is the rule's verdict (and PASSED, had it exited by itself
+    first); a log that ended before the kill still asks PASSED."""
+    from benchmarks import killpoints
+
+    after = {"kind": "owner", "log_ended": True, "hit_at": 100.0, "log_written_at": 100.09}
+    before = {**after, "log_written_at": 99.9}
+    assert killpoints._ended_after_hit(after) and not killpoints._ended_after_hit(before)
+    assert killpoints._right("owner", "CANCELLED", "rebuilt", True, "agent",
+                             ended_after_hit=True)
+    assert killpoints._right("owner", "PASSED", "rebuilt", True, "agent",
+                             ended_after_hit=True)
+    assert not killpoints._right("owner", "CANCELLED", "rebuilt", True, "agent")
+    assert not killpoints._right("owner", "FAILED", "rebuilt", True, "agent",
+                                 ended_after_hit=True)
