@@ -231,14 +231,15 @@ def _batch_job(view: RunView, backend: SlurmBackend, why: str) -> Report | None:
 
 
 def _lease_gone(view: RunView, rec: OwnerRecord, backend: SlurmBackend) -> bool:
-    """Slurm no longer lists the lease step that held ``rec``'s run (nor its
-    allocation): its owner, on another host, is gone (a lease ends with its host). Or
-    it lists a lease step no task of which ever ran (issue 39 (b): its host died
-    between the step's creation and the task's launch, and the step lives until the
+    """Slurm no longer lists the step that holds ``rec``'s run: its lease step, or, once
+    that is gone, its agent step (``fsm-agent.<run id>``: a supervisor's lease ends as
+    its agent takes the run; while the agent's step runs, the agent may hold it), nor
+    its allocation: its owner, on another host, is gone (a lease ends with its host).
+    Or the holding step is listed with no task that ever ran (issue 39 (b): its host
+    died between the step's creation and the task's launch, and the step lives until the
     allocation ends) while its owner is silent (:func:`_heartbeat_stopped`): that step
     is cancelled here, the step alone. False when Slurm cannot say, or the record names
-    no lease; a silent owner whose lease task runs is a paused one, never gone."""
-    from slurm_fsm.backend import TaskLister
+    no lease; a silent owner whose step's task runs is a paused one, never gone."""
     from slurm_fsm.errors import BackendError, JobNotFound
     from slurm_fsm.slurmcli import AGENT_STEP_PREFIX
 
@@ -250,27 +251,43 @@ def _lease_gone(view: RunView, rec: OwnerRecord, backend: SlurmBackend) -> bool:
         return True
     except BackendError:
         return False
-    if rec.lease not in listed:
-        # a supervisor's lease ends as its agent takes the run (its own lease step
-        # then); while the agent's step is listed, the agent may hold the run
-        return AGENT_STEP_PREFIX + rec.run_id not in listed
-    if not (isinstance(backend, TaskLister) and _heartbeat_stopped(view)):
+    holder = next((listed[n] for n in (rec.lease, AGENT_STEP_PREFIX + rec.run_id)
+                   if n in listed), None)
+    if holder is None:
+        return True
+    if not _heartbeat_stopped(view):
         return False
+    return _taskless_cancelled(backend, rec.allocation_id, [holder]) == [holder]
+
+
+def _taskless_cancelled(backend: SlurmBackend, allocation_id: str,
+                        step_ids: list[str]) -> list[str]:
+    """Of ``step_ids`` (steps of ``allocation_id``), those no task of which runs
+    (``sstat``: :class:`~slurm_fsm.backend.TaskLister`), each cancelled, the step
+    alone. None of them without a TaskLister (a backend that cannot tell never breaks
+    a step for its owner's silence alone), nor when Slurm cannot say."""
+    from slurm_fsm.backend import TaskLister
+    from slurm_fsm.errors import BackendError
+
+    if not isinstance(backend, TaskLister):
+        return []
     try:
-        if listed[rec.lease] in backend.steps_with_tasks(rec.allocation_id):
-            return False
-        backend.cancel(rec.allocation_id, listed[rec.lease])  # the step only
+        running = set(backend.steps_with_tasks(allocation_id))
+        idle = [s for s in step_ids if s not in running]
+        for step in idle:
+            backend.cancel(allocation_id, step)  # the step only
     except BackendError:
-        return False
-    return True
+        return []
+    return idle
 
 
 def _stop_named_steps(view: RunView, backend: SlurmBackend | None) -> str:
     """The steps named for a run settled in step 0 on the checkout's allocation (its
     lease step or agent step, made by slurmctld as its host died before the record
-    named them: the task never ran, and Slurm keeps such a step until the allocation
-    ends), cancelled: the steps alone. A run id is 48 random bits: a step named for it
-    is its. What was done, in words."""
+    named them; Slurm keeps such a step, whose task never ran, until the allocation
+    ends), cancelled when no task of theirs runs (:func:`_taskless_cancelled`): the
+    steps alone. A step whose task runs is left (its owner may be paused). A run id is
+    48 random bits: a step named for it is its. What was done, in words."""
     from slurm_fsm.errors import BackendError, StateFileError
     from slurm_fsm.lease import LEASE_PREFIX
     from slurm_fsm.slurmcli import AGENT_STEP_PREFIX
@@ -285,16 +302,17 @@ def _stop_named_steps(view: RunView, backend: SlurmBackend | None) -> str:
     if alloc is None:
         return ""
     names = (f"{LEASE_PREFIX}.{view.run_id}.", AGENT_STEP_PREFIX + view.run_id)
-    said = []
     try:
-        for step in backend.list_steps(alloc.job_id):
-            if step.name.startswith(names):
-                backend.cancel(alloc.job_id, step.step_id)  # the step only
-                said.append(f"; its step {alloc.job_id}.{step.step_id} ({step.name}) "
-                            "cancelled")
+        named = {s.step_id: s.name for s in backend.list_steps(alloc.job_id)
+                 if s.name.startswith(names)}
     except BackendError as exc:
-        said.append(f"; its steps on allocation {alloc.job_id} not stopped: {exc}")
-    return "".join(said)
+        return f"; its steps on allocation {alloc.job_id} not looked for: {exc}"
+    cancelled = _taskless_cancelled(backend, alloc.job_id, sorted(named))
+    return "".join(
+        f"; its step {alloc.job_id}.{sid} ({name}) "
+        + ("cancelled" if sid in cancelled else "left: its task runs, or Slurm could "
+           "not say")
+        for sid, name in sorted(named.items()))
 
 
 def _heartbeat_stopped(view: RunView) -> bool:

@@ -216,15 +216,15 @@ class AllocationMachine:
     """What went wrong but did not stop step 0 (the report's warnings)."""
     handoff: Held[HandoffState] = Held("mem")
     """The warm successor's hand-off memory (:mod:`slurm_fsm.handoff`)."""
-    container_setup: Held[str | None] = Held("mem")
+    container_setup: Held[str | None] = Held("mem", settable=True)
     """How step 0 came by its container (:data:`SETUP_COLD`, :data:`SETUP_REUSED`,
     :data:`SETUP_SHARED`, :data:`SETUP_CACHED`); None: no container set up by it."""
-    cache_write_s: Held[float | None] = Held("mem")
+    cache_write_s: Held[float | None] = Held("mem", settable=True)
     """Seconds of the export to the image cache (a part of Installing's time, said
     apart); None: nothing exported."""
     failure: Held[Failure | None] = Held("mem", settable=True)
     """Why step 0 failed (None: it did not)."""
-    released_job_id: Held[str | None] = Held("mem")
+    released_job_id: Held[str | None] = Held("mem", settable=True)
     """The allocation a release (0A) cancelled."""
     salloc_requested: Held[bool] = Held("mem")
     """This machine asked for an allocation (0E's salloc, or adopted another run's

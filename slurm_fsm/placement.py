@@ -273,17 +273,19 @@ class PendingSteps:
     """This run's queued steps, as Slurm lists them (``scontrol show step`` has the
     pending step with its srun's host and pid, on 22.05 and 24.11).
 
-    ``listed`` answers the allocation's steps: the run's shared answer
+    ``listed(newer_than)`` answers the allocation's steps as listed not before
+    ``newer_than`` (the clock's time): the run's shared answer
     (:meth:`slurm_fsm.runsteps.RunSteps.listed`, which its steps' marks read too: one
-    question per period for both). ``pids`` is the run's live view of its script's
-    processes (``RunSteps.pids``). Slurm is asked only while one of those is an
-    ``srun`` not yet seen running a step, at most every :data:`PENDING_POLL_S`: a run
-    whose sruns all started asks nothing more; and not about an ``srun`` younger than
+    question per period for both), taken once each srun asked about had settled.
+    ``pids`` is the run's live view of its script's processes (``RunSteps.pids``).
+    Slurm is asked only while one of those is an ``srun`` not yet seen running a step,
+    at most every :data:`PENDING_POLL_S`: a run whose sruns all started asks nothing
+    more; and not about an ``srun`` younger than
     ``settle_s``
     (:data:`~slurm_fsm.scriptguard.SRUN_SETTLE_S`): most tiny jobs' are gone by then.
     """
 
-    def __init__(self, listed: Callable[[], list[StepInfo]], pids: Collection[int],
+    def __init__(self, listed: Callable[[float], list[StepInfo]], pids: Collection[int],
                  clock: Clock, *, every_s: float = PENDING_POLL_S,
                  is_srun: Callable[[int], bool] = scriptguard.is_step_srun,
                  settle_s: float = scriptguard.SRUN_SETTLE_S) -> None:
@@ -311,7 +313,7 @@ class PendingSteps:
             return self._pending
         self._last = now
         try:
-            steps = self._listed()
+            steps = self._listed(max(self._seen[p] for p in sruns) + self._settle_s)
         except BackendError:
             return self._pending  # Slurm did not answer: nothing new to say
         host = socket.gethostname()

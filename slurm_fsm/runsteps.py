@@ -252,8 +252,11 @@ class RunSteps:
         :func:`steps_of`): their ids find accounting's rows of this run's steps after
         they ended. Slurm not answering is no problem here: the next sample asks again,
         and without their ids the exit code decides."""
+        asked_about = [self._srun_seen[p] for p in self._srun_seen
+                       if p not in self._marked_sruns]
+        newer_than = max(asked_about) + scriptguard.SRUN_SETTLE_S if asked_about else None
         try:
-            found = self.ours(shared=True)
+            found = self.ours(shared=True, newer_than=newer_than)
         except BackendError:
             return
         self._marked_sruns.update(s.srun_pid for s in found if s.srun_pid is not None)
@@ -272,14 +275,17 @@ class RunSteps:
         return sorted((i for i in ids if i not in self.cancelled),
                       key=lambda i: [int(p) for p in i.split("+")])
 
-    def listed(self) -> list[StepInfo]:
+    def listed(self, newer_than: float | None = None) -> list[StepInfo]:
         """The allocation's steps (``scontrol show step``) as Slurm listed them at most
-        :data:`LISTED_FRESH_S` ago: the one answer the watch's readers share while the
-        script runs (its steps' marks, :class:`~slurm_fsm.placement.PendingSteps`), so
-        an ``srun`` costs one question per period, whoever asks first. An allocation
-        gone lists no step. Stopping a run's steps asks afresh (:meth:`ours`)."""
+        :data:`LISTED_FRESH_S` ago, and not before ``newer_than`` (this run's clock:
+        a reader asking about an ``srun`` needs an answer taken once that srun had run
+        SRUN_SETTLE_S): the one answer the watch's readers share while the script runs
+        (its steps' marks, :class:`~slurm_fsm.placement.PendingSteps`), so an ``srun``
+        costs one question per period, whoever asks first. An allocation gone lists no
+        step. Stopping a run's steps asks afresh (:meth:`ours`)."""
         now = self.clock.now()
-        if self._listed is None or now - self._listed[0] >= LISTED_FRESH_S:
+        if (self._listed is None or now - self._listed[0] >= LISTED_FRESH_S
+                or (newer_than is not None and self._listed[0] < newer_than)):
             try:
                 steps = self.backend.step_details(self.job_id)
             except JobNotFound:
@@ -287,9 +293,11 @@ class RunSteps:
             self._listed = (now, steps)
         return self._listed[1]
 
-    def ours(self, strays: Collection[int] = (), *, shared: bool = False) -> list[StepInfo]:
+    def ours(self, strays: Collection[int] = (), *, shared: bool = False,
+             newer_than: float | None = None) -> list[StepInfo]:
         """This run's steps now on the allocation (one ``scontrol show step``; with
-        ``shared``, the watch's shared answer, :meth:`listed`), by :func:`steps_of`.
+        ``shared``, the watch's shared answer taken not before ``newer_than``,
+        :meth:`listed`), by :func:`steps_of`.
         ``strays``: what the script detached from its group
         (:func:`slurm_fsm.scriptguard.strays_of`), proven the run's by its token like the
         group's members."""
@@ -298,7 +306,7 @@ class RunSteps:
         self.pids.update(members)
         if not shared:
             self._listed = None  # asked afresh below: the shared answer is stale now
-        steps = self.listed()
+        steps = self.listed(newer_than)
         host = socket.gethostname()
         return steps_of(self.record, steps, host=host, uid=os.getuid(),
                         pids=self.pids | set(self.record.srun_pids), members=members,

@@ -519,3 +519,67 @@ def test_a_silent_owner_s_run_settled_in_step0_leaves_no_lease_step_of_its_own(
     assert ghost.split(".")[1] not in steps and other.split(".")[1] in steps
     assert fake.jobs[job].state.is_running  # the step alone
     assert any("fsm-lease." + run_id in n for n in saved.report.notes), saved.report.notes
+
+
+def test_a_dead_host_s_agent_step_that_never_had_a_task_does_not_keep_the_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review of the lease-held record: login node A died as its supervisor's agent step
+    was made (the step's task never launched), its lease gone. The listed agent step
+    kept the run forever (no verdict until the allocation's end). A silent owner's agent
+    step with no task is cancelled and the run settled; one whose task runs keeps it."""
+    from slurm_fsm import detach
+    from slurm_fsm.detach import find, settle
+    from slurm_fsm.lease import lease_name
+    from slurm_fsm.runowner import HEARTBEAT_STALE_S
+    from slurm_fsm.slurmcli import AGENT_STEP_PREFIX
+
+    monkeypatch.setattr(detach, "LEASE_GONE_GRACE_S", 0.0)
+    for task in (True, False):
+        fake = FakeCluster()
+        job = fake.make_job("alloc", fake.user).job_id
+        files = RunFiles(tmp_path / f"t{task}" / "work_dirs" / ".slurm_alloc.json")
+        run_id = "r0123456789ab"
+        if task:
+            fake.start_lease(job, AGENT_STEP_PREFIX + run_id)
+            agent = next(iter(fake.jobs[job].steps))
+        else:
+            agent = fake.step_without_task(job, AGENT_STEP_PREFIX + run_id).split(".")[1]
+        rec = attrs.evolve(_foreign_starting_record(files, run_id), allocation_id=job,
+                           lease=lease_name(run_id, time.time() + 3600))  # gone
+        files.write_owner(rec)
+        old = time.time() - HEARTBEAT_STALE_S - 5
+        os.utime(files.owner_path(run_id), (old, old))
+        saved = settle(find(tmp_path / f"t{task}", run_id), fake)
+        if task:
+            assert saved is None and agent in fake.jobs[job].steps  # the agent may hold it
+        else:
+            assert saved is not None and saved.report.status.name == "CANCELLED"
+            assert agent not in fake.jobs[job].steps  # the step alone
+            assert fake.jobs[job].state.is_running
+
+
+def test_a_step_named_for_a_silent_run_whose_task_runs_is_left_alone(
+        tmp_path: Path) -> None:
+    """Review: a run settled in step 0 cancelled every step named for it, also one whose
+    task runs (an owner paused past HEARTBEAT_STALE_S, its lease just taken). Only a step
+    with no task is cancelled; one whose task runs is left, and the report says so."""
+    from slurm_fsm.detach import find, settle
+    from slurm_fsm.lease import lease_name
+    from slurm_fsm.runowner import HEARTBEAT_STALE_S
+    from slurm_fsm.state import AllocState, StateStore
+
+    fake = FakeCluster()
+    job = fake.make_job("alloc", fake.user).job_id
+    files = RunFiles(tmp_path / "work_dirs" / ".slurm_alloc.json")
+    StateStore(files.paths.state).write(AllocState(
+        job_id=job, nodelist="node01", partition="batch", account="acct", nodes=1))
+    run_id = "r0123456789ab"
+    fake.start_lease(job, lease_name(run_id, time.time() + 3600))  # its task runs
+    (live,) = fake.jobs[job].steps
+    _foreign_starting_record(files, run_id)
+    old = time.time() - HEARTBEAT_STALE_S - 5
+    os.utime(files.owner_path(run_id), (old, old))
+    saved = settle(find(tmp_path, run_id), fake)
+    assert saved is not None
+    assert live in fake.jobs[job].steps
+    assert any("left: its task runs" in n for n in saved.report.notes), saved.report.notes

@@ -218,7 +218,7 @@ def test_pending_steps_are_this_runs_queued_steps_from_slurm() -> None:
     pids = {100, 200}  # 100: the script's bash, 200: its srun
     backend = Steps([_step("0", "RUNNING", 300), _step("TDB", "PENDING", 200),
                      _step("TDB", "PENDING", 999), _step("TDB", "PENDING", 200, "other")])
-    pending = PendingSteps(lambda: backend.step_details("7"), pids, clock,
+    pending = PendingSteps(lambda _t: backend.step_details("7"), pids, clock,
                            is_srun=lambda p: p in (200, 300))
     assert pending() == [] and backend.asked == 0  # srun 200 is new: not asked about yet
     clock.advance(SRUN_SETTLE_S)
@@ -233,7 +233,7 @@ def test_pending_steps_are_this_runs_queued_steps_from_slurm() -> None:
 def test_pending_steps_ask_nothing_once_every_srun_has_started() -> None:
     clock = FakeClock()
     backend = Steps([_step("0", "RUNNING", 200)])
-    pending = PendingSteps(lambda: backend.step_details("7"), {100, 200}, clock,
+    pending = PendingSteps(lambda _t: backend.step_details("7"), {100, 200}, clock,
                            is_srun=lambda p: p == 200, settle_s=0)
     assert pending() == [] and backend.asked == 1
     for _ in range(5):
@@ -241,7 +241,7 @@ def test_pending_steps_ask_nothing_once_every_srun_has_started() -> None:
         assert pending() == []
     assert backend.asked == 1  # srun 200 runs its step: no more questions
     no_srun = Steps([])
-    assert PendingSteps(lambda: no_srun.step_details("7"), {100}, clock,
+    assert PendingSteps(lambda _t: no_srun.step_details("7"), {100}, clock,
                         is_srun=lambda p: False)() == []
     assert no_srun.asked == 0
 
@@ -253,7 +253,7 @@ def test_an_srun_that_ends_young_costs_no_question() -> None:
     clock = FakeClock()
     pids = {200}
     backend = Steps([_step("TDB", "PENDING", 200), _step("TDB", "PENDING", 300)])
-    pending = PendingSteps(lambda: backend.step_details("7"), pids, clock,
+    pending = PendingSteps(lambda _t: backend.step_details("7"), pids, clock,
                            is_srun=lambda p: p in pids)
     assert pending() == []
     clock.advance(SRUN_SETTLE_S / 2)
@@ -274,7 +274,7 @@ def test_queue_watch_polls_pending_steps_once_and_a_silent_slurm_is_no_wait() ->
     backend = Steps(BackendError("scontrol: timed out"), [_step("TDB", "PENDING", 200)])
     msgs: list[str] = []
     w = QueueWatch(lambda _t: None, msgs.append, gpus_per_node=2,
-                   pending=PendingSteps(lambda: backend.step_details("7"), {200}, clock,
+                   pending=PendingSteps(lambda _t: backend.step_details("7"), {200}, clock,
                                         is_srun=lambda p: True, settle_s=0))
     w.poll()
     assert msgs == [] and not w.waiting  # Slurm did not answer: nothing said

@@ -110,10 +110,11 @@ class _Steps:
                              srun_host=socket.gethostname(), srun_pid=pid,
                              user_id=os.getuid(), start_time="")
         self.asked = 0
+        self.listing: list[StepInfo] | None = None  # else [self.step]
 
     def step_details(self, job_id: str) -> list[StepInfo]:
         self.asked += 1
-        return [self.step]
+        return list(self.listing) if self.listing is not None else [self.step]
 
 
 def test_a_run_notes_the_steps_of_its_sruns_while_they_run(tmp_path: Any) -> None:
@@ -276,3 +277,41 @@ def test_only_runsteps_asks_slurm_for_step_details() -> None:
                     and node.func.attr == "step_details"):
                 callers.add(path.relative_to(root).as_posix())
     assert callers == {"runsteps.py", "plan.py"}
+
+
+def test_a_new_srun_s_mark_never_reads_an_answer_older_than_its_srun(tmp_path: Any) -> None:
+    """Review of the shared answer: the steps' list the wait for GPUs had asked for just
+    before a new ``srun`` started was read for that srun's mark: its step was not in it,
+    and a step that ended before the next mark (2 s on) was never marked (accounting
+    not asked how it ended). An srun's mark reads an answer taken once it had run
+    SRUN_SETTLE_S, as before the answer was shared."""
+    import os
+    import shutil
+    import subprocess
+
+    from slurm_fsm.runrecord import RunBook
+    from slurm_fsm.runsteps import RunSteps
+    from slurm_fsm.scriptguard import SRUN_SETTLE_S
+    from slurm_fsm.testing import FakeClock
+
+    srun = tmp_path / "srun"
+    shutil.copy(shutil.which("sleep") or "/bin/sleep", srun)
+    proc = subprocess.Popen([str(srun), "30"], start_new_session=True)
+    try:
+        book = RunBook(tmp_path / ".slurm_alloc.json")
+        backend = _Steps("42", proc.pid)
+        step, backend.step = backend.step, None  # type: ignore[assignment]
+        clock = FakeClock()
+        steps = RunSteps(backend, book, book.start("42"), clock=clock)  # type: ignore[arg-type]
+        steps.pgid = os.getpgid(proc.pid)
+        backend.listing = []
+        steps.listed()  # the wait for GPUs asks: no step of the new srun yet
+        steps.sample()  # the srun is seen
+        backend.listing = [step]  # its step is made
+        clock.advance(SRUN_SETTLE_S)
+        steps.sample()  # its mark
+        assert steps.record.seen_steps == ("3",)
+        assert backend.asked == 2
+    finally:
+        proc.kill()
+        proc.wait()

@@ -340,3 +340,17 @@ def test_importing_the_driver_loads_no_hand_off_nor_history() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, check=True)
     assert proc.stdout.strip() == "[]"
+
+
+def test_what_was_a_plain_attribute_of_the_machine_stays_settable(tmp_path: Path) -> None:
+    """Review of the thin driver: ``released_job_id``, ``container_setup`` and
+    ``cache_write_s`` were plain attributes of the machine (a notebook or a test could
+    set them); as views of the memory they raised AttributeError. What was read-only
+    (``notes``, ``spec``) stays so."""
+    fake = FakeCluster()
+    m = AllocationMachine(make_spec(tmp_path), fake, clock=fake.clock)
+    m.released_job_id, m.container_setup, m.cache_write_s = "7", machine.SETUP_COLD, 1.5
+    assert (m.mem.released_job_id, m.mem.container_setup, m.mem.cache_write_s) == (
+        "7", machine.SETUP_COLD, 1.5)
+    with pytest.raises(AttributeError):
+        m.notes = []  # type: ignore[misc]
