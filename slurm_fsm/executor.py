@@ -125,7 +125,7 @@ class Executor:
         if isinstance(path, PersistentRun):
             path.on_script_end = self.owned.script_ended
             path.hand_over = self.hand_over
-            path.on_held = self._mark_held
+            path.on_held = self.owned.held  # the owner record names the lease
         if isinstance(path, PersistentRun) and self.spec.release_allocation:
             return self._judge(path.release())
         return self._judge(path.run())
@@ -184,10 +184,6 @@ class Executor:
             f"pre-step: {pre.summary or 'build passed'}"
             + (f" (build job {pre.job_id}, log {pre.log_path})" if pre.job_id else ""))
         return None
-
-    def _mark_held(self, allocation_id: str, lease: str) -> None:
-        """The run's lease is held on ``allocation_id``: its owner record says so."""
-        self.owned.held(allocation_id=allocation_id, lease=lease)
 
     def _mark_started(self) -> None:
         """The job has started: its log and job or allocation id, for other shells."""

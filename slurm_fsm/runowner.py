@@ -347,7 +347,7 @@ class OwnedRun:
 
         threading.Thread(target=beat, name=f"heartbeat-{self.run_id}", daemon=True).start()
 
-    def held(self, *, allocation_id: str, lease: str) -> None:
+    def held(self, allocation_id: str, lease: str) -> None:
         """A persistent run holds its lease on ``allocation_id`` (its job not started
         yet): the record names both at once, so that the lease's end tells another host
         this owner is gone (:func:`slurm_fsm.detach.settle`), not only its heartbeat."""
