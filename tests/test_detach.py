@@ -319,6 +319,18 @@ def test_the_progress_file_repeats_the_jobs_output_only_up_to_a_bound(
     assert out.count("goes on in its log only") == 1
 
 
+def _checkout_on(tmp_path: Path) -> tuple[FakeCluster, str, RunFiles]:
+    """A fake cluster with one allocation, and a checkout whose state file names it."""
+    from slurm_fsm.state import AllocState, StateStore
+
+    fake = FakeCluster()
+    job = fake.make_job("alloc", fake.user).job_id
+    files = RunFiles(tmp_path / "work_dirs" / ".slurm_alloc.json")
+    StateStore(files.paths.state).write(AllocState(
+        job_id=job, nodelist="node01", partition="batch", account="acct", nodes=1))
+    return fake, job, files
+
+
 def _foreign_starting_record(files: RunFiles, run_id: str) -> OwnerRecord:
     """A supervisor's record from another login node, still in step 0 (no lease)."""
     rec = OwnerRecord.new(run_id, Owner.SUPERVISOR, mode="persistent", spec_path="s.json",
@@ -500,13 +512,8 @@ def test_a_silent_owner_s_run_settled_in_step0_leaves_no_lease_step_of_its_own(
     from slurm_fsm.detach import find, settle
     from slurm_fsm.lease import lease_name
     from slurm_fsm.runowner import HEARTBEAT_STALE_S
-    from slurm_fsm.state import AllocState, StateStore
 
-    fake = FakeCluster()
-    job = fake.make_job("alloc", fake.user).job_id
-    files = RunFiles(tmp_path / "work_dirs" / ".slurm_alloc.json")
-    StateStore(files.paths.state).write(AllocState(
-        job_id=job, nodelist="node01", partition="batch", account="acct", nodes=1))
+    fake, job, files = _checkout_on(tmp_path)
     run_id = "r0123456789ab"
     ghost = fake.step_without_task(job, lease_name(run_id, time.time() + 3600))
     other = fake.step_without_task(job, lease_name("rba9876543210", time.time() + 3600))
@@ -566,13 +573,8 @@ def test_a_step_named_for_a_silent_run_whose_task_runs_is_left_alone(
     from slurm_fsm.detach import find, settle
     from slurm_fsm.lease import lease_name
     from slurm_fsm.runowner import HEARTBEAT_STALE_S
-    from slurm_fsm.state import AllocState, StateStore
 
-    fake = FakeCluster()
-    job = fake.make_job("alloc", fake.user).job_id
-    files = RunFiles(tmp_path / "work_dirs" / ".slurm_alloc.json")
-    StateStore(files.paths.state).write(AllocState(
-        job_id=job, nodelist="node01", partition="batch", account="acct", nodes=1))
+    fake, job, files = _checkout_on(tmp_path)
     run_id = "r0123456789ab"
     fake.start_lease(job, lease_name(run_id, time.time() + 3600))  # its task runs
     (live,) = fake.jobs[job].steps

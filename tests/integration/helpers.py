@@ -142,21 +142,30 @@ class JobNames:
         until("our jobs gone from squeue", lambda: True if not self.jobs() else None, 180.0)
 
 
-def local_processes(tag: str, *, skip: tuple[str, ...] = ("pytest",)) -> list[str]:
-    """Local processes whose command line holds ``tag``, each with its pid and its
-    state, parent, group and session (what a failure needs to be understood)."""
-    found = []
+def local_pids(tag: str, *, skip: tuple[str, ...] = ("pytest",)) -> dict[int, str]:
+    """Local processes whose command line holds ``tag`` (and none of ``skip``): pid ->
+    command line."""
+    found = {}
     for pid in Path("/proc").iterdir():
         try:
             cmd = (pid / "cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
         if tag in cmd and not any(s in cmd for s in skip):
-            try:
-                state = (pid / "stat").read_text().rsplit(")", 1)[-1].split()[:4]
-            except OSError:
-                state = []
-            found.append(f"{cmd}[pid {pid.name} state/ppid/pgrp/sid {' '.join(state)}]")
+            found[int(pid.name)] = cmd
+    return found
+
+
+def local_processes(tag: str, *, skip: tuple[str, ...] = ("pytest",)) -> list[str]:
+    """:func:`local_pids`, each with its state, parent, group and session (what a
+    failure needs to be understood)."""
+    found = []
+    for pid, cmd in local_pids(tag, skip=skip).items():
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[:4]
+        except OSError:
+            state = []
+        found.append(f"{cmd}[pid {pid} state/ppid/pgrp/sid {' '.join(state)}]")
     return found
 
 

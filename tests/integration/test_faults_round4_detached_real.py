@@ -28,6 +28,7 @@ from .helpers import (
     assert_processes_end,
     job_state,
     jobs_named,
+    local_pids,
     spec_dict,
     step_ids,
     steps,
@@ -47,15 +48,7 @@ def _records(root: Path) -> list[Path]:
 
 def _holding(tag: str) -> list[int]:
     """Local processes whose command line holds ``tag`` (the test's sleeps)."""
-    found = []
-    for pid in Path("/proc").iterdir():
-        try:
-            cmd = (pid / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if tag in cmd and "pytest" not in cmd and "bash" not in cmd:
-            found.append(int(pid.name))
-    return found
+    return list(local_pids(tag, skip=("pytest", "bash")))
 
 
 def _detaching(srun_secs: int, host_secs: int, then: str = "") -> str:

@@ -88,6 +88,15 @@ def _allocation_and_lease(cluster: ClusterInfo, spec: Path) -> tuple[str, str, s
     return str(first["allocation_id"]), run_id, lease_name(run_id, time.time() + 3600)
 
 
+def _report(cluster: ClusterInfo, repo: Path, run_id: str) -> dict[str, object]:
+    """``slurm-fsm report RUN_ID --json`` of the checkout ``repo``, read."""
+    done = subprocess.run([sys.executable, "-m", "slurm_fsm", "report", run_id, "--json",
+                           "--repo", str(repo)], capture_output=True, text=True, timeout=120,
+                          env=_env(cluster), check=False)
+    report: dict[str, object] = json.loads(done.stdout)
+    return report
+
+
 def _release(cluster: ClusterInfo, spec: Path) -> dict[str, object]:
     done = subprocess.run([sys.executable, "-m", "slurm_fsm", "release", str(spec), "--json",
                            "--no-wait"], capture_output=True, text=True, timeout=180,
@@ -181,10 +190,7 @@ def test_a_reader_settles_a_dead_host_s_run_whose_lease_step_never_had_a_task(
         step = step_without_task(local_cluster, alloc, name, tmp_path)
         assert steps(alloc).get(step) == name  # Slurm lists it: "gone" cannot tell
         _plant_owner(repo / "work_dirs", run_id, alloc, name, age_s=HEARTBEAT_STALE_S + 60)
-        done = subprocess.run([sys.executable, "-m", "slurm_fsm", "report", run_id, "--json",
-                               "--repo", str(repo)], capture_output=True, text=True,
-                              timeout=120, env=_env(local_cluster), check=False)
-        report = json.loads(done.stdout)
+        report = _report(local_cluster, repo, run_id)
         assert report["status"] == "CANCELLED", report
         assert "never ran a task" in json.dumps(report), report
         # the reader cancels the step (``scancel ALLOC.STEP``), but Slurm 22.05 keeps a
@@ -215,10 +221,7 @@ def test_a_run_settled_in_step0_cancels_the_lease_step_its_dead_host_left(
         files.write_owner(attrs.evolve(record, host="login-a", pid=10))  # no lease named
         then = time.time() - HEARTBEAT_STALE_S - 60
         os.utime(files.owner_path(run_id), (then, then))
-        done = subprocess.run([sys.executable, "-m", "slurm_fsm", "report", run_id, "--json",
-                               "--repo", str(repo)], capture_output=True, text=True,
-                              timeout=120, env=_env(local_cluster), check=False)
-        report = json.loads(done.stdout)
+        report = _report(local_cluster, repo, run_id)
         assert report["status"] == "CANCELLED", report
         assert f"its step {step} ({name}) cancelled" in json.dumps(report), report
         assert job_state(alloc) == "RUNNING"  # the allocation is kept
