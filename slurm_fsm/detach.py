@@ -161,14 +161,15 @@ def _interrupted(view: RunView, why: str) -> Report:
     assert rec is not None
     log = Path(rec.log) if rec.log else None
     spec = _spec_of(rec)
+    asked = view.files.cancel_asked(rec.run_id)
     if rec.phase is RunPhase.ENDED and log is not None and spec is not None:
-        return _ended_script(rec, spec, log, why)
+        return _ended_script(rec, spec, log, why, asked)
     code = view.files.script_status(rec.run_id) if rec.mode != "one-shot" else None
     if code is not None and log is not None and spec is not None:
         # the script ended by itself before its owner noticed: its guard wrote its status
         return _ended_script(attrs.evolve(rec, exit_code=code), spec, log,
                              f"{why} (its script had ended, exit code {code} as its "
-                             "guard wrote it)")
+                             "guard wrote it)", asked)
     facts = RunFacts(
         mode=Mode(rec.mode), phase=Phase.RUNNING if log else Phase.STEP0,
         interrupted=why, job_id=rec.job_id or None, allocation_id=rec.allocation_id or None,
@@ -179,10 +180,11 @@ def _interrupted(view: RunView, why: str) -> Report:
     return report_of(facts, _spec_of(rec))
 
 
-def _ended_script(rec: OwnerRecord, spec: JobSpec, log: Path, why: str) -> Report:
+def _ended_script(rec: OwnerRecord, spec: JobSpec, log: Path, why: str,
+                  asked: str | None) -> Report:
     """The verdict of a persistent run whose script had ended (its exit code recorded)
     when its owner died: judged from that exit code and the whole log, as its owner
-    would have (without accounting's word on its steps)."""
+    would have (without accounting's word on its steps; with the cancel ``asked``)."""
     from slurm_fsm.joboutput import output_for_spec
     from slurm_fsm.results import report_of
     from slurm_fsm.runfacts import Mode, Phase, RunFacts
@@ -191,7 +193,7 @@ def _ended_script(rec: OwnerRecord, spec: JobSpec, log: Path, why: str) -> Repor
     output.finish()
     facts = RunFacts(mode=Mode(rec.mode), phase=Phase.COLLECTED, exit_code=rec.exit_code,
                      allocation_id=rec.allocation_id or None, output=output.snapshot(),
-                     stdout=str(log),
+                     stdout=str(log), cancel_asked=asked,
                      notes=(_note(why, f"its script had ended (exit code {rec.exit_code}) "
                                        "and is judged from that and its log"),))
     return report_of(facts, spec)
@@ -224,9 +226,9 @@ def _batch_job(view: RunView, backend: SlurmBackend, why: str) -> Report | None:
     run = OneShotRun(spec, backend, clock=backend.clock, events=Events(),
                      policy=PollPolicy(), warnings=[])
     facts = run.collect(rec.job_id)
-    facts = attrs.evolve(facts, notes=(*facts.notes, _note(why, f"its batch job "
-                                                           f"{rec.job_id} was followed "
-                                                           "to its end")))
+    facts = attrs.evolve(facts, cancel_asked=view.files.cancel_asked(rec.run_id),
+                         notes=(*facts.notes, _note(why, f"its batch job {rec.job_id} "
+                                                         "was followed to its end")))
     return report_of(facts, spec)
 
 
@@ -462,24 +464,32 @@ class DetachedRun:
             time.sleep(POLL_S)
 
     def cancel(self) -> str:
-        """Stop the run's job (its steps; the allocation stays): its owner is told as a
-        foreground run is by Ctrl-C (SIGTERM), and saves the CANCELLED report. What was
-        done, in words. SlurmFsmError when the owner cannot be told from here."""
+        """Stop the run's job (its steps; the allocation stays): the ask is written
+        beside the run first (:meth:`RunFiles.ask_cancel`: whoever judges the run reads
+        it), then its owner is told as a foreground run is by Ctrl-C (SIGTERM), and
+        saves the CANCELLED report. What was done, in words. SlurmFsmError when the
+        owner cannot be told from here."""
         view = self.view()
         rec = view.record
         if view.state == RunState.DONE or rec is None:
             return f"run {self.run_id} has ended already"
         alive = owner_alive(rec)
-        if rec.owner is Owner.AGENT and alive is None:
-            return self._cancel_agent(rec)
-        if alive is None:
+        if alive is None and rec.owner is not Owner.AGENT:
             raise SlurmFsmError(f"run {self.run_id} is owned by pid {rec.pid} on {rec.host}: "
                                 f"cancel it there (`slurm-fsm cancel {self.run_id}`)")
-        if alive:
-            os.kill(rec.pid, signal.SIGTERM)
-            return f"run {self.run_id}: its {rec.owner.value} (pid {rec.pid}) was told to stop"
-        return f"run {self.run_id}: its {rec.owner.value} is gone already"
-
+        if alive is False:
+            return f"run {self.run_id}: its {rec.owner.value} is gone already"
+        unasked = ""
+        try:
+            view.files.ask_cancel(self.run_id, f"slurm-fsm cancel (pid {os.getpid()} on "
+                                               f"{os.uname().nodename})")
+        except OSError as exc:  # told all the same: a stop is judged by its signal too
+            unasked = f" (the ask could not be written beside it: {exc})"
+        if rec.owner is Owner.AGENT and alive is None:
+            return self._cancel_agent(rec) + unasked
+        os.kill(rec.pid, signal.SIGTERM)
+        return f"run {self.run_id}: its {rec.owner.value} (pid {rec.pid}) was told to stop" \
+            + unasked
 
     def _cancel_agent(self, rec: OwnerRecord) -> str:
         """Tell a run's agent to stop (SIGTERM to its step, through Slurm: it may run

@@ -216,15 +216,15 @@ class Executor:
 
     def _judge(self, facts: RunFacts) -> Report:
         """The one report of the run: the facts with the pre-step's notes first, the
-        face's timings (``total_s`` on the executor's clock) and whether progress
-        output stopped, judged by :func:`~slurm_fsm.results.report_of` (loaded when
-        the run is judged: not on the way to its first Slurm command)."""
-        from slurm_fsm.results import report_of
+        face's timings (``total_s`` on the executor's clock), a cancel asked and whether
+        progress output stopped, judged by :func:`~slurm_fsm.results.report_of`."""
+        from slurm_fsm.results import report_of  # loaded when judged: not before Slurm
 
         timings = {**self._timings, **facts.timings}
         if self._t0 is not None:
             timings["total_s"] = round(self.clock.now() - self._t0, 4)
-        facts = attrs.evolve(facts, notes=(*self._pre_notes, *facts.notes), timings=timings)
+        facts = attrs.evolve(facts, notes=(*self._pre_notes, *facts.notes), timings=timings,
+                             cancel_asked=self.owned.files.cancel_asked(self.run_id))
         report = report_of(facts, self.spec)
         unkept = self._record(report)
         if unkept is not None:  # admission's run history could not be written

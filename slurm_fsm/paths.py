@@ -208,6 +208,11 @@ class StatePaths:
         ``.slurm_run.<run id>.status`` (:data:`slurm_fsm.scriptguard.STATUS_ENV`)."""
         return self._beside(f"{self.run_stem}.{_checked(run_id)}.status")
 
+    def run_cancel(self, run_id: str) -> Path:
+        """A ``slurm-fsm cancel`` asked of a run, written before any process is told:
+        ``.slurm_run.<run id>.cancel`` (:meth:`slurm_fsm.runowner.RunFiles.ask_cancel`)."""
+        return self._beside(f"{self.run_stem}.{_checked(run_id)}.cancel")
+
     def run_owner_id_of(self, name: str) -> str | None:
         """The run id when ``name`` is an owner record's name beside this state file."""
         head, _, tail = name.partition(f"{self.run_stem}.")

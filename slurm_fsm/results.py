@@ -930,7 +930,14 @@ def report_of(facts: RunFacts, spec: JobSpec | None) -> Report:
 
     In front of :func:`decide`'s rules: a run stopped from outside (``interrupted``) is
     CANCELLED; a failure before the job could be judged is BUILD_FAILED (the pre-step)
-    or ERROR; a release that ended in Released is RELEASED."""
+    or ERROR; a release that ended in Released is RELEASED. A run whose cancel was
+    asked (``cancel_asked``) and that did not pass was cancelled: its script may die of
+    the cancel before its owner hears of it (exit code 143), and that is no failure."""
+    if facts.cancel_asked is not None and facts.interrupted is None:
+        judged = report_of(attrs.evolve(facts, cancel_asked=None), spec)
+        if judged.status in (Status.PASSED, Status.RELEASED):
+            return judged
+        facts = attrs.evolve(facts, interrupted=f"cancelled: {facts.cancel_asked} asked")
     if facts.interrupted is not None:
         return _report(facts, spec, Status.CANCELLED, **_interrupted(facts))
     if facts.failure is not None:

@@ -162,6 +162,9 @@ class RunFacts:
     released: bool = False
     #: why the run was stopped from outside (a signal, Ctrl-C), when it was
     interrupted: str | None = None
+    #: who asked to cancel the run (``slurm-fsm cancel``, written beside it before any
+    #: process was told), when one did: a run that did not pass is then CANCELLED
+    cancel_asked: str | None = None
     #: the one-shot job
     job_id: str | None = None
     #: the persistent allocation

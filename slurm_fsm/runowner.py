@@ -56,6 +56,8 @@ __all__ = ["HEARTBEAT_S", "HEARTBEAT_STALE_S", "KEEP_RUNS", "MAX_BYTES", "OnStar
 
 #: How many finished runs' files a checkout keeps (the oldest are removed beyond).
 KEEP_RUNS = 500
+#: The most bytes of a cancel's ask (who asked) read or written.
+MAX_ASK = 512
 #: How often a run's owner touches its owner record while it lives (its heartbeat).
 HEARTBEAT_S = 30.0
 #: An owner on another host whose record was not touched for this long is gone (where
@@ -215,6 +217,26 @@ class RunFiles:
     def progress_path(self, run_id: str) -> Path:
         return self.paths.run_progress(run_id)
 
+    def cancel_path(self, run_id: str) -> Path:
+        return self.paths.run_cancel(run_id)
+
+    def ask_cancel(self, run_id: str, who: str) -> None:
+        """Write that ``who`` asked to cancel the run (atomically, synced), before any
+        of its processes is told: whichever process judges the run reads it
+        (:meth:`cancel_asked`), so a script that dies of the cancel before its owner
+        hears of it is CANCELLED, never FAILED. OSError when it cannot be written."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.cancel_path(run_id), who.encode()[:MAX_ASK], mode=0o600)
+
+    def cancel_asked(self, run_id: str) -> str | None:
+        """Who asked to cancel the run (:meth:`ask_cancel`), or None: none asked (or
+        unreadable, a planted link, another user's)."""
+        try:
+            text = read_bounded(self.cancel_path(run_id), MAX_ASK, follow=False, owned=True)
+        except (FileProblem, OSError):
+            return None
+        return text.decode("utf-8", "replace").strip() or "a cancel"
+
     # ------------------------------------------------------------------- writing
     def write_owner(self, record: OwnerRecord) -> None:
         """Write ``record`` (atomically); OSError when it cannot be."""
@@ -250,7 +272,8 @@ class RunFiles:
         for old in records[:max(0, len(records) - KEEP_RUNS)]:
             if old.phase is RunPhase.DONE:
                 for path in (self.owner_path(old.run_id), self.report_path(old.run_id),
-                             self.progress_path(old.run_id), self.status_path(old.run_id)):
+                             self.progress_path(old.run_id), self.status_path(old.run_id),
+                             self.cancel_path(old.run_id)):
                     with contextlib.suppress(OSError):
                         path.unlink()
 

@@ -585,3 +585,53 @@ def test_a_step_named_for_a_silent_run_whose_task_runs_is_left_alone(
     assert saved is not None
     assert live in fake.jobs[job].steps
     assert any("left: its task runs" in n for n in saved.report.notes), saved.report.notes
+
+
+@pytest.mark.parametrize(("exit_code", "want"), [(143, "CANCELLED"), (1, "CANCELLED"),
+                                                 (0, "PASSED")])
+def test_a_cancel_asked_before_the_judge_is_the_verdict_whoever_judges(
+        make_spec: SpecFactory, exit_code: int, want: str) -> None:
+    """The kill-point campaign (22.05, run r59157e415c6e; 26.05 before): ``slurm-fsm
+    cancel`` of an agent's run, and the run was judged FAILED, exit code 143: the
+    script died of the cancel before its owner learned of it. A cancel is now written
+    beside the run (``RunFiles.ask_cancel``) before any process is signalled, and every
+    judge reads it: a run whose cancel was asked and whose script did not pass is
+    CANCELLED, live or rebuilt. A script that passed ran to its end: PASSED."""
+    from slurm_fsm.detach import find, settle
+    from slurm_fsm.testing import FakeScript
+
+    spec = make_spec()
+    fake = FakeCluster()
+    fake.script(spec.script_path.name, FakeScript(lines=("3 passed in 0.5s",),
+                                                  exit_code=exit_code))
+    executor = Executor(spec, fake)
+    files = RunFiles(spec.state_path)
+    files.ask_cancel(executor.run_id, "slurm-fsm cancel (pid 1 on h)")
+    live = executor.run()
+    assert live.status.value == want, live.summary
+    if want == "CANCELLED":
+        assert "slurm-fsm cancel (pid 1 on h)" in live.summary
+    # the same verdict when it is rebuilt from the guard's status
+    record = files.owner(executor.run_id)
+    assert record is not None
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    files.report_path(executor.run_id).unlink()
+    files.write_owner(attrs.evolve(record, phase=RunPhase.RUNNING, exit_code=None,
+                                   pid=dead.pid))
+    files.status_path(executor.run_id).write_text(str(exit_code))
+    saved = settle(find(spec.repo_root, executor.run_id))
+    assert saved is not None and saved.source == "rebuilt"
+    assert saved.report.status.value == want, saved.report.summary
+
+
+def test_cancel_writes_the_ask_before_it_signals_the_owner(repo: Path) -> None:
+    run_id = detach(repo)
+    _script_pid(repo, run_id)
+    files = RunFiles(repo / "work_dirs" / ".slurm_alloc.fake.json")
+    assert files.cancel_asked(run_id) is None
+    assert cli("cancel", run_id, cwd=repo).returncode == 0
+    asked = files.cancel_asked(run_id)
+    assert asked is not None and "slurm-fsm cancel" in asked
+    report = attach(run_id, repo).result(60)
+    assert report.status.name == "CANCELLED"
