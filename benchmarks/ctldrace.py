@@ -7,7 +7,9 @@ wait ``LAG`` s, restart slurmctld (:func:`slurm_fsm_dev.localcluster.restart_ctl
 then print how long the task's first line took to reach ``srun`` (``None``: not
 within 90 s), what ``squeue -s`` lists and what ``srun`` wrote on stderr. Measured on
 22.05.8: with ``LAG`` 0, ``srun`` hangs silent with no step in ``squeue -s``; from 0.1
-s on, its line arrives within half a second of the restart. A figure, not a test.
+s on, its line arrives within half a second of the restart. A negative ``LAG``
+starts ``srun`` that long after the restart began (slurmctld stopping or starting).
+A figure, not a test.
 """
 
 from __future__ import annotations
@@ -28,7 +30,13 @@ def _out(*argv: str) -> str:
 
 
 def one(job: str, lag: float) -> str:
-    """One srun started ``lag`` s before the restart; what came of it."""
+    """One srun started ``lag`` s before the restart (negative: ``-lag`` s after the
+    restart began, slurmctld going down or starting); what came of it."""
+    restart = None
+    if lag < 0:
+        restart = threading.Thread(target=localcluster.restart_ctld, daemon=True)
+        restart.start()
+        time.sleep(-lag)
     srun = subprocess.Popen(["srun", f"--jobid={job}", "-N1", "-n1", "--overlap",  # noqa: S603
                              "--gres=none", "sh", "-c", "echo up; exec sleep 300"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -39,15 +47,20 @@ def one(job: str, lag: float) -> str:
         got.append((srun.stdout.readline(), time.monotonic()))
 
     threading.Thread(target=read, daemon=True).start()
-    time.sleep(lag)
-    localcluster.restart_ctld()
+    if restart is None:
+        time.sleep(lag)
+        localcluster.restart_ctld()
+    else:
+        restart.join(timeout=120)
     while not got and time.monotonic() - t0 < 90:
         time.sleep(0.05)
     steps = _out("squeue", "-h", "-s", "-j", job, "-o", "%i %j").split("\n")
+    tasks = _out("sstat", "-a", "-n", "-P", "-j", job, "--format=JobID").split()
     srun.kill()
     _o, err = srun.communicate(timeout=30)
     line = round(got[0][1] - t0, 2) if got else None
     return (f"lag {lag} s: first line after {line} s; steps: {[s for s in steps if s]}; "
+            f"with tasks: {tasks}; "
             f"srun stderr: {err.strip()[-500:]!r}")
 
 

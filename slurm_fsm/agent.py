@@ -39,8 +39,9 @@ from collections.abc import Callable, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
-from slurm_fsm.backend import AgentLauncher, AllocationRequest, SlurmBackend
+from slurm_fsm.backend import AgentLauncher, AllocationRequest, LeaseHandle, SlurmBackend
 from slurm_fsm.errors import BackendError, HandedOver, SlurmFsmError
+from slurm_fsm.lease import lease_apart
 from slurm_fsm.runowner import Owner, RunFiles, RunPhase
 from slurm_fsm.slurmcli import AGENT_STEP_PREFIX
 
@@ -92,9 +93,18 @@ class AgentBackend:
     and never cancels that allocation (it runs inside it): step 0 then fails, saying
     so, instead of the agent ending itself."""
 
-    def __init__(self, inner: SlurmBackend, allocation: str) -> None:
+    def __init__(self, inner: SlurmBackend, allocation: str, supervisor_lease: str = ""
+                 ) -> None:
         self._inner = inner
         self.allocation = allocation
+        #: the lease step its supervisor holds for the run until the agent holds it
+        self.supervisor_lease = supervisor_lease
+
+    def start_lease(self, job_id: str, name: str, timeout_s: float = 60.0) -> LeaseHandle:
+        """The agent's lease, named apart from its supervisor's (:func:`lease_apart`):
+        the backend reads a step of the lease's name as its own ``srun`` 's."""
+        return self._inner.start_lease(job_id, lease_apart(name, self.supervisor_lease),
+                                       timeout_s)
 
     def allocate(self, request: AllocationRequest, wait_s: float = 10.0) -> str:
         raise BackendError(
@@ -112,9 +122,10 @@ class AgentBackend:
         return getattr(self._inner, name)
 
     @classmethod
-    def wrap(cls, inner: SlurmBackend, allocation: str) -> SlurmBackend:
+    def wrap(cls, inner: SlurmBackend, allocation: str, supervisor_lease: str = ""
+             ) -> SlurmBackend:
         """``inner`` wrapped, typed as the backend it stands for."""
-        return cast(SlurmBackend, cls(inner, allocation))
+        return cast(SlurmBackend, cls(inner, allocation, supervisor_lease))
 
 
 def _holds(files: RunFiles, run_id: str) -> bool:

@@ -66,7 +66,7 @@ from slurm_fsm.runrecord import RunBook, RunRecord, new_run_id, owner_alive
 
 __all__ = ["CLOSING_PREFIX", "CLOSING_S", "LEASE_PREFIX", "MAX_POLL_S", "AllocationInUse",
            "Holder", "LeaseGate", "LeaseStep", "cancel_allocation", "closing_markers",
-           "closing_name", "holders_of", "lease_name", "lease_steps", "owner_gone",
+           "closing_name", "holders_of", "lease_apart", "lease_name", "lease_steps", "owner_gone",
            "wait_out_closing"]
 
 #: Every lease step's name starts with this.
@@ -130,6 +130,18 @@ def wait_out_closing(backend: SlurmBackend, job_id: str, *, own: Collection[str]
 def lease_name(run_id: str, max_until: float) -> str:
     """The step name of run ``run_id``'s lease, breakable after ``max_until`` (epoch s)."""
     return f"{LEASE_PREFIX}.{run_id}.{int(max_until)}"
+
+
+def lease_apart(name: str, other: str) -> str:
+    """``name``, or, when it is ``other`` (the lease another process holds for the same
+    run: a supervisor's, before its agent takes its own in the same second), the same
+    run's lease breakable one second later. A backend reads a step listed under its
+    lease's name as its own ``srun`` 's (a silent one as slow, not gone): two takers
+    must never share a name."""
+    found = _LEASE.fullmatch(name)
+    if name != other or found is None:
+        return name
+    return lease_name(found.group(1), int(found.group(2)) + 1)
 
 
 @attrs.frozen(kw_only=True)

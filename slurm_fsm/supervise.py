@@ -135,7 +135,8 @@ def _events() -> Any:
     return Progress(stream_output=True, stream=sys.stdout, plain_interval_s=10.0)
 
 
-def _backend(task: Task, allocation: str = "") -> Any:
+def _backend(task: Task, allocation: str = "", *, state_path: Path | None = None,
+             run_id: str = "") -> Any:
     if task.backend == "fake":
         from slurm_fsm.fakecli import fake_backend
 
@@ -145,7 +146,10 @@ def _backend(task: Task, allocation: str = "") -> Any:
     if allocation:  # the agent: never allocates, never cancels its own allocation
         from slurm_fsm.agent import AgentBackend
 
-        return AgentBackend.wrap(SubprocessBackend(), allocation)
+        # nor takes its lease under the name of its supervisor's (the record names it)
+        record = RunFiles(state_path).owner(run_id) if state_path is not None else None
+        return AgentBackend.wrap(SubprocessBackend(), allocation,
+                                 record.lease if record is not None else "")
     return SubprocessBackend()
 
 
@@ -181,7 +185,8 @@ def _run(task: Task, state_path: Path, run_id: str, allocation: str = "") -> int
 
     spec = JobSpec.from_dict(task.spec, check_script=False)
     events = _events()
-    executor = Executor(spec, _backend(task, allocation), events=events,
+    executor = Executor(spec, _backend(task, allocation, state_path=state_path,
+                                       run_id=run_id), events=events,
                         state_path=state_path, run_id=run_id,
                         owner=Owner.AGENT if allocation else Owner.SUPERVISOR,
                         spec_path=task.spec_path,

@@ -286,3 +286,34 @@ def _group(pgid: int) -> list[int]:
             if int(stat[2]) == pgid and stat[0] != "Z":
                 found.append(int(name))
     return sorted(found)
+
+
+def test_the_agents_lease_is_named_apart_from_its_supervisors(tmp_path: Path) -> None:
+    """The kill-point campaign (24.11, runs r8c5771be11fb and r3903b9cb3c26): the
+    agent's lease was named as its supervisor's (same run, made in the same second). Its
+    ``srun`` met a slurmctld restart and hung silent; the supervisor's step of that
+    name was listed, so ``start_lease`` took it for its own slow step and waited the
+    whole 60 s: ERROR. The agent's lease is now named apart from the lease its
+    supervisor's record names (one second later: the same run, the same format)."""
+    from slurm_fsm.lease import LeaseStep
+    from slurm_fsm.supervise import Task, _backend
+
+    theirs = "fsm-lease.r0123456789ab.1800000000"
+    files = RunFiles(tmp_path / ".slurm_alloc.json")
+    record = OwnerRecord.new("r0123456789ab", Owner.SUPERVISOR, mode="persistent",
+                             spec_path="spec.json", spec={}, progress="")
+    files.write_owner(attrs.evolve(record, allocation_id="5", lease=theirs))
+    backend = _backend(Task(spec={}, backend="slurm"), "5",
+                       state_path=files.paths.state, run_id="r0123456789ab")
+    assert isinstance(backend, AgentBackend) and backend.supervisor_lease == theirs
+    fake = FakeCluster()
+    asked: list[str] = []
+    fake.start_lease = lambda job_id, name, timeout_s=60.0: asked.append(name)  # type: ignore[method-assign,assignment,return-value]
+    wrapped = AgentBackend.wrap(fake, "5", supervisor_lease=theirs)
+    wrapped.start_lease("5", theirs)
+    wrapped.start_lease("5", "fsm-lease.r0123456789ab.1800000007")
+    assert asked[1] == "fsm-lease.r0123456789ab.1800000007"  # another name: as asked
+    assert asked[0] != theirs
+    step = LeaseStep.of(StepInfo(job_id="5", step_id="3", name=asked[0]))
+    assert step is not None and step.run_id == "r0123456789ab"
+    assert step.max_until == 1800000001
