@@ -629,7 +629,7 @@ def _stop_at(text: str | None) -> float:
 
 
 def _lane(lane: Lane, shared: Shared, points: int, seed: int, stop: float,
-          out: Path) -> None:
+          out: Path, kinds: tuple[str, ...] = KINDS) -> None:
     """A lane's points, one after the other, each a JSON line of ``out``; its first
     line the warm-up's (which gives the lane its allocation)."""
     rng = random.Random(seed * 1000 + lane.index)
@@ -642,7 +642,7 @@ def _lane(lane: Lane, shared: Shared, points: int, seed: int, stop: float,
         for i in range(points):
             if time.monotonic() > stop:
                 break
-            kind, cycle = KINDS[i % len(KINDS)], i // len(KINDS)
+            kind, cycle = kinds[i % len(kinds)], i // len(kinds)
             # every other node kill: a run with no agent (its supervisor runs the
             # job on the node, and its lease must end with it)
             ctld = (shared, cycle, rng) if kind == "ctld" else None
@@ -696,6 +696,8 @@ def main(argv: list[str] | None = None) -> int:
                    "checkout and allocation)")
     p.add_argument("--seed", type=int, default=39)
     p.add_argument("--until", help="stop starting points at HH:MM UTC")
+    p.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS),
+                   help="only these kinds of point, in turn (default: all)")
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--table", type=Path, nargs="+", metavar="RESULTS",
                    help="print the docs' table of these results files, run nothing")
@@ -716,7 +718,8 @@ def main(argv: list[str] | None = None) -> int:
         shared = Shared(ctx.Barrier(args.lanes), tuple(ln.root for ln in lanes), folder)
         per_lane = math.ceil(args.points / args.lanes)
         procs = [ctx.Process(target=_lane, args=(ln, shared, per_lane, args.seed, stop,
-                                                  folder / f"lane{ln.index}.jsonl"))
+                                                  folder / f"lane{ln.index}.jsonl",
+                                                  tuple(args.kinds)))
                  for ln in lanes]
         try:
             for proc in procs:
