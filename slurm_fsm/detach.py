@@ -35,6 +35,7 @@ from slurm_fsm.paths import StatePaths
 from slurm_fsm.report import Report
 from slurm_fsm.runlog import RunState, state_of
 from slurm_fsm.runowner import (
+    CANCEL_POLL_S,
     HEARTBEAT_STALE_S,
     OwnedRun,
     Owner,
@@ -466,25 +467,33 @@ class DetachedRun:
     def cancel(self) -> str:
         """Stop the run's job (its steps; the allocation stays): the ask is written
         beside the run first (:meth:`RunFiles.ask_cancel`: whoever judges the run reads
-        it), then its owner is told as a foreground run is by Ctrl-C (SIGTERM), and
-        saves the CANCELLED report. What was done, in words. SlurmFsmError when the
-        owner cannot be told from here."""
+        it), then its owner is told as a foreground run is by Ctrl-C (SIGTERM): here by
+        a signal, an agent through Slurm, an owner on another login node by the ask
+        itself, which it looks for every second. It saves the CANCELLED report. What was
+        done, in words."""
         view = self.view()
         rec = view.record
         if view.state == RunState.DONE or rec is None:
             return f"run {self.run_id} has ended already"
         alive = owner_alive(rec)
-        if alive is None and rec.owner is not Owner.AGENT:
-            raise SlurmFsmError(f"run {self.run_id} is owned by pid {rec.pid} on {rec.host}: "
-                                f"cancel it there (`slurm-fsm cancel {self.run_id}`)")
         if alive is False:
             return f"run {self.run_id}: its {rec.owner.value} is gone already"
-        unasked = ""
+        told = alive is True or rec.owner is Owner.AGENT
         try:
             view.files.ask_cancel(self.run_id, f"slurm-fsm cancel (pid {os.getpid()} on "
-                                               f"{os.uname().nodename})")
-        except OSError as exc:  # told all the same: a stop is judged by its signal too
+                                               f"{os.uname().nodename})", told=told)
+        except OSError as exc:
+            if not told:  # the ask is the only way to it
+                raise SlurmFsmError(f"run {self.run_id} is owned by pid {rec.pid} on "
+                                    f"{rec.host}, and the ask could not be written beside "
+                                    f"it: {exc}") from exc
             unasked = f" (the ask could not be written beside it: {exc})"
+        else:
+            unasked = ""
+        if not told:
+            return (f"run {self.run_id}: asked its {rec.owner.value} (pid {rec.pid} on "
+                    f"{rec.host}) to stop; it looks for the ask every "
+                    f"{CANCEL_POLL_S:g} s")
         if rec.owner is Owner.AGENT and alive is None:
             return self._cancel_agent(rec) + unasked
         os.kill(rec.pid, signal.SIGTERM)

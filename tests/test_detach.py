@@ -635,3 +635,33 @@ def test_cancel_writes_the_ask_before_it_signals_the_owner(repo: Path) -> None:
     assert asked is not None and "slurm-fsm cancel" in asked
     report = attach(run_id, repo).result(60)
     assert report.status.name == "CANCELLED"
+
+
+def test_a_cancel_asked_from_a_host_that_cannot_signal_the_owner_stops_the_run(
+        repo: Path) -> None:
+    """``slurm-fsm cancel`` on another login node than a supervisor's (no agent:
+    ``SLURM_FSM_AGENT=off``, or no slurm_fsm on the nodes) could only say "cancel it
+    there". It now writes the ask untold; the owner looks for one every
+    :data:`~slurm_fsm.runowner.CANCEL_POLL_S` and stops as a local cancel stops it."""
+    run_id = detach(repo)
+    script = _script_pid(repo, run_id)
+    files = RunFiles(repo / "work_dirs" / ".slurm_alloc.fake.json")
+    files.ask_cancel(run_id, "slurm-fsm cancel (pid 7 on login2)", told=False)
+    report = attach(run_id, repo).result(60)
+    assert report.status.name == "CANCELLED", report.summary
+    assert "slurm-fsm cancel (pid 7 on login2) asked" in report.summary
+    until("the script stopped", lambda: _gone(script))
+
+
+def test_cancel_of_an_owner_on_another_host_asks_it_instead_of_refusing(
+        tmp_path: Path) -> None:
+    files = RunFiles(tmp_path / "work_dirs" / ".slurm_alloc.json")
+    record = OwnerRecord.new("r0123456789ab", Owner.SUPERVISOR, mode="persistent",
+                             spec_path="spec.json", spec={}, progress="")
+    files.write_owner(attrs.evolve(record, host="login-elsewhere", pid=4242,
+                                   phase=RunPhase.RUNNING))
+    said = attach("r0123456789ab", tmp_path).cancel()
+    assert "asked" in said and "login-elsewhere" in said, said
+    assert files.cancel_untold("r0123456789ab")
+    files.ask_cancel("r0123456789ab", "x", told=True)
+    assert not files.cancel_untold("r0123456789ab")
