@@ -375,6 +375,18 @@ def test_a_live_owner_keeps_its_record_touched(tmp_path: Path) -> None:
           timeout=10)
 
 
+def _as_if_its_owner_died_running(files: RunFiles, run_id: str) -> None:
+    """A finished run's files as if its owner had died while the script ran: no report,
+    the record RUNNING, its pid one that has exited."""
+    record = files.owner(run_id)
+    assert record is not None
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    files.report_path(run_id).unlink()
+    files.write_owner(attrs.evolve(record, phase=RunPhase.RUNNING, exit_code=None,
+                                   pid=dead.pid))
+
+
 @pytest.mark.parametrize("status, want", [("0\n", "PASSED"), (None, "CANCELLED")])
 def test_a_script_that_ended_just_before_its_owner_died_is_judged_by_its_guards_status(
         make_spec: SpecFactory, tmp_path: Path, status: str | None, want: str) -> None:
@@ -391,13 +403,7 @@ def test_a_script_that_ended_just_before_its_owner_died_is_judged_by_its_guards_
     live = executor.run()
     assert live.status.value == "PASSED"
     files = RunFiles(spec.state_path)
-    record = files.owner(executor.run_id)
-    assert record is not None
-    dead = subprocess.Popen(["true"])
-    dead.wait()
-    files.report_path(executor.run_id).unlink()
-    files.write_owner(attrs.evolve(record, phase=RunPhase.RUNNING, exit_code=None,
-                                   pid=dead.pid))
+    _as_if_its_owner_died_running(files, executor.run_id)
     if status is not None:
         files.status_path(executor.run_id).write_text(status)
     saved = settle(find(spec.repo_root, executor.run_id))
@@ -612,13 +618,7 @@ def test_a_cancel_asked_before_the_judge_is_the_verdict_whoever_judges(
     if want == "CANCELLED":
         assert "slurm-fsm cancel (pid 1 on h)" in live.summary
     # the same verdict when it is rebuilt from the guard's status
-    record = files.owner(executor.run_id)
-    assert record is not None
-    dead = subprocess.Popen(["true"])
-    dead.wait()
-    files.report_path(executor.run_id).unlink()
-    files.write_owner(attrs.evolve(record, phase=RunPhase.RUNNING, exit_code=None,
-                                   pid=dead.pid))
+    _as_if_its_owner_died_running(files, executor.run_id)
     files.status_path(executor.run_id).write_text(str(exit_code))
     saved = settle(find(spec.repo_root, executor.run_id))
     assert saved is not None and saved.source == "rebuilt"
