@@ -188,14 +188,17 @@ class SavedReport:
             return None
 
 
-def _stop_main() -> None:
-    """Stop the main thread as a signal stops it: SIGTERM where the process handles it
-    (the CLI, a supervisor, an agent: a CANCELLED report), else as Ctrl-C
-    (KeyboardInterrupt: a notebook's run stops as it would there)."""
-    if callable(signal.getsignal(signal.SIGTERM)):
-        _thread.interrupt_main(signal.SIGTERM)
-    else:
-        _thread.interrupt_main()
+def _stop_main(ending: threading.Event) -> bool:
+    """Stop the main thread as a SIGTERM stops it, where the process handles SIGTERM
+    (the CLI, a supervisor, an agent: the run's steps are stopped and its CANCELLED
+    report saved) and the run is not ``ending`` already. True when it was stopped (or
+    will never be: no handler); False to look again."""
+    if not callable(signal.getsignal(signal.SIGTERM)):
+        return True  # a library's run: the ask is judged, not acted on
+    if ending.is_set():
+        return True
+    _thread.interrupt_main(signal.SIGTERM)
+    return True
 
 
 class RunFiles:
@@ -244,9 +247,9 @@ class RunFiles:
         owner from where it was asked (another login node); the owner looks for such
         an ask itself (:meth:`cancel_untold`). OSError when it cannot be written."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        text = f"{who.splitlines()[0] if who.strip() else 'a cancel'}"[:MAX_ASK - 16]
+        line = (who.strip().splitlines() or ["a cancel"])[0].encode()[:MAX_ASK - 16]
         write_atomic(self.cancel_path(run_id),
-                     f"{text}\n{'told' if told else _UNTOLD}\n".encode(), mode=0o600)
+                     line + f"\n{'told' if told else _UNTOLD}\n".encode(), mode=0o600)
 
     def _ask(self, run_id: str) -> list[str] | None:
         try:
@@ -260,6 +263,23 @@ class RunFiles:
         unreadable, a planted link, another user's)."""
         ask = self._ask(run_id)
         return None if ask is None else (ask[0].strip() or "a cancel")
+
+    def cancel_asked_before(self, run_id: str) -> str | None:
+        """:meth:`cancel_asked`, when asked before the script's guard wrote that the
+        script ended by itself (:meth:`script_status`; not written: it did not): an ask
+        after that end is not the run's verdict. For a verdict rebuilt after its owner."""
+        asked = self.cancel_asked(run_id)
+        try:
+            ended = self.status_path(run_id).stat().st_mtime
+            at = self.cancel_path(run_id).stat().st_mtime
+        except OSError:
+            return asked
+        return asked if at <= ended else None
+
+    def withdraw_cancel(self, run_id: str) -> None:
+        """Remove the ask (it could not be passed on: nobody was told)."""
+        with contextlib.suppress(OSError):
+            self.cancel_path(run_id).unlink()
 
     def cancel_untold(self, run_id: str) -> bool:
         """A cancel was asked where its owner could not be told (``told=False``)."""
@@ -369,6 +389,11 @@ class OwnedRun:
         self.progress = progress
         self.record: OwnerRecord | None = None
         self._saved = threading.Event()  # ends the heartbeat
+        #: the script has ended, or the run is being judged: an ask is no longer acted
+        #: on, and the judge reads the ask as it was at the script's end
+        self._ending = threading.Event()
+        self._script_ended = False
+        self._asked_at_end: str | None = None
 
     def begin(self, *, mode: str, spec: Mapping[str, Any]) -> list[str]:
         """Write the owner record, and keep it touched while this process lives (the
@@ -377,6 +402,9 @@ class OwnedRun:
         record = OwnerRecord.new(self.run_id, self.owner, mode=mode,
                                  spec_path=self.spec_path, spec=spec,
                                  progress=self.progress)
+        if self.owner is not Owner.AGENT:  # an agent's ask may be its supervisor's
+            with contextlib.suppress(OSError):
+                self.files.cancel_path(self.run_id).unlink()  # a run id given again
         try:
             self.files.write_owner(record)
         except OSError as exc:
@@ -387,13 +415,23 @@ class OwnedRun:
         self._beat()
         return []
 
+    def cancel_asked(self) -> str | None:
+        """Who asked to cancel this run before its script ended (the ask as it was
+        then: one that came after is not this run's verdict), or None. None for a
+        one-shot run: accounting says how its batch job ended."""
+        if self.record is not None and self.record.mode == "one-shot":
+            return None
+        if self._script_ended:
+            return self._asked_at_end
+        return self.files.cancel_asked(self.run_id)
+
     def _beat(self, interval_s: float = HEARTBEAT_S) -> None:
         """Touch the owner record every ``interval_s`` until the report is saved, and
         look every :data:`CANCEL_POLL_S` for a cancel asked where this owner could not
         be told (:meth:`RunFiles.cancel_untold`): then stop the run as a signal would
         (:func:`_stop_main`), once, when it runs in the main thread. A daemon thread:
         it ends with the process, which is the point."""
-        files, run_id, stop = self.files, self.run_id, self._saved
+        files, run_id, stop, ending = self.files, self.run_id, self._saved, self._ending
         path = files.owner_path(run_id)
         # a run in another thread (Allocation.submit's pool) is not the main thread's
         # to stop: its ask is still judged
@@ -401,10 +439,9 @@ class OwnedRun:
 
         def beat() -> None:
             touched, stopped = time.monotonic(), not main
-            while not stop.wait(min(interval_s, CANCEL_POLL_S)):
-                if not stopped and files.cancel_untold(run_id):
-                    stopped = True
-                    _stop_main()
+            while not stop.wait(interval_s if stopped else min(interval_s, CANCEL_POLL_S)):
+                if not stopped and not ending.is_set() and files.cancel_untold(run_id):
+                    stopped = _stop_main(ending)
                 if time.monotonic() - touched >= interval_s:
                     touched = time.monotonic()
                     with contextlib.suppress(OSError):
@@ -438,7 +475,11 @@ class OwnedRun:
             self.record = record
 
     def script_ended(self, exit_code: int | None) -> None:
-        """A persistent run's script has ended with ``exit_code``."""
+        """A persistent run's script has ended with ``exit_code``: a cancel asked from
+        now on is not acted on, nor is it this run's verdict."""
+        self._asked_at_end = self.files.cancel_asked(self.run_id)
+        self._script_ended = True
+        self._ending.set()
         phase = self._next(RunEvent.SCRIPT_ENDED)
         if self.record is None or phase is None:
             return
@@ -457,6 +498,7 @@ class OwnedRun:
         when it cannot be written."""
         if self.record is None:
             return None
+        self._ending.set()
         self._saved.set()
         saved = SavedReport(run_id=self.run_id, report=report, source=source,
                             saved_at=datetime.now(UTC).isoformat(timespec="seconds"),
