@@ -35,6 +35,7 @@ from slurm_fsm.paths import StatePaths
 from slurm_fsm.report import Report
 from slurm_fsm.runlog import RunState, state_of
 from slurm_fsm.runowner import (
+    CANCEL_POLL_S,
     HEARTBEAT_STALE_S,
     OwnedRun,
     Owner,
@@ -161,7 +162,7 @@ def _interrupted(view: RunView, why: str) -> Report:
     assert rec is not None
     log = Path(rec.log) if rec.log else None
     spec = _spec_of(rec)
-    asked = view.files.cancel_asked(rec.run_id)
+    asked = view.files.cancel_asked_before(rec.run_id)  # not one after the script's end
     if rec.phase is RunPhase.ENDED and log is not None and spec is not None:
         return _ended_script(rec, spec, log, why, asked)
     code = view.files.script_status(rec.run_id) if rec.mode != "one-shot" else None
@@ -226,9 +227,9 @@ def _batch_job(view: RunView, backend: SlurmBackend, why: str) -> Report | None:
     run = OneShotRun(spec, backend, clock=backend.clock, events=Events(),
                      policy=PollPolicy(), warnings=[])
     facts = run.collect(rec.job_id)
-    facts = attrs.evolve(facts, cancel_asked=view.files.cancel_asked(rec.run_id),
-                         notes=(*facts.notes, _note(why, f"its batch job {rec.job_id} "
-                                                         "was followed to its end")))
+    facts = attrs.evolve(facts, notes=(*facts.notes, _note(why, f"its batch job "
+                                                           f"{rec.job_id} was followed "
+                                                           "to its end")))
     return report_of(facts, spec)
 
 
@@ -464,32 +465,63 @@ class DetachedRun:
             time.sleep(POLL_S)
 
     def cancel(self) -> str:
-        """Stop the run's job (its steps; the allocation stays): the ask is written
+        """Stop the run's job (its steps; the allocation stays). The ask is written
         beside the run first (:meth:`RunFiles.ask_cancel`: whoever judges the run reads
-        it), then its owner is told as a foreground run is by Ctrl-C (SIGTERM), and
-        saves the CANCELLED report. What was done, in words. SlurmFsmError when the
-        owner cannot be told from here."""
+        it), then its owner is told as a foreground run is by Ctrl-C (SIGTERM): here by
+        a signal, an agent through Slurm, an owner on another login node by the ask,
+        which it looks for every second (a run of the CLI, a supervisor or an agent); a
+        one-shot run's batch job is cancelled itself. It saves the CANCELLED report.
+        Nothing is asked of a run whose script has ended (its verdict is being made)
+        or whose owner is gone (``report`` rebuilds it). What was done, in words."""
         view = self.view()
         rec = view.record
         if view.state == RunState.DONE or rec is None:
             return f"run {self.run_id} has ended already"
         alive = owner_alive(rec)
-        if alive is None and rec.owner is not Owner.AGENT:
-            raise SlurmFsmError(f"run {self.run_id} is owned by pid {rec.pid} on {rec.host}: "
-                                f"cancel it there (`slurm-fsm cancel {self.run_id}`)")
-        if alive is False:
-            return f"run {self.run_id}: its {rec.owner.value} is gone already"
-        unasked = ""
+        if alive is False or (alive is None and _heartbeat_stopped(view)):
+            return (f"run {self.run_id}: its {rec.owner.value} is gone already "
+                    f"(`slurm-fsm report {self.run_id}` gives its verdict)")
+        if rec.phase is RunPhase.ENDED:
+            return (f"run {self.run_id}: its script has ended (exit code {rec.exit_code}); "
+                    "its verdict is being made")
+        batch = rec.mode == "one-shot" and bool(rec.job_id) and not alive
+        told = alive is True or rec.owner is Owner.AGENT or batch
         try:
             view.files.ask_cancel(self.run_id, f"slurm-fsm cancel (pid {os.getpid()} on "
-                                               f"{os.uname().nodename})")
-        except OSError as exc:  # told all the same: a stop is judged by its signal too
+                                               f"{os.uname().nodename})", told=told)
+        except OSError as exc:
+            if not told:  # the ask is the only way to it
+                raise SlurmFsmError(f"run {self.run_id} is owned by pid {rec.pid} on "
+                                    f"{rec.host}, and the ask could not be written beside "
+                                    f"it: {exc}") from exc
             unasked = f" (the ask could not be written beside it: {exc})"
-        if rec.owner is Owner.AGENT and alive is None:
-            return self._cancel_agent(rec) + unasked
-        os.kill(rec.pid, signal.SIGTERM)
-        return f"run {self.run_id}: its {rec.owner.value} (pid {rec.pid}) was told to stop" \
-            + unasked
+        else:
+            unasked = ""
+        if not told:
+            return (f"run {self.run_id}: asked its {rec.owner.value} (pid {rec.pid} on "
+                    f"{rec.host}) to stop: it looks for the ask every {CANCEL_POLL_S:g} s "
+                    "once its host sees the file")
+        if alive:
+            os.kill(rec.pid, signal.SIGTERM)
+            return (f"run {self.run_id}: its {rec.owner.value} (pid {rec.pid}) was told to "
+                    f"stop{unasked}")
+        try:  # through Slurm: from any host
+            done = self._cancel_batch(rec) if batch else self._cancel_agent(rec)
+        except BaseException:
+            view.files.withdraw_cancel(self.run_id)  # nobody was told: no verdict of it
+            raise
+        return done + unasked
+
+    def _cancel_batch(self, rec: OwnerRecord) -> str:
+        """Cancel a one-shot run's batch job (its owner on another host judges it from
+        accounting: CANCELLED)."""
+        backend = backend_for(self.view().files)
+        if backend is None:
+            raise SlurmFsmError(f"run {self.run_id}: its batch job cannot be cancelled "
+                                "from here")
+        backend.cancel(rec.job_id)
+        return (f"run {self.run_id}: its batch job {rec.job_id} was cancelled; its "
+                f"{rec.owner.value} on {rec.host} saves the report")
 
     def _cancel_agent(self, rec: OwnerRecord) -> str:
         """Tell a run's agent to stop (SIGTERM to its step, through Slurm: it may run

@@ -224,7 +224,7 @@ class Executor:
         if self._t0 is not None:
             timings["total_s"] = round(self.clock.now() - self._t0, 4)
         facts = attrs.evolve(facts, notes=(*self._pre_notes, *facts.notes), timings=timings,
-                             cancel_asked=self.owned.files.cancel_asked(self.run_id))
+                             cancel_asked=self.owned.cancel_asked())
         report = report_of(facts, self.spec)
         unkept = self._record(report)
         if unkept is not None:  # admission's run history could not be written

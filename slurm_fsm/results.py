@@ -938,6 +938,9 @@ def report_of(facts: RunFacts, spec: JobSpec | None) -> Report:
         if judged.status in (Status.PASSED, Status.RELEASED):
             return judged
         facts = attrs.evolve(facts, interrupted=f"cancelled: {facts.cancel_asked} asked")
+    elif facts.cancel_asked is not None and facts.interrupted is not None:
+        facts = attrs.evolve(facts, interrupted=(f"cancelled: {facts.cancel_asked} asked "
+                                                 f"({facts.interrupted})"))
     if facts.interrupted is not None:
         return _report(facts, spec, Status.CANCELLED, **_interrupted(facts))
     if facts.failure is not None:

@@ -25,9 +25,11 @@ another user's file is never read.
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import json
 import os
+import signal
 import socket
 import threading
 import time
@@ -50,14 +52,18 @@ from slurm_fsm.runrecord import boot_id
 from slurm_fsm.runstates import RunEvent, RunPhase, next_phase
 from slurm_fsm.scriptguard import start_ticks
 
-__all__ = ["HEARTBEAT_S", "HEARTBEAT_STALE_S", "KEEP_RUNS", "MAX_BYTES", "OnStarted",
-           "OwnedRun", "Owner", "OwnerRecord", "RunFiles", "RunPhase", "SavedReport",
+__all__ = ["CANCEL_POLL_S", "HEARTBEAT_S", "HEARTBEAT_STALE_S", "KEEP_RUNS", "MAX_BYTES",
+           "OnStarted", "OwnedRun", "Owner", "OwnerRecord", "RunFiles", "RunPhase", "SavedReport",
            "is_run_id", "owner_alive"]
 
 #: How many finished runs' files a checkout keeps (the oldest are removed beyond).
 KEEP_RUNS = 500
 #: The most bytes of a cancel's ask (who asked) read or written.
 MAX_ASK = 512
+#: An ask's second line when its owner could not be told: the owner looks for it.
+_UNTOLD = "untold"
+#: How often a run's owner looks for a cancel asked where it could not be told.
+CANCEL_POLL_S = 1.0
 #: How often a run's owner touches its owner record while it lives (its heartbeat).
 HEARTBEAT_S = 30.0
 #: An owner on another host whose record was not touched for this long is gone (where
@@ -182,6 +188,19 @@ class SavedReport:
             return None
 
 
+def _stop_main(ending: threading.Event) -> bool:
+    """Stop the main thread as a SIGTERM stops it, where the process handles SIGTERM
+    (the CLI, a supervisor, an agent: the run's steps are stopped and its CANCELLED
+    report saved) and the run is not ``ending`` already. True when it was stopped (or
+    will never be: no handler); False to look again."""
+    if not callable(signal.getsignal(signal.SIGTERM)):
+        return True  # a library's run: the ask is judged, not acted on
+    if ending.is_set():
+        return True
+    _thread.interrupt_main(signal.SIGTERM)
+    return True
+
+
 class RunFiles:
     """The per-run files beside one state file (see the module; their names are
     :class:`slurm_fsm.paths.StatePaths`')."""
@@ -220,22 +239,52 @@ class RunFiles:
     def cancel_path(self, run_id: str) -> Path:
         return self.paths.run_cancel(run_id)
 
-    def ask_cancel(self, run_id: str, who: str) -> None:
+    def ask_cancel(self, run_id: str, who: str, *, told: bool = True) -> None:
         """Write that ``who`` asked to cancel the run (atomically, synced), before any
         of its processes is told: whichever process judges the run reads it
         (:meth:`cancel_asked`), so a script that dies of the cancel before its owner
-        hears of it is CANCELLED, never FAILED. OSError when it cannot be written."""
+        hears of it is CANCELLED, never FAILED. ``told`` False: nobody can signal the
+        owner from where it was asked (another login node); the owner looks for such
+        an ask itself (:meth:`cancel_untold`). OSError when it cannot be written."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        write_atomic(self.cancel_path(run_id), who.encode()[:MAX_ASK], mode=0o600)
+        line = (who.strip().splitlines() or ["a cancel"])[0].encode()[:MAX_ASK - 16]
+        write_atomic(self.cancel_path(run_id),
+                     line + f"\n{'told' if told else _UNTOLD}\n".encode(), mode=0o600)
 
-    def cancel_asked(self, run_id: str) -> str | None:
-        """Who asked to cancel the run (:meth:`ask_cancel`), or None: none asked (or
-        unreadable, a planted link, another user's)."""
+    def _ask(self, run_id: str) -> list[str] | None:
         try:
             text = read_bounded(self.cancel_path(run_id), MAX_ASK, follow=False, owned=True)
         except (FileProblem, OSError):
             return None
-        return text.decode("utf-8", "replace").strip() or "a cancel"
+        return text.decode("utf-8", "replace").splitlines() or [""]
+
+    def cancel_asked(self, run_id: str) -> str | None:
+        """Who asked to cancel the run (:meth:`ask_cancel`), or None: none asked (or
+        unreadable, a planted link, another user's)."""
+        ask = self._ask(run_id)
+        return None if ask is None else (ask[0].strip() or "a cancel")
+
+    def cancel_asked_before(self, run_id: str) -> str | None:
+        """:meth:`cancel_asked`, when asked before the script's guard wrote that the
+        script ended by itself (:meth:`script_status`; not written: it did not): an ask
+        after that end is not the run's verdict. For a verdict rebuilt after its owner."""
+        asked = self.cancel_asked(run_id)
+        try:
+            ended = self.status_path(run_id).stat().st_mtime
+            at = self.cancel_path(run_id).stat().st_mtime
+        except OSError:
+            return asked
+        return asked if at <= ended else None
+
+    def withdraw_cancel(self, run_id: str) -> None:
+        """Remove the ask (it could not be passed on: nobody was told)."""
+        with contextlib.suppress(OSError):
+            self.cancel_path(run_id).unlink()
+
+    def cancel_untold(self, run_id: str) -> bool:
+        """A cancel was asked where its owner could not be told (``told=False``)."""
+        ask = self._ask(run_id)
+        return ask is not None and ask[1:2] == [_UNTOLD]
 
     # ------------------------------------------------------------------- writing
     def write_owner(self, record: OwnerRecord) -> None:
@@ -340,6 +389,11 @@ class OwnedRun:
         self.progress = progress
         self.record: OwnerRecord | None = None
         self._saved = threading.Event()  # ends the heartbeat
+        #: the script has ended, or the run is being judged: an ask is no longer acted
+        #: on, and the judge reads the ask as it was at the script's end
+        self._ending = threading.Event()
+        self._script_ended = False
+        self._asked_at_end: str | None = None
 
     def begin(self, *, mode: str, spec: Mapping[str, Any]) -> list[str]:
         """Write the owner record, and keep it touched while this process lives (the
@@ -348,6 +402,9 @@ class OwnedRun:
         record = OwnerRecord.new(self.run_id, self.owner, mode=mode,
                                  spec_path=self.spec_path, spec=spec,
                                  progress=self.progress)
+        if self.owner is not Owner.AGENT:  # an agent's ask may be its supervisor's
+            with contextlib.suppress(OSError):
+                self.files.cancel_path(self.run_id).unlink()  # a run id given again
         try:
             self.files.write_owner(record)
         except OSError as exc:
@@ -358,17 +415,39 @@ class OwnedRun:
         self._beat()
         return []
 
+    def cancel_asked(self) -> str | None:
+        """Who asked to cancel this run before its script ended (the ask as it was
+        then: one that came after is not this run's verdict), or None. None for a
+        one-shot run: accounting says how its batch job ended."""
+        if self.record is not None and self.record.mode == "one-shot":
+            return None
+        if self._script_ended:
+            return self._asked_at_end
+        return self.files.cancel_asked(self.run_id)
+
     def _beat(self, interval_s: float = HEARTBEAT_S) -> None:
-        """Touch the owner record every ``interval_s`` until the report is saved (a
-        daemon thread: it ends with the process, which is the point)."""
-        path, stop = self.files.owner_path(self.run_id), self._saved
+        """Touch the owner record every ``interval_s`` until the report is saved, and
+        look every :data:`CANCEL_POLL_S` for a cancel asked where this owner could not
+        be told (:meth:`RunFiles.cancel_untold`): then stop the run as a signal would
+        (:func:`_stop_main`), once, when it runs in the main thread. A daemon thread:
+        it ends with the process, which is the point."""
+        files, run_id, stop, ending = self.files, self.run_id, self._saved, self._ending
+        path = files.owner_path(run_id)
+        # a run in another thread (Allocation.submit's pool) is not the main thread's
+        # to stop: its ask is still judged
+        main = threading.current_thread() is threading.main_thread()
 
         def beat() -> None:
-            while not stop.wait(interval_s):
-                with contextlib.suppress(OSError):
-                    os.utime(path, follow_symlinks=False)
+            touched, stopped = time.monotonic(), not main
+            while not stop.wait(interval_s if stopped else min(interval_s, CANCEL_POLL_S)):
+                if not stopped and not ending.is_set() and files.cancel_untold(run_id):
+                    stopped = _stop_main(ending)
+                if time.monotonic() - touched >= interval_s:
+                    touched = time.monotonic()
+                    with contextlib.suppress(OSError):
+                        os.utime(path, follow_symlinks=False)
 
-        threading.Thread(target=beat, name=f"heartbeat-{self.run_id}", daemon=True).start()
+        threading.Thread(target=beat, name=f"heartbeat-{run_id}", daemon=True).start()
 
     def held(self, allocation_id: str, lease: str) -> None:
         """A persistent run holds its lease on ``allocation_id`` (its job not started
@@ -396,7 +475,11 @@ class OwnedRun:
             self.record = record
 
     def script_ended(self, exit_code: int | None) -> None:
-        """A persistent run's script has ended with ``exit_code``."""
+        """A persistent run's script has ended with ``exit_code``: a cancel asked from
+        now on is not acted on, nor is it this run's verdict."""
+        self._asked_at_end = self.files.cancel_asked(self.run_id)
+        self._script_ended = True
+        self._ending.set()
         phase = self._next(RunEvent.SCRIPT_ENDED)
         if self.record is None or phase is None:
             return
@@ -415,6 +498,7 @@ class OwnedRun:
         when it cannot be written."""
         if self.record is None:
             return None
+        self._ending.set()
         self._saved.set()
         saved = SavedReport(run_id=self.run_id, report=report, source=source,
                             saved_at=datetime.now(UTC).isoformat(timespec="seconds"),

@@ -15,11 +15,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
 
 from slurm_fsm.detach import RunState, attach, runs
+from slurm_fsm.errors import SlurmFsmError
+from slurm_fsm.events import Events
 from slurm_fsm.executor import Executor
 from slurm_fsm.runowner import Owner, OwnerRecord, RunFiles, RunPhase
 from slurm_fsm.testing import FakeCluster
@@ -375,6 +378,18 @@ def test_a_live_owner_keeps_its_record_touched(tmp_path: Path) -> None:
           timeout=10)
 
 
+def _as_if_its_owner_died_running(files: RunFiles, run_id: str) -> None:
+    """A finished run's files as if its owner had died while the script ran: no report,
+    the record RUNNING, its pid one that has exited."""
+    record = files.owner(run_id)
+    assert record is not None
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    files.report_path(run_id).unlink()
+    files.write_owner(attrs.evolve(record, phase=RunPhase.RUNNING, exit_code=None,
+                                   pid=dead.pid))
+
+
 @pytest.mark.parametrize("status, want", [("0\n", "PASSED"), (None, "CANCELLED")])
 def test_a_script_that_ended_just_before_its_owner_died_is_judged_by_its_guards_status(
         make_spec: SpecFactory, tmp_path: Path, status: str | None, want: str) -> None:
@@ -391,13 +406,7 @@ def test_a_script_that_ended_just_before_its_owner_died_is_judged_by_its_guards_
     live = executor.run()
     assert live.status.value == "PASSED"
     files = RunFiles(spec.state_path)
-    record = files.owner(executor.run_id)
-    assert record is not None
-    dead = subprocess.Popen(["true"])
-    dead.wait()
-    files.report_path(executor.run_id).unlink()
-    files.write_owner(attrs.evolve(record, phase=RunPhase.RUNNING, exit_code=None,
-                                   pid=dead.pid))
+    _as_if_its_owner_died_running(files, executor.run_id)
     if status is not None:
         files.status_path(executor.run_id).write_text(status)
     saved = settle(find(spec.repo_root, executor.run_id))
@@ -604,21 +613,19 @@ def test_a_cancel_asked_before_the_judge_is_the_verdict_whoever_judges(
     fake = FakeCluster()
     fake.script(spec.script_path.name, FakeScript(lines=("3 passed in 0.5s",),
                                                   exit_code=exit_code))
-    executor = Executor(spec, fake)
     files = RunFiles(spec.state_path)
-    files.ask_cancel(executor.run_id, "slurm-fsm cancel (pid 1 on h)")
+
+    class AskWhileItRuns(Events):
+        def output(self, text: str) -> None:  # the script runs: the cancel comes
+            files.ask_cancel(executor.run_id, "slurm-fsm cancel (pid 1 on h)")
+
+    executor = Executor(spec, fake, events=AskWhileItRuns())
     live = executor.run()
     assert live.status.value == want, live.summary
     if want == "CANCELLED":
         assert "slurm-fsm cancel (pid 1 on h)" in live.summary
     # the same verdict when it is rebuilt from the guard's status
-    record = files.owner(executor.run_id)
-    assert record is not None
-    dead = subprocess.Popen(["true"])
-    dead.wait()
-    files.report_path(executor.run_id).unlink()
-    files.write_owner(attrs.evolve(record, phase=RunPhase.RUNNING, exit_code=None,
-                                   pid=dead.pid))
+    _as_if_its_owner_died_running(files, executor.run_id)
     files.status_path(executor.run_id).write_text(str(exit_code))
     saved = settle(find(spec.repo_root, executor.run_id))
     assert saved is not None and saved.source == "rebuilt"
@@ -635,3 +642,159 @@ def test_cancel_writes_the_ask_before_it_signals_the_owner(repo: Path) -> None:
     assert asked is not None and "slurm-fsm cancel" in asked
     report = attach(run_id, repo).result(60)
     assert report.status.name == "CANCELLED"
+
+
+def test_a_cancel_asked_from_a_host_that_cannot_signal_the_owner_stops_the_run(
+        repo: Path) -> None:
+    """``slurm-fsm cancel`` on another login node than a supervisor's (no agent:
+    ``SLURM_FSM_AGENT=off``, or no slurm_fsm on the nodes) could only say "cancel it
+    there". It now writes the ask untold; the owner looks for one every
+    :data:`~slurm_fsm.runowner.CANCEL_POLL_S` and stops as a local cancel stops it."""
+    run_id = detach(repo)
+    script = _script_pid(repo, run_id)
+    files = RunFiles(repo / "work_dirs" / ".slurm_alloc.fake.json")
+    files.ask_cancel(run_id, "slurm-fsm cancel (pid 7 on login2)", told=False)
+    report = attach(run_id, repo).result(60)
+    assert report.status.name == "CANCELLED", report.summary
+    assert "slurm-fsm cancel (pid 7 on login2) asked" in report.summary
+    until("the script stopped", lambda: _gone(script))
+
+
+def test_cancel_of_an_owner_on_another_host_asks_it_instead_of_refusing(
+        tmp_path: Path) -> None:
+    files = RunFiles(tmp_path / "work_dirs" / ".slurm_alloc.json")
+    record = OwnerRecord.new("r0123456789ab", Owner.SUPERVISOR, mode="persistent",
+                             spec_path="spec.json", spec={}, progress="")
+    files.write_owner(attrs.evolve(record, host="login-elsewhere", pid=4242,
+                                   phase=RunPhase.RUNNING))
+    said = attach("r0123456789ab", tmp_path).cancel()
+    assert "asked" in said and "login-elsewhere" in said, said
+    assert files.cancel_untold("r0123456789ab")
+    files.ask_cancel("r0123456789ab", "x", told=True)
+    assert not files.cancel_untold("r0123456789ab")
+
+
+def _elsewhere(files: RunFiles, run_id: str = "r0123456789ab", **over: Any) -> None:
+    """A run's owner record as if its owner ran on another login node."""
+    record = OwnerRecord.new(run_id, Owner.SUPERVISOR, mode="persistent",
+                             spec_path="spec.json", spec={}, progress="")
+    files.write_owner(attrs.evolve(record, **{"host": "login-elsewhere", "pid": 4242,
+                                              "phase": RunPhase.RUNNING, **over}))
+
+
+def test_an_ask_after_the_script_ended_is_not_the_runs_verdict(tmp_path: Path) -> None:
+    """Review: an ask that came after the script had ended by itself turned its FAILED
+    verdict CANCELLED. The live judge reads the ask as it was at the script's end; a
+    rebuild, only an ask older than the end the script's guard wrote."""
+    from slurm_fsm.runowner import OwnedRun
+
+    files = RunFiles(tmp_path / ".slurm_alloc.json")
+    late = OwnedRun(files, "r0123456789ab", Owner.FOREGROUND, spec_path="s")
+    late.begin(mode="persistent", spec={})
+    late.script_ended(1)
+    files.ask_cancel("r0123456789ab", "someone")
+    assert late.cancel_asked() is None
+    early = OwnedRun(files, "r0123456789ac", Owner.FOREGROUND, spec_path="s")
+    early.begin(mode="persistent", spec={})
+    files.ask_cancel("r0123456789ac", "someone")
+    early.script_ended(143)
+    assert early.cancel_asked() == "someone"
+    # the rebuild: by the order of the ask and the guard's status
+    files.status_path("r0123456789ac").write_text("143")
+    for ask_at, status_at, want in ((100, 200, "someone"), (300, 200, None)):
+        os.utime(files.cancel_path("r0123456789ac"), (ask_at, ask_at))
+        os.utime(files.status_path("r0123456789ac"), (status_at, status_at))
+        assert files.cancel_asked_before("r0123456789ac") == want
+    files.status_path("r0123456789ac").unlink()  # stopped, not ended by itself
+    assert files.cancel_asked_before("r0123456789ac") == "someone"
+
+
+def test_a_new_run_given_an_old_run_id_drops_its_ask(tmp_path: Path) -> None:
+    from slurm_fsm.runowner import OwnedRun
+
+    files = RunFiles(tmp_path / ".slurm_alloc.json")
+    files.ask_cancel("r0123456789ab", "long ago", told=False)
+    OwnedRun(files, "r0123456789ab", Owner.FOREGROUND, spec_path="s").begin(
+        mode="persistent", spec={})
+    assert files.cancel_asked("r0123456789ab") is None
+    files.ask_cancel("r0123456789ab", "its supervisor's", told=True)
+    OwnedRun(files, "r0123456789ab", Owner.AGENT, spec_path="s").begin(
+        mode="persistent", spec={})  # the agent keeps its supervisor's ask
+    assert files.cancel_asked("r0123456789ab") == "its supervisor's"
+
+
+@pytest.mark.parametrize("case", ["ended", "silent"])
+def test_cancel_asks_nothing_of_a_run_that_ended_or_whose_owner_is_gone(
+        tmp_path: Path, case: str) -> None:
+    files = RunFiles(tmp_path / "work_dirs" / ".slurm_alloc.json")
+    if case == "ended":
+        _elsewhere(files, phase=RunPhase.ENDED, exit_code=1)
+    else:
+        _elsewhere(files)
+        old = time.time() - 1000
+        os.utime(files.owner_path("r0123456789ab"), (old, old))
+    said = attach("r0123456789ab", tmp_path).cancel()
+    assert ("script has ended" if case == "ended" else "gone already") in said, said
+    assert files.cancel_asked("r0123456789ab") is None
+
+
+def test_an_ask_nobody_could_be_told_of_is_withdrawn(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review: an agent that could not be told (Slurm not answering, a backend that
+    cannot reach it) left a "told" ask, and the run's later failure was CANCELLED."""
+    from slurm_fsm import detach as detach_module
+
+    monkeypatch.setattr(detach_module, "backend_for", lambda _files: FakeCluster())
+    files = RunFiles(tmp_path / "work_dirs" / ".slurm_alloc.json")
+    _elsewhere(files, owner=Owner.AGENT, allocation_id="5")
+    with pytest.raises(SlurmFsmError, match="cannot be told from here"):
+        attach("r0123456789ab", tmp_path).cancel()
+    assert files.cancel_asked("r0123456789ab") is None
+
+
+def test_an_untold_ask_stops_the_main_thread_only_where_it_handles_sigterm() -> None:
+    """Review: a library's run (no SIGTERM handler) was stopped as by Ctrl-C and saved
+    no report, so ``wait`` on another host waited for ever. Only a process that handles
+    SIGTERM (the CLI, a supervisor, an agent) is stopped, and not once its run ends."""
+    import threading
+
+    from slurm_fsm.runowner import _stop_main
+
+    class Stop(BaseException):
+        pass
+
+    def stop_in_a_thread(ending: threading.Event) -> None:
+        thread = threading.Thread(target=_stop_main, args=(ending,))
+        thread.start()
+        thread.join()
+        time.sleep(0.2)  # a pending handler runs here
+
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    stop_in_a_thread(threading.Event())  # nothing happens
+    previous = signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(Stop()))
+    try:
+        ended = threading.Event()
+        ended.set()
+        stop_in_a_thread(ended)  # nothing: the run is ending
+        with pytest.raises(Stop):
+            stop_in_a_thread(threading.Event())
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_cancel_of_a_one_shot_run_owned_elsewhere_cancels_its_batch_job(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A one-shot run's job is a batch job Slurm knows: from another login node than
+    its owner, ``cancel`` cancels that job (its owner judges it from accounting)."""
+    from slurm_fsm import detach as detach_module
+
+    fake = FakeCluster()
+    cancelled: list[tuple[str, str | None]] = []
+    fake.cancel = lambda job_id, step_id=None: cancelled.append((job_id, step_id))  # type: ignore[method-assign]
+    monkeypatch.setattr(detach_module, "backend_for", lambda _files: fake)
+    files = RunFiles(tmp_path / "work_dirs" / ".slurm_alloc.json")
+    _elsewhere(files, mode="one-shot", job_id="77")
+    said = attach("r0123456789ab", tmp_path).cancel()
+    assert "batch job 77 was cancelled" in said, said
+    assert cancelled == [("77", None)]
+    assert not files.cancel_untold("r0123456789ab")

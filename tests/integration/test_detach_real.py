@@ -356,6 +356,36 @@ def test_cancel_tells_the_agent_which_keeps_the_allocation(
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
                     reason="emulating a login node needs unshare as root")
+def test_cancel_from_another_login_node_stops_a_run_its_supervisor_owns(
+        local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
+    """``slurm-fsm cancel`` on another login node than the run's supervisor (no agent):
+    it cannot signal that host's pid, so it writes the ask; the supervisor looks for it
+    every second, stops the job's steps and saves the CANCELLED report naming who
+    asked; the allocation stays. (Before: "cancel it there".)"""
+    spec = _spec(local_cluster, tmp_path, names.new("farcancel"))
+    repo = tmp_path / "repo"
+    try:
+        doc = _detach(local_cluster, spec, repo, "supervisor", env=NO_AGENT)
+        run_id, alloc = str(doc["run_id"]), str(doc["allocation_id"])
+        until("the job's step running", lambda: True if _job_steps(alloc) else None, 60)
+        far = on_node(LOGIN_NODES[1], ["cancel", run_id, "--repo", str(repo)],
+                      env=_env(local_cluster))
+        out, err = far.communicate(timeout=120)
+        assert far.returncode == 0, err
+        assert "asked its supervisor" in out, out
+        waited = _cli(local_cluster, "wait", run_id, "--json", cwd=repo, timeout=180)
+        [report] = json.loads(waited.stdout)
+        assert (report["status"], report["report_source"]) == ("CANCELLED", "live"), report
+        assert f"on {LOGIN_NODES[1]}) asked" in report["summary"], report["summary"]
+        until("no step of the run left", lambda: True if not steps(alloc) else None, 30)
+        assert job_state(alloc) == "RUNNING"
+    finally:
+        (tmp_path / "gate").touch()
+        _release(local_cluster, spec)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                    reason="emulating a login node needs unshare as root")
 def test_without_an_agent_a_run_whose_login_node_died_gets_a_verdict_elsewhere(
         local_cluster: ClusterInfo, names: JobNames, tmp_path: Path) -> None:
     """Where no agent runs (``SLURM_FSM_AGENT=off``), the run's owner on another host
