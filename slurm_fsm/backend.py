@@ -460,6 +460,10 @@ class ScriptRequest:
     #: when it is stopped): a rebuild reads it after the owner died
     #: (:meth:`slurm_fsm.runowner.RunFiles.script_status`). None: nowhere.
     status_path: Path | None = None
+    #: the guard's secret token (the backend makes one when empty), written into the
+    #: run's record before the script starts: a run killed at any moment after leaves a
+    #: record that proves what its script detached (:func:`~slurm_fsm.runsteps.stop_leftovers`)
+    token: str = ""
 
 
 class RunningScript(Protocol):

@@ -521,10 +521,12 @@ class PersistentRun:
                                    spec.slurm_params, spec.script_path,
                                    alloc_cpus_per_node=alloc.cpus_per_node,
                                    alloc_gpus_per_node=alloc.gpus_per_node)
+        token = secrets.token_hex(16)  # in the record before any process holds it
+        steps.starting(token)
         try:
             script = self.backend.start_script(ScriptRequest(
                 script_path=spec.script_path, log_path=log, env=env, cwd=spec.work_dir,
-                status_path=self.runs.paths.run_status(self.run_id),
+                status_path=self.runs.paths.run_status(self.run_id), token=token,
             ))
         except OSError as exc:  # bash missing, log not writable, ...
             m.finish(reason=f"script did not start: {exc}")

@@ -202,6 +202,14 @@ class RunSteps:
     def job_id(self) -> str:
         return self.record.allocation
 
+    def starting(self, token: str) -> None:
+        """The script is about to start with its guard's secret ``token``: the record
+        names it first, so that whatever holds the token can be proven this run's
+        whenever the run dies from now on (before, a run killed as its script started
+        left a record that named nothing, and what the script had detached ran on)."""
+        self.save(script={"token": token, "host": socket.gethostname(),
+                          "boot_id": scriptguard.boot_id()})
+
     def started(self, script: RunningScript, log: str) -> None:
         """The script runs: its group and its guard's token go into the record."""
         self.script = script

@@ -236,23 +236,27 @@ def stop_stale_group(identity: Mapping[str, object], grace_s: float = 10.0,
     (world-readable, so plantable) is never enough: a record without the token stops
     nothing."""
     pgid, token = identity.get("pgid"), identity.get("token")
-    if not isinstance(pgid, int) or pgid <= 1 or pgid == os.getpgrp():
-        return None
     if not isinstance(token, str):
         return None
     if (identity.get("host") != socket.gethostname()
             or identity.get("boot_id") != scriptguard.boot_id()):
         return None
-    members = scriptguard.proven_members(pgid, token)
+    # no group: the record named only the token (its run died as its script started);
+    # what holds the token is all there is to stop
+    gid = pgid if isinstance(pgid, int) and pgid > 1 and pgid != os.getpgrp() else None
+    if gid is None and "pgid" in identity:
+        return None
+    members = scriptguard.proven_members(gid, token) if gid is not None else []
     strays = scriptguard.strays_of(identity)  # what the script detached: its token
     if not members and not strays:
         return None
     clock = clock or SystemClock()
-    scriptguard.stop_group(pgid if members else None, grace_s,
-                           ended=lambda: not members or not _group_alive(pgid),
+    scriptguard.stop_group(gid if members else None, grace_s,
+                           ended=lambda: gid is None or not members or not _group_alive(gid),
                            sleep=clock.sleep, now=clock.now, strays=strays,
-                           may_kill=lambda: bool(scriptguard.proven_members(pgid, token)))
-    said = [f"process group {pgid} ({len(members)} process(es))"] if members else []
+                           may_kill=lambda: gid is not None and bool(
+                               scriptguard.proven_members(gid, token)))
+    said = [f"process group {gid} ({len(members)} process(es))"] if members else []
     if strays:
         said.append(f"{len(strays)} process(es) it detached from its group "
                     f"({scriptguard.describe(strays)})")
@@ -1269,7 +1273,7 @@ class SubprocessBackend:
         # the run's log sits in the shared work_dir: never opened through a planted link;
         # it may hold tokens: readable by others only as the umask allows (077: 0600)
         log_file = files.open_private(request.log_path, mode=files.umasked(0o644))
-        token = secrets.token_hex(16)  # proves the group ours to a later run
+        token = request.token or secrets.token_hex(16)  # proves the group ours to a later run
         env = {**self.environment(request.env), scriptguard.TOKEN_ENV: token}
         if request.status_path is not None:  # the guard takes it out of the script's env
             env[scriptguard.STATUS_ENV] = str(request.status_path)

@@ -208,3 +208,42 @@ def test_a_timed_out_run_stops_what_its_script_detached(tmp_path: Path) -> None:
     finally:
         for pid in _holding(f"sleep {TAG}9"):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_run_killed_as_its_script_started_leaves_its_token_in_the_record(
+        tmp_path: Path, reaper: list[subprocess.Popen[bytes]]) -> None:
+    """CI, 26.05 under load: a run was killed with ``kill -9`` between its script's
+    start and the record's naming of its guard's token; the next run found a record
+    that named nothing and stopped nothing, and the detached step and process ran on.
+    The token is now in the record before the script starts (the backend is handed it),
+    and a record naming only the token stops what holds it."""
+    from slurm_fsm import Executor
+    from slurm_fsm.backend import ScriptRequest
+    from slurm_fsm.runsteps import stop_leftovers
+
+    spec = make_spec(tmp_path, workflow_type="custom", success_patterns="done")
+    spec.script_path.write_text("#!/bin/bash\necho done\n")
+    fake = FakeCluster(run_scripts=True)
+    book = RunBook(spec.state_path)
+    seen: list[tuple[str, object]] = []
+    start = fake.start_script
+
+    def start_script(request: ScriptRequest) -> object:
+        [record] = book.records()  # as it is on disk the moment the script starts
+        seen.append((request.token, record.script.get("token")))
+        return start(request)
+
+    fake.start_script = start_script  # type: ignore[method-assign,assignment]
+    assert Executor(spec, fake).run().status.value == "PASSED"
+    [(token, recorded)] = seen
+    assert token and recorded == token
+    # a record as such a killed run leaves it: the token alone
+    job = fake.make_job("alloc", fake.user).job_id
+    other = RunBook(tmp_path / "other" / ".slurm_alloc.json")
+    token = secrets.token_hex(16)
+    stray = _detached(token, f"{TAG}6", reaper)
+    named = {"token": token, "host": socket.gethostname(), "boot_id": scriptguard.boot_id()}
+    other.save(attrs.evolve(other.start(job), pid_ticks=-1, script=named))
+    warnings = stop_leftovers(fake, other, job, fake.clock)
+    assert stray.wait(timeout=30) == -signal.SIGTERM, warnings
+    assert any("detached" in w and "earlier run" in w for w in warnings), warnings

@@ -443,3 +443,33 @@ def test_a_script_that_ended_before_its_orchestrators_kill_9_keeps_its_status(
             orchestrator.wait()
     assert status.read_text() == "0\n"
     assert (tmp_path / "job.log").read_text() == "end\n"
+
+
+def test_a_record_that_names_only_the_token_stops_what_holds_it() -> None:
+    """A run killed as its script started leaves a record naming only its guard's token
+    (written before the script, :meth:`slurm_fsm.runsteps.RunSteps.starting`): what
+    holds that token (a ``setsid`` process the script detached) is stopped; nothing
+    that does not hold it is (CI, 26.05 under load: the next run stopped nothing)."""
+    import secrets
+    import socket
+
+    token = secrets.token_hex(16)
+    holder = subprocess.Popen(["sleep", "600"], start_new_session=True,
+                              env={**os.environ, scriptguard.TOKEN_ENV: token})
+    other = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    try:
+        wait_for("the sleeps", lambda: bool(group_members(holder.pid))
+                 and bool(group_members(other.pid)))
+        named = {"token": token, "host": socket.gethostname(),
+                 "boot_id": scriptguard.boot_id()}
+        assert stop_stale_group({**named, "token": "0" * 32}) is None
+        assert stop_stale_group({**named, "host": "elsewhere"}) is None
+        stopped = stop_stale_group(named)
+        assert stopped is not None and "detached from its group" in stopped, stopped
+        assert holder.wait(10) == -signal.SIGTERM
+        assert other.poll() is None
+    finally:
+        for proc in (holder, other):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()

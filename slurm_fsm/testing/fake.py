@@ -1590,7 +1590,8 @@ class FakeCluster:
     def stop_stale_script(self, identity: Mapping[str, object]) -> str | None:
         """Stop a script of this cluster that an earlier run left running."""
         self.calls.append(Call("stop_stale_script", {"identity": dict(identity)}))
-        if "pgid" in identity:  # a script run for real (run_scripts=True)
+        if "pgid" in identity or "token" in identity:  # a script run for real
+            # (run_scripts=True), or a record naming only its token (killed as it began)
             from slurm_fsm.subprocess_backend import stop_stale_group
 
             return stop_stale_group(identity)
